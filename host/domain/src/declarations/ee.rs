@@ -1,0 +1,143 @@
+//! EE: the accountability scope, its priced axes, presets and direct access.
+
+use chrono::{DateTime, Months, TimeDelta, Utc};
+
+use super::wire_enum;
+use crate::Invalid;
+
+wire_enum!(
+    Retention {
+        Short = "short",
+        Medium = "medium",
+        Long = "long",
+        ExtremeLong = "extreme_long",
+        Indefinite = "indefinite",
+    }
+);
+wire_enum!(Integrity { Basic = "basic", Enhanced = "enhanced", Certifiable = "certifiable" });
+wire_enum!(Disclosure { Internal = "internal", Shareable = "shareable", Exportable = "exportable" });
+wire_enum!(Responsibility { Minimal = "minimal", Standard = "standard", Extended = "extended" });
+wire_enum!(ContentScope { Owner = "owner", External = "external", Public = "public" });
+wire_enum!(Delegation { None = "none", Partial = "partial", Full = "full" });
+wire_enum!(AccessClass { SelfDirect = "self_direct", AraOnly = "ara_only", InternalOnly = "internal_only" });
+
+impl Retention {
+    /// How long a record with this retention is kept; `None` for indefinite.
+    pub fn days(self) -> Option<i64> {
+        match self {
+            Retention::Short => Some(90),
+            Retention::Medium => Some(365),
+            Retention::Long => Some(1_825),
+            Retention::ExtremeLong => Some(3_650),
+            Retention::Indefinite => None,
+        }
+    }
+}
+
+/// The six priced axes of a scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub retention: Retention,
+    pub integrity: Integrity,
+    pub disclosure: Disclosure,
+    pub responsibility: Responsibility,
+    pub content_scope: ContentScope,
+    pub delegation: Delegation,
+}
+
+/// The validated `ee` object of a create request, after preset expansion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EeFields {
+    pub preset: Option<String>,
+    pub scope: Scope,
+    pub direct_access_period: AccessPeriod,
+    pub direct_access_quota: i64,
+    pub access_class: AccessClass,
+}
+
+/// Applied when `ee_direct_access_period` is omitted.
+pub const DEFAULT_ACCESS_PERIOD: AccessPeriod = AccessPeriod { count: 30, unit: PeriodUnit::Days };
+/// Applied when `ee_direct_access_quota` is omitted: ten reads of the original.
+pub const DEFAULT_ACCESS_QUOTA: i64 = 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeriodUnit {
+    Days,
+    Months,
+    Years,
+}
+
+/// A period such as `30d`, `12m` or `1y` (pattern `^[1-9]\d*[dmy]$`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessPeriod {
+    pub count: u32,
+    pub unit: PeriodUnit,
+}
+
+impl AccessPeriod {
+    /// Longest accepted period: a hundred years, whatever the unit.
+    const MAX_DAYS: u64 = 36_500;
+
+    pub fn parse(text: &str) -> Result<AccessPeriod, Invalid> {
+        let bad = || {
+            Invalid::new(
+                "INVALID_VALUE",
+                format!("ee_direct_access_period must look like 30d, 12m or 1y (a positive whole number then d, m or y, at most 100 years); got {text:?}"),
+            )
+        };
+        let (digits, unit) = text.split_at(text.len().saturating_sub(1));
+        let unit = match unit {
+            "d" => PeriodUnit::Days,
+            "m" => PeriodUnit::Months,
+            "y" => PeriodUnit::Years,
+            _ => return Err(bad()),
+        };
+        if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let count: u32 = digits.parse().map_err(|_| bad())?;
+        let days = match unit {
+            PeriodUnit::Days => count as u64,
+            PeriodUnit::Months => count as u64 * 31,
+            PeriodUnit::Years => count as u64 * 366,
+        };
+        if days > Self::MAX_DAYS {
+            return Err(bad());
+        }
+        Ok(AccessPeriod { count, unit })
+    }
+
+    /// The end of a period that starts at `start` (calendar months and years).
+    pub fn end_from(self, start: DateTime<Utc>) -> DateTime<Utc> {
+        match self.unit {
+            PeriodUnit::Days => start + TimeDelta::days(self.count as i64),
+            PeriodUnit::Months => start.checked_add_months(Months::new(self.count)).unwrap_or(start),
+            PeriodUnit::Years => start.checked_add_months(Months::new(self.count * 12)).unwrap_or(start),
+        }
+    }
+}
+
+impl std::fmt::Display for AccessPeriod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.unit {
+            PeriodUnit::Days => 'd',
+            PeriodUnit::Months => 'm',
+            PeriodUnit::Years => 'y',
+        };
+        write!(f, "{}{unit}", self.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_follow_the_pattern() {
+        assert_eq!(AccessPeriod::parse("30d").unwrap().to_string(), "30d");
+        assert_eq!(AccessPeriod::parse("12m").unwrap().unit, PeriodUnit::Months);
+        for bad in ["", "d", "0d", "01d", "30", "30w", "-1d", "1.5y", "101y", " 1d"] {
+            assert!(AccessPeriod::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

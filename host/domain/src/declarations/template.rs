@@ -1,0 +1,157 @@
+//! The content-inclusion template (branch 1): decision metadata in closed
+//! dimensions. Nothing here can carry free text.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::wire_enum;
+use crate::Invalid;
+
+wire_enum!(
+    DecisionClass {
+        Payment = "payment",
+        ApiCall = "api_call",
+        DataAccess = "data_access",
+        Delegation = "delegation",
+        ResourceTransfer = "resource_transfer",
+        Communication = "communication",
+        Other = "other",
+    }
+);
+wire_enum!(
+    TargetClass {
+        Internal = "internal",
+        External = "external",
+        ThirdParty = "third_party",
+        Subagent = "subagent",
+        HumanOwner = "human_owner",
+        Public = "public",
+        System = "system",
+    }
+);
+wire_enum!(
+    Trigger {
+        UserRequest = "user_request",
+        Scheduled = "scheduled",
+        EventDriven = "event_driven",
+        Autonomous = "autonomous",
+        Delegated = "delegated",
+        ExternalEvent = "external_event",
+    }
+);
+wire_enum!(
+    HumanInvolvement {
+        None = "none",
+        Notification = "notification",
+        Approval = "approval",
+        CoDecision = "co_decision",
+        Review = "review",
+    }
+);
+
+/// The most entries `call_chain` may hold.
+pub const CALL_CHAIN_MAX: usize = 32;
+
+/// A validated template. `decision_scale_value` keeps the number's JSON text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Template {
+    pub decision_class: Option<DecisionClass>,
+    pub decision_scale_value: Option<String>,
+    pub decision_scale_unit: Option<String>,
+    pub target_class: Option<TargetClass>,
+    pub call_chain: Option<Vec<String>>,
+    pub self_classification: Option<String>,
+    pub decision_trigger: Option<Trigger>,
+    pub human_involvement: Option<HumanInvolvement>,
+}
+
+impl Template {
+    /// True when at least one dimension is filled.
+    pub fn has_any_dimension(&self) -> bool {
+        self.decision_class.is_some()
+            || self.decision_scale_value.is_some()
+            || self.decision_scale_unit.is_some()
+            || self.target_class.is_some()
+            || self.call_chain.as_ref().is_some_and(|c| !c.is_empty())
+            || self.self_classification.is_some()
+            || self.decision_trigger.is_some()
+            || self.human_involvement.is_some()
+    }
+}
+
+static CALL_CHAIN_TOKEN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$").expect("static pattern"));
+static SCALE_UNIT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$").expect("static pattern"));
+static IPV4: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(^|[^0-9])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}($|[^0-9])").expect("static pattern"));
+/// Labels that introduce a personal value (`email:…`, `phone-…`).
+static PII_LABEL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(e-?mail|phone|tel|mobile|ssn|passport|name|first_?name|last_?name|address|addr|dob|birth(date|day)?|user(name)?|iban|card)[:._-].+")
+        .expect("static pattern")
+});
+
+/// Checks one `call_chain` entry: the token pattern, then the personal-data screen.
+///
+/// The screen refuses a token that holds a run of seven or more digits (a phone,
+/// card, account or national identity number, allowing `-`, `.`, `_` or `:`
+/// between the digits), an IPv4 address, or a personal-data label followed by a
+/// value (`email:`, `phone-`, `user.` and the like). It is a screen, not a
+/// guarantee: it refuses the shapes such data usually takes.
+pub fn check_call_chain_entry(index: usize, token: &str) -> Result<(), Invalid> {
+    if !CALL_CHAIN_TOKEN.is_match(token) {
+        return Err(Invalid::new(
+            "INVALID_VALUE",
+            format!("template.call_chain[{index}] must be a tool identifier token (1-64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit)"),
+        ));
+    }
+    if looks_personal(token) {
+        return Err(Invalid::new(
+            "PII_DETECTED",
+            format!("template.call_chain[{index}] looks like personal data; send tool identifiers only"),
+        ));
+    }
+    Ok(())
+}
+
+fn looks_personal(token: &str) -> bool {
+    let mut run = 0usize;
+    let mut longest = 0usize;
+    for c in token.chars() {
+        if c.is_ascii_digit() {
+            run += 1;
+            longest = longest.max(run);
+        } else if !matches!(c, '-' | '.' | '_' | ':') {
+            run = 0;
+        }
+    }
+    longest >= 7 || IPV4.is_match(token) || PII_LABEL.is_match(token)
+}
+
+pub fn check_scale_unit(unit: &str) -> Result<(), Invalid> {
+    if SCALE_UNIT.is_match(unit) {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            "INVALID_VALUE",
+            "template.decision_scale_unit must be a short unit code (1-20 of A-Z a-z 0-9 _ . / % -, no spaces)",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_tokens_pass_and_personal_shapes_do_not() {
+        for ok in ["search_api", "tool:v2", "mcp.fs.read", "gpt-4o", "step-12"] {
+            check_call_chain_entry(0, ok).unwrap();
+        }
+        for pii in ["010-1234-5678", "4111111111111111", "192.168.0.1", "email:bob", "user.alice", "900101-1234567"] {
+            assert_eq!(check_call_chain_entry(0, pii).unwrap_err().code, "PII_DETECTED", "{pii}");
+        }
+        assert_eq!(check_call_chain_entry(0, "has space").unwrap_err().code, "INVALID_VALUE");
+    }
+}

@@ -1,0 +1,93 @@
+//! What a declaration costs. The domain knows a [`Pricing`] trait; the plugin
+//! host implements it with a WebAssembly component.
+
+use crate::declarations::ee::{Integrity, Disclosure, Responsibility, Retention, Scope};
+use crate::MilliDac;
+
+/// One axis's contribution to a quote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisCharge {
+    pub axis: String,
+    pub value: String,
+    pub add: MilliDac,
+}
+
+/// A priced scope, as the generation computed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quote {
+    pub base_fee: MilliDac,
+    pub charges: Vec<AxisCharge>,
+    pub subtotal: MilliDac,
+    /// Thousandths: 1500 is 1.5.
+    pub multiplier_permille: u32,
+    pub total: MilliDac,
+    /// Due every month on top of the total (indefinite retention).
+    pub monthly: MilliDac,
+}
+
+impl Quote {
+    /// Everything above the base fee: `total - base_fee`.
+    pub fn premium(&self) -> MilliDac {
+        self.total - self.base_fee
+    }
+}
+
+/// A named scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preset {
+    pub name: String,
+    pub label: String,
+    pub enabled: bool,
+    pub retention: Retention,
+    pub integrity: Integrity,
+    pub disclosure: Disclosure,
+    pub responsibility: Responsibility,
+}
+
+/// One published axis price.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisPrice {
+    pub axis: String,
+    pub value: String,
+    pub add: MilliDac,
+    pub monthly: MilliDac,
+    pub available: bool,
+    pub note: Option<String>,
+}
+
+/// The published policy of a generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub version: String,
+    pub effective_from: String,
+    pub base_fee: MilliDac,
+    pub axes: Vec<AxisPrice>,
+    pub multiplier_conditions: Vec<(String, String)>,
+    pub multiplier_min_matches: u32,
+    pub multiplier_permille: u32,
+}
+
+/// Which generation priced something: its version and the sha256 of its code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub version: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PricingError {
+    /// The generation answered, and refused the scope.
+    #[error("pricing generation {version} refused the scope: {reason}")]
+    Refused { version: String, reason: String },
+    /// The generation failed: a trap, a CPU or memory bound, or a host fault.
+    #[error("pricing generation {version} failed: {reason}")]
+    Failed { version: String, reason: String },
+}
+
+/// A pricing generation, loaded and ready.
+pub trait Pricing: Send + Sync + 'static {
+    fn generation(&self) -> &Generation;
+    fn quote(&self, scope: Scope) -> Result<Quote, PricingError>;
+    fn presets(&self) -> Result<Vec<Preset>, PricingError>;
+    fn policy(&self) -> Result<Policy, PricingError>;
+}

@@ -1,0 +1,116 @@
+//! The shared engine, its epoch ticker, and the per-call store with its bounds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder};
+
+/// How often the epoch advances. A deadline of N ticks is N times this.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The bounds of one guest call.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Instructions, roughly: wasmtime's fuel.
+    pub fuel: u64,
+    /// Wall-clock backstop, in epoch ticks.
+    pub deadline_ticks: u64,
+    /// Bytes of linear memory the guest may hold.
+    pub memory_bytes: usize,
+}
+
+impl Limits {
+    /// The bounds for pricing calls: a quote takes a few thousand instructions
+    /// and well under a megabyte, so these leave wide room and still end a
+    /// runaway guest within a few milliseconds.
+    pub const PRICING: Limits = Limits { fuel: 20_000_000, deadline_ticks: 20, memory_bytes: 8 << 20 };
+}
+
+/// What a store carries: its memory limiter.
+pub struct CallState {
+    limits: StoreLimits,
+}
+
+/// One engine for all trusted components. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginEngine {
+    engine: Engine,
+    _ticker: Arc<Ticker>,
+}
+
+struct Ticker;
+
+impl PluginEngine {
+    /// Builds the engine (pooling allocator when the address space allows it,
+    /// on-demand otherwise) and starts its epoch ticker.
+    pub fn new() -> anyhow::Result<PluginEngine> {
+        let engine = match Engine::new(&config(true)) {
+            Ok(engine) => engine,
+            Err(pooling_error) => {
+                tracing::warn!(%pooling_error, "pooling allocator unavailable; using on-demand instance allocation");
+                Engine::new(&config(false))?
+            }
+        };
+        // The ticker holds a weak reference, so it stops when the engine is dropped.
+        let weak = engine.weak();
+        std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })?;
+        Ok(PluginEngine { engine, _ticker: Arc::new(Ticker) })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// A fresh store with the given bounds applied.
+    pub fn store(&self, limits: Limits) -> wasmtime::Result<Store<CallState>> {
+        let state = CallState {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(16)
+                .tables(16)
+                .memories(4)
+                .trap_on_grow_failure(true)
+                .build(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        store.set_fuel(limits.fuel)?;
+        store.set_epoch_deadline(limits.deadline_ticks);
+        Ok(store)
+    }
+}
+
+fn config(pooling: bool) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    config.max_wasm_stack(512 << 10);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(256)
+            .total_core_instances(1024)
+            .max_core_instances_per_component(16)
+            .total_memories(512)
+            .total_tables(512)
+            .max_memory_size(16 << 20);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// Names a failed call: the trap kind when there is one.
+pub fn describe_failure(error: &wasmtime::Error) -> String {
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => "CPU budget (fuel) exhausted".into(),
+        Some(wasmtime::Trap::Interrupt) => "wall-clock deadline passed".into(),
+        Some(trap) => format!("trap: {trap}"),
+        None => format!("{error:#}"),
+    }
+}

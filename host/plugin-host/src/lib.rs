@@ -1,0 +1,19 @@
+//! The WebAssembly component host.
+//!
+//! One [`PluginEngine`] compiles components; each loaded component becomes a
+//! typed, pre-linked handle; every call runs in a fresh `Store` with a fuel
+//! budget (CPU), an epoch deadline (wall clock) and a memory cap, and with no
+//! capabilities at all: any import a component declares is linked to a trap.
+//! A guest that traps, spins or grows fails its own call and nothing else.
+
+pub mod engine;
+pub mod pricing;
+
+pub use engine::{Limits, PluginEngine};
+pub use pricing::WasmPricing;
+
+/// Where the build put the guest components (`<name>.wasm`), fixtures included.
+pub const PLUGINS_DIR: &str = env!("ANCHOR_PLUGINS_DIR");
+
+/// Pricing generation v1.3.0, bundled into the binary.
+pub const DEFAULT_PRICING_WASM: &[u8] = include_bytes!(concat!(env!("ANCHOR_PLUGINS_DIR"), "/pricing_v1_3_0.wasm"));

@@ -1,0 +1,56 @@
+//! Configuration: every option is a flag with an environment-variable twin.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// The options of `anchor serve`.
+#[derive(Args, Clone, Debug)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    #[arg(long, env = "ANCHOR_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Directory for the embedded database (`anchor.db`) and other local state.
+    #[arg(long, env = "ANCHOR_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// `postgres://…` selects PostgreSQL; unset means SQLite under --data-dir.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// The URL clients reach this service at; used in links, x402 resources and
+    /// discovery documents. Defaults to http://<listen>.
+    #[arg(long, env = "ANCHOR_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// A pricing component (.wasm) to use instead of the bundled v1.3.0.
+    #[arg(long, env = "ANCHOR_PRICING_COMPONENT")]
+    pub pricing_component: Option<PathBuf>,
+
+    /// Requests per client per window before 429.
+    #[arg(long, env = "ANCHOR_RATE_LIMIT", default_value_t = 100)]
+    pub rate_limit: u32,
+
+    /// The rate-limit window, in seconds.
+    #[arg(long, env = "ANCHOR_RATE_WINDOW_SECS", default_value_t = 60)]
+    pub rate_window_secs: u64,
+
+    /// The address that receives x402 payments (USDC on Base).
+    #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
+    pub pay_to: String,
+}
+
+impl ServeConfig {
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) if !url.is_empty() => url.clone(),
+            _ => self.data_dir.join("anchor.db").to_string_lossy().into_owned(),
+        }
+    }
+
+    pub fn public_url(&self) -> String {
+        self.public_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_string()
+    }
+}

@@ -1,0 +1,135 @@
+//! The HTTP API. Each module owns its routes, handlers and response shapes.
+//!
+//! Reading order: `input` (how bodies are read), `agents` (registration and
+//! credentials), `declarations` (DD/EE: create, confirm, read), `pricing`,
+//! `account` (Trial and classification), `discovery` (documents about the
+//! service itself).
+
+pub mod account;
+pub mod agents;
+pub mod declarations;
+pub mod discovery;
+pub mod input;
+pub mod pricing;
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::http::{Method, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{MethodRouter, get};
+use serde_json::json;
+
+use crate::openapi::Operation;
+use crate::state::AppState;
+
+/// Every operation of the API, in reading order.
+pub fn operations() -> Vec<Operation> {
+    let mut all = Vec::new();
+    all.extend(agents::operations());
+    all.extend(declarations::operations());
+    all.extend(pricing::operations());
+    all.extend(account::operations());
+    all.extend(discovery::operations());
+    all
+}
+
+/// The whole application: routes, guidance for GET on POST-only routes, JSON
+/// 404 and 405, and the rate limit.
+pub fn app(state: AppState) -> Router {
+    let mut by_path: BTreeMap<&'static str, (Vec<Method>, MethodRouter<AppState>, Option<Guide>)> = BTreeMap::new();
+    for operation in operations() {
+        let entry = by_path.entry(operation.path).or_insert_with(|| (Vec::new(), MethodRouter::new(), None));
+        if operation.method == Method::POST {
+            entry.2 = Some(Guide::from(&operation));
+        }
+        entry.0.push(operation.method.clone());
+        entry.1 = std::mem::take(&mut entry.1).merge(operation.handler);
+    }
+    let mut router = Router::new();
+    for (path, (methods, mut method_router, guide)) in by_path {
+        if let (false, Some(guide)) = (methods.contains(&Method::GET), guide) {
+            method_router = method_router.merge(get(move |axum::extract::State(state): axum::extract::State<AppState>| {
+                let guide = guide.clone();
+                async move { guide.render(&state.settings.public_url) }
+            }));
+        }
+        router = router.route(path, method_router.fallback(method_not_allowed));
+    }
+    router
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::ratelimit::middleware))
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({
+            "error_code": "NOT_FOUND",
+            "message": format!("no route {}; GET /openapi.json lists every route", uri.path()),
+        })),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> impl IntoResponse {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({
+            "error_code": "METHOD_NOT_ALLOWED",
+            "message": format!("{} does not accept {method}; GET /openapi.json lists its methods", uri.path()),
+        })),
+    )
+}
+
+/// What a GET on a POST-only route answers: how to call it instead.
+#[derive(Clone)]
+struct Guide {
+    path: &'static str,
+    summary: &'static str,
+    agent_auth: bool,
+    example: Option<serde_json::Value>,
+    paid: bool,
+}
+
+impl Guide {
+    fn from(operation: &Operation) -> Guide {
+        Guide {
+            path: operation.path,
+            summary: operation.summary,
+            agent_auth: operation.auth == crate::openapi::Auth::Agent,
+            example: operation.example.clone(),
+            paid: operation.responses.iter().any(|r| r.status == 402),
+        }
+    }
+
+    fn render(&self, base: &str) -> axum::Json<serde_json::Value> {
+        let body = self.example.clone().unwrap_or_else(|| json!({}));
+        let auth_header = if self.agent_auth { " -H 'Authorization: Bearer <auth_token>'" } else { "" };
+        axum::Json(json!({
+            "correct_method": "POST",
+            "path": self.path,
+            "summary": self.summary,
+            "how_to_call": {
+                "method": "POST",
+                "url": format!("{base}{}", self.path),
+                "content_type": "application/json",
+                "authentication": if self.agent_auth { "Authorization: Bearer <auth_token>" } else { "none" },
+                "body_example": body,
+            },
+            "curl_example": format!(
+                "curl -X POST {base}{}{auth_header} -H 'Content-Type: application/json' -d '{}'",
+                self.path, body
+            ),
+            "payment": if self.paid {
+                json!({
+                    "protocol": "x402 v2",
+                    "note": "Trial DAC pays while it lasts; after that the route answers 402 with a PAYMENT-REQUIRED challenge",
+                })
+            } else {
+                json!({ "note": "free" })
+            },
+            "documentation": format!("{base}/openapi.json"),
+        }))
+    }
+}

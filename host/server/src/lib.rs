@@ -1,0 +1,66 @@
+//! The anchoring service: configuration, HTTP API and start-up.
+//!
+//! `app` builds the whole router from an [`AppState`]; `serve` binds and runs
+//! it. Tests build the same app around their own store and clock.
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod http;
+pub mod openapi;
+pub mod payment;
+pub mod ratelimit;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anchor_domain::pricing::Pricing;
+use anchor_domain::{Clock, SystemClock};
+use anchor_plugins::{Limits, PluginEngine, WasmPricing};
+
+pub use http::app;
+pub use state::{AppState, Settings};
+
+/// Loads the pricing component: the operator's file if given, else the bundled v1.3.0.
+pub fn load_pricing(engine: &PluginEngine, path: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn Pricing>> {
+    let pricing: Arc<dyn Pricing> = match path {
+        Some(path) => {
+            let wasm = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading pricing component {}: {e}", path.display()))?;
+            WasmPricing::load(engine, &wasm, Limits::PRICING)?
+        }
+        None => WasmPricing::load(engine, anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING)?,
+    };
+    Ok(pricing)
+}
+
+/// Opens storage, loads pricing and serves until Ctrl-C.
+pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
+    let url = config.database_url();
+    let store = anchor_store::open(&url).await?;
+    let engine = PluginEngine::new()?;
+    let pricing = load_pricing(&engine, config.pricing_component.as_deref())?;
+    let settings = Settings {
+        public_url: config.public_url(),
+        pay_to: config.pay_to.clone(),
+        rate_limit: config.rate_limit,
+        rate_window_secs: config.rate_window_secs,
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let generation = pricing.generation().clone();
+    let state = AppState::new(store.clone(), pricing, clock, settings);
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        storage = store.backend(),
+        pricing = %generation.version,
+        pricing_sha256 = %generation.sha256,
+        "anchor is serving"
+    );
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! The unpaid case: an x402 v2 `PaymentRequired` challenge.
+//!
+//! This is the seam the x402 payment flow plugs into. Today a request that Trial
+//! cannot pay is answered with the challenge; verifying and settling a
+//! `PAYMENT-SIGNATURE` comes with external payments.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use anchor_domain::MilliDac;
+
+use crate::state::Settings;
+
+/// USDC on Base mainnet, and its EIP-712 domain.
+pub const USDC_BASE: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+pub const NETWORK: &str = "eip155:8453";
+/// How long an externally paid declaration may wait for its confirmation.
+pub const PAYMENT_WINDOW_SECS: u64 = 30 * 60;
+/// `maxTimeoutSeconds` of a DD create challenge: the authorization must outlive
+/// the confirmation window, plus five minutes for settlement.
+pub const DD_CREATE_MAX_TIMEOUT_SECS: u64 = PAYMENT_WINDOW_SECS + 5 * 60;
+
+/// Builds the challenge for `amount` on `path`.
+pub fn challenge(settings: &Settings, path: &str, description: &str, amount: MilliDac, max_timeout_secs: u64) -> Value {
+    json!({
+        "x402Version": 2,
+        "error": "Payment required",
+        "resource": {
+            "url": format!("{}{}", settings.public_url, path),
+            "description": description,
+            "mimeType": "application/json",
+        },
+        "accepts": [{
+            "scheme": "exact",
+            "network": NETWORK,
+            "amount": amount.usdc_base_units().to_string(),
+            "asset": USDC_BASE,
+            "payTo": settings.pay_to,
+            "maxTimeoutSeconds": max_timeout_secs,
+            "extra": { "name": "USD Coin", "version": "2" },
+        }],
+    })
+}
+
+/// 402 with the challenge base64-encoded in `PAYMENT-REQUIRED` and copied in the body.
+pub fn challenge_response(challenge: Value) -> Response {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(challenge.to_string());
+    let mut response = (StatusCode::PAYMENT_REQUIRED, axum::Json(challenge)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&encoded) {
+        headers.insert("payment-required", value);
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("PAYMENT-REQUIRED, PAYMENT-RESPONSE"),
+    );
+    response
+}

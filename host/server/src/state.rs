@@ -1,0 +1,40 @@
+//! `AppState`: what every handler can reach. Cheap to clone.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use anchor_domain::Clock;
+use anchor_domain::pricing::Pricing;
+use anchor_store::Store;
+
+use crate::ratelimit::RateLimiter;
+
+/// Settings handlers read; parsed once from the configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The base URL clients use, without a trailing slash.
+    pub public_url: String,
+    /// The x402 recipient.
+    pub pay_to: String,
+    pub rate_limit: u32,
+    pub rate_window_secs: u64,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub pricing: Arc<dyn Pricing>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Arc<Settings>,
+    pub started: Instant,
+    pub limiter: Arc<RateLimiter>,
+    /// The OpenAPI document, built on first request from the route table.
+    pub openapi: Arc<OnceLock<serde_json::Value>>,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn Store>, pricing: Arc<dyn Pricing>, clock: Arc<dyn Clock>, settings: Settings) -> AppState {
+        let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
+        AppState { store, pricing, clock, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
+    }
+}

@@ -1,0 +1,581 @@
+//! The one body of SQL behind both stores. `store_impl!` expands it once for
+//! SQLite and once for PostgreSQL, so each engine type-checks the same queries.
+
+/// The columns of `declaration`, in the order `decode_declaration` reads them.
+macro_rules! declaration_columns {
+    () => {
+        "dd_id, ee_id, agent_id, request_id, lineage_group_id, parent_dd_id, \
+         dd_unit_type, dd_declaration_mode, decision_type, decision_action_type, origin_context_type, \
+         selection_state, selection_scope, decision_at, \
+         ee_preset, ee_retention_period, ee_integrity_verification_level, ee_disclosure_format_policy, \
+         ee_responsibility_scope, content_disclosure_scope, delegation_state, ee_direct_access_period, \
+         ee_direct_access_quota, access_class, direct_access_expires_at, direct_reads_used, \
+         content_inclusion, tpl_decision_class, tpl_decision_scale_value, tpl_decision_scale_unit, tpl_target_class, \
+         tpl_call_chain, tpl_self_classification, tpl_decision_trigger, tpl_human_involvement, \
+         anchored_at, salt, pricing_version, pricing_sha256, dac_amount_milli, base_fee_milli, subtotal_milli, \
+         multiplier_permille, monthly_milli, base_fee_source, premium_source, trial_remaining_after_milli, \
+         settlement_status, confirmed_at, integrity_hash"
+    };
+}
+pub(crate) use declaration_columns;
+
+macro_rules! agent_columns {
+    () => {
+        "agent_id, token_hash, region_code, disclosure_level, registered_at, trial_granted_milli, \
+         trial_balance_milli, trial_expires_at"
+    };
+}
+pub(crate) use agent_columns;
+
+/// Parses a stored enum, or reports the row as corrupt.
+pub(crate) fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> crate::Result<T> {
+    f(value).ok_or_else(|| crate::StoreError::Corrupt(format!("{column} = {value:?}")))
+}
+
+pub(crate) fn hash32(column: &str, bytes: Vec<u8>) -> crate::Result<[u8; 32]> {
+    bytes.try_into().map_err(|_| crate::StoreError::Corrupt(format!("{column} is not 32 bytes")))
+}
+
+/// Implements `Store` for `$store` (a struct with a `pool: Pool<$db>` field).
+/// `$begin` is the statement that opens a write transaction.
+macro_rules! store_impl {
+    ($store:ident, $db:ty, $backend:literal, $begin:literal) => {
+        use anchor_domain::MilliDac;
+        use anchor_domain::agents::DisclosureLevel;
+        use anchor_domain::declarations::{dd, ee, template, Declaration};
+        use async_trait::async_trait;
+        use chrono::{DateTime, Duration, Utc};
+        use sqlx::Row;
+        use uuid::Uuid;
+
+        use crate::imp::{agent_columns, declaration_columns, hash32, parse};
+        use crate::*;
+
+        type DbRow = <$db as sqlx::Database>::Row;
+
+        fn decode_agent(row: &DbRow) -> Result<AgentRecord> {
+            let level: String = row.try_get("disclosure_level")?;
+            Ok(AgentRecord {
+                agent_id: row.try_get("agent_id")?,
+                token_hash: hash32("token_hash", row.try_get("token_hash")?)?,
+                region_code: row.try_get("region_code")?,
+                disclosure_level: parse("disclosure_level", &level, DisclosureLevel::parse)?,
+                registered_at: row.try_get("registered_at")?,
+                trial_granted: MilliDac(row.try_get("trial_granted_milli")?),
+                trial_balance: MilliDac(row.try_get("trial_balance_milli")?),
+                trial_expires_at: row.try_get("trial_expires_at")?,
+            })
+        }
+
+        fn opt_enum<T>(row: &DbRow, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<Option<T>> {
+            let value: Option<String> = row.try_get(column)?;
+            value.map(|v| parse(column, &v, f)).transpose()
+        }
+
+        fn req_enum<T>(row: &DbRow, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
+            let value: String = row.try_get(column)?;
+            parse(column, &value, f)
+        }
+
+        fn decode_declaration(row: &DbRow) -> Result<StoredDeclaration> {
+            let content_inclusion: bool = row.try_get("content_inclusion")?;
+            let template = if content_inclusion {
+                let call_chain: Option<String> = row.try_get("tpl_call_chain")?;
+                Some(template::Template {
+                    decision_class: opt_enum(row, "tpl_decision_class", template::DecisionClass::parse)?,
+                    decision_scale_value: row.try_get("tpl_decision_scale_value")?,
+                    decision_scale_unit: row.try_get("tpl_decision_scale_unit")?,
+                    target_class: opt_enum(row, "tpl_target_class", template::TargetClass::parse)?,
+                    call_chain: call_chain.map(|c| {
+                        if c.is_empty() { Vec::new() } else { c.split(',').map(str::to_owned).collect() }
+                    }),
+                    self_classification: row.try_get("tpl_self_classification")?,
+                    decision_trigger: opt_enum(row, "tpl_decision_trigger", template::Trigger::parse)?,
+                    human_involvement: opt_enum(row, "tpl_human_involvement", template::HumanInvolvement::parse)?,
+                })
+            } else {
+                None
+            };
+            let period: String = row.try_get("ee_direct_access_period")?;
+            let salt: Vec<u8> = row.try_get("salt")?;
+            let multiplier: i64 = row.try_get("multiplier_permille")?;
+            let declaration = Declaration {
+                dd_id: row.try_get("dd_id")?,
+                ee_id: row.try_get("ee_id")?,
+                agent_id: row.try_get("agent_id")?,
+                dd: dd::DdFields {
+                    unit_type: req_enum(row, "dd_unit_type", dd::UnitType::parse)?,
+                    declaration_mode: req_enum(row, "dd_declaration_mode", dd::DeclarationMode::parse)?,
+                    decision_type: req_enum(row, "decision_type", dd::DecisionType::parse)?,
+                    action_type: req_enum(row, "decision_action_type", dd::ActionType::parse)?,
+                    origin_context: req_enum(row, "origin_context_type", dd::OriginContext::parse)?,
+                    selection_state: req_enum(row, "selection_state", dd::SelectionState::parse)?,
+                    selection_scope: opt_enum(row, "selection_scope", dd::SelectionScope::parse)?,
+                    decision_at: row.try_get("decision_at")?,
+                    parent_dd_id: row.try_get("parent_dd_id")?,
+                },
+                ee: ee::EeFields {
+                    preset: row.try_get("ee_preset")?,
+                    scope: ee::Scope {
+                        retention: req_enum(row, "ee_retention_period", ee::Retention::parse)?,
+                        integrity: req_enum(row, "ee_integrity_verification_level", ee::Integrity::parse)?,
+                        disclosure: req_enum(row, "ee_disclosure_format_policy", ee::Disclosure::parse)?,
+                        responsibility: req_enum(row, "ee_responsibility_scope", ee::Responsibility::parse)?,
+                        content_scope: req_enum(row, "content_disclosure_scope", ee::ContentScope::parse)?,
+                        delegation: req_enum(row, "delegation_state", ee::Delegation::parse)?,
+                    },
+                    direct_access_period: ee::AccessPeriod::parse(&period)
+                        .map_err(|_| StoreError::Corrupt(format!("ee_direct_access_period = {period:?}")))?,
+                    direct_access_quota: row.try_get("ee_direct_access_quota")?,
+                    access_class: req_enum(row, "access_class", ee::AccessClass::parse)?,
+                },
+                content_inclusion,
+                template,
+                anchored_at: row.try_get("anchored_at")?,
+                lineage_group_id: row.try_get("lineage_group_id")?,
+                pricing_version: row.try_get("pricing_version")?,
+                pricing_sha256: row.try_get("pricing_sha256")?,
+                dac_amount: MilliDac(row.try_get("dac_amount_milli")?),
+                salt: hash32("salt", salt)?,
+            };
+            let trial_after: Option<i64> = row.try_get("trial_remaining_after_milli")?;
+            Ok(StoredDeclaration {
+                declaration,
+                request_id: row.try_get("request_id")?,
+                subtotal: MilliDac(row.try_get("subtotal_milli")?),
+                base_fee: MilliDac(row.try_get("base_fee_milli")?),
+                multiplier_permille: u32::try_from(multiplier)
+                    .map_err(|_| StoreError::Corrupt(format!("multiplier_permille = {multiplier}")))?,
+                monthly: MilliDac(row.try_get("monthly_milli")?),
+                base_fee_source: req_enum(row, "base_fee_source", PaymentSource::parse)?,
+                premium_source: req_enum(row, "premium_source", PaymentSource::parse)?,
+                trial_remaining_after: trial_after.map(MilliDac),
+                settlement_status: row.try_get("settlement_status")?,
+                confirmed_at: row.try_get("confirmed_at")?,
+                integrity_hash: row.try_get("integrity_hash")?,
+                direct_reads_used: row.try_get("direct_reads_used")?,
+                direct_access_expires_at: row.try_get("direct_access_expires_at")?,
+            })
+        }
+
+        fn is_unique_violation(error: &sqlx::Error) -> bool {
+            matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
+        }
+
+        impl $store {
+            async fn begin_write(&self) -> Result<sqlx::Transaction<'static, $db>> {
+                Ok(self.pool.begin_with($begin).await?)
+            }
+
+            async fn declaration_for_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
+                let row = sqlx::query(concat!(
+                    "select ", declaration_columns!(), " from declaration where agent_id = $1 and request_id = $2"
+                ))
+                .bind(agent_id)
+                .bind(request_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.as_ref().map(decode_declaration).transpose()
+            }
+        }
+
+        #[async_trait]
+        impl Store for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("select 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn insert_agent(&self, agent: &NewAgent) -> Result<()> {
+                sqlx::query(
+                    "insert into agent (agent_id, token_hash, recovery_hash, region_code, registered_at, \
+                     trial_granted_milli, trial_balance_milli, trial_expires_at) values ($1, $2, $3, $4, $5, $6, $6, $7)",
+                )
+                .bind(agent.agent_id)
+                .bind(agent.token_hash.to_vec())
+                .bind(agent.recovery_hash.to_vec())
+                .bind(agent.region_code.as_deref())
+                .bind(agent.registered_at)
+                .bind(agent.trial_granted.milli())
+                .bind(agent.trial_expires_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>> {
+                let row = sqlx::query(concat!("select ", agent_columns!(), " from agent where agent_id = $1"))
+                    .bind(agent_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(decode_agent).transpose()
+            }
+
+            async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
+                let row = sqlx::query(concat!("select ", agent_columns!(), " from agent where token_hash = $1"))
+                    .bind(token_hash.to_vec())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(decode_agent).transpose()
+            }
+
+            async fn rotate_credentials(
+                &self,
+                agent_id: Uuid,
+                current_token_hash: &[u8; 32],
+                new_token_hash: &[u8; 32],
+                new_recovery_hash: &[u8; 32],
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and token_hash = $4",
+                )
+                .bind(new_token_hash.to_vec())
+                .bind(new_recovery_hash.to_vec())
+                .bind(agent_id)
+                .bind(current_token_hash.to_vec())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn recover_credentials(
+                &self,
+                agent_id: Uuid,
+                recovery_hash: &[u8; 32],
+                new_token_hash: &[u8; 32],
+                new_recovery_hash: &[u8; 32],
+                now: DateTime<Utc>,
+                window: Duration,
+                max_attempts: i64,
+            ) -> Result<Recovery> {
+                // Attempts are counted in their own transaction so a refused
+                // attempt still counts. On PostgreSQL the agent row (when there is
+                // one) is locked first so concurrent attempts count one at a time;
+                // unknown agent ids are counted too, and answered like a wrong key.
+                let mut tx = self.begin_write().await?;
+                if $backend == "postgres" {
+                    sqlx::query("select pg_advisory_xact_lock(hashtext($1::text))")
+                        .bind(agent_id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query("delete from recovery_attempt where attempted_at < $1")
+                    .bind(now - window)
+                    .execute(&mut *tx)
+                    .await?;
+                let attempts: i64 =
+                    sqlx::query_scalar("select count(*) from recovery_attempt where agent_id = $1 and attempted_at >= $2")
+                        .bind(agent_id)
+                        .bind(now - window)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                if attempts >= max_attempts {
+                    tx.commit().await?;
+                    return Ok(Recovery::RateLimited);
+                }
+                sqlx::query("insert into recovery_attempt (agent_id, attempted_at) values ($1, $2)")
+                    .bind(agent_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                let done = sqlx::query(
+                    "update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and recovery_hash = $4",
+                )
+                .bind(new_token_hash.to_vec())
+                .bind(new_recovery_hash.to_vec())
+                .bind(agent_id)
+                .bind(recovery_hash.to_vec())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(if done.rows_affected() == 1 { Recovery::Recovered } else { Recovery::Refused })
+            }
+
+            async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()> {
+                sqlx::query("update agent set disclosure_level = $1 where agent_id = $2")
+                    .bind(level.as_str())
+                    .bind(agent_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn classifications_for_agent(&self, agent_id: Uuid) -> Result<Vec<Classification>> {
+                let rows = sqlx::query(
+                    "select classification_id, owner_id, classification_key, classification_label, description \
+                     from classification c where active = $1 and (owner_id is null \
+                     or owner_id = (select owner_id from agent where agent_id = $2)) \
+                     order by owner_id is not null, classification_key",
+                )
+                .bind(true)
+                .bind(agent_id)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok(Classification {
+                            classification_id: row.try_get("classification_id")?,
+                            owner_id: row.try_get("owner_id")?,
+                            key: row.try_get("classification_key")?,
+                            label: row.try_get("classification_label")?,
+                            description: row.try_get("description")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
+                let d = &new.declaration;
+                if let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await? {
+                    return Ok(Created::Replayed(Box::new(earlier)));
+                }
+                let mut tx = self.begin_write().await?;
+                let mut lineage_group_id = d.lineage_group_id;
+                if let Some(parent) = d.dd.parent_dd_id {
+                    let row = sqlx::query("select agent_id, lineage_group_id from declaration where dd_id = $1")
+                        .bind(parent)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    let Some(row) = row else { return Ok(Created::ParentNotFound) };
+                    let parent_agent: Uuid = row.try_get("agent_id")?;
+                    if parent_agent != d.agent_id {
+                        return Ok(Created::ParentForeign);
+                    }
+                    lineage_group_id = row.try_get("lineage_group_id")?;
+                }
+                // The debit and its condition are one statement: it cannot race.
+                let debited: Option<i64> = sqlx::query_scalar(
+                    "update agent set trial_balance_milli = trial_balance_milli - $1 \
+                     where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
+                     returning trial_balance_milli",
+                )
+                .bind(d.dac_amount.milli())
+                .bind(d.agent_id)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(trial_remaining) = debited else {
+                    let row = sqlx::query("select trial_balance_milli, trial_expires_at from agent where agent_id = $1")
+                        .bind(d.agent_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let expires: DateTime<Utc> = row.try_get("trial_expires_at")?;
+                    return Ok(Created::TrialCannotPay {
+                        balance: MilliDac(row.try_get("trial_balance_milli")?),
+                        expired: expires <= now,
+                    });
+                };
+                let t = d.template.as_ref();
+                let inserted = sqlx::query(concat!(
+                    "insert into declaration (", declaration_columns!(), ") values (",
+                    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, ",
+                    "$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, ",
+                    "$41, $42, $43, $44, $45, $46, $47, $48, $49, $50)"
+                ))
+                .bind(d.dd_id)
+                .bind(d.ee_id)
+                .bind(d.agent_id)
+                .bind(new.request_id)
+                .bind(lineage_group_id)
+                .bind(d.dd.parent_dd_id)
+                .bind(d.dd.unit_type.as_str())
+                .bind(d.dd.declaration_mode.as_str())
+                .bind(d.dd.decision_type.as_str())
+                .bind(d.dd.action_type.as_str())
+                .bind(d.dd.origin_context.as_str())
+                .bind(d.dd.selection_state.as_str())
+                .bind(d.dd.selection_scope.map(|s| s.as_str()))
+                .bind(d.dd.decision_at)
+                .bind(d.ee.preset.as_deref())
+                .bind(d.ee.scope.retention.as_str())
+                .bind(d.ee.scope.integrity.as_str())
+                .bind(d.ee.scope.disclosure.as_str())
+                .bind(d.ee.scope.responsibility.as_str())
+                .bind(d.ee.scope.content_scope.as_str())
+                .bind(d.ee.scope.delegation.as_str())
+                .bind(d.ee.direct_access_period.to_string())
+                .bind(d.ee.direct_access_quota)
+                .bind(d.ee.access_class.as_str())
+                .bind(new.direct_access_expires_at)
+                .bind(0i64)
+                .bind(d.content_inclusion)
+                .bind(t.and_then(|t| t.decision_class).map(|v| v.as_str()))
+                .bind(t.and_then(|t| t.decision_scale_value.clone()))
+                .bind(t.and_then(|t| t.decision_scale_unit.clone()))
+                .bind(t.and_then(|t| t.target_class).map(|v| v.as_str()))
+                .bind(t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")))
+                .bind(t.and_then(|t| t.self_classification.clone()))
+                .bind(t.and_then(|t| t.decision_trigger).map(|v| v.as_str()))
+                .bind(t.and_then(|t| t.human_involvement).map(|v| v.as_str()))
+                .bind(d.anchored_at)
+                .bind(d.salt.to_vec())
+                .bind(d.pricing_version.as_str())
+                .bind(d.pricing_sha256.as_str())
+                .bind(d.dac_amount.milli())
+                .bind(new.base_fee.milli())
+                .bind(new.subtotal.milli())
+                .bind(i64::from(new.multiplier_permille))
+                .bind(new.monthly.milli())
+                .bind(PaymentSource::Trial.as_str())
+                .bind(PaymentSource::Trial.as_str())
+                .bind(trial_remaining)
+                .bind("unreserved")
+                .bind(None::<DateTime<Utc>>)
+                .bind(None::<String>)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Ok(_) => {
+                        tx.commit().await?;
+                        Ok(Created::New { trial_remaining: MilliDac(trial_remaining) })
+                    }
+                    // A concurrent request with the same request_id won: drop our
+                    // debit with the transaction and answer with its record.
+                    Err(error) if is_unique_violation(&error) => {
+                        tx.rollback().await?;
+                        match self.declaration_for_request(d.agent_id, new.request_id).await? {
+                            Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),
+                            None => Err(error.into()),
+                        }
+                    }
+                    Err(error) => Err(error.into()),
+                }
+            }
+
+            async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
+                let row = sqlx::query(concat!("select ", declaration_columns!(), " from declaration where dd_id = $1"))
+                    .bind(dd_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(decode_declaration).transpose()
+            }
+
+            async fn confirm_declaration(
+                &self,
+                dd_id: Uuid,
+                integrity_hash: &str,
+                now: DateTime<Utc>,
+                usage: &[UsageEntry],
+            ) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let agent_id: Option<Uuid> = sqlx::query_scalar(
+                    "update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+                     where dd_id = $3 and confirmed_at is null returning agent_id",
+                )
+                .bind(now)
+                .bind(integrity_hash)
+                .bind(dd_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(agent_id) = agent_id else { return Ok(false) };
+                for entry in usage {
+                    sqlx::query(
+                        "insert into usage_entry (usage_id, agent_id, dd_id, cost_component, payment_source, amount_milli, recorded_at) \
+                         values ($1, $2, $3, $4, $5, $6, $7)",
+                    )
+                    .bind(Uuid::new_v4())
+                    .bind(agent_id)
+                    .bind(dd_id)
+                    .bind(entry.cost_component)
+                    .bind(entry.source.as_str())
+                    .bind(entry.amount.milli())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead> {
+                let left: Option<i64> = sqlx::query_scalar(
+                    "update declaration set direct_reads_used = direct_reads_used + 1 \
+                     where dd_id = $1 and direct_reads_used < ee_direct_access_quota and direct_access_expires_at > $2 \
+                     returning ee_direct_access_quota - direct_reads_used",
+                )
+                .bind(dd_id)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await?;
+                if let Some(remaining) = left {
+                    return Ok(DirectRead::Granted { remaining });
+                }
+                let expires: DateTime<Utc> =
+                    sqlx::query_scalar("select direct_access_expires_at from declaration where dd_id = $1")
+                        .bind(dd_id)
+                        .fetch_one(&self.pool)
+                        .await?;
+                Ok(if expires <= now { DirectRead::Expired } else { DirectRead::Exhausted })
+            }
+
+            async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)> {
+                // Bounds that compare correctly as text on SQLite as well.
+                let far_past = DateTime::<Utc>::UNIX_EPOCH;
+                let far_future = "9999-12-31T23:59:59Z".parse::<DateTime<Utc>>().unwrap_or(DateTime::<Utc>::MAX_UTC);
+                let from = filter.from.unwrap_or(far_past);
+                let to = filter.to.unwrap_or(far_future);
+                let rows = sqlx::query(concat!(
+                    "select ", declaration_columns!(), " from declaration \
+                     where agent_id = $1 and anchored_at >= $2 and anchored_at <= $3 \
+                     order by anchored_at desc, dd_id desc limit $4 offset $5"
+                ))
+                .bind(agent_id)
+                .bind(from)
+                .bind(to)
+                .bind(filter.limit)
+                .bind(filter.offset)
+                .fetch_all(&self.pool)
+                .await?;
+                let total: i64 = sqlx::query_scalar(
+                    "select count(*) from declaration where agent_id = $1 and anchored_at >= $2 and anchored_at <= $3",
+                )
+                .bind(agent_id)
+                .bind(from)
+                .bind(to)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok((rows.iter().map(decode_declaration).collect::<Result<_>>()?, total))
+            }
+
+            async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>> {
+                let rows = sqlx::query(concat!(
+                    "select ", declaration_columns!(), " from declaration \
+                     where agent_id = $1 and lineage_group_id = $2 order by anchored_at, dd_id"
+                ))
+                .bind(agent_id)
+                .bind(group_id)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(decode_declaration).collect()
+            }
+
+            async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>> {
+                let rows = sqlx::query(
+                    "select cost_component, payment_source, amount_milli from usage_entry where dd_id = $1 order by cost_component",
+                )
+                .bind(dd_id)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|row| {
+                        let component: String = row.try_get("cost_component")?;
+                        Ok(UsageEntry {
+                            cost_component: match component.as_str() {
+                                "base_fee" => "base_fee",
+                                "premium" => "premium",
+                                other => return Err(StoreError::Corrupt(format!("cost_component = {other:?}"))),
+                            },
+                            source: req_enum(row, "payment_source", PaymentSource::parse)?,
+                            amount: MilliDac(row.try_get("amount_milli")?),
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+pub(crate) use store_impl;

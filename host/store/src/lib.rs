@@ -1,0 +1,262 @@
+//! The `Store` interface and its two implementations: SQLite (the embedded
+//! default, a file under the data directory) and PostgreSQL (production, and
+//! shared by several hosts).
+//!
+//! Every method is one use case and one transaction. Checks and writes that must
+//! not race are single conditional statements (`update … where balance >= $1`)
+//! or unique constraints, never a read followed by a write, so the same code is
+//! correct on both engines. SQLite write transactions start with
+//! `BEGIN IMMEDIATE`, which takes the write lock up front instead of failing
+//! when a reader later wants to write.
+//!
+//! Both implementations are generated from one body by the `store_impl!` macro
+//! in `imp.rs`: the SQL is written once (both engines accept `$1` parameters)
+//! and type-checked once per engine. Only connection set-up, transaction start
+//! and migrations differ.
+
+mod imp;
+pub mod postgres;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use anchor_domain::MilliDac;
+use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::declarations::Declaration;
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use uuid::Uuid;
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    /// A stored value no longer parses: the database was changed outside the service.
+    #[error("stored data is not readable: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A new agent, with its secrets already hashed.
+#[derive(Clone, Debug)]
+pub struct NewAgent {
+    pub agent_id: Uuid,
+    pub token_hash: [u8; 32],
+    pub recovery_hash: [u8; 32],
+    pub region_code: Option<String>,
+    pub registered_at: DateTime<Utc>,
+    pub trial_granted: MilliDac,
+    pub trial_expires_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub agent_id: Uuid,
+    pub token_hash: [u8; 32],
+    pub region_code: Option<String>,
+    pub disclosure_level: DisclosureLevel,
+    pub registered_at: DateTime<Utc>,
+    pub trial_granted: MilliDac,
+    pub trial_balance: MilliDac,
+    pub trial_expires_at: DateTime<Utc>,
+}
+
+/// The outcome of a recovery attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    Recovered,
+    /// Wrong agent_id or wrong key: the caller cannot tell which.
+    Refused,
+    /// Too many attempts for this agent_id in the window.
+    RateLimited,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classification {
+    pub classification_id: Uuid,
+    pub owner_id: Option<Uuid>,
+    pub key: String,
+    pub label: String,
+    pub description: Option<String>,
+}
+
+/// Who paid a component of a declaration's price.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PaymentSource {
+    Trial,
+    External,
+    Earned,
+}
+
+impl PaymentSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentSource::Trial => "trial",
+            PaymentSource::External => "external",
+            PaymentSource::Earned => "earned",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PaymentSource> {
+        match text {
+            "trial" => Some(PaymentSource::Trial),
+            "external" => Some(PaymentSource::External),
+            "earned" => Some(PaymentSource::Earned),
+            _ => None,
+        }
+    }
+}
+
+/// A declaration to record, priced and about to be paid from Trial.
+#[derive(Clone, Debug)]
+pub struct NewDeclaration {
+    pub declaration: Declaration,
+    pub request_id: Uuid,
+    pub subtotal: MilliDac,
+    pub base_fee: MilliDac,
+    pub multiplier_permille: u32,
+    pub monthly: MilliDac,
+    pub direct_access_expires_at: DateTime<Utc>,
+}
+
+/// A recorded declaration with its payment and confirmation state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDeclaration {
+    pub declaration: Declaration,
+    pub request_id: Uuid,
+    pub subtotal: MilliDac,
+    pub base_fee: MilliDac,
+    pub multiplier_permille: u32,
+    pub monthly: MilliDac,
+    pub base_fee_source: PaymentSource,
+    pub premium_source: PaymentSource,
+    /// The Trial balance right after this declaration was paid from it.
+    pub trial_remaining_after: Option<MilliDac>,
+    /// unreserved, pending, settled or released.
+    pub settlement_status: String,
+    pub confirmed_at: Option<DateTime<Utc>>,
+    pub integrity_hash: Option<String>,
+    pub direct_reads_used: i64,
+    pub direct_access_expires_at: DateTime<Utc>,
+}
+
+impl StoredDeclaration {
+    pub fn premium(&self) -> MilliDac {
+        self.declaration.dac_amount - self.base_fee
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Created {
+    /// Recorded now; the Trial balance after the debit.
+    New { trial_remaining: MilliDac },
+    /// The agent already used this request_id: the earlier record.
+    Replayed(Box<StoredDeclaration>),
+    /// Trial cannot pay: too little left, or expired.
+    TrialCannotPay { balance: MilliDac, expired: bool },
+    /// `parent_dd_id` names no declaration.
+    ParentNotFound,
+    /// `parent_dd_id` names another agent's declaration.
+    ParentForeign,
+}
+
+/// One row of the usage record written at confirmation.
+#[derive(Clone, Debug)]
+pub struct UsageEntry {
+    pub cost_component: &'static str,
+    pub source: PaymentSource,
+    pub amount: MilliDac,
+}
+
+/// The outcome of a read of a declaration's original through direct access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectRead {
+    /// Counted; this many reads are left.
+    Granted { remaining: i64 },
+    /// Every read of the quota is spent.
+    Exhausted,
+    /// The access period is over.
+    Expired,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListFilter {
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    async fn ping(&self) -> Result<()>;
+
+    async fn insert_agent(&self, agent: &NewAgent) -> Result<()>;
+    async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>>;
+    async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>>;
+    /// Replaces both secrets if the agent still holds `current_token_hash`.
+    async fn rotate_credentials(
+        &self,
+        agent_id: Uuid,
+        current_token_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+    ) -> Result<bool>;
+    /// Counts the attempt, then replaces both secrets if `recovery_hash` matches
+    /// and the agent has not spent its attempts in the window.
+    async fn recover_credentials(
+        &self,
+        agent_id: Uuid,
+        recovery_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+        now: DateTime<Utc>,
+        window: Duration,
+        max_attempts: i64,
+    ) -> Result<Recovery>;
+    async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()>;
+
+    /// Operator base categories plus the agent's owner's active ones.
+    async fn classifications_for_agent(&self, agent_id: Uuid) -> Result<Vec<Classification>>;
+
+    /// Records a declaration and debits Trial by its total, atomically; or
+    /// returns the earlier record for a reused request_id.
+    async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
+    async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
+    /// Settles a declaration once: false if it was already confirmed.
+    async fn confirm_declaration(
+        &self,
+        dd_id: Uuid,
+        integrity_hash: &str,
+        now: DateTime<Utc>,
+        usage: &[UsageEntry],
+    ) -> Result<bool>;
+    /// Counts one read of the original against the EE's quota and period.
+    async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
+    /// The agent's declarations, newest first, and how many match in all.
+    async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)>;
+    /// The agent's declarations in one lineage group, oldest first.
+    async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
+    /// The usage entries of one declaration.
+    async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>>;
+}
+
+/// Opens the store a URL names: `postgres://…` (or `postgresql://…`) for
+/// PostgreSQL, anything else is a SQLite file path (or `sqlite://…`).
+/// Migrations run before this returns.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(url, None).await?))
+    } else {
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        Ok(Arc::new(SqliteStore::open(std::path::Path::new(path)).await?))
+    }
+}

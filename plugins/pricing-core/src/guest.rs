@@ -1,0 +1,207 @@
+//! The component glue: WIT bindings and the conversion to and from [`crate::Table`].
+//!
+//! A guest crate writes one line, `export_generation!(MyGeneration);`, where
+//! `MyGeneration` implements [`Generation`]. Fixtures override `quote` to misbehave.
+
+use alloc::string::ToString;
+
+use crate::{ContentScope, Delegation, Disclosure, Integrity, Responsibility, Retention, Scope, Table};
+
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit/pricing@1.0.0",
+        world: "pricing",
+        pub_export_macro: true,
+        export_macro_name: "export_pricing",
+        default_bindings_module: "anchor_pricing_core::guest::bindings",
+    });
+}
+
+use bindings::anchor::pricing::types as wit;
+
+/// A pricing generation: a table, and optionally a different quote function.
+pub trait Generation {
+    const TABLE: Table;
+
+    fn quote(scope: Scope) -> Result<crate::Quote, String> {
+        Self::TABLE.quote(&scope)
+    }
+}
+
+/// Implements the WIT exports for a [`Generation`].
+#[macro_export]
+macro_rules! export_generation {
+    ($ty:ident) => {
+        impl $crate::guest::bindings::Guest for $ty {
+            fn generation() -> $crate::guest::String {
+                $crate::guest::generation::<$ty>()
+            }
+            fn quote(
+                scope: $crate::guest::bindings::Envelope,
+            ) -> ::core::result::Result<$crate::guest::bindings::Quote, $crate::guest::String> {
+                $crate::guest::quote::<$ty>(scope)
+            }
+            fn presets() -> $crate::guest::Vec<$crate::guest::bindings::Preset> {
+                $crate::guest::presets::<$ty>()
+            }
+            fn describe() -> $crate::guest::bindings::Policy {
+                $crate::guest::describe::<$ty>()
+            }
+        }
+        $crate::guest::bindings::export_pricing!($ty);
+    };
+}
+
+#[doc(hidden)]
+pub use alloc::{string::String, vec::Vec};
+
+pub fn generation<G: Generation>() -> String {
+    G::TABLE.version.to_string()
+}
+
+pub fn quote<G: Generation>(scope: wit::Envelope) -> Result<wit::Quote, String> {
+    let q = G::quote(from_envelope(scope))?;
+    Ok(wit::Quote {
+        base_fee_milli: q.base_fee,
+        charges: q
+            .charges
+            .into_iter()
+            .map(|(axis, value, add)| wit::AxisCharge { axis: axis.to_string(), value: value.to_string(), add_milli: add })
+            .collect(),
+        subtotal_milli: q.subtotal,
+        multiplier_permille: q.multiplier_permille,
+        total_milli: q.total,
+        monthly_milli: q.monthly,
+    })
+}
+
+pub fn presets<G: Generation>() -> Vec<wit::Preset> {
+    G::TABLE
+        .presets
+        .iter()
+        .map(|p| wit::Preset {
+            name: p.name.to_string(),
+            label: p.label.to_string(),
+            enabled: p.enabled,
+            envelope: to_envelope(Scope {
+                retention: p.retention,
+                integrity: p.integrity,
+                disclosure: p.disclosure,
+                responsibility: p.responsibility,
+                content_scope: ContentScope::Owner,
+                delegation: Delegation::None,
+            }),
+        })
+        .collect()
+}
+
+pub fn describe<G: Generation>() -> wit::Policy {
+    let t = G::TABLE;
+    let mut axes = Vec::new();
+    let groups: [(&str, &[crate::AxisPrice]); 6] = [
+        ("ee_retention_period", &t.retention),
+        ("ee_integrity_verification_level", &t.integrity),
+        ("ee_disclosure_format_policy", &t.disclosure),
+        ("ee_responsibility_scope", &t.responsibility),
+        ("content_disclosure_scope", &t.content_scope),
+        ("delegation_state", &t.delegation),
+    ];
+    for (axis, prices) in groups {
+        for p in prices {
+            axes.push(wit::AxisPrice {
+                axis: axis.to_string(),
+                value: p.value.to_string(),
+                add_milli: p.add,
+                monthly_milli: p.monthly,
+                available: p.available,
+                note: p.note.map(|n| n.to_string()),
+            });
+        }
+    }
+    wit::Policy {
+        version: t.version.to_string(),
+        effective_from: t.effective_from.to_string(),
+        base_fee_milli: t.base_fee,
+        axes,
+        multiplier_conditions: crate::MULTIPLIER_CONDITIONS
+            .iter()
+            .map(|(axis, value)| wit::MultiplierCondition { axis: axis.to_string(), value: value.to_string() })
+            .collect(),
+        multiplier_min_matches: t.multiplier_min_matches,
+        multiplier_permille: t.multiplier_permille,
+    }
+}
+
+fn from_envelope(e: wit::Envelope) -> Scope {
+    Scope {
+        retention: match e.retention {
+            wit::Retention::Short => Retention::Short,
+            wit::Retention::Medium => Retention::Medium,
+            wit::Retention::Long => Retention::Long,
+            wit::Retention::ExtremeLong => Retention::ExtremeLong,
+            wit::Retention::Indefinite => Retention::Indefinite,
+        },
+        integrity: match e.integrity {
+            wit::Integrity::Basic => Integrity::Basic,
+            wit::Integrity::Enhanced => Integrity::Enhanced,
+            wit::Integrity::Certifiable => Integrity::Certifiable,
+        },
+        disclosure: match e.disclosure {
+            wit::DisclosureFormat::Internal => Disclosure::Internal,
+            wit::DisclosureFormat::Shareable => Disclosure::Shareable,
+            wit::DisclosureFormat::Exportable => Disclosure::Exportable,
+        },
+        responsibility: match e.responsibility {
+            wit::Responsibility::Minimal => Responsibility::Minimal,
+            wit::Responsibility::Standard => Responsibility::Standard,
+            wit::Responsibility::Extended => Responsibility::Extended,
+        },
+        content_scope: match e.content_scope {
+            wit::ContentScope::Owner => ContentScope::Owner,
+            wit::ContentScope::External => ContentScope::External,
+            wit::ContentScope::Public => ContentScope::Public,
+        },
+        delegation: match e.delegation {
+            wit::Delegation::None => Delegation::None,
+            wit::Delegation::Partial => Delegation::Partial,
+            wit::Delegation::Full => Delegation::Full,
+        },
+    }
+}
+
+fn to_envelope(s: Scope) -> wit::Envelope {
+    wit::Envelope {
+        retention: match s.retention {
+            Retention::Short => wit::Retention::Short,
+            Retention::Medium => wit::Retention::Medium,
+            Retention::Long => wit::Retention::Long,
+            Retention::ExtremeLong => wit::Retention::ExtremeLong,
+            Retention::Indefinite => wit::Retention::Indefinite,
+        },
+        integrity: match s.integrity {
+            Integrity::Basic => wit::Integrity::Basic,
+            Integrity::Enhanced => wit::Integrity::Enhanced,
+            Integrity::Certifiable => wit::Integrity::Certifiable,
+        },
+        disclosure: match s.disclosure {
+            Disclosure::Internal => wit::DisclosureFormat::Internal,
+            Disclosure::Shareable => wit::DisclosureFormat::Shareable,
+            Disclosure::Exportable => wit::DisclosureFormat::Exportable,
+        },
+        responsibility: match s.responsibility {
+            Responsibility::Minimal => wit::Responsibility::Minimal,
+            Responsibility::Standard => wit::Responsibility::Standard,
+            Responsibility::Extended => wit::Responsibility::Extended,
+        },
+        content_scope: match s.content_scope {
+            ContentScope::Owner => wit::ContentScope::Owner,
+            ContentScope::External => wit::ContentScope::External,
+            ContentScope::Public => wit::ContentScope::Public,
+        },
+        delegation: match s.delegation {
+            Delegation::None => wit::Delegation::None,
+            Delegation::Partial => wit::Delegation::Partial,
+            Delegation::Full => wit::Delegation::Full,
+        },
+    }
+}
