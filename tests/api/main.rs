@@ -1,1 +1,12 @@
+//! The integration suite: one binary, real HTTP over loopback, real components
+//! built from `plugins/`, and every storage test on SQLite and PostgreSQL.
 
+mod agents;
+mod concurrency;
+mod declarations;
+mod discovery;
+mod openapi_contract;
+mod plugins;
+mod store_conformance;
+mod tidy;
+mod validation;

@@ -1,1 +1,288 @@
-//! x
+//! Test support: a real server on a loopback port, around a fresh store on
+//! either backend, a clock the test moves, and small HTTP helpers.
+//!
+//! PostgreSQL tests run when `ANCHOR_TEST_POSTGRES_URL` is set; each server
+//! gets a schema of its own, dropped when the server is dropped.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use anchor_domain::pricing::Pricing;
+use anchor_domain::{Clock, ManualClock};
+use anchor_plugins::{Limits, PluginEngine, WasmPricing};
+use anchor_server::{AppState, Settings};
+use anchor_store::{PostgresStore, SqliteStore, Store};
+use chrono::{TimeZone, Utc};
+use serde_json::{Value, json};
+
+pub use reqwest::StatusCode;
+
+pub const POSTGRES_URL_VAR: &str = "ANCHOR_TEST_POSTGRES_URL";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL URL for tests, if this run has one.
+pub fn postgres_url() -> Option<String> {
+    std::env::var(POSTGRES_URL_VAR).ok().filter(|u| !u.is_empty())
+}
+
+/// One engine and compiled components for the whole test process.
+pub fn engine() -> &'static PluginEngine {
+    static ENGINE: OnceLock<PluginEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| PluginEngine::new().expect("wasm engine"))
+}
+
+/// The bundled pricing generation, compiled once.
+pub fn default_pricing() -> Arc<dyn Pricing> {
+    static PRICING: OnceLock<Arc<WasmPricing>> = OnceLock::new();
+    PRICING
+        .get_or_init(|| WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING).expect("default pricing"))
+        .clone()
+}
+
+/// A component built from `plugins/` (fixtures included), by crate name.
+pub fn component_bytes(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join(format!("{}.wasm", name.replace('-', "_")));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+pub fn load_component(name: &str) -> Arc<WasmPricing> {
+    WasmPricing::load(engine(), &component_bytes(name), Limits::PRICING).expect("component loads")
+}
+
+/// A fresh, migrated store on `backend`, plus what it takes to drop it.
+pub async fn fresh_store(backend: Backend) -> (Arc<dyn Store>, Cleanup) {
+    match backend {
+        Backend::Sqlite => {
+            let dir = tempdir();
+            let store = SqliteStore::open(&dir.join("anchor.db")).await.expect("sqlite store");
+            (Arc::new(store), Cleanup::Dir(dir))
+        }
+        Backend::Postgres => {
+            let url = postgres_url().expect("postgres tests need ANCHOR_TEST_POSTGRES_URL");
+            let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+            let store = PostgresStore::connect(&url, Some(&schema)).await.expect("postgres store");
+            (Arc::new(store), Cleanup::Schema { url, schema })
+        }
+    }
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("anchor-test-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Removes a test's database when dropped.
+pub enum Cleanup {
+    Dir(std::path::PathBuf),
+    Schema { url: String, schema: String },
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        match self {
+            Cleanup::Dir(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Cleanup::Schema { url, schema } => {
+                let (url, schema) = (url.clone(), schema.clone());
+                // A thread of its own: this may run inside a runtime that is shutting down.
+                let _ = std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+                    runtime.block_on(async {
+                        let pool = sqlx::PgPool::connect(&url).await.ok()?;
+                        let drop = format!("drop schema if exists \"{schema}\" cascade");
+                        sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(&pool).await.ok()
+                    })
+                })
+                .join();
+            }
+        }
+    }
+}
+
+/// Options for a test server.
+pub struct Options {
+    pub pricing: Arc<dyn Pricing>,
+    pub rate_limit: u32,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { pricing: default_pricing(), rate_limit: 1_000_000 }
+    }
+}
+
+/// A running server over real loopback HTTP.
+pub struct TestServer {
+    pub base: String,
+    pub clock: Arc<ManualClock>,
+    pub store: Arc<dyn Store>,
+    pub http: reqwest::Client,
+    pub backend: Backend,
+    _cleanup: Cleanup,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(backend: Backend) -> TestServer {
+        TestServer::with(backend, Options::default()).await
+    }
+
+    pub async fn with(backend: Backend, options: Options) -> TestServer {
+        let (store, cleanup) = fresh_store(backend).await;
+        let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let base = format!("http://{addr}");
+        let settings = Settings {
+            public_url: base.clone(),
+            pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+            rate_limit: options.rate_limit,
+            rate_window_secs: 60,
+        };
+        let state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, settings);
+        let app = anchor_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
+        let server = tokio::spawn(async move {
+            let _ = anchor_server::serve_listener(listener, app).await;
+        });
+        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
+        TestServer { base, clock, store, http, backend, _cleanup: cleanup, _server: server }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request and returns status, headers and the JSON body (Null when empty or not JSON).
+    pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        let response = request.send().await.expect("request reaches the server");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, json, text }
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        self.call("GET", path, token, None).await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        self.call("POST", path, token, Some(body)).await
+    }
+
+    /// Registers an agent and returns it.
+    pub async fn register(&self) -> Agent {
+        let reply = self.post("/v1/agent/register", None, &json!({})).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        Agent {
+            id: reply.json["agent_id"].as_str().expect("agent_id").to_string(),
+            token: reply.json["auth_token"].as_str().expect("auth_token").to_string(),
+            recovery: reply.json["recovery_key"].as_str().expect("recovery_key").to_string(),
+        }
+    }
+
+    /// Creates a DD with `ee` (and the default dd fields), asserting 201.
+    pub async fn create(&self, agent: &Agent, ee: Value) -> Value {
+        let reply = self.post("/v1/dd/create", Some(&agent.token), &create_body(ee)).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.json
+    }
+
+    pub async fn confirm(&self, agent: &Agent, dd_id: &str) -> Reply {
+        self.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id })).await
+    }
+}
+
+pub struct Agent {
+    pub id: String,
+    pub token: String,
+    pub recovery: String,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub json: Value,
+    pub text: String,
+}
+
+impl Reply {
+    /// Asserts status and error_code together, with the body in the message.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status.as_u16(), self.json["error_code"].as_str()),
+            (status, Some(code)),
+            "unexpected answer: {}",
+            self.text
+        );
+        assert!(self.json["message"].as_str().is_some_and(|m| !m.is_empty()), "no message: {}", self.text);
+    }
+}
+
+/// The dd object every test starts from.
+pub fn dd() -> Value {
+    json!({
+        "dd_unit_type": "single",
+        "dd_declaration_mode": "self_declared",
+        "decision_type": "internal_service",
+        "decision_action_type": "execute",
+        "origin_context_type": "internal",
+        "selection_state": "SELECTED",
+    })
+}
+
+pub fn basic_axes() -> Value {
+    json!({
+        "ee_retention_period": "short",
+        "ee_integrity_verification_level": "basic",
+        "ee_disclosure_format_policy": "internal",
+        "ee_responsibility_scope": "minimal",
+    })
+}
+
+pub fn create_body(ee: Value) -> Value {
+    json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": ee })
+}
+
+/// Runs a test body against both backends: SQLite always, PostgreSQL when configured.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::Sqlite).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if $crate::postgres_url().is_none() {
+                        eprintln!("SKIPPED on PostgreSQL: {} is not set", $crate::POSTGRES_URL_VAR);
+                        return;
+                    }
+                    super::$name($crate::Backend::Postgres).await;
+                }
+            )+
+        }
+    };
+}

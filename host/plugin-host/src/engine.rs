@@ -105,12 +105,27 @@ fn config(pooling: bool) -> Config {
     config
 }
 
-/// Names a failed call: the trap kind when there is one.
+/// Names a failed call: the trap kind when there is one, else the error's chain.
 pub fn describe_failure(error: &wasmtime::Error) -> String {
-    match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel) => "CPU budget (fuel) exhausted".into(),
-        Some(wasmtime::Trap::Interrupt) => "wall-clock deadline passed".into(),
-        Some(trap) => format!("trap: {trap}"),
-        None => format!("{error:#}"),
+    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+        return describe_trap(trap);
+    }
+    for cause in error.chain() {
+        if let Some(trap) = cause.downcast_ref::<wasmtime::Trap>() {
+            return describe_trap(trap);
+        }
+    }
+    let root = error.root_cause().to_string();
+    if root.contains("growing memory") {
+        return format!("memory bound reached: {root}");
+    }
+    format!("trap: {root}")
+}
+
+fn describe_trap(trap: &wasmtime::Trap) -> String {
+    match trap {
+        wasmtime::Trap::OutOfFuel => "CPU budget (fuel) exhausted".into(),
+        wasmtime::Trap::Interrupt => "wall-clock deadline passed".into(),
+        other => format!("trap: {other}"),
     }
 }

@@ -11,6 +11,8 @@ pub mod pricing;
 
 pub use engine::{Limits, PluginEngine};
 pub use pricing::WasmPricing;
+/// The runtime, for callers that inspect components (tests, operator tools).
+pub use wasmtime;
 
 /// Where the build put the guest components (`<name>.wasm`), fixtures included.
 pub const PLUGINS_DIR: &str = env!("ANCHOR_PLUGINS_DIR");

@@ -64,3 +64,11 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         .await?;
     Ok(())
 }
+
+/// What `app(..).into_make_service_with_connect_info` produces.
+pub type MakeService = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, SocketAddr>;
+
+/// Serves an already-bound listener (tests bind port 0 themselves).
+pub async fn serve_listener(listener: tokio::net::TcpListener, service: MakeService) -> std::io::Result<()> {
+    axum::serve(listener, service).await
+}

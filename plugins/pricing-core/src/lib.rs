@@ -4,7 +4,7 @@
 //! compiled natively (to compare costs) and into components (feature `guest`).
 //! Every amount is an integer of milli-DAC.
 
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 extern crate alloc;
 
 #[cfg(feature = "guest")]

@@ -151,6 +151,13 @@ pub fn operations() -> Vec<Operation> {
                 ("payment_sources", array(enumeration(&["trial", "external", "earned"]))),
                 ("settlement_currency", nullable(string())),
                 ("exchange_rate_timestamp", nullable(datetime())),
+                ("sync_reward", doc(object(&[], vec![
+                    ("dac_amount", number()),
+                    ("gap_seconds", integer()),
+                    ("window_minutes", integer()),
+                    ("earned_balance", number()),
+                    ("expires_at", datetime()),
+                ]), "Present only when a time-alignment reward was credited in Earned DAC; this service credits none until Earned DAC exists")),
             ]))
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
             .error(403, "The record belongs to another agent.", &["FORBIDDEN"])

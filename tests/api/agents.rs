@@ -1,0 +1,147 @@
+//! Registration, authentication failures, rotation, recovery and its rate limit.
+
+use anchor_tests::*;
+use serde_json::json;
+
+anchor_tests::both_backends!(
+    registration_grants_trial_and_secrets_of_the_documented_shape,
+    missing_and_invalid_tokens_get_the_documented_401_bodies,
+    rotation_kills_the_old_token_and_key_at_once,
+    recovery_replaces_both_secrets_and_is_rate_limited,
+    disclosure_level_is_validated_and_stored,
+    registration_refuses_bad_input,
+);
+
+async fn registration_grants_trial_and_secrets_of_the_documented_shape(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let reply = t.post("/v1/agent/register", None, &json!({ "region_code": "KR", "request_id": uuid::Uuid::new_v4() })).await;
+    assert_eq!(reply.status, StatusCode::CREATED);
+    let body = &reply.json;
+    let token = body["auth_token"].as_str().unwrap();
+    let key = body["recovery_key"].as_str().unwrap();
+    assert!(token.starts_with("da_tk_") && token.len() == 6 + 64, "{token}");
+    assert!(key.starts_with("da_rk_") && key.len() == 6 + 64, "{key}");
+    assert_eq!(body["trial_dac_amount"], json!(500));
+    assert_eq!(body["trial_period_days"], json!(30));
+    assert!(body["next_steps"]["first_record"].is_object());
+    // The same request_id creates a second agent: registration is not idempotent.
+    let again = t.post("/v1/agent/register", None, &json!({})).await;
+    assert_ne!(again.json["agent_id"], body["agent_id"]);
+    // Only hashes are stored: the raw token appears nowhere in the agent row.
+    let agent_id = uuid::Uuid::parse_str(body["agent_id"].as_str().unwrap()).unwrap();
+    let record = t.store.agent(agent_id).await.unwrap().unwrap();
+    assert_ne!(record.token_hash.to_vec(), token.as_bytes().to_vec());
+    assert_eq!(record.token_hash, anchor_domain::agents::hash_secret(token));
+
+    let status = t.get("/v1/trial/status", Some(token)).await;
+    assert_eq!(status.json["trial_active"], json!(true));
+    assert_eq!(status.json["trial_dac_remaining"], json!(500));
+    assert_eq!(status.json["trial_days_remaining"], json!(30));
+}
+
+async fn missing_and_invalid_tokens_get_the_documented_401_bodies(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let missing = t.get("/v1/trial/status", None).await;
+    missing.assert_error(401, "UNAUTHORIZED");
+    assert!(missing.json["authentication"]["register"].as_str().unwrap().ends_with("/v1/agent/register"));
+    assert!(missing.json["documentation"].is_string());
+    assert!(missing.json.get("account").is_none());
+
+    let no_prefix = t.call("GET", "/v1/trial/status", None, None).await;
+    no_prefix.assert_error(401, "UNAUTHORIZED");
+
+    let invalid = t.get("/v1/trial/status", Some(&format!("da_tk_{}", "0".repeat(64)))).await;
+    invalid.assert_error(401, "INVALID_TOKEN");
+    assert!(invalid.json["authentication"]["recover"].as_str().unwrap().ends_with("/v1/agent/token/recover"));
+    let garbage = t.get("/v1/trial/status", Some("not-a-token")).await;
+    garbage.assert_error(401, "INVALID_TOKEN");
+    assert_eq!(garbage.headers["www-authenticate"], "Bearer");
+}
+
+async fn rotation_kills_the_old_token_and_key_at_once(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let other = t.register().await;
+    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": other.id }))
+        .await
+        .assert_error(403, "FORBIDDEN");
+    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({})).await.assert_error(400, "MISSING_FIELD");
+    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": "nope" }))
+        .await
+        .assert_error(400, "INVALID_UUID");
+
+    let rotated = t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": agent.id })).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
+    let new_token = rotated.json["auth_token"].as_str().unwrap();
+    let new_key = rotated.json["recovery_key"].as_str().unwrap();
+    assert_ne!(new_token, agent.token);
+    t.get("/v1/trial/status", Some(&agent.token)).await.assert_error(401, "INVALID_TOKEN");
+    assert_eq!(t.get("/v1/trial/status", Some(new_token)).await.status, StatusCode::OK);
+    // The old recovery key died with the rotation; the new one works.
+    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": agent.recovery }))
+        .await
+        .assert_error(401, "INVALID_RECOVERY_KEY");
+    let recovered = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": new_key })).await;
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.text);
+}
+
+async fn recovery_replaces_both_secrets_and_is_rate_limited(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let recovered = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": agent.recovery })).await;
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.text);
+    let token = recovered.json["auth_token"].as_str().unwrap().to_string();
+    let key = recovered.json["recovery_key"].as_str().unwrap().to_string();
+    t.get("/v1/trial/status", Some(&agent.token)).await.assert_error(401, "INVALID_TOKEN");
+    assert_eq!(t.get("/v1/trial/status", Some(&token)).await.status, StatusCode::OK);
+
+    // Four more attempts (five in all, one of them good) exhaust the window.
+    for _ in 0..4 {
+        t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": "da_rk_wrong" }))
+            .await
+            .assert_error(401, "INVALID_RECOVERY_KEY");
+    }
+    let limited = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": key })).await;
+    limited.assert_error(429, "RATE_LIMITED");
+    // The refused attempt changed nothing: the token still works.
+    assert_eq!(t.get("/v1/trial/status", Some(&token)).await.status, StatusCode::OK);
+    // Fifteen minutes later the right key works again.
+    t.clock.advance(chrono::Duration::minutes(16));
+    let later = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": key })).await;
+    assert_eq!(later.status, StatusCode::OK, "{}", later.text);
+    // An unknown agent gets the same answer as a wrong key.
+    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": uuid::Uuid::new_v4(), "recovery_key": key }))
+        .await
+        .assert_error(401, "INVALID_RECOVERY_KEY");
+    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id })).await.assert_error(400, "MISSING_FIELD");
+    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": "x", "recovery_key": key }))
+        .await
+        .assert_error(400, "INVALID_UUID");
+}
+
+async fn disclosure_level_is_validated_and_stored(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let ok = t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "detailed" }))).await;
+    assert_eq!(ok.json, json!({ "agent_id": agent.id, "disclosure_level": "detailed" }));
+    let id = uuid::Uuid::parse_str(&agent.id).unwrap();
+    assert_eq!(t.store.agent(id).await.unwrap().unwrap().disclosure_level.as_str(), "detailed");
+    t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "everything" })))
+        .await
+        .assert_error(400, "INVALID_ENUM");
+    t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({}))).await.assert_error(400, "MISSING_FIELD");
+    t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "full", "x": 1 })))
+        .await
+        .assert_error(400, "UNKNOWN_FIELD");
+}
+
+async fn registration_refuses_bad_input(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    t.post("/v1/agent/register", None, &json!({ "region_code": "MARS" })).await.assert_error(400, "INVALID_ENUM");
+    t.post("/v1/agent/register", None, &json!({ "request_id": "abc" })).await.assert_error(400, "INVALID_UUID");
+    t.post("/v1/agent/register", None, &json!({ "nickname": "x" })).await.assert_error(400, "UNKNOWN_FIELD");
+    let not_json = t.http.post(t.url("/v1/agent/register")).body("{not json").send().await.unwrap();
+    assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = not_json.json().await.unwrap();
+    assert_eq!(body["error_code"], "INVALID_INPUT");
+}

@@ -1,0 +1,67 @@
+//! Races: one request_id sent 100 times at once, and 60 creates at once on one
+//! fresh agent's 500 Trial DAC.
+
+use std::collections::HashSet;
+
+use anchor_tests::*;
+use serde_json::{Value, json};
+
+anchor_tests::both_backends!(hundred_parallel_creates_with_one_request_id_make_one_dd, sixty_parallel_creates_debit_exactly_the_trial);
+
+async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(bodies.len()));
+    let mut handles = Vec::new();
+    for body in bodies {
+        let (http, url, token, barrier) = (t.http.clone(), t.url("/v1/dd/create"), agent.token.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let response = http
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("request");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }));
+    }
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.expect("task"));
+    }
+    out
+}
+
+async fn hundred_parallel_creates_with_one_request_id_make_one_dd(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let body = create_body(basic_axes());
+    let replies = fire(&t, &agent, vec![body; 100]).await;
+    let statuses: HashSet<u16> = replies.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, HashSet::from([201]), "{:?}", replies.iter().find(|(s, _)| *s != 201));
+    let ids: HashSet<&str> = replies.iter().map(|(_, b)| b["dd_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "every reply names the same record");
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(1));
+    assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
+}
+
+async fn sixty_parallel_creates_debit_exactly_the_trial(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let bodies: Vec<Value> = (0..60).map(|_| create_body(basic_axes())).collect();
+    let replies = fire(&t, &agent, bodies).await;
+    let created: Vec<&Value> = replies.iter().filter(|(s, _)| *s == 201).map(|(_, b)| b).collect();
+    let refused = replies.iter().filter(|(s, _)| *s == 402).count();
+    assert_eq!((created.len(), refused), (50, 10), "{:?}", replies.iter().find(|(s, _)| *s != 201 && *s != 402));
+    let charged: i64 = created.iter().map(|b| (b["dac_amount"].as_f64().unwrap() * 1000.0).round() as i64).sum();
+    assert_eq!(charged, 500_000, "exactly 500 DAC debited");
+    // Every remaining balance reported is distinct: each debit saw the one before.
+    let remainders: HashSet<String> = created.iter().map(|b| b["trial_payment"]["trial_remaining"].to_string()).collect();
+    assert_eq!(remainders.len(), 50);
+    let status = t.get("/v1/trial/status", Some(&agent.token)).await;
+    assert_eq!(status.json["trial_dac_remaining"], json!(0));
+    assert_eq!(status.json["trial_dac_used"], json!(500));
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(50));
+}

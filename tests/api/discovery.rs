@@ -1,0 +1,87 @@
+//! Discovery documents and cross-cutting conventions: health, llms.txt, agent
+//! card, x402 discovery, JSON 404/405, guidance on GET, rate limit headers.
+
+use anchor_tests::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn health_reports_versions_storage_and_uptime() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let health = t.get("/health", None).await;
+    assert_eq!(health.status, StatusCode::OK);
+    assert_eq!(health.json["status"], "ok");
+    assert_eq!(health.json["version"], "1.3.42");
+    assert_eq!(health.json["storage"], "sqlite");
+    assert_eq!(health.json["pricing_version"], "v1.3.0");
+    assert!(health.json["uptime_seconds"].is_u64());
+}
+
+#[tokio::test]
+async fn discovery_documents_describe_this_server() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let llms = t.get("/llms.txt", None).await;
+    assert!(llms.headers["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert!(llms.text.contains(&t.url("/v1/agent/register")), "{}", llms.text);
+
+    let card = t.get("/.well-known/agent-card.json", None).await.json;
+    assert_eq!(card["protocolVersion"], "1.0");
+    assert_eq!(card["url"], json!(t.base));
+    assert!(card["skills"].as_array().unwrap().iter().any(|s| s["id"] == "decision-declaration"));
+
+    let x402 = t.get("/.well-known/x402.json", None).await.json;
+    assert_eq!(x402["x402_supported"], json!(true));
+    assert_eq!(x402["networks"], json!(["eip155:8453"]));
+    assert_eq!(x402["payment_address"], "0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    let create = &x402["paid_endpoints"][0];
+    assert_eq!(create["endpoint"], "POST /v1/dd/create");
+    assert_eq!(create["price_base"], "$0.01");
+    assert_eq!(create["trial_eligible"], json!(true));
+    assert_eq!(create["accepts_earned"], json!(false));
+    assert_eq!(x402["trial"]["amount_dac"], json!(500));
+
+    let openapi = t.get("/openapi.json", None).await;
+    assert_eq!(openapi.headers["x-da-spec-version"], "1.3.42");
+    assert_eq!(openapi.json["info"]["version"], "1.3.42");
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_answer_json() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    t.get("/v1/nothing/here", None).await.assert_error(404, "NOT_FOUND");
+    t.call("DELETE", "/v1/dd/create", None, None).await.assert_error(405, "METHOD_NOT_ALLOWED");
+    t.call("PATCH", "/v1/trial/status", None, None).await.assert_error(405, "METHOD_NOT_ALLOWED");
+}
+
+#[tokio::test]
+async fn get_on_a_post_only_route_explains_how_to_call_it() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    for path in ["/v1/dd/create", "/v1/agent/register", "/v1/dd/confirm", "/v1/agent/token/recover"] {
+        let guide = t.get(path, None).await;
+        assert_eq!(guide.status, StatusCode::OK, "{path}");
+        assert_eq!(guide.json["correct_method"], "POST", "{path}");
+        assert!(guide.json["how_to_call"]["body_example"].is_object(), "{path}");
+        assert!(guide.json["curl_example"].as_str().unwrap().starts_with("curl -X POST"), "{path}");
+    }
+    let create = t.get("/v1/dd/create", None).await.json;
+    assert_eq!(create["payment"]["protocol"], "x402 v2");
+    assert_eq!(create["how_to_call"]["authentication"], "Authorization: Bearer <auth_token>");
+}
+
+#[tokio::test]
+async fn rate_limit_headers_and_429_follow_the_window() {
+    let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 5, ..Options::default() }).await;
+    for n in 0..5 {
+        let reply = t.get("/health", None).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.headers["ratelimit-limit"], "5");
+        assert_eq!(reply.headers["ratelimit-remaining"], (4 - n).to_string().as_str());
+        assert_eq!(reply.headers["ratelimit-policy"], "5;w=60");
+        assert!(reply.headers.contains_key("ratelimit-reset"));
+    }
+    let limited = t.get("/health", None).await;
+    limited.assert_error(429, "RATE_LIMITED");
+    assert!(limited.headers.contains_key("retry-after"));
+    assert_eq!(limited.headers["ratelimit-remaining"], "0");
+    t.clock.advance(chrono::Duration::seconds(60));
+    assert_eq!(t.get("/health", None).await.status, StatusCode::OK);
+}

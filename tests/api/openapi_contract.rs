@@ -1,0 +1,143 @@
+//! `/openapi.json` against the reference interface: every operation we
+//! implement exists there with the same method and path, and the field names
+//! (request bodies, 2xx response bodies, parameters) and request enums match.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anchor_tests::*;
+use serde_json::Value;
+
+fn reference() -> Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var("ANCHOR_REFERENCE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| root.join("shared/reference"));
+    let path = dir.join("decision-anchor-openapi.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the reference interface is expected at {} ({e}); set ANCHOR_REFERENCE_DIR", path.display()));
+    serde_json::from_str(&text).expect("reference parses")
+}
+
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => resolve(doc, doc.pointer(&r.replace("#/", "/")).unwrap_or_else(|| panic!("dangling {r}"))),
+        None => schema,
+    }
+}
+
+/// Field paths of a schema (`dd.decision_type`, `accepts[].amount`), with their enums.
+fn fields(doc: &Value, schema: &Value, prefix: &str, out: &mut BTreeMap<String, Option<BTreeSet<String>>>) {
+    let schema = resolve(doc, schema);
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            let sub_resolved = resolve(doc, sub);
+            let enumeration = sub_resolved.get("enum").and_then(Value::as_array).map(|values| {
+                values.iter().filter(|v| !v.is_null()).map(|v| v.to_string()).collect::<BTreeSet<_>>()
+            });
+            out.insert(path.clone(), enumeration);
+            fields(doc, sub_resolved, &path, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        fields(doc, items, &format!("{prefix}[]"), out);
+    }
+}
+
+fn request_fields(doc: &Value, operation: &Value) -> BTreeMap<String, Option<BTreeSet<String>>> {
+    let mut out = BTreeMap::new();
+    if let Some(schema) = operation.pointer("/requestBody/content/application~1json/schema") {
+        fields(doc, schema, "", &mut out);
+    }
+    out
+}
+
+fn response_fields(doc: &Value, operation: &Value) -> BTreeSet<String> {
+    let mut out = BTreeMap::new();
+    for (status, response) in operation["responses"].as_object().unwrap() {
+        if status.starts_with('2') {
+            if let Some(schema) = response.pointer("/content/application~1json/schema") {
+                fields(doc, schema, "", &mut out);
+            }
+        }
+    }
+    out.into_keys().collect()
+}
+
+fn parameters(operation: &Value) -> BTreeSet<String> {
+    operation["parameters"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| format!("{}:{}", p["in"].as_str().unwrap(), p["name"].as_str().unwrap())).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn generated_openapi_matches_the_reference_for_every_implemented_operation() {
+    let reference = reference();
+    let t = TestServer::start(Backend::Sqlite).await;
+    let ours = t.get("/openapi.json", None).await.json;
+    let mut implemented = Vec::new();
+    let mut problems = Vec::new();
+    for (path, methods) in ours["paths"].as_object().unwrap() {
+        for (method, operation) in methods.as_object().unwrap() {
+            if operation.get("x-anchor-extension").is_some() {
+                assert!(reference["paths"].get(path).and_then(|p| p.get(method)).is_none(), "{method} {path} is marked as ours but exists in the reference");
+                continue;
+            }
+            let Some(theirs) = reference["paths"].get(path).and_then(|p| p.get(method)) else {
+                problems.push(format!("{method} {path} is not in the reference"));
+                continue;
+            };
+            implemented.push(format!("{} {path}", method.to_uppercase()));
+            if parameters(operation) != parameters(theirs) {
+                problems.push(format!("{method} {path}: parameters {:?} vs reference {:?}", parameters(operation), parameters(theirs)));
+            }
+            let (our_request, their_request) = (request_fields(&ours, operation), request_fields(&reference, theirs));
+            for (field, their_enum) in &their_request {
+                match our_request.get(field) {
+                    None => problems.push(format!("{method} {path}: request field {field} missing")),
+                    Some(our_enum) if their_enum.is_some() && our_enum != their_enum => {
+                        problems.push(format!("{method} {path}: request field {field} enum {our_enum:?} vs {their_enum:?}"))
+                    }
+                    _ => {}
+                }
+            }
+            for field in our_request.keys() {
+                if !their_request.contains_key(field) {
+                    problems.push(format!("{method} {path}: request field {field} is not in the reference"));
+                }
+            }
+            let our_response = response_fields(&ours, operation);
+            for field in response_fields(&reference, theirs) {
+                if !our_response.contains(&field) {
+                    problems.push(format!("{method} {path}: response field {field} missing"));
+                }
+            }
+            let their_statuses: BTreeSet<&String> = theirs["responses"].as_object().unwrap().keys().collect();
+            for status in operation["responses"].as_object().unwrap().keys() {
+                if status.starts_with('2') && !their_statuses.contains(status) {
+                    problems.push(format!("{method} {path}: success status {status} differs from the reference {their_statuses:?}"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{} differences:\n{}", problems.len(), problems.join("\n"));
+    implemented.sort();
+    let expected = [
+        "GET /v1/classification",
+        "GET /v1/dd/lineage-group/{group_id}",
+        "GET /v1/dd/list",
+        "GET /v1/dd/{dd_id}",
+        "GET /v1/dd/{dd_id}/lineage",
+        "GET /v1/pricing/current",
+        "GET /v1/pricing/ee-presets",
+        "GET /v1/trial/status",
+        "POST /v1/agent/register",
+        "POST /v1/agent/token/recover",
+        "POST /v1/agent/token/rotate",
+        "POST /v1/dd/confirm",
+        "POST /v1/dd/create",
+        "PUT /v1/agent/disclosure",
+    ];
+    assert_eq!(implemented, expected);
+}

@@ -1,0 +1,162 @@
+//! One conformance suite for the `Store` interface, run on both backends.
+
+use std::sync::Arc;
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::Declaration;
+use anchor_domain::declarations::dd::*;
+use anchor_domain::declarations::ee::*;
+use anchor_store::*;
+use anchor_tests::*;
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use uuid::Uuid;
+
+anchor_tests::both_backends!(store_conforms);
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap()
+}
+
+async fn new_agent(store: &Arc<dyn Store>, trial_milli: i64) -> Uuid {
+    let agent = NewAgent {
+        agent_id: Uuid::new_v4(),
+        token_hash: *Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().unwrap(),
+        recovery_hash: [9; 32],
+        region_code: Some("KR".into()),
+        registered_at: now(),
+        trial_granted: MilliDac(trial_milli),
+        trial_expires_at: now() + Duration::days(30),
+    };
+    store.insert_agent(&agent).await.unwrap();
+    agent.agent_id
+}
+
+fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclaration {
+    let dd_id = Uuid::new_v4();
+    NewDeclaration {
+        declaration: Declaration {
+            dd_id,
+            ee_id: Uuid::new_v4(),
+            agent_id,
+            dd: DdFields {
+                unit_type: UnitType::Batch,
+                declaration_mode: DeclarationMode::SelfDeclared,
+                decision_type: DecisionType::SelfAttestation,
+                action_type: ActionType::Hold,
+                origin_context: OriginContext::Mixed,
+                selection_state: SelectionState::NonDecision,
+                selection_scope: Some(SelectionScope::Global),
+                decision_at: Some(now() - Duration::minutes(5)),
+                parent_dd_id: parent,
+            },
+            ee: EeFields {
+                preset: None,
+                scope: Scope {
+                    retention: Retention::Medium,
+                    integrity: Integrity::Certifiable,
+                    disclosure: Disclosure::Exportable,
+                    responsibility: Responsibility::Standard,
+                    content_scope: ContentScope::External,
+                    delegation: Delegation::Partial,
+                },
+                direct_access_period: AccessPeriod::parse("2m").unwrap(),
+                direct_access_quota: 2,
+                access_class: AccessClass::InternalOnly,
+            },
+            content_inclusion: false,
+            template: None,
+            anchored_at: now(),
+            lineage_group_id: dd_id,
+            pricing_version: "v1.3.0".into(),
+            pricing_sha256: "ab".repeat(32),
+            dac_amount: MilliDac(amount),
+            salt: [3; 32],
+        },
+        request_id: Uuid::new_v4(),
+        subtotal: MilliDac(amount),
+        base_fee: MilliDac(10_000),
+        multiplier_permille: 1000,
+        monthly: MilliDac::ZERO,
+        direct_access_expires_at: now() + Duration::days(60),
+    }
+}
+
+async fn store_conforms(backend: Backend) {
+    let (store, _cleanup) = fresh_store(backend).await;
+    store.ping().await.unwrap();
+    let agent = new_agent(&store, 100_000).await;
+
+    // A declaration round-trips field for field.
+    let first = declaration(agent, 95_000, None);
+    assert!(matches!(store.create_declaration(&first, now()).await.unwrap(), Created::New { trial_remaining } if trial_remaining.milli() == 5_000));
+    let stored = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
+    assert_eq!(stored.declaration, first.declaration);
+    assert_eq!(stored.settlement_status, "unreserved");
+    assert_eq!(stored.trial_remaining_after, Some(MilliDac(5_000)));
+
+    // The same request_id returns the stored record and debits nothing.
+    let mut again = declaration(agent, 1_000, None);
+    again.request_id = first.request_id;
+    match store.create_declaration(&again, now()).await.unwrap() {
+        Created::Replayed(earlier) => assert_eq!(earlier.declaration.dd_id, first.declaration.dd_id),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    // Trial cannot go below zero.
+    match store.create_declaration(&declaration(agent, 5_001, None), now()).await.unwrap() {
+        Created::TrialCannotPay { balance, expired } => assert_eq!((balance.milli(), expired), (5_000, false)),
+        other => panic!("expected TrialCannotPay, got {other:?}"),
+    }
+    // Expired Trial cannot pay even when the balance would.
+    match store.create_declaration(&declaration(agent, 1_000, None), now() + Duration::days(31)).await.unwrap() {
+        Created::TrialCannotPay { expired, .. } => assert!(expired),
+        other => panic!("expected an expired Trial, got {other:?}"),
+    }
+    // Lineage: a child joins its parent's group; other agents' parents are refused.
+    let child = declaration(agent, 5_000, Some(first.declaration.dd_id));
+    assert!(matches!(store.create_declaration(&child, now()).await.unwrap(), Created::New { .. }));
+    let group = store.lineage_group(agent, first.declaration.dd_id).await.unwrap();
+    assert_eq!(group.len(), 2);
+    let stranger = new_agent(&store, 100_000).await;
+    assert!(matches!(store.create_declaration(&declaration(stranger, 10_000, Some(first.declaration.dd_id)), now()).await.unwrap(), Created::ParentForeign));
+    assert!(matches!(store.create_declaration(&declaration(stranger, 10_000, Some(Uuid::new_v4())), now()).await.unwrap(), Created::ParentNotFound));
+
+    // Confirmation happens once and writes the usage entries once.
+    let usage = [UsageEntry { cost_component: "base_fee", source: PaymentSource::Trial, amount: MilliDac(10_000) }];
+    assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage).await.unwrap());
+    assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage).await.unwrap());
+    let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
+    assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
+    assert_eq!(confirmed.settlement_status, "settled");
+    assert_eq!(store.usage_for_declaration(first.declaration.dd_id).await.unwrap().len(), 1);
+
+    // Direct reads: two, then exhausted; past the period, expired.
+    let id = first.declaration.dd_id;
+    assert_eq!(store.consume_direct_read(id, now()).await.unwrap(), DirectRead::Granted { remaining: 1 });
+    assert_eq!(store.consume_direct_read(id, now()).await.unwrap(), DirectRead::Granted { remaining: 0 });
+    assert_eq!(store.consume_direct_read(id, now()).await.unwrap(), DirectRead::Exhausted);
+    assert_eq!(store.consume_direct_read(child.declaration.dd_id, now() + Duration::days(61)).await.unwrap(), DirectRead::Expired);
+
+    // Listing: newest first, filtered, paged.
+    let (rows, total) = store.list_declarations(agent, ListFilter { limit: 1, offset: 0, ..ListFilter::default() }).await.unwrap();
+    assert_eq!((rows.len(), total), (1, 2));
+    let (rows, total) = store
+        .list_declarations(agent, ListFilter { from: Some(now() + Duration::seconds(1)), limit: 10, ..ListFilter::default() })
+        .await
+        .unwrap();
+    assert_eq!((rows.len(), total), (0, 0));
+
+    // Credentials: rotation needs the current token; recovery counts attempts.
+    let record = store.agent(agent).await.unwrap().unwrap();
+    assert!(store.rotate_credentials(agent, &record.token_hash, &[1; 32], &[2; 32]).await.unwrap());
+    assert!(!store.rotate_credentials(agent, &record.token_hash, &[3; 32], &[4; 32]).await.unwrap());
+    assert_eq!(store.agent_by_token_hash(&[1; 32]).await.unwrap().map(|a| a.agent_id), Some(agent));
+    let window = Duration::minutes(15);
+    assert_eq!(store.recover_credentials(agent, &[7; 32], &[5; 32], &[6; 32], now(), window, 2).await.unwrap(), Recovery::Refused);
+    assert_eq!(store.recover_credentials(agent, &[2; 32], &[5; 32], &[6; 32], now(), window, 2).await.unwrap(), Recovery::Recovered);
+    assert_eq!(store.recover_credentials(agent, &[6; 32], &[8; 32], &[8; 32], now(), window, 2).await.unwrap(), Recovery::RateLimited);
+    assert_eq!(store.agent_by_token_hash(&[5; 32]).await.unwrap().map(|a| a.agent_id), Some(agent));
+
+    // Classification: the operator's base categories.
+    let keys = store.classifications_for_agent(agent).await.unwrap();
+    assert!(keys.iter().any(|c| c.key == "routine_operation" && c.owner_id.is_none()));
+}

@@ -1,0 +1,58 @@
+//! Invariants of the repository itself, checked like any other behaviour.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn migration_names_match() {
+    let pg = names(&root().join("migrations/postgres"));
+    let sqlite = names(&root().join("migrations/sqlite"));
+    assert_eq!(pg, sqlite);
+    assert!(pg.iter().all(|n| n.len() > 5 && n[..4].bytes().all(|b| b.is_ascii_digit()) && n.ends_with(".sql")), "{pg:?}");
+}
+
+/// Released WIT folders never change. A new interface version is a new folder;
+/// add its hash here when it is released.
+#[test]
+fn wit_folders_are_frozen() {
+    let released = [("pricing@1.0.0", "d8d62452f0d43d1052dc3d441c0ec0af665331fe92194b9d60ea720d898b2edc")];
+    for (folder, expected) in released {
+        let dir = root().join("wit").join(folder);
+        let mut hasher = Sha256::new();
+        for name in names(&dir) {
+            hasher.update(name.as_bytes());
+            hasher.update(std::fs::read(dir.join(&name)).unwrap());
+        }
+        assert_eq!(hex::encode(hasher.finalize()), expected, "wit/{folder} changed after its release");
+    }
+}
+
+#[test]
+fn the_domain_does_no_io() {
+    let manifest = std::fs::read_to_string(root().join("host/domain/Cargo.toml")).unwrap();
+    for forbidden in ["sqlx", "axum", "wasmtime", "tokio", "reqwest"] {
+        assert!(!manifest.contains(forbidden), "anchor-domain depends on {forbidden}");
+    }
+}
+
+#[test]
+fn only_the_plugin_host_knows_wasmtime_and_only_the_server_knows_http() {
+    for (krate, forbidden) in [("store", ["wasmtime", "axum"]), ("plugin-host", ["sqlx", "axum"])] {
+        let manifest = std::fs::read_to_string(root().join("host").join(krate).join("Cargo.toml")).unwrap();
+        for word in forbidden {
+            assert!(!manifest.contains(word), "{krate} depends on {word}");
+        }
+    }
+}
