@@ -1,1 +1,102 @@
-fn main(){}
+//! Load generator: anchored declarations per second (create + confirm) against
+//! a running server, over loopback HTTP.
+//!
+//!     loadgen --url http://127.0.0.1:18181 --pairs 5000 --concurrency 16
+//!
+//! Agents are registered before the clock starts; each pays 50 EE_basic
+//! declarations from its Trial, so the run registers pairs / 50 agents. The
+//! server must allow the request rate (`--rate-limit`). Bounded in count: it
+//! sends exactly `pairs` creates and `pairs` confirms, then stops.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+struct Args {
+    url: String,
+    pairs: usize,
+    concurrency: usize,
+}
+
+fn args() -> Args {
+    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16 };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_default();
+        match flag.as_str() {
+            "--url" => args.url = value,
+            "--pairs" => args.pairs = value.parse().expect("--pairs takes a number"),
+            "--concurrency" => args.concurrency = value.parse().expect("--concurrency takes a number"),
+            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency"),
+        }
+    }
+    assert!(args.url.contains("127.0.0.1") || args.url.contains("localhost") || args.url.contains("[::1]"), "loopback only");
+    args
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args();
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency * 2).build()?;
+    let agents_needed = args.pairs.div_ceil(50);
+    let mut tokens = Vec::with_capacity(agents_needed);
+    for _ in 0..agents_needed {
+        let reply: Value = http.post(format!("{}/v1/agent/register", args.url)).json(&json!({})).send().await?.json().await?;
+        tokens.push(reply["auth_token"].as_str().expect("auth_token").to_string());
+    }
+    // Work items: (token, request number) so each agent is used at most 50 times.
+    let work: Vec<String> = tokens.iter().flat_map(|t| std::iter::repeat_n(t.clone(), 50)).take(args.pairs).collect();
+    let queue = Arc::new(Mutex::new(work));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency {
+        let (http, queue, latencies, url) = (http.clone(), queue.clone(), latencies.clone(), args.url.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let Some(token) = queue.lock().await.pop() else { break };
+                let t0 = Instant::now();
+                let body = json!({
+                    "request_id": uuid::Uuid::new_v4(),
+                    "dd": {
+                        "dd_unit_type": "single", "dd_declaration_mode": "self_declared",
+                        "decision_type": "internal_service", "decision_action_type": "execute",
+                        "origin_context_type": "internal", "selection_state": "SELECTED",
+                    },
+                    "ee": { "ee_preset": "EE_basic" },
+                });
+                let created = http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.expect("create");
+                assert_eq!(created.status().as_u16(), 201, "create failed");
+                let created: Value = created.json().await.expect("create body");
+                let confirmed = http
+                    .post(format!("{url}/v1/dd/confirm"))
+                    .bearer_auth(&token)
+                    .json(&json!({ "dd_id": created["dd_id"] }))
+                    .send()
+                    .await
+                    .expect("confirm");
+                assert_eq!(confirmed.status().as_u16(), 200, "confirm failed");
+                latencies.lock().await.push(t0.elapsed());
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await?;
+    }
+    let elapsed = started.elapsed();
+    let mut latencies = latencies.lock().await.clone();
+    latencies.sort();
+    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)).copied().unwrap_or(Duration::ZERO);
+    println!(
+        "anchored {} DDs (create + confirm) in {:.2} s with concurrency {}: {:.0} DDs/s; per pair p50 {:.2} ms, p99 {:.2} ms",
+        latencies.len(),
+        elapsed.as_secs_f64(),
+        args.concurrency,
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        pct(0.50).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+    );
+    Ok(())
+}

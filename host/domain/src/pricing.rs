@@ -1,7 +1,7 @@
 //! What a declaration costs. The domain knows a [`Pricing`] trait; the plugin
 //! host implements it with a WebAssembly component.
 
-use crate::declarations::ee::{Integrity, Disclosure, Responsibility, Retention, Scope};
+use crate::declarations::ee::{ContentScope, Delegation, Disclosure, Integrity, Responsibility, Retention, Scope};
 use crate::MilliDac;
 
 /// One axis's contribution to a quote.
@@ -42,6 +42,20 @@ pub struct Preset {
     pub integrity: Integrity,
     pub disclosure: Disclosure,
     pub responsibility: Responsibility,
+}
+
+impl Preset {
+    /// The scope the preset stands for; content scope and delegation take their defaults.
+    pub fn scope(&self) -> Scope {
+        Scope {
+            retention: self.retention,
+            integrity: self.integrity,
+            disclosure: self.disclosure,
+            responsibility: self.responsibility,
+            content_scope: ContentScope::Owner,
+            delegation: Delegation::None,
+        }
+    }
 }
 
 /// One published axis price.

@@ -10,7 +10,7 @@ pub mod engine;
 pub mod pricing;
 
 pub use engine::{Limits, PluginEngine};
-pub use pricing::WasmPricing;
+pub use pricing::{WarmQuoter, WasmPricing};
 /// The runtime, for callers that inspect components (tests, operator tools).
 pub use wasmtime;
 

@@ -3,15 +3,18 @@
 
 use clap::{Parser, Subcommand};
 
-use anchor_domain::declarations::ee::{ContentScope, Delegation, Scope};
 use anchor_plugins::PluginEngine;
 use anchor_server::config::ServeConfig;
 
 #[derive(Parser)]
 #[command(name = "anchor", version, about = "An accountability anchoring service for software agents")]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// With no subcommand, `anchor` serves with these options.
+    #[command(flatten)]
+    serve: ServeConfig,
 }
 
 #[derive(Subcommand)]
@@ -44,7 +47,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Serve(config)) => anchor_server::serve(config).await,
-        None => anchor_server::serve(ServeConfig::parse_from(["anchor"])).await,
+        None => anchor_server::serve(cli.serve).await,
         Some(Command::Pricing { command: PricingCommand::Inspect { file } }) => inspect(file.as_deref()),
     }
 }
@@ -55,32 +58,8 @@ fn inspect(file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let generation = pricing.generation();
     println!("generation {} (sha256 {})", generation.version, generation.sha256);
     for preset in pricing.presets()? {
-        let quote = pricing.quote(Scope {
-            retention: preset.retention,
-            integrity: preset.integrity,
-            disclosure: preset.disclosure,
-            responsibility: preset.responsibility,
-            content_scope: ContentScope::Owner,
-            delegation: Delegation::None,
-        })?;
+        let quote = pricing.quote(preset.scope())?;
         println!("{:<12} {:>8} DAC  enabled={}", preset.name, quote.total, preset.enabled);
     }
     Ok(())
-}
-
-/// Lets `ServeConfig` parse on its own when `serve` is implied.
-#[derive(Parser)]
-struct ServeOnly {
-    #[command(flatten)]
-    config: ServeConfig,
-}
-
-trait ParseFrom {
-    fn parse_from<I: IntoIterator<Item = &'static str>>(args: I) -> Self;
-}
-
-impl ParseFrom for ServeConfig {
-    fn parse_from<I: IntoIterator<Item = &'static str>>(args: I) -> ServeConfig {
-        ServeOnly::parse_from(args).config
-    }
 }

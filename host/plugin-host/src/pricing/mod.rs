@@ -61,6 +61,36 @@ impl WasmPricing {
     }
 }
 
+/// One instance kept alive across calls, for measuring the cost of a call
+/// without instantiation. The service never does this: a warm instance keeps
+/// guest state from one call to the next.
+pub struct WarmQuoter {
+    store: wasmtime::Store<CallState>,
+    instance: latest::bindings::Pricing,
+    fuel: u64,
+}
+
+impl WarmQuoter {
+    pub fn quote(&mut self, scope: Scope) -> Result<Quote, String> {
+        self.store.set_fuel(self.fuel).map_err(|e| describe_failure(&e))?;
+        self.store.set_epoch_deadline(Limits::PRICING.deadline_ticks);
+        match self.instance.call_quote(&mut self.store, latest::envelope(scope)) {
+            Ok(Ok(quote)) => Ok(latest::quote(quote)),
+            Ok(Err(reason)) => Err(reason),
+            Err(error) => Err(describe_failure(&error)),
+        }
+    }
+}
+
+impl WasmPricing {
+    /// A warm instance of this component (see [`WarmQuoter`]).
+    pub fn warm(&self) -> anyhow::Result<WarmQuoter> {
+        let mut store = self.engine.store(self.limits)?;
+        let instance = self.pre.instantiate(&mut store)?;
+        Ok(WarmQuoter { store, instance, fuel: self.limits.fuel })
+    }
+}
+
 impl Pricing for WasmPricing {
     fn generation(&self) -> &Generation {
         &self.generation

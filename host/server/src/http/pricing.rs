@@ -8,7 +8,6 @@ use serde_json::{Map, Value, json};
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
-use anchor_domain::declarations::ee::{ContentScope, Delegation, Scope};
 
 use crate::error::ApiResult;
 use crate::openapi::*;
@@ -108,14 +107,7 @@ async fn current(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> 
 async fn presets(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> {
     let mut out = Vec::new();
     for preset in state.pricing.presets()? {
-        let quote = state.pricing.quote(Scope {
-            retention: preset.retention,
-            integrity: preset.integrity,
-            disclosure: preset.disclosure,
-            responsibility: preset.responsibility,
-            content_scope: ContentScope::Owner,
-            delegation: Delegation::None,
-        })?;
+        let quote = state.pricing.quote(preset.scope())?;
         out.push(json!({
             "name": preset.name,
             "label": preset.label,

@@ -1,0 +1,117 @@
+//! The `anchor` binary itself: started the way the README starts it, with
+//! `--listen` and `--data-dir` (and with their environment variables), it
+//! serves the register -> create -> confirm -> detail walk-through.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn wait_healthy(http: &reqwest::Client, base: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(reply) = http.get(format!("{base}/health")).send().await {
+            return reply.json().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the server did not come up at {base}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn walk_through(http: &reqwest::Client, base: &str) {
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
+    let token = agent["auth_token"].as_str().unwrap();
+    let created = http
+        .post(format!("{base}/v1/dd/create"))
+        .bearer_auth(token)
+        .json(&json!({
+            "request_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+            "dd": {
+                "dd_unit_type": "single", "dd_declaration_mode": "self_declared",
+                "decision_type": "internal_service", "decision_action_type": "execute",
+                "origin_context_type": "internal", "selection_state": "SELECTED",
+            },
+            "ee": { "ee_preset": "EE_basic" },
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(created["status"], "trial_paid");
+    assert_eq!(created["pricing_version"], "v1.3.0");
+    assert!(created["cost_breakdown"].is_object());
+    let dd_id = created["dd_id"].as_str().unwrap();
+    let confirmed: Value = http
+        .post(format!("{base}/v1/dd/confirm"))
+        .bearer_auth(token)
+        .json(&json!({ "dd_id": dd_id }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(confirmed["integrity_hash"].as_str().unwrap().starts_with("sha256:"));
+    let detail: Value = http.get(format!("{base}/v1/dd/{dd_id}")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(detail["dd"]["integrity_hash"], confirmed["integrity_hash"]);
+}
+
+#[tokio::test]
+async fn serve_with_flags_walks_through_the_readme() {
+    let data = std::env::temp_dir().join(format!("anchor-bin-{}", std::process::id()));
+    let port = free_port();
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(&data)
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let health = wait_healthy(&http, &base).await;
+    assert_eq!(health["storage"], "sqlite");
+    walk_through(&http, &base).await;
+    assert!(data.join("anchor.db").exists(), "the database lives in --data-dir");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
+async fn serve_reads_its_environment_variables() {
+    let data = std::env::temp_dir().join(format!("anchor-bin-env-{}", std::process::id()));
+    let port = free_port();
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .env("ANCHOR_LISTEN", format!("127.0.0.1:{port}"))
+            .env("ANCHOR_DATA_DIR", &data)
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    wait_healthy(&http, &base).await;
+    walk_through(&http, &base).await;
+    assert!(data.join("anchor.db").exists());
+    let _ = std::fs::remove_dir_all(&data);
+}
