@@ -9,4 +9,5 @@ mod openapi_contract;
 mod plugins;
 mod store_conformance;
 mod tidy;
+mod transparency;
 mod validation;

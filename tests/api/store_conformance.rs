@@ -122,12 +122,13 @@ async fn store_conforms(backend: Backend) {
 
     // Confirmation happens once and writes the usage entries once.
     let usage = [UsageEntry { cost_component: "base_fee", source: PaymentSource::Trial, amount: MilliDac(10_000) }];
-    assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage).await.unwrap());
-    assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage).await.unwrap());
+    assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf").await.unwrap());
+    assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf").await.unwrap());
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
     assert_eq!(confirmed.settlement_status, "settled");
     assert_eq!(store.usage_for_declaration(first.declaration.dd_id).await.unwrap().len(), 1);
+    assert_eq!(store.log_pending_count().await.unwrap(), 1, "the leaf is queued with the confirmation, once");
 
     // Direct reads: two, then exhausted; past the period, expired.
     let id = first.declaration.dd_id;

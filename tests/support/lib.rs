@@ -125,8 +125,17 @@ pub struct TestServer {
     pub store: Arc<dyn Store>,
     pub http: reqwest::Client,
     pub backend: Backend,
+    pub log_key: Arc<anchor_server::log::LogKey>,
     _cleanup: Cleanup,
     _server: tokio::task::JoinHandle<()>,
+    _integrator: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self._server.abort();
+        self._integrator.abort();
+    }
 }
 
 impl TestServer {
@@ -146,13 +155,63 @@ impl TestServer {
             rate_limit: options.rate_limit,
             rate_window_secs: 60,
         };
-        let state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, settings);
+        let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
+        let state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
+        let integrator = tokio::spawn(anchor_server::log::run_integrator(
+            store.clone(),
+            log_key.clone(),
+            clock.clone() as Arc<dyn Clock>,
+            anchor_server::log::IntegratorConfig {
+                interval: std::time::Duration::from_millis(20),
+                checkpoint_interval: std::time::Duration::from_millis(50),
+                ..Default::default()
+            },
+        ));
         let app = anchor_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {
             let _ = anchor_server::serve_listener(listener, app).await;
         });
         let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
-        TestServer { base, clock, store, http, backend, _cleanup: cleanup, _server: server }
+        TestServer { base, clock, store, http, backend, log_key, _cleanup: cleanup, _server: server, _integrator: integrator }
+    }
+
+    /// Runs one SQL statement directly against this server's database, behind
+    /// the service's back (tamper tests).
+    pub async fn tamper(&self, statement: &str) {
+        match &self._cleanup {
+            Cleanup::Dir(dir) => {
+                let url = format!("sqlite://{}", dir.join("anchor.db").display());
+                let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string())).execute(&pool).await.expect("tamper statement");
+            }
+            Cleanup::Schema { url, schema } => {
+                let pool = sqlx::PgPool::connect(url).await.expect("postgres");
+                let sql = format!("set search_path to \"{schema}\"; {statement}");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.expect("tamper statement");
+            }
+        }
+    }
+
+    /// A UUID as an SQL literal for this backend.
+    pub fn uuid_sql(&self, id: &str) -> String {
+        match self.backend {
+            Backend::Sqlite => format!("X'{}'", id.replace('-', "")),
+            Backend::Postgres => format!("'{id}'"),
+        }
+    }
+
+    /// Waits until a signed checkpoint covers at least `size` leaves.
+    pub async fn wait_for_log(&self, size: i64) -> anchor_store::CheckpointRecord {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Some(c) = self.store.latest_checkpoint().await.expect("checkpoint") {
+                if c.size >= size {
+                    return c;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "the log did not reach {size} leaves");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -37,6 +37,17 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_RATE_WINDOW_SECS", default_value_t = 60)]
     pub rate_window_secs: u64,
 
+    /// The log's signing key (`PRIVATE+KEY+<origin>+<id>+<base64>`). Unset: the
+    /// key in <data-dir>/log-signing.key, created on first start. Hosts that
+    /// share a database must share this key.
+    #[arg(long, env = "ANCHOR_LOG_SIGNING_KEY", hide_env_values = true)]
+    pub log_signing_key: Option<String>,
+
+    /// The log's origin (its name in checkpoints), used when a key is created.
+    /// Defaults to <public host>/anchor-log.
+    #[arg(long, env = "ANCHOR_LOG_ORIGIN")]
+    pub log_origin: Option<String>,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,
@@ -48,6 +59,14 @@ impl ServeConfig {
             Some(url) if !url.is_empty() => url.clone(),
             _ => self.data_dir.join("anchor.db").to_string_lossy().into_owned(),
         }
+    }
+
+    pub fn log_origin(&self) -> String {
+        self.log_origin.clone().unwrap_or_else(|| {
+            let url = self.public_url();
+            let host = url.split("://").nth(1).unwrap_or(&url).split('/').next().unwrap_or("localhost").to_string();
+            format!("{host}/anchor-log")
+        })
     }
 
     pub fn public_url(&self) -> String {

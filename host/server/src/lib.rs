@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod http;
+pub mod log;
 pub mod openapi;
 pub mod payment;
 pub mod ratelimit;
@@ -46,15 +47,21 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
     };
+    let key = Arc::new(match &config.log_signing_key {
+        Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,
+        _ => log::LogKey::load_or_create(&config.data_dir.join("log-signing.key"), &config.log_origin())?,
+    });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
-    let state = AppState::new(store.clone(), pricing, clock, settings);
+    let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings);
+    let integrator = tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, log::IntegratorConfig::default()));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
         storage = store.backend(),
         pricing = %generation.version,
         pricing_sha256 = %generation.sha256,
+        log_key = %key.vkey,
         "anchor is serving"
     );
     axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
@@ -62,6 +69,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
+    integrator.abort();
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use anchor_domain::Clock;
 use anchor_domain::pricing::Pricing;
 use anchor_store::Store;
 
+use crate::log::LogKey;
 use crate::ratelimit::RateLimiter;
 
 /// Settings handlers read; parsed once from the configuration.
@@ -25,6 +26,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub pricing: Arc<dyn Pricing>,
     pub clock: Arc<dyn Clock>,
+    /// The log's origin and signing key.
+    pub log_key: Arc<LogKey>,
     pub settings: Arc<Settings>,
     pub started: Instant,
     pub limiter: Arc<RateLimiter>,
@@ -33,8 +36,14 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn Store>, pricing: Arc<dyn Pricing>, clock: Arc<dyn Clock>, settings: Settings) -> AppState {
+    pub fn new(
+        store: Arc<dyn Store>,
+        pricing: Arc<dyn Pricing>,
+        clock: Arc<dyn Clock>,
+        log_key: Arc<LogKey>,
+        settings: Settings,
+    ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
-        AppState { store, pricing, clock, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
+        AppState { store, pricing, clock, log_key, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
     }
 }

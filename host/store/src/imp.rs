@@ -39,7 +39,7 @@ pub(crate) fn hash32(column: &str, bytes: Vec<u8>) -> crate::Result<[u8; 32]> {
 /// Implements `Store` for `$store` (a struct with a `pool: Pool<$db>` field).
 /// `$begin` is the statement that opens a write transaction.
 macro_rules! store_impl {
-    ($store:ident, $db:ty, $backend:literal, $begin:literal) => {
+    ($store:ident, $db:ty, $backend:literal, $begin:literal, $for_update:literal) => {
         use anchor_domain::MilliDac;
         use anchor_domain::agents::DisclosureLevel;
         use anchor_domain::declarations::{dd, ee, template, Declaration};
@@ -460,6 +460,7 @@ macro_rules! store_impl {
                 integrity_hash: &str,
                 now: DateTime<Utc>,
                 usage: &[UsageEntry],
+                leaf_data: &[u8],
             ) -> Result<bool> {
                 let mut tx = self.begin_write().await?;
                 let agent_id: Option<Uuid> = sqlx::query_scalar(
@@ -487,6 +488,12 @@ macro_rules! store_impl {
                     .execute(&mut *tx)
                     .await?;
                 }
+                sqlx::query("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)")
+                    .bind(dd_id)
+                    .bind(leaf_data)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(true)
             }
@@ -575,6 +582,164 @@ macro_rules! store_impl {
                     })
                     .collect()
             }
+
+            async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool> {
+                let done = sqlx::query(
+                    "update log_lease set holder = $1, expires_at = $2 \
+                     where log_lease_id = 0 and (holder = $1 or holder is null or expires_at < $3)",
+                )
+                .bind(holder)
+                .bind(now + ttl)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn integrate_log(&self, max: i64, now: DateTime<Utc>, planner: Planner<'_>) -> Result<Option<LogState>> {
+                let mut tx = self.begin_write().await?;
+                // The head's row lock serializes integrators: whoever holds it
+                // plans from the head as stored, so two integrators cannot fork.
+                let row = sqlx::query(concat!("select size, root, edge from log_state where log_state_id = 0", $for_update))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let state = decode_state(&row)?;
+                let rows = sqlx::query("select dd_id, leaf_data from log_pending order by enqueued_at, dd_id limit $1")
+                    .bind(max)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let batch = rows
+                    .iter()
+                    .map(|r| Ok(PendingLeaf { dd_id: r.try_get("dd_id")?, leaf_data: r.try_get("leaf_data")? }))
+                    .collect::<Result<Vec<_>>>()?;
+                let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
+                for chunk in plan.entries.chunks(500) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) ");
+                    insert.push_values(chunk, |mut row, (index, dd_id, leaf)| {
+                        row.push_bind(*index).push_bind(*dd_id).push_bind(leaf.clone()).push_bind(now);
+                    });
+                    insert.build().execute(&mut *tx).await?;
+                }
+                for chunk in plan.hashes.chunks(500) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new("insert into log_hash (hash_index, hash) ");
+                    insert.push_values(chunk, |mut row, (index, hash)| {
+                        row.push_bind(*index).push_bind(hash.to_vec());
+                    });
+                    insert.build().execute(&mut *tx).await?;
+                }
+                for chunk in batch.chunks(500) {
+                    let mut delete = sqlx::QueryBuilder::<$db>::new("delete from log_pending where dd_id in (");
+                    let mut ids = delete.separated(", ");
+                    for leaf in chunk {
+                        ids.push_bind(leaf.dd_id);
+                    }
+                    delete.push(")");
+                    delete.build().execute(&mut *tx).await?;
+                }
+                let edge: Vec<u8> = plan.state.edge.iter().flatten().copied().collect();
+                sqlx::query("update log_state set size = $1, root = $2, edge = $3, updated_at = $4 where log_state_id = 0 and size = $5")
+                    .bind(plan.state.size)
+                    .bind(plan.state.root.to_vec())
+                    .bind(edge)
+                    .bind(now)
+                    .bind(state.size)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Some(plan.state))
+            }
+
+            async fn log_state(&self) -> Result<LogState> {
+                let row = sqlx::query("select size, root, edge from log_state where log_state_id = 0").fetch_one(&self.pool).await?;
+                decode_state(&row)
+            }
+
+            async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>> {
+                let mut out = Vec::with_capacity(indexes.len());
+                for chunk in indexes.chunks(500) {
+                    let mut select = sqlx::QueryBuilder::<$db>::new("select hash_index, hash from log_hash where hash_index in (");
+                    let mut ids = select.separated(", ");
+                    for index in chunk {
+                        ids.push_bind(*index);
+                    }
+                    select.push(")");
+                    for row in select.build().fetch_all(&self.pool).await? {
+                        out.push((row.try_get("hash_index")?, hash32("hash", row.try_get("hash")?)?));
+                    }
+                }
+                Ok(out)
+            }
+
+            async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>> {
+                let row = sqlx::query("select leaf_index, leaf_data from log_entry where dd_id = $1")
+                    .bind(dd_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.map(|r| Ok((r.try_get("leaf_index")?, r.try_get("leaf_data")?))).transpose()
+            }
+
+            async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>> {
+                let rows = sqlx::query("select leaf_data from log_entry where leaf_index >= $1 and leaf_index < $2 order by leaf_index")
+                    .bind(from)
+                    .bind(from + count)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(|r| Ok(r.try_get("leaf_data")?)).collect()
+            }
+
+            async fn log_pending_count(&self) -> Result<i64> {
+                Ok(sqlx::query_scalar("select count(*) from log_pending").fetch_one(&self.pool).await?)
+            }
+
+            async fn insert_checkpoint(&self, c: &CheckpointRecord) -> Result<()> {
+                sqlx::query("insert into log_checkpoint (size, root, note, published_at) values ($1, $2, $3, $4) on conflict (size) do nothing")
+                    .bind(c.size)
+                    .bind(c.root.to_vec())
+                    .bind(c.note.as_str())
+                    .bind(c.published_at)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>> {
+                let row = sqlx::query("select size, root, note, published_at from log_checkpoint order by size desc limit 1")
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(decode_checkpoint).transpose()
+            }
+
+            async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>> {
+                let row = sqlx::query("select size, root, note, published_at from log_checkpoint where size = $1")
+                    .bind(size)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(decode_checkpoint).transpose()
+            }
+        }
+
+        fn decode_state(row: &DbRow) -> Result<LogState> {
+            let edge: Vec<u8> = row.try_get("edge")?;
+            if edge.len() % 32 != 0 {
+                return Err(StoreError::Corrupt("log_state.edge is not a list of hashes".into()));
+            }
+            Ok(LogState {
+                size: row.try_get("size")?,
+                root: hash32("root", row.try_get("root")?)?,
+                edge: edge.chunks(32).map(|c| c.try_into().expect("32-byte chunks")).collect(),
+            })
+        }
+
+        fn decode_checkpoint(row: &DbRow) -> Result<CheckpointRecord> {
+            Ok(CheckpointRecord {
+                size: row.try_get("size")?,
+                root: hash32("root", row.try_get("root")?)?,
+                note: row.try_get("note")?,
+                published_at: row.try_get("published_at")?,
+            })
         }
     };
 }

@@ -185,6 +185,42 @@ pub enum DirectRead {
     Expired,
 }
 
+/// The log's tree head and the right edge it grows from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogState {
+    pub size: i64,
+    pub root: [u8; 32],
+    /// The roots of the complete subtrees that make up `size`, largest first.
+    pub edge: Vec<[u8; 32]>,
+}
+
+/// A confirmed declaration's leaf, waiting for an index.
+#[derive(Clone, Debug)]
+pub struct PendingLeaf {
+    pub dd_id: Uuid,
+    pub leaf_data: Vec<u8>,
+}
+
+/// What one integration writes: new entries, new stored hashes, the new head.
+#[derive(Clone, Debug)]
+pub struct IntegrationPlan {
+    pub entries: Vec<(i64, Uuid, Vec<u8>)>,
+    pub hashes: Vec<(i64, [u8; 32])>,
+    pub state: LogState,
+}
+
+/// Computes an integration from the current head and a batch of pending leaves.
+pub type Planner<'a> = &'a (dyn Fn(&LogState, &[PendingLeaf]) -> Result<IntegrationPlan, String> + Send + Sync);
+
+/// A published, signed checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub size: i64,
+    pub root: [u8; 32],
+    pub note: String,
+    pub published_at: DateTime<Utc>,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ListFilter {
     pub from: Option<DateTime<Utc>>,
@@ -231,13 +267,15 @@ pub trait Store: Send + Sync + 'static {
     /// returns the earlier record for a reused request_id.
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
-    /// Settles a declaration once: false if it was already confirmed.
+    /// Settles a declaration once and queues its log leaf, in one transaction:
+    /// false if it was already confirmed.
     async fn confirm_declaration(
         &self,
         dd_id: Uuid,
         integrity_hash: &str,
         now: DateTime<Utc>,
         usage: &[UsageEntry],
+        leaf_data: &[u8],
     ) -> Result<bool>;
     /// Counts one read of the original against the EE's quota and period.
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
@@ -247,6 +285,25 @@ pub trait Store: Send + Sync + 'static {
     async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
     /// The usage entries of one declaration.
     async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>>;
+
+    /// Takes or renews the integrator lease for `holder` until `now + ttl`;
+    /// false while another holder's lease runs.
+    async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool>;
+    /// Integrates up to `max` pending leaves in one transaction under the head's
+    /// lock: `planner` sees the head as stored and the batch, and what it
+    /// returns is written. `None` when nothing was pending.
+    async fn integrate_log(&self, max: i64, now: DateTime<Utc>, planner: Planner<'_>) -> Result<Option<LogState>>;
+    async fn log_state(&self) -> Result<LogState>;
+    /// Stored hashes by index; missing indices are left out.
+    async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>>;
+    /// A declaration's leaf index and leaf data, once integrated.
+    async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>>;
+    /// Leaf data of entries `from..from + count`, in index order.
+    async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>>;
+    async fn log_pending_count(&self) -> Result<i64>;
+    async fn insert_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
+    async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
+    async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
 }
 
 /// Opens the store a URL names: `postgres://…` (or `postgresql://…`) for

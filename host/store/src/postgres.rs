@@ -24,4 +24,4 @@ impl PostgresStore {
     }
 }
 
-crate::imp::store_impl!(PostgresStore, sqlx::Postgres, "postgres", "BEGIN");
+crate::imp::store_impl!(PostgresStore, sqlx::Postgres, "postgres", "BEGIN", " for update");

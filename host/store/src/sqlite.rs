@@ -30,4 +30,4 @@ impl SqliteStore {
     }
 }
 
-crate::imp::store_impl!(SqliteStore, sqlx::Sqlite, "sqlite", "BEGIN IMMEDIATE");
+crate::imp::store_impl!(SqliteStore, sqlx::Sqlite, "sqlite", "BEGIN IMMEDIATE", "");

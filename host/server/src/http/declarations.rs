@@ -603,7 +603,8 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
         usage.push(UsageEntry { cost_component: "premium", source: stored.premium_source, amount: stored.premium() });
     }
     let now = state.clock.now();
-    if !state.store.confirm_declaration(dd_id, &hash, now, &usage).await? {
+    let leaf = anchor_verify::leaf_data(&hash, &time(stored.declaration.anchored_at));
+    if !state.store.confirm_declaration(dd_id, &hash, now, &usage, &leaf).await? {
         return Err(already_confirmed());
     }
     let mut sources: Vec<&str> = usage.iter().map(|u| u.source.as_str()).collect();

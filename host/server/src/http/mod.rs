@@ -11,6 +11,7 @@ pub mod declarations;
 pub mod discovery;
 pub mod input;
 pub mod pricing;
+pub mod transparency;
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(declarations::operations());
     all.extend(pricing::operations());
     all.extend(account::operations());
+    all.extend(transparency::operations());
     all.extend(discovery::operations());
     all
 }

@@ -1,0 +1,266 @@
+//! Offline verification of anchor receipts. No network, no database: a receipt,
+//! the log's public key and, optionally, an earlier checkpoint are enough.
+//!
+//! What a receipt proves, check by check:
+//!
+//! 1. **record**: the SHA-256 of the canonical record (`anchor-dd/1` text,
+//!    salt included) is the declaration's `integrity_hash`, and the record's
+//!    `anchored_at` line is the receipt's anchoring time;
+//! 2. **leaf**: the leaf is rebuilt from those two values alone
+//!    (`anchor-leaf/1`, see [`leaf_data`]); nothing else enters the public log;
+//! 3. **signature**: the checkpoint is a C2SP signed note whose Ed25519
+//!    signature verifies under the given key, and its body is a C2SP
+//!    `tlog-checkpoint` for the receipt's tree size;
+//! 4. **inclusion**: the RFC 6962 inclusion proof leads from the leaf hash at
+//!    `leaf_index` to the checkpoint's root;
+//! 5. **consistency** (with an earlier checkpoint): the RFC 6962 consistency
+//!    proof shows the earlier tree is a prefix of the later one.
+//!
+//! A verifier trusts the log key and nothing the service says besides what it
+//! signed.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use signed_note::{Note, StandardVerifier, VerifierList};
+use tlog_tiles::{Checkpoint, Hash};
+
+pub const RECEIPT_FORMAT: &str = "anchor-receipt/1";
+pub const LEAF_FORMAT: &str = "anchor-leaf/1";
+
+/// Everything needed to check one declaration against the log, offline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub format: String,
+    pub dd_id: String,
+    /// The `anchor-dd/1` canonical encoding of the record, salt included.
+    pub canonical_record: String,
+    pub integrity_hash: String,
+    pub anchored_at: String,
+    pub leaf_index: u64,
+    pub tree_size: u64,
+    /// Base64 of each 32-byte hash of the RFC 6962 inclusion proof.
+    pub inclusion_proof: Vec<String>,
+    /// The signed checkpoint (C2SP signed note) the proof leads to.
+    pub checkpoint: String,
+}
+
+/// The public leaf of a record: its integrity hash and anchoring time, nothing more.
+///
+/// `anchor-leaf/1\n<integrity_hash>\n<anchored_at>\n`, UTF-8. The Merkle leaf
+/// hash is SHA-256(0x00 ‖ leaf data), as RFC 6962 defines.
+pub fn leaf_data(integrity_hash: &str, anchored_at: &str) -> Vec<u8> {
+    format!("{LEAF_FORMAT}\n{integrity_hash}\n{anchored_at}\n").into_bytes()
+}
+
+/// Which check failed, and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Failure {
+    #[error("format: {0}")]
+    Format(String),
+    #[error("record check failed: {0}")]
+    Record(String),
+    #[error("leaf check failed: {0}")]
+    Leaf(String),
+    #[error("signature check failed: {0}")]
+    Signature(String),
+    #[error("inclusion check failed: {0}")]
+    Inclusion(String),
+    #[error("consistency check failed: {0}")]
+    Consistency(String),
+}
+
+impl Failure {
+    /// The name of the check: record, leaf, signature, inclusion, consistency, format.
+    pub fn check(&self) -> &'static str {
+        match self {
+            Failure::Format(_) => "format",
+            Failure::Record(_) => "record",
+            Failure::Leaf(_) => "leaf",
+            Failure::Signature(_) => "signature",
+            Failure::Inclusion(_) => "inclusion",
+            Failure::Consistency(_) => "consistency",
+        }
+    }
+}
+
+/// What a successful verification established.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    pub origin: String,
+    pub tree_size: u64,
+    pub root: [u8; 32],
+    pub leaf_index: u64,
+}
+
+/// Opens a signed checkpoint under `vkey` (a C2SP verifier key,
+/// `<name>+<id>+<base64 key>`) and returns its body.
+pub fn open_checkpoint(note: &str, vkey: &str) -> Result<Checkpoint, Failure> {
+    let verifier = StandardVerifier::new(vkey).map_err(|e| Failure::Format(format!("log key: {e}")))?;
+    let note = Note::from_bytes(note.as_bytes()).map_err(|e| Failure::Signature(format!("not a signed note: {e}")))?;
+    note.verify(&VerifierList::new(vec![Box::new(verifier)]))
+        .map_err(|e| Failure::Signature(format!("the checkpoint is not signed by this key: {e}")))?;
+    Checkpoint::from_bytes(note.text()).map_err(|e| Failure::Signature(format!("not a tlog-checkpoint: {e}")))
+}
+
+fn hashes(encoded: &[String], check: fn(String) -> Failure) -> Result<Vec<Hash>, Failure> {
+    encoded
+        .iter()
+        .map(|h| {
+            let bytes = B64.decode(h).map_err(|_| check(format!("{h:?} is not base64")))?;
+            let array: [u8; 32] = bytes.try_into().map_err(|_| check(format!("{h:?} is not 32 bytes")))?;
+            Ok(Hash(array))
+        })
+        .collect()
+}
+
+/// Runs checks 1 to 4 on a receipt.
+pub fn verify_receipt(receipt: &Receipt, vkey: &str) -> Result<Verified, Failure> {
+    if receipt.format != RECEIPT_FORMAT {
+        return Err(Failure::Format(format!("unknown receipt format {:?}", receipt.format)));
+    }
+    // 1. record
+    let recomputed = format!("sha256:{}", hex::encode(Sha256::digest(receipt.canonical_record.as_bytes())));
+    if recomputed != receipt.integrity_hash {
+        return Err(Failure::Record(format!("the record hashes to {recomputed}, not {}", receipt.integrity_hash)));
+    }
+    if !receipt.canonical_record.starts_with("anchor-dd/1\n") {
+        return Err(Failure::Record("the record is not an anchor-dd/1 encoding".into()));
+    }
+    let anchored_line = format!("\nanchored_at={}\n", receipt.anchored_at);
+    if !receipt.canonical_record.contains(&anchored_line) {
+        return Err(Failure::Record("the record's anchored_at is not the receipt's".into()));
+    }
+    if !receipt.canonical_record.contains(&format!("\ndd_id={}\n", receipt.dd_id)) {
+        return Err(Failure::Record("the record's dd_id is not the receipt's".into()));
+    }
+    // 2. leaf
+    let leaf = tlog_tiles::record_hash(&leaf_data(&receipt.integrity_hash, &receipt.anchored_at));
+    // 3. signature
+    let checkpoint = open_checkpoint(&receipt.checkpoint, vkey)?;
+    if checkpoint.size() != receipt.tree_size {
+        return Err(Failure::Signature(format!(
+            "the signed checkpoint is for size {}, the receipt says {}",
+            checkpoint.size(),
+            receipt.tree_size
+        )));
+    }
+    if receipt.leaf_index >= receipt.tree_size {
+        return Err(Failure::Inclusion(format!("leaf {} is outside a tree of {}", receipt.leaf_index, receipt.tree_size)));
+    }
+    // 4. inclusion
+    let proof = hashes(&receipt.inclusion_proof, Failure::Inclusion)?;
+    tlog_tiles::check_record(&proof, receipt.tree_size, *checkpoint.hash(), receipt.leaf_index, leaf)
+        .map_err(|e| Failure::Inclusion(format!("the proof does not lead from this leaf to the signed root: {e}")))?;
+    Ok(Verified {
+        origin: checkpoint.origin().to_string(),
+        tree_size: checkpoint.size(),
+        root: checkpoint.hash().0,
+        leaf_index: receipt.leaf_index,
+    })
+}
+
+/// A consistency proof between two tree sizes, as the service serves it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsistencyProof {
+    pub from_size: u64,
+    pub to_size: u64,
+    /// Base64 of each 32-byte hash.
+    pub proof: Vec<String>,
+}
+
+/// Check 5: `older` (signed) is a prefix of `newer` (signed), by `proof`.
+pub fn verify_consistency(older: &str, newer: &str, proof: &ConsistencyProof, vkey: &str) -> Result<(), Failure> {
+    let old = open_checkpoint(older, vkey)?;
+    let new = open_checkpoint(newer, vkey)?;
+    if old.origin() != new.origin() {
+        return Err(Failure::Consistency(format!("checkpoints of two logs: {} and {}", old.origin(), new.origin())));
+    }
+    if (old.size(), new.size()) != (proof.from_size, proof.to_size) {
+        return Err(Failure::Consistency(format!(
+            "the proof is for {} -> {}, the checkpoints are {} -> {}",
+            proof.from_size,
+            proof.to_size,
+            old.size(),
+            new.size()
+        )));
+    }
+    if old.size() > new.size() {
+        return Err(Failure::Consistency("the earlier checkpoint is larger than the later one".into()));
+    }
+    if old.size() == new.size() {
+        return if old.hash() == new.hash() {
+            Ok(())
+        } else {
+            Err(Failure::Consistency("two different roots for one size: the log forked".into()))
+        };
+    }
+    let hashes = hashes(&proof.proof, Failure::Consistency)?;
+    tlog_tiles::check_tree(&hashes, new.size(), *new.hash(), old.size(), *old.hash())
+        .map_err(|e| Failure::Consistency(format!("the earlier tree is not a prefix of the later one: {e}")))
+}
+
+/// A signer key (`PRIVATE+KEY+<name>+<id>+<base64>`) and its verifier key for
+/// `name`, from 32 secret bytes.
+pub fn signing_key_from_seed(name: &str, seed: &[u8; 32]) -> (String, String) {
+    let signing = ed25519_dalek::SigningKey::from_bytes(seed);
+    let vkey = signed_note::new_ed25519_verifier_key(name, &signing.verifying_key());
+    let public = [&[0x01u8][..], signing.verifying_key().as_bytes()].concat();
+    let private = [&[0x01u8][..], seed.as_slice()].concat();
+    let skey = format!("PRIVATE+KEY+{name}+{:08x}+{}", signed_note::key_id(name, &public), B64.encode(private));
+    (skey, vkey)
+}
+
+/// Splits a C2SP entry bundle (each entry a big-endian u16 length and its bytes).
+pub fn parse_entry_bundle(bundle: &[u8]) -> Result<Vec<Vec<u8>>, Failure> {
+    let mut entries = Vec::new();
+    let mut rest = bundle;
+    while !rest.is_empty() {
+        if rest.len() < 2 {
+            return Err(Failure::Format("truncated entry bundle".into()));
+        }
+        let len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
+        if rest.len() < 2 + len {
+            return Err(Failure::Format("truncated entry bundle".into()));
+        }
+        entries.push(rest[2..2 + len].to_vec());
+        rest = &rest[2 + len..];
+    }
+    Ok(entries)
+}
+
+struct Memory(std::collections::HashMap<u64, Hash>);
+
+impl tlog_tiles::HashReader for Memory {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
+        indexes.iter().map(|i| self.0.get(i).copied().ok_or(tlog_tiles::Error::IndexesNotInTree)).collect()
+    }
+}
+
+/// The RFC 6962 root of `leaves` (leaf data, in index order).
+pub fn root_of(leaves: &[Vec<u8>]) -> Result<[u8; 32], Failure> {
+    let mut memory = Memory(std::collections::HashMap::new());
+    for (n, leaf) in leaves.iter().enumerate() {
+        let n = n as u64;
+        let stored = tlog_tiles::stored_hashes(n, leaf, &memory).map_err(|e| Failure::Leaf(e.to_string()))?;
+        let first = tlog_tiles::stored_hash_index(0, n);
+        for (k, hash) in stored.into_iter().enumerate() {
+            memory.0.insert(first + k as u64, hash);
+        }
+    }
+    Ok(tlog_tiles::tree_hash(leaves.len() as u64, &memory).map_err(|e| Failure::Leaf(e.to_string()))?.0)
+}
+
+/// Audit: every leaf of a signed tree, recomputed from the published entries,
+/// must hash to the signed root.
+pub fn verify_entries(leaves: &[Vec<u8>], checkpoint_note: &str, vkey: &str) -> Result<(), Failure> {
+    let checkpoint = open_checkpoint(checkpoint_note, vkey)?;
+    if leaves.len() as u64 != checkpoint.size() {
+        return Err(Failure::Leaf(format!("{} entries for a tree of {}", leaves.len(), checkpoint.size())));
+    }
+    if root_of(leaves)? != checkpoint.hash().0 {
+        return Err(Failure::Leaf("the published entries do not hash to the signed root".into()));
+    }
+    Ok(())
+}
