@@ -153,7 +153,7 @@ async fn checkpoints_verify_with_an_independent_implementation(backend: Backend)
     assert_eq!(origin, "anchor.test/log");
 
     // The verifier key: <name>+<hex key id>+<base64 of 0x01 || Ed25519 public key>.
-    let vkey: Vec<&str> = t.log_key.vkey.split('+').collect();
+    let vkey: Vec<&str> = t.log_key.vkey.splitn(3, '+').collect();
     let key_bytes = base64::engine::general_purpose::STANDARD.decode(vkey[2]).unwrap();
     assert_eq!(key_bytes[0], 0x01, "Ed25519 algorithm byte");
     let mut id_input = vkey[0].as_bytes().to_vec();

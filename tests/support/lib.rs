@@ -161,6 +161,7 @@ impl TestServer {
             store.clone(),
             log_key.clone(),
             clock.clone() as Arc<dyn Clock>,
+            uuid::Uuid::new_v4(),
             anchor_server::log::IntegratorConfig {
                 interval: std::time::Duration::from_millis(20),
                 checkpoint_interval: std::time::Duration::from_millis(50),

@@ -54,7 +54,8 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings);
-    let integrator = tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, log::IntegratorConfig::default()));
+    let integrator =
+        tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(
         listen = %listener.local_addr()?,

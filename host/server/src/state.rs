@@ -26,6 +26,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub pricing: Arc<dyn Pricing>,
     pub clock: Arc<dyn Clock>,
+    /// This host's identity, as the integrator lease names it.
+    pub host_id: uuid::Uuid,
     /// The log's origin and signing key.
     pub log_key: Arc<LogKey>,
     pub settings: Arc<Settings>,
@@ -44,6 +46,6 @@ impl AppState {
         settings: Settings,
     ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
-        AppState { store, pricing, clock, log_key, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
+        AppState { store, pricing, clock, host_id: uuid::Uuid::new_v4(), log_key, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
     }
 }

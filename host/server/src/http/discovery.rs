@@ -58,6 +58,12 @@ async fn health(State(state): State<AppState>) -> Response {
         "storage": state.store.backend(),
         "storage_reachable": storage_ok,
         "pricing_version": state.pricing.generation().version,
+        "host_id": state.host_id,
+        "log": {
+            "origin": state.log_key.origin,
+            "public_key": state.log_key.vkey,
+            "checkpoint_size": state.store.latest_checkpoint().await.ok().flatten().map(|c| c.size),
+        },
     });
     let status = if storage_ok { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()
@@ -165,6 +171,12 @@ async fn agent_card(State(state): State<AppState>) -> axum::Json<Value> {
             ],
             "openapi": format!("{base}/openapi.json"),
             "x402": format!("{base}/.well-known/x402.json"),
+            "log": {
+                "origin": state.log_key.origin,
+                "public_key": state.log_key.vkey,
+                "checkpoint": format!("{base}/v1/log/checkpoint"),
+                "receipt": format!("{base}/v1/dd/{{dd_id}}/receipt"),
+            },
         },
     }))
 }
@@ -202,6 +214,7 @@ async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
             "applies_to": ["POST /v1/dd/create"],
         },
         "endpoints": { "api": base, "openapi": format!("{base}/openapi.json") },
+        "log": { "origin": state.log_key.origin, "public_key": state.log_key.vkey, "checkpoint": format!("{base}/v1/log/checkpoint") },
         "documentation": format!("{base}/llms.txt"),
     }))
 }

@@ -1,0 +1,276 @@
+//! The log through the `anchor` binary: `anchor verify` checks a receipt offline,
+//! and two hosts on one PostgreSQL keep one log when the integrator is killed.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Host {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("anchor-{name}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn start(data: &Path, env: &[(&str, &str)]) -> Host {
+    let port = free_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_anchor"));
+    command
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--rate-limit", "1000000", "--data-dir"])
+        .arg(data)
+        .env_remove("DATABASE_URL")
+        .env_remove("ANCHOR_LOG_SIGNING_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let host = Host { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}") };
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http.get(format!("{}/health", host.base)).send().await.is_err() {
+        assert!(Instant::now() < deadline, "host did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    host
+}
+
+fn anchor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap()
+}
+
+async fn register(http: &reqwest::Client, base: &str) -> String {
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
+    agent["auth_token"].as_str().unwrap().to_string()
+}
+
+/// Creates and confirms one declaration; `None` if the host was unreachable.
+async fn anchor_one(http: &reqwest::Client, base: &str, token: &str) -> Option<String> {
+    let body = json!({
+        "request_id": uuid::Uuid::new_v4(),
+        "dd": {
+            "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+            "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED",
+        },
+        "ee": { "ee_preset": "EE_basic" },
+    });
+    let created: Value = http.post(format!("{base}/v1/dd/create")).bearer_auth(token).json(&body).send().await.ok()?.json().await.ok()?;
+    let dd_id = created["dd_id"].as_str()?.to_string();
+    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(token).json(&json!({ "dd_id": dd_id })).send().await.ok()?;
+    (confirmed.status().as_u16() == 200).then_some(dd_id)
+}
+
+async fn receipt(http: &reqwest::Client, base: &str, token: &str, dd_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let reply = http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await.unwrap();
+        if reply.status().as_u16() == 200 {
+            return reply.json().await.unwrap();
+        }
+        assert_eq!(reply.status().as_u16(), 409, "unexpected receipt answer");
+        assert!(Instant::now() < deadline, "{dd_id} never reached the log");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn anchor_verify_checks_a_receipt_offline() {
+    let data = scratch("verify");
+    let host = start(&data, &[]).await;
+    let http = reqwest::Client::new();
+    let token = register(&http, &host.base).await;
+    let first = anchor_one(&http, &host.base, &token).await.unwrap();
+    let early = receipt(&http, &host.base, &token, &first).await;
+    let early_size = early["tree_size"].as_u64().unwrap();
+    for _ in 0..5 {
+        anchor_one(&http, &host.base, &token).await.unwrap();
+    }
+    let last = anchor_one(&http, &host.base, &token).await.unwrap();
+    let receipt = receipt(&http, &host.base, &token, &last).await;
+    let key: Value = http.get(format!("{}/v1/log/key", host.base)).send().await.unwrap().json().await.unwrap();
+    let vkey = key["public_key"].as_str().unwrap();
+    // The key file the first start created is the one the host signs with.
+    let skey = std::fs::read_to_string(data.join("log-signing.key")).unwrap();
+    assert!(skey.starts_with("PRIVATE+KEY+"));
+    drop(host); // offline from here on
+
+    let receipt_file = data.join("receipt.json");
+    std::fs::write(&receipt_file, receipt.to_string()).unwrap();
+    let ok = anchor(&["verify", receipt_file.to_str().unwrap(), "--key", vkey]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("is in the tree"));
+
+    // With an earlier checkpoint the verifier saved, and the proof between them.
+    let previous = data.join("previous.checkpoint");
+    std::fs::write(&previous, early["checkpoint"].as_str().unwrap()).unwrap();
+    let size = receipt["tree_size"].as_u64().unwrap();
+    let host = start(&data, &[]).await;
+    let proof: Value = http
+        .get(format!("{}/v1/log/consistency?from={early_size}&to={size}", host.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    drop(host);
+    let proof_file = data.join("consistency.json");
+    std::fs::write(&proof_file, proof.to_string()).unwrap();
+    let consistent = anchor(&[
+        "verify", receipt_file.to_str().unwrap(), "--key", vkey,
+        "--previous", previous.to_str().unwrap(), "--consistency", proof_file.to_str().unwrap(),
+    ]);
+    assert!(consistent.status.success(), "{}", String::from_utf8_lossy(&consistent.stderr));
+    assert!(String::from_utf8_lossy(&consistent.stdout).contains("prefix"));
+
+    // One changed character of the record fails the record check.
+    let mut forged = receipt.clone();
+    forged["canonical_record"] = json!(receipt["canonical_record"].as_str().unwrap().replace("execute", "approve"));
+    std::fs::write(&receipt_file, forged.to_string()).unwrap();
+    let refused = anchor(&["verify", receipt_file.to_str().unwrap(), "--key", vkey]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("record check"), "{}", String::from_utf8_lossy(&refused.stderr));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Two hosts share one PostgreSQL database and one log key. Load goes to both;
+/// the host holding the integrator lease is killed mid-run; the other takes
+/// over. Every confirmed declaration ends up in the log exactly once and every
+/// pair of consecutive checkpoints is consistent.
+#[tokio::test]
+async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
+    let Some(url) = std::env::var("ANCHOR_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("SKIPPED on PostgreSQL: ANCHOR_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let database = format!("anchor_two_hosts_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {database}"))).execute(&admin).await.unwrap();
+    let (prefix, _) = url.rsplit_once('/').unwrap();
+    let db_url = format!("{prefix}/{database}");
+
+    let data = scratch("two-hosts");
+    let keygen = anchor(&["log", "keygen", "--origin", "two-hosts.test/log", data.join("shared.key").to_str().unwrap()]);
+    assert!(keygen.status.success());
+    let skey = std::fs::read_to_string(data.join("shared.key")).unwrap();
+    let env = [("DATABASE_URL", db_url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
+    let (dir_a, dir_b) = (data.join("a"), data.join("b"));
+    let mut hosts = vec![start(&dir_a, &env).await, start(&dir_b, &env).await];
+    let http = reqwest::Client::new();
+
+    // Ten agents, each sending 30 declarations alternately to both hosts.
+    let mut tokens = Vec::new();
+    for _ in 0..10 {
+        tokens.push(register(&http, &hosts[0].base).await);
+    }
+    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
+    let mut tasks = Vec::new();
+    for token in tokens.clone() {
+        let (http, bases) = (http.clone(), bases.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            for i in 0..30 {
+                let base = &bases[i % 2];
+                if let Some(dd_id) = anchor_one(&http, base, &token).await {
+                    done.push((token.clone(), dd_id));
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            done
+        }));
+    }
+    // Mid-run: find the lease holder and kill its host without warning.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let db = sqlx::PgPool::connect(&db_url).await.unwrap();
+    let holder: Option<uuid::Uuid> = sqlx::query_scalar("select holder from log_lease").fetch_one(&db).await.unwrap();
+    let holder = holder.expect("someone holds the lease");
+    let mut victim = None;
+    for (i, host) in hosts.iter().enumerate() {
+        let health: Value = http.get(format!("{}/health", host.base)).send().await.unwrap().json().await.unwrap();
+        if health["host_id"] == json!(holder) {
+            victim = Some(i);
+        }
+    }
+    let victim = victim.expect("the holder is one of the two hosts");
+    let killed = hosts.remove(victim);
+    drop(killed);
+    let survivor = hosts.pop().unwrap();
+
+    let mut confirmed = Vec::new();
+    for task in tasks {
+        confirmed.extend(task.await.unwrap());
+    }
+    assert!(confirmed.len() >= 150, "most declarations went through: {}", confirmed.len());
+    // More work after the kill, which only a new integrator can take in.
+    let late = register(&http, &survivor.base).await;
+    for _ in 0..20 {
+        confirmed.push((late.clone(), anchor_one(&http, &survivor.base, &late).await.expect("the survivor serves")));
+    }
+
+    // Everything confirmed in the database is in the log exactly once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending: i64 = sqlx::query_scalar("select count(*) from log_pending").fetch_one(&db).await.unwrap();
+        let confirmed_rows: i64 = sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
+        let published: Option<i64> = sqlx::query_scalar("select max(size) from log_checkpoint").fetch_one(&db).await.unwrap();
+        if pending == 0 && published == Some(confirmed_rows) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the survivor did not take over: pending {pending}, published {published:?}, confirmed {confirmed_rows}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let survivor_health: Value = http.get(format!("{}/health", survivor.base)).send().await.unwrap().json().await.unwrap();
+    let new_holder: Option<uuid::Uuid> = sqlx::query_scalar("select holder from log_lease").fetch_one(&db).await.unwrap();
+    assert_eq!(json!(new_holder), survivor_health["host_id"], "the surviving host took the lease over");
+    let entries: i64 = sqlx::query_scalar("select count(distinct dd_id) from log_entry").fetch_one(&db).await.unwrap();
+    let max_index: i64 = sqlx::query_scalar("select max(leaf_index) from log_entry").fetch_one(&db).await.unwrap();
+    let confirmed_rows: i64 = sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
+    assert_eq!((entries, max_index + 1), (confirmed_rows, confirmed_rows), "dense indices, one per confirmed declaration");
+
+    // Every receipt the clients got verifies; every pair of checkpoints is consistent.
+    let key: Value = http.get(format!("{}/v1/log/key", survivor.base)).send().await.unwrap().json().await.unwrap();
+    let vkey = key["public_key"].as_str().unwrap().to_string();
+    let mut leaves = HashSet::new();
+    for (token, dd_id) in &confirmed {
+        let receipt: anchor_verify::Receipt = serde_json::from_value(receipt(&http, &survivor.base, token, dd_id).await).unwrap();
+        let verified = anchor_verify::verify_receipt(&receipt, &vkey).unwrap_or_else(|e| panic!("{dd_id}: {e}"));
+        assert!(leaves.insert(verified.leaf_index));
+    }
+    let notes: Vec<(i64, String)> = sqlx::query_as("select size, note from log_checkpoint order by size").fetch_all(&db).await.unwrap();
+    assert!(notes.len() >= 2, "checkpoints were published before and after the takeover");
+    for pair in notes.windows(2) {
+        let (from, to) = (pair[0].0, pair[1].0);
+        let proof: anchor_verify::ConsistencyProof = http
+            .get(format!("{}/v1/log/consistency?from={from}&to={to}", survivor.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        anchor_verify::verify_consistency(&pair[0].1, &pair[1].1, &proof, &vkey).unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+    }
+    drop(survivor);
+    db.close().await;
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {database} with (force)"))).execute(&admin).await;
+    let _ = std::fs::remove_dir_all(&data);
+}
