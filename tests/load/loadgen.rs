@@ -18,12 +18,18 @@ struct Args {
     url: String,
     pairs: usize,
     concurrency: usize,
+    /// Also measure confirm-to-checkpoint latency and receipt fetch time.
+    log: bool,
 }
 
 fn args() -> Args {
-    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16 };
+    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--log" {
+            args.log = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--url" => args.url = value,
@@ -50,10 +56,33 @@ async fn main() -> anyhow::Result<()> {
     let work: Vec<String> = tokens.iter().flat_map(|t| std::iter::repeat_n(t.clone(), 50)).take(args.pairs).collect();
     let queue = Arc::new(Mutex::new(work));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
+    let confirmed_at = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
     let started = Instant::now();
+    // Watches the published checkpoint: when each size was first seen.
+    let seen = Arc::new(Mutex::new(Vec::<(u64, Instant)>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = args.log.then(|| {
+        let (http, url, seen, stop) = (http.clone(), args.url.clone(), seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(reply) = http.get(format!("{url}/v1/log/checkpoint")).send().await {
+                    if let Ok(text) = reply.text().await {
+                        if let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok()) {
+                            let mut seen = seen.lock().await;
+                            if seen.last().is_none_or(|(s, _)| *s < size) {
+                                seen.push((size, Instant::now()));
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    });
     let mut workers = Vec::new();
     for _ in 0..args.concurrency {
-        let (http, queue, latencies, url) = (http.clone(), queue.clone(), latencies.clone(), args.url.clone());
+        let (http, queue, latencies, url, confirmed_at) =
+            (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone());
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().await.pop() else { break };
@@ -79,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
                     .expect("confirm");
                 assert_eq!(confirmed.status().as_u16(), 200, "confirm failed");
                 latencies.lock().await.push(t0.elapsed());
+                confirmed_at.lock().await.push((token.clone(), created["dd_id"].as_str().unwrap_or_default().to_string(), Instant::now()));
             }
         }));
     }
@@ -97,6 +127,54 @@ async fn main() -> anyhow::Result<()> {
         latencies.len() as f64 / elapsed.as_secs_f64(),
         pct(0.50).as_secs_f64() * 1e3,
         pct(0.99).as_secs_f64() * 1e3,
+    );
+    if let Some(watcher) = watcher {
+        log_report(&http, &args.url, &confirmed_at.lock().await, &seen, &stop, watcher).await?;
+    }
+    Ok(())
+}
+
+/// Confirm-to-checkpoint latency (from the watcher's first sight of a
+/// checkpoint covering each leaf) and receipt fetch time.
+async fn log_report(
+    http: &reqwest::Client,
+    url: &str,
+    confirmed: &[(String, String, Instant)],
+    seen: &Arc<Mutex<Vec<(u64, Instant)>>>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    watcher: tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
+    // Wait until the last checkpoint covers everything (bounded).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let total = confirmed.len() as u64;
+    while seen.lock().await.last().map_or(0, |(s, _)| *s) < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.await?;
+    let seen = seen.lock().await.clone();
+    let mut inclusion = Vec::new();
+    let mut fetch = Vec::new();
+    for (token, dd_id, at) in confirmed {
+        let t0 = Instant::now();
+        let receipt: Value = http.get(format!("{url}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await?.json().await?;
+        fetch.push(t0.elapsed());
+        let index = receipt["leaf_index"].as_u64().expect("receipt");
+        if let Some((_, when)) = seen.iter().find(|(size, _)| *size > index) {
+            inclusion.push(when.saturating_duration_since(*at));
+        }
+    }
+    inclusion.sort();
+    fetch.sort();
+    let pct = |v: &[Duration], p: f64| v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or_default();
+    println!(
+        "confirm -> signed checkpoint: p50 {:.0} ms, p99 {:.0} ms ({} of {} seen); receipt fetch: p50 {:.2} ms, p99 {:.2} ms",
+        pct(&inclusion, 0.5).as_secs_f64() * 1e3,
+        pct(&inclusion, 0.99).as_secs_f64() * 1e3,
+        inclusion.len(),
+        confirmed.len(),
+        pct(&fetch, 0.5).as_secs_f64() * 1e3,
+        pct(&fetch, 0.99).as_secs_f64() * 1e3,
     );
     Ok(())
 }
