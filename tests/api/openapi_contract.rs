@@ -55,11 +55,10 @@ fn request_fields(doc: &Value, operation: &Value) -> BTreeMap<String, Option<BTr
 fn response_fields(doc: &Value, operation: &Value) -> BTreeSet<String> {
     let mut out = BTreeMap::new();
     for (status, response) in operation["responses"].as_object().unwrap() {
-        if status.starts_with('2') {
-            if let Some(schema) = response.pointer("/content/application~1json/schema") {
+        if status.starts_with('2')
+            && let Some(schema) = response.pointer("/content/application~1json/schema") {
                 fields(doc, schema, "", &mut out);
             }
-        }
     }
     out.into_keys().collect()
 }

@@ -65,16 +65,14 @@ async fn main() -> anyhow::Result<()> {
         let (http, url, seen, stop) = (http.clone(), args.url.clone(), seen.clone(), stop.clone());
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(reply) = http.get(format!("{url}/v1/log/checkpoint")).send().await {
-                    if let Ok(text) = reply.text().await {
-                        if let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok()) {
+                if let Ok(reply) = http.get(format!("{url}/v1/log/checkpoint")).send().await
+                    && let Ok(text) = reply.text().await
+                        && let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok()) {
                             let mut seen = seen.lock().await;
                             if seen.last().is_none_or(|(s, _)| *s < size) {
                                 seen.push((size, Instant::now()));
                             }
                         }
-                    }
-                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })

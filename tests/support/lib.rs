@@ -205,11 +205,10 @@ impl TestServer {
     pub async fn wait_for_log(&self, size: i64) -> anchor_store::CheckpointRecord {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         loop {
-            if let Some(c) = self.store.latest_checkpoint().await.expect("checkpoint") {
-                if c.size >= size {
+            if let Some(c) = self.store.latest_checkpoint().await.expect("checkpoint")
+                && c.size >= size {
                     return c;
                 }
-            }
             assert!(std::time::Instant::now() < deadline, "the log did not reach {size} leaves");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }

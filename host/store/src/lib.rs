@@ -246,6 +246,7 @@ pub trait Store: Send + Sync + 'static {
         new_token_hash: &[u8; 32],
         new_recovery_hash: &[u8; 32],
     ) -> Result<bool>;
+    #[allow(clippy::too_many_arguments)]
     /// Counts the attempt, then replaces both secrets if `recovery_hash` matches
     /// and the agent has not spent its attempts in the window.
     async fn recover_credentials(

@@ -313,14 +313,13 @@ fn read_dd(value: &Value, now: DateTime<Utc>) -> ApiResult<DdFields> {
             format!("this route records self_declared decisions only; got dd.dd_declaration_mode {declaration_mode}"),
         ));
     }
-    if let Some(at) = fields.decision_at {
-        if at > now {
+    if let Some(at) = fields.decision_at
+        && at > now {
             return Err(ApiError::bad(
                 "DECISION_AT_IN_FUTURE",
                 format!("dd.decision_at {} is later than the anchoring time {}", at.to_rfc3339(), now.to_rfc3339()),
             ));
         }
-    }
     Ok(fields)
 }
 

@@ -39,7 +39,9 @@ pub fn operations() -> Vec<Operation> {
 /// The whole application: routes, guidance for GET on POST-only routes, JSON
 /// 404 and 405, and the rate limit.
 pub fn app(state: AppState) -> Router {
-    let mut by_path: BTreeMap<&'static str, (Vec<Method>, MethodRouter<AppState>, Option<Guide>)> = BTreeMap::new();
+    /// Per path: its methods, their merged router, and the guide for a GET on it.
+    type Route = (Vec<Method>, MethodRouter<AppState>, Option<Guide>);
+    let mut by_path: BTreeMap<&'static str, Route> = BTreeMap::new();
     for operation in operations() {
         let entry = by_path.entry(operation.path).or_insert_with(|| (Vec::new(), MethodRouter::new(), None));
         if operation.method == Method::POST {
