@@ -6,6 +6,7 @@ mod concurrency;
 mod declarations;
 mod discovery;
 mod openapi_contract;
+mod payments;
 mod plugins;
 mod store_conformance;
 mod tidy;

@@ -128,6 +128,7 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
         "GET /v1/dd/list",
         "GET /v1/dd/{dd_id}",
         "GET /v1/dd/{dd_id}/lineage",
+        "GET /v1/payment/{dd_id}/status",
         "GET /v1/pricing/current",
         "GET /v1/pricing/ee-presets",
         "GET /v1/trial/status",

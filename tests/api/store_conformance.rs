@@ -78,6 +78,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
         multiplier_permille: 1000,
         monthly: MilliDac::ZERO,
         direct_access_expires_at: now() + Duration::days(60),
+        external: None,
     }
 }
 
@@ -122,8 +123,8 @@ async fn store_conforms(backend: Backend) {
 
     // Confirmation happens once and writes the usage entries once.
     let usage = [UsageEntry { cost_component: "base_fee", source: PaymentSource::Trial, amount: MilliDac(10_000) }];
-    assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf").await.unwrap());
-    assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf").await.unwrap());
+    assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf", None).await.unwrap());
+    assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf", None).await.unwrap());
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
     assert_eq!(confirmed.settlement_status, "settled");

@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
             store.create_declaration(&declaration, now).await?;
             let hash = anchor_domain::integrity::integrity_hash(&declaration.declaration);
             let leaf = anchor_verify::leaf_data(&hash, &now.to_rfc3339());
-            store.confirm_declaration(dd_id, &hash, now, &[], &leaf).await?;
+            store.confirm_declaration(dd_id, &hash, now, &[], &leaf, None).await?;
         }
         let started = Instant::now();
         let mut integrated = 0;
@@ -109,5 +109,6 @@ fn declaration(agent_id: Uuid, now: chrono::DateTime<Utc>) -> NewDeclaration {
         multiplier_permille: 1000,
         monthly: MilliDac::ZERO,
         direct_access_expires_at: now + Duration::days(30),
+        external: None,
     }
 }

@@ -48,6 +48,11 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_LOG_ORIGIN")]
     pub log_origin: Option<String>,
 
+    /// Marks a production deployment. Local x402 settlement (the only mode
+    /// today, which checks signatures but moves no money) refuses to start then.
+    #[arg(long, env = "ANCHOR_PRODUCTION", default_value_t = false)]
+    pub production: bool,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,

@@ -10,6 +10,7 @@ pub mod http;
 pub mod log;
 pub mod openapi;
 pub mod payment;
+pub mod x402;
 pub mod ratelimit;
 pub mod state;
 
@@ -37,6 +38,12 @@ pub fn load_pricing(engine: &PluginEngine, path: Option<&std::path::Path>) -> an
 
 /// Opens storage, loads pricing and serves until Ctrl-C.
 pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
+    if config.production {
+        anyhow::bail!(
+            "this deployment is marked production, but x402 settlement is local (signatures checked, no money moved); \
+             refusing to start until a facilitator settlement mode is configured"
+        );
+    }
     let url = config.database_url();
     let store = anchor_store::open(&url).await?;
     let engine = PluginEngine::new()?;

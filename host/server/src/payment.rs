@@ -9,7 +9,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
 
+use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
+use anchor_store::PaymentRecord;
 
 use crate::state::Settings;
 
@@ -58,4 +60,18 @@ pub fn challenge_response(challenge: Value) -> Response {
         HeaderValue::from_static("PAYMENT-REQUIRED, PAYMENT-RESPONSE"),
     );
     response
+}
+
+/// An indicative amount in Korean won at a fixed operator rate (1,400 KRW per
+/// USD); never stored, never used for settlement.
+pub fn approx_krw(amount: MilliDac) -> i64 {
+    // milli-DAC are micro-USD: won = micro-USD * 1400 / 1e6, rounded.
+    (amount.milli() * 1_400 + 500_000) / 1_000_000
+}
+
+/// The deterministic reference of a local settlement: keccak-256 over the
+/// payment's identity (network, asset, payer, payment id).
+pub fn local_settlement_reference(payment: &PaymentRecord) -> String {
+    let identity = format!("{}|{}|{}|{}", payment.network, payment.asset, payment.payer, payment.payment_id);
+    format!("local:{}", keccak256(identity.as_bytes()))
 }

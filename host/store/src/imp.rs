@@ -14,7 +14,7 @@ macro_rules! declaration_columns {
          tpl_call_chain, tpl_self_classification, tpl_decision_trigger, tpl_human_involvement, \
          anchored_at, salt, pricing_version, pricing_sha256, dac_amount_milli, base_fee_milli, subtotal_milli, \
          multiplier_permille, monthly_milli, base_fee_source, premium_source, trial_remaining_after_milli, \
-         settlement_status, confirmed_at, integrity_hash"
+         settlement_status, confirmed_at, integrity_hash, payment_deadline"
     };
 }
 pub(crate) use declaration_columns;
@@ -155,6 +155,7 @@ macro_rules! store_impl {
                 integrity_hash: row.try_get("integrity_hash")?,
                 direct_reads_used: row.try_get("direct_reads_used")?,
                 direct_access_expires_at: row.try_get("direct_access_expires_at")?,
+                payment_deadline: row.try_get("payment_deadline")?,
             })
         }
 
@@ -347,6 +348,40 @@ macro_rules! store_impl {
                     }
                     lineage_group_id = row.try_get("lineage_group_id")?;
                 }
+                let trial_remaining = if let Some(payment) = &new.external {
+                    // The nonce's unique constraint is the replay guard, on every host.
+                    let reserved = sqlx::query(
+                        "insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, \
+                         valid_after, valid_before, route, agent_id, dd_id, payload, status, created_at, updated_at) \
+                         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, null, $12, 'reserved', $13, $13)",
+                    )
+                    .bind(payment.payment_id)
+                    .bind(payment.network.as_str())
+                    .bind(payment.asset.as_str())
+                    .bind(payment.payer.as_str())
+                    .bind(payment.nonce.as_str())
+                    .bind(payment.amount_units)
+                    .bind(payment.pay_to.as_str())
+                    .bind(payment.valid_after)
+                    .bind(payment.valid_before)
+                    .bind(payment.route.as_str())
+                    .bind(d.agent_id)
+                    .bind(payment.payload.as_str())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await;
+                    match reserved {
+                        Ok(_) => {}
+                        Err(error) if is_unique_violation(&error) => return Ok(Created::PaymentReplayed),
+                        Err(error) => return Err(error.into()),
+                    }
+                    sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'reserved', null, $2)")
+                        .bind(payment.payment_id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    None
+                } else {
                 // The debit and its condition are one statement: it cannot race.
                 let debited: Option<i64> = sqlx::query_scalar(
                     "update agent set trial_balance_milli = trial_balance_milli - $1 \
@@ -369,12 +404,16 @@ macro_rules! store_impl {
                         expired: expires <= now,
                     });
                 };
+                Some(trial_remaining)
+                };
+                let source = if new.external.is_some() { PaymentSource::External } else { PaymentSource::Trial };
+                let settlement = if new.external.is_some() { "pending" } else { "unreserved" };
                 let t = d.template.as_ref();
                 let inserted = sqlx::query(concat!(
                     "insert into declaration (", declaration_columns!(), ") values (",
                     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, ",
                     "$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, ",
-                    "$41, $42, $43, $44, $45, $46, $47, $48, $49, $50)"
+                    "$41, $42, $43, $44, $45, $46, $47, $48, $49, $50, $51)"
                 ))
                 .bind(d.dd_id)
                 .bind(d.ee_id)
@@ -420,18 +459,26 @@ macro_rules! store_impl {
                 .bind(new.subtotal.milli())
                 .bind(i64::from(new.multiplier_permille))
                 .bind(new.monthly.milli())
-                .bind(PaymentSource::Trial.as_str())
-                .bind(PaymentSource::Trial.as_str())
+                .bind(source.as_str())
+                .bind(source.as_str())
                 .bind(trial_remaining)
-                .bind("unreserved")
+                .bind(settlement)
                 .bind(None::<DateTime<Utc>>)
                 .bind(None::<String>)
+                .bind(new.external.as_ref().map(|p| p.deadline))
                 .execute(&mut *tx)
                 .await;
                 match inserted {
                     Ok(_) => {
+                        if let Some(payment) = &new.external {
+                            sqlx::query("update x402_payment set dd_id = $1 where payment_id = $2")
+                                .bind(d.dd_id)
+                                .bind(payment.payment_id)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
                         tx.commit().await?;
-                        Ok(Created::New { trial_remaining: MilliDac(trial_remaining) })
+                        Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)) })
                     }
                     // A concurrent request with the same request_id won: drop our
                     // debit with the transaction and answer with its record.
@@ -461,11 +508,12 @@ macro_rules! store_impl {
                 now: DateTime<Utc>,
                 usage: &[UsageEntry],
                 leaf_data: &[u8],
+                settlement_ref: Option<&str>,
             ) -> Result<bool> {
                 let mut tx = self.begin_write().await?;
                 let agent_id: Option<Uuid> = sqlx::query_scalar(
                     "update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
-                     where dd_id = $3 and confirmed_at is null returning agent_id",
+                     where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id",
                 )
                 .bind(now)
                 .bind(integrity_hash)
@@ -473,6 +521,23 @@ macro_rules! store_impl {
                 .fetch_optional(&mut *tx)
                 .await?;
                 let Some(agent_id) = agent_id else { return Ok(false) };
+                if let Some(reference) = settlement_ref {
+                    let payment: Option<Uuid> = sqlx::query_scalar(
+                        "update x402_payment set status = 'settled', settlement_ref = $1, updated_at = $2 \
+                         where dd_id = $3 and status = 'reserved' returning payment_id",
+                    )
+                    .bind(reference)
+                    .bind(now)
+                    .bind(dd_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let Some(payment) = payment else { return Ok(false) };
+                    sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'settled', null, $2)")
+                        .bind(payment)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 for entry in usage {
                     sqlx::query(
                         "insert into usage_entry (usage_id, agent_id, dd_id, cost_component, payment_source, amount_milli, recorded_at) \
@@ -581,6 +646,71 @@ macro_rules! store_impl {
                         })
                     })
                     .collect()
+            }
+
+            async fn release_payment(&self, dd_id: Uuid, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let released = sqlx::query(
+                    "update declaration set settlement_status = 'released' where dd_id = $1 and settlement_status = 'pending' and confirmed_at is null",
+                )
+                .bind(dd_id)
+                .execute(&mut *tx)
+                .await?;
+                if released.rows_affected() == 0 {
+                    return Ok(false);
+                }
+                let payment: Option<Uuid> = sqlx::query_scalar(
+                    "update x402_payment set status = 'released', error_reason = $1, updated_at = $2 \
+                     where dd_id = $3 and status = 'reserved' returning payment_id",
+                )
+                .bind(reason)
+                .bind(now)
+                .bind(dd_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(payment) = payment {
+                    sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'released', $2, $3)")
+                        .bind(payment)
+                        .bind(reason)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>> {
+                let row = sqlx::query(
+                    "select payment_id, network, asset, payer, amount_units, pay_to, status, error_reason, settlement_ref, \
+                     created_at, updated_at from x402_payment where dd_id = $1",
+                )
+                .bind(dd_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some(row) = row else { return Ok(None) };
+                let payment_id: Uuid = row.try_get("payment_id")?;
+                let events = sqlx::query("select status, reason, at from x402_payment_event where payment_id = $1 order by at, status desc")
+                    .bind(payment_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(Some(PaymentRecord {
+                    payment_id,
+                    network: row.try_get("network")?,
+                    asset: row.try_get("asset")?,
+                    payer: row.try_get("payer")?,
+                    amount_units: row.try_get("amount_units")?,
+                    pay_to: row.try_get("pay_to")?,
+                    status: row.try_get("status")?,
+                    error_reason: row.try_get("error_reason")?,
+                    settlement_ref: row.try_get("settlement_ref")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                    history: events
+                        .iter()
+                        .map(|e| Ok((e.try_get("status")?, e.try_get("reason")?, e.try_get("at")?)))
+                        .collect::<Result<_>>()?,
+                }))
             }
 
             async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool> {

@@ -113,7 +113,43 @@ impl PaymentSource {
     }
 }
 
-/// A declaration to record, priced and about to be paid from Trial.
+/// A verified x402 authorization to reserve with a declaration.
+#[derive(Clone, Debug)]
+pub struct NewPayment {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub nonce: String,
+    pub amount_units: i64,
+    pub pay_to: String,
+    pub valid_after: i64,
+    pub valid_before: i64,
+    pub route: String,
+    pub payload: String,
+    /// The declaration must be confirmed before this.
+    pub deadline: DateTime<Utc>,
+}
+
+/// A payment row and its history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentRecord {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub amount_units: i64,
+    pub pay_to: String,
+    pub status: String,
+    pub error_reason: Option<String>,
+    pub settlement_ref: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// (status, reason, at), oldest first.
+    pub history: Vec<(String, Option<String>, DateTime<Utc>)>,
+}
+
+/// A declaration to record, priced, paid from Trial or by a reserved payment.
 #[derive(Clone, Debug)]
 pub struct NewDeclaration {
     pub declaration: Declaration,
@@ -123,6 +159,8 @@ pub struct NewDeclaration {
     pub multiplier_permille: u32,
     pub monthly: MilliDac,
     pub direct_access_expires_at: DateTime<Utc>,
+    /// `Some`: paid externally (no Trial debit); `None`: paid from Trial.
+    pub external: Option<NewPayment>,
 }
 
 /// A recorded declaration with its payment and confirmation state.
@@ -144,6 +182,8 @@ pub struct StoredDeclaration {
     pub integrity_hash: Option<String>,
     pub direct_reads_used: i64,
     pub direct_access_expires_at: DateTime<Utc>,
+    /// Externally paid: confirm before this, or the reservation is released.
+    pub payment_deadline: Option<DateTime<Utc>>,
 }
 
 impl StoredDeclaration {
@@ -164,6 +204,8 @@ pub enum Created {
     ParentNotFound,
     /// `parent_dd_id` names another agent's declaration.
     ParentForeign,
+    /// The payment authorization was already used (its nonce is reserved).
+    PaymentReplayed,
 }
 
 /// One row of the usage record written at confirmation.
@@ -269,7 +311,9 @@ pub trait Store: Send + Sync + 'static {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// Settles a declaration once and queues its log leaf, in one transaction:
-    /// false if it was already confirmed.
+    /// false if it was already confirmed or released. `settlement_ref`, for an
+    /// externally paid declaration, marks its payment settled in the same
+    /// transaction.
     async fn confirm_declaration(
         &self,
         dd_id: Uuid,
@@ -277,7 +321,13 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         usage: &[UsageEntry],
         leaf_data: &[u8],
+        settlement_ref: Option<&str>,
     ) -> Result<bool>;
+    /// Releases the payment reservation of an unconfirmed, externally paid
+    /// declaration; it can never be confirmed afterwards. False if it was not pending.
+    async fn release_payment(&self, dd_id: Uuid, reason: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// The payment row of a declaration, with its history.
+    async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
     /// Counts one read of the original against the EE's quota and period.
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
     /// The agent's declarations, newest first, and how many match in all.

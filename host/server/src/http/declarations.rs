@@ -17,7 +17,8 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use chrono::{DateTime, SecondsFormat, Utc};
 use rand::RngCore;
@@ -30,13 +31,15 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::{self, Template};
 use anchor_domain::declarations::Declaration;
 use anchor_domain::integrity::{ENCODING_NAME, integrity_hash};
-use anchor_store::{AgentRecord, Created, DirectRead, ListFilter, NewDeclaration, PaymentSource, StoredDeclaration, UsageEntry};
+use anchor_store::{
+    AgentRecord, Created, DirectRead, ListFilter, NewDeclaration, NewPayment, PaymentSource, StoredDeclaration, UsageEntry,
+};
 
 use super::input::{Obj, path_uuid, query_datetime};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AuthAgent, JsonBody};
 use crate::openapi::*;
-use crate::payment;
+use crate::{payment, x402};
 use crate::state::AppState;
 
 const CREATE_FIELDS: &[&str] =
@@ -130,6 +133,7 @@ pub fn operations() -> Vec<Operation> {
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
                 "PII_DETECTED", "INSUFFICIENT_DAC",
             ])
+            .error(400, "A PAYMENT-SIGNATURE header that is not base64 JSON.", &["INVALID_PAYLOAD"])
             .error(403, "The parent belongs to another agent, or indefinite retention without a subscription.", &[
                 "FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED",
             ])
@@ -448,7 +452,12 @@ fn resolve_scope(state: &AppState, input: &EeInput) -> ApiResult<Scope> {
 
 // ---- handlers ----
 
-async fn create(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+async fn create(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, axum::Json<Value>)> {
     let now = state.clock.now();
     let input = read_create(&body, now)?;
     let scope = resolve_scope(&state, &input.ee)?;
@@ -515,7 +524,7 @@ async fn create(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Json
         dac_amount: quote.total,
         salt,
     };
-    let new = NewDeclaration {
+    let mut new = NewDeclaration {
         direct_access_expires_at: declaration.ee.direct_access_period.end_from(now),
         declaration,
         request_id: input.request_id,
@@ -523,23 +532,58 @@ async fn create(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Json
         base_fee: quote.base_fee,
         multiplier_permille: quote.multiplier_permille,
         monthly: quote.monthly,
+        external: None,
     };
-    let stored = match state.store.create_declaration(&new, now).await? {
+    let mut created = state.store.create_declaration(&new, now).await?;
+    if let Created::TrialCannotPay { balance, expired } = created {
+        // Trial cannot pay: an x402 payment may, if one came with the request.
+        let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
+        let challenge = payment::challenge(
+            &state.settings,
+            "/v1/dd/create",
+            &format!("Decision declaration of {} DAC; {why}", quote.total),
+            quote.total,
+            payment::DD_CREATE_MAX_TIMEOUT_SECS,
+        );
+        let refuse = |reason: x402::Reason| {
+            let mut challenge = challenge.clone();
+            challenge["error"] = json!(reason.as_str());
+            ApiError::PaymentRequired(challenge)
+        };
+        let payload = match x402::read(&headers) {
+            x402::Header::Absent => return Err(ApiError::PaymentRequired(challenge)),
+            x402::Header::Malformed(message) => return Err(ApiError::bad("INVALID_PAYLOAD", message)),
+            x402::Header::Present(payload) => payload,
+        };
+        let verified = x402::verify(&payload, &challenge["accepts"][0], now.timestamp()).map_err(refuse)?;
+        new.external = Some(NewPayment {
+            payment_id: Uuid::new_v4(),
+            network: payment::NETWORK.into(),
+            asset: payment::USDC_BASE.to_ascii_lowercase(),
+            payer: verified.payer.clone(),
+            nonce: verified.nonce.clone(),
+            amount_units: verified.amount_units,
+            pay_to: verified.pay_to.clone(),
+            valid_after: verified.valid_after,
+            valid_before: verified.valid_before,
+            route: "POST /v1/dd/create".into(),
+            payload: payload.to_string(),
+            deadline: now + chrono::Duration::seconds(payment::PAYMENT_WINDOW_SECS as i64),
+        });
+        created = state.store.create_declaration(&new, now).await?;
+        if matches!(created, Created::PaymentReplayed) {
+            return Err(refuse(x402::Reason::NonceUsed));
+        }
+    }
+    let stored = match created {
         Created::New { .. } => state
             .store
             .declaration(dd_id)
             .await?
             .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create")))?,
         Created::Replayed(earlier) => *earlier,
-        Created::TrialCannotPay { balance, expired } => {
-            let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
-            return Err(ApiError::PaymentRequired(payment::challenge(
-                &state.settings,
-                "/v1/dd/create",
-                &format!("Decision declaration of {} DAC; {why}", quote.total),
-                quote.total,
-                payment::DD_CREATE_MAX_TIMEOUT_SECS,
-            )));
+        Created::TrialCannotPay { .. } | Created::PaymentReplayed => {
+            return Err(ApiError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")));
         }
         Created::ParentNotFound => {
             return Err(ApiError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration"));
@@ -548,7 +592,7 @@ async fn create(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Json
             return Err(ApiError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent"));
         }
     };
-    Ok((StatusCode::CREATED, axum::Json(create_response(&stored, &agent))))
+    Ok((StatusCode::CREATED, axum::Json(create_response(&stored, &agent, &state.settings.pay_to))))
 }
 
 fn time(t: DateTime<Utc>) -> String {
@@ -567,8 +611,35 @@ fn cost_breakdown(s: &StoredDeclaration) -> Value {
     })
 }
 
-fn create_response(s: &StoredDeclaration, agent: &AgentRecord) -> Value {
+fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> Value {
     let d = &s.declaration;
+    if s.base_fee_source == PaymentSource::External {
+        let usdc = d.dac_amount; // 1 DAC = 0.001 USDC, so milli-DAC count USDC base units
+        return json!({
+            "dd_id": d.dd_id,
+            "ee_id": d.ee_id,
+            "request_id": s.request_id,
+            "dac_amount": d.dac_amount.to_json_number(),
+            "pricing_version": d.pricing_version,
+            "pricing_component_sha256": d.pricing_sha256,
+            "cost_breakdown": cost_breakdown(s),
+            "status": "pending_payment",
+            "settlement_status": s.settlement_status,
+            "anchored_at": time(d.anchored_at),
+            "lineage_group_id": d.lineage_group_id,
+            "payment_deadline": s.payment_deadline.map(time),
+            "payment": {
+                "payment_address": pay_to,
+                "network": payment::NETWORK,
+                "asset": payment::USDC_BASE,
+                "amount_usdc": MilliDac(usdc.milli() / 1000).to_json_number(),
+                "amount_units": usdc.usdc_base_units().to_string(),
+                "approx_krw": payment::approx_krw(usdc),
+                "expires_at": s.payment_deadline.map(time),
+                "note": "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
+            },
+        });
+    }
     json!({
         "dd_id": d.dd_id,
         "ee_id": d.ee_id,
@@ -589,27 +660,53 @@ fn create_response(s: &StoredDeclaration, agent: &AgentRecord) -> Value {
     })
 }
 
-async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::response::Response> {
     let input = Obj::new(&body, "", &["dd_id"])?;
     let dd_id = input.req_uuid("dd_id")?;
     let stored = owned(&state, &agent, dd_id).await?;
     if stored.confirmed_at.is_some() {
         return Err(already_confirmed());
     }
+    let now = state.clock.now();
+    let expired = || ApiError::Gone {
+        code: "PAYMENT_EXPIRED",
+        message: "the 30-minute payment window closed and the reservation was released; nothing was charged and this declaration can no longer be confirmed".into(),
+    };
+    if stored.settlement_status == "released" {
+        return Err(expired());
+    }
+    let external = stored.base_fee_source == PaymentSource::External;
+    if external && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
+        state.store.release_payment(dd_id, "payment window expired before confirmation", now).await?;
+        return Err(expired());
+    }
+    let settlement_ref = if external {
+        let payment = state
+            .store
+            .payment_for(dd_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
+        Some((payment::local_settlement_reference(&payment), payment.payer))
+    } else {
+        None
+    };
     let hash = integrity_hash(&stored.declaration);
     let mut usage = vec![UsageEntry { cost_component: "base_fee", source: stored.base_fee_source, amount: stored.base_fee }];
     if stored.premium() > MilliDac::ZERO {
         usage.push(UsageEntry { cost_component: "premium", source: stored.premium_source, amount: stored.premium() });
     }
-    let now = state.clock.now();
     let leaf = anchor_verify::leaf_data(&hash, &time(stored.declaration.anchored_at));
-    if !state.store.confirm_declaration(dd_id, &hash, now, &usage, &leaf).await? {
-        return Err(already_confirmed());
+    let reference = settlement_ref.as_ref().map(|(r, _)| r.as_str());
+    if !state.store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await? {
+        let again = state.store.declaration(dd_id).await?;
+        return Err(match again {
+            Some(s) if s.settlement_status == "released" => expired(),
+            _ => already_confirmed(),
+        });
     }
     let mut sources: Vec<&str> = usage.iter().map(|u| u.source.as_str()).collect();
     sources.dedup();
-    let external = usage.iter().any(|u| u.source == PaymentSource::External);
-    Ok(axum::Json(json!({
+    let body = json!({
         "dd_id": dd_id,
         "settlement_status": "settled",
         "anchored_at": time(stored.declaration.anchored_at),
@@ -618,8 +715,17 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
         "dac_ur_recorded": true,
         "payment_sources": sources,
         "settlement_currency": if external { json!("USDC") } else { Value::Null },
-        "exchange_rate_timestamp": Value::Null,
-    })))
+        "exchange_rate_timestamp": if external { json!(time(now)) } else { Value::Null },
+    });
+    let mut response = axum::Json(body).into_response();
+    if let Some((reference, payer)) = settlement_ref {
+        let header = x402::settle_response(true, &reference, &payer, None);
+        if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
+            response.headers_mut().insert("payment-response", value);
+            response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private"));
+        }
+    }
+    Ok(response)
 }
 
 fn already_confirmed() -> ApiError {

@@ -10,6 +10,7 @@ pub mod agents;
 pub mod declarations;
 pub mod discovery;
 pub mod input;
+pub mod payments;
 pub mod pricing;
 pub mod transparency;
 
@@ -29,6 +30,7 @@ pub fn operations() -> Vec<Operation> {
     let mut all = Vec::new();
     all.extend(agents::operations());
     all.extend(declarations::operations());
+    all.extend(payments::operations());
     all.extend(pricing::operations());
     all.extend(account::operations());
     all.extend(transparency::operations());

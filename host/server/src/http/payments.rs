@@ -1,0 +1,114 @@
+//! Payment status of a declaration: one row per cost component, aggregated.
+
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::routing::get;
+use chrono::SecondsFormat;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+
+use super::input::path_uuid;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::AuthAgent;
+use crate::openapi::*;
+use crate::state::AppState;
+
+const STATUSES: &[&str] = &["pending", "unreserved", "failed", "released", "settled"];
+
+pub fn operations() -> Vec<Operation> {
+    vec![
+        op(Method::GET, "/v1/payment/{dd_id}/status", get(status))
+            .tag("Payment")
+            .summary("Payment status of a declaration, per cost component")
+            .agent()
+            .path_param("dd_id", uuid())
+            .ok(200, "Status, aggregated over the rows (pending > unreserved > failed > released > settled)", object(&[], vec![
+                ("dd_id", uuid()),
+                ("payment_id", uuid()),
+                ("settlement_status", enumeration(STATUSES)),
+                ("payment_method", nullable(string())),
+                ("paid_at", nullable(datetime())),
+                ("dac_amount_total", number()),
+                ("payments", array(object(&[], vec![
+                    ("payment_id", uuid()),
+                    ("cost_component", string()),
+                    ("dac_amount", number()),
+                    ("settlement_status", enumeration(STATUSES)),
+                    ("payment_source", string()),
+                    ("created_at", datetime()),
+                ]))),
+                ("x402", nullable(json!({ "type": "object", "description": "The x402 payment row and its status history, for externally paid declarations" }))),
+            ]))
+            .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
+            .error(403, "Another agent's record.", &["FORBIDDEN"])
+            .error(404, "No such record.", &["DD_NOT_FOUND"]),
+    ]
+}
+
+/// A stable row id for a component that has no payment row of its own.
+fn row_id(dd_id: Uuid, component: &str) -> Uuid {
+    let digest = Sha256::new().chain_update(dd_id.as_bytes()).chain_update(component.as_bytes()).finalize();
+    let mut bytes: [u8; 16] = digest[..16].try_into().expect("16 bytes");
+    bytes[6] = (bytes[6] & 0x0f) | 0x80; // a custom (version 8) UUID
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    Uuid::from_bytes(bytes)
+}
+
+async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let dd_id = path_uuid("dd_id", &dd_id)?;
+    let stored = state
+        .store
+        .declaration(dd_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    if stored.declaration.agent_id != agent.agent_id {
+        return Err(ApiError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
+    }
+    let x402 = state.store.payment_for(dd_id).await?;
+    let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Micros, true);
+    let mut components = vec![("base_fee", stored.base_fee, stored.base_fee_source)];
+    if stored.premium() > MilliDac::ZERO {
+        components.push(("premium", stored.premium(), stored.premium_source));
+    }
+    let rows: Vec<Value> = components
+        .iter()
+        .map(|(component, amount, source)| {
+            let id = match (&x402, source) {
+                (Some(p), anchor_store::PaymentSource::External) => p.payment_id,
+                _ => row_id(dd_id, component),
+            };
+            json!({
+                "payment_id": id,
+                "cost_component": component,
+                "dac_amount": amount.to_json_number(),
+                "settlement_status": stored.settlement_status,
+                "payment_source": source.as_str(),
+                "created_at": time(stored.declaration.anchored_at),
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({
+        "dd_id": dd_id,
+        "payment_id": rows[0]["payment_id"],
+        "settlement_status": stored.settlement_status,
+        "payment_method": x402.as_ref().map(|_| "x402"),
+        "paid_at": stored.confirmed_at.map(time),
+        "dac_amount_total": stored.declaration.dac_amount.to_json_number(),
+        "payments": rows,
+        "x402": x402.map(|p| json!({
+            "payment_id": p.payment_id,
+            "network": p.network,
+            "asset": p.asset,
+            "payer": p.payer,
+            "pay_to": p.pay_to,
+            "amount_units": p.amount_units.to_string(),
+            "status": p.status,
+            "error_reason": p.error_reason,
+            "settlement_ref": p.settlement_ref,
+            "history": p.history.iter().map(|(status, reason, at)| json!({ "status": status, "reason": reason, "at": time(*at) })).collect::<Vec<_>>(),
+        })),
+    })))
+}

@@ -1,0 +1,239 @@
+//! x402 v2 payments, verified locally: decoding `PAYMENT-SIGNATURE`, matching
+//! the echoed requirement against the one this request gets, and checking the
+//! EIP-3009 `transferWithAuthorization` it carries (EIP-712 signature, payee,
+//! amount, validity window) before any state is touched.
+//!
+//! Settlement today is **local**: everything a facilitator checks except the
+//! chain (no balance check, no broadcast), recorded with a deterministic
+//! reference `local:0x…` (keccak-256 of the authorization's signing hash). A
+//! deployment marked production refuses to start in this mode.
+
+use alloy_primitives::{Address, B256, Signature, U256, keccak256};
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use axum::http::HeaderMap;
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::payment::{NETWORK, USDC_BASE};
+
+sol! {
+    /// EIP-3009, as USDC implements it.
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// The EIP-712 domain of USDC on Base.
+pub fn usdc_domain() -> Eip712Domain {
+    Eip712Domain {
+        name: Some("USD Coin".into()),
+        version: Some("2".into()),
+        chain_id: Some(U256::from(8453u64)),
+        verifying_contract: Some(USDC_BASE.parse().expect("static address")),
+        salt: None,
+    }
+}
+
+/// Why a payment was refused; the strings are the ones the official x402 SDK uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    InvalidVersion,
+    NoMatch,
+    RecipientMismatch,
+    ValueMismatch,
+    ValidBefore,
+    ValidAfter,
+    Signature,
+    NonceUsed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidVersion => "invalid_x402_version",
+            Reason::NoMatch => "No matching payment requirements",
+            Reason::RecipientMismatch => "invalid_exact_evm_recipient_mismatch",
+            Reason::ValueMismatch => "invalid_exact_evm_payload_authorization_value_mismatch",
+            Reason::ValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
+            Reason::ValidAfter => "invalid_exact_evm_payload_authorization_valid_after",
+            Reason::Signature => "invalid_exact_evm_signature",
+            Reason::NonceUsed => "invalid_exact_evm_nonce_already_used",
+        }
+    }
+}
+
+/// What the request carried.
+pub enum Header {
+    /// No `PAYMENT-SIGNATURE` (an `X-PAYMENT` alone counts as none).
+    Absent,
+    /// Not base64, or not JSON: a 400.
+    Malformed(String),
+    Present(Value),
+}
+
+pub fn read(headers: &HeaderMap) -> Header {
+    let Some(value) = headers.get("payment-signature") else { return Header::Absent };
+    let Ok(text) = value.to_str() else { return Header::Malformed("PAYMENT-SIGNATURE is not ASCII".into()) };
+    let text = text.trim();
+    let engines = [
+        base64::engine::general_purpose::STANDARD,
+        base64::engine::general_purpose::STANDARD_NO_PAD,
+        base64::engine::general_purpose::URL_SAFE,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    let Some(bytes) = engines.iter().find_map(|e| e.decode(text).ok()) else {
+        return Header::Malformed("PAYMENT-SIGNATURE is not base64".into());
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(value @ Value::Object(_)) => Header::Present(value),
+        Ok(_) => Header::Malformed("PAYMENT-SIGNATURE does not hold a JSON object".into()),
+        Err(e) => Header::Malformed(format!("PAYMENT-SIGNATURE does not hold JSON: {e}")),
+    }
+}
+
+/// A payment whose authorization checked out.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    pub payer: String,
+    pub nonce: String,
+    pub amount_units: i64,
+    pub pay_to: String,
+    pub valid_after: i64,
+    pub valid_before: i64,
+    pub signing_hash: B256,
+}
+
+impl Verified {
+    /// The deterministic reference of a local settlement.
+    pub fn local_reference(&self) -> String {
+        format!("local:{}", keccak256(self.signing_hash))
+    }
+}
+
+fn same_address(a: &Value, b: &Value) -> bool {
+    match (a.as_str().and_then(|s| s.parse::<Address>().ok()), b.as_str().and_then(|s| s.parse::<Address>().ok())) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn number(value: &Value) -> Option<U256> {
+    match value {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_u64().map(U256::from),
+        _ => None,
+    }
+}
+
+/// Checks `payload` against `requirement` (this request's one `accepts` entry)
+/// at unix time `now`.
+pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified, Reason> {
+    if payload["x402Version"] != json!(2) {
+        return Err(Reason::InvalidVersion);
+    }
+    let accepted = &payload["accepted"];
+    let exact = ["scheme", "network", "amount", "maxTimeoutSeconds"].iter().all(|k| accepted[*k] == requirement[*k]);
+    let addresses = same_address(&accepted["asset"], &requirement["asset"]) && same_address(&accepted["payTo"], &requirement["payTo"]);
+    let extra = accepted["extra"]["name"] == requirement["extra"]["name"] && accepted["extra"]["version"] == requirement["extra"]["version"];
+    if !(exact && addresses && extra) {
+        return Err(Reason::NoMatch);
+    }
+    let auth = &payload["payload"]["authorization"];
+    let parse_address = |v: &Value| v.as_str().and_then(|s| s.parse::<Address>().ok());
+    let (Some(from), Some(to)) = (parse_address(&auth["from"]), parse_address(&auth["to"])) else {
+        return Err(Reason::Signature);
+    };
+    let pay_to: Address = requirement["payTo"].as_str().and_then(|s| s.parse().ok()).ok_or(Reason::NoMatch)?;
+    if to != pay_to {
+        return Err(Reason::RecipientMismatch);
+    }
+    let amount = number(&requirement["amount"]).ok_or(Reason::NoMatch)?;
+    let value = number(&auth["value"]).ok_or(Reason::ValueMismatch)?;
+    if value != amount {
+        return Err(Reason::ValueMismatch);
+    }
+    let valid_after = number(&auth["validAfter"]).and_then(|v| i64::try_from(v).ok()).ok_or(Reason::ValidAfter)?;
+    let valid_before = number(&auth["validBefore"]).and_then(|v| i64::try_from(v).ok()).ok_or(Reason::ValidBefore)?;
+    let max_timeout = requirement["maxTimeoutSeconds"].as_i64().unwrap_or(60);
+    if valid_before < now + 6 || valid_before > now + max_timeout + 60 {
+        return Err(Reason::ValidBefore);
+    }
+    if valid_after > now {
+        return Err(Reason::ValidAfter);
+    }
+    let nonce: B256 = auth["nonce"].as_str().and_then(|s| s.parse().ok()).ok_or(Reason::Signature)?;
+    let message = TransferWithAuthorization {
+        from,
+        to,
+        value,
+        validAfter: U256::from(valid_after as u64),
+        validBefore: U256::from(valid_before as u64),
+        nonce,
+    };
+    let signing_hash = message.eip712_signing_hash(&usdc_domain());
+    let signature = payload["payload"]["signature"]
+        .as_str()
+        .and_then(|s| alloy_primitives::hex::decode(s).ok())
+        .filter(|bytes| bytes.len() == 65)
+        .ok_or(Reason::Signature)?;
+    let v = signature[64];
+    let parity = match v {
+        27 | 0 => false,
+        28 | 1 => true,
+        _ => return Err(Reason::Signature),
+    };
+    let signature = Signature::from_bytes_and_parity(&signature[..64], parity);
+    // High-s signatures are malleable copies of low-s ones: refused, as on chain.
+    if signature.normalize_s().is_some() {
+        return Err(Reason::Signature);
+    }
+    let recovered = signature.recover_address_from_prehash(&signing_hash).map_err(|_| Reason::Signature)?;
+    if recovered != from {
+        return Err(Reason::Signature);
+    }
+    Ok(Verified {
+        payer: format!("{from:#x}"),
+        nonce: format!("{nonce:#x}"),
+        amount_units: i64::try_from(amount).map_err(|_| Reason::ValueMismatch)?,
+        pay_to: format!("{pay_to:#x}"),
+        valid_after,
+        valid_before,
+        signing_hash,
+    })
+}
+
+/// The `PAYMENT-RESPONSE` header value for a settlement.
+pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>) -> String {
+    let mut body = json!({
+        "success": success,
+        "transaction": if success { reference } else { "" },
+        "network": NETWORK,
+        "payer": payer,
+    });
+    if let Some(error) = error {
+        body["errorReason"] = json!(error);
+    }
+    base64::engine::general_purpose::STANDARD.encode(body.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usdc_domain_and_type_hash_are_the_ones_on_chain() {
+        assert_eq!(
+            format!("{:#x}", usdc_domain().hash_struct()),
+            "0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"
+        );
+        assert_eq!(
+            format!("{:#x}", keccak256(TransferWithAuthorization::eip712_encode_type().as_bytes())),
+            "0x7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267"
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! x402 v2 in local mode, driven from Rust: the challenge, a paid create that
+//! waits for its confirmation, settlement at confirm, replays, tampering,
+//! expiry, malformed headers.
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use anchor_domain::Clock;
+use anchor_tests::*;
+use base64::Engine;
+use serde_json::{Value, json};
+
+sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// Anvil's public test key #0: never holds real money.
+const TEST_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+fn b64(value: &Value) -> String {
+    base64::engine::general_purpose::STANDARD.encode(value.to_string())
+}
+
+/// What to change while signing, to make a bad payment.
+#[derive(Default)]
+struct Twist {
+    domain_name: Option<&'static str>,
+    valid_before_in: Option<i64>,
+    value: Option<u64>,
+    to: Option<&'static str>,
+    claim_from: Option<&'static str>,
+}
+
+/// Signs an authorization for `challenge` the way the official client does.
+fn pay(challenge: &Value, now: i64, twist: Twist) -> Value {
+    let signer: PrivateKeySigner = TEST_KEY.parse().unwrap();
+    let accepts = &challenge["accepts"][0];
+    let amount: u64 = accepts["amount"].as_str().unwrap().parse().unwrap();
+    let to: Address = twist.to.unwrap_or(accepts["payTo"].as_str().unwrap()).parse().unwrap();
+    let from: Address = twist.claim_from.map(|a| a.parse().unwrap()).unwrap_or(signer.address());
+    let valid_before = now + twist.valid_before_in.unwrap_or(accepts["maxTimeoutSeconds"].as_i64().unwrap());
+    let nonce = B256::from(rand_bytes());
+    let message = TransferWithAuthorization {
+        from,
+        to,
+        value: U256::from(twist.value.unwrap_or(amount)),
+        validAfter: U256::ZERO,
+        validBefore: U256::from(valid_before as u64),
+        nonce,
+    };
+    let domain = Eip712Domain {
+        name: Some(twist.domain_name.unwrap_or("USD Coin").into()),
+        version: Some("2".into()),
+        chain_id: Some(U256::from(8453u64)),
+        verifying_contract: Some(accepts["asset"].as_str().unwrap().parse().unwrap()),
+        salt: None,
+    };
+    let signature = signer.sign_hash_sync(&message.eip712_signing_hash(&domain)).unwrap();
+    json!({
+        "x402Version": 2,
+        "resource": challenge["resource"],
+        "accepted": accepts,
+        "payload": {
+            "authorization": {
+                "from": format!("{from:#x}"),
+                "to": format!("{to:#x}"),
+                "value": twist.value.unwrap_or(amount).to_string(),
+                "validAfter": "0",
+                "validBefore": valid_before.to_string(),
+                "nonce": format!("{nonce:#x}"),
+            },
+            "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+        },
+    })
+}
+
+fn rand_bytes() -> [u8; 32] {
+    *uuid::Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().unwrap()
+}
+
+/// Asserts a 402 whose header and body carry the same challenge; returns it.
+#[track_caller]
+fn challenge_of(reply: &Reply) -> Value {
+    assert_eq!(reply.status.as_u16(), 402, "{}", reply.text);
+    let header = reply.headers["payment-required"].to_str().unwrap();
+    let decoded: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(header).unwrap()).unwrap();
+    assert_eq!(decoded, reply.json, "header and body differ");
+    assert_eq!(reply.headers["cache-control"], "no-store");
+    decoded
+}
+
+async fn send(t: &TestServer, agent: &Agent, body: &Value, header: Option<(&str, String)>) -> Reply {
+    let mut request = t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(body.to_string());
+    if let Some((name, value)) = header {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::Null), text }
+}
+
+/// An agent whose Trial is spent, and the 402 of its next EE_basic create.
+async fn spent(t: &TestServer) -> (Agent, Value, Value) {
+    let agent = t.register().await;
+    t.clock.advance(chrono::Duration::days(31));
+    let body = create_body(json!({ "ee_preset": "EE_basic" }));
+    let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
+    (agent, body, challenge)
+}
+
+anchor_tests::both_backends!(
+    a_paid_create_waits_for_confirm_then_settles,
+    an_authorization_is_used_once,
+    bad_payments_are_refused_with_their_reason,
+    an_unconfirmed_paid_declaration_expires_after_thirty_minutes,
+);
+
+async fn a_paid_create_waits_for_confirm_then_settles(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, body, challenge) = spent(&t).await;
+    assert_eq!(challenge["accepts"][0]["amount"], "10000", "10 DAC = 0.01 USDC");
+    assert_eq!(challenge["accepts"][0]["asset"], "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913");
+    assert_eq!(challenge["accepts"][0]["extra"], json!({ "name": "USD Coin", "version": "2" }));
+    let now = t.clock.now().timestamp();
+    let payment = pay(&challenge, now, Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    assert_eq!(created.json["status"], "pending_payment");
+    assert_eq!(created.json["settlement_status"], "pending");
+    assert_eq!(created.json["payment"]["amount_usdc"], json!(0.01));
+    assert_eq!(created.json["payment"]["payment_address"], "0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    assert!(created.json.get("trial_payment").is_none());
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["settlement_status"], "pending");
+    assert_eq!(status.json["x402"]["status"], "reserved");
+    assert_eq!(status.json["x402"]["payer"], "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266");
+
+    t.clock.advance(chrono::Duration::minutes(29));
+    let confirmed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    assert_eq!(confirmed.json["payment_sources"], json!(["external"]));
+    assert_eq!(confirmed.json["settlement_currency"], "USDC");
+    let receipt: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD.decode(confirmed.headers["payment-response"].to_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(receipt["success"], json!(true));
+    assert_eq!(receipt["network"], "eip155:8453");
+    assert!(receipt["transaction"].as_str().unwrap().starts_with("local:0x"));
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["settlement_status"], "settled");
+    let history: Vec<&str> = status.json["x402"]["history"].as_array().unwrap().iter().map(|h| h["status"].as_str().unwrap()).collect();
+    assert_eq!(history, vec!["reserved", "settled"]);
+    let usage = t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap();
+    assert_eq!(usage.iter().map(|u| u.source.as_str()).collect::<Vec<_>>(), vec!["external"]);
+    t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
+}
+
+async fn an_authorization_is_used_once(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let now = t.clock.now().timestamp();
+    let header = b64(&pay(&challenge, now, Twist::default()));
+    assert_eq!(send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", header.clone()))).await.status.as_u16(), 201);
+    // The same request again is the same request: its earlier result.
+    let again = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", header.clone()))).await;
+    assert_eq!(again.status.as_u16(), 201);
+    // The same authorization on another request is a replay.
+    let replay = send(&t, &agent, &create_body(json!({ "ee_preset": "EE_basic" })), Some(("PAYMENT-SIGNATURE", header))).await;
+    assert_eq!(challenge_of(&replay)["error"], "invalid_exact_evm_nonce_already_used");
+
+    // Two concurrent uses of one fresh authorization: exactly one succeeds.
+    let header = b64(&pay(&challenge, now, Twist::default()));
+    let (first, second) = (create_body(json!({ "ee_preset": "EE_basic" })), create_body(json!({ "ee_preset": "EE_basic" })));
+    let (a, b) = tokio::join!(
+        send(&t, &agent, &first, Some(("PAYMENT-SIGNATURE", header.clone()))),
+        send(&t, &agent, &second, Some(("PAYMENT-SIGNATURE", header.clone()))),
+    );
+    let mut statuses = [a.status.as_u16(), b.status.as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [201, 402], "{} / {}", a.text, b.text);
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(2));
+}
+
+async fn bad_payments_are_refused_with_their_reason(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let now = t.clock.now().timestamp();
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("tampered accepted amount", {
+            let mut p = pay(&challenge, now, Twist::default());
+            p["accepted"]["amount"] = json!("1");
+            p
+        }, "No matching payment requirements"),
+        ("tampered authorization value", pay(&challenge, now, Twist { value: Some(1), ..Twist::default() }), "invalid_exact_evm_payload_authorization_value_mismatch"),
+        ("wrong payTo", pay(&challenge, now, Twist { to: Some("0x000000000000000000000000000000000000dEaD"), ..Twist::default() }), "invalid_exact_evm_recipient_mismatch"),
+        ("wrong EIP-712 domain", pay(&challenge, now, Twist { domain_name: Some("USDC"), ..Twist::default() }), "invalid_exact_evm_signature"),
+        ("expired authorization", pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() }), "invalid_exact_evm_payload_authorization_valid_before"),
+        ("wrong signer", pay(&challenge, now, Twist { claim_from: Some("0x70997970C51812dc3A010C7d01b50e0d17dc79C8"), ..Twist::default() }), "invalid_exact_evm_signature"),
+        ("x402 version 1", {
+            let mut p = pay(&challenge, now, Twist::default());
+            p["x402Version"] = json!(1);
+            p
+        }, "invalid_x402_version"),
+    ];
+    for (name, payment, reason) in cases {
+        let reply = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+        assert_eq!(reply.status.as_u16(), 402, "{name}: {}", reply.text);
+        assert_eq!(challenge_of(&reply)["error"], reason, "{name}");
+    }
+    send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", "%%%not base64%%%".into()))).await.assert_error(400, "INVALID_PAYLOAD");
+    send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", base64::engine::general_purpose::STANDARD.encode("{not json")))).await.assert_error(400, "INVALID_PAYLOAD");
+    // X-PAYMENT (the v1 header) alone is no payment: the challenge again.
+    let v1 = send(&t, &agent, &body, Some(("X-PAYMENT", b64(&pay(&challenge, now, Twist::default()))))).await;
+    assert_eq!(challenge_of(&v1)["error"], "Payment required");
+    // A bad request gets its 400 before any payment is looked at.
+    let mut invalid = body.clone();
+    invalid["dd"]["selection_state"] = json!("maybe");
+    send(&t, &agent, &invalid, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default()))))).await.assert_error(400, "INVALID_ENUM");
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(0), "nothing was recorded");
+}
+
+async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    t.clock.advance(chrono::Duration::minutes(31));
+    t.confirm(&agent, &dd_id).await.assert_error(410, "PAYMENT_EXPIRED");
+    t.confirm(&agent, &dd_id).await.assert_error(410, "PAYMENT_EXPIRED");
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["settlement_status"], "released");
+    assert_eq!(status.json["x402"]["status"], "released");
+    assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty(), "released records leave no usage entry");
+    t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await.assert_error(409, "NOT_CONFIRMED");
+}

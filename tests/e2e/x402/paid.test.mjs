@@ -1,0 +1,61 @@
+// The official x402 client pays a running anchor server over loopback.
+// ANCHOR_BASE_URL names the server; it runs in local settlement mode.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
+import { ExactEvmScheme } from "@x402/evm/exact/client";
+import { privateKeyToAccount } from "viem/accounts";
+
+const base = process.env.ANCHOR_BASE_URL;
+// Anvil's public test key #0: never holds real money.
+const account = privateKeyToAccount("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80");
+
+const json = (body) => ({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+const withToken = (init, token) => ({ ...init, headers: { ...init.headers, authorization: `Bearer ${token}` } });
+const createBody = (preset) => ({
+  request_id: randomUUID(),
+  dd: {
+    dd_unit_type: "single", dd_declaration_mode: "self_declared", decision_type: "external_interaction",
+    decision_action_type: "execute", origin_context_type: "external", selection_state: "SELECTED",
+  },
+  ee: { ee_preset: preset },
+});
+
+test("a fresh agent spends its Trial, then pays with x402 and confirms", async () => {
+  assert.ok(base, "ANCHOR_BASE_URL is set");
+  const registered = await (await fetch(`${base}/v1/agent/register`, json({}))).json();
+  const token = registered.auth_token;
+
+  // 3 x EE_high = 472.5 of the 500 Trial DAC; the fourth does not fit.
+  for (let i = 0; i < 3; i++) {
+    const r = await fetch(`${base}/v1/dd/create`, withToken(json(createBody("EE_high")), token));
+    assert.equal(r.status, 201);
+  }
+  const unpaid = await fetch(`${base}/v1/dd/create`, withToken(json(createBody("EE_high")), token));
+  assert.equal(unpaid.status, 402);
+  assert.ok(unpaid.headers.get("payment-required"));
+
+  const client = new x402Client()
+    .setSpendControls({ maxAmountPerPayment: "$5" })
+    .register("eip155:8453", new ExactEvmScheme(account));
+  const pay = wrapFetchWithPayment(fetch, client);
+  const paid = await pay(`${base}/v1/dd/create`, withToken(json(createBody("EE_high")), token));
+  const created = await paid.json();
+  assert.equal(paid.status, 201, JSON.stringify(created));
+  assert.equal(created.status, "pending_payment");
+  assert.equal(created.payment.amount_units, "157500");
+
+  const confirmed = await fetch(`${base}/v1/dd/confirm`, withToken(json({ dd_id: created.dd_id }), token));
+  const body = await confirmed.json();
+  assert.equal(confirmed.status, 200, JSON.stringify(body));
+  const settlement = decodePaymentResponseHeader(confirmed.headers.get("payment-response"));
+  assert.equal(settlement.success, true);
+  assert.equal(settlement.network, "eip155:8453");
+  assert.equal(settlement.payer.toLowerCase(), account.address.toLowerCase());
+
+  const status = await (await fetch(`${base}/v1/payment/${created.dd_id}/status`, { headers: { authorization: `Bearer ${token}` } })).json();
+  assert.equal(status.settlement_status, "settled");
+  assert.equal(status.x402.status, "settled");
+  assert.equal(status.x402.payer, account.address.toLowerCase());
+});
