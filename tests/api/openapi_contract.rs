@@ -124,6 +124,7 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
     implemented.sort();
     let expected = [
         "GET /v1/classification",
+        "GET /v1/dab/status",
         "GET /v1/dd/lineage-group/{group_id}",
         "GET /v1/dd/list",
         "GET /v1/dd/{dd_id}",

@@ -123,7 +123,37 @@ anchor_tests::both_backends!(
     an_authorization_is_used_once,
     bad_payments_are_refused_with_their_reason,
     an_unconfirmed_paid_declaration_expires_after_thirty_minutes,
+    the_dab_caps_external_spending_but_not_trial,
 );
+
+async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
+    let t = TestServer::with(backend, Options { dab_default: anchor_domain::MilliDac::from_dac(100), ..Options::default() }).await;
+    let agent = t.register().await;
+    for _ in 0..3 {
+        t.create(&agent, json!({ "ee_preset": "EE_high" })).await; // 472.5 of 500 Trial DAC
+    }
+    let now = t.clock.now().timestamp();
+    for _ in 0..2 {
+        // EE_standard costs 45 DAC: more than the 27.5 Trial DAC left, so paid externally.
+        let body = create_body(json!({ "ee_preset": "EE_standard" }));
+        let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
+        let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default()))))).await;
+        assert_eq!(created.json["status"], "pending_payment", "{}", created.text);
+    }
+    let dab = t.get("/v1/dab/status", Some(&agent.token)).await.json;
+    assert_eq!(
+        (&dab["budget_limit_dac"], &dab["spent_dac"], &dab["remaining_dac"], &dab["limit_source"]),
+        (&json!(100), &json!(90), &json!(10), &json!("operator_default"))
+    );
+    // A third would reach 135 DAC: refused before any challenge, naming the cap and the reset.
+    let refused = t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_standard" }))).await;
+    refused.assert_error(403, "DAB_LIMIT_REACHED");
+    assert!(refused.json["message"].as_str().unwrap().contains("100 DAC per month"));
+    assert!(refused.json["message"].as_str().unwrap().contains("2026-12-01T00:00:00Z"), "{}", refused.text);
+    // Trial-covered work is outside the cap.
+    let trial = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+    assert_eq!(trial["status"], "trial_paid");
+}
 
 async fn a_paid_create_waits_for_confirm_then_settles(backend: Backend) {
     let t = TestServer::start(backend).await;

@@ -110,11 +110,12 @@ impl Drop for Cleanup {
 pub struct Options {
     pub pricing: Arc<dyn Pricing>,
     pub rate_limit: u32,
+    pub dab_default: anchor_domain::MilliDac,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { pricing: default_pricing(), rate_limit: 1_000_000 }
+        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000) }
     }
 }
 
@@ -144,6 +145,8 @@ impl TestServer {
     }
 
     pub async fn with(backend: Backend, options: Options) -> TestServer {
+        // Server-side errors show in a failing test's output.
+        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,sqlx=error").try_init();
         let (store, cleanup) = fresh_store(backend).await;
         let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
@@ -154,6 +157,7 @@ impl TestServer {
             pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
             rate_limit: options.rate_limit,
             rate_window_secs: 60,
+            dab_default: options.dab_default,
         };
         let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
         let state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);

@@ -53,6 +53,11 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_PRODUCTION", default_value_t = false)]
     pub production: bool,
 
+    /// The DAB (external spending cap per calendar month, in whole DAC) of
+    /// agents whose owner set none. At least 100.
+    #[arg(long, env = "ANCHOR_DAB_DEFAULT_DAC", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
+    pub dab_default_dac: u32,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,

@@ -53,6 +53,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         pay_to: config.pay_to.clone(),
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
+        dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,

@@ -75,3 +75,23 @@ pub fn local_settlement_reference(payment: &PaymentRecord) -> String {
     let identity = format!("{}|{}|{}|{}", payment.network, payment.asset, payment.payer, payment.payment_id);
     format!("local:{}", keccak256(identity.as_bytes()))
 }
+
+/// The budget period containing `now`: the calendar month, in UTC.
+pub fn dab_period(now: chrono::DateTime<chrono::Utc>) -> (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) {
+    use chrono::{Datelike, TimeZone};
+    let start = chrono::Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0).single().unwrap_or(now);
+    let end = start.checked_add_months(chrono::Months::new(1)).unwrap_or(start);
+    (start, end)
+}
+
+/// The refusal when a payment would pass the agent's DAB.
+pub fn dab_reached(limit: MilliDac, spent: MilliDac, amount: MilliDac, resets: chrono::DateTime<chrono::Utc>) -> crate::error::ApiError {
+    crate::error::ApiError::forbidden(
+        "DAB_LIMIT_REACHED",
+        format!(
+            "this payment of {amount} DAC would pass the agent's DAB of {limit} DAC per month ({spent} DAC spent externally this month); \
+             the budget resets at {}; Trial-covered work is not affected",
+            resets.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+    )
+}

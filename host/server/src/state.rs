@@ -19,6 +19,8 @@ pub struct Settings {
     pub pay_to: String,
     pub rate_limit: u32,
     pub rate_window_secs: u64,
+    /// The DAB of agents whose owner set none.
+    pub dab_default: anchor_domain::MilliDac,
 }
 
 #[derive(Clone)]

@@ -349,6 +349,26 @@ macro_rules! store_impl {
                     lineage_group_id = row.try_get("lineage_group_id")?;
                 }
                 let trial_remaining = if let Some(payment) = &new.external {
+                    // The budget check and the reservation share this transaction;
+                    // on PostgreSQL the agent row's lock makes concurrent payments
+                    // of one agent count one after another.
+                    let row = sqlx::query(concat!("select dab_limit_milli from agent where agent_id = $1", $for_update))
+                        .bind(d.agent_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let own: Option<i64> = row.try_get("dab_limit_milli")?;
+                    let limit = own.unwrap_or(payment.dab_default.milli());
+                    let spent: i64 = sqlx::query_scalar(
+                        "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
+                         where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2",
+                    )
+                    .bind(d.agent_id)
+                    .bind(payment.period_start)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if spent + payment.amount_units > limit {
+                        return Ok(Created::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+                    }
                     // The nonce's unique constraint is the replay guard, on every host.
                     let reserved = sqlx::query(
                         "insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, \
@@ -711,6 +731,22 @@ macro_rules! store_impl {
                         .map(|e| Ok((e.try_get("status")?, e.try_get("reason")?, e.try_get("at")?)))
                         .collect::<Result<_>>()?,
                 }))
+            }
+
+            async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus> {
+                let own: Option<i64> = sqlx::query_scalar("select dab_limit_milli from agent where agent_id = $1")
+                    .bind(agent_id)
+                    .fetch_one(&self.pool)
+                    .await?;
+                let spent: i64 = sqlx::query_scalar(
+                    "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
+                     where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2",
+                )
+                .bind(agent_id)
+                .bind(period_start)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(DabStatus { own_limit: own.map(MilliDac), spent: MilliDac(spent) })
             }
 
             async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool> {

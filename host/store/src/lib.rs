@@ -129,6 +129,19 @@ pub struct NewPayment {
     pub payload: String,
     /// The declaration must be confirmed before this.
     pub deadline: DateTime<Utc>,
+    /// The DAB in force when the agent has none of its own, and the start of
+    /// the current budget period.
+    pub dab_default: MilliDac,
+    pub period_start: DateTime<Utc>,
+}
+
+/// An agent's budget and what it spent externally in the current period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DabStatus {
+    /// The agent's own cap, if an owner set one.
+    pub own_limit: Option<MilliDac>,
+    /// External spending (reserved or settled payments) since the period start.
+    pub spent: MilliDac,
 }
 
 /// A payment row and its history.
@@ -206,6 +219,8 @@ pub enum Created {
     ParentForeign,
     /// The payment authorization was already used (its nonce is reserved).
     PaymentReplayed,
+    /// The payment would take the agent past its DAB for the period.
+    DabReached { limit: MilliDac, spent: MilliDac },
 }
 
 /// One row of the usage record written at confirmation.
@@ -328,6 +343,8 @@ pub trait Store: Send + Sync + 'static {
     async fn release_payment(&self, dd_id: Uuid, reason: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
+    /// The agent's DAB and its external spending since `period_start`.
+    async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus>;
     /// Counts one read of the original against the EE's quota and period.
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
     /// The agent's declarations, newest first, and how many match in all.

@@ -134,8 +134,8 @@ pub fn operations() -> Vec<Operation> {
                 "PII_DETECTED", "INSUFFICIENT_DAC",
             ])
             .error(400, "A PAYMENT-SIGNATURE header that is not base64 JSON.", &["INVALID_PAYLOAD"])
-            .error(403, "The parent belongs to another agent, or indefinite retention without a subscription.", &[
-                "FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED",
+            .error(403, "The parent belongs to another agent, indefinite retention without a subscription, or the agent's DAB is reached.", &[
+                "FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED", "DAB_LIMIT_REACHED",
             ])
             .error(404, "parent_dd_id names no declaration.", &["DD_NOT_FOUND"])
             .payment_required("Trial cannot pay (spent or expired) and no payment came with the request."),
@@ -550,6 +550,12 @@ async fn create(
             challenge["error"] = json!(reason.as_str());
             ApiError::PaymentRequired(challenge)
         };
+        let (period_start, resets) = payment::dab_period(now);
+        let dab = state.store.dab_status(agent.agent_id, period_start).await?;
+        let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
+        if dab.spent + quote.total > limit {
+            return Err(payment::dab_reached(limit, dab.spent, quote.total, resets));
+        }
         let payload = match x402::read(&headers) {
             x402::Header::Absent => return Err(ApiError::PaymentRequired(challenge)),
             x402::Header::Malformed(message) => return Err(ApiError::bad("INVALID_PAYLOAD", message)),
@@ -569,10 +575,14 @@ async fn create(
             route: "POST /v1/dd/create".into(),
             payload: payload.to_string(),
             deadline: now + chrono::Duration::seconds(payment::PAYMENT_WINDOW_SECS as i64),
+            dab_default: state.settings.dab_default,
+            period_start,
         });
         created = state.store.create_declaration(&new, now).await?;
-        if matches!(created, Created::PaymentReplayed) {
-            return Err(refuse(x402::Reason::NonceUsed));
+        match created {
+            Created::PaymentReplayed => return Err(refuse(x402::Reason::NonceUsed)),
+            Created::DabReached { limit, spent } => return Err(payment::dab_reached(limit, spent, quote.total, resets)),
+            _ => {}
         }
     }
     let stored = match created {
@@ -582,7 +592,7 @@ async fn create(
             .await?
             .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create")))?,
         Created::Replayed(earlier) => *earlier,
-        Created::TrialCannotPay { .. } | Created::PaymentReplayed => {
+        Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } => {
             return Err(ApiError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")));
         }
         Created::ParentNotFound => {

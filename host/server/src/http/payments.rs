@@ -45,7 +45,43 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"]),
+        op(Method::GET, "/v1/dab/status", get(dab_status))
+            .tag("DAB")
+            .summary("The agent's DAB: its external spending cap this month and what is used")
+            .describe("Trial-covered work does not count. Only the agent's owner can change the cap.")
+            .agent()
+            .ok(200, "DAB status", object(&[], vec![
+                ("agent_id", uuid()),
+                ("budget_limit_dac", number()),
+                ("budget_period", enumeration(&["monthly"])),
+                ("limit_source", enumeration(&["operator_default", "owner"])),
+                ("period_start", datetime()),
+                ("period_resets_at", datetime()),
+                ("spent_dac", number()),
+                ("remaining_dac", number()),
+                ("limit_reached", boolean()),
+            ])),
     ]
+}
+
+async fn dab_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<axum::Json<Value>> {
+    let now = state.clock.now();
+    let (start, resets) = crate::payment::dab_period(now);
+    let dab = state.store.dab_status(agent.agent_id, start).await?;
+    let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
+    let remaining = if dab.spent > limit { MilliDac::ZERO } else { limit - dab.spent };
+    let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    Ok(axum::Json(json!({
+        "agent_id": agent.agent_id,
+        "budget_limit_dac": limit.to_json_number(),
+        "budget_period": "monthly",
+        "limit_source": if dab.own_limit.is_some() { "owner" } else { "operator_default" },
+        "period_start": time(start),
+        "period_resets_at": time(resets),
+        "spent_dac": dab.spent.to_json_number(),
+        "remaining_dac": remaining.to_json_number(),
+        "limit_reached": remaining == MilliDac::ZERO,
+    })))
 }
 
 /// A stable row id for a component that has no payment row of its own.
