@@ -20,14 +20,20 @@ struct Args {
     concurrency: usize,
     /// Also measure confirm-to-checkpoint latency and receipt fetch time.
     log: bool,
+    /// Pay every declaration with x402 (after spending each agent's Trial).
+    paid: bool,
 }
 
 fn args() -> Args {
-    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false };
+    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false, paid: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--log" {
             args.log = true;
+            continue;
+        }
+        if flag == "--paid" {
+            args.paid = true;
             continue;
         }
         let value = it.next().unwrap_or_default();
@@ -50,7 +56,16 @@ async fn main() -> anyhow::Result<()> {
     let mut tokens = Vec::with_capacity(agents_needed);
     for _ in 0..agents_needed {
         let reply: Value = http.post(format!("{}/v1/agent/register", args.url)).json(&json!({})).send().await?.json().await?;
-        tokens.push(reply["auth_token"].as_str().expect("auth_token").to_string());
+        let token = reply["auth_token"].as_str().expect("auth_token").to_string();
+        if args.paid {
+            // Spend the Trial (3 x EE_high + EE_basic = 482.5 of 500) so EE_standard must be paid.
+            for preset in ["EE_high", "EE_high", "EE_high", "EE_basic"] {
+                let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
+                let status = http.post(format!("{}/v1/dd/create", args.url)).bearer_auth(&token).json(&body).send().await?.status();
+                assert_eq!(status.as_u16(), 201);
+            }
+        }
+        tokens.push(token);
     }
     // Work items: (token, request number) so each agent is used at most 50 times.
     let work: Vec<String> = tokens.iter().flat_map(|t| std::iter::repeat_n(t.clone(), 50)).take(args.pairs).collect();
@@ -79,22 +94,28 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut workers = Vec::new();
     for _ in 0..args.concurrency {
-        let (http, queue, latencies, url, confirmed_at) =
-            (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone());
+        let (http, queue, latencies, url, confirmed_at, paid) =
+            (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone(), args.paid);
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().await.pop() else { break };
                 let t0 = Instant::now();
-                let body = json!({
-                    "request_id": uuid::Uuid::new_v4(),
-                    "dd": {
-                        "dd_unit_type": "single", "dd_declaration_mode": "self_declared",
-                        "decision_type": "internal_service", "decision_action_type": "execute",
-                        "origin_context_type": "internal", "selection_state": "SELECTED",
-                    },
-                    "ee": { "ee_preset": "EE_basic" },
-                });
-                let created = http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.expect("create");
+                let preset = if paid { "EE_standard" } else { "EE_basic" };
+                let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
+                let mut created = http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.expect("create");
+                if paid {
+                    assert_eq!(created.status().as_u16(), 402, "expected a challenge");
+                    let challenge: Value = created.json().await.expect("challenge");
+                    let header = sign_payment(&challenge);
+                    created = http
+                        .post(format!("{url}/v1/dd/create"))
+                        .bearer_auth(&token)
+                        .header("PAYMENT-SIGNATURE", header)
+                        .json(&body)
+                        .send()
+                        .await
+                        .expect("paid create");
+                }
                 assert_eq!(created.status().as_u16(), 201, "create failed");
                 let created: Value = created.json().await.expect("create body");
                 let confirmed = http
@@ -118,8 +139,9 @@ async fn main() -> anyhow::Result<()> {
     latencies.sort();
     let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)).copied().unwrap_or(Duration::ZERO);
     println!(
-        "anchored {} DDs (create + confirm) in {:.2} s with concurrency {}: {:.0} DDs/s; per pair p50 {:.2} ms, p99 {:.2} ms",
+        "anchored {} {}DDs (create + confirm) in {:.2} s with concurrency {}: {:.0} DDs/s; per pair p50 {:.2} ms, p99 {:.2} ms",
         latencies.len(),
+        if args.paid { "x402-paid " } else { "" },
         elapsed.as_secs_f64(),
         args.concurrency,
         latencies.len() as f64 / elapsed.as_secs_f64(),
@@ -130,6 +152,68 @@ async fn main() -> anyhow::Result<()> {
         log_report(&http, &args.url, &confirmed_at.lock().await, &seen, &stop, watcher).await?;
     }
     Ok(())
+}
+
+fn dd() -> Value {
+    json!({
+        "dd_unit_type": "single", "dd_declaration_mode": "self_declared",
+        "decision_type": "internal_service", "decision_action_type": "execute",
+        "origin_context_type": "internal", "selection_state": "SELECTED",
+    })
+}
+
+alloy_sol_types::sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// Signs the challenge's one requirement with Anvil's public test key #0, as the official client does.
+fn sign_payment(challenge: &Value) -> String {
+    use alloy_signer::SignerSync;
+    use alloy_sol_types::SolStruct;
+    use base64::Engine;
+    let signer: alloy_signer_local::PrivateKeySigner =
+        "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80".parse().expect("test key");
+    let accepts = &challenge["accepts"][0];
+    let amount: u64 = accepts["amount"].as_str().expect("amount").parse().expect("amount");
+    let to: alloy_primitives::Address = accepts["payTo"].as_str().expect("payTo").parse().expect("payTo");
+    let valid_before = chrono::Utc::now().timestamp() as u64 + accepts["maxTimeoutSeconds"].as_u64().expect("timeout");
+    let nonce = alloy_primitives::B256::from(*uuid::Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().expect("32"));
+    let message = TransferWithAuthorization {
+        from: signer.address(),
+        to,
+        value: alloy_primitives::U256::from(amount),
+        validAfter: alloy_primitives::U256::ZERO,
+        validBefore: alloy_primitives::U256::from(valid_before),
+        nonce,
+    };
+    let domain = alloy_sol_types::Eip712Domain {
+        name: Some("USD Coin".into()),
+        version: Some("2".into()),
+        chain_id: Some(alloy_primitives::U256::from(8453u64)),
+        verifying_contract: Some(accepts["asset"].as_str().expect("asset").parse().expect("asset")),
+        salt: None,
+    };
+    let signature = signer.sign_hash_sync(&message.eip712_signing_hash(&domain)).expect("sign");
+    let payload = json!({
+        "x402Version": 2,
+        "resource": challenge["resource"],
+        "accepted": accepts,
+        "payload": {
+            "authorization": {
+                "from": format!("{:#x}", signer.address()), "to": format!("{to:#x}"), "value": amount.to_string(),
+                "validAfter": "0", "validBefore": valid_before.to_string(), "nonce": format!("{nonce:#x}"),
+            },
+            "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+        },
+    });
+    base64::engine::general_purpose::STANDARD.encode(payload.to_string())
 }
 
 /// Confirm-to-checkpoint latency (from the watcher's first sight of a

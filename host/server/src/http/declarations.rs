@@ -131,7 +131,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "Validation failed.", &[
                 "MISSING_FIELD", "INVALID_ENUM", "UNKNOWN_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_INPUT",
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
-                "PII_DETECTED", "INSUFFICIENT_DAC",
+                "PII_DETECTED", "INSUFFICIENT_DAC", "PREMIUM_SOURCE_UNAVAILABLE",
             ])
             .error(400, "A PAYMENT-SIGNATURE header that is not base64 JSON.", &["INVALID_PAYLOAD"])
             .error(403, "The parent belongs to another agent, indefinite retention without a subscription, or the agent's DAB is reached.", &[
@@ -489,13 +489,14 @@ async fn create(
             ));
         }
         Some("external") if quote.premium() > MilliDac::ZERO => {
-            return Err(ApiError::PaymentRequired(payment::challenge(
-                &state.settings,
-                "/v1/dd/create",
-                "Premium of a decision declaration, paid externally as premium_payment_source asks",
-                quote.premium(),
-                payment::DD_CREATE_MAX_TIMEOUT_SECS,
-            )));
+            return Err(ApiError::bad(
+                "PREMIUM_SOURCE_UNAVAILABLE",
+                format!(
+                    "premium_payment_source external: paying the base fee from Trial and the {} DAC premium over x402 in one record is not available yet; \
+                     leave the field out to pay the whole price from Trial, or over x402 once Trial cannot",
+                    quote.premium()
+                ),
+            ));
         }
         _ => {}
     }
