@@ -124,6 +124,7 @@ anchor_tests::both_backends!(
     bad_payments_are_refused_with_their_reason,
     an_unconfirmed_paid_declaration_expires_after_thirty_minutes,
     the_dab_caps_external_spending_but_not_trial,
+    facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures,
 );
 
 async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
@@ -276,4 +277,150 @@ async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: B
     assert_eq!(status.json["x402"]["status"], "released");
     assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty(), "released records leave no usage entry");
     t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await.assert_error(409, "NOT_CONFIRMED");
+}
+
+/// A stand-in facilitator on loopback: the x402 facilitator HTTP API, with
+/// settle behaviour the test sets, counting settlements that "moved money".
+mod stub {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub enum Settle {
+        Succeed,
+        /// Moves the money, then answers too late.
+        SucceedSlowly,
+        Refuse,
+    }
+
+    pub struct Facilitator {
+        pub url: String,
+        pub behaviour: Arc<std::sync::Mutex<Settle>>,
+        /// Authorizations the chain saw settle (by nonce).
+        pub moved: Arc<std::sync::Mutex<Vec<String>>>,
+        pub auth_seen: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    pub async fn start() -> Facilitator {
+        use axum::routing::{get, post};
+        let behaviour = Arc::new(std::sync::Mutex::new(Settle::Succeed));
+        let moved = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let auth_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (b, m, a) = (behaviour.clone(), moved.clone(), auth_seen.clone());
+        let app = axum::Router::new()
+            .route("/supported", get(|| async { axum::Json(json!({ "kinds": [{ "x402Version": 2, "scheme": "exact", "network": "eip155:8453" }] })) }))
+            .route("/verify", post(|axum::Json(_body): axum::Json<Value>| async { axum::Json(json!({ "isValid": true })) }))
+            .route(
+                "/settle",
+                post(move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
+                    let (b, m, a) = (b.clone(), m.clone(), a.clone());
+                    async move {
+                        if let Some(key) = headers.get("x-api-key") {
+                            a.lock().unwrap().push(key.to_str().unwrap().to_string());
+                        }
+                        let nonce = body["paymentPayload"]["payload"]["authorization"]["nonce"].as_str().unwrap().to_string();
+                        let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
+                        if m.lock().unwrap().contains(&nonce) {
+                            // The chain refuses a used nonce: nothing moves twice.
+                            return axum::Json(json!({ "success": false, "errorReason": "invalid_exact_evm_nonce_already_used", "transaction": "", "network": "eip155:8453", "payer": payer }));
+                        }
+                        let behaviour = *b.lock().unwrap();
+                        match behaviour {
+                            Settle::Refuse => axum::Json(json!({ "success": false, "errorReason": "invalid_exact_evm_insufficient_balance", "transaction": "", "network": "eip155:8453", "payer": payer })),
+                            Settle::Succeed | Settle::SucceedSlowly => {
+                                m.lock().unwrap().push(nonce);
+                                if behaviour == Settle::SucceedSlowly {
+                                    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                                }
+                                axum::Json(json!({ "success": true, "transaction": "0xfeedbeef", "network": "eip155:8453", "payer": payer }))
+                            }
+                        }
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Facilitator { url, behaviour, moved, auth_seen }
+    }
+}
+
+async fn with_facilitator(backend: Backend) -> (TestServer, stub::Facilitator) {
+    use anchor_server::settlement::{FacilitatorSettler, StaticHeader};
+    let facilitator = stub::start().await;
+    let settler = FacilitatorSettler::connect(
+        &facilitator.url,
+        std::sync::Arc::new(StaticHeader(Some(("x-api-key".into(), "test-key".into())))),
+        std::time::Duration::from_secs(2),
+        std::time::Duration::from_millis(500),
+    )
+    .await
+    .expect("the stub lists exact on Base");
+    let t = TestServer::with(backend, Options { settler: Some(std::sync::Arc::new(settler)), ..Options::default() }).await;
+    (t, facilitator)
+}
+
+
+async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures(backend: Backend) {
+    let (t, facilitator) = with_facilitator(backend).await;
+    let (agent, _, challenge) = spent(&t).await;
+    let now = t.clock.now().timestamp();
+    let paid = |body: &Value| {
+        let header = b64(&pay(&challenge, now, Twist::default()));
+        (body.clone(), header)
+    };
+
+    // 1. Settles through the facilitator, with the configured auth header.
+    let (body, header) = paid(&create_body(json!({ "ee_preset": "EE_basic" })));
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", header))).await;
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    let confirmed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    assert_eq!(facilitator.auth_seen.lock().unwrap().first().map(String::as_str), Some("test-key"));
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["x402"]["settlement_ref"], "0xfeedbeef");
+
+    // 2. A settle that times out leaves the payment unknown; confirming again
+    //    reconciles it; the money moved exactly once.
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::SucceedSlowly;
+    let (body, header) = paid(&create_body(json!({ "ee_preset": "EE_basic" })));
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", header))).await;
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    t.confirm(&agent, &dd_id).await.assert_error(503, "SETTLEMENT_PENDING");
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["x402"]["status"], "settle_unknown");
+    assert_eq!(status.json["settlement_status"], "pending", "nothing anchored while unknown");
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::Succeed;
+    // Even past the window: an unknown outcome is reconciled, not released.
+    t.clock.advance(chrono::Duration::minutes(40));
+    let reconciled = t.confirm(&agent, &dd_id).await;
+    assert_eq!(reconciled.status.as_u16(), 200, "{}", reconciled.text);
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["x402"]["status"], "settled");
+    let history: Vec<&str> = status.json["x402"]["history"].as_array().unwrap().iter().map(|h| h["status"].as_str().unwrap()).collect();
+    assert_eq!(history, vec!["reserved", "settle_unknown", "settled"]);
+    assert_eq!(facilitator.moved.lock().unwrap().len(), 2, "two payments moved money, each once");
+    t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
+
+    // 3. A refused settlement: 402 with PAYMENT-RESPONSE success false; nothing kept.
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::Refuse;
+    let now = t.clock.now().timestamp();
+    let header = b64(&pay(&challenge, now, Twist::default()));
+    let body = create_body(json!({ "ee_preset": "EE_basic" }));
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", header))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    let failed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(failed.status.as_u16(), 402, "{}", failed.text);
+    let response: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD.decode(failed.headers["payment-response"].to_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(response["success"], json!(false));
+    assert_eq!(response["errorReason"], "invalid_exact_evm_insufficient_balance");
+    assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty());
+    t.confirm(&agent, &dd_id).await.assert_error(409, "PAYMENT_FAILED");
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!((status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()), (Some("failed"), Some("settle_failed")));
 }

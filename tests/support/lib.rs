@@ -111,11 +111,13 @@ pub struct Options {
     pub pricing: Arc<dyn Pricing>,
     pub rate_limit: u32,
     pub dab_default: anchor_domain::MilliDac,
+    /// `None`: local settlement.
+    pub settler: Option<Arc<dyn anchor_server::settlement::Settler>>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000) }
+        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000), settler: None }
     }
 }
 
@@ -160,7 +162,10 @@ impl TestServer {
             dab_default: options.dab_default,
         };
         let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
-        let state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
+        let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
+        if let Some(settler) = options.settler {
+            state = state.with_settler(settler);
+        }
         let integrator = tokio::spawn(anchor_server::log::run_integrator(
             store.clone(),
             log_key.clone(),

@@ -48,8 +48,20 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_LOG_ORIGIN")]
     pub log_origin: Option<String>,
 
-    /// Marks a production deployment. Local x402 settlement (the only mode
-    /// today, which checks signatures but moves no money) refuses to start then.
+    /// How x402 payments settle: `local` (signatures and terms checked, no
+    /// money moved) or `facilitator` (the x402 facilitator API at --facilitator-url).
+    #[arg(long, env = "ANCHOR_X402_MODE", default_value = "local", value_parser = ["local", "facilitator"])]
+    pub x402_mode: String,
+
+    /// The facilitator's base URL (facilitator mode).
+    #[arg(long, env = "ANCHOR_FACILITATOR_URL")]
+    pub facilitator_url: Option<String>,
+
+    /// One header sent with every facilitator call, as `Name: value`.
+    #[arg(long, env = "ANCHOR_FACILITATOR_AUTH", hide_env_values = true)]
+    pub facilitator_auth: Option<String>,
+
+    /// Marks a production deployment: local x402 settlement refuses to start.
     #[arg(long, env = "ANCHOR_PRODUCTION", default_value_t = false)]
     pub production: bool,
 

@@ -33,6 +33,8 @@ pub enum ApiError {
     TooManyRequests { message: String, retry_after_secs: u64 },
     /// 402 with an x402 v2 PaymentRequired object in the header and the body.
     PaymentRequired(Value),
+    /// 402 after a settlement failed: `PAYMENT-RESPONSE` carries success false.
+    SettlementFailed { reason: String, payer: String },
     /// 503: a dependency (the pricing component) is failing.
     Unavailable { code: &'static str, message: String },
     Internal(anyhow::Error),
@@ -62,7 +64,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Gone { .. } => StatusCode::GONE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::PaymentRequired(_) => StatusCode::PAYMENT_REQUIRED,
+            ApiError::PaymentRequired(_) | ApiError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -163,6 +165,18 @@ impl IntoResponse for ApiError {
                 response
             }
             ApiError::PaymentRequired(challenge) => crate::payment::challenge_response(challenge),
+            ApiError::SettlementFailed { reason, payer } => {
+                let mut response = (
+                    status,
+                    axum::Json(body("SETTLEMENT_FAILED", &format!("the payment did not settle ({reason}); nothing was charged or anchored"))),
+                )
+                    .into_response();
+                if let Ok(value) = HeaderValue::from_str(&crate::x402::settle_response(false, "", &payer, Some(&reason))) {
+                    response.headers_mut().insert("payment-response", value);
+                }
+                response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                response
+            }
             ApiError::Internal(error) => {
                 tracing::error!(error = format!("{error:#}"), "internal error");
                 (status, axum::Json(body("INTERNAL_ERROR", "the service failed to handle this request; nothing was changed")))

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod payment;
 pub mod x402;
 pub mod ratelimit;
+pub mod settlement;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -38,12 +39,30 @@ pub fn load_pricing(engine: &PluginEngine, path: Option<&std::path::Path>) -> an
 
 /// Opens storage, loads pricing and serves until Ctrl-C.
 pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
-    if config.production {
+    if config.production && config.x402_mode == "local" {
         anyhow::bail!(
             "this deployment is marked production, but x402 settlement is local (signatures checked, no money moved); \
-             refusing to start until a facilitator settlement mode is configured"
+             use --x402-mode facilitator"
         );
     }
+    let settler: Arc<dyn settlement::Settler> = if config.x402_mode == "facilitator" {
+        let url = config.facilitator_url.as_deref().ok_or_else(|| anyhow::anyhow!("--x402-mode facilitator needs --facilitator-url"))?;
+        let header = config.facilitator_auth.as_deref().map(|h| {
+            let (name, value) = h.split_once(':').unwrap_or((h, ""));
+            (name.trim().to_string(), value.trim().to_string())
+        });
+        Arc::new(
+            settlement::FacilitatorSettler::connect(
+                url,
+                Arc::new(settlement::StaticHeader(header)),
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(30),
+            )
+            .await?,
+        )
+    } else {
+        Arc::new(settlement::LocalSettler)
+    };
     let url = config.database_url();
     let store = anchor_store::open(&url).await?;
     let engine = PluginEngine::new()?;
@@ -61,7 +80,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
-    let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings);
+    let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
     let integrator =
         tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -71,6 +90,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         pricing = %generation.version,
         pricing_sha256 = %generation.sha256,
         log_key = %key.vkey,
+        x402_settlement = settler.mode(),
         "anchor is serving"
     );
     axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())

@@ -9,6 +9,7 @@ use anchor_store::Store;
 
 use crate::log::LogKey;
 use crate::ratelimit::RateLimiter;
+use crate::settlement::{LocalSettler, Settler};
 
 /// Settings handlers read; parsed once from the configuration.
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub started: Instant,
     pub limiter: Arc<RateLimiter>,
+    /// How x402 payments are verified and settled beyond the local checks.
+    pub settler: Arc<dyn Settler>,
     /// The OpenAPI document, built on first request from the route table.
     pub openapi: Arc<OnceLock<serde_json::Value>>,
 }
@@ -48,6 +51,14 @@ impl AppState {
         settings: Settings,
     ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
-        AppState { store, pricing, clock, host_id: uuid::Uuid::new_v4(), log_key, settings: Arc::new(settings), started: Instant::now(), limiter, openapi: Arc::default() }
+        AppState { store, pricing, clock, host_id: uuid::Uuid::new_v4(), log_key, settings: Arc::new(settings), started: Instant::now(), limiter, settler: Arc::new(LocalSettler), openapi: Arc::default() }
+    }
+}
+
+impl AppState {
+    /// The same state with another settler (facilitator mode).
+    pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
+        self.settler = settler;
+        self
     }
 }

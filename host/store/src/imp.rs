@@ -544,7 +544,7 @@ macro_rules! store_impl {
                 if let Some(reference) = settlement_ref {
                     let payment: Option<Uuid> = sqlx::query_scalar(
                         "update x402_payment set status = 'settled', settlement_ref = $1, updated_at = $2 \
-                         where dd_id = $3 and status = 'reserved' returning payment_id",
+                         where dd_id = $3 and status in ('reserved', 'settle_unknown') returning payment_id",
                     )
                     .bind(reference)
                     .bind(now)
@@ -668,11 +668,19 @@ macro_rules! store_impl {
                     .collect()
             }
 
-            async fn release_payment(&self, dd_id: Uuid, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+            async fn close_payment(
+                &self,
+                dd_id: Uuid,
+                declaration_status: &str,
+                payment_status: &str,
+                reason: &str,
+                now: DateTime<Utc>,
+            ) -> Result<bool> {
                 let mut tx = self.begin_write().await?;
                 let released = sqlx::query(
-                    "update declaration set settlement_status = 'released' where dd_id = $1 and settlement_status = 'pending' and confirmed_at is null",
+                    "update declaration set settlement_status = $1 where dd_id = $2 and settlement_status = 'pending' and confirmed_at is null",
                 )
+                .bind(declaration_status)
                 .bind(dd_id)
                 .execute(&mut *tx)
                 .await?;
@@ -680,17 +688,19 @@ macro_rules! store_impl {
                     return Ok(false);
                 }
                 let payment: Option<Uuid> = sqlx::query_scalar(
-                    "update x402_payment set status = 'released', error_reason = $1, updated_at = $2 \
-                     where dd_id = $3 and status = 'reserved' returning payment_id",
+                    "update x402_payment set status = $1, error_reason = $2, updated_at = $3 \
+                     where dd_id = $4 and status in ('reserved', 'settle_unknown') returning payment_id",
                 )
+                .bind(payment_status)
                 .bind(reason)
                 .bind(now)
                 .bind(dd_id)
                 .fetch_optional(&mut *tx)
                 .await?;
                 if let Some(payment) = payment {
-                    sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'released', $2, $3)")
+                    sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, $2, $3, $4)")
                         .bind(payment)
+                        .bind(payment_status)
                         .bind(reason)
                         .bind(now)
                         .execute(&mut *tx)
@@ -700,17 +710,40 @@ macro_rules! store_impl {
                 Ok(true)
             }
 
+            async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool> {
+                let mut tx = self.begin_write().await?;
+                let payment: Option<Uuid> = sqlx::query_scalar(
+                    "update x402_payment set status = 'settle_unknown', error_reason = $1, updated_at = $2 \
+                     where dd_id = $3 and status in ('reserved', 'settle_unknown') returning payment_id",
+                )
+                .bind(detail)
+                .bind(now)
+                .bind(dd_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(payment) = payment else { return Ok(false) };
+                sqlx::query("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'settle_unknown', $2, $3)")
+                    .bind(payment)
+                    .bind(detail)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
             async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>> {
                 let row = sqlx::query(
                     "select payment_id, network, asset, payer, amount_units, pay_to, status, error_reason, settlement_ref, \
-                     created_at, updated_at from x402_payment where dd_id = $1",
+                     payload, created_at, updated_at from x402_payment where dd_id = $1",
                 )
                 .bind(dd_id)
                 .fetch_optional(&self.pool)
                 .await?;
                 let Some(row) = row else { return Ok(None) };
                 let payment_id: Uuid = row.try_get("payment_id")?;
-                let events = sqlx::query("select status, reason, at from x402_payment_event where payment_id = $1 order by at, status desc")
+                let events = sqlx::query("select status, reason, at from x402_payment_event where payment_id = $1 \
+                     order by at, case status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end")
                     .bind(payment_id)
                     .fetch_all(&self.pool)
                     .await?;
@@ -724,6 +757,7 @@ macro_rules! store_impl {
                     status: row.try_get("status")?,
                     error_reason: row.try_get("error_reason")?,
                     settlement_ref: row.try_get("settlement_ref")?,
+                    payload: row.try_get("payload")?,
                     created_at: row.try_get("created_at")?,
                     updated_at: row.try_get("updated_at")?,
                     history: events

@@ -156,6 +156,8 @@ pub struct PaymentRecord {
     pub status: String,
     pub error_reason: Option<String>,
     pub settlement_ref: Option<String>,
+    /// The PaymentPayload as received (its `accepted` is the requirement).
+    pub payload: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// (status, reason, at), oldest first.
@@ -338,9 +340,20 @@ pub trait Store: Send + Sync + 'static {
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
     ) -> Result<bool>;
-    /// Releases the payment reservation of an unconfirmed, externally paid
-    /// declaration; it can never be confirmed afterwards. False if it was not pending.
-    async fn release_payment(&self, dd_id: Uuid, reason: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// Ends an unconfirmed, externally paid declaration's payment without
+    /// settling it: the declaration becomes `declaration_status` (`released`,
+    /// `failed`) and can never be confirmed; the payment becomes
+    /// `payment_status`. False if the declaration was not pending.
+    async fn close_payment(
+        &self,
+        dd_id: Uuid,
+        declaration_status: &str,
+        payment_status: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Marks a payment whose settlement outcome is unknown.
+    async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
     /// The agent's DAB and its external spending since `period_start`.

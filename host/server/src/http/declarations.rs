@@ -39,7 +39,7 @@ use super::input::{Obj, path_uuid, query_datetime};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AuthAgent, JsonBody};
 use crate::openapi::*;
-use crate::{payment, x402};
+use crate::{payment, settlement, x402};
 use crate::state::AppState;
 
 const CREATE_FIELDS: &[&str] =
@@ -167,7 +167,10 @@ pub fn operations() -> Vec<Operation> {
             .error(403, "The record belongs to another agent.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"])
             .error(409, "Already confirmed.", &["ALREADY_CONFIRMED"])
-            .error(410, "The external payment window closed.", &["PAYMENT_EXPIRED"]),
+            .error(409, "The payment failed to settle earlier.", &["PAYMENT_FAILED"])
+            .error(410, "The external payment window closed.", &["PAYMENT_EXPIRED"])
+            .payment_required("Settlement failed: nothing was charged or anchored; PAYMENT-RESPONSE says why.")
+            .error(503, "The settlement's outcome is unknown; confirm again to reconcile.", &["SETTLEMENT_PENDING"]),
         op(Method::GET, "/v1/dd/list", get(list))
             .tag("DD")
             .summary("List the agent's declarations, newest first")
@@ -563,6 +566,11 @@ async fn create(
             x402::Header::Present(payload) => payload,
         };
         let verified = x402::verify(&payload, &challenge["accepts"][0], now.timestamp()).map_err(refuse)?;
+        if let Err(reason) = state.settler.verify(&payload, &challenge["accepts"][0]).await {
+            let mut refused = challenge.clone();
+            refused["error"] = json!(reason);
+            return Err(ApiError::PaymentRequired(refused));
+        }
         new.external = Some(NewPayment {
             payment_id: Uuid::new_v4(),
             network: payment::NETWORK.into(),
@@ -687,9 +695,11 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
         return Err(expired());
     }
     let external = stored.base_fee_source == PaymentSource::External;
-    if external && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
-        state.store.release_payment(dd_id, "payment window expired before confirmation", now).await?;
-        return Err(expired());
+    if stored.settlement_status == "failed" {
+        return Err(ApiError::Conflict {
+            code: "PAYMENT_FAILED",
+            message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
+        });
     }
     let settlement_ref = if external {
         let payment = state
@@ -697,7 +707,33 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
             .payment_for(dd_id)
             .await?
             .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
-        Some((payment::local_settlement_reference(&payment), payment.payer))
+        // An unknown outcome is reconciled before the window is looked at: the
+        // money may already have moved.
+        if payment.status != "settle_unknown" && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
+            state.store.close_payment(dd_id, "released", "released", "payment window expired before confirmation", now).await?;
+            return Err(expired());
+        }
+        let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| ApiError::Internal(e.into()))?;
+        let requirements = payload["accepted"].clone();
+        let reconciling = payment.status == "settle_unknown";
+        match state.settler.settle(&payload, &requirements, &payment::local_settlement_reference(&payment)).await {
+            settlement::Settled::Yes { reference } => Some((reference, payment.payer)),
+            // After an unknown outcome, a used nonce means the first settle went through.
+            settlement::Settled::No { reason } if reconciling && reason == settlement::NONCE_USED => {
+                Some((format!("reconciled:{}", payment.payment_id), payment.payer))
+            }
+            settlement::Settled::No { reason } => {
+                state.store.close_payment(dd_id, "failed", "settle_failed", &reason, now).await?;
+                return Err(ApiError::SettlementFailed { reason, payer: payment.payer });
+            }
+            settlement::Settled::Unknown { detail } => {
+                state.store.mark_settlement_unknown(dd_id, &detail, now).await?;
+                return Err(ApiError::Unavailable {
+                    code: "SETTLEMENT_PENDING",
+                    message: "the settlement's outcome is not known yet; nothing was anchored; confirm again to reconcile it".into(),
+                });
+            }
+        }
     } else {
         None
     };
