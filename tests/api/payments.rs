@@ -424,3 +424,82 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!((status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()), (Some("failed"), Some("settle_failed")));
 }
+
+/// A structural check of a JSON value against an OpenAPI 3.0 schema: types,
+/// required properties, enums and nested objects/arrays, with `$ref`s
+/// resolved in `doc`. Enough for the reference's X402Challenge.
+fn conforms(doc: &Value, schema: &Value, value: &Value, path: &str, problems: &mut Vec<String>) {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        return conforms(doc, doc.pointer(&r.replace("#/", "/")).expect("ref resolves"), value, path, problems);
+    }
+    let kind_ok = match schema.get("type").and_then(Value::as_str) {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    };
+    if !kind_ok {
+        problems.push(format!("{path}: {value} is not of type {}", schema["type"]));
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+        if !allowed.contains(value) {
+            problems.push(format!("{path}: {value} is not one of {allowed:?}"));
+        }
+    }
+    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+        if value.get(required.as_str().unwrap()).is_none() {
+            problems.push(format!("{path}: missing {required}"));
+        }
+    }
+    if let (Some(props), Some(object)) = (schema.get("properties").and_then(Value::as_object), value.as_object()) {
+        for (name, sub) in props {
+            if let Some(v) = object.get(name) {
+                conforms(doc, sub, v, &format!("{path}.{name}"), problems);
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in array.iter().enumerate() {
+            conforms(doc, items, v, &format!("{path}[{i}]"), problems);
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_challenge_validates_against_the_reference_schema() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var("ANCHOR_REFERENCE_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| root.join("shared/reference"));
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("decision-anchor-openapi.json")).unwrap()).unwrap();
+    let schema = &reference["components"]["schemas"]["X402Challenge"];
+    let t = TestServer::start(Backend::Sqlite).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let now = t.clock.now().timestamp();
+    // The plain challenge, and the challenges that carry a refusal reason.
+    let mut challenges = vec![challenge.clone()];
+    let expired = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() }))))).await;
+    challenges.push(challenge_of(&expired));
+    let high = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_high" }))).await);
+    assert_eq!(high["accepts"][0]["amount"], "157500");
+    challenges.push(high);
+    for challenge in &challenges {
+        let mut problems = Vec::new();
+        conforms(&reference, schema, challenge, "X402Challenge", &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        // What the schema leaves optional, the service always sends.
+        for key in ["x402Version", "error", "resource", "accepts"] {
+            assert!(challenge.get(key).is_some(), "{key}");
+        }
+        assert_eq!(challenge["accepts"].as_array().unwrap().len(), 1);
+    }
+    // The check itself can fail: a v1 challenge with a numeric amount does not conform.
+    let mut wrong = challenges[0].clone();
+    wrong["x402Version"] = json!(1);
+    wrong["accepts"][0]["amount"] = json!(10000);
+    let mut problems = Vec::new();
+    conforms(&reference, schema, &wrong, "X402Challenge", &mut problems);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+}
