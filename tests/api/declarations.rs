@@ -363,8 +363,10 @@ async fn premium_payment_sources_are_never_ignored(backend: Backend) {
     t.post("/v1/dd/create", Some(&agent.token), &earned).await.assert_error(400, "INSUFFICIENT_DAC");
     let mut external = create_body(json!({ "ee_preset": "EE_standard" }));
     external["premium_payment_source"] = json!("external");
-    // Splitting one record between Trial and x402 is refused clearly, not ignored.
-    t.post("/v1/dd/create", Some(&agent.token), &external).await.assert_error(400, "PREMIUM_SOURCE_UNAVAILABLE");
+    // external: Trial keeps the base fee, the premium is challenged on its own.
+    let challenge = t.post("/v1/dd/create", Some(&agent.token), &external).await;
+    assert_eq!(challenge.status, StatusCode::PAYMENT_REQUIRED, "{}", challenge.text);
+    assert_eq!(challenge.json["accepts"][0]["amount"], "35000", "the 35 DAC premium of EE_standard");
     // With no premium the source has nothing to pay and Trial pays the base fee.
     let mut basic = create_body(json!({ "ee_preset": "EE_basic" }));
     basic["premium_payment_source"] = json!("external");

@@ -125,7 +125,39 @@ anchor_tests::both_backends!(
     an_unconfirmed_paid_declaration_expires_after_thirty_minutes,
     the_dab_caps_external_spending_but_not_trial,
     facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures,
+    an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee,
 );
+
+async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let mut body = create_body(json!({ "ee_preset": "EE_high" }));
+    body["premium_payment_source"] = json!("external");
+    let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
+    assert_eq!(challenge["accepts"][0]["amount"], "147500", "the premium alone: 157.5 - 10 DAC");
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    assert_eq!(created.json["status"], "pending_payment");
+    assert_eq!(created.json["trial_payment"]["trial_remaining"], json!(490));
+    assert_eq!(created.json["payment"]["amount_usdc"], json!(0.1475));
+    assert_eq!(created.json["cost_breakdown"]["base_fee_source"], "trial");
+    assert_eq!(created.json["cost_breakdown"]["premium_source"], "external");
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    let confirmed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    assert_eq!(confirmed.json["payment_sources"], json!(["trial", "external"]), "distinct sources, not collapsed");
+    let usage = t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap();
+    let rows: Vec<(&str, &str, i64)> = usage.iter().map(|u| (u.cost_component, u.source.as_str(), u.amount.milli())).collect();
+    assert_eq!(rows, vec![("base_fee", "trial", 10_000), ("premium", "external", 147_500)]);
+    // A refused premium payment debits nothing from Trial either.
+    let mut again = create_body(json!({ "ee_preset": "EE_high" }));
+    again["premium_payment_source"] = json!("external");
+    let wrong = pay(&challenge, t.clock.now().timestamp(), Twist { value: Some(1), ..Twist::default() });
+    let refused = send(&t, &agent, &again, Some(("PAYMENT-SIGNATURE", b64(&wrong)))).await;
+    assert_eq!(refused.status.as_u16(), 402);
+    assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
+}
 
 async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
     let t = TestServer::with(backend, Options { dab_default: anchor_domain::MilliDac::from_dac(100), ..Options::default() }).await;

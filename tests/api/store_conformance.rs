@@ -79,6 +79,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
         monthly: MilliDac::ZERO,
         direct_access_expires_at: now() + Duration::days(60),
         external: None,
+        base_from_trial: false,
     }
 }
 

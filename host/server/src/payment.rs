@@ -95,3 +95,10 @@ pub fn dab_reached(limit: MilliDac, spent: MilliDac, amount: MilliDac, resets: c
         ),
     )
 }
+
+/// USDC base units as a JSON number of USDC (six decimals), for display.
+pub fn usdc_json(units: i64) -> serde_json::Value {
+    let text = format!("{}.{:06}", units / 1_000_000, units % 1_000_000);
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
+}

@@ -400,7 +400,24 @@ macro_rules! store_impl {
                         .bind(now)
                         .execute(&mut *tx)
                         .await?;
-                    None
+                    if new.base_from_trial {
+                        let debited: Option<i64> = sqlx::query_scalar(
+                            "update agent set trial_balance_milli = trial_balance_milli - $1 \
+                             where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
+                             returning trial_balance_milli",
+                        )
+                        .bind(new.base_fee.milli())
+                        .bind(d.agent_id)
+                        .bind(now)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        match debited {
+                            Some(left) => Some(left),
+                            None => return Ok(Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }),
+                        }
+                    } else {
+                        None
+                    }
                 } else {
                 // The debit and its condition are one statement: it cannot race.
                 let debited: Option<i64> = sqlx::query_scalar(
@@ -426,7 +443,11 @@ macro_rules! store_impl {
                 };
                 Some(trial_remaining)
                 };
-                let source = if new.external.is_some() { PaymentSource::External } else { PaymentSource::Trial };
+                let (base_source, premium_source) = match (&new.external, new.base_from_trial) {
+                    (None, _) => (PaymentSource::Trial, PaymentSource::Trial),
+                    (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
+                    (Some(_), false) => (PaymentSource::External, PaymentSource::External),
+                };
                 let settlement = if new.external.is_some() { "pending" } else { "unreserved" };
                 let t = d.template.as_ref();
                 let inserted = sqlx::query(concat!(
@@ -479,8 +500,8 @@ macro_rules! store_impl {
                 .bind(new.subtotal.milli())
                 .bind(i64::from(new.multiplier_permille))
                 .bind(new.monthly.milli())
-                .bind(source.as_str())
-                .bind(source.as_str())
+                .bind(base_source.as_str())
+                .bind(premium_source.as_str())
                 .bind(trial_remaining)
                 .bind(settlement)
                 .bind(None::<DateTime<Utc>>)

@@ -174,8 +174,11 @@ pub struct NewDeclaration {
     pub multiplier_permille: u32,
     pub monthly: MilliDac,
     pub direct_access_expires_at: DateTime<Utc>,
-    /// `Some`: paid externally (no Trial debit); `None`: paid from Trial.
+    /// `Some`: paid externally; `None`: paid from Trial.
     pub external: Option<NewPayment>,
+    /// With `external`: the base fee is still debited from Trial and the
+    /// payment covers the premium alone (`premium_payment_source: external`).
+    pub base_from_trial: bool,
 }
 
 /// A recorded declaration with its payment and confirmation state.

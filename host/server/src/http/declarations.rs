@@ -131,7 +131,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "Validation failed.", &[
                 "MISSING_FIELD", "INVALID_ENUM", "UNKNOWN_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_INPUT",
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
-                "PII_DETECTED", "INSUFFICIENT_DAC", "PREMIUM_SOURCE_UNAVAILABLE",
+                "PII_DETECTED", "INSUFFICIENT_DAC", "INVALID_PAYLOAD",
             ])
             .error(400, "A PAYMENT-SIGNATURE header that is not base64 JSON.", &["INVALID_PAYLOAD"])
             .error(403, "The parent belongs to another agent, indefinite retention without a subscription, or the agent's DAB is reached.", &[
@@ -491,16 +491,6 @@ async fn create(
                 format!("premium_payment_source earned: this agent holds 0 Earned DAC and the premium is {} DAC", quote.premium()),
             ));
         }
-        Some("external") if quote.premium() > MilliDac::ZERO => {
-            return Err(ApiError::bad(
-                "PREMIUM_SOURCE_UNAVAILABLE",
-                format!(
-                    "premium_payment_source external: paying the base fee from Trial and the {} DAC premium over x402 in one record is not available yet; \
-                     leave the field out to pay the whole price from Trial, or over x402 once Trial cannot",
-                    quote.premium()
-                ),
-            ));
-        }
         _ => {}
     }
 
@@ -537,18 +527,25 @@ async fn create(
         multiplier_permille: quote.multiplier_permille,
         monthly: quote.monthly,
         external: None,
+        base_from_trial: false,
     };
-    let mut created = state.store.create_declaration(&new, now).await?;
+    // premium_payment_source external: Trial pays the base fee, x402 the premium.
+    let split = input.premium_source == Some("external") && quote.premium() > MilliDac::ZERO;
+    let mut created = if split {
+        Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }
+    } else {
+        state.store.create_declaration(&new, now).await?
+    };
     if let Created::TrialCannotPay { balance, expired } = created {
-        // Trial cannot pay: an x402 payment may, if one came with the request.
-        let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
-        let challenge = payment::challenge(
-            &state.settings,
-            "/v1/dd/create",
-            &format!("Decision declaration of {} DAC; {why}", quote.total),
-            quote.total,
-            payment::DD_CREATE_MAX_TIMEOUT_SECS,
-        );
+        // Trial cannot pay (or is asked not to pay the premium): an x402
+        // payment may, if one came with the request.
+        let (amount, description) = if split {
+            (quote.premium(), format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee))
+        } else {
+            let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
+            (quote.total, format!("Decision declaration of {} DAC; {why}", quote.total))
+        };
+        let challenge = payment::challenge(&state.settings, "/v1/dd/create", &description, amount, payment::DD_CREATE_MAX_TIMEOUT_SECS);
         let refuse = |reason: x402::Reason| {
             let mut challenge = challenge.clone();
             challenge["error"] = json!(reason.as_str());
@@ -557,8 +554,8 @@ async fn create(
         let (period_start, resets) = payment::dab_period(now);
         let dab = state.store.dab_status(agent.agent_id, period_start).await?;
         let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
-        if dab.spent + quote.total > limit {
-            return Err(payment::dab_reached(limit, dab.spent, quote.total, resets));
+        if dab.spent + amount > limit {
+            return Err(payment::dab_reached(limit, dab.spent, amount, resets));
         }
         let payload = match x402::read(&headers) {
             x402::Header::Absent => return Err(ApiError::PaymentRequired(challenge)),
@@ -587,10 +584,17 @@ async fn create(
             dab_default: state.settings.dab_default,
             period_start,
         });
+        new.base_from_trial = split;
         created = state.store.create_declaration(&new, now).await?;
         match created {
             Created::PaymentReplayed => return Err(refuse(x402::Reason::NonceUsed)),
-            Created::DabReached { limit, spent } => return Err(payment::dab_reached(limit, spent, quote.total, resets)),
+            Created::DabReached { limit, spent } => return Err(payment::dab_reached(limit, spent, amount, resets)),
+            Created::TrialCannotPay { .. } => {
+                return Err(ApiError::bad(
+                    "INSUFFICIENT_DAC",
+                    format!("premium_payment_source external: Trial cannot pay the {} DAC base fee; leave the field out to pay the whole price over x402", quote.base_fee),
+                ));
+            }
             _ => {}
         }
     }
@@ -632,9 +636,19 @@ fn cost_breakdown(s: &StoredDeclaration) -> Value {
 
 fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> Value {
     let d = &s.declaration;
-    if s.base_fee_source == PaymentSource::External {
-        let usdc = d.dac_amount; // 1 DAC = 0.001 USDC, so milli-DAC count USDC base units
-        return json!({
+    let external = s.base_fee_source == PaymentSource::External || s.premium_source == PaymentSource::External;
+    if external {
+        // 1 DAC = 0.001 USDC, so milli-DAC count USDC base units.
+        let usdc = if s.base_fee_source == PaymentSource::External { d.dac_amount } else { s.premium() };
+        let trial_payment = (s.base_fee_source == PaymentSource::Trial).then(|| {
+            json!({
+                "payment_source": "trial",
+                "covers": "base_fee",
+                "trial_remaining": s.trial_remaining_after.unwrap_or(MilliDac::ZERO).to_json_number(),
+                "trial_expires_at": time(agent.trial_expires_at),
+            })
+        });
+        let mut body = json!({
             "dd_id": d.dd_id,
             "ee_id": d.ee_id,
             "request_id": s.request_id,
@@ -651,13 +665,17 @@ fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> 
                 "payment_address": pay_to,
                 "network": payment::NETWORK,
                 "asset": payment::USDC_BASE,
-                "amount_usdc": MilliDac(usdc.milli() / 1000).to_json_number(),
+                "amount_usdc": payment::usdc_json(usdc.usdc_base_units()),
                 "amount_units": usdc.usdc_base_units().to_string(),
                 "approx_krw": payment::approx_krw(usdc),
                 "expires_at": s.payment_deadline.map(time),
                 "note": "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
             },
         });
+        if let Some(trial) = trial_payment {
+            body["trial_payment"] = trial;
+        }
+        return body;
     }
     json!({
         "dd_id": d.dd_id,
@@ -694,7 +712,7 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
     if stored.settlement_status == "released" {
         return Err(expired());
     }
-    let external = stored.base_fee_source == PaymentSource::External;
+    let external = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
     if stored.settlement_status == "failed" {
         return Err(ApiError::Conflict {
             code: "PAYMENT_FAILED",
