@@ -115,3 +115,25 @@ async fn serve_reads_its_environment_variables() {
     assert!(data.join("anchor.db").exists());
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[test]
+fn production_refuses_local_settlement_and_facilitator_mode_needs_a_url() {
+    let data = std::env::temp_dir().join(format!("anchor-bin-prod-{}", std::process::id()));
+    let port = free_port().to_string();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap()
+    };
+    let production = run(&["--production"]);
+    assert!(!production.status.success());
+    assert!(String::from_utf8_lossy(&production.stderr).contains("x402 settlement is local"), "{}", String::from_utf8_lossy(&production.stderr));
+    let no_url = run(&["--x402-mode", "facilitator"]);
+    assert!(!no_url.status.success());
+    assert!(String::from_utf8_lossy(&no_url.stderr).contains("--facilitator-url"));
+    let _ = std::fs::remove_dir_all(&data);
+}
