@@ -5,22 +5,13 @@
 use alloy_primitives::{Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use alloy_sol_types::{Eip712Domain, SolStruct};
+use anchor_server::x402::TransferWithAuthorization;
 use anchor_domain::Clock;
 use anchor_tests::*;
 use base64::Engine;
 use serde_json::{Value, json};
 
-sol! {
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
 
 /// Anvil's public test key #0: never holds real money.
 const TEST_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -477,11 +468,10 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, path: &str, problems: &m
         problems.push(format!("{path}: {value} is not of type {}", schema["type"]));
         return;
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value) {
             problems.push(format!("{path}: {value} is not one of {allowed:?}"));
         }
-    }
     for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
         if value.get(required.as_str().unwrap()).is_none() {
             problems.push(format!("{path}: missing {required}"));

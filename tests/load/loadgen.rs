@@ -162,16 +162,6 @@ fn dd() -> Value {
     })
 }
 
-alloy_sol_types::sol! {
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
 
 /// Signs the challenge's one requirement with Anvil's public test key #0, as the official client does.
 fn sign_payment(challenge: &Value) -> String {
@@ -185,7 +175,7 @@ fn sign_payment(challenge: &Value) -> String {
     let to: alloy_primitives::Address = accepts["payTo"].as_str().expect("payTo").parse().expect("payTo");
     let valid_before = chrono::Utc::now().timestamp() as u64 + accepts["maxTimeoutSeconds"].as_u64().expect("timeout");
     let nonce = alloy_primitives::B256::from(*uuid::Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().expect("32"));
-    let message = TransferWithAuthorization {
+    let message = anchor_server::x402::TransferWithAuthorization {
         from: signer.address(),
         to,
         value: alloy_primitives::U256::from(amount),

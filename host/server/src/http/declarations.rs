@@ -798,7 +798,7 @@ fn already_confirmed() -> ApiError {
 }
 
 /// The declaration, if it exists and belongs to `agent`.
-async fn owned(state: &AppState, agent: &AgentRecord, dd_id: Uuid) -> ApiResult<StoredDeclaration> {
+pub(crate) async fn owned(state: &AppState, agent: &AgentRecord, dd_id: Uuid) -> ApiResult<StoredDeclaration> {
     let stored = state
         .store
         .declaration(dd_id)

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 
 use super::input::path_uuid;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::AuthAgent;
 use crate::openapi::*;
 use crate::state::AppState;
@@ -95,14 +95,7 @@ fn row_id(dd_id: Uuid, component: &str) -> Uuid {
 
 async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
-    let stored = state
-        .store
-        .declaration(dd_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
-    if stored.declaration.agent_id != agent.agent_id {
-        return Err(ApiError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
-    }
+    let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let x402 = state.store.payment_for(dd_id).await?;
     let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Micros, true);
     let mut components = vec![("base_fee", stored.base_fee, stored.base_fee_source)];

@@ -85,14 +85,7 @@ fn internal(error: anyhow::Error) -> ApiError {
 
 async fn receipt(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
-    let stored = state
-        .store
-        .declaration(dd_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
-    if stored.declaration.agent_id != agent.agent_id {
-        return Err(ApiError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
-    }
+    let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
         return Err(ApiError::Conflict { code: "NOT_CONFIRMED", message: "confirm the declaration first; only confirmed declarations enter the log".into() });
     };
