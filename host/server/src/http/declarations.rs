@@ -637,47 +637,7 @@ fn cost_breakdown(s: &StoredDeclaration) -> Value {
 fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> Value {
     let d = &s.declaration;
     let external = s.base_fee_source == PaymentSource::External || s.premium_source == PaymentSource::External;
-    if external {
-        // 1 DAC = 0.001 USDC, so milli-DAC count USDC base units.
-        let usdc = if s.base_fee_source == PaymentSource::External { d.dac_amount } else { s.premium() };
-        let trial_payment = (s.base_fee_source == PaymentSource::Trial).then(|| {
-            json!({
-                "payment_source": "trial",
-                "covers": "base_fee",
-                "trial_remaining": s.trial_remaining_after.unwrap_or(MilliDac::ZERO).to_json_number(),
-                "trial_expires_at": time(agent.trial_expires_at),
-            })
-        });
-        let mut body = json!({
-            "dd_id": d.dd_id,
-            "ee_id": d.ee_id,
-            "request_id": s.request_id,
-            "dac_amount": d.dac_amount.to_json_number(),
-            "pricing_version": d.pricing_version,
-            "pricing_component_sha256": d.pricing_sha256,
-            "cost_breakdown": cost_breakdown(s),
-            "status": "pending_payment",
-            "settlement_status": s.settlement_status,
-            "anchored_at": time(d.anchored_at),
-            "lineage_group_id": d.lineage_group_id,
-            "payment_deadline": s.payment_deadline.map(time),
-            "payment": {
-                "payment_address": pay_to,
-                "network": payment::NETWORK,
-                "asset": payment::USDC_BASE,
-                "amount_usdc": payment::usdc_json(usdc.usdc_base_units()),
-                "amount_units": usdc.usdc_base_units().to_string(),
-                "approx_krw": payment::approx_krw(usdc),
-                "expires_at": s.payment_deadline.map(time),
-                "note": "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
-            },
-        });
-        if let Some(trial) = trial_payment {
-            body["trial_payment"] = trial;
-        }
-        return body;
-    }
-    json!({
+    let mut body = json!({
         "dd_id": d.dd_id,
         "ee_id": d.ee_id,
         "request_id": s.request_id,
@@ -685,16 +645,37 @@ fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> 
         "pricing_version": d.pricing_version,
         "pricing_component_sha256": d.pricing_sha256,
         "cost_breakdown": cost_breakdown(s),
-        "status": "trial_paid",
+        "status": if external { "pending_payment" } else { "trial_paid" },
         "settlement_status": s.settlement_status,
         "anchored_at": time(d.anchored_at),
         "lineage_group_id": d.lineage_group_id,
-        "trial_payment": {
+    });
+    if s.base_fee_source == PaymentSource::Trial {
+        body["trial_payment"] = json!({
             "payment_source": "trial",
             "trial_remaining": s.trial_remaining_after.unwrap_or(MilliDac::ZERO).to_json_number(),
             "trial_expires_at": time(agent.trial_expires_at),
-        },
-    })
+        });
+        if external {
+            body["trial_payment"]["covers"] = json!("base_fee");
+        }
+    }
+    if external {
+        // 1 DAC = 0.001 USDC, so milli-DAC count USDC base units.
+        let usdc = if s.base_fee_source == PaymentSource::External { d.dac_amount } else { s.premium() };
+        body["payment_deadline"] = json!(s.payment_deadline.map(time));
+        body["payment"] = json!({
+            "payment_address": pay_to,
+            "network": payment::NETWORK,
+            "asset": payment::USDC_BASE,
+            "amount_usdc": payment::usdc_json(usdc.usdc_base_units()),
+            "amount_units": usdc.usdc_base_units().to_string(),
+            "approx_krw": payment::approx_krw(usdc),
+            "expires_at": s.payment_deadline.map(time),
+            "note": "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
+        });
+    }
+    body
 }
 
 async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::response::Response> {
