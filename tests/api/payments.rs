@@ -426,6 +426,22 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     assert_eq!(facilitator.moved.lock().unwrap().len(), 2, "two payments moved money, each once");
     t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
 
+    // 2b. An unknown outcome whose agent never confirms again: the reconciler
+    //     settles it once and anchors the declaration.
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::SucceedSlowly;
+    let now = t.clock.now().timestamp();
+    let body = create_body(json!({ "ee_preset": "EE_basic" }));
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default()))))).await;
+    let abandoned = created.json["dd_id"].as_str().unwrap().to_string();
+    t.confirm(&agent, &abandoned).await.assert_error(503, "SETTLEMENT_PENDING");
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::Succeed;
+    assert_eq!(anchor_server::http::declarations::reconcile_unknown_settlements(&t.state).await.unwrap(), 1);
+    assert_eq!(anchor_server::http::declarations::reconcile_unknown_settlements(&t.state).await.unwrap(), 0, "nothing left to do");
+    let status = t.get(&format!("/v1/payment/{abandoned}/status"), Some(&agent.token)).await;
+    assert_eq!((status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()), (Some("settled"), Some("settled")));
+    assert_eq!(facilitator.moved.lock().unwrap().len(), 3, "three payments, each moved once");
+    t.confirm(&agent, &abandoned).await.assert_error(409, "ALREADY_CONFIRMED");
+
     // 3. A refused settlement: 402 with PAYMENT-RESPONSE success false; nothing kept.
     *facilitator.behaviour.lock().unwrap() = stub::Settle::Refuse;
     let now = t.clock.now().timestamp();

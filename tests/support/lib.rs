@@ -129,6 +129,8 @@ pub struct TestServer {
     pub http: reqwest::Client,
     pub backend: Backend,
     pub log_key: Arc<anchor_server::log::LogKey>,
+    /// The server's state, for driving its background work directly.
+    pub state: AppState,
     _cleanup: Cleanup,
     _server: tokio::task::JoinHandle<()>,
     _integrator: tokio::task::JoinHandle<()>,
@@ -177,12 +179,12 @@ impl TestServer {
                 ..Default::default()
             },
         ));
-        let app = anchor_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
+        let app = anchor_server::app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {
             let _ = anchor_server::serve_listener(listener, app).await;
         });
         let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
-        TestServer { base, clock, store, http, backend, log_key, _cleanup: cleanup, _server: server, _integrator: integrator }
+        TestServer { base, clock, store, http, backend, log_key, state, _cleanup: cleanup, _server: server, _integrator: integrator }
     }
 
     /// Runs one SQL statement directly against this server's database, behind

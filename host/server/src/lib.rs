@@ -83,6 +83,22 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
     let integrator =
         tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
+    // Payments whose settlement outcome is unknown are reconciled by the host
+    // holding the log lease, so one host does it at a time.
+    let reconciler = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                let lease = chrono::Duration::seconds(3);
+                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false) {
+                    if let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
+                        tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed");
+                    }
+                }
+            }
+        })
+    };
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -99,6 +115,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         })
         .await?;
     integrator.abort();
+    reconciler.abort();
     Ok(())
 }
 

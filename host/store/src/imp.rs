@@ -731,6 +731,14 @@ macro_rules! store_impl {
                 Ok(true)
             }
 
+            async fn unknown_settlements(&self, limit: i64) -> Result<Vec<Uuid>> {
+                let rows = sqlx::query("select dd_id from x402_payment where status = 'settle_unknown' and dd_id is not null order by updated_at limit $1")
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(|r| Ok(r.try_get("dd_id")?)).collect()
+            }
+
             async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool> {
                 let mut tx = self.begin_write().await?;
                 let payment: Option<Uuid> = sqlx::query_scalar(

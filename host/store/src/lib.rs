@@ -355,6 +355,8 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    /// Declarations whose payment's settlement outcome is unknown, oldest first.
+    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<Uuid>>;
     /// Marks a payment whose settlement outcome is unknown.
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.

@@ -686,12 +686,8 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
         return Err(already_confirmed());
     }
     let now = state.clock.now();
-    let expired = || ApiError::Gone {
-        code: "PAYMENT_EXPIRED",
-        message: "the 30-minute payment window closed and the reservation was released; nothing was charged and this declaration can no longer be confirmed".into(),
-    };
     if stored.settlement_status == "released" {
-        return Err(expired());
+        return Err(payment_expired());
     }
     let external = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
     if stored.settlement_status == "failed" {
@@ -700,6 +696,53 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
             message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
         });
     }
+    let Anchored { hash, usage, settlement_ref } = settle_and_anchor(&state, &stored, now).await?;
+    let mut sources: Vec<&str> = usage.iter().map(|u| u.source.as_str()).collect();
+    sources.dedup();
+    let body = json!({
+        "dd_id": dd_id,
+        "settlement_status": "settled",
+        "anchored_at": time(stored.declaration.anchored_at),
+        "confirmed_at": time(now),
+        "integrity_hash": hash,
+        "dac_ur_recorded": true,
+        "payment_sources": sources,
+        "settlement_currency": if external { json!("USDC") } else { Value::Null },
+        "exchange_rate_timestamp": if external { json!(time(now)) } else { Value::Null },
+    });
+    let mut response = axum::Json(body).into_response();
+    if let Some((reference, payer)) = settlement_ref {
+        let header = x402::settle_response(true, &reference, &payer, None);
+        if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
+            response.headers_mut().insert("payment-response", value);
+            response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private"));
+        }
+    }
+    Ok(response)
+}
+
+/// What confirming a declaration fixed.
+pub(crate) struct Anchored {
+    hash: String,
+    usage: Vec<UsageEntry>,
+    /// For an externally paid declaration: the settlement reference and the payer.
+    settlement_ref: Option<(String, String)>,
+}
+
+fn payment_expired() -> ApiError {
+    ApiError::Gone {
+        code: "PAYMENT_EXPIRED",
+        message: "the 30-minute payment window closed and the reservation was released; nothing was charged and this declaration can no longer be confirmed".into(),
+    }
+}
+
+/// Settles an externally paid declaration's payment (if it has one), then
+/// anchors the declaration: integrity hash, usage entries and log leaf in one
+/// transaction. Used by confirm and by the reconciler.
+pub(crate) async fn settle_and_anchor(state: &AppState, stored: &StoredDeclaration, now: DateTime<Utc>) -> ApiResult<Anchored> {
+    let dd_id = stored.declaration.dd_id;
+    let external = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
+    let expired = payment_expired;
     let settlement_ref = if external {
         let payment = state
             .store
@@ -750,28 +793,27 @@ async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Jso
             _ => already_confirmed(),
         });
     }
-    let mut sources: Vec<&str> = usage.iter().map(|u| u.source.as_str()).collect();
-    sources.dedup();
-    let body = json!({
-        "dd_id": dd_id,
-        "settlement_status": "settled",
-        "anchored_at": time(stored.declaration.anchored_at),
-        "confirmed_at": time(now),
-        "integrity_hash": hash,
-        "dac_ur_recorded": true,
-        "payment_sources": sources,
-        "settlement_currency": if external { json!("USDC") } else { Value::Null },
-        "exchange_rate_timestamp": if external { json!(time(now)) } else { Value::Null },
-    });
-    let mut response = axum::Json(body).into_response();
-    if let Some((reference, payer)) = settlement_ref {
-        let header = x402::settle_response(true, &reference, &payer, None);
-        if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
-            response.headers_mut().insert("payment-response", value);
-            response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private"));
+    Ok(Anchored { hash, usage, settlement_ref })
+}
+
+/// One reconciliation round: every payment whose settlement outcome is unknown
+/// is settled again (which cannot move money twice) and, once settled, its
+/// declaration anchored, even if its agent never confirms again. Returns how
+/// many were resolved either way.
+pub async fn reconcile_unknown_settlements(state: &AppState) -> anyhow::Result<usize> {
+    let mut resolved = 0;
+    for dd_id in state.store.unknown_settlements(100).await? {
+        let Some(stored) = state.store.declaration(dd_id).await? else { continue };
+        if stored.confirmed_at.is_some() || stored.settlement_status != "pending" {
+            continue;
+        }
+        match settle_and_anchor(state, &stored, state.clock.now()).await {
+            Ok(_) | Err(ApiError::SettlementFailed { .. }) => resolved += 1,
+            Err(ApiError::Unavailable { .. }) => {}
+            Err(other) => tracing::warn!(%dd_id, error = ?other, "reconciliation failed"),
         }
     }
-    Ok(response)
+    Ok(resolved)
 }
 
 fn already_confirmed() -> ApiError {
