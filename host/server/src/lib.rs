@@ -91,11 +91,10 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(30)).await;
                 let lease = chrono::Duration::seconds(3);
-                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false) {
-                    if let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
+                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false)
+                    && let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
                         tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed");
                     }
-                }
             }
         })
     };
