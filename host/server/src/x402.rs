@@ -3,12 +3,11 @@
 //! EIP-3009 `transferWithAuthorization` it carries (EIP-712 signature, payee,
 //! amount, validity window) before any state is touched.
 //!
-//! Settlement today is **local**: everything a facilitator checks except the
-//! chain (no balance check, no broadcast), recorded with a deterministic
-//! reference `local:0x…` (keccak-256 of the authorization's signing hash). A
-//! deployment marked production refuses to start in this mode.
+//! Settling comes afterwards, in `settlement`: locally (no chain, a
+//! deterministic `local:0x…` reference from `payment::local_settlement_reference`)
+//! or through a facilitator.
 
-use alloy_primitives::{Address, B256, Signature, U256, keccak256};
+use alloy_primitives::{Address, B256, Signature, U256};
 use alloy_sol_types::{Eip712Domain, SolStruct, sol};
 use axum::http::HeaderMap;
 use base64::Engine;
@@ -105,14 +104,6 @@ pub struct Verified {
     pub pay_to: String,
     pub valid_after: i64,
     pub valid_before: i64,
-    pub signing_hash: B256,
-}
-
-impl Verified {
-    /// The deterministic reference of a local settlement.
-    pub fn local_reference(&self) -> String {
-        format!("local:{}", keccak256(self.signing_hash))
-    }
 }
 
 fn same_address(a: &Value, b: &Value) -> bool {
@@ -203,7 +194,6 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
         pay_to: format!("{pay_to:#x}"),
         valid_after,
         valid_before,
-        signing_hash,
     })
 }
 
@@ -223,6 +213,8 @@ pub fn settle_response(success: bool, reference: &str, payer: &str, error: Optio
 
 #[cfg(test)]
 mod tests {
+    use alloy_primitives::keccak256;
+
     use super::*;
 
     #[test]

@@ -27,6 +27,15 @@ macro_rules! agent_columns {
 }
 pub(crate) use agent_columns;
 
+/// An agent's external spending since a time: reserved and settled payments count.
+macro_rules! dab_spent_sql {
+    () => {
+        "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
+         where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2"
+    };
+}
+pub(crate) use dab_spent_sql;
+
 /// Parses a stored enum, or reports the row as corrupt.
 pub(crate) fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> crate::Result<T> {
     f(value).ok_or_else(|| crate::StoreError::Corrupt(format!("{column} = {value:?}")))
@@ -48,7 +57,7 @@ macro_rules! store_impl {
         use sqlx::Row;
         use uuid::Uuid;
 
-        use crate::imp::{agent_columns, declaration_columns, hash32, parse};
+        use crate::imp::{agent_columns, dab_spent_sql, declaration_columns, hash32, parse};
         use crate::*;
 
         type DbRow = <$db as sqlx::Database>::Row;
@@ -359,8 +368,7 @@ macro_rules! store_impl {
                     let own: Option<i64> = row.try_get("dab_limit_milli")?;
                     let limit = own.unwrap_or(payment.dab_default.milli());
                     let spent: i64 = sqlx::query_scalar(
-                        "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
-                         where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2",
+                        dab_spent_sql!(),
                     )
                     .bind(d.agent_id)
                     .bind(payment.period_start)
@@ -802,8 +810,7 @@ macro_rules! store_impl {
                     .fetch_one(&self.pool)
                     .await?;
                 let spent: i64 = sqlx::query_scalar(
-                    "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
-                     where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2",
+                    dab_spent_sql!(),
                 )
                 .bind(agent_id)
                 .bind(period_start)

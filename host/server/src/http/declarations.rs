@@ -864,25 +864,12 @@ fn summary(s: &StoredDeclaration) -> Value {
     })
 }
 
-#[derive(serde::Deserialize)]
-struct ListQuery {
-    from: Option<String>,
-    to: Option<String>,
-    limit: Option<String>,
-    offset: Option<String>,
-}
-
 async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Query(query): Query<HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
     let known = ["from", "to", "limit", "offset"];
     if let Some(unknown) = query.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(ApiError::bad("INVALID_VALUE", format!("unknown query parameter {unknown}; accepted: from, to, limit, offset")));
     }
-    let q = ListQuery {
-        from: query.get("from").cloned(),
-        to: query.get("to").cloned(),
-        limit: query.get("limit").cloned(),
-        offset: query.get("offset").cloned(),
-    };
+    let param = |name: &str| query.get(name).map(String::as_str);
     let number = |name: &str, value: Option<&str>, default: i64, min: i64, max: i64| -> ApiResult<i64> {
         match value {
             None => Ok(default),
@@ -892,10 +879,10 @@ async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Query(
         }
     };
     let filter = ListFilter {
-        from: query_datetime("from", q.from.as_deref())?,
-        to: query_datetime("to", q.to.as_deref())?,
-        limit: number("limit", q.limit.as_deref(), 50, 1, 200)?,
-        offset: number("offset", q.offset.as_deref(), 0, 0, i64::from(i32::MAX))?,
+        from: query_datetime("from", param("from"))?,
+        to: query_datetime("to", param("to"))?,
+        limit: number("limit", param("limit"), 50, 1, 200)?,
+        offset: number("offset", param("offset"), 0, 0, i64::from(i32::MAX))?,
     };
     let (rows, total) = state.store.list_declarations(agent.agent_id, filter).await?;
     Ok(axum::Json(json!({
