@@ -162,6 +162,7 @@ impl TestServer {
             rate_limit: options.rate_limit,
             rate_window_secs: 60,
             dab_default: options.dab_default,
+            dap: Default::default(),
         };
         let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);

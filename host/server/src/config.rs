@@ -70,6 +70,19 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAB_DEFAULT_DAC", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
     pub dab_default_dac: u32,
 
+    /// The lowest DAB (whole DAC per month) an owner may set in the portal.
+    #[arg(long, env = "ANCHOR_DAB_FLOOR_DAC", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub dab_floor_dac: u32,
+
+    /// How long an owner portal session lasts, in hours.
+    #[arg(long, env = "ANCHOR_DAP_SESSION_HOURS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=720))]
+    pub dap_session_hours: u32,
+
+    /// Turns agent-type owners off: /dap/owner/register-agent and
+    /// /dap/auth/agent-login then answer 503 FEATURE_NOT_AVAILABLE.
+    #[arg(long, env = "ANCHOR_DAP_NO_AGENT_OWNERS", default_value_t = false)]
+    pub dap_no_agent_owners: bool,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,

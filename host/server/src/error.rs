@@ -26,6 +26,9 @@ pub enum ApiError {
     /// 400 with a documented code.
     BadRequest(Invalid),
     Unauthorized { failure: AuthFailure, base_url: String },
+    /// 401 for an owner (portal) password or session: `error_code` and
+    /// `message` only, without the agent-token guidance.
+    OwnerUnauthorized { message: String },
     Forbidden { code: &'static str, message: String },
     NotFound { code: &'static str, message: String },
     Conflict { code: &'static str, message: String },
@@ -58,7 +61,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized { .. } | ApiError::OwnerUnauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
@@ -152,6 +155,7 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 response
             }
+            ApiError::OwnerUnauthorized { message } => (status, axum::Json(body("UNAUTHORIZED", &message))).into_response(),
             ApiError::Forbidden { code, message }
             | ApiError::NotFound { code, message }
             | ApiError::Conflict { code, message }

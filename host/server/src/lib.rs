@@ -9,6 +9,7 @@ pub mod extract;
 pub mod http;
 pub mod log;
 pub mod openapi;
+pub mod owner;
 pub mod payment;
 pub mod x402;
 pub mod ratelimit;
@@ -73,6 +74,12 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
         dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
+        dap: state::DapSettings {
+            dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),
+            session_ttl: chrono::Duration::hours(i64::from(config.dap_session_hours)),
+            agent_owners: !config.dap_no_agent_owners,
+            ..Default::default()
+        },
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,
@@ -92,9 +99,17 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
                 tokio::time::sleep(std::time::Duration::from_secs(30)).await;
                 let lease = chrono::Duration::seconds(3);
                 if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false)
-                    && let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
+                {
+                    if let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
                         tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed");
                     }
+                    // Owner accounts whose deletion grace period ended are erased here too.
+                    match state.store.erase_due_owners(state.clock.now()).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
+                        Err(error) => tracing::warn!(error = %error, "owner erasure round failed"),
+                    }
+                }
             }
         })
     };

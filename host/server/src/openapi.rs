@@ -21,6 +21,8 @@ pub const INTERFACE_VERSION: &str = "1.3.42";
 pub enum Auth {
     None,
     Agent,
+    /// The owner portal's session cookie.
+    Owner,
 }
 
 pub struct Response {
@@ -85,6 +87,15 @@ impl Operation {
         });
         self
     }
+    pub fn owner(mut self) -> Self {
+        self.auth = Auth::Owner;
+        self.responses.push(Response {
+            status: 401,
+            description: "No valid session: sign in with POST /dap/login".into(),
+            schema: Some(reference("Error")),
+        });
+        self
+    }
     pub fn extension(mut self) -> Self {
         self.extension = true;
         self
@@ -95,6 +106,10 @@ impl Operation {
     }
     pub fn query_param(mut self, name: &str, schema: Value) -> Self {
         self.parameters.push(json!({ "name": name, "in": "query", "required": false, "schema": schema }));
+        self
+    }
+    pub fn required_query(mut self, name: &str, schema: Value) -> Self {
+        self.parameters.push(json!({ "name": name, "in": "query", "required": true, "schema": schema }));
         self
     }
     pub fn request(mut self, schema: Value, example: Value) -> Self {
@@ -298,6 +313,9 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         if operation.auth == Auth::Agent {
             entry["security"] = json!([{ "AgentToken": [] }]);
         }
+        if operation.auth == Auth::Owner {
+            entry["security"] = json!([{ "OwnerSession": [] }]);
+        }
         if !operation.parameters.is_empty() {
             entry["parameters"] = json!(operation.parameters);
         }
@@ -330,6 +348,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             "schemas": components(),
             "securitySchemes": {
                 "AgentToken": { "type": "http", "scheme": "bearer", "description": "auth_token from POST /v1/agent/register (da_tk_…)" },
+                "OwnerSession": { "type": "apiKey", "in": "cookie", "name": "connect.sid", "description": "Owner portal session, set by POST /dap/login" },
             },
         },
     })

@@ -22,6 +22,34 @@ pub struct Settings {
     pub rate_window_secs: u64,
     /// The DAB of agents whose owner set none.
     pub dab_default: anchor_domain::MilliDac,
+    pub dap: DapSettings,
+}
+
+/// The owner portal's settings.
+#[derive(Clone, Debug)]
+pub struct DapSettings {
+    /// The lowest DAB an owner may set.
+    pub dab_floor: anchor_domain::MilliDac,
+    /// How long a session lasts from sign-in.
+    pub session_ttl: chrono::Duration,
+    /// Agents one owner may link.
+    pub max_agents_per_owner: i64,
+    /// Agent-type owners (`/dap/owner/register-agent`, `/dap/auth/agent-login`).
+    pub agent_owners: bool,
+    /// Days between a deletion request and the erasure of the account.
+    pub deletion_grace_days: i64,
+}
+
+impl Default for DapSettings {
+    fn default() -> DapSettings {
+        DapSettings {
+            dab_floor: anchor_domain::MilliDac::from_dac(100),
+            session_ttl: chrono::Duration::hours(12),
+            max_agents_per_owner: 100,
+            agent_owners: true,
+            deletion_grace_days: 30,
+        }
+    }
 }
 
 #[derive(Clone)]

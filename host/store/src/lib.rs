@@ -14,6 +14,7 @@
 //! and type-checked once per engine. Only connection set-up, transaction start
 //! and migrations differ.
 
+pub mod dap;
 mod imp;
 pub mod postgres;
 pub mod sqlite;
@@ -27,6 +28,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
+pub use dap::{DapStore, Link, LinkedAgent, NewOwner, OwnerClassification, OwnerRecord, Totals};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -292,7 +294,7 @@ pub struct ListFilter {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: DapStore + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     async fn ping(&self) -> Result<()>;

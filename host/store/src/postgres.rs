@@ -25,3 +25,4 @@ impl PostgresStore {
 }
 
 crate::imp::store_impl!(PostgresStore, sqlx::Postgres, "postgres", "BEGIN", " for update");
+crate::dap::dap_impl!(PostgresStore, sqlx::Postgres, "BEGIN");

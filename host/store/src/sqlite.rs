@@ -30,3 +30,4 @@ impl SqliteStore {
 }
 
 crate::imp::store_impl!(SqliteStore, sqlx::Sqlite, "sqlite", "BEGIN IMMEDIATE", "");
+crate::dap::dap_impl!(SqliteStore, sqlx::Sqlite, "BEGIN IMMEDIATE");

@@ -45,10 +45,14 @@ pub fn operations() -> Vec<Operation> {
 }
 
 async fn trial_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<axum::Json<Value>> {
-    let now = state.clock.now();
+    Ok(axum::Json(trial_view(&agent, state.clock.now())))
+}
+
+/// An agent's Trial DAC, as the agent and its owner see it.
+pub(crate) fn trial_view(agent: &anchor_store::AgentRecord, now: chrono::DateTime<chrono::Utc>) -> Value {
     let active = agent.trial_expires_at > now && agent.trial_balance > MilliDac::ZERO;
     let seconds_left = (agent.trial_expires_at - now).num_seconds().max(0);
-    Ok(axum::Json(json!({
+    json!({
         "trial_active": active,
         "trial_dac_remaining": if agent.trial_expires_at > now { agent.trial_balance } else { MilliDac::ZERO }.to_json_number(),
         "trial_expires_at": agent.trial_expires_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
@@ -56,7 +60,7 @@ async fn trial_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent
         "trial_dac_used": (agent.trial_granted - agent.trial_balance).to_json_number(),
         "trial_dac_granted": agent.trial_granted.to_json_number(),
         "trial_covered_routes": ["POST /v1/dd/create"],
-    })))
+    })
 }
 
 async fn classifications(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<axum::Json<Value>> {

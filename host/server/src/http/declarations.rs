@@ -464,6 +464,7 @@ async fn create(
     let now = state.clock.now();
     let input = read_create(&body, now)?;
     let scope = resolve_scope(&state, &input.ee)?;
+    super::dap::registry::enforce_policy(&state, agent.agent_id, input.content_inclusion).await?;
 
     if let Some(key) = input.template.as_ref().and_then(|t| t.self_classification.as_ref()) {
         let known = state.store.classifications_for_agent(agent.agent_id).await?;

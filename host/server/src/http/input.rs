@@ -112,6 +112,30 @@ impl<'a> Obj<'a> {
             })
     }
 
+    pub fn opt_bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        let Some(value) = self.get(name) else { return Ok(None) };
+        value
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{} must be true or false; got {value}", self.path_of(name))))
+    }
+
+    /// A DAC amount as a JSON number with at most three decimals, read exactly
+    /// from its decimal text (never through a float).
+    pub fn opt_dac(&self, name: &str) -> Result<Option<anchor_domain::MilliDac>, ApiError> {
+        let Some(value) = self.get(name) else { return Ok(None) };
+        let bad = || ApiError::bad("INVALID_VALUE", format!("{} must be a DAC amount with at most three decimals; got {value}", self.path_of(name)));
+        let Value::Number(number) = value else { return Err(bad()) };
+        let text = number.to_string();
+        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+        if whole.starts_with('-') || frac.len() > 3 || text.contains(['e', 'E']) {
+            return Err(bad());
+        }
+        let whole: i64 = whole.parse().map_err(|_| bad())?;
+        let frac: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<3}").parse().map_err(|_| bad())? };
+        whole.checked_mul(1000).and_then(|w| w.checked_add(frac)).map(|m| Some(anchor_domain::MilliDac(m))).ok_or_else(bad)
+    }
+
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, ApiError> {
         let Some(value) = self.get(name) else { return Ok(None) };
         value

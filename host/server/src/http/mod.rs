@@ -7,6 +7,7 @@
 
 pub mod account;
 pub mod agents;
+pub mod dap;
 pub mod declarations;
 pub mod discovery;
 pub mod input;
@@ -35,6 +36,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(account::operations());
     all.extend(transparency::operations());
     all.extend(discovery::operations());
+    all.extend(dap::operations());
     all
 }
 
@@ -64,6 +66,7 @@ pub fn app(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::ratelimit::middleware))
         .with_state(state)
 }

@@ -65,23 +65,29 @@ pub fn operations() -> Vec<Operation> {
 }
 
 async fn dab_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<axum::Json<Value>> {
+    Ok(axum::Json(dab_view(&state, agent.agent_id).await?))
+}
+
+/// An agent's DAB as the agent and its owner see it.
+pub(crate) async fn dab_view(state: &AppState, agent_id: Uuid) -> ApiResult<Value> {
     let now = state.clock.now();
     let (start, resets) = crate::payment::dab_period(now);
-    let dab = state.store.dab_status(agent.agent_id, start).await?;
+    let dab = state.store.dab_status(agent_id, start).await?;
     let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
     let remaining = if dab.spent > limit { MilliDac::ZERO } else { limit - dab.spent };
     let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
-    Ok(axum::Json(json!({
-        "agent_id": agent.agent_id,
+    Ok(json!({
+        "agent_id": agent_id,
         "budget_limit_dac": limit.to_json_number(),
         "budget_period": "monthly",
         "limit_source": if dab.own_limit.is_some() { "owner" } else { "operator_default" },
         "period_start": time(start),
         "period_resets_at": time(resets),
         "spent_dac": dab.spent.to_json_number(),
+        "budget_used_dac": dab.spent.to_json_number(),
         "remaining_dac": remaining.to_json_number(),
         "limit_reached": remaining == MilliDac::ZERO,
-    })))
+    }))
 }
 
 /// A stable row id for a component that has no payment row of its own.
