@@ -3,6 +3,7 @@
 
 mod agents;
 mod concurrency;
+mod dap;
 mod declarations;
 mod discovery;
 mod openapi_contract;

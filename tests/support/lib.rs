@@ -279,6 +279,76 @@ impl TestServer {
     }
 }
 
+/// A signed-in owner: its session cookie and CSRF token.
+#[derive(Clone)]
+pub struct Owner {
+    pub email: String,
+    pub password: String,
+    pub owner_id: String,
+    pub cookie: String,
+    pub csrf: String,
+}
+
+pub const OWNER_PASSWORD: &str = "a long passphrase 7";
+
+impl TestServer {
+    /// Sends a request with extra headers.
+    pub async fn call_with(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.http.request(method, self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        let response = request.send().await.expect("request reaches the server");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, json, text }
+    }
+
+    /// Registers an owner with `email` and signs it in.
+    pub async fn owner(&self, email: &str) -> Owner {
+        let reply = self
+            .post("/dap/register", None, &json!({ "email": email, "password": OWNER_PASSWORD, "terms_agreed": true, "privacy_agreed": true }))
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        self.login(email, OWNER_PASSWORD).await
+    }
+
+    /// Signs in, asserting 200.
+    pub async fn login(&self, email: &str, password: &str) -> Owner {
+        let reply = self.post("/dap/login", None, &json!({ "email": email, "password": password })).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        let set_cookie = reply.headers.get("set-cookie").expect("session cookie").to_str().unwrap().to_string();
+        let cookie = set_cookie.split(';').next().unwrap().to_string();
+        Owner {
+            email: email.to_string(),
+            password: password.to_string(),
+            owner_id: reply.json["owner_id"].as_str().unwrap().to_string(),
+            cookie,
+            csrf: reply.json["csrf_token"].as_str().unwrap().to_string(),
+        }
+    }
+
+    /// A request with the owner's session, as an API client (no browser headers).
+    pub async fn as_owner(&self, owner: &Owner, method: &str, path: &str, body: Option<&Value>) -> Reply {
+        self.call_with(method, path, &[("cookie", &owner.cookie)], body).await
+    }
+
+    /// Links the agent to the owner; the agent's token is replaced by the new one.
+    pub async fn link(&self, owner: &Owner, agent: &mut Agent) {
+        let reply = self
+            .as_owner(owner, "POST", "/dap/agent/link", Some(&json!({ "agent_id": agent.id, "auth_token": agent.token })))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        agent.token = reply.json["new_auth_token"].as_str().expect("new_auth_token").to_string();
+    }
+}
+
 pub struct Agent {
     pub id: String,
     pub token: String,

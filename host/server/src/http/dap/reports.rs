@@ -260,10 +260,10 @@ async fn weekly(State(state): State<AppState>, auth: AuthOwner, Path(agent_id): 
     let now = state.clock.now();
     let start = now - Duration::days(7);
     let prev_start = start - Duration::days(7);
-    let this = state.store.declaration_totals(agent_id, Some(start), Some(now)).await?;
+    let this = state.store.declaration_totals(agent_id, Some(start), None).await?;
     let prev = state.store.declaration_totals(agent_id, Some(prev_start), Some(start)).await?;
     let mut distribution: BTreeMap<[&str; 4], i64> = BTreeMap::new();
-    let week = all_declarations(&state, agent_id, Some(start), Some(now)).await?;
+    let week = all_declarations(&state, agent_id, Some(start), None).await?;
     for s in week.iter().filter(|s| on_record(s)) {
         let scope = &s.declaration.ee.scope;
         *distribution
