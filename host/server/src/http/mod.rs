@@ -12,6 +12,7 @@ pub mod declarations;
 pub mod discovery;
 pub mod input;
 pub mod payments;
+pub mod portal;
 pub mod pricing;
 pub mod transparency;
 
@@ -65,6 +66,7 @@ pub fn app(state: AppState) -> Router {
         router = router.route(path, method_router.fallback(method_not_allowed));
     }
     router
+        .merge(portal::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::ratelimit::middleware))

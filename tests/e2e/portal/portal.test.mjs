@@ -1,0 +1,163 @@
+// The owner portal in a real browser: Debian's headless Chromium driven by
+// playwright-core against a running `anchor` (ANCHOR_BASE_URL). Sign up, link
+// an agent created over the API, set a DAB, add a classification, read the
+// usage chart, sign out. Screenshots go to ANCHOR_ARTIFACTS; the facts the
+// Rust side checks again go to <artifacts>/portal-result.json.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const base = process.env.ANCHOR_BASE_URL;
+const artifacts = process.env.ANCHOR_ARTIFACTS || "artifacts";
+const executablePath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+
+async function call(method, path, token, body) {
+  const headers = { "Content-Type": "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  return { status: response.status, json: await response.json().catch(() => null) };
+}
+
+function declaration() {
+  return {
+    request_id: crypto.randomUUID(),
+    dd: {
+      dd_unit_type: "single",
+      dd_declaration_mode: "self_declared",
+      decision_type: "internal_service",
+      decision_action_type: "execute",
+      origin_context_type: "internal",
+      selection_state: "SELECTED",
+    },
+    ee: {
+      ee_retention_period: "short",
+      ee_integrity_verification_level: "basic",
+      ee_disclosure_format_policy: "internal",
+      ee_responsibility_scope: "minimal",
+    },
+  };
+}
+
+test("an owner signs up, links an agent, sets its DAB, adds a category, sees usage and signs out", async () => {
+  assert.ok(base, "ANCHOR_BASE_URL is not set");
+  mkdirSync(artifacts, { recursive: true });
+  const shot = (page, name) => page.screenshot({ path: join(artifacts, `portal-${name}.png`), fullPage: true });
+
+  // An agent, created over the API, with two declarations on record.
+  const registered = await call("POST", "/v1/agent/register", null, {});
+  assert.equal(registered.status, 201);
+  const agentId = registered.json.agent_id;
+  const oldToken = registered.json.auth_token;
+  let spent = 0;
+  for (let i = 0; i < 2; i++) {
+    const created = await call("POST", "/v1/dd/create", oldToken, declaration());
+    assert.equal(created.status, 201, JSON.stringify(created.json));
+    spent += created.json.dac_amount;
+  }
+
+  const browser = await chromium.launch({
+    executablePath,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  const foreign = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on("request", (request) => {
+      if (!request.url().startsWith(base)) foreign.push(request.url());
+    });
+    const errors = [];
+    page.on("pageerror", (error) => errors.push(String(error)));
+
+    await page.goto(`${base}/portal/`);
+    await page.locator("#signed-out").waitFor({ state: "visible" });
+    await shot(page, "01-start");
+
+    // Sign up (which signs in).
+    const email = `owner-${Date.now()}@example.com`;
+    const signUp = page.locator("#sign-up-form");
+    await signUp.locator("input[name=email]").fill(email);
+    await signUp.locator("input[name=password]").fill("a long passphrase 7");
+    await signUp.locator("input[name=terms]").check();
+    await signUp.locator("input[name=privacy]").check();
+    await signUp.locator("button[type=submit]").click();
+    await page.locator("#signed-in").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#who-email").textContent(), email);
+    assert.equal(await page.locator("#agents-empty").isVisible(), true);
+    await shot(page, "02-signed-up");
+
+    // Link the agent: the page shows the replacement token, and the old one dies.
+    await page.locator("#link-form input[name=agent_id]").fill(agentId);
+    await page.locator("#link-form input[name=auth_token]").fill(oldToken);
+    await page.locator("#link-form button[type=submit]").click();
+    await page.locator("#new-token").waitFor({ state: "visible" });
+    const newToken = (await page.locator("#new-token-value").textContent()).trim();
+    assert.match(newToken, /^da_tk_[0-9a-f]{64}$/);
+    assert.notEqual(newToken, oldToken);
+    const row = page.locator(`#agents-table tr[data-agent-id="${agentId}"]`);
+    await row.waitFor();
+    assert.equal((await call("GET", "/v1/trial/status", oldToken)).status, 401);
+    assert.equal((await call("GET", "/v1/trial/status", newToken)).status, 200);
+    await shot(page, "03-linked");
+
+    // Set a DAB of 250 DAC.
+    await page.locator("#dab-form select[name=agent_id]").selectOption(agentId);
+    await page.locator("#dab-form input[name=budget_limit_dac]").fill("250");
+    await page.locator("#dab-form button[type=submit]").click();
+    await page.locator("#dab-status", { hasText: "Limit 250 DAC per month (set by you)" }).waitFor();
+    assert.equal(await row.locator("td.dab").textContent(), "250");
+    await shot(page, "04-dab");
+
+    // Add a classification category.
+    await page.locator("#classification-form input[name=classification_key]").fill("e2e_review");
+    await page.locator("#classification-form input[name=classification_label]").fill("Reviewed in the browser test");
+    await page.locator("#classification-form button[type=submit]").click();
+    const category = page.locator('#classification-table tr[data-key="e2e_review"]');
+    await category.waitFor();
+    assert.match(await category.textContent(), /Reviewed in the browser test/);
+    await shot(page, "05-classification");
+
+    // The usage chart: 30 daily bars, today's carrying the agent's DAC. The
+    // chart loaded at sign-up, before linking, so reload the page.
+    await page.reload();
+    await page.locator("#signed-in").waitFor({ state: "visible" });
+    await page.locator("#usage-chart svg rect.bar").first().waitFor({ state: "attached" });
+    const bars = await page.locator("#usage-chart svg rect.bar").evaluateAll((rects) =>
+      rects.map((r) => ({ dac: Number(r.dataset.dac), height: Number(r.getAttribute("height")) })),
+    );
+    assert.equal(bars.length, 30);
+    const filled = bars.filter((b) => b.dac > 0);
+    assert.equal(filled.length, 1, JSON.stringify(bars));
+    assert.equal(filled[0].dac, spent);
+    assert.ok(filled[0].height > 0);
+    assert.equal(await page.locator("#usage-total").textContent(), `${spent} DAC on record in the last 30 days`);
+    // Recent decisions show the two declarations, metadata only.
+    await page.locator("#recent-table tbody tr").nth(1).waitFor();
+    assert.equal(await page.locator("#recent-table tbody tr").count(), 2);
+    await shot(page, "06-usage-chart");
+
+    // The agent sees the DAB the owner set.
+    const dab = await call("GET", "/v1/dab/status", newToken);
+    assert.equal(dab.json.budget_limit_dac, 250);
+    assert.equal(dab.json.limit_source, "owner");
+
+    // Sign out: the page returns to sign-in, and a reload stays signed out.
+    await page.locator("#sign-out").click();
+    await page.locator("#signed-out").waitFor({ state: "visible" });
+    await page.reload();
+    await page.locator("#signed-out").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#signed-in").isVisible(), false);
+    await shot(page, "07-signed-out");
+
+    assert.deepEqual(errors, []);
+    assert.deepEqual(foreign, [], "the portal requested other origins");
+    writeFileSync(
+      join(artifacts, "portal-result.json"),
+      JSON.stringify({ agent_id: agentId, new_token: newToken, ui_dab: 250, email }, null, 2),
+    );
+  } finally {
+    await browser.close();
+  }
+});
