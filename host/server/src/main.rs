@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API (the default).
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Operator commands for pricing components.
     Pricing {
         #[command(subcommand)]
@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Serve(config)) => anchor_server::serve(config).await,
+        Some(Command::Serve(config)) => anchor_server::serve(*config).await,
         None => anchor_server::serve(cli.serve).await,
         Some(Command::Pricing { command: PricingCommand::Inspect { file } }) => inspect(file.as_deref()),
         Some(Command::Log { command: LogCommand::Keygen { origin, file } }) => {
