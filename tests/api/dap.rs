@@ -99,6 +99,9 @@ async fn accounts_passwords_and_sessions(backend: Backend) {
     assert!(out.headers.get("set-cookie").unwrap().to_str().unwrap().contains("Max-Age=0"));
     t.as_owner(&session, "GET", "/dap/account/me", None).await.assert_error(401, "UNAUTHORIZED");
 
+    // Logging out without a session is harmless.
+    assert_eq!(t.post("/dap/logout", None, &json!({})).await.status, StatusCode::OK);
+
     // Changing the password ends the other sessions, keeps this one, and the old password stops working.
     let this = t.login("ada@example.com", OWNER_PASSWORD).await;
     let other = t.login("ada@example.com", OWNER_PASSWORD).await;
@@ -116,6 +119,21 @@ async fn accounts_passwords_and_sessions(backend: Backend) {
     t.as_owner(&other, "GET", "/dap/agents", None).await.assert_error(401, "UNAUTHORIZED");
     t.post("/dap/login", None, &json!({ "email": "ada@example.com", "password": OWNER_PASSWORD })).await.assert_error(401, "UNAUTHORIZED");
     t.login("ada@example.com", "new passphrase 22").await;
+}
+
+#[tokio::test]
+async fn residence_is_suggested_from_headers() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let suggest = |headers: Vec<(&'static str, &'static str)>| {
+        let t = &t;
+        async move { t.call_with("GET", "/dap/register/suggested-country", &headers, None).await.json }
+    };
+    let by_header = suggest(vec![("cf-ipcountry", "DE"), ("accept-language", "ko-KR")]).await;
+    assert_eq!((by_header["suggested_country"].as_str(), by_header["detection_source"].as_str()), (Some("EU"), Some("country_header")));
+    let by_language = suggest(vec![("accept-language", "ko-KR,ko;q=0.9,en;q=0.8")]).await;
+    assert_eq!((by_language["suggested_country"].as_str(), by_language["detection_raw"].as_str()), (Some("KR"), Some("ko-KR")));
+    assert_eq!(suggest(vec![("accept-language", "en-GB")]).await["suggested_country"], "UK");
+    assert_eq!(suggest(vec![]).await["suggested_country"], "OTHER");
 }
 
 async fn login_attempts_are_limited(backend: Backend) {
@@ -530,6 +548,7 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     fresh_session_refused.assert_error(401, "UNAUTHORIZED");
     t.post("/dap/login", None, &json!({ "email": "i@example.com", "password": OWNER_PASSWORD })).await.assert_error(401, "UNAUTHORIZED");
     assert_eq!(t.store.erase_due_owners(t.clock.now()).await.unwrap(), 1);
+    assert_eq!(t.store.erase_due_owners(t.clock.now()).await.unwrap(), 0, "an owner was erased twice");
     let dab = t.get("/v1/dab/status", Some(&agent.token)).await;
     assert_eq!(dab.json["limit_source"], "operator_default", "the erased owner's DAB still applies");
     assert!(t.store.owner_by_email("i@example.com").await.unwrap().is_none());

@@ -113,7 +113,9 @@ pub trait DapStore: Send + Sync {
     async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()>;
     /// Erases owners whose grace period ended before `now`: their agents are
     /// unlinked (and lose the owner's DAB), their sessions, categories and
-    /// personal fields are removed; the row stays as a tombstone. Returns how many.
+    /// personal fields are removed; the row stays as a tombstone. Also prunes
+    /// expired sessions and login failures older than a day. Returns how many
+    /// owners were erased.
     async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64>;
 
     /// Failed logins for `email` since `since`.
@@ -365,6 +367,11 @@ macro_rules! dap_impl {
                         .execute(&mut *tx)
                         .await?;
                     }
+                    sqlx::query("delete from owner_session where expires_at <= $1").bind(now).execute(&mut *tx).await?;
+                    sqlx::query("delete from owner_login_failure where attempted_at <= $1")
+                        .bind(now - chrono::Duration::days(1))
+                        .execute(&mut *tx)
+                        .await?;
                     tx.commit().await?;
                     Ok(due.len() as u64)
                 }
