@@ -48,7 +48,7 @@ pub fn operations() -> Vec<Operation> {
         op(Method::GET, "/v1/dab/status", get(dab_status))
             .tag("DAB")
             .summary("The agent's DAB: its external spending cap this month and what is used")
-            .describe("Trial-covered work does not count. Only the agent's owner can change the cap.")
+            .describe("Trial-covered work does not count. Only the agent's owner can change the cap (PUT /dap/dab/set), and a change applies at once.")
             .agent()
             .ok(200, "DAB status", object(&[], vec![
                 ("agent_id", uuid()),
@@ -58,6 +58,7 @@ pub fn operations() -> Vec<Operation> {
                 ("period_start", datetime()),
                 ("period_resets_at", datetime()),
                 ("spent_dac", number()),
+                ("budget_used_dac", doc(number(), "The same as spent_dac, under the owner report's name")),
                 ("remaining_dac", number()),
                 ("limit_reached", boolean()),
             ])),
