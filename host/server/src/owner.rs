@@ -250,6 +250,17 @@ mod tests {
     }
 
     #[test]
+    fn cookies_are_secure_over_tls_only() {
+        let tls = session_cookie("s3cret", 60, true);
+        let plain = session_cookie("s3cret", 60, false);
+        assert_eq!(tls.to_str().unwrap(), "connect.sid=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=60; Secure");
+        assert!(!plain.to_str().unwrap().contains("Secure"));
+        assert!(clear_cookie(true).to_str().unwrap().contains("Max-Age=0; Secure"));
+        assert_ne!(csrf_token("a"), csrf_token("b"));
+        assert_ne!(csrf_token("a").as_bytes(), hex::encode(session_hash("a")).as_bytes(), "the CSRF token must not be the stored session hash");
+    }
+
+    #[test]
     fn cookie_parsing() {
         let mut headers = HeaderMap::new();
         headers.insert(header::COOKIE, HeaderValue::from_static("a=1; connect.sid=abc; b=2"));
