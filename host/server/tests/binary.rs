@@ -2,35 +2,13 @@
 //! `--listen` and `--data-dir` (and with their environment variables), it
 //! serves the register -> create -> confirm -> detail walk-through.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{Server, free_port, wait_healthy};
 
 use serde_json::{Value, json};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn wait_healthy(http: &reqwest::Client, base: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(reply) = http.get(format!("{base}/health")).send().await {
-            return reply.json().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "the server did not come up at {base}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn walk_through(http: &reqwest::Client, base: &str) {
     let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();

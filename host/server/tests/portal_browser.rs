@@ -4,10 +4,10 @@
 //! loopback. `scripts/test` runs `npm ci` there first; `.ci/run` installs
 //! Chromium. Screenshots land in tests/artifacts/.
 
-use std::net::TcpListener;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 #[tokio::test]
 async fn an_owner_uses_the_portal_in_chromium() {
@@ -24,23 +24,8 @@ async fn an_owner_uses_the_portal_in_chromium() {
     std::fs::create_dir_all(&artifacts).unwrap();
     let _ = std::fs::remove_file(artifacts.join("portal-result.json"));
 
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let data = std::env::temp_dir().join(format!("anchor-portal-{}-{port}", std::process::id()));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_anchor"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(&data)
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let (server, base, data) = common::serve_sqlite("portal", &[]).await;
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while http.get(format!("{base}/health")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let output = Command::new("node")
         .args(["--test", "portal.test.mjs"])
         .current_dir(&e2e)
@@ -71,7 +56,6 @@ async fn an_owner_uses_the_portal_in_chromium() {
         let path = artifacts.join(format!("portal-{shot}.png"));
         assert!(std::fs::metadata(&path).map(|m| m.len() > 1000).unwrap_or(false), "{} missing", path.display());
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -2,10 +2,10 @@
 //! in tests/e2e/x402/package-lock.json) pays a running `anchor` over loopback
 //! in local settlement mode. `scripts/test` runs `npm ci` there first.
 
-use std::net::TcpListener;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 #[tokio::test]
 async fn the_official_client_pays_and_confirms() {
@@ -15,32 +15,14 @@ async fn the_official_client_pays_and_confirms() {
         "the x402 client is not installed: run `npm ci` in {} (scripts/test does)",
         e2e.display()
     );
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let data = std::env::temp_dir().join(format!("anchor-x402-{}-{port}", std::process::id()));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_anchor"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(&data)
-        .args(["--pay-to", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"])
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while http.get(format!("{base}/health")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (server, base, data) = common::serve_sqlite("x402", &["--pay-to", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"]).await;
     let output = Command::new("node")
         .args(["--test", "paid.test.mjs"])
         .current_dir(&e2e)
         .env("ANCHOR_BASE_URL", &base)
         .output()
         .expect("node runs");
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&data);
     assert!(
         output.status.success(),
