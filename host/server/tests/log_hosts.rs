@@ -1,13 +1,16 @@
 //! The log through the `anchor` binary: `anchor verify` checks a receipt offline,
 //! and two hosts on one PostgreSQL keep one log when the integrator is killed.
 
+mod common;
+
 use std::collections::HashSet;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use common::{free_port, wait_healthy};
 
 struct Host {
     child: Child,
@@ -19,10 +22,6 @@ impl Drop for Host {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -45,12 +44,7 @@ async fn start(data: &Path, env: &[(&str, &str)]) -> Host {
         command.env(k, v);
     }
     let host = Host { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}") };
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while http.get(format!("{}/health", host.base)).send().await.is_err() {
-        assert!(Instant::now() < deadline, "host did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_healthy(&reqwest::Client::new(), &host.base).await;
     host
 }
 
