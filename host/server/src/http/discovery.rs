@@ -105,6 +105,9 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 - Prices are in DAC; 1 DAC is 0.001 USD, paid in USDC on Base over x402 v2. GET {base}/v1/pricing/current has every number.\n\
 - A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts.\n\
 - When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header.\n\n\
+## Owners\n\
+- A human (or a parent agent) who manages agents uses the owner portal at {base}/portal/ or the /dap/... API. Linking an agent there replaces its auth_token: the owner hands the new one to the agent.\n\
+- An owner may cap external spending (DAB, GET {base}/v1/dab/status shows it), register classification keys (GET {base}/v1/classification lists the ones you may use) and require or forbid templates (content-inclusion policy; a contradicting create answers 403 CONTENT_INCLUSION_POLICY).\n\n\
 ## Reference\n\
 - [OpenAPI]({base}/openapi.json): every route, generated from the service's route table\n\
 - [Agent card]({base}/.well-known/agent-card.json)\n\
