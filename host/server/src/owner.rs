@@ -96,6 +96,19 @@ pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
     Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok() && real
 }
 
+/// [`hash_password`] on the blocking pool: argon2id takes about 15 ms of one
+/// core, which must not stall the async workers serving other requests.
+pub async fn hash_password_off_thread(password: &str) -> anyhow::Result<String> {
+    let password = password.to_string();
+    tokio::task::spawn_blocking(move || hash_password(&password)).await?
+}
+
+/// [`verify_password`] on the blocking pool.
+pub async fn verify_password_off_thread(stored: Option<&str>, password: &str) -> bool {
+    let (stored, password) = (stored.map(str::to_string), password.to_string());
+    tokio::task::spawn_blocking(move || verify_password(stored.as_deref(), &password)).await.unwrap_or(false)
+}
+
 /// A new session secret (what the cookie carries).
 pub fn new_session_secret() -> String {
     let mut bytes = [0u8; 32];

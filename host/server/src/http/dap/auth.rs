@@ -150,7 +150,7 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
         return Err(ApiError::bad("PRIVACY_REQUIRED", "privacy_agreed must be true: the privacy policy must be accepted"));
     }
     owner::check_password_policy(password, Some(&email))?;
-    let hash = owner::hash_password(password).map_err(ApiError::Internal)?;
+    let hash = owner::hash_password_off_thread(password).await.map_err(ApiError::Internal)?;
     let now = state.clock.now();
     let owner = NewOwner {
         owner_id: Uuid::new_v4(),
@@ -249,7 +249,7 @@ async fn login(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiRe
     let now = state.clock.now();
     let owner = state.store.owner_by_email(&email).await?;
     // The hash is checked even for an unknown email, so timing does not tell which emails exist.
-    let verified = owner::verify_password(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password);
+    let verified = owner::verify_password_off_thread(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password).await;
     let owner = match owner {
         Some(owner) if verified && super::account_status(&owner, now) != "deleted" => owner,
         _ => {
@@ -285,7 +285,7 @@ async fn change_password(State(state): State<AppState>, auth: AuthOwner, JsonBod
     }
     super::confirm_password(&state, &auth.owner, current).await?;
     owner::check_password_policy(new, auth.owner.email.as_deref())?;
-    let hash = owner::hash_password(new).map_err(ApiError::Internal)?;
+    let hash = owner::hash_password_off_thread(new).await.map_err(ApiError::Internal)?;
     state.store.set_owner_password(auth.owner.owner_id, &hash).await?;
     state.store.delete_other_sessions(auth.owner.owner_id, &auth.session_hash).await?;
     Ok(axum::Json(json!({ "message": "password changed; other sessions were signed out" })))

@@ -88,7 +88,7 @@ pub(crate) async fn confirm_password(state: &AppState, owner: &OwnerRecord, pass
     let key = attempt_key(owner);
     check_attempts(state, &key).await?;
     let ok = match (&owner.password_hash, owner.managing_agent_id) {
-        (Some(hash), _) => owner::verify_password(Some(hash), password),
+        (Some(hash), _) => owner::verify_password_off_thread(Some(hash), password).await,
         (None, Some(agent_id)) => {
             let hash = anchor_domain::agents::hash_secret(password);
             state.store.agent(agent_id).await?.is_some_and(|a| a.token_hash == hash)
