@@ -68,8 +68,8 @@ pub struct LinkedAgent {
 /// The outcome of linking an agent to an owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Link {
-    /// Linked (or re-linked) and the token replaced.
-    Linked,
+    /// Linked (or re-linked) and the token replaced; linked since then.
+    Linked { linked_at: DateTime<Utc> },
     /// No agent with that id holds that token.
     WrongToken,
     /// Another owner manages the agent.
@@ -146,8 +146,8 @@ pub trait DapStore: Send + Sync {
     async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool>;
     /// The owner's agents, oldest link first.
     async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>>;
-    /// The owner managing the agent, if the agent exists and has one.
-    async fn agent_owner(&self, agent_id: Uuid) -> Result<Option<Uuid>>;
+    /// The agent, if the owner manages it.
+    async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>>;
     /// Sets or clears the owner-set DAB; false if the owner does not manage the agent.
     async fn set_agent_dab(&self, agent_id: Uuid, owner_id: Uuid, limit: Option<MilliDac>) -> Result<bool>;
     /// The content-inclusion policy of the agent's owner (`None`: no owner).
@@ -229,6 +229,14 @@ macro_rules! dap_impl {
                     description: row.try_get("description")?,
                     active: row.try_get("active")?,
                     created_at: row.try_get("created_at")?,
+                })
+            }
+
+            fn decode_linked(row: &DbRow) -> Result<LinkedAgent> {
+                Ok(LinkedAgent {
+                    agent: super::decode_agent(row)?,
+                    linked_at: row.try_get("linked_at")?,
+                    dab_limit: row.try_get::<Option<i64>, _>("dab_limit_milli")?.map(MilliDac),
                 })
             }
 
@@ -476,22 +484,20 @@ macro_rules! dap_impl {
                             }
                         }
                     }
-                    let done = sqlx::query(
+                    let linked_at: Option<DateTime<Utc>> = sqlx::query_scalar(
                         "update agent set owner_id = $1, token_hash = $2, linked_at = coalesce(linked_at, $3) \
-                         where agent_id = $4 and token_hash = $5 and (owner_id is null or owner_id = $1)",
+                         where agent_id = $4 and token_hash = $5 and (owner_id is null or owner_id = $1) returning linked_at",
                     )
                     .bind(owner_id)
                     .bind(new_token_hash.to_vec())
                     .bind(now)
                     .bind(agent_id)
                     .bind(token_hash.to_vec())
-                    .execute(&mut *tx)
+                    .fetch_optional(&mut *tx)
                     .await?;
-                    if done.rows_affected() != 1 {
-                        return Ok(Link::WrongToken);
-                    }
+                    let Some(linked_at) = linked_at else { return Ok(Link::WrongToken) };
                     tx.commit().await?;
-                    Ok(Link::Linked)
+                    Ok(Link::Linked { linked_at })
                 }
 
                 async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool> {
@@ -513,23 +519,18 @@ macro_rules! dap_impl {
                     .bind(owner_id)
                     .fetch_all(&self.pool)
                     .await?;
-                    rows.iter()
-                        .map(|row| {
-                            Ok(LinkedAgent {
-                                agent: super::decode_agent(row)?,
-                                linked_at: row.try_get("linked_at")?,
-                                dab_limit: row.try_get::<Option<i64>, _>("dab_limit_milli")?.map(MilliDac),
-                            })
-                        })
-                        .collect()
+                    rows.iter().map(decode_linked).collect()
                 }
 
-                async fn agent_owner(&self, agent_id: Uuid) -> Result<Option<Uuid>> {
-                    let owner: Option<Option<Uuid>> = sqlx::query_scalar("select owner_id from agent where agent_id = $1")
-                        .bind(agent_id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                    Ok(owner.flatten())
+                async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>> {
+                    let row = sqlx::query(concat!(
+                        "select ", agent_columns!(), ", linked_at, dab_limit_milli from agent where owner_id = $1 and agent_id = $2"
+                    ))
+                    .bind(owner_id)
+                    .bind(agent_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    row.as_ref().map(decode_linked).transpose()
                 }
 
                 async fn set_agent_dab(&self, agent_id: Uuid, owner_id: Uuid, limit: Option<MilliDac>) -> Result<bool> {

@@ -173,8 +173,8 @@ async fn link(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): Js
         .store
         .link_agent(agent_id, auth.owner.owner_id, &hash_secret(token), &hash_secret(&new_token), now, state.settings.dap.max_agents_per_owner)
         .await?;
-    match outcome {
-        Link::Linked => {}
+    let linked_at = match outcome {
+        Link::Linked { linked_at } => linked_at,
         Link::WrongToken => return Err(invalid()),
         Link::LinkedElsewhere => {
             return Err(ApiError::Conflict { code: "AGENT_ALREADY_LINKED", message: "another owner manages this agent; it must unlink it first".into() });
@@ -185,11 +185,10 @@ async fn link(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): Js
                 format!("an owner manages at most {} agents", state.settings.dap.max_agents_per_owner),
             ));
         }
-    }
-    let linked = managed(&state, &auth.owner, agent_id).await?;
+    };
     Ok(axum::Json(json!({
         "agent_id": agent_id,
-        "linked_at": linked.linked_at.map(time),
+        "linked_at": time(linked_at),
         "new_auth_token": new_token,
         "message": "linked; the agent's previous token is revoked: give it new_auth_token",
     })))

@@ -52,10 +52,8 @@ pub(crate) fn account_status(owner: &OwnerRecord, now: DateTime<Utc>) -> &'stati
 pub(crate) async fn managed(state: &AppState, owner: &OwnerRecord, agent_id: Uuid) -> ApiResult<LinkedAgent> {
     state
         .store
-        .owner_agents(owner.owner_id)
+        .managed_agent(owner.owner_id, agent_id)
         .await?
-        .into_iter()
-        .find(|a| a.agent.agent_id == agent_id)
         .ok_or_else(|| ApiError::forbidden("NOT_LINKED", format!("agent {agent_id} is not managed by this owner")))
 }
 
