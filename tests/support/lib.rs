@@ -232,20 +232,9 @@ impl TestServer {
 
     /// Sends a request and returns status, headers and the JSON body (Null when empty or not JSON).
     pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Reply {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        let mut request = self.http.request(method, self.url(path));
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body.to_string());
-        }
-        let response = request.send().await.expect("request reaches the server");
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.expect("body");
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply { status, headers, json, text }
+        let authorization = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = authorization.iter().map(|a| ("authorization", a.as_str())).collect();
+        self.call_with(method, path, &headers, body).await
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Reply {

@@ -51,19 +51,7 @@ async fn walk_through(http: &reqwest::Client, base: &str) {
 
 #[tokio::test]
 async fn serve_with_flags_walks_through_the_readme() {
-    let data = std::env::temp_dir().join(format!("anchor-bin-{}", std::process::id()));
-    let port = free_port();
-    let _server = Server(
-        Command::new(env!("CARGO_BIN_EXE_anchor"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(&data)
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let (_server, base, data) = common::serve_sqlite("bin", &[]).await;
     let http = reqwest::Client::new();
     let health = wait_healthy(&http, &base).await;
     assert_eq!(health["storage"], "sqlite");
