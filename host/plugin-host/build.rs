@@ -20,6 +20,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    ensure_wasm_target();
     let status = Command::new(cargo)
         .current_dir(&plugins)
         .args(["build", "--release", "--locked", "--target", "wasm32-wasip2", "--target-dir"])
@@ -39,4 +40,31 @@ fn main() {
     );
     let artifacts = target_dir.join("wasm32-wasip2").join("release");
     println!("cargo:rustc-env=ANCHOR_PLUGINS_DIR={}", artifacts.display());
+}
+
+/// The guests need the `wasm32-wasip2` standard library. `rust-toolchain.toml`
+/// lists the target, but rustup only honours that when it installs the
+/// toolchain: a toolchain installed earlier without it would stop the build.
+/// So when the sysroot lacks the target and rustup manages the toolchain, the
+/// target is added here, for the toolchain this build runs on.
+fn ensure_wasm_target() {
+    const TARGET: &str = "wasm32-wasip2";
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output().ok().filter(|o| o.status.success());
+    let Some(sysroot) = sysroot else { return };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib").join(TARGET).is_dir() {
+        return;
+    }
+    let mut rustup = Command::new("rustup");
+    rustup.args(["target", "add", TARGET]);
+    if let Ok(toolchain) = std::env::var("RUSTUP_TOOLCHAIN") {
+        rustup.args(["--toolchain", &toolchain]);
+    }
+    // Said on stderr, not as a cargo warning: cargo would replay a warning on
+    // every later build, long after the target was installed.
+    eprintln!("installing the {TARGET} target with rustup (the guest components need it)");
+    if !rustup.status().is_ok_and(|status| status.success()) {
+        eprintln!("could not run `rustup target add {TARGET}`; install the target by hand");
+    }
 }

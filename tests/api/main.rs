@@ -6,6 +6,7 @@ mod concurrency;
 mod dap;
 mod declarations;
 mod discovery;
+mod hardening;
 mod openapi_contract;
 mod payments;
 mod plugins;

@@ -7,17 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use anchor_tests::*;
 use serde_json::Value;
 
-fn reference() -> Value {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::var("ANCHOR_REFERENCE_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| root.join("shared/reference"));
-    let path = dir.join("decision-anchor-openapi.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("the reference interface is expected at {} ({e}); set ANCHOR_REFERENCE_DIR", path.display()));
-    serde_json::from_str(&text).expect("reference parses")
-}
-
 fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
     match schema.get("$ref").and_then(Value::as_str) {
         Some(r) => resolve(doc, doc.pointer(&r.replace("#/", "/")).unwrap_or_else(|| panic!("dangling {r}"))),
@@ -72,7 +61,7 @@ fn parameters(operation: &Value) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn generated_openapi_matches_the_reference_for_every_implemented_operation() {
-    let reference = reference();
+    let reference = reference_interface();
     let t = TestServer::start(Backend::Sqlite).await;
     let ours = t.get("/openapi.json", None).await.json;
     let mut implemented = Vec::new();

@@ -509,9 +509,7 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, path: &str, problems: &m
 
 #[tokio::test]
 async fn every_challenge_validates_against_the_reference_schema() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::var("ANCHOR_REFERENCE_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| root.join("shared/reference"));
-    let reference: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("decision-anchor-openapi.json")).unwrap()).unwrap();
+    let reference = reference_interface();
     let schema = &reference["components"]["schemas"]["X402Challenge"];
     let t = TestServer::start(Backend::Sqlite).await;
     let (agent, body, challenge) = spent(&t).await;

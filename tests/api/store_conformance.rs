@@ -153,10 +153,13 @@ async fn store_conforms(backend: Backend) {
     assert!(store.rotate_credentials(agent, &record.token_hash, &[1; 32], &[2; 32]).await.unwrap());
     assert!(!store.rotate_credentials(agent, &record.token_hash, &[3; 32], &[4; 32]).await.unwrap());
     assert_eq!(store.agent_by_token_hash(&[1; 32]).await.unwrap().map(|a| a.agent_id), Some(agent));
-    let window = Duration::minutes(15);
-    assert_eq!(store.recover_credentials(agent, &[7; 32], &[5; 32], &[6; 32], now(), window, 2).await.unwrap(), Recovery::Refused);
-    assert_eq!(store.recover_credentials(agent, &[2; 32], &[5; 32], &[6; 32], now(), window, 2).await.unwrap(), Recovery::Recovered);
-    assert_eq!(store.recover_credentials(agent, &[6; 32], &[8; 32], &[8; 32], now(), window, 2).await.unwrap(), Recovery::RateLimited);
+    // Two wrong keys spend a limit of two; the right key still recovers; a
+    // third wrong key is refused as rate limited.
+    let limit = AttemptLimit { scope: "agent_recovery", window: Duration::minutes(15), max: 2 };
+    assert_eq!(store.recover_credentials(agent, &[7; 32], &[5; 32], &[6; 32], now(), limit).await.unwrap(), Recovery::Refused);
+    assert_eq!(store.recover_credentials(agent, &[9; 32], &[5; 32], &[6; 32], now(), limit).await.unwrap(), Recovery::Refused);
+    assert_eq!(store.recover_credentials(agent, &[2; 32], &[5; 32], &[6; 32], now(), limit).await.unwrap(), Recovery::Recovered);
+    assert_eq!(store.recover_credentials(agent, &[7; 32], &[8; 32], &[8; 32], now(), limit).await.unwrap(), Recovery::RateLimited);
     assert_eq!(store.agent_by_token_hash(&[5; 32]).await.unwrap().map(|a| a.agent_id), Some(agent));
 
     // Classification: the operator's base categories.

@@ -4,7 +4,6 @@
 //! PostgreSQL tests run when `ANCHOR_TEST_POSTGRES_URL` is set; each server
 //! gets a schema of its own, dropped when the server is dropped.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use anchor_domain::pricing::Pricing;
@@ -28,6 +27,14 @@ pub enum Backend {
 /// The PostgreSQL URL for tests, if this run has one.
 pub fn postgres_url() -> Option<String> {
     std::env::var(POSTGRES_URL_VAR).ok().filter(|u| !u.is_empty())
+}
+
+/// The reference interface's facts (paths, methods, parameters, schemas,
+/// enums, status codes), as `scripts/reference-facts` extracted them from the
+/// reference OpenAPI document into `tests/data`. The tests compare with this
+/// copy, so the repository alone is enough to run them.
+pub fn reference_interface() -> Value {
+    serde_json::from_str(include_str!("../data/reference-interface.json")).expect("tests/data/reference-interface.json parses")
 }
 
 /// One engine and compiled components for the whole test process.
@@ -113,11 +120,13 @@ pub struct Options {
     pub dab_default: anchor_domain::MilliDac,
     /// `None`: local settlement.
     pub settler: Option<Arc<dyn anchor_server::settlement::Settler>>,
+    /// Connection and request limits.
+    pub http: anchor_server::listener::HttpLimits,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000), settler: None }
+        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000), settler: None, http: Default::default() }
     }
 }
 
@@ -163,6 +172,7 @@ impl TestServer {
             rate_window_secs: 60,
             dab_default: options.dab_default,
             dap: Default::default(),
+            http: options.http,
         };
         let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
@@ -180,10 +190,12 @@ impl TestServer {
                 ..Default::default()
             },
         ));
-        let app = anchor_server::app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-        let server = tokio::spawn(async move {
-            let _ = anchor_server::serve_listener(listener, app).await;
-        });
+        let server = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let _ = anchor_server::serve_listener(listener, state).await;
+            })
+        };
         let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
         TestServer { base, clock, store, http, backend, log_key, state, _cleanup: cleanup, _server: server, _integrator: integrator }
     }

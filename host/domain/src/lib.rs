@@ -14,5 +14,5 @@ pub mod money;
 pub mod pricing;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::Invalid;
+pub use error::{Invalid, brief};
 pub use money::MilliDac;

@@ -83,12 +83,38 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAP_NO_AGENT_OWNERS", default_value_t = false)]
     pub dap_no_agent_owners: bool,
 
+    /// Open connections at most; past that, new ones wait in the backlog.
+    #[arg(long, env = "ANCHOR_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Seconds a client has to send a request's head, on a new connection
+    /// and between requests of a kept-alive one; then the connection closes.
+    #[arg(long, env = "ANCHOR_HEADER_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub header_timeout_secs: u32,
+
+    /// Seconds a client has to send a request's body once its head arrived (408 after).
+    #[arg(long, env = "ANCHOR_BODY_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub body_timeout_secs: u32,
+
+    /// The largest request body accepted, in bytes (413 above).
+    #[arg(long, env = "ANCHOR_MAX_BODY_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u32).range(1024..))]
+    pub max_body_bytes: u32,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,
 }
 
 impl ServeConfig {
+    pub fn http_limits(&self) -> crate::listener::HttpLimits {
+        crate::listener::HttpLimits {
+            max_connections: self.max_connections as usize,
+            header_read_timeout: std::time::Duration::from_secs(u64::from(self.header_timeout_secs)),
+            body_read_timeout: std::time::Duration::from_secs(u64::from(self.body_timeout_secs)),
+            max_body_bytes: self.max_body_bytes as usize,
+        }
+    }
+
     pub fn database_url(&self) -> String {
         match &self.database_url {
             Some(url) if !url.is_empty() => url.clone(),

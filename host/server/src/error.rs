@@ -40,6 +40,9 @@ pub enum ApiError {
     SettlementFailed { reason: String, payer: String },
     /// 503: a dependency (the pricing component) is failing.
     Unavailable { code: &'static str, message: String },
+    /// A refusal at the protocol level: 408, 413, 414, 431, 405 (with the path's
+    /// methods in `Allow`).
+    Protocol { status: StatusCode, code: &'static str, message: String, allow: Option<String> },
     Internal(anyhow::Error),
 }
 
@@ -69,6 +72,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PaymentRequired(_) | ApiError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Protocol { status, .. } => *status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -101,7 +105,18 @@ impl From<PricingError> for ApiError {
     }
 }
 
+/// The longest message an error body carries; longer ones are cut (they never
+/// should be: inputs are quoted with `anchor_domain::brief`).
+const MESSAGE_MAX_CHARS: usize = 1_000;
+
 fn body(code: &str, message: &str) -> Value {
+    let message = if message.chars().count() > MESSAGE_MAX_CHARS {
+        let mut cut: String = message.chars().take(MESSAGE_MAX_CHARS).collect();
+        cut.push('…');
+        cut
+    } else {
+        message.to_string()
+    };
     json!({ "error_code": code, "message": message })
 }
 
@@ -179,6 +194,13 @@ impl IntoResponse for ApiError {
                     response.headers_mut().insert("payment-response", value);
                 }
                 response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                response
+            }
+            ApiError::Protocol { code, message, allow, .. } => {
+                let mut response = (status, axum::Json(body(code, &message))).into_response();
+                if let Some(value) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+                    response.headers_mut().insert(header::ALLOW, value);
+                }
                 response
             }
             ApiError::Internal(error) => {

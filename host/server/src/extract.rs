@@ -1,9 +1,12 @@
-//! Extractors: the authenticated agent, and a JSON body that fails with our own
-//! error codes instead of axum's.
+//! Extractors: the authenticated agent, and the body, path and query readers.
+//!
+//! Every extractor here fails with an `ApiError`, so every refusal, however
+//! early, is a JSON body with its `error_code`: handlers use these instead of
+//! axum's `Json`, `Path` and `Query`, whose rejections are plain text.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::http::request::Parts;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
@@ -44,21 +47,122 @@ impl FromRequestParts<AppState> for AuthAgent {
 }
 
 /// A JSON body. An empty body reads as `null`; anything that is not JSON is 400
-/// `INVALID_INPUT`.
+/// `INVALID_INPUT`; a body over the limit is 413 `PAYLOAD_TOO_LARGE`; a NUL
+/// character anywhere in it (a key or a string) is 400 `INVALID_VALUE`, so no
+/// text the database cannot store ever reaches it.
 pub struct JsonBody(pub Value);
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<JsonBody, ApiError> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|_| ApiError::bad("INVALID_INPUT", "the request body could not be read"))?;
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                too_large()
+            } else if crate::listener::is_body_timeout(&rejection) {
+                ApiError::Protocol {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    code: "REQUEST_TIMEOUT",
+                    message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
+                    allow: None,
+                }
+            } else {
+                ApiError::bad("INVALID_INPUT", "the request body could not be read")
+            }
+        })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody(Value::Null));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad("INVALID_INPUT", format!("the request body is not valid JSON: {e}")))
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad("INVALID_INPUT", format!("the request body is not valid JSON: {e}")))?;
+        if let Some(path) = nul_at(&value, "") {
+            return Err(nul_refused(&path));
+        }
+        Ok(JsonBody(value))
+    }
+}
+
+/// 413 for a body over the configured limit.
+pub fn too_large() -> ApiError {
+    ApiError::Protocol {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "PAYLOAD_TOO_LARGE",
+        message: "the request body is larger than this service accepts".into(),
+        allow: None,
+    }
+}
+
+fn nul_refused(where_: &str) -> ApiError {
+    ApiError::bad("INVALID_VALUE", format!("{where_} contains a NUL character (U+0000), which no text field accepts"))
+}
+
+/// Where the first NUL character sits in `value` (a key or a string), if any.
+fn nul_at(value: &Value, path: &str) -> Option<String> {
+    let here = || if path.is_empty() { "the request body".to_string() } else { path.to_string() };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(here()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_at(v, &format!("{}[{i}]", here()))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                return Some(format!("a field name in {}", here()));
+            }
+            nul_at(v, &if path.is_empty() { anchor_domain::brief(k) } else { format!("{path}.{}", anchor_domain::brief(k)) })
+        }),
+        _ => None,
+    }
+}
+
+/// Path parameters. A segment that is not UTF-8 once percent-decoded, or
+/// cannot be read as `T`, is 400 `INVALID_VALUE`.
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ApiPath<T>, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(ApiPath(value)),
+            Err(rejection) => Err(ApiError::bad(
+                "INVALID_VALUE",
+                format!("a path parameter could not be read ({}); path parameters are UTF-8 text", anchor_domain::brief(&rejection.body_text())),
+            )),
+        }
+    }
+}
+
+/// Query parameters. Each name may appear once; NUL characters are refused;
+/// anything `T` cannot read is 400 `INVALID_VALUE`.
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<ApiQuery<T>, ApiError> {
+        let raw = parts.uri.query().unwrap_or("");
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw)
+            .map_err(|e| ApiError::bad("INVALID_VALUE", format!("the query string could not be read: {e}")))?;
+        let mut seen = std::collections::HashSet::new();
+        for (name, value) in &pairs {
+            if name.contains('\0') || value.contains('\0') {
+                return Err(nul_refused(&format!("query parameter {}", anchor_domain::brief(name))));
+            }
+            if !seen.insert(name.as_str()) {
+                return Err(ApiError::bad(
+                    "INVALID_VALUE",
+                    format!("query parameter {} appears more than once; send it once", anchor_domain::brief(name)),
+                ));
+            }
+        }
+        serde_urlencoded::from_str(raw)
+            .map(ApiQuery)
+            .map_err(|e| ApiError::bad("INVALID_VALUE", format!("the query string does not fit this route: {}", anchor_domain::brief(&e.to_string()))))
     }
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod http;
+pub mod listener;
 pub mod log;
 pub mod openapi;
 pub mod owner;
@@ -16,7 +17,6 @@ pub mod ratelimit;
 pub mod settlement;
 pub mod state;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anchor_domain::pricing::Pricing;
@@ -80,6 +80,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             agent_owners: !config.dap_no_agent_owners,
             ..Default::default()
         },
+        http: config.http_limits(),
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,
@@ -123,20 +124,19 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         x402_settlement = settler.mode(),
         "anchor is serving"
     );
-    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    let limits = state.settings.http;
+    listener::serve(listener, app(state), limits, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     integrator.abort();
     reconciler.abort();
     Ok(())
 }
 
-/// What `app(..).into_make_service_with_connect_info` produces.
-pub type MakeService = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, SocketAddr>;
-
-/// Serves an already-bound listener (tests bind port 0 themselves).
-pub async fn serve_listener(listener: tokio::net::TcpListener, service: MakeService) -> std::io::Result<()> {
-    axum::serve(listener, service).await
+/// Serves `state` on an already-bound listener with its connection limits
+/// (tests bind port 0 themselves), until the task is dropped.
+pub async fn serve_listener(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+    let limits = state.settings.http;
+    listener::serve(listener, app(state), limits, std::future::pending()).await
 }

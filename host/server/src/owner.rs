@@ -46,6 +46,15 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Failed logins per email allowed in [`LOGIN_WINDOW_MINUTES`].
 pub const LOGIN_MAX_FAILURES: i64 = 5;
 pub const LOGIN_WINDOW_MINUTES: i64 = 15;
+
+/// Password checks (logins and confirmations) per email: 5 in a fixed window of
+/// 15 minutes. Each check reserves an attempt before the hash is computed; a
+/// right password gives its attempt back, a wrong one keeps it.
+pub const PASSWORD_ATTEMPTS: anchor_store::AttemptLimit = anchor_store::AttemptLimit {
+    scope: "owner_password",
+    window: chrono::TimeDelta::minutes(LOGIN_WINDOW_MINUTES),
+    max: LOGIN_MAX_FAILURES,
+};
 pub const PASSWORD_MIN: usize = 10;
 pub const PASSWORD_MAX: usize = 128;
 

@@ -23,6 +23,8 @@ pub struct Settings {
     /// The DAB of agents whose owner set none.
     pub dab_default: anchor_domain::MilliDac,
     pub dap: DapSettings,
+    /// Connection and request limits.
+    pub http: crate::listener::HttpLimits,
 }
 
 /// The owner portal's settings.

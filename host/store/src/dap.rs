@@ -1,4 +1,4 @@
-//! The owner portal's storage (DAP): owners, sessions, login failures, linked
+//! The owner portal's storage (DAP): owners, sessions, attempt limits, linked
 //! agents, owner DABs, owner classification categories and the content-
 //! inclusion policy. Like the core store, one SQL body serves both engines
 //! (`dap_impl!`), and every check that must not race is part of the statement
@@ -114,14 +114,9 @@ pub trait DapStore: Send + Sync {
     /// Erases owners whose grace period ended before `now`: their agents are
     /// unlinked (and lose the owner's DAB), their sessions, categories and
     /// personal fields are removed; the row stays as a tombstone. Also prunes
-    /// expired sessions and login failures older than a day. Returns how many
+    /// expired sessions and attempt windows older than a day. Returns how many
     /// owners were erased.
     async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64>;
-
-    /// Failed logins for `email` since `since`.
-    async fn login_failures(&self, email: &str, since: DateTime<Utc>) -> Result<i64>;
-    async fn record_login_failure(&self, email: &str, now: DateTime<Utc>) -> Result<()>;
-    async fn clear_login_failures(&self, email: &str) -> Result<()>;
 
     async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()>;
     /// The owner of an unexpired session.
@@ -376,34 +371,12 @@ macro_rules! dap_impl {
                         .await?;
                     }
                     sqlx::query("delete from owner_session where expires_at <= $1").bind(now).execute(&mut *tx).await?;
-                    sqlx::query("delete from owner_login_failure where attempted_at <= $1")
+                    sqlx::query("delete from attempt_window where window_start <= $1")
                         .bind(now - chrono::Duration::days(1))
                         .execute(&mut *tx)
                         .await?;
                     tx.commit().await?;
                     Ok(due.len() as u64)
-                }
-
-                async fn login_failures(&self, email: &str, since: DateTime<Utc>) -> Result<i64> {
-                    Ok(sqlx::query_scalar("select count(*) from owner_login_failure where email = $1 and attempted_at > $2")
-                        .bind(email)
-                        .bind(since)
-                        .fetch_one(&self.pool)
-                        .await?)
-                }
-
-                async fn record_login_failure(&self, email: &str, now: DateTime<Utc>) -> Result<()> {
-                    sqlx::query("insert into owner_login_failure (email, attempted_at) values ($1, $2)")
-                        .bind(email)
-                        .bind(now)
-                        .execute(&self.pool)
-                        .await?;
-                    Ok(())
-                }
-
-                async fn clear_login_failures(&self, email: &str) -> Result<()> {
-                    sqlx::query("delete from owner_login_failure where email = $1").bind(email).execute(&self.pool).await?;
-                    Ok(())
                 }
 
                 async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()> {

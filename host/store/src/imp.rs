@@ -259,39 +259,11 @@ macro_rules! store_impl {
                 new_token_hash: &[u8; 32],
                 new_recovery_hash: &[u8; 32],
                 now: DateTime<Utc>,
-                window: Duration,
-                max_attempts: i64,
+                limit: AttemptLimit,
             ) -> Result<Recovery> {
-                // Attempts are counted in their own transaction so a refused
-                // attempt still counts. On PostgreSQL the agent row (when there is
-                // one) is locked first so concurrent attempts count one at a time;
-                // unknown agent ids are counted too, and answered like a wrong key.
-                let mut tx = self.begin_write().await?;
-                if $backend == "postgres" {
-                    sqlx::query("select pg_advisory_xact_lock(hashtext($1::text))")
-                        .bind(agent_id.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                sqlx::query("delete from recovery_attempt where attempted_at < $1")
-                    .bind(now - window)
-                    .execute(&mut *tx)
-                    .await?;
-                let attempts: i64 =
-                    sqlx::query_scalar("select count(*) from recovery_attempt where agent_id = $1 and attempted_at >= $2")
-                        .bind(agent_id)
-                        .bind(now - window)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                if attempts >= max_attempts {
-                    tx.commit().await?;
-                    return Ok(Recovery::RateLimited);
-                }
-                sqlx::query("insert into recovery_attempt (agent_id, attempted_at) values ($1, $2)")
-                    .bind(agent_id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
+                // The right key is tried first and is never limited: the
+                // limit only counts wrong keys, so nobody can lock an agent's
+                // holder out by guessing at its (public) agent_id.
                 let done = sqlx::query(
                     "update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and recovery_hash = $4",
                 )
@@ -299,10 +271,62 @@ macro_rules! store_impl {
                 .bind(new_recovery_hash.to_vec())
                 .bind(agent_id)
                 .bind(recovery_hash.to_vec())
-                .execute(&mut *tx)
+                .execute(&self.pool)
                 .await?;
-                tx.commit().await?;
-                Ok(if done.rows_affected() == 1 { Recovery::Recovered } else { Recovery::Refused })
+                if done.rows_affected() == 1 {
+                    return Ok(Recovery::Recovered);
+                }
+                Ok(match self.reserve_attempt(limit, &agent_id.to_string(), now).await? {
+                    Attempt::Reserved => Recovery::Refused,
+                    Attempt::Spent { .. } => Recovery::RateLimited,
+                })
+            }
+
+            async fn reserve_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<Attempt> {
+                // One statement: a row whose window ended starts a new one at
+                // one attempt; otherwise the count rises only while it is
+                // under the limit. PostgreSQL locks the conflicting row and
+                // re-checks the condition, SQLite has one writer: either way
+                // concurrent attempts count one after another.
+                let window_open_after = now - limit.window;
+                let used: Option<i64> = sqlx::query_scalar(
+                    "insert into attempt_window (scope, subject, window_start, used) values ($1, $2, $3, 1) \
+                     on conflict (scope, subject) do update set \
+                     window_start = case when attempt_window.window_start <= $4 then excluded.window_start else attempt_window.window_start end, \
+                     used = case when attempt_window.window_start <= $4 then 1 else attempt_window.used + 1 end \
+                     where attempt_window.window_start <= $4 or attempt_window.used < $5 \
+                     returning cast(used as bigint)",
+                )
+                .bind(limit.scope)
+                .bind(subject)
+                .bind(now)
+                .bind(window_open_after)
+                .bind(limit.max)
+                .fetch_optional(&self.pool)
+                .await?;
+                if used.is_some() {
+                    return Ok(Attempt::Reserved);
+                }
+                let start: Option<DateTime<Utc>> =
+                    sqlx::query_scalar("select window_start from attempt_window where scope = $1 and subject = $2")
+                        .bind(limit.scope)
+                        .bind(subject)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(Attempt::Spent { retry_at: start.unwrap_or(now) + limit.window })
+            }
+
+            async fn release_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<()> {
+                sqlx::query(
+                    "update attempt_window set used = used - 1 \
+                     where scope = $1 and subject = $2 and used > 0 and window_start > $3",
+                )
+                .bind(limit.scope)
+                .bind(subject)
+                .bind(now - limit.window)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
             }
 
             async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()> {

@@ -69,6 +69,24 @@ pub struct AgentRecord {
     pub trial_expires_at: DateTime<Utc>,
 }
 
+/// What an attempt limit said about one more attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Counted; the secret may be checked.
+    Reserved,
+    /// Every attempt of the window is used; the next window opens at this time.
+    Spent { retry_at: DateTime<Utc> },
+}
+
+/// A limited kind of attempt, and the subject it is counted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptLimit {
+    /// `owner_password` or `agent_recovery`.
+    pub scope: &'static str,
+    pub window: Duration,
+    pub max: i64,
+}
+
 /// The outcome of a recovery attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recovery {
@@ -310,9 +328,10 @@ pub trait Store: DapStore + Send + Sync + 'static {
         new_token_hash: &[u8; 32],
         new_recovery_hash: &[u8; 32],
     ) -> Result<bool>;
-    #[allow(clippy::too_many_arguments)]
-    /// Counts the attempt, then replaces both secrets if `recovery_hash` matches
-    /// and the agent has not spent its attempts in the window.
+    /// Replaces both secrets if `recovery_hash` matches. A wrong key (or an
+    /// unknown agent_id) takes one attempt of `limit` for that agent_id; once
+    /// they are spent, wrong keys are refused as `RateLimited`. The right key
+    /// always recovers: guessing cannot lock its holder out.
     async fn recover_credentials(
         &self,
         agent_id: Uuid,
@@ -320,9 +339,15 @@ pub trait Store: DapStore + Send + Sync + 'static {
         new_token_hash: &[u8; 32],
         new_recovery_hash: &[u8; 32],
         now: DateTime<Utc>,
-        window: Duration,
-        max_attempts: i64,
+        limit: AttemptLimit,
     ) -> Result<Recovery>;
+
+    /// Takes one attempt of `limit` for `subject` in one conditional
+    /// statement, before the secret is checked: concurrent attempts cannot
+    /// pass the limit. Windows are fixed and start with their first attempt.
+    async fn reserve_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<Attempt>;
+    /// Gives a reserved attempt back (the secret was right).
+    async fn release_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<()>;
     async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()>;
 
     /// Operator base categories plus the agent's owner's active ones.

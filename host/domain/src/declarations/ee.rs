@@ -75,33 +75,40 @@ pub struct AccessPeriod {
 }
 
 impl AccessPeriod {
-    /// Longest accepted period: a hundred years, whatever the unit.
-    const MAX_DAYS: u64 = 36_500;
+    /// Longest accepted period: a hundred years, written as `100y`, `1200m` or `36500d`.
+    const MAX_YEARS: u32 = 100;
 
     pub fn parse(text: &str) -> Result<AccessPeriod, Invalid> {
         let bad = || {
             Invalid::new(
                 "INVALID_VALUE",
-                format!("ee_direct_access_period must look like 30d, 12m or 1y (a positive whole number then d, m or y, at most 100 years); got {text:?}"),
+                format!(
+                    "ee_direct_access_period must look like 30d, 12m or 1y (a positive whole number then d, m or y, \
+                     at most 36500d, 1200m or 100y); got {}",
+                    crate::brief(text)
+                ),
             )
         };
-        let (digits, unit) = text.split_at(text.len().saturating_sub(1));
-        let unit = match unit {
-            "d" => PeriodUnit::Days,
-            "m" => PeriodUnit::Months,
-            "y" => PeriodUnit::Years,
+        // The unit is the last character, which may be any character: split on
+        // a character boundary, never on a byte index.
+        let mut chars = text.chars();
+        let unit = match chars.next_back() {
+            Some('d') => PeriodUnit::Days,
+            Some('m') => PeriodUnit::Months,
+            Some('y') => PeriodUnit::Years,
             _ => return Err(bad()),
         };
-        if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let digits = chars.as_str();
+        if digits.is_empty() || digits.len() > 5 || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
         }
         let count: u32 = digits.parse().map_err(|_| bad())?;
-        let days = match unit {
-            PeriodUnit::Days => count as u64,
-            PeriodUnit::Months => count as u64 * 31,
-            PeriodUnit::Years => count as u64 * 366,
+        let max = match unit {
+            PeriodUnit::Days => Self::MAX_YEARS * 365,
+            PeriodUnit::Months => Self::MAX_YEARS * 12,
+            PeriodUnit::Years => Self::MAX_YEARS,
         };
-        if days > Self::MAX_DAYS {
+        if count > max {
             return Err(bad());
         }
         Ok(AccessPeriod { count, unit })
@@ -136,8 +143,23 @@ mod tests {
     fn periods_follow_the_pattern() {
         assert_eq!(AccessPeriod::parse("30d").unwrap().to_string(), "30d");
         assert_eq!(AccessPeriod::parse("12m").unwrap().unit, PeriodUnit::Months);
-        for bad in ["", "d", "0d", "01d", "30", "30w", "-1d", "1.5y", "101y", " 1d"] {
+        for bad in ["", "d", "0d", "01d", "30", "30w", "-1d", "1.5y", "101y", "1201m", "36501d", " 1d", "99999999999d"] {
             assert!(AccessPeriod::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_longest_period_is_a_hundred_years_in_any_unit() {
+        for ok in ["100y", "1200m", "36500d", "1d", "1m", "1y"] {
+            assert_eq!(AccessPeriod::parse(ok).unwrap().to_string(), ok);
+        }
+    }
+
+    #[test]
+    fn multibyte_and_nul_characters_are_refused_not_split() {
+        for bad in ["30é", "é", "3é0d", "30\u{0}", "\u{0}d", "30日", "1🦀y", "ÿ"] {
+            let error = AccessPeriod::parse(bad).expect_err(bad);
+            assert_eq!(error.code, "INVALID_VALUE");
         }
     }
 }

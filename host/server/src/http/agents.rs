@@ -12,7 +12,7 @@ use anchor_domain::agents::{
     DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS,
     format_secret, hash_secret,
 };
-use anchor_store::{NewAgent, Recovery};
+use anchor_store::{AttemptLimit, NewAgent, Recovery};
 
 use super::input::Obj;
 use crate::error::{ApiError, ApiResult, AuthFailure};
@@ -76,7 +76,7 @@ pub fn operations() -> Vec<Operation> {
         op(Method::POST, "/v1/agent/token/recover", post(recover))
             .tag("Agent")
             .summary("Recover a lost token with the recovery key")
-            .describe("No bearer token needed: agent_id and recovery_key are the proof. Both secrets are replaced. At most 5 attempts per agent_id per 15 minutes.")
+            .describe("No bearer token needed: agent_id and recovery_key are the proof. Both secrets are replaced. At most 5 wrong keys per agent_id per 15 minutes; the right key always recovers.")
             .request(
                 object(&["agent_id", "recovery_key"], vec![("agent_id", uuid()), ("recovery_key", string())]),
                 json!({ "agent_id": "<agent_id>", "recovery_key": "da_rk_<64 hex>" }),
@@ -99,7 +99,10 @@ fn new_secret(prefix: &str) -> String {
     format_secret(prefix, &bytes)
 }
 
-async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+/// Responses that carry a secret must not be kept by any cache.
+pub(crate) const NO_STORE: [(axum::http::HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
+
+async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, [(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let empty = json!({});
     let body = if body.is_null() { &empty } else { &body };
     let input = Obj::new(body, "", &["region_code", "request_id"])?;
@@ -122,6 +125,7 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
     let base = &state.settings.public_url;
     Ok((
         StatusCode::CREATED,
+        NO_STORE,
         axum::Json(json!({
             "agent_id": agent.agent_id,
             "auth_token": token,
@@ -149,7 +153,7 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
     ))
 }
 
-async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let input = Obj::new(&body, "", &["agent_id"])?;
     let agent_id = input.req_uuid("agent_id")?;
     if agent_id != agent.agent_id {
@@ -165,12 +169,15 @@ async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Json
         // A concurrent rotation or recovery replaced the token first.
         return Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() });
     }
-    Ok(axum::Json(json!({
-        "agent_id": agent.agent_id,
-        "auth_token": token,
-        "recovery_key": recovery,
-        "rotated_at": state.clock.now().to_rfc3339_opts(SecondsFormat::Micros, true),
-    })))
+    Ok((
+        NO_STORE,
+        axum::Json(json!({
+            "agent_id": agent.agent_id,
+            "auth_token": token,
+            "recovery_key": recovery,
+            "rotated_at": state.clock.now().to_rfc3339_opts(SecondsFormat::Micros, true),
+        })),
+    ))
 }
 
 async fn disclosure(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
@@ -180,7 +187,7 @@ async fn disclosure(State(state): State<AppState>, AuthAgent(agent): AuthAgent, 
     Ok(axum::Json(json!({ "agent_id": agent.agent_id, "disclosure_level": level.as_str() })))
 }
 
-async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let input = Obj::new(&body, "", &["agent_id", "recovery_key"])?;
     let agent_id = input.req_uuid("agent_id")?;
     let key = input.req_str("recovery_key")?;
@@ -195,17 +202,19 @@ async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> Api
             &hash_secret(&token),
             &hash_secret(&recovery),
             now,
-            Duration::minutes(RECOVERY_WINDOW_MINUTES),
-            RECOVERY_ATTEMPTS,
+            AttemptLimit { scope: "agent_recovery", window: Duration::minutes(RECOVERY_WINDOW_MINUTES), max: RECOVERY_ATTEMPTS },
         )
         .await?;
     match outcome {
-        Recovery::Recovered => Ok(axum::Json(json!({
-            "agent_id": agent_id,
-            "auth_token": token,
-            "recovery_key": recovery,
-            "recovered_at": now.to_rfc3339_opts(SecondsFormat::Micros, true),
-        }))),
+        Recovery::Recovered => Ok((
+            NO_STORE,
+            axum::Json(json!({
+                "agent_id": agent_id,
+                "auth_token": token,
+                "recovery_key": recovery,
+                "recovered_at": now.to_rfc3339_opts(SecondsFormat::Micros, true),
+            })),
+        )),
         Recovery::Refused => {
             Err(ApiError::Unauthorized { failure: AuthFailure::InvalidRecoveryKey, base_url: state.settings.public_url.clone() })
         }

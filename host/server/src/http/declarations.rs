@@ -16,7 +16,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+use crate::extract::{ApiPath, ApiQuery};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -278,7 +279,7 @@ fn read_create(body: &Value, now: DateTime<Utc>) -> ApiResult<CreateInput> {
         None => false,
         Some(v) if v.as_i64() == Some(0) => false,
         Some(v) if v.as_i64() == Some(1) => true,
-        Some(v) => return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_flag must be 0 or 1; got {v}"))),
+        Some(v) => return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_flag must be 0 or 1; got {}", super::input::shown(v)))),
     };
     let template = top.get("template").map(read_template).transpose()?;
     match (content_inclusion, &template) {
@@ -378,7 +379,7 @@ fn read_template(value: &Value) -> ApiResult<Template> {
     let scale_value = match o.get("decision_scale_value") {
         None => None,
         Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Some(n.to_string()),
-        Some(v) => return Err(ApiError::bad("INVALID_VALUE", format!("template.decision_scale_value must be a number; got {v}"))),
+        Some(v) => return Err(ApiError::bad("INVALID_VALUE", format!("template.decision_scale_value must be a number; got {}", super::input::shown(v)))),
     };
     let scale_unit = o.opt_str("decision_scale_unit")?.map(str::to_string);
     if let Some(unit) = &scale_unit {
@@ -429,11 +430,11 @@ fn resolve_scope(state: &AppState, input: &EeInput) -> ApiResult<Scope> {
             let names: Vec<&str> = presets.iter().filter(|p| p.enabled).map(|p| p.name.as_str()).collect();
             return Err(ApiError::bad(
                 "INVALID_EE_PRESET",
-                format!("ee.ee_preset {name:?} is not a preset; active presets: {}", names.join(", ")),
+                format!("ee.ee_preset {} is not a preset; active presets: {}", anchor_domain::brief(name), names.join(", ")),
             ));
         };
         if !preset.enabled {
-            return Err(ApiError::bad("EE_PRESET_DISABLED", format!("ee.ee_preset {name:?} is disabled by the operator")));
+            return Err(ApiError::bad("EE_PRESET_DISABLED", format!("ee.ee_preset {} is disabled by the operator", anchor_domain::brief(name))));
         }
         retention = Some(preset.retention);
         integrity = Some(preset.integrity);
@@ -471,7 +472,7 @@ async fn create(
         if !known.iter().any(|c| &c.key == key) {
             return Err(ApiError::bad(
                 "INVALID_VALUE",
-                format!("template.self_classification {key:?} is not registered; GET /v1/classification lists the keys you may use"),
+                format!("template.self_classification {} is not registered; GET /v1/classification lists the keys you may use", anchor_domain::brief(key)),
             ));
         }
     }
@@ -865,17 +866,17 @@ fn summary(s: &StoredDeclaration) -> Value {
     })
 }
 
-async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Query(query): Query<HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
+async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
     let known = ["from", "to", "limit", "offset"];
     if let Some(unknown) = query.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("unknown query parameter {unknown}; accepted: from, to, limit, offset")));
+        return Err(ApiError::bad("INVALID_VALUE", format!("unknown query parameter {}; accepted: from, to, limit, offset", anchor_domain::brief(unknown))));
     }
     let param = |name: &str| query.get(name).map(String::as_str);
     let number = |name: &str, value: Option<&str>, default: i64, min: i64, max: i64| -> ApiResult<i64> {
         match value {
             None => Ok(default),
             Some(text) => text.parse::<i64>().ok().filter(|n| (min..=max).contains(n)).ok_or_else(|| {
-                ApiError::bad("INVALID_VALUE", format!("{name} must be a whole number from {min} to {max}; got {text:?}"))
+                ApiError::bad("INVALID_VALUE", format!("{name} must be a whole number from {min} to {max}; got {}", anchor_domain::brief(text)))
             }),
         }
     };
@@ -954,7 +955,7 @@ fn detail_schema() -> Value {
     ])
 }
 
-async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = owned(&state, &agent, dd_id).await?;
     let d = &stored.declaration;
@@ -1055,7 +1056,7 @@ async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path
     })))
 }
 
-async fn lineage(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn lineage(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = owned(&state, &agent, dd_id).await?;
     let group = state.store.lineage_group(agent.agent_id, stored.declaration.lineage_group_id).await?;
@@ -1095,7 +1096,7 @@ fn tree(node: &StoredDeclaration, group: &[StoredDeclaration], depth: usize) -> 
     value
 }
 
-async fn lineage_group(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(group_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn lineage_group(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(group_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let group_id = path_uuid("group_id", &group_id)?;
     let group = state.store.lineage_group(agent.agent_id, group_id).await?;
     if group.is_empty() {

@@ -18,6 +18,16 @@ fn join(path: &str, name: &str) -> String {
     if path.is_empty() { name.to_string() } else { format!("{path}.{name}") }
 }
 
+/// A client's JSON value as a message quotes it: never more than a short prefix.
+pub fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= anchor_domain::error::BRIEF_CHARS {
+        text
+    } else {
+        anchor_domain::brief(&text)
+    }
+}
+
 impl<'a> Obj<'a> {
     /// Reads `value` as an object whose keys must all be in `allowed`.
     pub fn new(value: &'a Value, path: &str, allowed: &[&str]) -> Result<Obj<'a>, ApiError> {
@@ -28,7 +38,7 @@ impl<'a> Obj<'a> {
         if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(ApiError::bad(
                 "UNKNOWN_FIELD",
-                format!("unknown field {}; accepted fields here: {}", join(path, unknown), allowed.join(", ")),
+                format!("unknown field {}; accepted fields here: {}", anchor_domain::brief(&join(path, unknown)), allowed.join(", ")),
             ));
         }
         Ok(Obj { map, path: path.to_string() })
@@ -75,7 +85,7 @@ impl<'a> Obj<'a> {
         value.as_str().and_then(parse).map(Some).ok_or_else(|| {
             ApiError::bad(
                 "INVALID_ENUM",
-                format!("{} must be one of {}; got {}", self.path_of(name), names.join(", "), value),
+                format!("{} must be one of {}; got {}", self.path_of(name), names.join(", "), shown(value)),
             )
         })
     }
@@ -90,7 +100,7 @@ impl<'a> Obj<'a> {
             .as_str()
             .and_then(|s| Uuid::try_parse(s).ok())
             .map(Some)
-            .ok_or_else(|| ApiError::bad("INVALID_UUID", format!("{} must be a UUID; got {}", self.path_of(name), value)))
+            .ok_or_else(|| ApiError::bad("INVALID_UUID", format!("{} must be a UUID; got {}", self.path_of(name), shown(value))))
     }
 
     pub fn req_uuid(&self, name: &str) -> Result<Uuid, ApiError> {
@@ -107,7 +117,7 @@ impl<'a> Obj<'a> {
             .ok_or_else(|| {
                 ApiError::bad(
                     "INVALID_VALUE",
-                    format!("{} must be an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z); got {value}", self.path_of(name)),
+                    format!("{} must be an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z); got {}", self.path_of(name), shown(value)),
                 )
             })
     }
@@ -117,14 +127,14 @@ impl<'a> Obj<'a> {
         value
             .as_bool()
             .map(Some)
-            .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{} must be true or false; got {value}", self.path_of(name))))
+            .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{} must be true or false; got {}", self.path_of(name), shown(value))))
     }
 
     /// A DAC amount as a JSON number with at most three decimals, read exactly
     /// from its decimal text (never through a float).
     pub fn opt_dac(&self, name: &str) -> Result<Option<anchor_domain::MilliDac>, ApiError> {
         let Some(value) = self.get(name) else { return Ok(None) };
-        let bad = || ApiError::bad("INVALID_VALUE", format!("{} must be a DAC amount with at most three decimals; got {value}", self.path_of(name)));
+        let bad = || ApiError::bad("INVALID_VALUE", format!("{} must be a DAC amount with at most three decimals; got {}", self.path_of(name), shown(value)));
         let Value::Number(number) = value else { return Err(bad()) };
         let text = number.to_string();
         let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
@@ -141,7 +151,7 @@ impl<'a> Obj<'a> {
         value
             .as_i64()
             .map(Some)
-            .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{} must be an integer; got {value}", self.path_of(name))))
+            .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{} must be an integer; got {}", self.path_of(name), shown(value))))
     }
 }
 
@@ -150,7 +160,7 @@ pub fn query_datetime(name: &str, value: Option<&str>) -> Result<Option<DateTime
     value
         .map(|s| {
             DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
-                ApiError::bad("INVALID_VALUE", format!("{name} must be an ISO 8601 date-time with an offset; got {s:?}"))
+                ApiError::bad("INVALID_VALUE", format!("{name} must be an ISO 8601 date-time with an offset; got {}", anchor_domain::brief(s)))
             })
         })
         .transpose()
@@ -158,5 +168,5 @@ pub fn query_datetime(name: &str, value: Option<&str>) -> Result<Option<DateTime
 
 /// Parses a UUID path parameter.
 pub fn path_uuid(name: &str, value: &str) -> Result<Uuid, ApiError> {
-    Uuid::try_parse(value).map_err(|_| ApiError::bad("INVALID_UUID", format!("{name} must be a UUID; got {value:?}")))
+    Uuid::try_parse(value).map_err(|_| ApiError::bad("INVALID_UUID", format!("{name} must be a UUID; got {}", anchor_domain::brief(value))))
 }

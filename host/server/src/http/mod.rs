@@ -24,6 +24,8 @@ use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, get};
 use serde_json::json;
 
+use crate::error::ApiError;
+use crate::listener;
 use crate::openapi::Operation;
 use crate::state::AppState;
 
@@ -57,19 +59,25 @@ pub fn app(state: AppState) -> Router {
     }
     let mut router = Router::new();
     for (path, (methods, mut method_router, guide)) in by_path {
+        let has_get = methods.contains(&Method::GET) || guide.is_some();
         if let (false, Some(guide)) = (methods.contains(&Method::GET), guide) {
             method_router = method_router.merge(get(move |axum::extract::State(state): axum::extract::State<AppState>| {
                 let guide = guide.clone();
                 async move { guide.render(&state.settings.public_url) }
             }));
         }
-        router = router.route(path, method_router.fallback(method_not_allowed));
+        router = router.route(path, answer_other_methods(method_router, &methods, has_get));
     }
+    let limits = state.settings.http;
     router
         .merge(portal::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::ratelimit::middleware))
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn(move |request, next| listener::body_deadline(limits.body_read_timeout, request, next)))
+        .layer(axum::middleware::from_fn(listener::protocol_limits))
+        .layer(axum::middleware::from_fn(listener::catch_panic))
         .with_state(state)
 }
 
@@ -78,19 +86,41 @@ async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
         StatusCode::NOT_FOUND,
         axum::Json(json!({
             "error_code": "NOT_FOUND",
-            "message": format!("no route {}; GET /openapi.json lists every route", uri.path()),
+            "message": format!("no route {}; GET /openapi.json lists every route", anchor_domain::brief(uri.path())),
         })),
     )
 }
 
-async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> impl IntoResponse {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        axum::Json(json!({
-            "error_code": "METHOD_NOT_ALLOWED",
-            "message": format!("{} does not accept {method}; GET /openapi.json lists its methods", uri.path()),
-        })),
-    )
+/// Completes a path's methods: OPTIONS answers 204 with `Allow`, and any other
+/// method 405 JSON `METHOD_NOT_ALLOWED`, with `Allow` too.
+pub(crate) fn answer_other_methods(router: MethodRouter<AppState>, methods: &[Method], has_get: bool) -> MethodRouter<AppState> {
+    let allow = allow_header(methods, has_get);
+    let options_allow = allow.clone();
+    router
+        .options(move || async move { (StatusCode::NO_CONTENT, [(axum::http::header::ALLOW, options_allow)]) })
+        .fallback(move |method: Method, uri: axum::http::Uri| async move {
+            ApiError::Protocol {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                code: "METHOD_NOT_ALLOWED",
+                message: format!("{} does not accept {method}; it accepts {allow}", anchor_domain::brief(uri.path())),
+                allow: Some(allow),
+            }
+        })
+}
+
+/// The `Allow` value of a path: its methods, HEAD with GET, and OPTIONS.
+fn allow_header(methods: &[Method], has_get: bool) -> String {
+    let mut allowed: Vec<&str> = Vec::new();
+    if has_get {
+        allowed.extend(["GET", "HEAD"]);
+    }
+    for method in methods {
+        if !allowed.contains(&method.as_str()) {
+            allowed.push(method.as_str());
+        }
+    }
+    allowed.push("OPTIONS");
+    allowed.join(", ")
 }
 
 /// What a GET on a POST-only route answers: how to call it instead.

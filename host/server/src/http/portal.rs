@@ -4,7 +4,7 @@
 //! security policy forbids it to.
 
 use axum::Router;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
@@ -19,11 +19,12 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub fn router() -> Router<AppState> {
+    let page = |router| super::answer_other_methods(router, &[Method::GET], true);
     Router::new()
-        .route("/portal", get(|| async { Redirect::permanent("/portal/") }))
-        .route("/portal/", get(|| async { asset(INDEX, "text/html; charset=utf-8") }))
-        .route("/portal/app.js", get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }))
-        .route("/portal/app.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
+        .route("/portal", page(get(|| async { Redirect::permanent("/portal/") })))
+        .route("/portal/", page(get(|| async { asset(INDEX, "text/html; charset=utf-8") })))
+        .route("/portal/app.js", page(get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") })))
+        .route("/portal/app.css", page(get(|| async { asset(STYLE, "text/css; charset=utf-8") })))
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {

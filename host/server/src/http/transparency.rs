@@ -1,7 +1,8 @@
 //! The verifiable log over HTTP: signed checkpoints, receipts with inclusion
 //! proofs, consistency proofs, the public key and C2SP tlog-tiles.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+use crate::extract::{ApiPath, ApiQuery};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -83,7 +84,7 @@ fn internal(error: anyhow::Error) -> ApiError {
     ApiError::Internal(error)
 }
 
-async fn receipt(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Path(dd_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn receipt(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
@@ -120,7 +121,7 @@ async fn latest_checkpoint(State(state): State<AppState>) -> ApiResult<Response>
     }
 }
 
-async fn checkpoint_at(State(state): State<AppState>, Path(size): Path<String>) -> ApiResult<Response> {
+async fn checkpoint_at(State(state): State<AppState>, ApiPath(size): ApiPath<String>) -> ApiResult<Response> {
     let size: i64 = size.parse().map_err(|_| ApiError::bad("INVALID_VALUE", "size must be a whole number"))?;
     match state.store.checkpoint(size).await? {
         Some(c) => Ok(text(c.note, "public, max-age=31536000, immutable")),
@@ -128,7 +129,7 @@ async fn checkpoint_at(State(state): State<AppState>, Path(size): Path<String>) 
     }
 }
 
-async fn consistency(State(state): State<AppState>, Query(query): Query<std::collections::HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
+async fn consistency(State(state): State<AppState>, ApiQuery(query): ApiQuery<std::collections::HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
     let size = |name: &str| -> ApiResult<u64> {
         query.get(name).and_then(|v| v.parse().ok()).ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{name} must be a tree size")))
     };
@@ -153,13 +154,40 @@ async fn key(State(state): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "origin": state.log_key.origin, "public_key": state.log_key.vkey }))
 }
 
-async fn tile(State(state): State<AppState>, Path(path): Path<String>) -> ApiResult<Response> {
-    let bad = || ApiError::not_found("NOT_FOUND", format!("no tile {path}"));
-    let (go_path, entries) = match path.strip_prefix("entries/") {
-        Some(rest) => (format!("tile/8/data/{rest}"), true),
-        None => (format!("tile/8/{path}"), false),
+/// Reads a C2SP tlog-tiles path below `tile/` (`<L>/<N>[.p/<W>]` or
+/// `entries/<N>[.p/<W>]`, height 8). The ranges are checked here, before the
+/// tile library sees the path: it asserts them (a level of 64 or more, or a
+/// partial width of 0, would panic), and a client's URL must never reach an
+/// assertion.
+pub(crate) fn parse_tile_path(path: &str) -> Option<(tlog_tiles::Tile, bool)> {
+    let (level, rest, entries) = match path.strip_prefix("entries/") {
+        Some(rest) => (None, rest, true),
+        None => {
+            let (level, rest) = path.split_once('/')?;
+            (Some(level), rest, false)
+        }
     };
-    let tile = tlog_tiles::Tile::from_path(&go_path).map_err(|_| bad())?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(level) = level
+        && !(digits(level) && level.parse::<u8>().is_ok_and(|l| l < 64))
+    {
+        return None;
+    }
+    if let Some((_, width)) = rest.rsplit_once(".p/")
+        && !(digits(width) && width.parse::<u32>().is_ok_and(|w| (1..256).contains(&w)))
+    {
+        return None;
+    }
+    let go_path = match level {
+        Some(level) => format!("tile/8/{level}/{rest}"),
+        None => format!("tile/8/data/{rest}"),
+    };
+    tlog_tiles::Tile::from_path(&go_path).ok().map(|tile| (tile, entries))
+}
+
+async fn tile(State(state): State<AppState>, ApiPath(path): ApiPath<String>) -> ApiResult<Response> {
+    let bad = || ApiError::not_found("NOT_FOUND", format!("no tile {}", anchor_domain::brief(&path)));
+    let (tile, entries) = parse_tile_path(&path).ok_or_else(bad)?;
     let size = state.store.log_state().await?.size as u64;
     // A tile exists once the tree covers all of it: W hashes at level 8L, each
     // standing for 2^(8L) leaves.
@@ -193,4 +221,25 @@ async fn tile(State(state): State<AppState>, Path(path): Path<String>) -> ApiRes
     let cache = if tile.width() == 256 { "public, max-age=31536000, immutable" } else { "max-age=1" };
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_tile_path;
+
+    #[test]
+    fn tile_paths_out_of_range_are_refused_without_reaching_the_library_assertions() {
+        for bad in [
+            "0/000.p/0", "64/000", "99/000", "255/000.p/3", "0/000.p/256", "entries/000.p/0", "0/x001/000.p/0",
+            "", "0", "0/", "entries/", "-1/000", "0/000.p/", "0/000.p/-1", "0/000.p/99999999999999999999999",
+        ] {
+            assert!(parse_tile_path(bad).is_none(), "{bad:?} parsed");
+        }
+        let (tile, entries) = parse_tile_path("0/000").unwrap();
+        assert_eq!((tile.level(), tile.width(), entries), (0, 256, false));
+        let (tile, entries) = parse_tile_path("entries/001.p/7").unwrap();
+        assert_eq!((tile.level_index(), tile.width(), entries), (1, 7, true));
+        let (tile, _) = parse_tile_path("63/000.p/1").unwrap();
+        assert_eq!(tile.level(), 63);
+    }
 }

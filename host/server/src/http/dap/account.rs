@@ -9,7 +9,8 @@
 //! removed, the personal fields are cleared, and a tombstone row remains.
 //! `response_days` equals the grace period for every residence.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
+use crate::extract::ApiQuery;
 use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -174,7 +175,7 @@ async fn residence(State(state): State<AppState>, auth: AuthOwner, JsonBody(body
     let o = Obj::new(&body, "", &["residence_country"])?;
     let country = o.req_str("residence_country")?;
     if !RESIDENCES.contains(&country) {
-        return Err(ApiError::bad("INVALID_ENUM", format!("residence_country must be one of {}; got {country:?}", RESIDENCES.join(", "))));
+        return Err(ApiError::bad("INVALID_ENUM", format!("residence_country must be one of {}; got {}", RESIDENCES.join(", "), anchor_domain::brief(country))));
     }
     state.store.set_owner_residence(auth.owner.owner_id, country, state.clock.now()).await?;
     let owner = reload(&state, &auth).await?;
@@ -239,7 +240,7 @@ struct ExportQuery {
     format: Option<String>,
 }
 
-async fn export(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<ExportQuery>) -> ApiResult<Response> {
+async fn export(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<ExportQuery>) -> ApiResult<Response> {
     let now = state.clock.now();
     let account = profile(&auth.owner, now);
     let agents = state.store.owner_agents(auth.owner.owner_id).await?;
@@ -280,6 +281,6 @@ async fn export(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<
             }
             Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], csv).into_response())
         }
-        other => Err(ApiError::bad("INVALID_ENUM", format!("format must be json or csv; got {other:?}"))),
+        other => Err(ApiError::bad("INVALID_ENUM", format!("format must be json or csv; got {}", anchor_domain::brief(other)))),
     }
 }

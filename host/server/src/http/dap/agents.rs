@@ -5,7 +5,8 @@
 //! (`GET /v1/dab/status` reads the same column). Removing it, or unlinking the
 //! agent, returns the agent to the operator default.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
+use crate::extract::ApiQuery;
 use axum::http::Method;
 use axum::routing::{delete, get, post, put};
 use rand::RngCore;
@@ -154,7 +155,11 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-async fn link(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn link(
+    State(state): State<AppState>,
+    auth: AuthOwner,
+    JsonBody(body): JsonBody,
+) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let o = Obj::new(&body, "", &["agent_id", "auth_token"])?;
     let agent_id = o.req_uuid("agent_id")?;
     let token = o.req_str("auth_token")?;
@@ -186,12 +191,12 @@ async fn link(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): Js
             ));
         }
     };
-    Ok(axum::Json(json!({
+    Ok((crate::http::agents::NO_STORE, axum::Json(json!({
         "agent_id": agent_id,
         "linked_at": time(linked_at),
         "new_auth_token": new_token,
         "message": "linked; the agent's previous token is revoked: give it new_auth_token",
-    })))
+    }))))
 }
 
 async fn unlink(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
@@ -261,7 +266,7 @@ async fn dab_set(State(state): State<AppState>, auth: AuthOwner, JsonBody(body):
     let limit = o.opt_dac("budget_limit_dac")?.ok_or_else(|| o.missing("budget_limit_dac"))?;
     let period = o.req_str("budget_period")?;
     if period != "monthly" {
-        return Err(ApiError::bad("INVALID_ENUM", format!("budget_period must be monthly; got {period:?}")));
+        return Err(ApiError::bad("INVALID_ENUM", format!("budget_period must be monthly; got {}", anchor_domain::brief(period))));
     }
     let floor = state.settings.dap.dab_floor;
     if limit < floor {
@@ -279,7 +284,7 @@ struct AgentQuery {
     agent_id: Option<String>,
 }
 
-async fn dab_status(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<AgentQuery>) -> ApiResult<axum::Json<Value>> {
+async fn dab_status(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<AgentQuery>) -> ApiResult<axum::Json<Value>> {
     let agent_id = query_agent(q.agent_id.as_deref())?;
     managed(&state, &auth.owner, agent_id).await?;
     Ok(axum::Json(crate::http::payments::dab_view(&state, agent_id).await?))

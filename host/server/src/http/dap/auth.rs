@@ -10,7 +10,7 @@ use uuid::Uuid;
 use anchor_store::{NewOwner, OwnerRecord};
 
 use crate::http::input::Obj;
-use super::{check_attempts, managed, time};
+use super::{managed, password_checked, reserve_password_attempt, time};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AuthAgent, JsonBody};
 use crate::openapi::*;
@@ -245,19 +245,16 @@ async fn login(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiRe
     let o = Obj::new(&body, "", &["email", "password"])?;
     let email = o.req_str("email")?.trim().to_lowercase();
     let password = o.req_str("password")?;
-    check_attempts(&state, &email).await?;
+    reserve_password_attempt(&state, &email).await?;
     let now = state.clock.now();
     let owner = state.store.owner_by_email(&email).await?;
     // The hash is checked even for an unknown email, so timing does not tell which emails exist.
     let verified = owner::verify_password_off_thread(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password).await;
-    let owner = match owner {
-        Some(owner) if verified && super::account_status(&owner, now) != "deleted" => owner,
-        _ => {
-            state.store.record_login_failure(&email, now).await?;
-            return Err(ApiError::OwnerUnauthorized { message: "email or password is wrong".into() });
-        }
+    let owner = owner.filter(|owner| verified && super::account_status(owner, now) != "deleted");
+    password_checked(&state, &email, owner.is_some()).await?;
+    let Some(owner) = owner else {
+        return Err(ApiError::OwnerUnauthorized { message: "email or password is wrong".into() });
     };
-    state.store.clear_login_failures(&email).await?;
     with_session(
         &state,
         &owner,

@@ -17,7 +17,7 @@ pub mod reports;
 use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
-use anchor_store::{LinkedAgent, OwnerRecord};
+use anchor_store::{Attempt, LinkedAgent, OwnerRecord};
 
 use crate::error::{ApiError, ApiResult};
 use crate::openapi::Operation;
@@ -62,29 +62,39 @@ fn attempt_key(owner: &OwnerRecord) -> String {
     owner.email.clone().unwrap_or_else(|| format!("owner:{}", owner.owner_id))
 }
 
-/// Refuses while the key has spent its failed attempts in the window.
-pub(crate) async fn check_attempts(state: &AppState, key: &str) -> ApiResult<()> {
+/// Reserves one password check for `key` (an email, or `owner:<id>`), or
+/// refuses with 429 while the window's attempts are spent. The reservation
+/// happens in one statement before the hash is computed, so parallel attempts
+/// cannot pass the limit; [`password_checked`] settles it.
+pub(crate) async fn reserve_password_attempt(state: &AppState, key: &str) -> ApiResult<()> {
     let now = state.clock.now();
-    let window = chrono::Duration::minutes(owner::LOGIN_WINDOW_MINUTES);
-    if state.store.login_failures(key, now - window).await? >= owner::LOGIN_MAX_FAILURES {
-        return Err(ApiError::TooManyRequests {
+    match state.store.reserve_attempt(owner::PASSWORD_ATTEMPTS, key, now).await? {
+        Attempt::Reserved => Ok(()),
+        Attempt::Spent { retry_at } => Err(ApiError::TooManyRequests {
             message: format!(
                 "{} failed password attempts in {} minutes; wait before trying again",
                 owner::LOGIN_MAX_FAILURES,
                 owner::LOGIN_WINDOW_MINUTES
             ),
-            retry_after_secs: window.num_seconds() as u64,
-        });
+            retry_after_secs: (retry_at - now).num_seconds().max(1) as u64,
+        }),
+    }
+}
+
+/// Settles a reserved password check: a right password gives its attempt back.
+pub(crate) async fn password_checked(state: &AppState, key: &str, right: bool) -> ApiResult<()> {
+    if right {
+        state.store.release_attempt(owner::PASSWORD_ATTEMPTS, key, state.clock.now()).await?;
     }
     Ok(())
 }
 
 /// Confirms a sensitive change with the owner's password. An agent-type owner
 /// has no password: it confirms with its managing agent's current auth token.
-/// Failures count toward the same limit as logins.
+/// Each check takes an attempt of the same limit as logins.
 pub(crate) async fn confirm_password(state: &AppState, owner: &OwnerRecord, password: &str) -> ApiResult<()> {
     let key = attempt_key(owner);
-    check_attempts(state, &key).await?;
+    reserve_password_attempt(state, &key).await?;
     let ok = match (&owner.password_hash, owner.managing_agent_id) {
         (Some(hash), _) => owner::verify_password_off_thread(Some(hash), password).await,
         (None, Some(agent_id)) => {
@@ -93,8 +103,8 @@ pub(crate) async fn confirm_password(state: &AppState, owner: &OwnerRecord, pass
         }
         (None, None) => false,
     };
+    password_checked(state, &key, ok).await?;
     if !ok {
-        state.store.record_login_failure(&key, state.clock.now()).await?;
         return Err(ApiError::OwnerUnauthorized { message: "the password is wrong".into() });
     }
     Ok(())

@@ -8,7 +8,8 @@
 //!
 //! Policy: see [`enforce_policy`].
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+use crate::extract::{ApiPath, ApiQuery};
 use axum::http::{Method, StatusCode};
 use axum::routing::{get, patch};
 use serde::Deserialize;
@@ -128,11 +129,11 @@ struct ListQuery {
     include_inactive: Option<String>,
 }
 
-async fn list(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<ListQuery>) -> ApiResult<axum::Json<Value>> {
+async fn list(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<ListQuery>) -> ApiResult<axum::Json<Value>> {
     let include_inactive = match q.include_inactive.as_deref() {
         None | Some("false") | Some("0") => false,
         Some("true") | Some("1") => true,
-        Some(other) => return Err(ApiError::bad("INVALID_VALUE", format!("include_inactive must be true or false; got {other:?}"))),
+        Some(other) => return Err(ApiError::bad("INVALID_VALUE", format!("include_inactive must be true or false; got {}", anchor_domain::brief(other)))),
     };
     let mine = state.store.owner_classifications(auth.owner.owner_id, include_inactive).await?;
     let base: Vec<Value> = state
@@ -167,7 +168,7 @@ fn check_key(key: &str) -> ApiResult<()> {
     if !shaped || key.len() > KEY_MAX {
         return Err(ApiError::bad(
             "INVALID_VALUE",
-            format!("classification_key must match {KEY_PATTERN} and have at most {KEY_MAX} characters; got {key:?}"),
+            format!("classification_key must match {KEY_PATTERN} and have at most {KEY_MAX} characters; got {}", anchor_domain::brief(key)),
         ));
     }
     Ok(())
@@ -185,7 +186,7 @@ async fn create(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): 
     }
     let exists = || ApiError::Conflict {
         code: "CLASSIFICATION_KEY_EXISTS",
-        message: format!("classification_key {key:?} already exists for this owner (or as a base category)"),
+        message: format!("classification_key {} already exists for this owner (or as a base category)", anchor_domain::brief(key)),
     };
     if state.store.base_classification_exists(key).await? {
         return Err(exists());
@@ -204,7 +205,7 @@ async fn create(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): 
     Ok((StatusCode::CREATED, axum::Json(category_json(&category))))
 }
 
-async fn update(State(state): State<AppState>, auth: AuthOwner, Path(id): Path<String>, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn update(State(state): State<AppState>, auth: AuthOwner, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
     let id = path_uuid("id", &id)?;
     let body = if body.is_null() { json!({}) } else { body };
     let o = Obj::new(&body, "", &["classification_label", "description"])?;
@@ -224,7 +225,7 @@ async fn update(State(state): State<AppState>, auth: AuthOwner, Path(id): Path<S
         .ok_or_else(|| ApiError::not_found("NOT_FOUND", format!("this owner has no active category {id}")))
 }
 
-async fn deactivate(State(state): State<AppState>, auth: AuthOwner, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn deactivate(State(state): State<AppState>, auth: AuthOwner, ApiPath(id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let id = path_uuid("id", &id)?;
     if !state.store.deactivate_classification(auth.owner.owner_id, id).await? {
         return Err(ApiError::not_found("NOT_FOUND", format!("this owner has no active category {id}")));
@@ -252,7 +253,7 @@ async fn put_policy(State(state): State<AppState>, auth: AuthOwner, JsonBody(bod
     let o = Obj::new(&body, "", &["content_inclusion_policy"])?;
     let policy = o.req_str("content_inclusion_policy")?;
     if !POLICIES.contains(&policy) {
-        return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_policy must be one of {}; got {policy:?}", POLICIES.join(", "))));
+        return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_policy must be one of {}; got {}", POLICIES.join(", "), anchor_domain::brief(policy))));
     }
     state.store.set_owner_policy(auth.owner.owner_id, policy).await?;
     Ok(axum::Json(policy_json(policy)))

@@ -12,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+use crate::extract::{ApiPath, ApiQuery};
 use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -202,7 +203,7 @@ fn day_start(t: DateTime<Utc>) -> DateTime<Utc> {
     Utc.from_utc_datetime(&t.date_naive().and_hms_opt(0, 0, 0).expect("midnight"))
 }
 
-async fn report(State(state): State<AppState>, auth: AuthOwner, Path(agent_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn report(State(state): State<AppState>, auth: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let agent_id = path_uuid("agent_id", &agent_id)?;
     let linked = managed(&state, &auth.owner, agent_id).await?;
     let now = state.clock.now();
@@ -254,7 +255,7 @@ fn percent(this: i64, prev: i64) -> Value {
     json!(tenths as f64 / 10.0)
 }
 
-async fn weekly(State(state): State<AppState>, auth: AuthOwner, Path(agent_id): Path<String>) -> ApiResult<axum::Json<Value>> {
+async fn weekly(State(state): State<AppState>, auth: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
     let agent_id = path_uuid("agent_id", &agent_id)?;
     managed(&state, &auth.owner, agent_id).await?;
     let now = state.clock.now();
@@ -297,7 +298,7 @@ struct RangeQuery {
     to: Option<String>,
 }
 
-async fn export(State(state): State<AppState>, auth: AuthOwner, Path(agent_id): Path<String>, Query(q): Query<RangeQuery>) -> ApiResult<Response> {
+async fn export(State(state): State<AppState>, auth: AuthOwner, ApiPath(agent_id): ApiPath<String>, ApiQuery(q): ApiQuery<RangeQuery>) -> ApiResult<Response> {
     let agent_id = path_uuid("agent_id", &agent_id)?;
     let from = query_datetime("from", q.from.as_deref())?;
     let to = query_datetime("to", q.to.as_deref())?;
@@ -339,7 +340,7 @@ struct DdQuery {
     dd_id: Option<String>,
 }
 
-async fn evidence_report(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<DdQuery>) -> ApiResult<axum::Json<Value>> {
+async fn evidence_report(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<DdQuery>) -> ApiResult<axum::Json<Value>> {
     let dd_id = q.dd_id.as_deref().ok_or_else(|| ApiError::bad("MISSING_FIELD", "the dd_id query parameter is required"))?;
     let dd_id = path_uuid("dd_id", dd_id)?;
     let stored = state.store.declaration(dd_id).await?.ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
@@ -419,7 +420,7 @@ struct UsageQuery {
     agent_id: Option<String>,
 }
 
-async fn usage_daily(State(state): State<AppState>, auth: AuthOwner, Query(q): Query<UsageQuery>) -> ApiResult<axum::Json<Value>> {
+async fn usage_daily(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<UsageQuery>) -> ApiResult<axum::Json<Value>> {
     let days = match q.days.as_deref() {
         None => 30,
         Some(text) => text

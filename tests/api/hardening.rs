@@ -1,0 +1,364 @@
+//! Hostile input: every refusal is a JSON body with its error_code, limits on
+//! secrets hold under parallel attempts, and slow clients cannot hold
+//! connections open. Each test names the defect it guards against.
+
+use std::time::{Duration, Instant};
+
+use anchor_tests::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+both_backends!(
+    nul_characters_in_owner_text_are_refused_on_every_backend,
+    parallel_wrong_passwords_cannot_pass_the_login_limit,
+    parallel_password_confirmations_share_the_limit,
+    attempt_reservations_hold_under_concurrency,
+    wrong_recovery_keys_cannot_lock_the_right_key_out,
+);
+
+/// Sends raw bytes and reads the whole answer until the server closes or
+/// `wait` passes.
+async fn raw(t: &TestServer, request: &[u8], wait: Duration) -> String {
+    let mut stream = TcpStream::connect(t.base.trim_start_matches("http://")).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn json_of(answer: &str) -> Value {
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+/// Defect 1: a tile width of 0 or a level of 64 or more reached an assertion.
+#[tokio::test]
+async fn tile_paths_out_of_range_answer_404_json() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    for path in ["0/000.p/0", "64/000", "200/000.p/5", "0/000.p/256", "entries/000.p/0", "0/x999/000", "63/000.p/0"] {
+        let reply = t.get(&format!("/v1/log/tile/{path}"), None).await;
+        reply.assert_error(404, "NOT_FOUND");
+    }
+    // The server is still up and the log still answers.
+    assert_eq!(t.get("/v1/log/key", None).await.status, StatusCode::OK);
+}
+
+/// Defect 2: a multibyte last character split the period on a byte index.
+/// Defect 8: the documented maximum (100 years) was refused as `100y` and `1200m`.
+#[tokio::test]
+async fn access_periods_are_read_by_character_up_to_a_hundred_years() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    let with_period = |period: &str| {
+        let mut ee = basic_axes();
+        ee["ee_direct_access_period"] = json!(period);
+        create_body(ee)
+    };
+    for bad in ["30é", "é", "1🦀", "30\u{65e5}", "101y", "1201m", "36501d"] {
+        let reply = t.post("/v1/dd/create", Some(&agent.token), &with_period(bad)).await;
+        reply.assert_error(400, "INVALID_VALUE");
+    }
+    for good in ["100y", "1200m", "36500d"] {
+        let reply = t.post("/v1/dd/create", Some(&agent.token), &with_period(good)).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{good}: {}", reply.text);
+    }
+}
+
+/// Defect 8: the scale value passed through a float before it was hashed.
+#[tokio::test]
+async fn the_scale_value_keeps_its_json_text_in_the_hashed_record() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    let text = r#"{"request_id":"REQ","dd":DD,"ee":{"ee_preset":"EE_basic"},"content_inclusion_flag":1,
+                   "template":{"decision_class":"payment","decision_scale_value":18446744073709551616}}"#
+        .replace("REQ", &uuid::Uuid::new_v4().to_string())
+        .replace("DD", &dd().to_string());
+    let reply = t
+        .http
+        .post(t.url("/v1/dd/create"))
+        .bearer_auth(&agent.token)
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::CREATED);
+    let created: Value = reply.json().await.unwrap();
+    let dd_id = created["dd_id"].as_str().unwrap();
+    assert_eq!(t.confirm(&agent, dd_id).await.status, StatusCode::OK);
+    t.wait_for_log(1).await;
+    let receipt = t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await;
+    let record = receipt.json["canonical_record"].as_str().expect("canonical record");
+    assert!(record.contains("18446744073709551616"), "{record}");
+    assert!(!record.contains("e+19"), "{record}");
+}
+
+/// Defect 4: on PostgreSQL a NUL in owner text answered 500.
+async fn nul_characters_in_owner_text_are_refused_on_every_backend(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let base = json!({ "email": "nul@example.com", "password": OWNER_PASSWORD, "terms_agreed": true, "privacy_agreed": true });
+    for (field, value) in [("email", "n\u{0}ul@example.com"), ("timezone", "Europe/\u{0}Paris"), ("browser_language", "\u{0}")] {
+        let mut body = base.clone();
+        body[field] = json!(value);
+        t.post("/dap/register", None, &body).await.assert_error(400, "INVALID_VALUE");
+    }
+    assert!(t.store.owner_by_email("nul@example.com").await.unwrap().is_none(), "a refused registration was stored");
+    let owner = t.owner("nul@example.com").await;
+    let create = |body: Value| {
+        let (t, owner) = (&t, &owner);
+        async move { t.as_owner(owner, "POST", "/dap/classification", Some(&body)).await }
+    };
+    create(json!({ "classification_key": "k_one", "classification_label": "a\u{0}b" })).await.assert_error(400, "INVALID_VALUE");
+    create(json!({ "classification_key": "k_one", "classification_label": "ok", "description": "x\u{0}" })).await.assert_error(400, "INVALID_VALUE");
+    let created = create(json!({ "classification_key": "k_one", "classification_label": "ok" })).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let id = created.json["classification_id"].as_str().unwrap().to_string();
+    let patch = t.as_owner(&owner, "PATCH", &format!("/dap/classification/{id}"), Some(&json!({ "description": "\u{0}" }))).await;
+    patch.assert_error(400, "INVALID_VALUE");
+    // A NUL in a field name and in a query value too.
+    t.as_owner(&owner, "PUT", "/dap/account/residence", Some(&json!({ "residence\u{0}": "KR" }))).await.assert_error(400, "INVALID_VALUE");
+    t.as_owner(&owner, "GET", "/dap/classification?include_inactive=tr%00ue", None).await.assert_error(400, "INVALID_VALUE");
+    // Nothing changed.
+    let list = t.as_owner(&owner, "GET", "/dap/classification", None).await;
+    let mine: Vec<&Value> = list.json["classifications"].as_array().map(|c| c.iter().filter(|c| c["classification_key"] == "k_one").collect()).unwrap_or_default();
+    assert_eq!(mine.len(), 1, "{}", list.text);
+    assert_eq!(mine[0]["classification_label"], "ok");
+    assert!(mine[0]["description"].is_null(), "{}", list.text);
+}
+
+/// Defect 3: the failure count was read before the hash and written after it.
+async fn parallel_wrong_passwords_cannot_pass_the_login_limit(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    t.owner("race@example.com").await;
+    let attempts = (0..40).map(|i| {
+        let password = if i == 20 { OWNER_PASSWORD.to_string() } else { format!("wrong guess {i}") };
+        let t = &t;
+        async move { t.post("/dap/login", None, &json!({ "email": "race@example.com", "password": password })).await }
+    });
+    let replies = futures_util::future::join_all(attempts).await;
+    let mut checked = 0;
+    for reply in &replies {
+        match reply.status.as_u16() {
+            200 | 401 => checked += 1,
+            429 => reply.assert_error(429, "RATE_LIMITED"),
+            other => panic!("unexpected {other}: {}", reply.text),
+        }
+    }
+    // t.owner signed in once (and gave its attempt back); at most five
+    // passwords of the forty were checked.
+    assert!(checked <= 5, "{checked} passwords were checked");
+    assert!(checked >= 1);
+}
+
+/// Defect 3, for password confirmations (unlink).
+async fn parallel_password_confirmations_share_the_limit(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let owner = t.owner("confirm@example.com").await;
+    let mut agent = t.register().await;
+    t.link(&owner, &mut agent).await;
+    let attempts = (0..30).map(|i| {
+        let (t, owner, id) = (&t, &owner, agent.id.clone());
+        async move {
+            t.as_owner(owner, "DELETE", "/dap/agent/unlink", Some(&json!({ "agent_id": id, "password": format!("wrong guess {i}") }))).await
+        }
+    });
+    let replies = futures_util::future::join_all(attempts).await;
+    let wrong = replies.iter().filter(|r| r.status == StatusCode::UNAUTHORIZED).count();
+    let limited = replies.iter().filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS).count();
+    assert_eq!(wrong + limited, 30, "{:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert_eq!(wrong, 5, "five wrong passwords are checked, no more");
+    // The agent is still linked.
+    let agents = t.as_owner(&owner, "GET", "/dap/agents", None).await;
+    assert!(agents.text.contains(&agent.id), "{}", agents.text);
+}
+
+/// The store primitive itself: fifty parallel reservations, exactly five pass.
+async fn attempt_reservations_hold_under_concurrency(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let limit = anchor_store::AttemptLimit { scope: "owner_password", window: chrono::Duration::minutes(15), max: 5 };
+    let now = anchor_domain::Clock::now(&*t.clock);
+    let tries = (0..50).map(|_| {
+        let store = t.store.clone();
+        tokio::spawn(async move { store.reserve_attempt(limit, "subject@example.com", now).await.unwrap() })
+    });
+    let mut reserved = 0;
+    for outcome in tries {
+        if outcome.await.unwrap() == anchor_store::Attempt::Reserved {
+            reserved += 1;
+        }
+    }
+    assert_eq!(reserved, 5);
+    // Giving one back opens one place; a new window opens them all.
+    t.store.release_attempt(limit, "subject@example.com", now).await.unwrap();
+    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_store::Attempt::Reserved);
+    assert!(matches!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_store::Attempt::Spent { .. }));
+    let later = now + chrono::Duration::minutes(15);
+    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", later).await.unwrap(), anchor_store::Attempt::Reserved);
+    // Another subject and another scope count apart.
+    assert_eq!(t.store.reserve_attempt(limit, "other@example.com", now).await.unwrap(), anchor_store::Attempt::Reserved);
+}
+
+/// Defect 6: five wrong keys against a public agent_id locked the holder out.
+async fn wrong_recovery_keys_cannot_lock_the_right_key_out(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let guesses = (0..12).map(|i| {
+        let (t, id) = (&t, agent.id.clone());
+        async move { t.post("/v1/agent/token/recover", None, &json!({ "agent_id": id, "recovery_key": format!("da_rk_{i:064}") })).await }
+    });
+    let replies = futures_util::future::join_all(guesses).await;
+    assert_eq!(replies.iter().filter(|r| r.status == StatusCode::UNAUTHORIZED).count(), 5);
+    assert_eq!(replies.iter().filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS).count(), 7);
+    // The holder of the real key still recovers, at once.
+    let recovered = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id, "recovery_key": agent.recovery })).await;
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.text);
+    assert_eq!(recovered.headers.get("cache-control").unwrap(), "no-store");
+}
+
+/// Defect 7: protocol-level refusals were text/plain, empty, or 400 for 413.
+#[tokio::test]
+async fn protocol_refusals_are_json_with_their_status() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    // Over the body limit: 413.
+    let big = format!("{{\"region_code\":\"{}\"}}", "a".repeat(anchor_server::listener::HttpLimits::default().max_body_bytes));
+    let reply = t.http.post(t.url("/v1/agent/register")).header("content-type", "application/json").body(big).send().await.unwrap();
+    assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["error_code"], "PAYLOAD_TOO_LARGE");
+    // A path parameter that is not UTF-8 once decoded: 400 JSON.
+    t.get("/v1/dd/%FF%FE", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
+    t.get("/v1/payment/%C3%28/status", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
+    // A query parameter given twice: 400 JSON.
+    t.get("/v1/dd/list?limit=1&limit=2", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
+    // An over-long URL: 414 JSON.
+    t.get(&format!("/v1/dd/list?from={}", "9".repeat(20_000)), Some(&agent.token)).await.assert_error(414, "URI_TOO_LONG");
+    // Over-large headers: 431 JSON.
+    let headers = [("x-filler", "f".repeat(40_000))];
+    let reply = t.call_with("GET", "/health", &headers.iter().map(|(n, v)| (*n, v.as_str())).collect::<Vec<_>>(), None).await;
+    reply.assert_error(431, "HEADERS_TOO_LARGE");
+    // OPTIONS lists the methods; another method is 405 with Allow.
+    let options = t.call("OPTIONS", "/v1/dd/create", None, None).await;
+    assert_eq!(options.status, StatusCode::NO_CONTENT);
+    let allow = options.headers.get("allow").expect("Allow on OPTIONS").to_str().unwrap().to_string();
+    assert!(allow.contains("POST") && allow.contains("OPTIONS"), "{allow}");
+    let put = t.call("PUT", "/v1/dd/create", None, None).await;
+    put.assert_error(405, "METHOD_NOT_ALLOWED");
+    assert_eq!(put.headers.get("allow").unwrap().to_str().unwrap(), allow);
+    // Bytes that are not HTTP close the connection without a handler, and the server stays up.
+    let answer = raw(&t, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    assert_eq!(t.get("/health", None).await.status, StatusCode::OK);
+}
+
+/// Defect 9: secrets in cacheable responses; whole inputs echoed in messages.
+#[tokio::test]
+async fn secrets_are_not_cached_and_messages_do_not_echo_inputs() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let register = t.post("/v1/agent/register", None, &json!({})).await;
+    assert_eq!(register.headers.get("cache-control").unwrap(), "no-store");
+    let mut agent = Agent {
+        id: register.json["agent_id"].as_str().unwrap().into(),
+        token: register.json["auth_token"].as_str().unwrap().into(),
+        recovery: register.json["recovery_key"].as_str().unwrap().into(),
+    };
+    let rotated = t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": agent.id })).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
+    assert_eq!(rotated.headers.get("cache-control").unwrap(), "no-store");
+    agent.token = rotated.json["auth_token"].as_str().unwrap().into();
+    let owner = t.owner("cache@example.com").await;
+    let link = t.as_owner(&owner, "POST", "/dap/agent/link", Some(&json!({ "agent_id": agent.id, "auth_token": agent.token }))).await;
+    assert_eq!(link.status, StatusCode::OK, "{}", link.text);
+    assert_eq!(link.headers.get("cache-control").unwrap(), "no-store");
+
+    let huge = "x".repeat(900_000);
+    let mut body = create_body(json!({ "ee_preset": "EE_basic" }));
+    body["dd"]["dd_unit_type"] = json!(huge);
+    let agent = t.register().await;
+    let reply = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    reply.assert_error(400, "INVALID_ENUM");
+    assert!(reply.text.len() < 1_000, "the message is {} bytes", reply.text.len());
+    let reply = t.post("/v1/dd/create", Some(&agent.token), &json!({ "request_id": uuid::Uuid::new_v4(), huge.as_str(): 1 })).await;
+    reply.assert_error(400, "UNKNOWN_FIELD");
+    assert!(reply.text.len() < 1_000, "the message is {} bytes", reply.text.len());
+}
+
+/// Defect 5: idle and half-sent connections stayed open without limit.
+/// With a one-second header timeout and a one-second body timeout, idle
+/// connections, heads sent a line at a time and bodies sent a byte at a time
+/// are all closed within the timeout (plus scheduling slack), while ordinary
+/// requests keep being answered throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_while_others_are_served() {
+    let limits = anchor_server::listener::HttpLimits {
+        header_read_timeout: Duration::from_secs(1),
+        body_read_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let t = TestServer::with(Backend::Sqlite, Options { http: limits, ..Options::default() }).await;
+    let addr = t.base.trim_start_matches("http://").to_string();
+    let slack = Duration::from_millis(1500);
+
+    // Each slow client reports how long the server kept it, and what it answered.
+    async fn slow(addr: String, kind: usize) -> (usize, Duration, String) {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        let mut answer = Vec::new();
+        match kind {
+            // Idle: connects and sends nothing.
+            0 => {}
+            // A header line every 300 ms, never finishing the head.
+            1 => {
+                let _ = stream.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await;
+                for i in 0..100 {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if stream.write_all(format!("X-Slow-{i}: y\r\n").as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            // A whole head, then a body a byte at a time.
+            _ => {
+                let _ = stream
+                    .write_all(b"POST /v1/agent/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+                    .await;
+                for _ in 0..100 {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if stream.write_all(b" ").await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer)).await;
+        (kind, started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+    }
+    let attackers: Vec<_> = (0..150).map(|i| tokio::spawn(slow(addr.clone(), i % 3))).collect();
+
+    // Meanwhile, ordinary requests are answered.
+    let mut served = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let reply = t.get("/health", None).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served >= 20, "only {served} ordinary requests were answered");
+
+    for attacker in attackers {
+        let (kind, held, answer) = attacker.await.unwrap();
+        assert!(held < Duration::from_secs(1) + slack, "a slow client of kind {kind} was held {held:?}");
+        if kind == 2 {
+            assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+            assert_eq!(json_of(&answer)["error_code"], "REQUEST_TIMEOUT", "{answer:?}");
+        }
+    }
+    // A kept-alive connection that goes idle after a request is closed too.
+    let started = Instant::now();
+    let answer = raw(&t, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert!(started.elapsed() < Duration::from_secs(1) + slack, "an idle kept-alive connection was held {:?}", started.elapsed());
+}
