@@ -29,6 +29,16 @@ pub struct Response {
     pub status: u16,
     pub description: String,
     pub schema: Option<Value>,
+    /// The media type of the body: `application/json` unless said otherwise.
+    pub media: &'static str,
+    /// Other media types the same status may carry (text bodies).
+    pub alternatives: Vec<&'static str>,
+}
+
+impl Response {
+    fn json(status: u16, description: impl Into<String>, schema: Value) -> Response {
+        Response { status, description: description.into(), schema: Some(schema), media: "application/json", alternatives: Vec::new() }
+    }
 }
 
 pub struct Operation {
@@ -80,20 +90,12 @@ impl Operation {
     }
     pub fn agent(mut self) -> Self {
         self.auth = Auth::Agent;
-        self.responses.push(Response {
-            status: 401,
-            description: "Authentication failed; the body says how to authenticate".into(),
-            schema: Some(reference("UnauthorizedBody")),
-        });
+        self.responses.push(Response::json(401, "Authentication failed; the body says how to authenticate", reference("UnauthorizedBody")));
         self
     }
     pub fn owner(mut self) -> Self {
         self.auth = Auth::Owner;
-        self.responses.push(Response {
-            status: 401,
-            description: "No valid session: sign in with POST /dap/login".into(),
-            schema: Some(reference("Error")),
-        });
+        self.responses.push(Response::json(401, "No valid session: sign in with POST /dap/login", reference("Error")));
         self
     }
     pub fn extension(mut self) -> Self {
@@ -118,21 +120,34 @@ impl Operation {
         self
     }
     pub fn ok(mut self, status: u16, description: &str, schema: Value) -> Self {
-        self.responses.push(Response { status, description: description.into(), schema: Some(schema) });
+        self.responses.push(Response::json(status, description, schema));
+        self
+    }
+    /// A response whose body is text (or bytes) of `media`, not JSON.
+    pub fn ok_media(mut self, status: u16, description: &str, media: &'static str) -> Self {
+        let schema = if media.starts_with("text/") { string() } else { json!({ "type": "string", "format": "binary" }) };
+        self.responses.push(Response { status, description: description.into(), schema: Some(schema), media, alternatives: Vec::new() });
+        self
+    }
+    /// The response of `status` may also be text of `media` (a format parameter chooses).
+    pub fn or_media(mut self, status: u16, media: &'static str) -> Self {
+        if let Some(response) = self.responses.iter_mut().find(|r| r.status == status) {
+            response.alternatives.push(media);
+        }
         self
     }
     /// An error response with its codes.
     pub fn error(mut self, status: u16, description: &str, codes: &[&str]) -> Self {
         let description = if codes.is_empty() { description.to_string() } else { format!("{description} Codes: {}.", codes.join(", ")) };
-        self.responses.push(Response { status, description, schema: Some(reference("Error")) });
+        self.responses.push(Response::json(status, description, reference("Error")));
         self
     }
     pub fn payment_required(mut self, description: &str) -> Self {
-        self.responses.push(Response {
-            status: 402,
-            description: format!("{description} The PAYMENT-REQUIRED header carries the same object, base64-encoded."),
-            schema: Some(reference("X402Challenge")),
-        });
+        self.responses.push(Response::json(
+            402,
+            format!("{description} The PAYMENT-REQUIRED header carries the same object, base64-encoded."),
+            reference("X402Challenge"),
+        ));
         self
     }
 }
@@ -286,6 +301,22 @@ pub fn components() -> Value {
     })
 }
 
+/// The refusals every operation shares, referred to from each.
+fn common_responses() -> Value {
+    let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": reference("Error") } } });
+    json!({
+        "BadRequest": error("The request could not be read: not JSON, not an object, a NUL character, a parameter given twice or not UTF-8. Codes: INVALID_INPUT, INVALID_VALUE, MISSING_FIELD, UNKNOWN_FIELD, INVALID_ENUM, INVALID_UUID."),
+        "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
+        "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
+        "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
+        "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
+        "RateLimited": {
+            "description": "Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry. Code: RATE_LIMITED.",
+            "content": { "application/json": { "schema": reference("Error") } },
+        },
+    })
+}
+
 /// The OpenAPI 3.0 document for `operations`.
 pub fn document(operations: &[Operation], server_url: &str) -> Value {
     let mut paths = Map::new();
@@ -298,9 +329,28 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         for response in &operation.responses {
             let mut entry = json!({ "description": response.description });
             if let Some(schema) = &response.schema {
-                entry["content"] = json!({ "application/json": { "schema": schema } });
+                entry["content"] = json!({ response.media: { "schema": schema } });
+                for media in &response.alternatives {
+                    entry["content"][*media] = json!({ "schema": string() });
+                }
             }
             responses.insert(response.status.to_string(), entry);
+        }
+        // What any operation may answer before its handler runs: refusals of
+        // the request's form (400 when it has input to refuse), its size
+        // (413, 414, 431), its pace (408, 429).
+        let has_input = operation.request.is_some() || !operation.parameters.is_empty();
+        for (status, name, applies) in [
+            ("400", "BadRequest", has_input),
+            ("408", "RequestTimeout", operation.request.is_some()),
+            ("413", "PayloadTooLarge", operation.request.is_some()),
+            ("414", "UriTooLong", true),
+            ("429", "RateLimited", true),
+            ("431", "HeadersTooLarge", true),
+        ] {
+            if applies && !responses.contains_key(status) {
+                responses.insert(status.into(), json!({ "$ref": format!("#/components/responses/{name}") }));
+            }
         }
         let mut entry = json!({
             "tags": [operation.tag],
@@ -329,7 +379,8 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         if operation.extension {
             entry["x-anchor-extension"] = json!(true);
         }
-        let path = paths.entry(operation.path.to_string()).or_insert_with(|| json!({}));
+        // axum's catch-all segment `{*name}` is the OpenAPI parameter `{name}`.
+        let path = paths.entry(operation.path.replace("{*", "{")).or_insert_with(|| json!({}));
         path[operation.method.as_str().to_ascii_lowercase()] = entry;
     }
     json!({
@@ -346,6 +397,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         "paths": paths,
         "components": {
             "schemas": components(),
+            "responses": common_responses(),
             "securitySchemes": {
                 "AgentToken": { "type": "http", "scheme": "bearer", "description": "auth_token from POST /v1/agent/register (da_tk_…)" },
                 "OwnerSession": { "type": "apiKey", "in": "cookie", "name": "connect.sid", "description": "Owner portal session, set by POST /dap/login" },

@@ -34,7 +34,11 @@ pub fn operations() -> Vec<Operation> {
             .summary("This document, generated from the route table")
             .extension()
             .ok(200, "OpenAPI 3.0", json!({ "type": "object" })),
-        op(Method::GET, "/llms.txt", get(llms_txt)).tag("Discovery").summary("A plain-text guide for language-model agents").extension(),
+        op(Method::GET, "/llms.txt", get(llms_txt))
+            .tag("Discovery")
+            .summary("A plain-text guide for language-model agents")
+            .extension()
+            .ok_media(200, "The guide, in Markdown", "text/plain"),
         op(Method::GET, "/.well-known/agent-card.json", get(agent_card))
             .tag("Discovery")
             .summary("A2A agent card")

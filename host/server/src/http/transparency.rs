@@ -47,18 +47,23 @@ pub fn operations() -> Vec<Operation> {
         op(Method::GET, "/v1/log/checkpoint", get(latest_checkpoint))
             .tag("Log")
             .summary("The latest signed checkpoint (C2SP tlog-checkpoint, signed note)")
-            .extension(),
+            .extension()
+            .ok_media(200, "The checkpoint, as a signed note", "text/plain")
+            .error(404, "No checkpoint has been published yet.", &["NOT_FOUND"]),
         op(Method::GET, "/v1/log/checkpoints/{size}", get(checkpoint_at))
             .tag("Log")
             .summary("The signed checkpoint published for a tree size")
             .extension()
-            .path_param("size", integer()),
+            .path_param("size", json!({ "type": "integer", "minimum": 0 }))
+            .ok_media(200, "The checkpoint, as a signed note", "text/plain")
+            .error(400, "size is not a whole number.", &["INVALID_VALUE"])
+            .error(404, "No checkpoint was published for this size.", &["NOT_FOUND"]),
         op(Method::GET, "/v1/log/consistency", get(consistency))
             .tag("Log")
             .summary("An RFC 6962 consistency proof between two tree sizes")
             .extension()
-            .query_param("from", integer())
-            .query_param("to", integer())
+            .required_query("from", json!({ "type": "integer", "minimum": 0 }))
+            .required_query("to", json!({ "type": "integer", "minimum": 0 }))
             .ok(200, "Proof", object(&[], vec![("from_size", integer()), ("to_size", integer()), ("proof", array(string()))]))
             .error(400, "Sizes out of range.", &["INVALID_VALUE"]),
         op(Method::GET, "/v1/log/key", get(key))
@@ -69,7 +74,10 @@ pub fn operations() -> Vec<Operation> {
         op(Method::GET, "/v1/log/tile/{*path}", get(tile))
             .tag("Log")
             .summary("C2SP tlog-tiles: hash tiles (<L>/<N>[.p/<W>]) and entry bundles (entries/<N>[.p/<W>])")
-            .extension(),
+            .extension()
+            .path_param("path", doc(string(), "The tile path below tile/; may contain slashes"))
+            .ok_media(200, "The tile or entry bundle", "application/octet-stream")
+            .error(404, "No such tile (malformed, out of range, or not yet complete).", &["NOT_FOUND"]),
     ]
 }
 

@@ -80,12 +80,13 @@ pub fn operations() -> Vec<Operation> {
             .summary("Everything kept about the owner account, as JSON or CSV")
             .owner()
             .query_param("format", json!({ "type": "string", "enum": ["json", "csv"], "default": "json" }))
-            .ok(200, "Account data (JSON here; text/csv with format=csv)", object(&[], vec![
+            .ok(200, "Account data (JSON, or CSV with format=csv)", object(&[], vec![
                 ("exported_at", datetime()),
                 ("account", profile_schema()),
                 ("agents", array(object(&[], vec![("agent_id", uuid()), ("linked_at", datetime()), ("budget_limit_dac", nullable(number()))]))),
                 ("classifications", array(object(&[], vec![]))),
             ]))
+            .or_media(200, "text/csv")
             .error(400, "format is neither json nor csv", &["INVALID_ENUM"]),
     ]
 }

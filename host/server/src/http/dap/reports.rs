@@ -125,7 +125,7 @@ pub fn operations() -> Vec<Operation> {
             .path_param("agent_id", uuid())
             .query_param("from", datetime())
             .query_param("to", datetime())
-            .ok(200, "CSV (text/csv)", string())
+            .ok_media(200, "The report as CSV", "text/csv")
             .error(400, "A malformed date-time", &["INVALID_VALUE", "INVALID_UUID"])
             .error(403, "Not managed by this owner", &["NOT_LINKED"]),
         op(Method::GET, "/dap/evidence-report", get(evidence_report))
