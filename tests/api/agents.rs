@@ -62,13 +62,9 @@ async fn rotation_kills_the_old_token_and_key_at_once(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
     let other = t.register().await;
-    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": other.id }))
-        .await
-        .assert_error(403, "FORBIDDEN");
+    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": other.id })).await.assert_error(403, "FORBIDDEN");
     t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({})).await.assert_error(400, "MISSING_FIELD");
-    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": "nope" }))
-        .await
-        .assert_error(400, "INVALID_UUID");
+    t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": "nope" })).await.assert_error(400, "INVALID_UUID");
 
     let rotated = t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": agent.id })).await;
     assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
@@ -120,9 +116,7 @@ async fn recovery_replaces_both_secrets_and_is_rate_limited(backend: Backend) {
         .await
         .assert_error(401, "INVALID_RECOVERY_KEY");
     t.post("/v1/agent/token/recover", None, &json!({ "agent_id": agent.id })).await.assert_error(400, "MISSING_FIELD");
-    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": "x", "recovery_key": key }))
-        .await
-        .assert_error(400, "INVALID_UUID");
+    t.post("/v1/agent/token/recover", None, &json!({ "agent_id": "x", "recovery_key": key })).await.assert_error(400, "INVALID_UUID");
 }
 
 async fn disclosure_level_is_validated_and_stored(backend: Backend) {

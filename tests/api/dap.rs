@@ -20,7 +20,11 @@ both_backends!(
 );
 
 fn no_agent_guidance(reply: &Reply) {
-    assert!(reply.json.get("authentication").is_none() && reply.json.get("account").is_none(), "owner 401 carries agent guidance: {}", reply.text);
+    assert!(
+        reply.json.get("authentication").is_none() && reply.json.get("account").is_none(),
+        "owner 401 carries agent guidance: {}",
+        reply.text
+    );
 }
 
 async fn accounts_passwords_and_sessions(backend: Backend) {
@@ -59,7 +63,9 @@ async fn accounts_passwords_and_sessions(backend: Backend) {
     wrong.assert_error(401, "UNAUTHORIZED");
     no_agent_guidance(&wrong);
     assert!(wrong.headers.get("set-cookie").is_none());
-    t.post("/dap/login", None, &json!({ "email": "nobody@example.com", "password": OWNER_PASSWORD })).await.assert_error(401, "UNAUTHORIZED");
+    t.post("/dap/login", None, &json!({ "email": "nobody@example.com", "password": OWNER_PASSWORD }))
+        .await
+        .assert_error(401, "UNAUTHORIZED");
 
     // The cookie: connect.sid, HttpOnly, SameSite, expiring; not Secure over plain HTTP.
     let login = t.post("/dap/login", None, &json!({ "email": "ada@example.com", "password": OWNER_PASSWORD })).await;
@@ -140,7 +146,9 @@ async fn login_attempts_are_limited(backend: Backend) {
     let t = TestServer::start(backend).await;
     t.owner("bob@example.com").await;
     for _ in 0..5 {
-        t.post("/dap/login", None, &json!({ "email": "bob@example.com", "password": "guess guess 1" })).await.assert_error(401, "UNAUTHORIZED");
+        t.post("/dap/login", None, &json!({ "email": "bob@example.com", "password": "guess guess 1" }))
+            .await
+            .assert_error(401, "UNAUTHORIZED");
     }
     // Locked for the window, even with the right password.
     let locked = t.post("/dap/login", None, &json!({ "email": "bob@example.com", "password": OWNER_PASSWORD })).await;
@@ -201,7 +209,12 @@ async fn linking_rotates_the_token_and_owners_stay_apart(backend: Backend) {
         ("POST", "/dap/owner/register-agent".into(), Some(json!({ "agent_id": id }))),
     ] {
         let reply = t.as_owner(&b, method, &path, body.as_ref()).await;
-        assert_eq!((reply.status.as_u16(), reply.json["error_code"].as_str()), (403, Some("NOT_LINKED")), "{method} {path}: {}", reply.text);
+        assert_eq!(
+            (reply.status.as_u16(), reply.json["error_code"].as_str()),
+            (403, Some("NOT_LINKED")),
+            "{method} {path}: {}",
+            reply.text
+        );
     }
     // An agent id that does not exist looks the same as another owner's.
     let ghost = uuid::Uuid::new_v4();
@@ -245,12 +258,22 @@ async fn csrf_is_refused_for_browser_requests(backend: Backend) {
     assert_eq!(status.json["limit_source"], "operator_default", "a refused request changed state");
     // Sign-in from another site is refused too (login CSRF).
     let login = t
-        .call_with("POST", "/dap/login", &[("origin", "http://evil.example")], Some(&json!({ "email": "c@example.com", "password": OWNER_PASSWORD })))
+        .call_with(
+            "POST",
+            "/dap/login",
+            &[("origin", "http://evil.example")],
+            Some(&json!({ "email": "c@example.com", "password": OWNER_PASSWORD })),
+        )
         .await;
     login.assert_error(403, "CSRF_REJECTED");
     // Our page with the token, and an API client with no browser headers, pass.
     let page = t
-        .call_with("PUT", "/dap/dab/set", &[("cookie", cookie), ("origin", ours), ("sec-fetch-site", "same-origin"), ("x-csrf-token", &owner.csrf)], Some(&body))
+        .call_with(
+            "PUT",
+            "/dap/dab/set",
+            &[("cookie", cookie), ("origin", ours), ("sec-fetch-site", "same-origin"), ("x-csrf-token", &owner.csrf)],
+            Some(&body),
+        )
         .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.text);
     assert_eq!(t.as_owner(&owner, "PUT", "/dap/dab/set", Some(&body)).await.status, StatusCode::OK);
@@ -324,24 +347,41 @@ async fn classification_registry(backend: Backend) {
         let t = &t;
         async move { t.as_owner(&owner, "POST", "/dap/classification", Some(&body)).await }
     };
-    let created = post(&owner, json!({ "classification_key": "vendor_payment", "classification_label": "Vendor payment", "description": "Pays a supplier" })).await;
+    let created = post(
+        &owner,
+        json!({ "classification_key": "vendor_payment", "classification_label": "Vendor payment", "description": "Pays a supplier" }),
+    )
+    .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     let id = created.json["classification_id"].as_str().unwrap().to_string();
     assert_eq!(created.json["is_active"], true);
-    post(&owner, json!({ "classification_key": "vendor_payment", "classification_label": "Again" })).await.assert_error(409, "CLASSIFICATION_KEY_EXISTS");
-    post(&owner, json!({ "classification_key": "other", "classification_label": "Clashes with a base key" })).await.assert_error(409, "CLASSIFICATION_KEY_EXISTS");
+    post(&owner, json!({ "classification_key": "vendor_payment", "classification_label": "Again" }))
+        .await
+        .assert_error(409, "CLASSIFICATION_KEY_EXISTS");
+    post(&owner, json!({ "classification_key": "other", "classification_label": "Clashes with a base key" }))
+        .await
+        .assert_error(409, "CLASSIFICATION_KEY_EXISTS");
     // Another owner may use the same key.
-    assert_eq!(post(&stranger, json!({ "classification_key": "vendor_payment", "classification_label": "Mine" })).await.status, StatusCode::CREATED);
+    assert_eq!(
+        post(&stranger, json!({ "classification_key": "vendor_payment", "classification_label": "Mine" })).await.status,
+        StatusCode::CREATED
+    );
     for bad in ["Vendor", "9lives", "with-dash", "", &"k".repeat(101)] {
         post(&owner, json!({ "classification_key": bad, "classification_label": "x" })).await.assert_error(400, "INVALID_VALUE");
     }
-    assert_eq!(post(&owner, json!({ "classification_key": "k".repeat(100), "classification_label": "longest key" })).await.status, StatusCode::CREATED);
-    post(&owner, json!({ "classification_key": "long_label", "classification_label": "l".repeat(201) })).await.assert_error(400, "INVALID_VALUE");
+    assert_eq!(
+        post(&owner, json!({ "classification_key": "k".repeat(100), "classification_label": "longest key" })).await.status,
+        StatusCode::CREATED
+    );
+    post(&owner, json!({ "classification_key": "long_label", "classification_label": "l".repeat(201) }))
+        .await
+        .assert_error(400, "INVALID_VALUE");
     post(&owner, json!({ "classification_key": "no_label" })).await.assert_error(400, "MISSING_FIELD");
 
     // The agent sees base + its owner's, and may use exactly those keys.
     let visible = t.get("/v1/classification", Some(&agent.token)).await;
-    let keys: Vec<&str> = visible.json["classifications"].as_array().unwrap().iter().map(|c| c["classification_key"].as_str().unwrap()).collect();
+    let keys: Vec<&str> =
+        visible.json["classifications"].as_array().unwrap().iter().map(|c| c["classification_key"].as_str().unwrap()).collect();
     assert!(keys.contains(&"vendor_payment") && keys.contains(&"routine_operation"), "{keys:?}");
     assert_eq!(keys.iter().filter(|k| **k == "vendor_payment").count(), 1, "another owner's key leaked: {keys:?}");
     let use_key = |key: &str| with_template(json!({ "self_classification": key }));
@@ -355,7 +395,10 @@ async fn classification_registry(backend: Backend) {
         .as_owner(&owner, "PATCH", &format!("/dap/classification/{id}"), Some(&json!({ "classification_label": "Supplier payment" })))
         .await;
     assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
-    assert_eq!((patched.json["classification_label"].as_str(), patched.json["description"].as_str()), (Some("Supplier payment"), Some("Pays a supplier")));
+    assert_eq!(
+        (patched.json["classification_label"].as_str(), patched.json["description"].as_str()),
+        (Some("Supplier payment"), Some("Pays a supplier"))
+    );
     t.as_owner(&stranger, "PATCH", &format!("/dap/classification/{id}"), Some(&json!({ "classification_label": "hijack" })))
         .await
         .assert_error(404, "NOT_FOUND");
@@ -368,15 +411,25 @@ async fn classification_registry(backend: Backend) {
     let deleted = t.as_owner(&owner, "DELETE", &format!("/dap/classification/{id}"), None).await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
     t.as_owner(&owner, "DELETE", &format!("/dap/classification/{id}"), None).await.assert_error(404, "NOT_FOUND");
-    t.as_owner(&owner, "PATCH", &format!("/dap/classification/{id}"), Some(&json!({ "classification_label": "x" }))).await.assert_error(404, "NOT_FOUND");
+    t.as_owner(&owner, "PATCH", &format!("/dap/classification/{id}"), Some(&json!({ "classification_label": "x" })))
+        .await
+        .assert_error(404, "NOT_FOUND");
     t.post("/v1/dd/create", Some(&agent.token), &use_key("vendor_payment")).await.assert_error(400, "INVALID_VALUE");
     let active = t.as_owner(&owner, "GET", "/dap/classification", None).await;
     assert_eq!(active.json["count"], 1);
     assert!(active.json["base_classifications"].as_array().unwrap().len() >= 10);
     let all = t.as_owner(&owner, "GET", "/dap/classification?include_inactive=true", None).await;
     assert_eq!(all.json["count"], 2);
-    assert!(all.json["classifications"].as_array().unwrap().iter().any(|c| c["classification_key"] == "vendor_payment" && c["is_active"] == false));
-    post(&owner, json!({ "classification_key": "vendor_payment", "classification_label": "Back" })).await.assert_error(409, "CLASSIFICATION_KEY_EXISTS");
+    assert!(
+        all.json["classifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["classification_key"] == "vendor_payment" && c["is_active"] == false)
+    );
+    post(&owner, json!({ "classification_key": "vendor_payment", "classification_label": "Back" }))
+        .await
+        .assert_error(409, "CLASSIFICATION_KEY_EXISTS");
     t.as_owner(&owner, "GET", "/dap/classification?include_inactive=maybe", None).await.assert_error(400, "INVALID_VALUE");
 }
 
@@ -471,7 +524,10 @@ async fn reports_count_each_declaration_once(backend: Backend) {
     assert_eq!(csv.status, StatusCode::OK);
     assert!(csv.headers["content-type"].to_str().unwrap().starts_with("text/csv"));
     let lines: Vec<&str> = csv.text.lines().collect();
-    assert_eq!(lines[0], "dd_id,anchored_at,action_type,selection_state,retention,integrity,disclosure,responsibility,dac_amount,settlement_statuses");
+    assert_eq!(
+        lines[0],
+        "dd_id,anchored_at,action_type,selection_state,retention,integrity,disclosure,responsibility,dac_amount,settlement_statuses"
+    );
     assert_eq!(lines.len(), 4);
     let b_line = lines.iter().find(|l| l.starts_with(b["dd_id"].as_str().unwrap())).unwrap();
     let fields: Vec<&str> = b_line.split(',').collect();
@@ -480,7 +536,9 @@ async fn reports_count_each_declaration_once(backend: Backend) {
     let since = (t.clock.now() - chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let ranged = t.as_owner(&owner, "GET", &format!("/dap/agent/{}/report/export?from={since}", agent.id), None).await;
     assert_eq!(ranged.text.lines().count(), 3);
-    t.as_owner(&owner, "GET", &format!("/dap/agent/{}/report/export?from=yesterday", agent.id), None).await.assert_error(400, "INVALID_VALUE");
+    t.as_owner(&owner, "GET", &format!("/dap/agent/{}/report/export?from=yesterday", agent.id), None)
+        .await
+        .assert_error(400, "INVALID_VALUE");
 
     let usage = t.as_owner(&owner, "GET", "/dap/usage/daily?days=14", None).await;
     assert_eq!(usage.status, StatusCode::OK, "{}", usage.text);
@@ -506,7 +564,9 @@ async fn reports_count_each_declaration_once(backend: Backend) {
     assert_eq!(evidence.json["transparency_log"]["included"], true);
     assert!(!evidence.text.contains("\"salt\""));
     t.as_owner(&owner, "GET", "/dap/evidence-report", None).await.assert_error(400, "MISSING_FIELD");
-    t.as_owner(&owner, "GET", &format!("/dap/evidence-report?dd_id={}", uuid::Uuid::new_v4()), None).await.assert_error(404, "DD_NOT_FOUND");
+    t.as_owner(&owner, "GET", &format!("/dap/evidence-report?dd_id={}", uuid::Uuid::new_v4()), None)
+        .await
+        .assert_error(404, "DD_NOT_FOUND");
 }
 
 async fn account_deletion_restore_and_export(backend: Backend) {
@@ -514,12 +574,17 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     let owner = t.owner("i@example.com").await;
     let mut agent = t.register().await;
     t.link(&owner, &mut agent).await;
-    t.as_owner(&owner, "PUT", "/dap/dab/set", Some(&json!({ "agent_id": agent.id, "budget_limit_dac": 400, "budget_period": "monthly" }))).await;
+    t.as_owner(&owner, "PUT", "/dap/dab/set", Some(&json!({ "agent_id": agent.id, "budget_limit_dac": 400, "budget_period": "monthly" })))
+        .await;
 
-    t.as_owner(&owner, "PUT", "/dap/account/residence", Some(&json!({ "residence_country": "FR" }))).await.assert_error(400, "INVALID_ENUM");
+    t.as_owner(&owner, "PUT", "/dap/account/residence", Some(&json!({ "residence_country": "FR" })))
+        .await
+        .assert_error(400, "INVALID_ENUM");
     let residence = t.as_owner(&owner, "PUT", "/dap/account/residence", Some(&json!({ "residence_country": "EU" }))).await;
     assert_eq!(residence.json["residence_country"], "EU");
-    t.as_owner(&owner, "PUT", "/dap/account/marketing-consent", Some(&json!({ "marketing_agreed": "yes" }))).await.assert_error(400, "INVALID_VALUE");
+    t.as_owner(&owner, "PUT", "/dap/account/marketing-consent", Some(&json!({ "marketing_agreed": "yes" })))
+        .await
+        .assert_error(400, "INVALID_VALUE");
     let consent = t.as_owner(&owner, "PUT", "/dap/account/marketing-consent", Some(&json!({ "marketing_agreed": true }))).await;
     assert!(consent.json["marketing_agreed_at"].is_string());
 
@@ -535,7 +600,9 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     let deletion = t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": OWNER_PASSWORD }))).await;
     assert_eq!(deletion.status, StatusCode::OK, "{}", deletion.text);
     assert_eq!((deletion.json["status"].as_str(), deletion.json["grace_period_days"].as_i64()), (Some("pending_deletion"), Some(30)));
-    t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": OWNER_PASSWORD }))).await.assert_error(409, "DELETION_ALREADY_REQUESTED");
+    t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": OWNER_PASSWORD })))
+        .await
+        .assert_error(409, "DELETION_ALREADY_REQUESTED");
     assert_eq!(t.as_owner(&owner, "GET", "/dap/account/deletion-status", None).await.json["status"], "pending_deletion");
     let restored = t.as_owner(&owner, "POST", "/dap/account/restore", None).await;
     assert_eq!(restored.json["status"], "active");
@@ -567,18 +634,28 @@ async fn agent_type_owners(backend: Backend) {
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     assert_eq!((made.json["owner_type"].as_str(), made.json["owner_depth"].as_i64()), (Some("agent"), Some(1)));
     assert_eq!(made.json["parent_owner_id"], human.owner_id.as_str());
-    t.as_owner(&human, "POST", "/dap/owner/register-agent", Some(&json!({ "agent_id": parent.id }))).await.assert_error(409, "ALREADY_REGISTERED");
+    t.as_owner(&human, "POST", "/dap/owner/register-agent", Some(&json!({ "agent_id": parent.id })))
+        .await
+        .assert_error(409, "ALREADY_REGISTERED");
 
     let login = t.post("/dap/auth/agent-login", Some(&parent.token), &json!({})).await;
     assert_eq!(login.status, StatusCode::OK, "{}", login.text);
     assert_eq!(login.json["managing_agent_id"], parent.id.as_str());
     let cookie = login.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
-    let agent_owner = Owner { email: String::new(), password: parent.token.clone(), owner_id: made.json["owner_id"].as_str().unwrap().into(), cookie, csrf: String::new() };
+    let agent_owner = Owner {
+        email: String::new(),
+        password: parent.token.clone(),
+        owner_id: made.json["owner_id"].as_str().unwrap().into(),
+        cookie,
+        csrf: String::new(),
+    };
     // The agent-type owner manages its own sub-agents, and cannot make owners.
     let mut child = t.register().await;
     t.link(&agent_owner, &mut child).await;
     assert_eq!(t.as_owner(&agent_owner, "GET", "/dap/agents", None).await.json["agents"][0]["agent_id"], child.id.as_str());
-    t.as_owner(&agent_owner, "POST", "/dap/owner/register-agent", Some(&json!({ "agent_id": child.id }))).await.assert_error(403, "HUMAN_OWNER_REQUIRED");
+    t.as_owner(&agent_owner, "POST", "/dap/owner/register-agent", Some(&json!({ "agent_id": child.id })))
+        .await
+        .assert_error(403, "HUMAN_OWNER_REQUIRED");
     // The human owner does not see the sub-agent.
     assert_eq!(t.as_owner(&human, "GET", "/dap/agents", None).await.json["count"], 1);
     t.post("/dap/auth/agent-login", None, &json!({})).await.assert_error(401, "UNAUTHORIZED");

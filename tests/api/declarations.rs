@@ -202,9 +202,7 @@ async fn confirmation_happens_once_and_only_for_the_owner(backend: Backend) {
     t.confirm(&agent, &uuid::Uuid::new_v4().to_string()).await.assert_error(404, "DD_NOT_FOUND");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": "zzz" })).await.assert_error(400, "INVALID_UUID");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({})).await.assert_error(400, "MISSING_FIELD");
-    t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id, "extra": true }))
-        .await
-        .assert_error(400, "UNKNOWN_FIELD");
+    t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id, "extra": true })).await.assert_error(400, "UNKNOWN_FIELD");
     let first = t.confirm(&agent, &dd_id).await;
     assert_eq!(first.status, StatusCode::OK);
     t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");

@@ -111,7 +111,9 @@ async fn nul_characters_in_owner_text_are_refused_on_every_backend(backend: Back
         async move { t.as_owner(owner, "POST", "/dap/classification", Some(&body)).await }
     };
     create(json!({ "classification_key": "k_one", "classification_label": "a\u{0}b" })).await.assert_error(400, "INVALID_VALUE");
-    create(json!({ "classification_key": "k_one", "classification_label": "ok", "description": "x\u{0}" })).await.assert_error(400, "INVALID_VALUE");
+    create(json!({ "classification_key": "k_one", "classification_label": "ok", "description": "x\u{0}" }))
+        .await
+        .assert_error(400, "INVALID_VALUE");
     let created = create(json!({ "classification_key": "k_one", "classification_label": "ok" })).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     let id = created.json["classification_id"].as_str().unwrap().to_string();
@@ -122,7 +124,10 @@ async fn nul_characters_in_owner_text_are_refused_on_every_backend(backend: Back
     t.as_owner(&owner, "GET", "/dap/classification?include_inactive=tr%00ue", None).await.assert_error(400, "INVALID_VALUE");
     // Nothing changed.
     let list = t.as_owner(&owner, "GET", "/dap/classification", None).await;
-    let mine: Vec<&Value> = list.json["classifications"].as_array().map(|c| c.iter().filter(|c| c["classification_key"] == "k_one").collect()).unwrap_or_default();
+    let mine: Vec<&Value> = list.json["classifications"]
+        .as_array()
+        .map(|c| c.iter().filter(|c| c["classification_key"] == "k_one").collect())
+        .unwrap_or_default();
     assert_eq!(mine.len(), 1, "{}", list.text);
     assert_eq!(mine[0]["classification_label"], "ok");
     assert!(mine[0]["description"].is_null(), "{}", list.text);
@@ -322,7 +327,9 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
             // A whole head, then a body a byte at a time.
             _ => {
                 let _ = stream
-                    .write_all(b"POST /v1/agent/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+                    .write_all(
+                        b"POST /v1/agent/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+                    )
                     .await;
                 for _ in 0..100 {
                     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -21,9 +21,10 @@ fn fields(doc: &Value, schema: &Value, prefix: &str, out: &mut BTreeMap<String, 
         for (name, sub) in props {
             let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
             let sub_resolved = resolve(doc, sub);
-            let enumeration = sub_resolved.get("enum").and_then(Value::as_array).map(|values| {
-                values.iter().filter(|v| !v.is_null()).map(|v| v.to_string()).collect::<BTreeSet<_>>()
-            });
+            let enumeration = sub_resolved
+                .get("enum")
+                .and_then(Value::as_array)
+                .map(|values| values.iter().filter(|v| !v.is_null()).map(|v| v.to_string()).collect::<BTreeSet<_>>());
             out.insert(path.clone(), enumeration);
             fields(doc, sub_resolved, &path, out);
         }
@@ -45,9 +46,10 @@ fn response_fields(doc: &Value, operation: &Value) -> BTreeSet<String> {
     let mut out = BTreeMap::new();
     for (status, response) in operation["responses"].as_object().unwrap() {
         if status.starts_with('2')
-            && let Some(schema) = response.pointer("/content/application~1json/schema") {
-                fields(doc, schema, "", &mut out);
-            }
+            && let Some(schema) = response.pointer("/content/application~1json/schema")
+        {
+            fields(doc, schema, "", &mut out);
+        }
     }
     out.into_keys().collect()
 }
@@ -69,7 +71,10 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
     for (path, methods) in ours["paths"].as_object().unwrap() {
         for (method, operation) in methods.as_object().unwrap() {
             if operation.get("x-anchor-extension").is_some() {
-                assert!(reference["paths"].get(path).and_then(|p| p.get(method)).is_none(), "{method} {path} is marked as ours but exists in the reference");
+                assert!(
+                    reference["paths"].get(path).and_then(|p| p.get(method)).is_none(),
+                    "{method} {path} is marked as ours but exists in the reference"
+                );
                 continue;
             }
             let Some(theirs) = reference["paths"].get(path).and_then(|p| p.get(method)) else {

@@ -6,12 +6,11 @@ use alloy_primitives::{Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{Eip712Domain, SolStruct};
-use anchor_server::x402::TransferWithAuthorization;
 use anchor_domain::Clock;
+use anchor_server::x402::TransferWithAuthorization;
 use anchor_tests::*;
 use base64::Engine;
 use serde_json::{Value, json};
-
 
 /// Anvil's public test key #0: never holds real money.
 const TEST_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -89,7 +88,8 @@ fn challenge_of(reply: &Reply) -> Value {
 }
 
 async fn send(t: &TestServer, agent: &Agent, body: &Value, header: Option<(&str, String)>) -> Reply {
-    let mut request = t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(body.to_string());
+    let mut request =
+        t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(body.to_string());
     if let Some((name, value)) = header {
         request = request.header(name, value);
     }
@@ -253,21 +253,49 @@ async fn bad_payments_are_refused_with_their_reason(backend: Backend) {
     let (agent, body, challenge) = spent(&t).await;
     let now = t.clock.now().timestamp();
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("tampered accepted amount", {
-            let mut p = pay(&challenge, now, Twist::default());
-            p["accepted"]["amount"] = json!("1");
-            p
-        }, "No matching payment requirements"),
-        ("tampered authorization value", pay(&challenge, now, Twist { value: Some(1), ..Twist::default() }), "invalid_exact_evm_payload_authorization_value_mismatch"),
-        ("wrong payTo", pay(&challenge, now, Twist { to: Some("0x000000000000000000000000000000000000dEaD"), ..Twist::default() }), "invalid_exact_evm_recipient_mismatch"),
-        ("wrong EIP-712 domain", pay(&challenge, now, Twist { domain_name: Some("USDC"), ..Twist::default() }), "invalid_exact_evm_signature"),
-        ("expired authorization", pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() }), "invalid_exact_evm_payload_authorization_valid_before"),
-        ("wrong signer", pay(&challenge, now, Twist { claim_from: Some("0x70997970C51812dc3A010C7d01b50e0d17dc79C8"), ..Twist::default() }), "invalid_exact_evm_signature"),
-        ("x402 version 1", {
-            let mut p = pay(&challenge, now, Twist::default());
-            p["x402Version"] = json!(1);
-            p
-        }, "invalid_x402_version"),
+        (
+            "tampered accepted amount",
+            {
+                let mut p = pay(&challenge, now, Twist::default());
+                p["accepted"]["amount"] = json!("1");
+                p
+            },
+            "No matching payment requirements",
+        ),
+        (
+            "tampered authorization value",
+            pay(&challenge, now, Twist { value: Some(1), ..Twist::default() }),
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+        ),
+        (
+            "wrong payTo",
+            pay(&challenge, now, Twist { to: Some("0x000000000000000000000000000000000000dEaD"), ..Twist::default() }),
+            "invalid_exact_evm_recipient_mismatch",
+        ),
+        (
+            "wrong EIP-712 domain",
+            pay(&challenge, now, Twist { domain_name: Some("USDC"), ..Twist::default() }),
+            "invalid_exact_evm_signature",
+        ),
+        (
+            "expired authorization",
+            pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() }),
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
+            "wrong signer",
+            pay(&challenge, now, Twist { claim_from: Some("0x70997970C51812dc3A010C7d01b50e0d17dc79C8"), ..Twist::default() }),
+            "invalid_exact_evm_signature",
+        ),
+        (
+            "x402 version 1",
+            {
+                let mut p = pay(&challenge, now, Twist::default());
+                p["x402Version"] = json!(1);
+                p
+            },
+            "invalid_x402_version",
+        ),
     ];
     for (name, payment, reason) in cases {
         let reply = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
@@ -275,14 +303,18 @@ async fn bad_payments_are_refused_with_their_reason(backend: Backend) {
         assert_eq!(challenge_of(&reply)["error"], reason, "{name}");
     }
     send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", "%%%not base64%%%".into()))).await.assert_error(400, "INVALID_PAYLOAD");
-    send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", base64::engine::general_purpose::STANDARD.encode("{not json")))).await.assert_error(400, "INVALID_PAYLOAD");
+    send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", base64::engine::general_purpose::STANDARD.encode("{not json"))))
+        .await
+        .assert_error(400, "INVALID_PAYLOAD");
     // X-PAYMENT (the v1 header) alone is no payment: the challenge again.
     let v1 = send(&t, &agent, &body, Some(("X-PAYMENT", b64(&pay(&challenge, now, Twist::default()))))).await;
     assert_eq!(challenge_of(&v1)["error"], "Payment required");
     // A bad request gets its 400 before any payment is looked at.
     let mut invalid = body.clone();
     invalid["dd"]["selection_state"] = json!("maybe");
-    send(&t, &agent, &invalid, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default()))))).await.assert_error(400, "INVALID_ENUM");
+    send(&t, &agent, &invalid, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default())))))
+        .await
+        .assert_error(400, "INVALID_ENUM");
     assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(0), "nothing was recorded");
 }
 
@@ -298,7 +330,10 @@ async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: B
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!(status.json["settlement_status"], "released");
     assert_eq!(status.json["x402"]["status"], "released");
-    assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty(), "released records leave no usage entry");
+    assert!(
+        t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty(),
+        "released records leave no usage entry"
+    );
     t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await.assert_error(409, "NOT_CONFIRMED");
 }
 
@@ -384,7 +419,6 @@ async fn with_facilitator(backend: Backend) -> (TestServer, stub::Facilitator) {
     (t, facilitator)
 }
 
-
 async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures(backend: Backend) {
     let (t, facilitator) = with_facilitator(backend).await;
     let (agent, _, challenge) = spent(&t).await;
@@ -461,7 +495,10 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty());
     t.confirm(&agent, &dd_id).await.assert_error(409, "PAYMENT_FAILED");
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
-    assert_eq!((status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()), (Some("failed"), Some("settle_failed")));
+    assert_eq!(
+        (status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()),
+        (Some("failed"), Some("settle_failed"))
+    );
 }
 
 /// A structural check of a JSON value against an OpenAPI 3.0 schema: types,
@@ -485,9 +522,10 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, path: &str, problems: &m
         return;
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value) {
-            problems.push(format!("{path}: {value} is not one of {allowed:?}"));
-        }
+        && !allowed.contains(value)
+    {
+        problems.push(format!("{path}: {value} is not one of {allowed:?}"));
+    }
     for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
         if value.get(required.as_str().unwrap()).is_none() {
             problems.push(format!("{path}: missing {required}"));
@@ -516,7 +554,13 @@ async fn every_challenge_validates_against_the_reference_schema() {
     let now = t.clock.now().timestamp();
     // The plain challenge, and the challenges that carry a refusal reason.
     let mut challenges = vec![challenge.clone()];
-    let expired = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() }))))).await;
+    let expired = send(
+        &t,
+        &agent,
+        &body,
+        Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist { valid_before_in: Some(3), ..Twist::default() })))),
+    )
+    .await;
     challenges.push(challenge_of(&expired));
     let high = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_high" }))).await);
     assert_eq!(high["accepts"][0]["amount"], "157500");

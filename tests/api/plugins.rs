@@ -50,16 +50,34 @@ async fn the_bundled_generation_publishes_the_v1_3_0_numbers() {
     let adds = |axis: &str| -> Vec<(String, serde_json::Value)> {
         axes[axis].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v["add"].clone())).collect()
     };
-    assert_eq!(adds("ee_retention_period"), vec![
-        ("short".into(), json!(0)), ("medium".into(), json!(20)), ("long".into(), json!(50)),
-        ("extreme_long".into(), json!(100)), ("indefinite".into(), json!(0)),
-    ]);
+    assert_eq!(
+        adds("ee_retention_period"),
+        vec![
+            ("short".into(), json!(0)),
+            ("medium".into(), json!(20)),
+            ("long".into(), json!(50)),
+            ("extreme_long".into(), json!(100)),
+            ("indefinite".into(), json!(0)),
+        ]
+    );
     assert_eq!(axes["ee_retention_period"]["indefinite"]["monthly"], json!(50));
-    assert_eq!(adds("ee_disclosure_format_policy"), vec![("internal".into(), json!(0)), ("shareable".into(), json!(10)), ("exportable".into(), json!(30))]);
-    assert_eq!(adds("ee_responsibility_scope"), vec![("minimal".into(), json!(0)), ("standard".into(), json!(15)), ("extended".into(), json!(35))]);
-    assert_eq!(adds("content_disclosure_scope"), vec![("owner".into(), json!(0)), ("external".into(), json!(15)), ("public".into(), json!(40))]);
+    assert_eq!(
+        adds("ee_disclosure_format_policy"),
+        vec![("internal".into(), json!(0)), ("shareable".into(), json!(10)), ("exportable".into(), json!(30))]
+    );
+    assert_eq!(
+        adds("ee_responsibility_scope"),
+        vec![("minimal".into(), json!(0)), ("standard".into(), json!(15)), ("extended".into(), json!(35))]
+    );
+    assert_eq!(
+        adds("content_disclosure_scope"),
+        vec![("owner".into(), json!(0)), ("external".into(), json!(15)), ("public".into(), json!(40))]
+    );
     assert_eq!(adds("delegation_state"), vec![("none".into(), json!(0)), ("partial".into(), json!(10)), ("full".into(), json!(30))]);
-    assert_eq!(adds("ee_integrity_verification_level"), vec![("basic".into(), json!(0)), ("enhanced".into(), json!(0)), ("certifiable".into(), json!(0))]);
+    assert_eq!(
+        adds("ee_integrity_verification_level"),
+        vec![("basic".into(), json!(0)), ("enhanced".into(), json!(0)), ("certifiable".into(), json!(0))]
+    );
     assert_eq!(current["multiplier_conditions"]["multiplier"], json!(1.5));
     assert_eq!(current["multiplier_conditions"]["min_matches"], json!(2));
     let presets = t.get("/v1/pricing/ee-presets", None).await.json;
@@ -93,7 +111,10 @@ fn a_spinning_component_is_stopped_by_its_cpu_bound() {
 fn a_growing_component_is_stopped_by_its_memory_bound() {
     let grow = load_component("pricing-grow");
     let error = grow.quote(basic_scope()).unwrap_err();
-    assert!(matches!(&error, PricingError::Failed { reason, .. } if reason.contains("memory") || reason.contains("grow") || reason.contains("trap")), "{error}");
+    assert!(
+        matches!(&error, PricingError::Failed { reason, .. } if reason.contains("memory") || reason.contains("grow") || reason.contains("trap")),
+        "{error}"
+    );
     assert_eq!(default_pricing().quote(basic_scope()).unwrap().total.milli(), 10_000);
 }
 

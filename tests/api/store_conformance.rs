@@ -90,7 +90,9 @@ async fn store_conforms(backend: Backend) {
 
     // A declaration round-trips field for field.
     let first = declaration(agent, 95_000, None);
-    assert!(matches!(store.create_declaration(&first, now()).await.unwrap(), Created::New { trial_remaining } if trial_remaining.milli() == 5_000));
+    assert!(
+        matches!(store.create_declaration(&first, now()).await.unwrap(), Created::New { trial_remaining } if trial_remaining.milli() == 5_000)
+    );
     let stored = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(stored.declaration, first.declaration);
     assert_eq!(stored.settlement_status, "unreserved");
@@ -119,8 +121,14 @@ async fn store_conforms(backend: Backend) {
     let group = store.lineage_group(agent, first.declaration.dd_id).await.unwrap();
     assert_eq!(group.len(), 2);
     let stranger = new_agent(&store, 100_000).await;
-    assert!(matches!(store.create_declaration(&declaration(stranger, 10_000, Some(first.declaration.dd_id)), now()).await.unwrap(), Created::ParentForeign));
-    assert!(matches!(store.create_declaration(&declaration(stranger, 10_000, Some(Uuid::new_v4())), now()).await.unwrap(), Created::ParentNotFound));
+    assert!(matches!(
+        store.create_declaration(&declaration(stranger, 10_000, Some(first.declaration.dd_id)), now()).await.unwrap(),
+        Created::ParentForeign
+    ));
+    assert!(matches!(
+        store.create_declaration(&declaration(stranger, 10_000, Some(Uuid::new_v4())), now()).await.unwrap(),
+        Created::ParentNotFound
+    ));
 
     // Confirmation happens once and writes the usage entries once.
     let usage = [UsageEntry { cost_component: "base_fee", source: PaymentSource::Trial, amount: MilliDac(10_000) }];

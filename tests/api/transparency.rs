@@ -29,8 +29,16 @@ async fn anchor_many(t: &TestServer, n: usize) -> Vec<(String, String)> {
             let mut out = Vec::new();
             for _ in 0..count {
                 let body = create_body(json!({ "ee_preset": "EE_basic" }));
-                let created: serde_json::Value =
-                    http.post(format!("{base}/v1/dd/create")).bearer_auth(&agent.token).json(&body).send().await.unwrap().json().await.unwrap();
+                let created: serde_json::Value = http
+                    .post(format!("{base}/v1/dd/create"))
+                    .bearer_auth(&agent.token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
                 let dd_id = created["dd_id"].as_str().expect("created").to_string();
                 let confirmed = http
                     .post(format!("{base}/v1/dd/confirm"))
@@ -223,13 +231,12 @@ async fn consecutive_checkpoints_are_consistent(backend: Backend) {
     }
     for pair in notes.windows(2) {
         let (old, new) = (&pair[0], &pair[1]);
-        let proof: ConsistencyProof = serde_json::from_value(
-            t.get(&format!("/v1/log/consistency?from={}&to={}", old.size, new.size), None).await.json,
-        )
-        .unwrap();
+        let proof: ConsistencyProof =
+            serde_json::from_value(t.get(&format!("/v1/log/consistency?from={}&to={}", old.size, new.size), None).await.json).unwrap();
         verify_consistency(&old.note, &new.note, &proof, &t.log_key.vkey).expect("consistent");
         // The same proof does not join the later tree to a different earlier one.
-        let forged = ConsistencyProof { from_size: old.size as u64, to_size: new.size as u64, proof: proof.proof.iter().rev().cloned().collect() };
+        let forged =
+            ConsistencyProof { from_size: old.size as u64, to_size: new.size as u64, proof: proof.proof.iter().rev().cloned().collect() };
         if proof.proof.len() > 1 {
             assert_eq!(verify_consistency(&old.note, &new.note, &forged, &t.log_key.vkey).unwrap_err().check(), "consistency");
         }

@@ -38,7 +38,12 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
         ("unknown top-level field", vec![Set("/colour", json!("blue"))], 400, "UNKNOWN_FIELD"),
         ("unknown dd field", vec![Set("/dd/reason", json!("because"))], 400, "UNKNOWN_FIELD"),
         ("unknown ee field", vec![Set("/ee/ee_colour", json!("x"))], 400, "UNKNOWN_FIELD"),
-        ("unknown template field", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "payment", "notes": "free text" }))], 400, "UNKNOWN_FIELD"),
+        (
+            "unknown template field",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "payment", "notes": "free text" }))],
+            400,
+            "UNKNOWN_FIELD",
+        ),
         ("missing request_id", vec![Remove("/request_id")], 400, "MISSING_FIELD"),
         ("request_id not a uuid", vec![Set("/request_id", json!("req-1"))], 400, "INVALID_UUID"),
         ("missing dd", vec![Remove("/dd")], 400, "MISSING_FIELD"),
@@ -57,7 +62,12 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
         ("bilateral on create", vec![Set("/dd/dd_declaration_mode", json!("bilateral"))], 400, "DECLARATION_MODE_NOT_ALLOWED"),
         ("multi_party on create", vec![Set("/dd/dd_declaration_mode", json!("multi_party"))], 400, "DECLARATION_MODE_NOT_ALLOWED"),
         ("decision_at in the future", vec![Set("/dd/decision_at", json!("2026-11-01T09:00:01Z"))], 400, "DECISION_AT_IN_FUTURE"),
-        ("decision_at in the future by offset", vec![Set("/dd/decision_at", json!("2026-11-01T10:00:01+01:00"))], 400, "DECISION_AT_IN_FUTURE"),
+        (
+            "decision_at in the future by offset",
+            vec![Set("/dd/decision_at", json!("2026-11-01T10:00:01+01:00"))],
+            400,
+            "DECISION_AT_IN_FUTURE",
+        ),
         ("decision_at not a date", vec![Set("/dd/decision_at", json!("yesterday"))], 400, "INVALID_VALUE"),
         ("decision_at without offset", vec![Set("/dd/decision_at", json!("2026-11-01T08:00:00"))], 400, "INVALID_VALUE"),
         ("parent_dd_id not a uuid", vec![Set("/dd/parent_dd_id", json!("parent"))], 400, "INVALID_UUID"),
@@ -79,28 +89,113 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
         ("negative quota", vec![Set("/ee/ee_direct_access_quota", json!(-1))], 400, "INVALID_VALUE"),
         ("fractional quota", vec![Set("/ee/ee_direct_access_quota", json!(1.5))], 400, "INVALID_VALUE"),
         ("unknown preset", vec![Set("/ee", json!({ "ee_preset": "EE_ultra" }))], 400, "INVALID_EE_PRESET"),
-        ("preset with a bad axis", vec![Set("/ee/ee_preset", json!("EE_basic")), Set("/ee/ee_retention_period", json!("forever"))], 400, "INVALID_ENUM"),
-        ("indefinite without subscription", vec![Set("/ee/ee_retention_period", json!("indefinite"))], 403, "INDEFINITE_SUBSCRIPTION_REQUIRED"),
+        (
+            "preset with a bad axis",
+            vec![Set("/ee/ee_preset", json!("EE_basic")), Set("/ee/ee_retention_period", json!("forever"))],
+            400,
+            "INVALID_ENUM",
+        ),
+        (
+            "indefinite without subscription",
+            vec![Set("/ee/ee_retention_period", json!("indefinite"))],
+            403,
+            "INDEFINITE_SUBSCRIPTION_REQUIRED",
+        ),
         ("flag must be 0 or 1", vec![Set("/content_inclusion_flag", json!(2))], 400, "INVALID_ENUM"),
         ("flag as string", vec![Set("/content_inclusion_flag", json!("1"))], 400, "INVALID_ENUM"),
         ("flag 1 without template", vec![Set("/content_inclusion_flag", json!(1))], 400, "MISSING_FIELD"),
         ("flag 1 with empty template", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({}))], 400, "INVALID_INPUT"),
         ("template with flag 0", vec![Set("/template", json!({ "decision_class": "payment" }))], 400, "INVALID_INPUT"),
-        ("bad decision_class", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "bribe" }))], 400, "INVALID_ENUM"),
-        ("bad target_class", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "target_class": "cat" }))], 400, "INVALID_ENUM"),
-        ("bad decision_trigger", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_trigger": "whim" }))], 400, "INVALID_ENUM"),
-        ("bad human_involvement", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "human_involvement": "lots" }))], 400, "INVALID_ENUM"),
-        ("scale value not a number", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_value": "12" }))], 400, "INVALID_VALUE"),
-        ("scale unit with a space", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_unit": "US dollars" }))], 400, "INVALID_VALUE"),
-        ("scale unit too long", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_unit": "ABCDEFGHIJKLMNOPQRSTU" }))], 400, "INVALID_VALUE"),
-        ("call_chain not an array", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": "a,b" }))], 400, "INVALID_VALUE"),
-        ("call_chain with free text", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["search", "then pay bob"] }))], 400, "INVALID_VALUE"),
-        ("call_chain entry too long", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["a".repeat(65)] }))], 400, "INVALID_VALUE"),
-        ("call_chain of 33", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": vec!["tool"; 33] }))], 400, "INVALID_VALUE"),
-        ("call_chain with a phone number", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["sms", "010-1234-5678"] }))], 400, "PII_DETECTED"),
-        ("call_chain with an email label", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["email:alice"] }))], 400, "PII_DETECTED"),
-        ("call_chain with an IP address", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["10.1.2.3"] }))], 400, "PII_DETECTED"),
-        ("unregistered self_classification", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "self_classification": "not_a_registered_key" }))], 400, "INVALID_VALUE"),
+        (
+            "bad decision_class",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "bribe" }))],
+            400,
+            "INVALID_ENUM",
+        ),
+        (
+            "bad target_class",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "target_class": "cat" }))],
+            400,
+            "INVALID_ENUM",
+        ),
+        (
+            "bad decision_trigger",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_trigger": "whim" }))],
+            400,
+            "INVALID_ENUM",
+        ),
+        (
+            "bad human_involvement",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "human_involvement": "lots" }))],
+            400,
+            "INVALID_ENUM",
+        ),
+        (
+            "scale value not a number",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_value": "12" }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "scale unit with a space",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_unit": "US dollars" }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "scale unit too long",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_scale_unit": "ABCDEFGHIJKLMNOPQRSTU" }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "call_chain not an array",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": "a,b" }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "call_chain with free text",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["search", "then pay bob"] }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "call_chain entry too long",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["a".repeat(65)] }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "call_chain of 33",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": vec!["tool"; 33] }))],
+            400,
+            "INVALID_VALUE",
+        ),
+        (
+            "call_chain with a phone number",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["sms", "010-1234-5678"] }))],
+            400,
+            "PII_DETECTED",
+        ),
+        (
+            "call_chain with an email label",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["email:alice"] }))],
+            400,
+            "PII_DETECTED",
+        ),
+        (
+            "call_chain with an IP address",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["10.1.2.3"] }))],
+            400,
+            "PII_DETECTED",
+        ),
+        (
+            "unregistered self_classification",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "self_classification": "not_a_registered_key" }))],
+            400,
+            "INVALID_VALUE",
+        ),
         ("bad premium_payment_source", vec![Set("/premium_payment_source", json!("trial"))], 400, "INVALID_ENUM"),
     ]
 }
@@ -156,8 +251,8 @@ async fn presets_expand_and_override_the_axes(backend: Backend) {
 }
 
 async fn preset_disabled_is_refused(backend: Backend) {
-    use anchor_domain::pricing::*;
     use anchor_domain::declarations::ee::*;
+    use anchor_domain::pricing::*;
     /// The bundled generation, with EE_high switched off by the operator.
     struct Disabled(std::sync::Arc<dyn Pricing>);
     impl Pricing for Disabled {

@@ -82,12 +82,13 @@ async fn main() -> anyhow::Result<()> {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Ok(reply) = http.get(format!("{url}/v1/log/checkpoint")).send().await
                     && let Ok(text) = reply.text().await
-                        && let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok()) {
-                            let mut seen = seen.lock().await;
-                            if seen.last().is_none_or(|(s, _)| *s < size) {
-                                seen.push((size, Instant::now()));
-                            }
-                        }
+                    && let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok())
+                {
+                    let mut seen = seen.lock().await;
+                    if seen.last().is_none_or(|(s, _)| *s < size) {
+                        seen.push((size, Instant::now()));
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -161,7 +162,6 @@ fn dd() -> Value {
         "origin_context_type": "internal", "selection_state": "SELECTED",
     })
 }
-
 
 /// Signs the challenge's one requirement with Anvil's public test key #0, as the official client does.
 fn sign_payment(challenge: &Value) -> String {

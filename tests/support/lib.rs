@@ -126,7 +126,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { pricing: default_pricing(), rate_limit: 1_000_000, dab_default: anchor_domain::MilliDac::from_dac(1000), settler: None, http: Default::default() }
+        Options {
+            pricing: default_pricing(),
+            rate_limit: 1_000_000,
+            dab_default: anchor_domain::MilliDac::from_dac(1000),
+            settler: None,
+            http: Default::default(),
+        }
     }
 }
 
@@ -230,9 +236,10 @@ impl TestServer {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         loop {
             if let Some(c) = self.store.latest_checkpoint().await.expect("checkpoint")
-                && c.size >= size {
-                    return c;
-                }
+                && c.size >= size
+            {
+                return c;
+            }
             assert!(std::time::Instant::now() < deadline, "the log did not reach {size} leaves");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -314,7 +321,11 @@ impl TestServer {
     /// Registers an owner with `email` and signs it in.
     pub async fn owner(&self, email: &str) -> Owner {
         let reply = self
-            .post("/dap/register", None, &json!({ "email": email, "password": OWNER_PASSWORD, "terms_agreed": true, "privacy_agreed": true }))
+            .post(
+                "/dap/register",
+                None,
+                &json!({ "email": email, "password": OWNER_PASSWORD, "terms_agreed": true, "privacy_agreed": true }),
+            )
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
         self.login(email, OWNER_PASSWORD).await
@@ -342,9 +353,8 @@ impl TestServer {
 
     /// Links the agent to the owner; the agent's token is replaced by the new one.
     pub async fn link(&self, owner: &Owner, agent: &mut Agent) {
-        let reply = self
-            .as_owner(owner, "POST", "/dap/agent/link", Some(&json!({ "agent_id": agent.id, "auth_token": agent.token })))
-            .await;
+        let reply =
+            self.as_owner(owner, "POST", "/dap/agent/link", Some(&json!({ "agent_id": agent.id, "auth_token": agent.token }))).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
         agent.token = reply.json["new_auth_token"].as_str().expect("new_auth_token").to_string();
     }
@@ -367,12 +377,7 @@ impl Reply {
     /// Asserts status and error_code together, with the body in the message.
     #[track_caller]
     pub fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(
-            (self.status.as_u16(), self.json["error_code"].as_str()),
-            (status, Some(code)),
-            "unexpected answer: {}",
-            self.text
-        );
+        assert_eq!((self.status.as_u16(), self.json["error_code"].as_str()), (status, Some(code)), "unexpected answer: {}", self.text);
         assert!(self.json["message"].as_str().is_some_and(|m| !m.is_empty()), "no message: {}", self.text);
     }
 }

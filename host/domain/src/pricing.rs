@@ -1,8 +1,8 @@
 //! What a declaration costs. The domain knows a [`Pricing`] trait; the plugin
 //! host implements it with a WebAssembly component.
 
-use crate::declarations::ee::{ContentScope, Delegation, Disclosure, Integrity, Responsibility, Retention, Scope};
 use crate::MilliDac;
+use crate::declarations::ee::{ContentScope, Delegation, Disclosure, Integrity, Responsibility, Retention, Scope};
 
 /// One axis's contribution to a quote.
 #[derive(Clone, Debug, PartialEq, Eq)]

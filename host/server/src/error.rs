@@ -25,24 +25,55 @@ pub enum AuthFailure {
 pub enum ApiError {
     /// 400 with a documented code.
     BadRequest(Invalid),
-    Unauthorized { failure: AuthFailure, base_url: String },
+    Unauthorized {
+        failure: AuthFailure,
+        base_url: String,
+    },
     /// 401 for an owner (portal) password or session: `error_code` and
     /// `message` only, without the agent-token guidance.
-    OwnerUnauthorized { message: String },
-    Forbidden { code: &'static str, message: String },
-    NotFound { code: &'static str, message: String },
-    Conflict { code: &'static str, message: String },
-    Gone { code: &'static str, message: String },
-    TooManyRequests { message: String, retry_after_secs: u64 },
+    OwnerUnauthorized {
+        message: String,
+    },
+    Forbidden {
+        code: &'static str,
+        message: String,
+    },
+    NotFound {
+        code: &'static str,
+        message: String,
+    },
+    Conflict {
+        code: &'static str,
+        message: String,
+    },
+    Gone {
+        code: &'static str,
+        message: String,
+    },
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// 402 with an x402 v2 PaymentRequired object in the header and the body.
     PaymentRequired(Value),
     /// 402 after a settlement failed: `PAYMENT-RESPONSE` carries success false.
-    SettlementFailed { reason: String, payer: String },
+    SettlementFailed {
+        reason: String,
+        payer: String,
+    },
     /// 503: a dependency (the pricing component) is failing.
-    Unavailable { code: &'static str, message: String },
+    Unavailable {
+        code: &'static str,
+        message: String,
+    },
     /// A refusal at the protocol level: 408, 413, 414, 431, 405 (with the path's
     /// methods in `Allow`).
-    Protocol { status: StatusCode, code: &'static str, message: String, allow: Option<String> },
+    Protocol {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+        allow: Option<String>,
+    },
     Internal(anyhow::Error),
 }
 
@@ -187,7 +218,10 @@ impl IntoResponse for ApiError {
             ApiError::SettlementFailed { reason, payer } => {
                 let mut response = (
                     status,
-                    axum::Json(body("SETTLEMENT_FAILED", &format!("the payment did not settle ({reason}); nothing was charged or anchored"))),
+                    axum::Json(body(
+                        "SETTLEMENT_FAILED",
+                        &format!("the payment did not settle ({reason}); nothing was charged or anchored"),
+                    )),
                 )
                     .into_response();
                 if let Ok(value) = HeaderValue::from_str(&crate::x402::settle_response(false, "", &payer, Some(&reason))) {

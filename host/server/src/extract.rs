@@ -6,8 +6,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{StatusCode, header};
 use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
@@ -128,7 +128,10 @@ where
             Ok(axum::extract::Path(value)) => Ok(ApiPath(value)),
             Err(rejection) => Err(ApiError::bad(
                 "INVALID_VALUE",
-                format!("a path parameter could not be read ({}); path parameters are UTF-8 text", anchor_domain::brief(&rejection.body_text())),
+                format!(
+                    "a path parameter could not be read ({}); path parameters are UTF-8 text",
+                    anchor_domain::brief(&rejection.body_text())
+                ),
             )),
         }
     }
@@ -161,8 +164,8 @@ where
                 ));
             }
         }
-        serde_urlencoded::from_str(raw)
-            .map(ApiQuery)
-            .map_err(|e| ApiError::bad("INVALID_VALUE", format!("the query string does not fit this route: {}", anchor_domain::brief(&e.to_string()))))
+        serde_urlencoded::from_str(raw).map(ApiQuery).map_err(|e| {
+            ApiError::bad("INVALID_VALUE", format!("the query string does not fit this route: {}", anchor_domain::brief(&e.to_string())))
+        })
     }
 }

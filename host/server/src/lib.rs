@@ -12,10 +12,10 @@ pub mod log;
 pub mod openapi;
 pub mod owner;
 pub mod payment;
-pub mod x402;
 pub mod ratelimit;
 pub mod settlement;
 pub mod state;
+pub mod x402;
 
 use std::sync::Arc;
 
@@ -89,8 +89,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
-    let integrator =
-        tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
+    let integrator = tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
     // Payments whose settlement outcome is unknown are reconciled by the host
     // holding the log lease, so one host does it at a time.
     let reconciler = {
@@ -99,8 +98,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(30)).await;
                 let lease = chrono::Duration::seconds(3);
-                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false)
-                {
+                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false) {
                     if let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
                         tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed");
                     }

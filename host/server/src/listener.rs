@@ -73,11 +73,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(PARSER_BUFFER_BYTES)
-        .keep_alive(true);
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(PARSER_BUFFER_BYTES).keep_alive(true);
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -237,10 +233,8 @@ mod tests {
     /// usable, and the server goes on serving.
     #[tokio::test]
     async fn a_panicking_handler_answers_500_json_and_the_server_stays_up() {
-        let router = Router::new()
-            .route("/boom", get(boom))
-            .route("/fine", get(|| async { "fine" }))
-            .layer(axum::middleware::from_fn(catch_panic));
+        let router =
+            Router::new().route("/boom", get(boom)).route("/fine", get(|| async { "fine" })).layer(axum::middleware::from_fn(catch_panic));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(serve(listener, router, HttpLimits::default(), std::future::pending()));

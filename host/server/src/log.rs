@@ -295,13 +295,7 @@ pub async fn round(
 
 /// Runs rounds forever (until the task is dropped). Errors are logged and the
 /// next round tries again.
-pub async fn run_integrator(
-    store: Arc<dyn Store>,
-    key: Arc<LogKey>,
-    clock: Arc<dyn Clock>,
-    holder: Uuid,
-    config: IntegratorConfig,
-) {
+pub async fn run_integrator(store: Arc<dyn Store>, key: Arc<LogKey>, clock: Arc<dyn Clock>, holder: Uuid, config: IntegratorConfig) {
     let mut last_published = None;
     loop {
         if let Err(error) = round(store.as_ref(), &key, clock.as_ref(), holder, &config, &mut last_published).await {

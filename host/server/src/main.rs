@@ -76,9 +76,7 @@ enum PricingCommand {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()))
         .init();
     let cli = Cli::parse();
     match cli.command {
@@ -105,10 +103,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let outcome = anchor_verify::verify_receipt(&receipt, &key).and_then(|verified| {
         if let (Some(previous), Some(proof)) = (&args.previous, &args.consistency) {
             let previous = std::fs::read_to_string(previous).map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
-            let proof: anchor_verify::ConsistencyProof = serde_json::from_slice(
-                &std::fs::read(proof).map_err(|e| anchor_verify::Failure::Format(e.to_string()))?,
-            )
-            .map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
+            let proof: anchor_verify::ConsistencyProof =
+                serde_json::from_slice(&std::fs::read(proof).map_err(|e| anchor_verify::Failure::Format(e.to_string()))?)
+                    .map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
             anchor_verify::verify_consistency(&previous, &receipt.checkpoint, &proof, &key)?;
         }
         Ok(verified)

@@ -303,7 +303,8 @@ pub fn components() -> Value {
 
 /// The refusals every operation shares, referred to from each.
 fn common_responses() -> Value {
-    let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": reference("Error") } } });
+    let error =
+        |description: &str| json!({ "description": description, "content": { "application/json": { "schema": reference("Error") } } });
     json!({
         "BadRequest": error("The request could not be read: not JSON, not an object, a NUL character, a parameter given twice or not UTF-8. Codes: INVALID_INPUT, INVALID_VALUE, MISSING_FIELD, UNKNOWN_FIELD, INVALID_ENUM, INVALID_UUID."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),

@@ -22,8 +22,8 @@
 
 use std::sync::OnceLock;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
@@ -279,7 +279,11 @@ mod tests {
         assert!(!plain.to_str().unwrap().contains("Secure"));
         assert!(clear_cookie(true).to_str().unwrap().contains("Max-Age=0; Secure"));
         assert_ne!(csrf_token("a"), csrf_token("b"));
-        assert_ne!(csrf_token("a").as_bytes(), hex::encode(session_hash("a")).as_bytes(), "the CSRF token must not be the stored session hash");
+        assert_ne!(
+            csrf_token("a").as_bytes(),
+            hex::encode(session_hash("a")).as_bytes(),
+            "the CSRF token must not be the stored session hash"
+        );
     }
 
     #[test]

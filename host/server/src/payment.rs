@@ -55,10 +55,7 @@ pub fn challenge_response(challenge: Value) -> Response {
         headers.insert("payment-required", value);
     }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("PAYMENT-REQUIRED, PAYMENT-RESPONSE"),
-    );
+    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("PAYMENT-REQUIRED, PAYMENT-RESPONSE"));
     response
 }
 

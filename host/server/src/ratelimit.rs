@@ -55,11 +55,8 @@ impl RateLimiter {
 }
 
 pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip())
-        .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    let client =
+        request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]));
     let verdict = state.limiter.check(client, state.clock.now().timestamp());
     let mut response = if verdict.allowed {
         next.run(request).await

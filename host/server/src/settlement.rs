@@ -139,11 +139,7 @@ impl Settler for FacilitatorSettler {
             }
             Ok(answer) => {
                 let reason = answer["errorReason"].as_str().unwrap_or("unexpected_settle_error").to_string();
-                if reason == "settlement_pending" {
-                    Settled::Unknown { detail: reason }
-                } else {
-                    Settled::No { reason }
-                }
+                if reason == "settlement_pending" { Settled::Unknown { detail: reason } } else { Settled::No { reason } }
             }
         }
     }

@@ -81,7 +81,18 @@ impl AppState {
         settings: Settings,
     ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
-        AppState { store, pricing, clock, host_id: uuid::Uuid::new_v4(), log_key, settings: Arc::new(settings), started: Instant::now(), limiter, settler: Arc::new(LocalSettler), openapi: Arc::default() }
+        AppState {
+            store,
+            pricing,
+            clock,
+            host_id: uuid::Uuid::new_v4(),
+            log_key,
+            settings: Arc::new(settings),
+            started: Instant::now(),
+            limiter,
+            settler: Arc::new(LocalSettler),
+            openapi: Arc::default(),
+        }
     }
 }
 

@@ -130,7 +130,8 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
     let accepted = &payload["accepted"];
     let exact = ["scheme", "network", "amount", "maxTimeoutSeconds"].iter().all(|k| accepted[*k] == requirement[*k]);
     let addresses = same_address(&accepted["asset"], &requirement["asset"]) && same_address(&accepted["payTo"], &requirement["payTo"]);
-    let extra = accepted["extra"]["name"] == requirement["extra"]["name"] && accepted["extra"]["version"] == requirement["extra"]["version"];
+    let extra =
+        accepted["extra"]["name"] == requirement["extra"]["name"] && accepted["extra"]["version"] == requirement["extra"]["version"];
     if !(exact && addresses && extra) {
         return Err(Reason::NoMatch);
     }
@@ -219,10 +220,7 @@ mod tests {
 
     #[test]
     fn usdc_domain_and_type_hash_are_the_ones_on_chain() {
-        assert_eq!(
-            format!("{:#x}", usdc_domain().hash_struct()),
-            "0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"
-        );
+        assert_eq!(format!("{:#x}", usdc_domain().hash_struct()), "0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f");
         assert_eq!(
             format!("{:#x}", keccak256(TransferWithAuthorization::eip712_encode_type().as_bytes())),
             "0x7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267"

@@ -97,7 +97,11 @@ fn production_refuses_local_settlement_and_facilitator_mode_needs_a_url() {
     };
     let production = run(&["--production"]);
     assert!(!production.status.success());
-    assert!(String::from_utf8_lossy(&production.stderr).contains("x402 settlement is local"), "{}", String::from_utf8_lossy(&production.stderr));
+    assert!(
+        String::from_utf8_lossy(&production.stderr).contains("x402 settlement is local"),
+        "{}",
+        String::from_utf8_lossy(&production.stderr)
+    );
     let no_url = run(&["--x402-mode", "facilitator"]);
     assert!(!no_url.status.success());
     assert!(String::from_utf8_lossy(&no_url.stderr).contains("--facilitator-url"));

@@ -118,20 +118,20 @@ async fn anchor_verify_checks_a_receipt_offline() {
     std::fs::write(&previous, early["checkpoint"].as_str().unwrap()).unwrap();
     let size = receipt["tree_size"].as_u64().unwrap();
     let host = start(&data, &[]).await;
-    let proof: Value = http
-        .get(format!("{}/v1/log/consistency?from={early_size}&to={size}", host.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let proof: Value =
+        http.get(format!("{}/v1/log/consistency?from={early_size}&to={size}", host.base)).send().await.unwrap().json().await.unwrap();
     drop(host);
     let proof_file = data.join("consistency.json");
     std::fs::write(&proof_file, proof.to_string()).unwrap();
     let consistent = anchor(&[
-        "verify", receipt_file.to_str().unwrap(), "--key", vkey,
-        "--previous", previous.to_str().unwrap(), "--consistency", proof_file.to_str().unwrap(),
+        "verify",
+        receipt_file.to_str().unwrap(),
+        "--key",
+        vkey,
+        "--previous",
+        previous.to_str().unwrap(),
+        "--consistency",
+        proof_file.to_str().unwrap(),
     ]);
     assert!(consistent.status.success(), "{}", String::from_utf8_lossy(&consistent.stderr));
     assert!(String::from_utf8_lossy(&consistent.stdout).contains("prefix"));
@@ -224,12 +224,16 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let pending: i64 = sqlx::query_scalar("select count(*) from log_pending").fetch_one(&db).await.unwrap();
-        let confirmed_rows: i64 = sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
+        let confirmed_rows: i64 =
+            sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
         let published: Option<i64> = sqlx::query_scalar("select max(size) from log_checkpoint").fetch_one(&db).await.unwrap();
         if pending == 0 && published == Some(confirmed_rows) {
             break;
         }
-        assert!(Instant::now() < deadline, "the survivor did not take over: pending {pending}, published {published:?}, confirmed {confirmed_rows}");
+        assert!(
+            Instant::now() < deadline,
+            "the survivor did not take over: pending {pending}, published {published:?}, confirmed {confirmed_rows}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let survivor_health: Value = http.get(format!("{}/health", survivor.base)).send().await.unwrap().json().await.unwrap();
@@ -237,7 +241,8 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
     assert_eq!(json!(new_holder), survivor_health["host_id"], "the surviving host took the lease over");
     let entries: i64 = sqlx::query_scalar("select count(distinct dd_id) from log_entry").fetch_one(&db).await.unwrap();
     let max_index: i64 = sqlx::query_scalar("select max(leaf_index) from log_entry").fetch_one(&db).await.unwrap();
-    let confirmed_rows: i64 = sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
+    let confirmed_rows: i64 =
+        sqlx::query_scalar("select count(*) from declaration where confirmed_at is not null").fetch_one(&db).await.unwrap();
     assert_eq!((entries, max_index + 1), (confirmed_rows, confirmed_rows), "dense indices, one per confirmed declaration");
 
     // Every receipt the clients got verifies; every pair of checkpoints is consistent.
@@ -253,14 +258,8 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
     assert!(notes.len() >= 2, "checkpoints were published before and after the takeover");
     for pair in notes.windows(2) {
         let (from, to) = (pair[0].0, pair[1].0);
-        let proof: anchor_verify::ConsistencyProof = http
-            .get(format!("{}/v1/log/consistency?from={from}&to={to}", survivor.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let proof: anchor_verify::ConsistencyProof =
+            http.get(format!("{}/v1/log/consistency?from={from}&to={to}", survivor.base)).send().await.unwrap().json().await.unwrap();
         anchor_verify::verify_consistency(&pair[0].1, &pair[1].1, &proof, &vkey).unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
     }
     drop(survivor);

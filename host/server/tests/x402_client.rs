@@ -16,12 +16,8 @@ async fn the_official_client_pays_and_confirms() {
         e2e.display()
     );
     let (server, base, data) = common::serve_sqlite("x402", &["--pay-to", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"]).await;
-    let output = Command::new("node")
-        .args(["--test", "paid.test.mjs"])
-        .current_dir(&e2e)
-        .env("ANCHOR_BASE_URL", &base)
-        .output()
-        .expect("node runs");
+    let output =
+        Command::new("node").args(["--test", "paid.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &base).output().expect("node runs");
     drop(server);
     let _ = std::fs::remove_dir_all(&data);
     assert!(

@@ -156,7 +156,13 @@ pub trait DapStore: Send + Sync {
     /// False if the owner already has a category with this key (active or not).
     async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification) -> Result<bool>;
     /// Updates an active category's label and description (each when `Some`).
-    async fn update_classification(&self, owner_id: Uuid, id: Uuid, label: Option<&str>, description: Option<&str>) -> Result<Option<OwnerClassification>>;
+    async fn update_classification(
+        &self,
+        owner_id: Uuid,
+        id: Uuid,
+        label: Option<&str>,
+        description: Option<&str>,
+    ) -> Result<Option<OwnerClassification>>;
     /// Deactivates an active category; false if none.
     async fn deactivate_classification(&self, owner_id: Uuid, id: Uuid) -> Result<bool>;
 }

@@ -13,9 +13,10 @@ impl SqliteStore {
     /// Opens (creating if needed) the database file and runs the migrations.
     pub async fn open(path: &Path) -> crate::Result<SqliteStore> {
         if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| crate::StoreError::Database(sqlx::Error::Io(e)))?;
-            }
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| crate::StoreError::Database(sqlx::Error::Io(e)))?;
+        }
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)

@@ -191,11 +191,8 @@ pub const V1_3_0: Table = Table {
 };
 
 /// The conditions of the multiplier, as (axis, value) pairs.
-pub const MULTIPLIER_CONDITIONS: [(&str, &str); 3] = [
-    ("ee_retention_period", "long"),
-    ("ee_disclosure_format_policy", "exportable"),
-    ("ee_responsibility_scope", "extended"),
-];
+pub const MULTIPLIER_CONDITIONS: [(&str, &str); 3] =
+    [("ee_retention_period", "long"), ("ee_disclosure_format_policy", "exportable"), ("ee_responsibility_scope", "extended")];
 
 /// A priced scope.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -80,10 +80,8 @@ impl Template {
     }
 }
 
-static CALL_CHAIN_TOKEN: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$").expect("static pattern"));
-static SCALE_UNIT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$").expect("static pattern"));
+static CALL_CHAIN_TOKEN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$").expect("static pattern"));
+static SCALE_UNIT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$").expect("static pattern"));
 static IPV4: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(^|[^0-9])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}($|[^0-9])").expect("static pattern"));
 /// Labels that introduce a personal value (`email:…`, `phone-…`).
@@ -103,7 +101,9 @@ pub fn check_call_chain_entry(index: usize, token: &str) -> Result<(), Invalid> 
     if !CALL_CHAIN_TOKEN.is_match(token) {
         return Err(Invalid::new(
             "INVALID_VALUE",
-            format!("template.call_chain[{index}] must be a tool identifier token (1-64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit)"),
+            format!(
+                "template.call_chain[{index}] must be a tool identifier token (1-64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit)"
+            ),
         ));
     }
     if looks_personal(token) {

@@ -34,12 +34,8 @@ impl WasmPricing {
         // No capabilities: whatever the component imports traps when called.
         linker.define_unknown_imports_as_traps(&component)?;
         let pre = latest::bindings::PricingPre::new(linker.instantiate_pre(&component)?)?;
-        let mut pricing = WasmPricing {
-            engine: engine.clone(),
-            pre,
-            limits,
-            generation: Generation { version: String::from("(loading)"), sha256 },
-        };
+        let mut pricing =
+            WasmPricing { engine: engine.clone(), pre, limits, generation: Generation { version: String::from("(loading)"), sha256 } };
         let version = pricing.call(|bindings, store| bindings.call_generation(store)).map_err(anyhow::Error::msg)?;
         pricing.generation.version = version;
         Ok(Arc::new(pricing))

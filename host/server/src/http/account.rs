@@ -14,33 +14,49 @@ use crate::state::AppState;
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/v1/trial/status", get(trial_status))
-            .tag("Trial")
-            .summary("Trial DAC: what is left and until when")
-            .agent()
-            .ok(200, "Trial status", object(&[], vec![
-                ("trial_active", boolean()),
-                ("trial_dac_remaining", number()),
-                ("trial_expires_at", datetime()),
-                ("trial_days_remaining", integer()),
-                ("trial_dac_used", number()),
-                ("trial_dac_granted", number()),
-                ("trial_covered_routes", array(string())),
-            ])),
+        op(Method::GET, "/v1/trial/status", get(trial_status)).tag("Trial").summary("Trial DAC: what is left and until when").agent().ok(
+            200,
+            "Trial status",
+            object(
+                &[],
+                vec![
+                    ("trial_active", boolean()),
+                    ("trial_dac_remaining", number()),
+                    ("trial_expires_at", datetime()),
+                    ("trial_days_remaining", integer()),
+                    ("trial_dac_used", number()),
+                    ("trial_dac_granted", number()),
+                    ("trial_covered_routes", array(string())),
+                ],
+            ),
+        ),
         op(Method::GET, "/v1/classification", get(classifications))
             .tag("Classification")
             .summary("The self_classification keys this agent may use")
             .agent()
-            .ok(200, "Operator base categories, then the agent's owner's", object(&[], vec![
-                ("classifications", array(object(&[], vec![
-                    ("classification_id", uuid()),
-                    ("classification_key", string()),
-                    ("classification_label", string()),
-                    ("description", nullable(string())),
-                    ("source", enumeration(&["operator", "owner"])),
-                ]))),
-                ("count", integer()),
-            ])),
+            .ok(
+                200,
+                "Operator base categories, then the agent's owner's",
+                object(
+                    &[],
+                    vec![
+                        (
+                            "classifications",
+                            array(object(
+                                &[],
+                                vec![
+                                    ("classification_id", uuid()),
+                                    ("classification_key", string()),
+                                    ("classification_label", string()),
+                                    ("description", nullable(string())),
+                                    ("source", enumeration(&["operator", "owner"])),
+                                ],
+                            )),
+                        ),
+                        ("count", integer()),
+                    ],
+                ),
+            ),
     ]
 }
 

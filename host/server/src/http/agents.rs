@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use anchor_domain::agents::{
-    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS,
-    format_secret, hash_secret,
+    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS, format_secret,
+    hash_secret,
 };
 use anchor_store::{AttemptLimit, NewAgent, Recovery};
 
@@ -21,9 +21,8 @@ use crate::openapi::*;
 use crate::state::AppState;
 
 /// Where an agent says it is based: five tracked countries, then macro-regions.
-pub const REGION_CODES: &[&str] = &[
-    "KR", "CN", "JP", "TW", "HK", "ASIA", "EUROPE", "N_AMERICA", "S_AMERICA", "AFRICA", "OCEANIA", "ANTARCTICA", "unknown",
-];
+pub const REGION_CODES: &[&str] =
+    &["KR", "CN", "JP", "TW", "HK", "ASIA", "EUROPE", "N_AMERICA", "S_AMERICA", "AFRICA", "OCEANIA", "ANTARCTICA", "unknown"];
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -102,7 +101,10 @@ fn new_secret(prefix: &str) -> String {
 /// Responses that carry a secret must not be kept by any cache.
 pub(crate) const NO_STORE: [(axum::http::HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
 
-async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, [(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
+async fn register(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, [(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let empty = json!({});
     let body = if body.is_null() { &empty } else { &body };
     let input = Obj::new(body, "", &["region_code", "request_id"])?;
@@ -153,7 +155,11 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
     ))
 }
 
-async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
+async fn rotate(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    JsonBody(body): JsonBody,
+) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let input = Obj::new(&body, "", &["agent_id"])?;
     let agent_id = input.req_uuid("agent_id")?;
     if agent_id != agent.agent_id {
@@ -161,10 +167,7 @@ async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Json
     }
     let token = new_secret(TOKEN_PREFIX);
     let recovery = new_secret(RECOVERY_PREFIX);
-    let rotated = state
-        .store
-        .rotate_credentials(agent.agent_id, &agent.token_hash, &hash_secret(&token), &hash_secret(&recovery))
-        .await?;
+    let rotated = state.store.rotate_credentials(agent.agent_id, &agent.token_hash, &hash_secret(&token), &hash_secret(&recovery)).await?;
     if !rotated {
         // A concurrent rotation or recovery replaced the token first.
         return Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() });
@@ -187,7 +190,10 @@ async fn disclosure(State(state): State<AppState>, AuthAgent(agent): AuthAgent, 
     Ok(axum::Json(json!({ "agent_id": agent.agent_id, "disclosure_level": level.as_str() })))
 }
 
-async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
+async fn recover(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
     let input = Obj::new(&body, "", &["agent_id", "recovery_key"])?;
     let agent_id = input.req_uuid("agent_id")?;
     let key = input.req_str("recovery_key")?;

@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::State;
 use crate::extract::{ApiPath, ApiQuery};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
+use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::{self, Template};
-use anchor_domain::declarations::Declaration;
 use anchor_domain::integrity::{ENCODING_NAME, integrity_hash};
 use anchor_store::{
     AgentRecord, Created, DirectRead, ListFilter, NewDeclaration, NewPayment, PaymentSource, StoredDeclaration, UsageEntry,
@@ -40,11 +40,10 @@ use super::input::{Obj, path_uuid, query_datetime};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AuthAgent, JsonBody};
 use crate::openapi::*;
-use crate::{payment, settlement, x402};
 use crate::state::AppState;
+use crate::{payment, settlement, x402};
 
-const CREATE_FIELDS: &[&str] =
-    &["request_id", "dd", "ee", "continuity", "premium_payment_source", "content_inclusion_flag", "template"];
+const CREATE_FIELDS: &[&str] = &["request_id", "dd", "ee", "continuity", "premium_payment_source", "content_inclusion_flag", "template"];
 const DD_FIELDS: &[&str] = &[
     "dd_unit_type",
     "dd_declaration_mode",
@@ -279,7 +278,9 @@ fn read_create(body: &Value, now: DateTime<Utc>) -> ApiResult<CreateInput> {
         None => false,
         Some(v) if v.as_i64() == Some(0) => false,
         Some(v) if v.as_i64() == Some(1) => true,
-        Some(v) => return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_flag must be 0 or 1; got {}", super::input::shown(v)))),
+        Some(v) => {
+            return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_flag must be 0 or 1; got {}", super::input::shown(v))));
+        }
     };
     let template = top.get("template").map(read_template).transpose()?;
     match (content_inclusion, &template) {
@@ -322,12 +323,13 @@ fn read_dd(value: &Value, now: DateTime<Utc>) -> ApiResult<DdFields> {
         ));
     }
     if let Some(at) = fields.decision_at
-        && at > now {
-            return Err(ApiError::bad(
-                "DECISION_AT_IN_FUTURE",
-                format!("dd.decision_at {} is later than the anchoring time {}", at.to_rfc3339(), now.to_rfc3339()),
-            ));
-        }
+        && at > now
+    {
+        return Err(ApiError::bad(
+            "DECISION_AT_IN_FUTURE",
+            format!("dd.decision_at {} is later than the anchoring time {}", at.to_rfc3339(), now.to_rfc3339()),
+        ));
+    }
     Ok(fields)
 }
 
@@ -341,10 +343,7 @@ fn read_ee(value: &Value) -> ApiResult<EeInput> {
     if preset.is_none() {
         for axis in ["ee_retention_period", "ee_integrity_verification_level", "ee_disclosure_format_policy", "ee_responsibility_scope"] {
             if !o.has(axis) {
-                return Err(ApiError::bad(
-                    "MISSING_FIELD",
-                    format!("ee.{axis} is required unless ee.ee_preset is sent"),
-                ));
+                return Err(ApiError::bad("MISSING_FIELD", format!("ee.{axis} is required unless ee.ee_preset is sent")));
             }
         }
     }
@@ -379,7 +378,12 @@ fn read_template(value: &Value) -> ApiResult<Template> {
     let scale_value = match o.get("decision_scale_value") {
         None => None,
         Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Some(n.to_string()),
-        Some(v) => return Err(ApiError::bad("INVALID_VALUE", format!("template.decision_scale_value must be a number; got {}", super::input::shown(v)))),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "INVALID_VALUE",
+                format!("template.decision_scale_value must be a number; got {}", super::input::shown(v)),
+            ));
+        }
     };
     let scale_unit = o.opt_str("decision_scale_unit")?.map(str::to_string);
     if let Some(unit) = &scale_unit {
@@ -396,9 +400,9 @@ fn read_template(value: &Value) -> ApiResult<Template> {
             }
             let mut chain = Vec::with_capacity(items.len());
             for (index, item) in items.iter().enumerate() {
-                let token = item.as_str().ok_or_else(|| {
-                    ApiError::bad("INVALID_VALUE", format!("template.call_chain[{index}] must be a string"))
-                })?;
+                let token = item
+                    .as_str()
+                    .ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("template.call_chain[{index}] must be a string")))?;
                 template::check_call_chain_entry(index, token)?;
                 chain.push(token.to_string());
             }
@@ -434,7 +438,10 @@ fn resolve_scope(state: &AppState, input: &EeInput) -> ApiResult<Scope> {
             ));
         };
         if !preset.enabled {
-            return Err(ApiError::bad("EE_PRESET_DISABLED", format!("ee.ee_preset {} is disabled by the operator", anchor_domain::brief(name))));
+            return Err(ApiError::bad(
+                "EE_PRESET_DISABLED",
+                format!("ee.ee_preset {} is disabled by the operator", anchor_domain::brief(name)),
+            ));
         }
         retention = Some(preset.retention);
         integrity = Some(preset.integrity);
@@ -442,14 +449,9 @@ fn resolve_scope(state: &AppState, input: &EeInput) -> ApiResult<Scope> {
         responsibility = Some(preset.responsibility);
     }
     match (retention, integrity, disclosure, responsibility) {
-        (Some(retention), Some(integrity), Some(disclosure), Some(responsibility)) => Ok(Scope {
-            retention,
-            integrity,
-            disclosure,
-            responsibility,
-            content_scope: input.content_scope,
-            delegation: input.delegation,
-        }),
+        (Some(retention), Some(integrity), Some(disclosure), Some(responsibility)) => {
+            Ok(Scope { retention, integrity, disclosure, responsibility, content_scope: input.content_scope, delegation: input.delegation })
+        }
         _ => Err(ApiError::bad("MISSING_FIELD", "the four EE axes are required unless ee.ee_preset is sent")),
     }
 }
@@ -472,7 +474,10 @@ async fn create(
         if !known.iter().any(|c| &c.key == key) {
             return Err(ApiError::bad(
                 "INVALID_VALUE",
-                format!("template.self_classification {} is not registered; GET /v1/classification lists the keys you may use", anchor_domain::brief(key)),
+                format!(
+                    "template.self_classification {} is not registered; GET /v1/classification lists the keys you may use",
+                    anchor_domain::brief(key)
+                ),
             ));
         }
     }
@@ -542,7 +547,10 @@ async fn create(
         // Trial cannot pay (or is asked not to pay the premium): an x402
         // payment may, if one came with the request.
         let (amount, description) = if split {
-            (quote.premium(), format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee))
+            (
+                quote.premium(),
+                format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee),
+            )
         } else {
             let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
             (quote.total, format!("Decision declaration of {} DAC; {why}", quote.total))
@@ -594,7 +602,10 @@ async fn create(
             Created::TrialCannotPay { .. } => {
                 return Err(ApiError::bad(
                     "INSUFFICIENT_DAC",
-                    format!("premium_payment_source external: Trial cannot pay the {} DAC base fee; leave the field out to pay the whole price over x402", quote.base_fee),
+                    format!(
+                        "premium_payment_source external: Trial cannot pay the {} DAC base fee; leave the field out to pay the whole price over x402",
+                        quote.base_fee
+                    ),
                 ));
             }
             _ => {}
@@ -614,7 +625,10 @@ async fn create(
             return Err(ApiError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration"));
         }
         Created::ParentForeign => {
-            return Err(ApiError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent"));
+            return Err(ApiError::forbidden(
+                "FORBIDDEN",
+                "the parent declaration belongs to another agent; lineage stays within one agent",
+            ));
         }
     };
     Ok((StatusCode::CREATED, axum::Json(create_response(&stored, &agent, &state.settings.pay_to))))
@@ -680,7 +694,11 @@ fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> 
     body
 }
 
-async fn confirm(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::response::Response> {
+async fn confirm(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    JsonBody(body): JsonBody,
+) -> ApiResult<axum::response::Response> {
     let input = Obj::new(&body, "", &["dd_id"])?;
     let dd_id = input.req_uuid("dd_id")?;
     let stored = owned(&state, &agent, dd_id).await?;
@@ -824,11 +842,8 @@ fn already_confirmed() -> ApiError {
 
 /// The declaration, if it exists and belongs to `agent`.
 pub(crate) async fn owned(state: &AppState, agent: &AgentRecord, dd_id: Uuid) -> ApiResult<StoredDeclaration> {
-    let stored = state
-        .store
-        .declaration(dd_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    let stored =
+        state.store.declaration(dd_id).await?.ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
     if stored.declaration.agent_id != agent.agent_id {
         return Err(ApiError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
     }
@@ -836,18 +851,21 @@ pub(crate) async fn owned(state: &AppState, agent: &AgentRecord, dd_id: Uuid) ->
 }
 
 fn summary_schema() -> Value {
-    object(&[], vec![
-        ("dd_id", uuid()),
-        ("ee_id", uuid()),
-        ("anchored_at", datetime()),
-        ("confirmed_at", nullable(datetime())),
-        ("settlement_status", string()),
-        ("dac_amount", number()),
-        ("pricing_version", string()),
-        ("integrity_hash", nullable(string())),
-        ("parent_dd_id", nullable(uuid())),
-        ("lineage_group_id", uuid()),
-    ])
+    object(
+        &[],
+        vec![
+            ("dd_id", uuid()),
+            ("ee_id", uuid()),
+            ("anchored_at", datetime()),
+            ("confirmed_at", nullable(datetime())),
+            ("settlement_status", string()),
+            ("dac_amount", number()),
+            ("pricing_version", string()),
+            ("integrity_hash", nullable(string())),
+            ("parent_dd_id", nullable(uuid())),
+            ("lineage_group_id", uuid()),
+        ],
+    )
 }
 
 fn summary(s: &StoredDeclaration) -> Value {
@@ -866,17 +884,27 @@ fn summary(s: &StoredDeclaration) -> Value {
     })
 }
 
-async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
+async fn list(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<HashMap<String, String>>,
+) -> ApiResult<axum::Json<Value>> {
     let known = ["from", "to", "limit", "offset"];
     if let Some(unknown) = query.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("unknown query parameter {}; accepted: from, to, limit, offset", anchor_domain::brief(unknown))));
+        return Err(ApiError::bad(
+            "INVALID_VALUE",
+            format!("unknown query parameter {}; accepted: from, to, limit, offset", anchor_domain::brief(unknown)),
+        ));
     }
     let param = |name: &str| query.get(name).map(String::as_str);
     let number = |name: &str, value: Option<&str>, default: i64, min: i64, max: i64| -> ApiResult<i64> {
         match value {
             None => Ok(default),
             Some(text) => text.parse::<i64>().ok().filter(|n| (min..=max).contains(n)).ok_or_else(|| {
-                ApiError::bad("INVALID_VALUE", format!("{name} must be a whole number from {min} to {max}; got {}", anchor_domain::brief(text)))
+                ApiError::bad(
+                    "INVALID_VALUE",
+                    format!("{name} must be a whole number from {min} to {max}; got {}", anchor_domain::brief(text)),
+                )
             }),
         }
     };
@@ -896,66 +924,105 @@ async fn list(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQue
 }
 
 fn detail_schema() -> Value {
-    object(&[], vec![
-        ("dd", object(&[], vec![
-            ("dd_id", uuid()),
-            ("agent_id", uuid()),
-            ("dd_unit_type", enumeration(dd::UnitType::NAMES)),
-            ("dd_declaration_mode", enumeration(dd::DeclarationMode::NAMES)),
-            ("decision_type", enumeration(dd::DecisionType::NAMES)),
-            ("decision_action_type", enumeration(dd::ActionType::NAMES)),
-            ("origin_context_type", enumeration(dd::OriginContext::NAMES)),
-            ("selection_state", enumeration(dd::SelectionState::NAMES)),
-            ("selection_scope", nullable(enumeration(dd::SelectionScope::NAMES))),
-            ("content_inclusion_flag", json!({ "type": "integer", "enum": [0, 1] })),
-            ("decision_at", nullable(datetime())),
-            ("anchored_at", datetime()),
-            ("integrity_hash", nullable(string())),
-            ("core_schema_version", string()),
-            ("parent_dd_id", nullable(uuid())),
-            ("lineage_group_id", uuid()),
-            ("template", nullable(reference("TemplateInput"))),
-        ])),
-        ("ee", nullable(object(&[], vec![
-            ("ee_id", uuid()),
-            ("ee_preset", nullable(string())),
-            ("ee_retention_period", string()),
-            ("ee_integrity_verification_level", string()),
-            ("ee_disclosure_format_policy", string()),
-            ("ee_responsibility_scope", string()),
-            ("ee_direct_access_period", string()),
-            ("ee_direct_access_quota", integer()),
-            ("access_class", enumeration(ee::AccessClass::NAMES)),
-            ("content_disclosure_scope", enumeration(ee::ContentScope::NAMES)),
-            ("delegation_state", enumeration(ee::Delegation::NAMES)),
-        ]))),
-        ("dac", nullable(object(&[], vec![
-            ("dac_amount", number()),
-            ("dac_unit_type", string()),
-            ("cost_context_type", string()),
-            ("pricing_version", nullable(string())),
-            ("pricing_component_sha256", string()),
-            ("cost_breakdown", reference("CostBreakdown")),
-        ]))),
-        ("payment", nullable(object(&[], vec![
-            ("settlement_status", enumeration(SETTLEMENT_STATUSES)),
-            ("payment_sources", array(enumeration(&["trial", "external", "earned"]))),
-            ("payment_method", nullable(string())),
-            ("paid_at", nullable(datetime())),
-        ]))),
-        ("direct_access", nullable(object(&[], vec![
-            ("access_class", string()),
-            ("direct_access_remaining", integer()),
-            ("direct_access_expires_at", datetime()),
-        ]))),
-        ("integrity", object(&[], vec![
-            ("encoding", doc(string(), "The canonical encoding hashed into integrity_hash")),
-            ("salt", doc(string(), "The record's private salt, hex; with the fields above it recomputes integrity_hash")),
-        ])),
-    ])
+    object(
+        &[],
+        vec![
+            (
+                "dd",
+                object(
+                    &[],
+                    vec![
+                        ("dd_id", uuid()),
+                        ("agent_id", uuid()),
+                        ("dd_unit_type", enumeration(dd::UnitType::NAMES)),
+                        ("dd_declaration_mode", enumeration(dd::DeclarationMode::NAMES)),
+                        ("decision_type", enumeration(dd::DecisionType::NAMES)),
+                        ("decision_action_type", enumeration(dd::ActionType::NAMES)),
+                        ("origin_context_type", enumeration(dd::OriginContext::NAMES)),
+                        ("selection_state", enumeration(dd::SelectionState::NAMES)),
+                        ("selection_scope", nullable(enumeration(dd::SelectionScope::NAMES))),
+                        ("content_inclusion_flag", json!({ "type": "integer", "enum": [0, 1] })),
+                        ("decision_at", nullable(datetime())),
+                        ("anchored_at", datetime()),
+                        ("integrity_hash", nullable(string())),
+                        ("core_schema_version", string()),
+                        ("parent_dd_id", nullable(uuid())),
+                        ("lineage_group_id", uuid()),
+                        ("template", nullable(reference("TemplateInput"))),
+                    ],
+                ),
+            ),
+            (
+                "ee",
+                nullable(object(
+                    &[],
+                    vec![
+                        ("ee_id", uuid()),
+                        ("ee_preset", nullable(string())),
+                        ("ee_retention_period", string()),
+                        ("ee_integrity_verification_level", string()),
+                        ("ee_disclosure_format_policy", string()),
+                        ("ee_responsibility_scope", string()),
+                        ("ee_direct_access_period", string()),
+                        ("ee_direct_access_quota", integer()),
+                        ("access_class", enumeration(ee::AccessClass::NAMES)),
+                        ("content_disclosure_scope", enumeration(ee::ContentScope::NAMES)),
+                        ("delegation_state", enumeration(ee::Delegation::NAMES)),
+                    ],
+                )),
+            ),
+            (
+                "dac",
+                nullable(object(
+                    &[],
+                    vec![
+                        ("dac_amount", number()),
+                        ("dac_unit_type", string()),
+                        ("cost_context_type", string()),
+                        ("pricing_version", nullable(string())),
+                        ("pricing_component_sha256", string()),
+                        ("cost_breakdown", reference("CostBreakdown")),
+                    ],
+                )),
+            ),
+            (
+                "payment",
+                nullable(object(
+                    &[],
+                    vec![
+                        ("settlement_status", enumeration(SETTLEMENT_STATUSES)),
+                        ("payment_sources", array(enumeration(&["trial", "external", "earned"]))),
+                        ("payment_method", nullable(string())),
+                        ("paid_at", nullable(datetime())),
+                    ],
+                )),
+            ),
+            (
+                "direct_access",
+                nullable(object(
+                    &[],
+                    vec![("access_class", string()), ("direct_access_remaining", integer()), ("direct_access_expires_at", datetime())],
+                )),
+            ),
+            (
+                "integrity",
+                object(
+                    &[],
+                    vec![
+                        ("encoding", doc(string(), "The canonical encoding hashed into integrity_hash")),
+                        ("salt", doc(string(), "The record's private salt, hex; with the fields above it recomputes integrity_hash")),
+                    ],
+                ),
+            ),
+        ],
+    )
 }
 
-async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
+async fn detail(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(dd_id): ApiPath<String>,
+) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = owned(&state, &agent, dd_id).await?;
     let d = &stored.declaration;
@@ -970,13 +1037,20 @@ async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiP
         DirectRead::Exhausted => {
             return Err(ApiError::forbidden(
                 "DIRECT_ACCESS_EXHAUSTED",
-                format!("all {} direct reads of this declaration are spent; GET /v1/dd/list still shows its summary", d.ee.direct_access_quota),
+                format!(
+                    "all {} direct reads of this declaration are spent; GET /v1/dd/list still shows its summary",
+                    d.ee.direct_access_quota
+                ),
             ));
         }
         DirectRead::Expired => {
             return Err(ApiError::forbidden(
                 "DIRECT_ACCESS_EXPIRED",
-                format!("the direct access period ({}) of this declaration ended at {}", d.ee.direct_access_period, time(stored.direct_access_expires_at)),
+                format!(
+                    "the direct access period ({}) of this declaration ended at {}",
+                    d.ee.direct_access_period,
+                    time(stored.direct_access_expires_at)
+                ),
             ));
         }
     };
@@ -1056,7 +1130,11 @@ async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiP
     })))
 }
 
-async fn lineage(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
+async fn lineage(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(dd_id): ApiPath<String>,
+) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = owned(&state, &agent, dd_id).await?;
     let group = state.store.lineage_group(agent.agent_id, stored.declaration.lineage_group_id).await?;
@@ -1096,7 +1174,11 @@ fn tree(node: &StoredDeclaration, group: &[StoredDeclaration], depth: usize) -> 
     value
 }
 
-async fn lineage_group(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(group_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
+async fn lineage_group(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(group_id): ApiPath<String>,
+) -> ApiResult<axum::Json<Value>> {
     let group_id = path_uuid("group_id", &group_id)?;
     let group = state.store.lineage_group(agent.agent_id, group_id).await?;
     if group.is_empty() {

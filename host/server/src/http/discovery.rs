@@ -16,19 +16,26 @@ pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/health", get(health))
-            .tag("Discovery")
-            .summary("Liveness, versions and uptime")
-            .extension()
-            .ok(200, "Healthy", object(&[], vec![
-                ("status", string()),
-                ("version", string()),
-                ("service_version", string()),
-                ("uptime_seconds", integer()),
-                ("storage", string()),
-                ("pricing_version", string()),
-            ])),
-        op(Method::GET, "/", get(root)).tag("Discovery").summary("What this service is and where to start").extension().ok(200, "Index", object(&[], vec![("service", string()), ("version", string())])),
+        op(Method::GET, "/health", get(health)).tag("Discovery").summary("Liveness, versions and uptime").extension().ok(
+            200,
+            "Healthy",
+            object(
+                &[],
+                vec![
+                    ("status", string()),
+                    ("version", string()),
+                    ("service_version", string()),
+                    ("uptime_seconds", integer()),
+                    ("storage", string()),
+                    ("pricing_version", string()),
+                ],
+            ),
+        ),
+        op(Method::GET, "/", get(root)).tag("Discovery").summary("What this service is and where to start").extension().ok(
+            200,
+            "Index",
+            object(&[], vec![("service", string()), ("version", string())]),
+        ),
         op(Method::GET, "/openapi.json", get(openapi_json))
             .tag("Discovery")
             .summary("This document, generated from the route table")
@@ -39,11 +46,11 @@ pub fn operations() -> Vec<Operation> {
             .summary("A plain-text guide for language-model agents")
             .extension()
             .ok_media(200, "The guide, in Markdown", "text/plain"),
-        op(Method::GET, "/.well-known/agent-card.json", get(agent_card))
-            .tag("Discovery")
-            .summary("A2A agent card")
-            .extension()
-            .ok(200, "Agent card", json!({ "type": "object" })),
+        op(Method::GET, "/.well-known/agent-card.json", get(agent_card)).tag("Discovery").summary("A2A agent card").extension().ok(
+            200,
+            "Agent card",
+            json!({ "type": "object" }),
+        ),
         op(Method::GET, "/.well-known/x402.json", get(x402))
             .tag("Discovery")
             .summary("Which routes take x402 payments, and how")
@@ -86,10 +93,7 @@ async fn root(State(state): State<AppState>) -> axum::Json<Value> {
 }
 
 async fn openapi_json(State(state): State<AppState>) -> Response {
-    let document = state
-        .openapi
-        .get_or_init(|| openapi::document(&crate::http::operations(), &state.settings.public_url))
-        .clone();
+    let document = state.openapi.get_or_init(|| openapi::document(&crate::http::operations(), &state.settings.public_url)).clone();
     let mut response = axum::Json(document).into_response();
     response.headers_mut().insert("x-da-spec-version", HeaderValue::from_static(INTERFACE_VERSION));
     response

@@ -21,11 +21,7 @@ fn join(path: &str, name: &str) -> String {
 /// A client's JSON value as a message quotes it: never more than a short prefix.
 pub fn shown(value: &Value) -> String {
     let text = value.to_string();
-    if text.chars().count() <= anchor_domain::error::BRIEF_CHARS {
-        text
-    } else {
-        anchor_domain::brief(&text)
-    }
+    if text.chars().count() <= anchor_domain::error::BRIEF_CHARS { text } else { anchor_domain::brief(&text) }
 }
 
 impl<'a> Obj<'a> {
@@ -83,10 +79,7 @@ impl<'a> Obj<'a> {
     pub fn opt_enum<T>(&self, name: &str, parse: fn(&str) -> Option<T>, names: &[&str]) -> Result<Option<T>, ApiError> {
         let Some(value) = self.get(name) else { return Ok(None) };
         value.as_str().and_then(parse).map(Some).ok_or_else(|| {
-            ApiError::bad(
-                "INVALID_ENUM",
-                format!("{} must be one of {}; got {}", self.path_of(name), names.join(", "), shown(value)),
-            )
+            ApiError::bad("INVALID_ENUM", format!("{} must be one of {}; got {}", self.path_of(name), names.join(", "), shown(value)))
         })
     }
 
@@ -110,16 +103,12 @@ impl<'a> Obj<'a> {
     /// An RFC 3339 timestamp with an offset, normalized to UTC.
     pub fn opt_datetime(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
         let Some(value) = self.get(name) else { return Ok(None) };
-        value
-            .as_str()
-            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-            .map(|t| Some(t.with_timezone(&Utc)))
-            .ok_or_else(|| {
-                ApiError::bad(
-                    "INVALID_VALUE",
-                    format!("{} must be an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z); got {}", self.path_of(name), shown(value)),
-                )
-            })
+        value.as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| Some(t.with_timezone(&Utc))).ok_or_else(|| {
+            ApiError::bad(
+                "INVALID_VALUE",
+                format!("{} must be an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z); got {}", self.path_of(name), shown(value)),
+            )
+        })
     }
 
     pub fn opt_bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
@@ -134,7 +123,12 @@ impl<'a> Obj<'a> {
     /// from its decimal text (never through a float).
     pub fn opt_dac(&self, name: &str) -> Result<Option<anchor_domain::MilliDac>, ApiError> {
         let Some(value) = self.get(name) else { return Ok(None) };
-        let bad = || ApiError::bad("INVALID_VALUE", format!("{} must be a DAC amount with at most three decimals; got {}", self.path_of(name), shown(value)));
+        let bad = || {
+            ApiError::bad(
+                "INVALID_VALUE",
+                format!("{} must be a DAC amount with at most three decimals; got {}", self.path_of(name), shown(value)),
+            )
+        };
         let Value::Number(number) = value else { return Err(bad()) };
         let text = number.to_string();
         let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
@@ -160,7 +154,10 @@ pub fn query_datetime(name: &str, value: Option<&str>) -> Result<Option<DateTime
     value
         .map(|s| {
             DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
-                ApiError::bad("INVALID_VALUE", format!("{name} must be an ISO 8601 date-time with an offset; got {}", anchor_domain::brief(s)))
+                ApiError::bad(
+                    "INVALID_VALUE",
+                    format!("{name} must be an ISO 8601 date-time with an offset; got {}", anchor_domain::brief(s)),
+                )
             })
         })
         .transpose()

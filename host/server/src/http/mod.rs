@@ -96,16 +96,16 @@ async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
 pub(crate) fn answer_other_methods(router: MethodRouter<AppState>, methods: &[Method], has_get: bool) -> MethodRouter<AppState> {
     let allow = allow_header(methods, has_get);
     let options_allow = allow.clone();
-    router
-        .options(move || async move { (StatusCode::NO_CONTENT, [(axum::http::header::ALLOW, options_allow)]) })
-        .fallback(move |method: Method, uri: axum::http::Uri| async move {
+    router.options(move || async move { (StatusCode::NO_CONTENT, [(axum::http::header::ALLOW, options_allow)]) }).fallback(
+        move |method: Method, uri: axum::http::Uri| async move {
             ApiError::Protocol {
                 status: StatusCode::METHOD_NOT_ALLOWED,
                 code: "METHOD_NOT_ALLOWED",
                 message: format!("{} does not accept {method}; it accepts {allow}", anchor_domain::brief(uri.path())),
                 allow: Some(allow),
             }
-        })
+        },
+    )
 }
 
 /// The `Allow` value of a path: its methods, HEAD with GET, and OPTIONS.

@@ -1,7 +1,7 @@
 //! Payment status of a declaration: one row per cost component, aggregated.
 
-use axum::extract::State;
 use crate::extract::ApiPath;
+use axum::extract::State;
 use axum::http::Method;
 use axum::routing::get;
 use chrono::SecondsFormat;
@@ -101,7 +101,11 @@ fn row_id(dd_id: Uuid, component: &str) -> Uuid {
     Uuid::from_bytes(bytes)
 }
 
-async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
+async fn status(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(dd_id): ApiPath<String>,
+) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let x402 = state.store.payment_for(dd_id).await?;

@@ -19,41 +19,55 @@ pub const WIT_PACKAGE: &str = "anchor:pricing@1.0.0";
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/v1/pricing/current", get(current))
-            .tag("Pricing")
-            .summary("The active pricing generation")
-            .ok(200, "Policy: base fee, every axis add, the multiplier rule", object(&[], vec![
-                ("pricing_version", string()),
-                ("effective_from", string()),
-                ("component_sha256", string()),
-                ("wit_package", string()),
-                ("currency", string()),
-                ("unit", json!({ "type": "object" })),
-                ("base_fee", number()),
-                ("axes", json!({ "type": "object" })),
-                ("formula", string()),
-                ("multiplier_conditions", json!({ "type": "object" })),
-                ("indefinite_available", boolean()),
-                ("trial", json!({ "type": "object" })),
-                ("payment_window_minutes", integer()),
-            ])),
-        op(Method::GET, "/v1/pricing/ee-presets", get(presets))
-            .tag("Pricing")
-            .summary("EE presets with what each costs")
-            .ok(200, "Presets", object(&[], vec![
-                ("pricing_version", string()),
-                ("presets", array(object(&[], vec![
-                    ("name", string()),
-                    ("label", string()),
-                    ("enabled", boolean()),
-                    ("ee_retention_period", string()),
-                    ("ee_integrity_verification_level", string()),
-                    ("ee_disclosure_format_policy", string()),
-                    ("ee_responsibility_scope", string()),
-                    ("dac_amount", number()),
-                    ("cost_breakdown", reference("CostBreakdown")),
-                ]))),
-            ])),
+        op(Method::GET, "/v1/pricing/current", get(current)).tag("Pricing").summary("The active pricing generation").ok(
+            200,
+            "Policy: base fee, every axis add, the multiplier rule",
+            object(
+                &[],
+                vec![
+                    ("pricing_version", string()),
+                    ("effective_from", string()),
+                    ("component_sha256", string()),
+                    ("wit_package", string()),
+                    ("currency", string()),
+                    ("unit", json!({ "type": "object" })),
+                    ("base_fee", number()),
+                    ("axes", json!({ "type": "object" })),
+                    ("formula", string()),
+                    ("multiplier_conditions", json!({ "type": "object" })),
+                    ("indefinite_available", boolean()),
+                    ("trial", json!({ "type": "object" })),
+                    ("payment_window_minutes", integer()),
+                ],
+            ),
+        ),
+        op(Method::GET, "/v1/pricing/ee-presets", get(presets)).tag("Pricing").summary("EE presets with what each costs").ok(
+            200,
+            "Presets",
+            object(
+                &[],
+                vec![
+                    ("pricing_version", string()),
+                    (
+                        "presets",
+                        array(object(
+                            &[],
+                            vec![
+                                ("name", string()),
+                                ("label", string()),
+                                ("enabled", boolean()),
+                                ("ee_retention_period", string()),
+                                ("ee_integrity_verification_level", string()),
+                                ("ee_disclosure_format_policy", string()),
+                                ("ee_responsibility_scope", string()),
+                                ("dac_amount", number()),
+                                ("cost_breakdown", reference("CostBreakdown")),
+                            ],
+                        )),
+                    ),
+                ],
+            ),
+        ),
     ]
 }
 

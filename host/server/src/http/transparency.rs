@@ -1,8 +1,8 @@
 //! The verifiable log over HTTP: signed checkpoints, receipts with inclusion
 //! proofs, consistency proofs, the public key and C2SP tlog-tiles.
 
-use axum::extract::State;
 use crate::extract::{ApiPath, ApiQuery};
+use axum::extract::State;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -29,17 +29,24 @@ pub fn operations() -> Vec<Operation> {
             .agent()
             .extension()
             .path_param("dd_id", uuid())
-            .ok(200, "Receipt", object(&[], vec![
-                ("format", string()),
-                ("dd_id", uuid()),
-                ("canonical_record", doc(string(), "The anchor-dd/1 encoding, salt included")),
-                ("integrity_hash", string()),
-                ("anchored_at", datetime()),
-                ("leaf_index", integer()),
-                ("tree_size", integer()),
-                ("inclusion_proof", array(string())),
-                ("checkpoint", doc(string(), "C2SP signed note")),
-            ]))
+            .ok(
+                200,
+                "Receipt",
+                object(
+                    &[],
+                    vec![
+                        ("format", string()),
+                        ("dd_id", uuid()),
+                        ("canonical_record", doc(string(), "The anchor-dd/1 encoding, salt included")),
+                        ("integrity_hash", string()),
+                        ("anchored_at", datetime()),
+                        ("leaf_index", integer()),
+                        ("tree_size", integer()),
+                        ("inclusion_proof", array(string())),
+                        ("checkpoint", doc(string(), "C2SP signed note")),
+                    ],
+                ),
+            )
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"])
@@ -66,11 +73,11 @@ pub fn operations() -> Vec<Operation> {
             .required_query("to", json!({ "type": "integer", "minimum": 0 }))
             .ok(200, "Proof", object(&[], vec![("from_size", integer()), ("to_size", integer()), ("proof", array(string()))]))
             .error(400, "Sizes out of range.", &["INVALID_VALUE"]),
-        op(Method::GET, "/v1/log/key", get(key))
-            .tag("Log")
-            .summary("The log's origin and public key (C2SP verifier key)")
-            .extension()
-            .ok(200, "Key", object(&[], vec![("origin", string()), ("public_key", string())])),
+        op(Method::GET, "/v1/log/key", get(key)).tag("Log").summary("The log's origin and public key (C2SP verifier key)").extension().ok(
+            200,
+            "Key",
+            object(&[], vec![("origin", string()), ("public_key", string())]),
+        ),
         op(Method::GET, "/v1/log/tile/{*path}", get(tile))
             .tag("Log")
             .summary("C2SP tlog-tiles: hash tiles (<L>/<N>[.p/<W>]) and entry bundles (entries/<N>[.p/<W>])")
@@ -92,11 +99,18 @@ fn internal(error: anyhow::Error) -> ApiError {
     ApiError::Internal(error)
 }
 
-async fn receipt(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<axum::Json<Value>> {
+async fn receipt(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(dd_id): ApiPath<String>,
+) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
-        return Err(ApiError::Conflict { code: "NOT_CONFIRMED", message: "confirm the declaration first; only confirmed declarations enter the log".into() });
+        return Err(ApiError::Conflict {
+            code: "NOT_CONFIRMED",
+            message: "confirm the declaration first; only confirmed declarations enter the log".into(),
+        });
     };
     let not_yet = || ApiError::Conflict {
         code: "NOT_YET_IN_LOG",
@@ -137,7 +151,10 @@ async fn checkpoint_at(State(state): State<AppState>, ApiPath(size): ApiPath<Str
     }
 }
 
-async fn consistency(State(state): State<AppState>, ApiQuery(query): ApiQuery<std::collections::HashMap<String, String>>) -> ApiResult<axum::Json<Value>> {
+async fn consistency(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<std::collections::HashMap<String, String>>,
+) -> ApiResult<axum::Json<Value>> {
     let size = |name: &str| -> ApiResult<u64> {
         query.get(name).and_then(|v| v.parse().ok()).ok_or_else(|| ApiError::bad("INVALID_VALUE", format!("{name} must be a tree size")))
     };
@@ -238,8 +255,21 @@ mod tests {
     #[test]
     fn tile_paths_out_of_range_are_refused_without_reaching_the_library_assertions() {
         for bad in [
-            "0/000.p/0", "64/000", "99/000", "255/000.p/3", "0/000.p/256", "entries/000.p/0", "0/x001/000.p/0",
-            "", "0", "0/", "entries/", "-1/000", "0/000.p/", "0/000.p/-1", "0/000.p/99999999999999999999999",
+            "0/000.p/0",
+            "64/000",
+            "99/000",
+            "255/000.p/3",
+            "0/000.p/256",
+            "entries/000.p/0",
+            "0/x001/000.p/0",
+            "",
+            "0",
+            "0/",
+            "entries/",
+            "-1/000",
+            "0/000.p/",
+            "0/000.p/-1",
+            "0/000.p/99999999999999999999999",
         ] {
             assert!(parse_tile_path(bad).is_none(), "{bad:?} parsed");
         }

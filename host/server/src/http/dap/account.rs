@@ -9,8 +9,8 @@
 //! removed, the personal fields are cleared, and a tombstone row remains.
 //! `response_days` equals the grace period for every residence.
 
-use axum::extract::State;
 use crate::extract::ApiQuery;
+use axum::extract::State;
 use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -30,11 +30,11 @@ use crate::state::AppState;
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/dap/account/me", get(me))
-            .tag("DAP Account")
-            .summary("The signed-in owner's profile")
-            .owner()
-            .ok(200, "Profile", profile_schema()),
+        op(Method::GET, "/dap/account/me", get(me)).tag("DAP Account").summary("The signed-in owner's profile").owner().ok(
+            200,
+            "Profile",
+            profile_schema(),
+        ),
         op(Method::PUT, "/dap/account/residence", put(residence))
             .tag("DAP Account")
             .summary("Declare or change the country of residence")
@@ -43,11 +43,11 @@ pub fn operations() -> Vec<Operation> {
                 object(&["residence_country"], vec![("residence_country", enumeration(RESIDENCES))]),
                 json!({ "residence_country": "EU" }),
             )
-            .ok(200, "Residence updated", object(&[], vec![
-                ("owner_id", uuid()),
-                ("residence_country", string()),
-                ("residence_updated_at", datetime()),
-            ]))
+            .ok(
+                200,
+                "Residence updated",
+                object(&[], vec![("owner_id", uuid()), ("residence_country", string()), ("residence_updated_at", datetime())]),
+            )
             .error(400, "Not one of the residence values", &["MISSING_FIELD", "INVALID_ENUM"]),
         op(Method::PUT, "/dap/account/marketing-consent", put(marketing))
             .tag("DAP Account")
@@ -80,55 +80,74 @@ pub fn operations() -> Vec<Operation> {
             .summary("Everything kept about the owner account, as JSON or CSV")
             .owner()
             .query_param("format", json!({ "type": "string", "enum": ["json", "csv"], "default": "json" }))
-            .ok(200, "Account data (JSON, or CSV with format=csv)", object(&[], vec![
-                ("exported_at", datetime()),
-                ("account", profile_schema()),
-                ("agents", array(object(&[], vec![("agent_id", uuid()), ("linked_at", datetime()), ("budget_limit_dac", nullable(number()))]))),
-                ("classifications", array(object(&[], vec![]))),
-            ]))
+            .ok(
+                200,
+                "Account data (JSON, or CSV with format=csv)",
+                object(
+                    &[],
+                    vec![
+                        ("exported_at", datetime()),
+                        ("account", profile_schema()),
+                        (
+                            "agents",
+                            array(object(
+                                &[],
+                                vec![("agent_id", uuid()), ("linked_at", datetime()), ("budget_limit_dac", nullable(number()))],
+                            )),
+                        ),
+                        ("classifications", array(object(&[], vec![]))),
+                    ],
+                ),
+            )
             .or_media(200, "text/csv")
             .error(400, "format is neither json nor csv", &["INVALID_ENUM"]),
     ]
 }
 
 fn profile_schema() -> Value {
-    object(&[], vec![
-        ("owner_id", uuid()),
-        ("email", json!({ "type": "string", "format": "email" })),
-        ("created_at", datetime()),
-        ("owner_type", string()),
-        ("owner_depth", integer()),
-        ("managing_agent_id", nullable(uuid())),
-        ("parent_owner_id", nullable(uuid())),
-        ("residence_country", nullable(string())),
-        ("residence_declared_at", nullable(datetime())),
-        ("residence_updated_at", nullable(datetime())),
-        ("browser_language", nullable(string())),
-        ("timezone", nullable(string())),
-        ("content_inclusion_policy", string()),
-        ("terms_agreed_at", datetime()),
-        ("privacy_agreed_at", datetime()),
-        ("marketing_agreed_at", nullable(datetime())),
-        ("terms_version", string()),
-        ("privacy_version", string()),
-        ("status", enumeration(&["active", "pending_deletion"])),
-        ("deletion_requested_at", nullable(datetime())),
-        ("deletion_response_due_at", nullable(datetime())),
-        ("deleted_at", nullable(datetime())),
-        ("csrf_token", doc(string(), "This session's token for X-CSRF-Token")),
-    ])
+    object(
+        &[],
+        vec![
+            ("owner_id", uuid()),
+            ("email", json!({ "type": "string", "format": "email" })),
+            ("created_at", datetime()),
+            ("owner_type", string()),
+            ("owner_depth", integer()),
+            ("managing_agent_id", nullable(uuid())),
+            ("parent_owner_id", nullable(uuid())),
+            ("residence_country", nullable(string())),
+            ("residence_declared_at", nullable(datetime())),
+            ("residence_updated_at", nullable(datetime())),
+            ("browser_language", nullable(string())),
+            ("timezone", nullable(string())),
+            ("content_inclusion_policy", string()),
+            ("terms_agreed_at", datetime()),
+            ("privacy_agreed_at", datetime()),
+            ("marketing_agreed_at", nullable(datetime())),
+            ("terms_version", string()),
+            ("privacy_version", string()),
+            ("status", enumeration(&["active", "pending_deletion"])),
+            ("deletion_requested_at", nullable(datetime())),
+            ("deletion_response_due_at", nullable(datetime())),
+            ("deleted_at", nullable(datetime())),
+            ("csrf_token", doc(string(), "This session's token for X-CSRF-Token")),
+        ],
+    )
 }
 
 fn deletion_schema() -> Value {
-    object(&[], vec![
-        ("owner_id", uuid()),
-        ("status", string()),
-        ("deletion_requested_at", nullable(datetime())),
-        ("deletion_response_due_at", nullable(datetime())),
-        ("grace_period_days", integer()),
-        ("response_days", integer()),
-        ("residence_country", nullable(string())),
-    ])
+    object(
+        &[],
+        vec![
+            ("owner_id", uuid()),
+            ("status", string()),
+            ("deletion_requested_at", nullable(datetime())),
+            ("deletion_response_due_at", nullable(datetime())),
+            ("grace_period_days", integer()),
+            ("response_days", integer()),
+            ("residence_country", nullable(string())),
+        ],
+    )
 }
 
 pub(crate) fn profile(owner: &OwnerRecord, now: chrono::DateTime<chrono::Utc>) -> Value {
@@ -176,7 +195,10 @@ async fn residence(State(state): State<AppState>, auth: AuthOwner, JsonBody(body
     let o = Obj::new(&body, "", &["residence_country"])?;
     let country = o.req_str("residence_country")?;
     if !RESIDENCES.contains(&country) {
-        return Err(ApiError::bad("INVALID_ENUM", format!("residence_country must be one of {}; got {}", RESIDENCES.join(", "), anchor_domain::brief(country))));
+        return Err(ApiError::bad(
+            "INVALID_ENUM",
+            format!("residence_country must be one of {}; got {}", RESIDENCES.join(", "), anchor_domain::brief(country)),
+        ));
     }
     state.store.set_owner_residence(auth.owner.owner_id, country, state.clock.now()).await?;
     let owner = reload(&state, &auth).await?;

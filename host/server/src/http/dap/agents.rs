@@ -5,8 +5,8 @@
 //! (`GET /v1/dab/status` reads the same column). Removing it, or unlinking the
 //! agent, returns the agent to the operator default.
 
-use axum::extract::State;
 use crate::extract::ApiQuery;
+use axum::extract::State;
 use axum::http::Method;
 use axum::routing::{delete, get, post, put};
 use rand::RngCore;
@@ -25,18 +25,21 @@ use crate::owner::AuthOwner;
 use crate::state::AppState;
 
 pub fn operations() -> Vec<Operation> {
-    let dab = object(&[], vec![
-        ("agent_id", uuid()),
-        ("budget_limit_dac", number()),
-        ("budget_period", enumeration(&["monthly"])),
-        ("limit_source", enumeration(&["owner", "operator_default"])),
-        ("period_start", datetime()),
-        ("period_resets_at", datetime()),
-        ("budget_used_dac", number()),
-        ("spent_dac", number()),
-        ("remaining_dac", number()),
-        ("limit_reached", boolean()),
-    ]);
+    let dab = object(
+        &[],
+        vec![
+            ("agent_id", uuid()),
+            ("budget_limit_dac", number()),
+            ("budget_period", enumeration(&["monthly"])),
+            ("limit_source", enumeration(&["owner", "operator_default"])),
+            ("period_start", datetime()),
+            ("period_resets_at", datetime()),
+            ("budget_used_dac", number()),
+            ("spent_dac", number()),
+            ("remaining_dac", number()),
+            ("limit_reached", boolean()),
+        ],
+    );
     vec![
         op(Method::POST, "/dap/agent/link", post(link))
             .tag("DAP Agent")
@@ -176,13 +179,23 @@ async fn link(
     let now = state.clock.now();
     let outcome = state
         .store
-        .link_agent(agent_id, auth.owner.owner_id, &hash_secret(token), &hash_secret(&new_token), now, state.settings.dap.max_agents_per_owner)
+        .link_agent(
+            agent_id,
+            auth.owner.owner_id,
+            &hash_secret(token),
+            &hash_secret(&new_token),
+            now,
+            state.settings.dap.max_agents_per_owner,
+        )
         .await?;
     let linked_at = match outcome {
         Link::Linked { linked_at } => linked_at,
         Link::WrongToken => return Err(invalid()),
         Link::LinkedElsewhere => {
-            return Err(ApiError::Conflict { code: "AGENT_ALREADY_LINKED", message: "another owner manages this agent; it must unlink it first".into() });
+            return Err(ApiError::Conflict {
+                code: "AGENT_ALREADY_LINKED",
+                message: "another owner manages this agent; it must unlink it first".into(),
+            });
         }
         Link::TooMany => {
             return Err(ApiError::forbidden(
@@ -191,12 +204,15 @@ async fn link(
             ));
         }
     };
-    Ok((crate::http::agents::NO_STORE, axum::Json(json!({
-        "agent_id": agent_id,
-        "linked_at": time(linked_at),
-        "new_auth_token": new_token,
-        "message": "linked; the agent's previous token is revoked: give it new_auth_token",
-    }))))
+    Ok((
+        crate::http::agents::NO_STORE,
+        axum::Json(json!({
+            "agent_id": agent_id,
+            "linked_at": time(linked_at),
+            "new_auth_token": new_token,
+            "message": "linked; the agent's previous token is revoked: give it new_auth_token",
+        })),
+    ))
 }
 
 async fn unlink(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {

@@ -9,10 +9,10 @@ use uuid::Uuid;
 
 use anchor_store::{NewOwner, OwnerRecord};
 
-use crate::http::input::Obj;
 use super::{managed, password_checked, reserve_password_attempt, time};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AuthAgent, JsonBody};
+use crate::http::input::Obj;
 use crate::openapi::*;
 use crate::owner::{self, AuthOwner};
 use crate::state::AppState;
@@ -24,45 +24,65 @@ pub const PRIVACY_VERSION: &str = "2026-11-01";
 pub const MAX_OWNER_DEPTH: i32 = 3;
 
 pub fn operations() -> Vec<Operation> {
-    let owner_identity = object(&[], vec![
-        ("owner_id", uuid()),
-        ("owner_type", enumeration(&["human", "agent"])),
-        ("managing_agent_id", uuid()),
-        ("parent_owner_id", uuid()),
-        ("owner_depth", integer()),
-    ]);
+    let owner_identity = object(
+        &[],
+        vec![
+            ("owner_id", uuid()),
+            ("owner_type", enumeration(&["human", "agent"])),
+            ("managing_agent_id", uuid()),
+            ("parent_owner_id", uuid()),
+            ("owner_depth", integer()),
+        ],
+    );
     vec![
         op(Method::POST, "/dap/register", post(register))
             .tag("DAP Auth")
             .summary("Create an owner account")
             .request(
-                object(&["email", "password", "terms_agreed", "privacy_agreed"], vec![
-                    ("email", json!({ "type": "string", "format": "email" })),
-                    ("password", doc(string(), "10 to 128 characters, with a letter and a non-letter; not the email")),
-                    ("browser_language", string()),
-                    ("timezone", string()),
-                    ("terms_agreed", doc(boolean(), "Must be true (400 TERMS_REQUIRED)")),
-                    ("privacy_agreed", doc(boolean(), "Must be true (400 PRIVACY_REQUIRED)")),
-                ]),
+                object(
+                    &["email", "password", "terms_agreed", "privacy_agreed"],
+                    vec![
+                        ("email", json!({ "type": "string", "format": "email" })),
+                        ("password", doc(string(), "10 to 128 characters, with a letter and a non-letter; not the email")),
+                        ("browser_language", string()),
+                        ("timezone", string()),
+                        ("terms_agreed", doc(boolean(), "Must be true (400 TERMS_REQUIRED)")),
+                        ("privacy_agreed", doc(boolean(), "Must be true (400 PRIVACY_REQUIRED)")),
+                    ],
+                ),
                 json!({ "email": "owner@example.com", "password": "a long passphrase 7", "terms_agreed": true, "privacy_agreed": true }),
             )
-            .ok(201, "Registered; sign in with POST /dap/login", object(&[], vec![
-                ("owner_id", uuid()),
-                ("email", string()),
-                ("owner_type", string()),
-                ("created_at", datetime()),
-                ("message", string()),
-            ]))
+            .ok(
+                201,
+                "Registered; sign in with POST /dap/login",
+                object(
+                    &[],
+                    vec![
+                        ("owner_id", uuid()),
+                        ("email", string()),
+                        ("owner_type", string()),
+                        ("created_at", datetime()),
+                        ("message", string()),
+                    ],
+                ),
+            )
             .error(400, "Invalid input", &["MISSING_FIELD", "INVALID_VALUE", "TERMS_REQUIRED", "PRIVACY_REQUIRED"])
             .error(409, "The email already has an account", &["EMAIL_ALREADY_REGISTERED"]),
         op(Method::GET, "/dap/register/suggested-country", get(suggested_country))
             .tag("DAP Auth")
             .summary("A residence country guessed from the request, for the sign-up form")
-            .ok(200, "Suggested country", object(&[], vec![
-                ("suggested_country", enumeration(RESIDENCES)),
-                ("detection_source", enumeration(&["country_header", "accept_language", "default"])),
-                ("detection_raw", nullable(string())),
-            ])),
+            .ok(
+                200,
+                "Suggested country",
+                object(
+                    &[],
+                    vec![
+                        ("suggested_country", enumeration(RESIDENCES)),
+                        ("detection_source", enumeration(&["country_header", "accept_language", "default"])),
+                        ("detection_raw", nullable(string())),
+                    ],
+                ),
+            ),
         op(Method::POST, "/dap/auth/agent-login", post(agent_login))
             .tag("DAP Auth")
             .summary("Open an owner session as an agent-type owner, with the agent's token")
@@ -77,7 +97,11 @@ pub fn operations() -> Vec<Operation> {
             .request(object(&["agent_id"], vec![("agent_id", uuid())]), json!({ "agent_id": "00000000-0000-4000-8000-000000000000" }))
             .ok(201, "Agent-type owner created", owner_identity)
             .error(400, "agent_id missing or malformed", &["MISSING_FIELD", "INVALID_UUID"])
-            .error(403, "Not a human owner, too deep, or the agent is not linked to this owner", &["HUMAN_OWNER_REQUIRED", "OWNER_DEPTH_EXCEEDED", "NOT_LINKED"])
+            .error(
+                403,
+                "Not a human owner, too deep, or the agent is not linked to this owner",
+                &["HUMAN_OWNER_REQUIRED", "OWNER_DEPTH_EXCEEDED", "NOT_LINKED"],
+            )
             .error(409, "The agent is already an owner", &["ALREADY_REGISTERED"])
             .error(503, "Agent-type owners are turned off on this service", &["FEATURE_NOT_AVAILABLE"]),
         op(Method::POST, "/dap/login", post(login))
@@ -87,13 +111,20 @@ pub fn operations() -> Vec<Operation> {
                 object(&["email", "password"], vec![("email", json!({ "type": "string", "format": "email" })), ("password", string())]),
                 json!({ "email": "owner@example.com", "password": "a long passphrase 7" }),
             )
-            .ok(200, "Signed in", object(&[], vec![
-                ("message", string()),
-                ("owner_id", uuid()),
-                ("email", string()),
-                ("csrf_token", doc(string(), "Send as X-CSRF-Token on state-changing requests made from a browser")),
-                ("session_expires_at", datetime()),
-            ]))
+            .ok(
+                200,
+                "Signed in",
+                object(
+                    &[],
+                    vec![
+                        ("message", string()),
+                        ("owner_id", uuid()),
+                        ("email", string()),
+                        ("csrf_token", doc(string(), "Send as X-CSRF-Token on state-changing requests made from a browser")),
+                        ("session_expires_at", datetime()),
+                    ],
+                ),
+            )
             .error(401, "Wrong email or password", &["UNAUTHORIZED"])
             .error(429, "Too many failed attempts for this email", &["RATE_LIMITED"]),
         op(Method::POST, "/dap/logout", post(logout))
@@ -168,7 +199,10 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
         created_at: now,
     };
     if !state.store.insert_owner(&owner).await? {
-        return Err(ApiError::Conflict { code: "EMAIL_ALREADY_REGISTERED", message: "this email already has an owner account; sign in instead".into() });
+        return Err(ApiError::Conflict {
+            code: "EMAIL_ALREADY_REGISTERED",
+            message: "this email already has an owner account; sign in instead".into(),
+        });
     }
     Ok((
         StatusCode::CREATED,
@@ -208,7 +242,9 @@ async fn suggested_country(headers: HeaderMap) -> axum::Json<Value> {
         .iter()
         .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| v.len() == 2));
     if let Some(country) = header_country {
-        return axum::Json(json!({ "suggested_country": residence_of(country), "detection_source": "country_header", "detection_raw": country }));
+        return axum::Json(
+            json!({ "suggested_country": residence_of(country), "detection_source": "country_header", "detection_raw": country }),
+        );
     }
     let language = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let first = language.split(',').next().unwrap_or("").split(';').next().unwrap_or("").trim();
@@ -255,13 +291,7 @@ async fn login(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiRe
     let Some(owner) = owner else {
         return Err(ApiError::OwnerUnauthorized { message: "email or password is wrong".into() });
     };
-    with_session(
-        &state,
-        &owner,
-        StatusCode::OK,
-        json!({ "message": "signed in", "owner_id": owner.owner_id, "email": owner.email }),
-    )
-    .await
+    with_session(&state, &owner, StatusCode::OK, json!({ "message": "signed in", "owner_id": owner.owner_id, "email": owner.email })).await
 }
 
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
@@ -320,7 +350,11 @@ async fn agent_login(State(state): State<AppState>, AuthAgent(agent): AuthAgent)
     with_session(&state, &owner, StatusCode::OK, identity(&owner)).await
 }
 
-async fn register_agent(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+async fn register_agent(
+    State(state): State<AppState>,
+    auth: AuthOwner,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, axum::Json<Value>)> {
     feature_check(&state)?;
     let o = Obj::new(&body, "", &["agent_id"])?;
     let agent_id = o.req_uuid("agent_id")?;

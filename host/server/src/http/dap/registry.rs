@@ -8,8 +8,8 @@
 //!
 //! Policy: see [`enforce_policy`].
 
-use axum::extract::State;
 use crate::extract::{ApiPath, ApiQuery};
+use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::routing::{get, patch};
 use serde::Deserialize;
@@ -33,41 +33,54 @@ pub const DESCRIPTION_MAX: usize = 1000;
 pub const POLICIES: &[&str] = &["agent_choice", "always_branch_0", "always_branch_1"];
 
 pub fn operations() -> Vec<Operation> {
-    let category = object(&[], vec![
-        ("classification_id", uuid()),
-        ("classification_key", string()),
-        ("classification_label", string()),
-        ("description", nullable(string())),
-        ("is_active", boolean()),
-        ("created_at", datetime()),
-    ]);
-    let policy = object(&[], vec![
-        ("content_inclusion_policy", enumeration(POLICIES)),
-        ("valid_values", array(string())),
-        ("effect", string()),
-    ]);
+    let category = object(
+        &[],
+        vec![
+            ("classification_id", uuid()),
+            ("classification_key", string()),
+            ("classification_label", string()),
+            ("description", nullable(string())),
+            ("is_active", boolean()),
+            ("created_at", datetime()),
+        ],
+    );
+    let policy =
+        object(&[], vec![("content_inclusion_policy", enumeration(POLICIES)), ("valid_values", array(string())), ("effect", string())]);
     vec![
         op(Method::GET, "/dap/classification", get(list))
             .tag("Classification")
             .summary("The owner's categories (active only unless include_inactive=true), and the operator's base keys")
             .owner()
             .query_param("include_inactive", boolean())
-            .ok(200, "Categories", object(&[], vec![
-                ("classifications", array(category.clone())),
-                ("count", integer()),
-                ("base_classifications", array(object(&[], vec![("classification_key", string()), ("classification_label", string())]))),
-            ]))
+            .ok(
+                200,
+                "Categories",
+                object(
+                    &[],
+                    vec![
+                        ("classifications", array(category.clone())),
+                        ("count", integer()),
+                        (
+                            "base_classifications",
+                            array(object(&[], vec![("classification_key", string()), ("classification_label", string())])),
+                        ),
+                    ],
+                ),
+            )
             .error(400, "include_inactive is not true or false", &["INVALID_VALUE"]),
         op(Method::POST, "/dap/classification", axum::routing::post(create))
             .tag("Classification")
             .summary("Add a category for this owner's agents")
             .owner()
             .request(
-                object(&["classification_key", "classification_label"], vec![
-                    ("classification_key", json!({ "type": "string", "maxLength": KEY_MAX, "pattern": KEY_PATTERN })),
-                    ("classification_label", json!({ "type": "string", "maxLength": LABEL_MAX })),
-                    ("description", json!({ "type": "string", "maxLength": DESCRIPTION_MAX })),
-                ]),
+                object(
+                    &["classification_key", "classification_label"],
+                    vec![
+                        ("classification_key", json!({ "type": "string", "maxLength": KEY_MAX, "pattern": KEY_PATTERN })),
+                        ("classification_label", json!({ "type": "string", "maxLength": LABEL_MAX })),
+                        ("description", json!({ "type": "string", "maxLength": DESCRIPTION_MAX })),
+                    ],
+                ),
                 json!({ "classification_key": "vendor_payment", "classification_label": "Vendor payment" }),
             )
             .ok(201, "Created", category.clone())
@@ -79,10 +92,13 @@ pub fn operations() -> Vec<Operation> {
             .owner()
             .path_param("id", uuid())
             .request(
-                object(&[], vec![
-                    ("classification_label", json!({ "type": "string", "maxLength": LABEL_MAX })),
-                    ("description", json!({ "type": "string", "maxLength": DESCRIPTION_MAX })),
-                ]),
+                object(
+                    &[],
+                    vec![
+                        ("classification_label", json!({ "type": "string", "maxLength": LABEL_MAX })),
+                        ("description", json!({ "type": "string", "maxLength": DESCRIPTION_MAX })),
+                    ],
+                ),
                 json!({ "classification_label": "Payment to a vendor" }),
             )
             .ok(200, "Updated", category.clone())
@@ -133,7 +149,12 @@ async fn list(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQu
     let include_inactive = match q.include_inactive.as_deref() {
         None | Some("false") | Some("0") => false,
         Some("true") | Some("1") => true,
-        Some(other) => return Err(ApiError::bad("INVALID_VALUE", format!("include_inactive must be true or false; got {}", anchor_domain::brief(other)))),
+        Some(other) => {
+            return Err(ApiError::bad(
+                "INVALID_VALUE",
+                format!("include_inactive must be true or false; got {}", anchor_domain::brief(other)),
+            ));
+        }
     };
     let mine = state.store.owner_classifications(auth.owner.owner_id, include_inactive).await?;
     let base: Vec<Value> = state
@@ -163,8 +184,8 @@ fn check_text(name: &str, value: &str, max: usize) -> ApiResult<()> {
 
 fn check_key(key: &str) -> ApiResult<()> {
     let mut chars = key.chars();
-    let shaped = chars.next().is_some_and(|c| c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let shaped =
+        chars.next().is_some_and(|c| c.is_ascii_lowercase()) && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if !shaped || key.len() > KEY_MAX {
         return Err(ApiError::bad(
             "INVALID_VALUE",
@@ -205,7 +226,12 @@ async fn create(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): 
     Ok((StatusCode::CREATED, axum::Json(category_json(&category))))
 }
 
-async fn update(State(state): State<AppState>, auth: AuthOwner, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
+async fn update(
+    State(state): State<AppState>,
+    auth: AuthOwner,
+    ApiPath(id): ApiPath<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<axum::Json<Value>> {
     let id = path_uuid("id", &id)?;
     let body = if body.is_null() { json!({}) } else { body };
     let o = Obj::new(&body, "", &["classification_label", "description"])?;
@@ -235,8 +261,12 @@ async fn deactivate(State(state): State<AppState>, auth: AuthOwner, ApiPath(id):
 
 fn effect(policy: &str) -> &'static str {
     match policy {
-        "always_branch_0" => "declarations must use content_inclusion_flag 0 and no template; others are refused with 403 CONTENT_INCLUSION_POLICY",
-        "always_branch_1" => "declarations must use content_inclusion_flag 1 with a template; others are refused with 403 CONTENT_INCLUSION_POLICY",
+        "always_branch_0" => {
+            "declarations must use content_inclusion_flag 0 and no template; others are refused with 403 CONTENT_INCLUSION_POLICY"
+        }
+        "always_branch_1" => {
+            "declarations must use content_inclusion_flag 1 with a template; others are refused with 403 CONTENT_INCLUSION_POLICY"
+        }
         _ => "each agent chooses content_inclusion_flag per declaration",
     }
 }
@@ -253,7 +283,10 @@ async fn put_policy(State(state): State<AppState>, auth: AuthOwner, JsonBody(bod
     let o = Obj::new(&body, "", &["content_inclusion_policy"])?;
     let policy = o.req_str("content_inclusion_policy")?;
     if !POLICIES.contains(&policy) {
-        return Err(ApiError::bad("INVALID_ENUM", format!("content_inclusion_policy must be one of {}; got {}", POLICIES.join(", "), anchor_domain::brief(policy))));
+        return Err(ApiError::bad(
+            "INVALID_ENUM",
+            format!("content_inclusion_policy must be one of {}; got {}", POLICIES.join(", "), anchor_domain::brief(policy)),
+        ));
     }
     state.store.set_owner_policy(auth.owner.owner_id, policy).await?;
     Ok(axum::Json(policy_json(policy)))

@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
 use crate::extract::{ApiPath, ApiQuery};
+use axum::extract::State;
 use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -41,14 +41,17 @@ const RECENT: i64 = 20;
 const USAGE_MAX_DAYS: i64 = 366;
 
 pub fn operations() -> Vec<Operation> {
-    let recent = object(&[], vec![
-        ("dd_id", uuid()),
-        ("anchored_at", datetime()),
-        ("selection_state", string()),
-        ("decision_action_type", string()),
-        ("dac_amount", nullable(number())),
-        ("settlement_statuses", array(string())),
-    ]);
+    let recent = object(
+        &[],
+        vec![
+            ("dd_id", uuid()),
+            ("anchored_at", datetime()),
+            ("selection_state", string()),
+            ("decision_action_type", string()),
+            ("dac_amount", nullable(number())),
+            ("settlement_statuses", array(string())),
+        ],
+    );
     let counts = || object(&[], vec![("dd_count", integer()), ("dac_total", number())]);
     vec![
         op(Method::GET, "/dap/dashboard", get(dashboard))
@@ -166,7 +169,12 @@ fn settlement_statuses(s: &StoredDeclaration) -> Vec<&str> {
 }
 
 /// Every declaration of the agent anchored in `[from, to)`, newest first.
-async fn all_declarations(state: &AppState, agent_id: Uuid, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> ApiResult<Vec<StoredDeclaration>> {
+async fn all_declarations(
+    state: &AppState,
+    agent_id: Uuid,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> ApiResult<Vec<StoredDeclaration>> {
     const PAGE: i64 = 500;
     let mut out = Vec::new();
     loop {
@@ -298,7 +306,12 @@ struct RangeQuery {
     to: Option<String>,
 }
 
-async fn export(State(state): State<AppState>, auth: AuthOwner, ApiPath(agent_id): ApiPath<String>, ApiQuery(q): ApiQuery<RangeQuery>) -> ApiResult<Response> {
+async fn export(
+    State(state): State<AppState>,
+    auth: AuthOwner,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<RangeQuery>,
+) -> ApiResult<Response> {
     let agent_id = path_uuid("agent_id", &agent_id)?;
     let from = query_datetime("from", q.from.as_deref())?;
     let to = query_datetime("to", q.to.as_deref())?;
@@ -343,7 +356,8 @@ struct DdQuery {
 async fn evidence_report(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<DdQuery>) -> ApiResult<axum::Json<Value>> {
     let dd_id = q.dd_id.as_deref().ok_or_else(|| ApiError::bad("MISSING_FIELD", "the dd_id query parameter is required"))?;
     let dd_id = path_uuid("dd_id", dd_id)?;
-    let stored = state.store.declaration(dd_id).await?.ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    let stored =
+        state.store.declaration(dd_id).await?.ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
     let d = &stored.declaration;
     managed(&state, &auth.owner, d.agent_id).await?;
     let log_entry = state.store.log_entry_for(dd_id).await?;
