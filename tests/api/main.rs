@@ -2,6 +2,7 @@
 //! built from `plugins/`, and every storage test on SQLite and PostgreSQL.
 
 mod agents;
+mod app_use_cases;
 mod concurrency;
 mod dap;
 mod declarations;

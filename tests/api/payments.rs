@@ -7,8 +7,8 @@ use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use anchor_domain::Clock;
-use anchor_server::x402::TransferWithAuthorization;
 use anchor_tests::*;
+use anchor_x402::TransferWithAuthorization;
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -21,16 +21,16 @@ fn b64(value: &Value) -> String {
 
 /// What to change while signing, to make a bad payment.
 #[derive(Default)]
-struct Twist {
-    domain_name: Option<&'static str>,
-    valid_before_in: Option<i64>,
-    value: Option<u64>,
-    to: Option<&'static str>,
-    claim_from: Option<&'static str>,
+pub(crate) struct Twist {
+    pub(crate) domain_name: Option<&'static str>,
+    pub(crate) valid_before_in: Option<i64>,
+    pub(crate) value: Option<u64>,
+    pub(crate) to: Option<&'static str>,
+    pub(crate) claim_from: Option<&'static str>,
 }
 
 /// Signs an authorization for `challenge` the way the official client does.
-fn pay(challenge: &Value, now: i64, twist: Twist) -> Value {
+pub(crate) fn pay(challenge: &Value, now: i64, twist: Twist) -> Value {
     let signer: PrivateKeySigner = TEST_KEY.parse().unwrap();
     let accepts = &challenge["accepts"][0];
     let amount: u64 = accepts["amount"].as_str().unwrap().parse().unwrap();
@@ -306,9 +306,6 @@ async fn bad_payments_are_refused_with_their_reason(backend: Backend) {
     send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", base64::engine::general_purpose::STANDARD.encode("{not json"))))
         .await
         .assert_error(400, "INVALID_PAYLOAD");
-    // X-PAYMENT (the v1 header) alone is no payment: the challenge again.
-    let v1 = send(&t, &agent, &body, Some(("X-PAYMENT", b64(&pay(&challenge, now, Twist::default()))))).await;
-    assert_eq!(challenge_of(&v1)["error"], "Payment required");
     // A bad request gets its 400 before any payment is looked at.
     let mut invalid = body.clone();
     invalid["dd"]["selection_state"] = json!("maybe");
@@ -316,6 +313,24 @@ async fn bad_payments_are_refused_with_their_reason(backend: Backend) {
         .await
         .assert_error(400, "INVALID_ENUM");
     assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(0), "nothing was recorded");
+    // Both headers with different payments are refused; X-PAYMENT alone (the
+    // header the published JS SDK retries with) pays like PAYMENT-SIGNATURE.
+    let reply = t
+        .call_with(
+            "POST",
+            "/v1/dd/create",
+            &[
+                ("authorization", &format!("Bearer {}", agent.token)),
+                ("payment-signature", &b64(&pay(&challenge, now, Twist::default()))),
+                ("x-payment", &b64(&pay(&challenge, now, Twist::default()))),
+            ],
+            Some(&body),
+        )
+        .await;
+    reply.assert_error(400, "INVALID_PAYLOAD");
+    let legacy = send(&t, &agent, &body, Some(("X-PAYMENT", b64(&pay(&challenge, now, Twist::default()))))).await;
+    assert_eq!(legacy.status.as_u16(), 201, "{}", legacy.text);
+    assert_eq!(legacy.json["status"], "pending_payment");
 }
 
 async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: Backend) {
@@ -405,7 +420,7 @@ mod stub {
 }
 
 async fn with_facilitator(backend: Backend) -> (TestServer, stub::Facilitator) {
-    use anchor_server::settlement::{FacilitatorSettler, StaticHeader};
+    use anchor_x402::settlement::{FacilitatorSettler, StaticHeader};
     let facilitator = stub::start().await;
     let settler = FacilitatorSettler::connect(
         &facilitator.url,
@@ -469,8 +484,8 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     let abandoned = created.json["dd_id"].as_str().unwrap().to_string();
     t.confirm(&agent, &abandoned).await.assert_error(503, "SETTLEMENT_PENDING");
     *facilitator.behaviour.lock().unwrap() = stub::Settle::Succeed;
-    assert_eq!(anchor_server::http::declarations::reconcile_unknown_settlements(&t.state).await.unwrap(), 1);
-    assert_eq!(anchor_server::http::declarations::reconcile_unknown_settlements(&t.state).await.unwrap(), 0, "nothing left to do");
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 1);
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 0, "nothing left to do");
     let status = t.get(&format!("/v1/payment/{abandoned}/status"), Some(&agent.token)).await;
     assert_eq!((status.json["settlement_status"].as_str(), status.json["x402"]["status"].as_str()), (Some("settled"), Some("settled")));
     assert_eq!(facilitator.moved.lock().unwrap().len(), 3, "three payments, each moved once");

@@ -175,7 +175,7 @@ fn sign_payment(challenge: &Value) -> String {
     let to: alloy_primitives::Address = accepts["payTo"].as_str().expect("payTo").parse().expect("payTo");
     let valid_before = chrono::Utc::now().timestamp() as u64 + accepts["maxTimeoutSeconds"].as_u64().expect("timeout");
     let nonce = alloy_primitives::B256::from(*uuid::Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().expect("32"));
-    let message = anchor_server::x402::TransferWithAuthorization {
+    let message = anchor_x402::TransferWithAuthorization {
         from: signer.address(),
         to,
         value: alloy_primitives::U256::from(amount),

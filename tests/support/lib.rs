@@ -119,7 +119,7 @@ pub struct Options {
     pub rate_limit: u32,
     pub dab_default: anchor_domain::MilliDac,
     /// `None`: local settlement.
-    pub settler: Option<Arc<dyn anchor_server::settlement::Settler>>,
+    pub settler: Option<Arc<dyn anchor_x402::settlement::Settler>>,
     /// Connection and request limits.
     pub http: anchor_server::listener::HttpLimits,
 }

@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod clock;
+pub mod dab;
 pub mod declarations;
 pub mod error;
 pub mod integrity;

@@ -10,7 +10,7 @@ use alloy_primitives::{B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::SolStruct;
-use anchor_server::x402::{self, TransferWithAuthorization, usdc_domain};
+use anchor_x402::{self as x402, TransferWithAuthorization, usdc_domain};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 

@@ -109,6 +109,23 @@ impl ApiError {
     }
 }
 
+impl From<anchor_app::AppError> for ApiError {
+    fn from(error: anchor_app::AppError) -> ApiError {
+        use anchor_app::AppError;
+        match error {
+            AppError::Invalid(invalid) => ApiError::BadRequest(invalid),
+            AppError::Forbidden { code, message } => ApiError::Forbidden { code, message },
+            AppError::NotFound { code, message } => ApiError::NotFound { code, message },
+            AppError::Conflict { code, message } => ApiError::Conflict { code, message },
+            AppError::Gone { code, message } => ApiError::Gone { code, message },
+            AppError::PaymentRequired(required) => ApiError::PaymentRequired(required.challenge()),
+            AppError::SettlementFailed { reason, payer } => ApiError::SettlementFailed { reason, payer },
+            AppError::Unavailable { code, message } => ApiError::Unavailable { code, message },
+            AppError::Internal(error) => ApiError::Internal(error),
+        }
+    }
+}
+
 impl From<Invalid> for ApiError {
     fn from(invalid: Invalid) -> ApiError {
         ApiError::BadRequest(invalid)
@@ -224,7 +241,7 @@ impl IntoResponse for ApiError {
                     )),
                 )
                     .into_response();
-                if let Ok(value) = HeaderValue::from_str(&crate::x402::settle_response(false, "", &payer, Some(&reason))) {
+                if let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(false, "", &payer, Some(&reason))) {
                     response.headers_mut().insert("payment-response", value);
                 }
                 response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

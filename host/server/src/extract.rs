@@ -169,3 +169,38 @@ where
         })
     }
 }
+
+/// The x402 payment offered with a request: the payload from
+/// `PAYMENT-SIGNATURE` (x402 v2) or `X-PAYMENT` (the header the published JS
+/// SDK tells its users to retry with), which get the same verification.
+/// Whether a malformed one is refused is the charge pipeline's call: only once
+/// an external payment is needed.
+pub struct PaymentOffer(pub anchor_app::charge::Offered);
+
+impl<S: Send + Sync> FromRequestParts<S> for PaymentOffer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<PaymentOffer, ApiError> {
+        use anchor_app::charge::Offered;
+        let signature = parts.headers.get("payment-signature");
+        let legacy = parts.headers.get("x-payment");
+        let (name, value) = match (signature, legacy) {
+            (None, None) => return Ok(PaymentOffer(Offered::None)),
+            (Some(a), Some(b)) if a != b => {
+                return Ok(PaymentOffer(Offered::Malformed(
+                    "PAYMENT-SIGNATURE and X-PAYMENT carry different payments; send one of them".into(),
+                )));
+            }
+            (Some(value), _) => ("PAYMENT-SIGNATURE", value),
+            (None, Some(value)) => ("X-PAYMENT", value),
+        };
+        let offered = match value.to_str() {
+            Err(_) => Offered::Malformed(format!("{name} is not ASCII")),
+            Ok(text) => match anchor_x402::decode_payload(name, text) {
+                Ok(payload) => Offered::Payload(payload),
+                Err(message) => Offered::Malformed(message),
+            },
+        };
+        Ok(PaymentOffer(offered))
+    }
+}

@@ -13,15 +13,14 @@ pub mod openapi;
 pub mod owner;
 pub mod payment;
 pub mod ratelimit;
-pub mod settlement;
 pub mod state;
-pub mod x402;
 
 use std::sync::Arc;
 
 use anchor_domain::pricing::Pricing;
 use anchor_domain::{Clock, SystemClock};
 use anchor_plugins::{Limits, PluginEngine, WasmPricing};
+use anchor_x402::settlement::{FacilitatorSettler, LocalSettler, Settler, StaticHeader};
 
 pub use http::app;
 pub use state::{AppState, Settings};
@@ -46,23 +45,23 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
              use --x402-mode facilitator"
         );
     }
-    let settler: Arc<dyn settlement::Settler> = if config.x402_mode == "facilitator" {
+    let settler: Arc<dyn Settler> = if config.x402_mode == "facilitator" {
         let url = config.facilitator_url.as_deref().ok_or_else(|| anyhow::anyhow!("--x402-mode facilitator needs --facilitator-url"))?;
         let header = config.facilitator_auth.as_deref().map(|h| {
             let (name, value) = h.split_once(':').unwrap_or((h, ""));
             (name.trim().to_string(), value.trim().to_string())
         });
         Arc::new(
-            settlement::FacilitatorSettler::connect(
+            FacilitatorSettler::connect(
                 url,
-                Arc::new(settlement::StaticHeader(header)),
+                Arc::new(StaticHeader(header)),
                 std::time::Duration::from_secs(10),
                 std::time::Duration::from_secs(30),
             )
             .await?,
         )
     } else {
-        Arc::new(settlement::LocalSettler)
+        Arc::new(LocalSettler)
     };
     let url = config.database_url();
     let store = anchor_store::open(&url).await?;
@@ -90,28 +89,9 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let generation = pricing.generation().clone();
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
     let integrator = tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
-    // Payments whose settlement outcome is unknown are reconciled by the host
-    // holding the log lease, so one host does it at a time.
-    let reconciler = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-                let lease = chrono::Duration::seconds(3);
-                if state.store.acquire_log_lease(state.host_id, state.clock.now(), lease).await.unwrap_or(false) {
-                    if let Err(error) = http::declarations::reconcile_unknown_settlements(&state).await {
-                        tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed");
-                    }
-                    // Owner accounts whose deletion grace period ended are erased here too.
-                    match state.store.erase_due_owners(state.clock.now()).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
-                        Err(error) => tracing::warn!(error = %error, "owner erasure round failed"),
-                    }
-                }
-            }
-        })
-    };
+    // Background jobs (reconciliation, erasure) run on the host holding the
+    // log lease, so one host does them at a time.
+    let reconciler = tokio::spawn(anchor_app::jobs::run(state.app.clone(), state.host_id, std::time::Duration::from_secs(30)));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(
         listen = %listener.local_addr()?,

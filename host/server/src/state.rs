@@ -9,7 +9,7 @@ use anchor_store::Store;
 
 use crate::log::LogKey;
 use crate::ratelimit::RateLimiter;
-use crate::settlement::{LocalSettler, Settler};
+use anchor_x402::settlement::{LocalSettler, Settler};
 
 /// Settings handlers read; parsed once from the configuration.
 #[derive(Clone, Debug)]
@@ -70,6 +70,8 @@ pub struct AppState {
     pub settler: Arc<dyn Settler>,
     /// The OpenAPI document, built on first request from the route table.
     pub openapi: Arc<OnceLock<serde_json::Value>>,
+    /// The use cases' view of the same parts.
+    pub app: anchor_app::Services,
 }
 
 impl AppState {
@@ -81,6 +83,18 @@ impl AppState {
         settings: Settings,
     ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
+        let settler: Arc<dyn Settler> = Arc::new(LocalSettler);
+        let app = anchor_app::Services {
+            store: store.clone(),
+            pricing: pricing.clone(),
+            settler: settler.clone(),
+            clock: clock.clone(),
+            config: Arc::new(anchor_app::Config {
+                public_url: settings.public_url.clone(),
+                pay_to: settings.pay_to.clone(),
+                dab_default: settings.dab_default,
+            }),
+        };
         AppState {
             store,
             pricing,
@@ -90,8 +104,9 @@ impl AppState {
             settings: Arc::new(settings),
             started: Instant::now(),
             limiter,
-            settler: Arc::new(LocalSettler),
+            settler,
             openapi: Arc::default(),
+            app,
         }
     }
 }
@@ -99,6 +114,7 @@ impl AppState {
 impl AppState {
     /// The same state with another settler (facilitator mode).
     pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
+        self.app.settler = settler.clone();
         self.settler = settler;
         self
     }

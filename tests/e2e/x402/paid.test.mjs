@@ -6,6 +6,7 @@ import { randomUUID } from "node:crypto";
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm/exact/client";
 import { privateKeyToAccount } from "viem/accounts";
+import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
 
 const base = process.env.ANCHOR_BASE_URL;
 // Anvil's public test key #0: never holds real money.
@@ -58,4 +59,40 @@ test("a fresh agent spends its Trial, then pays with x402 and confirms", async (
   assert.equal(status.settlement_status, "settled");
   assert.equal(status.x402.status, "settled");
   assert.equal(status.x402.payer, account.address.toLowerCase());
+});
+
+// The published JS SDK tells its users to retry a 402 with the signed payload
+// in X-PAYMENT; the official client signs it here and the retry sends it there.
+test("a payment sent in X-PAYMENT pays a declaration the same way", async () => {
+  const registered = await (await fetch(`${base}/v1/agent/register`, json({}))).json();
+  const token = registered.auth_token;
+  for (let i = 0; i < 3; i++) {
+    assert.equal((await fetch(`${base}/v1/dd/create`, withToken(json(createBody("EE_high")), token))).status, 201);
+  }
+  const body = createBody("EE_high");
+  const unpaid = await fetch(`${base}/v1/dd/create`, withToken(json(body), token));
+  assert.equal(unpaid.status, 402);
+  const required = decodePaymentRequiredHeader(unpaid.headers.get("payment-required"));
+
+  const client = new x402Client().register("eip155:8453", new ExactEvmScheme(account));
+  const payload = await client.createPaymentPayload(required);
+  const retry = withToken(json(body), token);
+  retry.headers["x-payment"] = encodePaymentSignatureHeader(payload);
+  const paid = await fetch(`${base}/v1/dd/create`, retry);
+  const created = await paid.json();
+  assert.equal(paid.status, 201, JSON.stringify(created));
+  assert.equal(created.status, "pending_payment");
+  assert.equal(created.payment.amount_units, "157500");
+
+  // The same authorization cannot pay twice, whichever header carries it.
+  const again = withToken(json(createBody("EE_high")), token);
+  again.headers["payment-signature"] = encodePaymentSignatureHeader(payload);
+  const replayed = await fetch(`${base}/v1/dd/create`, again);
+  assert.equal(replayed.status, 402);
+
+  const confirmed = await fetch(`${base}/v1/dd/confirm`, withToken(json({ dd_id: created.dd_id }), token));
+  assert.equal(confirmed.status, 200, JSON.stringify(await confirmed.clone().json()));
+  const settlement = decodePaymentResponseHeader(confirmed.headers.get("payment-response"));
+  assert.equal(settlement.success, true);
+  assert.equal(settlement.payer.toLowerCase(), account.address.toLowerCase());
 });

@@ -18,30 +18,27 @@ use std::collections::HashMap;
 
 use crate::extract::{ApiPath, ApiQuery};
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use chrono::{DateTime, SecondsFormat, Utc};
-use rand::RngCore;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
-use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
-use anchor_domain::declarations::ee::{self, EeFields, Scope};
+use anchor_domain::declarations::ee;
 use anchor_domain::declarations::template::{self, Template};
-use anchor_domain::integrity::{ENCODING_NAME, integrity_hash};
-use anchor_store::{
-    AgentRecord, Created, DirectRead, ListFilter, NewDeclaration, NewPayment, PaymentSource, StoredDeclaration, UsageEntry,
-};
+use anchor_domain::integrity::ENCODING_NAME;
+use anchor_store::{AgentRecord, DirectRead, ListFilter, PaymentSource, StoredDeclaration};
 
 use super::input::{Obj, path_uuid, query_datetime};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{AuthAgent, JsonBody};
+use crate::extract::{AuthAgent, JsonBody, PaymentOffer};
 use crate::openapi::*;
+use crate::payment;
 use crate::state::AppState;
-use crate::{payment, settlement, x402};
+use anchor_app::declarations::{self, CreateInput, EeInput, PremiumSource};
 
 const CREATE_FIELDS: &[&str] = &["request_id", "dd", "ee", "continuity", "premium_payment_source", "content_inclusion_flag", "template"];
 const DD_FIELDS: &[&str] = &[
@@ -77,7 +74,6 @@ const TEMPLATE_FIELDS: &[&str] = &[
     "decision_trigger",
     "human_involvement",
 ];
-const PREMIUM_SOURCES: &[&str] = &["external", "earned"];
 const SETTLEMENT_STATUSES: &[&str] = &["unreserved", "pending", "settled", "released"];
 
 pub fn operations() -> Vec<Operation> {
@@ -94,7 +90,7 @@ pub fn operations() -> Vec<Operation> {
                     ("dd", reference("DDInput")),
                     ("ee", reference("EEInput")),
                     ("continuity", object(&[], vec![("parent_dd_id", uuid())])),
-                    ("premium_payment_source", enumeration(PREMIUM_SOURCES)),
+                    ("premium_payment_source", enumeration(PremiumSource::NAMES)),
                     ("content_inclusion_flag", json!({ "type": "integer", "enum": [0, 1], "default": 0 })),
                     ("template", reference("TemplateInput")),
                 ]),
@@ -133,7 +129,7 @@ pub fn operations() -> Vec<Operation> {
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
                 "PII_DETECTED", "INSUFFICIENT_DAC", "INVALID_PAYLOAD",
             ])
-            .error(400, "A PAYMENT-SIGNATURE header that is not base64 JSON.", &["INVALID_PAYLOAD"])
+            .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON, or both headers with different payments.", &["INVALID_PAYLOAD"])
             .error(403, "The parent belongs to another agent, indefinite retention without a subscription, or the agent's DAB is reached.", &[
                 "FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED", "DAB_LIMIT_REACHED",
             ])
@@ -229,28 +225,6 @@ pub fn operations() -> Vec<Operation> {
 
 // ---- reading the create request ----
 
-struct CreateInput {
-    request_id: Uuid,
-    dd: DdFields,
-    ee: EeInput,
-    content_inclusion: bool,
-    template: Option<Template>,
-    premium_source: Option<&'static str>,
-}
-
-struct EeInput {
-    preset: Option<String>,
-    retention: Option<ee::Retention>,
-    integrity: Option<ee::Integrity>,
-    disclosure: Option<ee::Disclosure>,
-    responsibility: Option<ee::Responsibility>,
-    content_scope: ee::ContentScope,
-    delegation: ee::Delegation,
-    period: ee::AccessPeriod,
-    quota: i64,
-    access_class: ee::AccessClass,
-}
-
 fn read_create(body: &Value, now: DateTime<Utc>) -> ApiResult<CreateInput> {
     let top = Obj::new(body, "", CREATE_FIELDS)?;
     let request_id = top.req_uuid("request_id")?;
@@ -298,7 +272,7 @@ fn read_create(body: &Value, now: DateTime<Utc>) -> ApiResult<CreateInput> {
         }
         _ => {}
     }
-    let premium_source = top.opt_enum("premium_payment_source", |s| PREMIUM_SOURCES.iter().find(|p| **p == s).copied(), PREMIUM_SOURCES)?;
+    let premium_source = top.opt_enum("premium_payment_source", PremiumSource::parse, PremiumSource::NAMES)?;
     Ok(CreateInput { request_id, dd, ee, content_inclusion, template, premium_source })
 }
 
@@ -422,215 +396,16 @@ fn read_template(value: &Value) -> ApiResult<Template> {
     })
 }
 
-/// Expands the preset, if any, over the sent axes.
-fn resolve_scope(state: &AppState, input: &EeInput) -> ApiResult<Scope> {
-    let mut retention = input.retention;
-    let mut integrity = input.integrity;
-    let mut disclosure = input.disclosure;
-    let mut responsibility = input.responsibility;
-    if let Some(name) = &input.preset {
-        let presets = state.pricing.presets()?;
-        let Some(preset) = presets.iter().find(|p| &p.name == name) else {
-            let names: Vec<&str> = presets.iter().filter(|p| p.enabled).map(|p| p.name.as_str()).collect();
-            return Err(ApiError::bad(
-                "INVALID_EE_PRESET",
-                format!("ee.ee_preset {} is not a preset; active presets: {}", anchor_domain::brief(name), names.join(", ")),
-            ));
-        };
-        if !preset.enabled {
-            return Err(ApiError::bad(
-                "EE_PRESET_DISABLED",
-                format!("ee.ee_preset {} is disabled by the operator", anchor_domain::brief(name)),
-            ));
-        }
-        retention = Some(preset.retention);
-        integrity = Some(preset.integrity);
-        disclosure = Some(preset.disclosure);
-        responsibility = Some(preset.responsibility);
-    }
-    match (retention, integrity, disclosure, responsibility) {
-        (Some(retention), Some(integrity), Some(disclosure), Some(responsibility)) => {
-            Ok(Scope { retention, integrity, disclosure, responsibility, content_scope: input.content_scope, delegation: input.delegation })
-        }
-        _ => Err(ApiError::bad("MISSING_FIELD", "the four EE axes are required unless ee.ee_preset is sent")),
-    }
-}
-
 // ---- handlers ----
 
 async fn create(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
-    headers: HeaderMap,
+    PaymentOffer(offered): PaymentOffer,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, axum::Json<Value>)> {
-    let now = state.clock.now();
-    let input = read_create(&body, now)?;
-    let scope = resolve_scope(&state, &input.ee)?;
-    super::dap::registry::enforce_policy(&state, agent.agent_id, input.content_inclusion).await?;
-
-    if let Some(key) = input.template.as_ref().and_then(|t| t.self_classification.as_ref()) {
-        let known = state.store.classifications_for_agent(agent.agent_id).await?;
-        if !known.iter().any(|c| &c.key == key) {
-            return Err(ApiError::bad(
-                "INVALID_VALUE",
-                format!(
-                    "template.self_classification {} is not registered; GET /v1/classification lists the keys you may use",
-                    anchor_domain::brief(key)
-                ),
-            ));
-        }
-    }
-    if scope.retention == ee::Retention::Indefinite {
-        // Subscriptions to indefinite retention do not exist yet, so no agent holds one.
-        return Err(ApiError::forbidden(
-            "INDEFINITE_SUBSCRIPTION_REQUIRED",
-            "ee_retention_period indefinite needs an active indefinite-retention subscription; this agent has none",
-        ));
-    }
-
-    let quote = state.pricing.quote(scope)?;
-    let generation = state.pricing.generation().clone();
-    match input.premium_source {
-        Some("earned") if quote.premium() > MilliDac::ZERO => {
-            return Err(ApiError::bad(
-                "INSUFFICIENT_DAC",
-                format!("premium_payment_source earned: this agent holds 0 Earned DAC and the premium is {} DAC", quote.premium()),
-            ));
-        }
-        _ => {}
-    }
-
-    let mut salt = [0u8; 32];
-    rand::rng().fill_bytes(&mut salt);
-    let dd_id = Uuid::new_v4();
-    let declaration = Declaration {
-        dd_id,
-        ee_id: Uuid::new_v4(),
-        agent_id: agent.agent_id,
-        dd: input.dd,
-        ee: EeFields {
-            preset: input.ee.preset.clone(),
-            scope,
-            direct_access_period: input.ee.period,
-            direct_access_quota: input.ee.quota,
-            access_class: input.ee.access_class,
-        },
-        content_inclusion: input.content_inclusion,
-        template: input.template,
-        anchored_at: now,
-        lineage_group_id: dd_id,
-        pricing_version: generation.version,
-        pricing_sha256: generation.sha256,
-        dac_amount: quote.total,
-        salt,
-    };
-    let mut new = NewDeclaration {
-        direct_access_expires_at: declaration.ee.direct_access_period.end_from(now),
-        declaration,
-        request_id: input.request_id,
-        subtotal: quote.subtotal,
-        base_fee: quote.base_fee,
-        multiplier_permille: quote.multiplier_permille,
-        monthly: quote.monthly,
-        external: None,
-        base_from_trial: false,
-    };
-    // premium_payment_source external: Trial pays the base fee, x402 the premium.
-    let split = input.premium_source == Some("external") && quote.premium() > MilliDac::ZERO;
-    let mut created = if split {
-        Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }
-    } else {
-        state.store.create_declaration(&new, now).await?
-    };
-    if let Created::TrialCannotPay { balance, expired } = created {
-        // Trial cannot pay (or is asked not to pay the premium): an x402
-        // payment may, if one came with the request.
-        let (amount, description) = if split {
-            (
-                quote.premium(),
-                format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee),
-            )
-        } else {
-            let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
-            (quote.total, format!("Decision declaration of {} DAC; {why}", quote.total))
-        };
-        let challenge = payment::challenge(&state.settings, "/v1/dd/create", &description, amount, payment::DD_CREATE_MAX_TIMEOUT_SECS);
-        let refuse = |reason: x402::Reason| {
-            let mut challenge = challenge.clone();
-            challenge["error"] = json!(reason.as_str());
-            ApiError::PaymentRequired(challenge)
-        };
-        let (period_start, resets) = payment::dab_period(now);
-        let dab = state.store.dab_status(agent.agent_id, period_start).await?;
-        let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
-        if dab.spent + amount > limit {
-            return Err(payment::dab_reached(limit, dab.spent, amount, resets));
-        }
-        let payload = match x402::read(&headers) {
-            x402::Header::Absent => return Err(ApiError::PaymentRequired(challenge)),
-            x402::Header::Malformed(message) => return Err(ApiError::bad("INVALID_PAYLOAD", message)),
-            x402::Header::Present(payload) => payload,
-        };
-        let verified = x402::verify(&payload, &challenge["accepts"][0], now.timestamp()).map_err(refuse)?;
-        if let Err(reason) = state.settler.verify(&payload, &challenge["accepts"][0]).await {
-            let mut refused = challenge.clone();
-            refused["error"] = json!(reason);
-            return Err(ApiError::PaymentRequired(refused));
-        }
-        new.external = Some(NewPayment {
-            payment_id: Uuid::new_v4(),
-            network: payment::NETWORK.into(),
-            asset: payment::USDC_BASE.to_ascii_lowercase(),
-            payer: verified.payer.clone(),
-            nonce: verified.nonce.clone(),
-            amount_units: verified.amount_units,
-            pay_to: verified.pay_to.clone(),
-            valid_after: verified.valid_after,
-            valid_before: verified.valid_before,
-            route: "POST /v1/dd/create".into(),
-            payload: payload.to_string(),
-            deadline: now + chrono::Duration::seconds(payment::PAYMENT_WINDOW_SECS as i64),
-            dab_default: state.settings.dab_default,
-            period_start,
-        });
-        new.base_from_trial = split;
-        created = state.store.create_declaration(&new, now).await?;
-        match created {
-            Created::PaymentReplayed => return Err(refuse(x402::Reason::NonceUsed)),
-            Created::DabReached { limit, spent } => return Err(payment::dab_reached(limit, spent, amount, resets)),
-            Created::TrialCannotPay { .. } => {
-                return Err(ApiError::bad(
-                    "INSUFFICIENT_DAC",
-                    format!(
-                        "premium_payment_source external: Trial cannot pay the {} DAC base fee; leave the field out to pay the whole price over x402",
-                        quote.base_fee
-                    ),
-                ));
-            }
-            _ => {}
-        }
-    }
-    let stored = match created {
-        Created::New { .. } => state
-            .store
-            .declaration(dd_id)
-            .await?
-            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create")))?,
-        Created::Replayed(earlier) => *earlier,
-        Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } => {
-            return Err(ApiError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")));
-        }
-        Created::ParentNotFound => {
-            return Err(ApiError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration"));
-        }
-        Created::ParentForeign => {
-            return Err(ApiError::forbidden(
-                "FORBIDDEN",
-                "the parent declaration belongs to another agent; lineage stays within one agent",
-            ));
-        }
-    };
+    let input = read_create(&body, state.clock.now())?;
+    let stored = declarations::create(&state.app, &agent, input, offered).await?;
     Ok((StatusCode::CREATED, axum::Json(create_response(&stored, &agent, &state.settings.pay_to))))
 }
 
@@ -682,8 +457,8 @@ fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> 
         body["payment_deadline"] = json!(s.payment_deadline.map(time));
         body["payment"] = json!({
             "payment_address": pay_to,
-            "network": payment::NETWORK,
-            "asset": payment::USDC_BASE,
+            "network": anchor_x402::NETWORK,
+            "asset": anchor_x402::USDC_BASE,
             "amount_usdc": payment::usdc_json(usdc.usdc_base_units()),
             "amount_units": usdc.usdc_base_units().to_string(),
             "approx_krw": payment::approx_krw(usdc),
@@ -701,38 +476,24 @@ async fn confirm(
 ) -> ApiResult<axum::response::Response> {
     let input = Obj::new(&body, "", &["dd_id"])?;
     let dd_id = input.req_uuid("dd_id")?;
-    let stored = owned(&state, &agent, dd_id).await?;
-    if stored.confirmed_at.is_some() {
-        return Err(already_confirmed());
-    }
-    let now = state.clock.now();
-    if stored.settlement_status == "released" {
-        return Err(payment_expired());
-    }
-    let external = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
-    if stored.settlement_status == "failed" {
-        return Err(ApiError::Conflict {
-            code: "PAYMENT_FAILED",
-            message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
-        });
-    }
-    let Anchored { hash, usage, settlement_ref } = settle_and_anchor(&state, &stored, now).await?;
-    let mut sources: Vec<&str> = usage.iter().map(|u| u.source.as_str()).collect();
+    let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id).await?;
+    let mut sources: Vec<&str> = confirmed.usage.iter().map(|u| u.source.as_str()).collect();
     sources.dedup();
+    let external = confirmed.settlement.is_some();
     let body = json!({
         "dd_id": dd_id,
         "settlement_status": "settled",
-        "anchored_at": time(stored.declaration.anchored_at),
-        "confirmed_at": time(now),
-        "integrity_hash": hash,
+        "anchored_at": time(confirmed.anchored_at),
+        "confirmed_at": time(confirmed.confirmed_at),
+        "integrity_hash": confirmed.integrity_hash,
         "dac_ur_recorded": true,
         "payment_sources": sources,
         "settlement_currency": if external { json!("USDC") } else { Value::Null },
-        "exchange_rate_timestamp": if external { json!(time(now)) } else { Value::Null },
+        "exchange_rate_timestamp": if external { json!(time(confirmed.confirmed_at)) } else { Value::Null },
     });
     let mut response = axum::Json(body).into_response();
-    if let Some((reference, payer)) = settlement_ref {
-        let header = x402::settle_response(true, &reference, &payer, None);
+    if let Some((reference, payer)) = &confirmed.settlement {
+        let header = anchor_x402::settle_response(true, reference, payer, None);
         if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
             response.headers_mut().insert("payment-response", value);
             response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private"));
@@ -741,113 +502,9 @@ async fn confirm(
     Ok(response)
 }
 
-/// What confirming a declaration fixed.
-pub(crate) struct Anchored {
-    hash: String,
-    usage: Vec<UsageEntry>,
-    /// For an externally paid declaration: the settlement reference and the payer.
-    settlement_ref: Option<(String, String)>,
-}
-
-fn payment_expired() -> ApiError {
-    ApiError::Gone {
-        code: "PAYMENT_EXPIRED",
-        message: "the 30-minute payment window closed and the reservation was released; nothing was charged and this declaration can no longer be confirmed".into(),
-    }
-}
-
-/// Settles an externally paid declaration's payment (if it has one), then
-/// anchors the declaration: integrity hash, usage entries and log leaf in one
-/// transaction. Used by confirm and by the reconciler.
-pub(crate) async fn settle_and_anchor(state: &AppState, stored: &StoredDeclaration, now: DateTime<Utc>) -> ApiResult<Anchored> {
-    let dd_id = stored.declaration.dd_id;
-    let external = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
-    let expired = payment_expired;
-    let settlement_ref = if external {
-        let payment = state
-            .store
-            .payment_for(dd_id)
-            .await?
-            .ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
-        // An unknown outcome is reconciled before the window is looked at: the
-        // money may already have moved.
-        if payment.status != "settle_unknown" && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
-            state.store.close_payment(dd_id, "released", "released", "payment window expired before confirmation", now).await?;
-            return Err(expired());
-        }
-        let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| ApiError::Internal(e.into()))?;
-        let requirements = payload["accepted"].clone();
-        let reconciling = payment.status == "settle_unknown";
-        match state.settler.settle(&payload, &requirements, &payment::local_settlement_reference(&payment)).await {
-            settlement::Settled::Yes { reference } => Some((reference, payment.payer)),
-            // After an unknown outcome, a used nonce means the first settle went through.
-            settlement::Settled::No { reason } if reconciling && reason == settlement::NONCE_USED => {
-                Some((format!("reconciled:{}", payment.payment_id), payment.payer))
-            }
-            settlement::Settled::No { reason } => {
-                state.store.close_payment(dd_id, "failed", "settle_failed", &reason, now).await?;
-                return Err(ApiError::SettlementFailed { reason, payer: payment.payer });
-            }
-            settlement::Settled::Unknown { detail } => {
-                state.store.mark_settlement_unknown(dd_id, &detail, now).await?;
-                return Err(ApiError::Unavailable {
-                    code: "SETTLEMENT_PENDING",
-                    message: "the settlement's outcome is not known yet; nothing was anchored; confirm again to reconcile it".into(),
-                });
-            }
-        }
-    } else {
-        None
-    };
-    let hash = integrity_hash(&stored.declaration);
-    let mut usage = vec![UsageEntry { cost_component: "base_fee", source: stored.base_fee_source, amount: stored.base_fee }];
-    if stored.premium() > MilliDac::ZERO {
-        usage.push(UsageEntry { cost_component: "premium", source: stored.premium_source, amount: stored.premium() });
-    }
-    let leaf = anchor_verify::leaf_data(&hash, &time(stored.declaration.anchored_at));
-    let reference = settlement_ref.as_ref().map(|(r, _)| r.as_str());
-    if !state.store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await? {
-        let again = state.store.declaration(dd_id).await?;
-        return Err(match again {
-            Some(s) if s.settlement_status == "released" => expired(),
-            _ => already_confirmed(),
-        });
-    }
-    Ok(Anchored { hash, usage, settlement_ref })
-}
-
-/// One reconciliation round: every payment whose settlement outcome is unknown
-/// is settled again (which cannot move money twice) and, once settled, its
-/// declaration anchored, even if its agent never confirms again. Returns how
-/// many were resolved either way.
-pub async fn reconcile_unknown_settlements(state: &AppState) -> anyhow::Result<usize> {
-    let mut resolved = 0;
-    for dd_id in state.store.unknown_settlements(100).await? {
-        let Some(stored) = state.store.declaration(dd_id).await? else { continue };
-        if stored.confirmed_at.is_some() || stored.settlement_status != "pending" {
-            continue;
-        }
-        match settle_and_anchor(state, &stored, state.clock.now()).await {
-            Ok(_) | Err(ApiError::SettlementFailed { .. }) => resolved += 1,
-            Err(ApiError::Unavailable { .. }) => {}
-            Err(other) => tracing::warn!(%dd_id, error = ?other, "reconciliation failed"),
-        }
-    }
-    Ok(resolved)
-}
-
-fn already_confirmed() -> ApiError {
-    ApiError::Conflict { code: "ALREADY_CONFIRMED", message: "this declaration is already confirmed; confirmation happens once".into() }
-}
-
 /// The declaration, if it exists and belongs to `agent`.
 pub(crate) async fn owned(state: &AppState, agent: &AgentRecord, dd_id: Uuid) -> ApiResult<StoredDeclaration> {
-    let stored =
-        state.store.declaration(dd_id).await?.ok_or_else(|| ApiError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
-    if stored.declaration.agent_id != agent.agent_id {
-        return Err(ApiError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
-    }
-    Ok(stored)
+    Ok(declarations::owned(&state.app, agent.agent_id, dd_id).await?)
 }
 
 fn summary_schema() -> Value {

@@ -8,8 +8,8 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::openapi::{self, INTERFACE_VERSION, Operation, boolean, integer, object, op, string};
-use crate::payment::{NETWORK, USDC_BASE};
 use crate::state::AppState;
+use anchor_x402::{NETWORK, USDC_BASE};
 
 /// This implementation's own version.
 pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -112,7 +112,7 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 ## Costs\n\
 - Prices are in DAC; 1 DAC is 0.001 USD, paid in USDC on Base over x402 v2. GET {base}/v1/pricing/current has every number.\n\
 - A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts.\n\
-- When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header.\n\n\
+- When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header. Sign it with your wallet (the official x402 client does) and send the same request again with the payload in PAYMENT-SIGNATURE (X-PAYMENT is read too).\n\n\
 ## Owners\n\
 - A human (or a parent agent) who manages agents uses the owner portal at {base}/portal/ or the /dap/... API. Linking an agent there replaces its auth_token: the owner hands the new one to the agent.\n\
 - An owner may cap external spending (DAB, GET {base}/v1/dab/status shows it), register classification keys (GET {base}/v1/classification lists the ones you may use) and require or forbid templates (content-inclusion policy; a contradicting create answers 403 CONTENT_INCLUSION_POLICY).\n\n\

@@ -73,7 +73,7 @@ async fn dab_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) 
 /// An agent's DAB as the agent and its owner see it.
 pub(crate) async fn dab_view(state: &AppState, agent_id: Uuid) -> ApiResult<Value> {
     let now = state.clock.now();
-    let (start, resets) = crate::payment::dab_period(now);
+    let (start, resets) = anchor_domain::dab::period(now);
     let dab = state.store.dab_status(agent_id, start).await?;
     let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
     let remaining = if dab.spent > limit { MilliDac::ZERO } else { limit - dab.spent };

@@ -11,8 +11,8 @@ use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
 
 use crate::error::ApiResult;
 use crate::openapi::*;
-use crate::payment::PAYMENT_WINDOW_SECS;
 use crate::state::AppState;
+use anchor_app::charge::PAYMENT_WINDOW_SECS;
 
 /// The WIT package the loaded generation implements.
 pub const WIT_PACKAGE: &str = "anchor:pricing@1.0.0";

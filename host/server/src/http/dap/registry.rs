@@ -6,7 +6,7 @@
 //! the owner's keys, active or not: a deactivated key stays reserved, because
 //! declarations already recorded with it keep naming it. Deleting deactivates.
 //!
-//! Policy: see [`enforce_policy`].
+//! Policy: `anchor_app::declarations::enforce_policy` applies it at DD create.
 
 use crate::extract::{ApiPath, ApiQuery};
 use axum::extract::State;
@@ -290,31 +290,4 @@ async fn put_policy(State(state): State<AppState>, auth: AuthOwner, JsonBody(bod
     }
     state.store.set_owner_policy(auth.owner.owner_id, policy).await?;
     Ok(axum::Json(policy_json(policy)))
-}
-
-/// Applies the owner's content-inclusion policy to a declaration being created.
-///
-/// The service records what the agent declared or refuses it; it never
-/// rewrites a declaration. So a flag that contradicts the policy is refused
-/// with 403 `CONTENT_INCLUSION_POLICY` before anything is priced or charged:
-/// under `always_branch_0` a flag of 1 (which always comes with a template),
-/// under `always_branch_1` a flag of 0 (with no template). An agent without an
-/// owner, or under `agent_choice`, chooses freely.
-pub(crate) async fn enforce_policy(state: &AppState, agent_id: Uuid, content_inclusion: bool) -> ApiResult<()> {
-    let required = match state.store.agent_policy(agent_id).await?.as_deref() {
-        Some("always_branch_0") => false,
-        Some("always_branch_1") => true,
-        _ => return Ok(()),
-    };
-    if content_inclusion != required {
-        return Err(ApiError::forbidden(
-            "CONTENT_INCLUSION_POLICY",
-            format!(
-                "this agent's owner requires content_inclusion_flag {}{}; nothing was recorded or charged",
-                u8::from(required),
-                if required { " with a template" } else { " and no template" }
-            ),
-        ));
-    }
-    Ok(())
 }

@@ -217,7 +217,7 @@ async fn report(State(state): State<AppState>, auth: AuthOwner, ApiPath(agent_id
     let now = state.clock.now();
     let totals = state.store.declaration_totals(agent_id, None, None).await?;
     let today = state.store.declaration_totals(agent_id, Some(day_start(now)), None).await?;
-    let (month_start, _) = crate::payment::dab_period(now);
+    let (month_start, _) = anchor_domain::dab::period(now);
     let month = state.store.declaration_totals(agent_id, Some(month_start), None).await?;
     let dab = crate::http::payments::dab_view(&state, agent_id).await?;
     let (recent, _) = state.store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?;

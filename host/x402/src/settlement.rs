@@ -96,9 +96,9 @@ impl FacilitatorSettler {
         }
         let supported: Value = request.send().await?.error_for_status()?.json().await?;
         let ok = supported["kinds"].as_array().is_some_and(|kinds| {
-            kinds.iter().any(|k| k["x402Version"] == json!(2) && k["scheme"] == "exact" && k["network"] == crate::payment::NETWORK)
+            kinds.iter().any(|k| k["x402Version"] == json!(2) && k["scheme"] == "exact" && k["network"] == crate::NETWORK)
         });
-        anyhow::ensure!(ok, "facilitator {} does not support x402 v2 exact on {}", settler.base, crate::payment::NETWORK);
+        anyhow::ensure!(ok, "facilitator {} does not support x402 v2 exact on {}", settler.base, crate::NETWORK);
         Ok(settler)
     }
 

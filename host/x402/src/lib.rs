@@ -1,19 +1,53 @@
-//! x402 v2 payments, verified locally: decoding `PAYMENT-SIGNATURE`, matching
-//! the echoed requirement against the one this request gets, and checking the
-//! EIP-3009 `transferWithAuthorization` it carries (EIP-712 signature, payee,
-//! amount, validity window) before any state is touched.
+//! x402 v2, the lowest layer of payments: what a challenge says, how a
+//! payment payload is decoded and verified locally, and how it settles.
 //!
-//! Settling comes afterwards, in `settlement`: locally (no chain, a
-//! deterministic `local:0x…` reference from `payment::local_settlement_reference`)
-//! or through a facilitator.
+//! Verification matches the echoed requirement against the one the request
+//! gets and checks the EIP-3009 `transferWithAuthorization` it carries
+//! (EIP-712 signature, payee, amount, validity window) before any state is
+//! touched. Settling comes afterwards, in [`settlement`]: locally (no chain, a
+//! deterministic `local:0x…` reference) or through a facilitator.
+//!
+//! Nothing here knows HTTP frameworks, storage or pricing.
+
+pub mod settlement;
 
 use alloy_primitives::{Address, B256, Signature, U256};
 use alloy_sol_types::{Eip712Domain, SolStruct, sol};
-use axum::http::HeaderMap;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::payment::{NETWORK, USDC_BASE};
+/// USDC on Base mainnet, and its network.
+pub const USDC_BASE: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+pub const NETWORK: &str = "eip155:8453";
+
+/// The one payment requirement a challenge accepts: `amount_units` USDC base
+/// units to `pay_to`, with an authorization valid `max_timeout_secs`.
+pub fn requirement(pay_to: &str, amount_units: i64, max_timeout_secs: u64) -> Value {
+    json!({
+        "scheme": "exact",
+        "network": NETWORK,
+        "amount": amount_units.to_string(),
+        "asset": USDC_BASE,
+        "payTo": pay_to,
+        "maxTimeoutSeconds": max_timeout_secs,
+        "extra": { "name": "USD Coin", "version": "2" },
+    })
+}
+
+/// A `PaymentRequired` object (x402 v2) for `resource_url`, with `error` set
+/// to the reason an earlier payment was refused, if one was.
+pub fn challenge(resource_url: &str, description: &str, requirement: Value, error: Option<&str>) -> Value {
+    json!({
+        "x402Version": 2,
+        "error": error.unwrap_or("Payment required"),
+        "resource": {
+            "url": resource_url,
+            "description": description,
+            "mimeType": "application/json",
+        },
+        "accepts": [requirement],
+    })
+}
 
 sol! {
     /// EIP-3009, as USDC implements it.
@@ -66,18 +100,9 @@ impl Reason {
     }
 }
 
-/// What the request carried.
-pub enum Header {
-    /// No `PAYMENT-SIGNATURE` (an `X-PAYMENT` alone counts as none).
-    Absent,
-    /// Not base64, or not JSON: a 400.
-    Malformed(String),
-    Present(Value),
-}
-
-pub fn read(headers: &HeaderMap) -> Header {
-    let Some(value) = headers.get("payment-signature") else { return Header::Absent };
-    let Ok(text) = value.to_str() else { return Header::Malformed("PAYMENT-SIGNATURE is not ASCII".into()) };
+/// Decodes a payment payload as a header carries it (base64 of a JSON
+/// object); `Err` says what is wrong, naming `header`.
+pub fn decode_payload(header: &str, text: &str) -> Result<Value, String> {
     let text = text.trim();
     let engines = [
         base64::engine::general_purpose::STANDARD,
@@ -86,12 +111,12 @@ pub fn read(headers: &HeaderMap) -> Header {
         base64::engine::general_purpose::URL_SAFE_NO_PAD,
     ];
     let Some(bytes) = engines.iter().find_map(|e| e.decode(text).ok()) else {
-        return Header::Malformed("PAYMENT-SIGNATURE is not base64".into());
+        return Err(format!("{header} is not base64"));
     };
     match serde_json::from_slice::<Value>(&bytes) {
-        Ok(value @ Value::Object(_)) => Header::Present(value),
-        Ok(_) => Header::Malformed("PAYMENT-SIGNATURE does not hold a JSON object".into()),
-        Err(e) => Header::Malformed(format!("PAYMENT-SIGNATURE does not hold JSON: {e}")),
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err(format!("{header} does not hold a JSON object")),
+        Err(e) => Err(format!("{header} does not hold JSON: {}", anchor_domain::brief(&e.to_string()))),
     }
 }
 

@@ -1,0 +1,366 @@
+//! Declaring decisions: DD create (priced by the pricing component, paid
+//! through the charge pipeline) and confirm (settle, fix the integrity hash,
+//! record usage and queue the log leaf, in one transaction).
+
+use async_trait::async_trait;
+use chrono::{DateTime, SecondsFormat, Utc};
+use rand::RngCore;
+use serde_json::Value;
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::Declaration;
+use anchor_domain::declarations::dd::DdFields;
+use anchor_domain::declarations::ee::{self, EeFields, Scope};
+use anchor_domain::declarations::template::Template;
+use anchor_domain::integrity::integrity_hash;
+use anchor_store::{AgentRecord, Created, NewDeclaration, PaymentSource, StoredDeclaration, UsageEntry};
+use anchor_x402::settlement::{NONCE_USED, Settled};
+
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, TrialUse};
+use crate::{AppError, AppResult, Services};
+
+pub const CREATE: Route = Route { method: "POST", path: "/v1/dd/create" };
+
+/// Who pays a declaration's premium, when the agent says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PremiumSource {
+    External,
+    Earned,
+}
+
+impl PremiumSource {
+    pub const NAMES: &'static [&'static str] = &["external", "earned"];
+
+    pub fn parse(text: &str) -> Option<PremiumSource> {
+        match text {
+            "external" => Some(PremiumSource::External),
+            "earned" => Some(PremiumSource::Earned),
+            _ => None,
+        }
+    }
+}
+
+/// A DD create request, read and checked field by field.
+#[derive(Clone, Debug)]
+pub struct CreateInput {
+    pub request_id: Uuid,
+    pub dd: DdFields,
+    pub ee: EeInput,
+    pub content_inclusion: bool,
+    pub template: Option<Template>,
+    pub premium_source: Option<PremiumSource>,
+}
+
+/// The EE as sent: a preset, axes, or both (the preset wins).
+#[derive(Clone, Debug)]
+pub struct EeInput {
+    pub preset: Option<String>,
+    pub retention: Option<ee::Retention>,
+    pub integrity: Option<ee::Integrity>,
+    pub disclosure: Option<ee::Disclosure>,
+    pub responsibility: Option<ee::Responsibility>,
+    pub content_scope: ee::ContentScope,
+    pub delegation: ee::Delegation,
+    pub period: ee::AccessPeriod,
+    pub quota: i64,
+    pub access_class: ee::AccessClass,
+}
+
+/// Expands the preset, if any, over the sent axes.
+pub fn resolve_scope(services: &Services, input: &EeInput) -> AppResult<Scope> {
+    let mut retention = input.retention;
+    let mut integrity = input.integrity;
+    let mut disclosure = input.disclosure;
+    let mut responsibility = input.responsibility;
+    if let Some(name) = &input.preset {
+        let presets = services.pricing.presets()?;
+        let Some(preset) = presets.iter().find(|p| &p.name == name) else {
+            let names: Vec<&str> = presets.iter().filter(|p| p.enabled).map(|p| p.name.as_str()).collect();
+            return Err(AppError::invalid(
+                "INVALID_EE_PRESET",
+                format!("ee.ee_preset {} is not a preset; active presets: {}", anchor_domain::brief(name), names.join(", ")),
+            ));
+        };
+        if !preset.enabled {
+            return Err(AppError::invalid(
+                "EE_PRESET_DISABLED",
+                format!("ee.ee_preset {} is disabled by the operator", anchor_domain::brief(name)),
+            ));
+        }
+        retention = Some(preset.retention);
+        integrity = Some(preset.integrity);
+        disclosure = Some(preset.disclosure);
+        responsibility = Some(preset.responsibility);
+    }
+    match (retention, integrity, disclosure, responsibility) {
+        (Some(retention), Some(integrity), Some(disclosure), Some(responsibility)) => {
+            Ok(Scope { retention, integrity, disclosure, responsibility, content_scope: input.content_scope, delegation: input.delegation })
+        }
+        _ => Err(AppError::invalid("MISSING_FIELD", "the four EE axes are required unless ee.ee_preset is sent")),
+    }
+}
+
+/// Refuses a declaration its agent's owner's content-inclusion policy forbids.
+/// The service records what the agent declared or refuses it; it never
+/// rewrites a declaration.
+pub async fn enforce_policy(services: &Services, agent_id: Uuid, content_inclusion: bool) -> AppResult<()> {
+    let required = match services.store.agent_policy(agent_id).await?.as_deref() {
+        Some("always_branch_0") => false,
+        Some("always_branch_1") => true,
+        _ => return Ok(()),
+    };
+    if content_inclusion != required {
+        return Err(AppError::forbidden(
+            "CONTENT_INCLUSION_POLICY",
+            format!(
+                "this agent's owner requires content_inclusion_flag {}{}; nothing was recorded or charged",
+                u8::from(required),
+                if required { " with a template" } else { " and no template" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Records one declaration, paid from Trial or by a reserved x402 payment.
+struct RecordDeclaration<'a> {
+    services: &'a Services,
+    new: NewDeclaration,
+    now: DateTime<Utc>,
+}
+
+#[async_trait]
+impl Commit for RecordDeclaration<'_> {
+    type Output = Created;
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Created>> {
+        let mut new = self.new.clone();
+        if let Funding::External { payment, trial_part } = funding {
+            new.external = Some(*payment);
+            new.base_from_trial = trial_part > MilliDac::ZERO;
+        }
+        Ok(match self.services.store.create_declaration(&new, self.now).await? {
+            Created::TrialCannotPay { balance, expired } => Committed::TrialShort { balance, expired },
+            Created::PaymentReplayed => Committed::NonceUsed,
+            Created::DabReached { limit, spent } => Committed::DabReached { limit, spent },
+            done => Committed::Done(done),
+        })
+    }
+}
+
+/// DD create: validates what needs the store or the pricing generation, prices
+/// the EE, takes payment and records the declaration. A request_id used before
+/// returns the earlier record.
+pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput, offered: Offered) -> AppResult<StoredDeclaration> {
+    let now = services.clock.now();
+    let scope = resolve_scope(services, &input.ee)?;
+    enforce_policy(services, agent.agent_id, input.content_inclusion).await?;
+    if let Some(key) = input.template.as_ref().and_then(|t| t.self_classification.as_ref()) {
+        let known = services.store.classifications_for_agent(agent.agent_id).await?;
+        if !known.iter().any(|c| &c.key == key) {
+            return Err(AppError::invalid(
+                "INVALID_VALUE",
+                format!(
+                    "template.self_classification {} is not registered; GET /v1/classification lists the keys you may use",
+                    anchor_domain::brief(key)
+                ),
+            ));
+        }
+    }
+    if scope.retention == ee::Retention::Indefinite {
+        // Subscriptions to indefinite retention do not exist yet, so no agent holds one.
+        return Err(AppError::forbidden(
+            "INDEFINITE_SUBSCRIPTION_REQUIRED",
+            "ee_retention_period indefinite needs an active indefinite-retention subscription; this agent has none",
+        ));
+    }
+
+    let quote = services.pricing.quote(scope)?;
+    let generation = services.pricing.generation().clone();
+    if input.premium_source == Some(PremiumSource::Earned) && quote.premium() > MilliDac::ZERO {
+        return Err(AppError::invalid(
+            "INSUFFICIENT_DAC",
+            format!("premium_payment_source earned: this agent holds 0 Earned DAC and the premium is {} DAC", quote.premium()),
+        ));
+    }
+
+    let mut salt = [0u8; 32];
+    rand::rng().fill_bytes(&mut salt);
+    let dd_id = Uuid::new_v4();
+    let declaration = Declaration {
+        dd_id,
+        ee_id: Uuid::new_v4(),
+        agent_id: agent.agent_id,
+        dd: input.dd,
+        ee: EeFields {
+            preset: input.ee.preset.clone(),
+            scope,
+            direct_access_period: input.ee.period,
+            direct_access_quota: input.ee.quota,
+            access_class: input.ee.access_class,
+        },
+        content_inclusion: input.content_inclusion,
+        template: input.template,
+        anchored_at: now,
+        lineage_group_id: dd_id,
+        pricing_version: generation.version,
+        pricing_sha256: generation.sha256,
+        dac_amount: quote.total,
+        salt,
+    };
+    let new = NewDeclaration {
+        direct_access_expires_at: declaration.ee.direct_access_period.end_from(now),
+        declaration,
+        request_id: input.request_id,
+        subtotal: quote.subtotal,
+        base_fee: quote.base_fee,
+        multiplier_permille: quote.multiplier_permille,
+        monthly: quote.monthly,
+        external: None,
+        base_from_trial: false,
+    };
+    // premium_payment_source external: Trial pays the base fee, x402 the premium.
+    let split = input.premium_source == Some(PremiumSource::External) && quote.premium() > MilliDac::ZERO;
+    let order = Order {
+        agent_id: agent.agent_id,
+        route: CREATE,
+        total: quote.total,
+        description: if split {
+            format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
+        } else {
+            format!("Decision declaration of {} DAC", quote.total)
+        },
+        trial: if split { TrialUse::Part(quote.base_fee) } else { TrialUse::Whole },
+        offered,
+    };
+    let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
+    match created {
+        Created::New { .. } => services
+            .store
+            .declaration(dd_id)
+            .await?
+            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create"))),
+        Created::Replayed(earlier) => Ok(*earlier),
+        Created::ParentNotFound => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),
+        Created::ParentForeign => {
+            Err(AppError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent"))
+        }
+        Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } => {
+            Err(AppError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")))
+        }
+    }
+}
+
+/// The declaration, if it exists and belongs to `agent`.
+pub async fn owned(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<StoredDeclaration> {
+    let stored =
+        services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    if stored.declaration.agent_id != agent_id {
+        return Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
+    }
+    Ok(stored)
+}
+
+/// Whether any part of a declaration's price is paid externally.
+pub fn paid_externally(stored: &StoredDeclaration) -> bool {
+    stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External
+}
+
+/// What confirming a declaration fixed.
+#[derive(Clone, Debug)]
+pub struct Confirmed {
+    pub dd_id: Uuid,
+    pub anchored_at: DateTime<Utc>,
+    pub confirmed_at: DateTime<Utc>,
+    pub integrity_hash: String,
+    pub usage: Vec<UsageEntry>,
+    /// For an externally paid declaration: the settlement reference and the payer.
+    pub settlement: Option<(String, String)>,
+}
+
+fn already_confirmed() -> AppError {
+    AppError::Conflict { code: "ALREADY_CONFIRMED", message: "this declaration is already confirmed; confirmation happens once".into() }
+}
+
+fn payment_expired() -> AppError {
+    AppError::Gone {
+        code: "PAYMENT_EXPIRED",
+        message: "the 30-minute payment window closed and the reservation was released; nothing was charged and this declaration can no longer be confirmed".into(),
+    }
+}
+
+/// DD confirm: settles an external payment (if any) and anchors the declaration.
+pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Confirmed> {
+    let stored = owned(services, agent_id, dd_id).await?;
+    if stored.confirmed_at.is_some() {
+        return Err(already_confirmed());
+    }
+    if stored.settlement_status == "released" {
+        return Err(payment_expired());
+    }
+    if stored.settlement_status == "failed" {
+        return Err(AppError::Conflict {
+            code: "PAYMENT_FAILED",
+            message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
+        });
+    }
+    settle_and_anchor(services, &stored, services.clock.now()).await
+}
+
+/// Settles an externally paid declaration's payment (if it has one), then
+/// anchors the declaration: integrity hash, usage entries and log leaf in one
+/// transaction. Used by confirm and by the reconciliation job.
+pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, now: DateTime<Utc>) -> AppResult<Confirmed> {
+    let dd_id = stored.declaration.dd_id;
+    let store = &services.store;
+    let settlement = if paid_externally(stored) {
+        let payment =
+            store.payment_for(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
+        // An unknown outcome is reconciled before the window is looked at: the
+        // money may already have moved.
+        if payment.status != "settle_unknown" && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
+            store.close_payment(dd_id, "released", "released", "payment window expired before confirmation", now).await?;
+            return Err(payment_expired());
+        }
+        let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
+        let requirements = payload["accepted"].clone();
+        let reconciling = payment.status == "settle_unknown";
+        match services.settler.settle(&payload, &requirements, &charge::local_settlement_reference(&payment)).await {
+            Settled::Yes { reference } => Some((reference, payment.payer)),
+            // After an unknown outcome, a used nonce means the first settle went through.
+            Settled::No { reason } if reconciling && reason == NONCE_USED => {
+                Some((format!("reconciled:{}", payment.payment_id), payment.payer))
+            }
+            Settled::No { reason } => {
+                store.close_payment(dd_id, "failed", "settle_failed", &reason, now).await?;
+                return Err(AppError::SettlementFailed { reason, payer: payment.payer });
+            }
+            Settled::Unknown { detail } => {
+                store.mark_settlement_unknown(dd_id, &detail, now).await?;
+                return Err(AppError::Unavailable {
+                    code: "SETTLEMENT_PENDING",
+                    message: "the settlement's outcome is not known yet; nothing was anchored; confirm again to reconcile it".into(),
+                });
+            }
+        }
+    } else {
+        None
+    };
+    let hash = integrity_hash(&stored.declaration);
+    let mut usage = vec![UsageEntry { cost_component: "base_fee", source: stored.base_fee_source, amount: stored.base_fee }];
+    if stored.premium() > MilliDac::ZERO {
+        usage.push(UsageEntry { cost_component: "premium", source: stored.premium_source, amount: stored.premium() });
+    }
+    let anchored_at = stored.declaration.anchored_at;
+    let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
+    let reference = settlement.as_ref().map(|(r, _)| r.as_str());
+    if !store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await? {
+        let again = store.declaration(dd_id).await?;
+        return Err(match again {
+            Some(s) if s.settlement_status == "released" => payment_expired(),
+            _ => already_confirmed(),
+        });
+    }
+    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
+}

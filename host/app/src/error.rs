@@ -1,0 +1,121 @@
+//! `AppError`: every way a use case can refuse, each with its documented
+//! `error_code`. Front ends choose the status (HTTP) or shape (anything else);
+//! the code and message are the same everywhere.
+
+use anchor_domain::Invalid;
+use anchor_domain::pricing::PricingError;
+use anchor_store::StoreError;
+
+use crate::charge::PaymentRequired;
+
+#[derive(Debug)]
+pub enum AppError {
+    /// The input breaks a rule (HTTP 400).
+    Invalid(Invalid),
+    /// Not allowed for this caller (403).
+    Forbidden {
+        code: &'static str,
+        message: String,
+    },
+    NotFound {
+        code: &'static str,
+        message: String,
+    },
+    /// The state does not allow it (409).
+    Conflict {
+        code: &'static str,
+        message: String,
+    },
+    /// Gone for good (410), such as an expired payment window.
+    Gone {
+        code: &'static str,
+        message: String,
+    },
+    /// Nothing that may pay for this has paid: the typed challenge.
+    PaymentRequired(Box<PaymentRequired>),
+    /// The payment was refused at settlement; nothing moved.
+    SettlementFailed {
+        reason: String,
+        payer: String,
+    },
+    /// A dependency cannot answer now; nothing was recorded (503).
+    Unavailable {
+        code: &'static str,
+        message: String,
+    },
+    Internal(anyhow::Error),
+}
+
+impl AppError {
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> AppError {
+        AppError::Invalid(Invalid::new(code, message))
+    }
+
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> AppError {
+        AppError::Forbidden { code, message: message.into() }
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> AppError {
+        AppError::NotFound { code, message: message.into() }
+    }
+
+    /// The documented `error_code`.
+    pub fn code(&self) -> &str {
+        match self {
+            AppError::Invalid(invalid) => invalid.code,
+            AppError::Forbidden { code, .. }
+            | AppError::NotFound { code, .. }
+            | AppError::Conflict { code, .. }
+            | AppError::Gone { code, .. }
+            | AppError::Unavailable { code, .. } => code,
+            AppError::PaymentRequired(_) => "PAYMENT_REQUIRED",
+            AppError::SettlementFailed { .. } => "SETTLEMENT_FAILED",
+            AppError::Internal(_) => "INTERNAL_ERROR",
+        }
+    }
+}
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppError::Invalid(invalid) => write!(f, "{invalid}"),
+            AppError::Forbidden { message, .. }
+            | AppError::NotFound { message, .. }
+            | AppError::Conflict { message, .. }
+            | AppError::Gone { message, .. }
+            | AppError::Unavailable { message, .. } => write!(f, "{}: {message}", self.code()),
+            AppError::PaymentRequired(required) => write!(f, "payment required: {} DAC for {}", required.amount, required.route),
+            AppError::SettlementFailed { reason, .. } => write!(f, "settlement failed: {reason}"),
+            AppError::Internal(error) => write!(f, "internal error: {error:#}"),
+        }
+    }
+}
+
+impl std::error::Error for AppError {}
+
+impl From<Invalid> for AppError {
+    fn from(invalid: Invalid) -> AppError {
+        AppError::Invalid(invalid)
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(error: StoreError) -> AppError {
+        AppError::Internal(error.into())
+    }
+}
+
+impl From<PricingError> for AppError {
+    fn from(error: PricingError) -> AppError {
+        match error {
+            PricingError::Refused { reason, .. } => AppError::invalid("INVALID_VALUE", reason),
+            failed @ PricingError::Failed { .. } => {
+                tracing::error!(error = %failed, "pricing unavailable");
+                AppError::Unavailable {
+                    code: "PRICING_UNAVAILABLE",
+                    message: "the pricing generation could not price this request; nothing was recorded or charged".into(),
+                }
+            }
+        }
+    }
+}
