@@ -48,8 +48,12 @@ fn the_domain_does_no_io() {
 
 #[test]
 fn only_the_plugin_host_knows_wasmtime_and_only_the_server_knows_http() {
-    let cases: [(&str, &[&str]); 3] = [
+    let cases: [(&str, &[&str]); 5] = [
         ("store", &["wasmtime", "axum"]),
+        // The use cases know no HTTP framework, storage engine or WebAssembly runtime.
+        ("app", &["axum", "hyper", "sqlx", "wasmtime", "anchor-server"]),
+        // x402 is the bottom of payments: no HTTP framework, storage or pricing.
+        ("x402", &["axum", "hyper", "sqlx", "wasmtime", "anchor-store", "anchor-app", "anchor-server"]),
         ("plugin-host", &["sqlx", "axum"]),
         // The offline verifier needs no service, database or network.
         ("verify", &["sqlx", "axum", "wasmtime", "tokio", "reqwest", "anchor-domain", "anchor-store"]),
