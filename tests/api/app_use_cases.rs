@@ -23,17 +23,7 @@ both_backends!(create_and_confirm_through_the_use_cases);
 fn input(preset: &str) -> CreateInput {
     CreateInput {
         request_id: Uuid::new_v4(),
-        dd: DdFields {
-            unit_type: UnitType::parse("single").unwrap(),
-            declaration_mode: DeclarationMode::parse("self_declared").unwrap(),
-            decision_type: DecisionType::parse("internal_service").unwrap(),
-            action_type: ActionType::parse("execute").unwrap(),
-            origin_context: OriginContext::parse("internal").unwrap(),
-            selection_state: SelectionState::parse("SELECTED").unwrap(),
-            selection_scope: None,
-            decision_at: None,
-            parent_dd_id: None,
-        },
+        dd: DdFields::BASIC,
         ee: EeInput {
             preset: Some(preset.into()),
             retention: None,

@@ -60,5 +60,21 @@ pub struct DdFields {
     pub parent_dd_id: Option<Uuid>,
 }
 
+impl DdFields {
+    /// The simplest declaration: one self-declared internal service call,
+    /// executed and selected, with no time, scope or parent given.
+    pub const BASIC: DdFields = DdFields {
+        unit_type: UnitType::Single,
+        declaration_mode: DeclarationMode::SelfDeclared,
+        decision_type: DecisionType::InternalService,
+        action_type: ActionType::Execute,
+        origin_context: OriginContext::Internal,
+        selection_state: SelectionState::Selected,
+        selection_scope: None,
+        decision_at: None,
+        parent_dd_id: None,
+    };
+}
+
 /// The version of the record layout that [`crate::integrity`] hashes.
 pub const CORE_SCHEMA_VERSION: &str = "1.0";

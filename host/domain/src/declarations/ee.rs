@@ -55,6 +55,33 @@ pub struct EeFields {
     pub access_class: AccessClass,
 }
 
+impl Scope {
+    /// The least the service anchors (the `EE_basic` axes): short retention,
+    /// basic integrity, internal disclosure, minimal responsibility, content
+    /// for the owner, nothing delegated.
+    pub const BASIC: Scope = Scope {
+        retention: Retention::Short,
+        integrity: Integrity::Basic,
+        disclosure: Disclosure::Internal,
+        responsibility: Responsibility::Minimal,
+        content_scope: ContentScope::Owner,
+        delegation: Delegation::None,
+    };
+}
+
+impl EeFields {
+    /// [`Scope::BASIC`] with the default direct access and no preset named.
+    pub fn basic() -> EeFields {
+        EeFields {
+            preset: None,
+            scope: Scope::BASIC,
+            direct_access_period: DEFAULT_ACCESS_PERIOD,
+            direct_access_quota: DEFAULT_ACCESS_QUOTA,
+            access_class: AccessClass::SelfDirect,
+        }
+    }
+}
+
 /// Applied when `ee_direct_access_period` is omitted.
 pub const DEFAULT_ACCESS_PERIOD: AccessPeriod = AccessPeriod { count: 30, unit: PeriodUnit::Days };
 /// Applied when `ee_direct_access_quota` is omitted: ten reads of the original.
