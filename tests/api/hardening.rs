@@ -306,41 +306,35 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     let addr = t.base.trim_start_matches("http://").to_string();
     let slack = Duration::from_millis(1500);
 
-    // Each slow client reports how long the server kept it, and what it answered.
+    // Each slow client reports how long the server kept it (until the server
+    // closed its side, read concurrently with the writes), and what it answered.
     async fn slow(addr: String, kind: usize) -> (usize, Duration, String) {
         let started = Instant::now();
-        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        let (mut reader, mut writer) = TcpStream::connect(&addr).await.unwrap().into_split();
+        let trickle = tokio::spawn(async move {
+            let (head, piece): (&[u8], &[u8]) = match kind {
+                // Idle: connects and sends nothing.
+                0 => return,
+                // A header line every 300 ms, never finishing the head.
+                1 => (b"GET /health HTTP/1.1\r\nHost: x\r\n", b"X-Slow: y\r\n"),
+                // A whole head, then a body a byte at a time.
+                _ => {
+                    (b"POST /v1/agent/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", b" ")
+                }
+            };
+            let _ = writer.write_all(head).await;
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                if writer.write_all(piece).await.is_err() {
+                    break;
+                }
+            }
+        });
         let mut answer = Vec::new();
-        match kind {
-            // Idle: connects and sends nothing.
-            0 => {}
-            // A header line every 300 ms, never finishing the head.
-            1 => {
-                let _ = stream.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await;
-                for i in 0..100 {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    if stream.write_all(format!("X-Slow-{i}: y\r\n").as_bytes()).await.is_err() {
-                        break;
-                    }
-                }
-            }
-            // A whole head, then a body a byte at a time.
-            _ => {
-                let _ = stream
-                    .write_all(
-                        b"POST /v1/agent/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
-                    )
-                    .await;
-                for _ in 0..100 {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    if stream.write_all(b" ").await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer)).await;
-        (kind, started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+        let _ = tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut answer)).await;
+        let held = started.elapsed();
+        trickle.abort();
+        (kind, held, String::from_utf8_lossy(&answer).into_owned())
     }
     let attackers: Vec<_> = (0..150).map(|i| tokio::spawn(slow(addr.clone(), i % 3))).collect();
 

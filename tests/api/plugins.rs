@@ -9,14 +9,47 @@ use anchor_tests::*;
 use serde_json::json;
 
 fn basic_scope() -> Scope {
-    Scope {
-        retention: Retention::Short,
-        integrity: Integrity::Basic,
-        disclosure: Disclosure::Internal,
-        responsibility: Responsibility::Minimal,
-        content_scope: ContentScope::Owner,
-        delegation: Delegation::None,
-    }
+    Scope::BASIC
+}
+
+/// The bundled generation implements `anchor:pricing@1.1.0` and prices the
+/// service's other work; components built against 1.0.0 still load, quote and
+/// publish, and simply have no service prices.
+#[tokio::test]
+async fn the_bundled_generation_prices_services_and_1_0_0_components_still_load() {
+    use anchor_domain::MilliDac;
+    use anchor_domain::pricing::ObservationTier as Tier;
+    let bundled = default_pricing();
+    assert_eq!(bundled.generation().interface, "anchor:pricing@1.1.0");
+    let services = bundled.services().unwrap().expect("a 1.1.0 generation exports its service prices");
+    let other = services.observation(Tier::AgentOther, 3).unwrap();
+    assert_eq!((other.base, other.surcharge), (MilliDac::from_dac(3), MilliDac::from_dac(4)));
+    assert_eq!(services.observation(Tier::AgentSelf, 2).unwrap().base, MilliDac::ZERO);
+    assert_eq!(services.observation(Tier::EvidenceReport, 0).unwrap().base, MilliDac::from_dac(10));
+    assert!(services.observation(Tier::PatternCompare, 3).is_none(), "level 3 is not offered for pattern/compare");
+    assert_eq!(services.earned_threshold, MilliDac::from_dac(30));
+    assert_eq!(services.earned_expiry_days, 365);
+    assert_eq!((services.asa_period, services.asa_period_days), (MilliDac::from_dac(100), 90));
+    assert_eq!(services.retention_monthly, MilliDac::from_dac(50));
+    assert_eq!(services.sdac_ratio_permille, 100);
+
+    let old: Arc<dyn Pricing> = load_component("pricing-alt");
+    assert_eq!(old.generation().interface, "anchor:pricing@1.0.0");
+    assert!(old.services().unwrap().is_none());
+    assert_eq!(old.quote(basic_scope()).unwrap().total.milli(), 20_000);
+
+    // What /v1/pricing/current publishes follows the component.
+    let t = TestServer::start(Backend::Sqlite).await;
+    let current = t.get("/v1/pricing/current", None).await.json;
+    assert_eq!(current["wit_package"], "anchor:pricing@1.1.0");
+    assert_eq!(current["earned_dac"], json!({ "min_spend": 30, "expiry_days": 365 }));
+    assert_eq!(current["retention_subscription"]["monthly_dac"], json!(50));
+    let observations = current["observations"].as_array().unwrap();
+    assert!(observations.contains(&json!({ "tier": "agent_other", "resolution_level": 2, "base_dac": 3, "surcharge_dac": 2 })));
+    let t = TestServer::with(Backend::Sqlite, Options { pricing: old, ..Options::default() }).await;
+    let current = t.get("/v1/pricing/current", None).await.json;
+    assert_eq!(current["wit_package"], "anchor:pricing@1.0.0");
+    assert!(current.get("observations").is_none() && current.get("earned_dac").is_none());
 }
 
 #[tokio::test]
@@ -142,8 +175,15 @@ fn components_get_no_capabilities() {
     let component = anchor_plugins::wasmtime::component::Component::new(engine, component_bytes("pricing-wasi")).unwrap();
     let imports: Vec<String> = component.component_type().imports(engine).map(|(name, _)| name.to_string()).collect();
     assert!(imports.iter().any(|name| name.starts_with("wasi:clocks")), "the fixture does import the clock: {imports:?}");
-    assert!(
-        imports.iter().all(|name| name.starts_with("wasi:") || name.starts_with("anchor:pricing/types@")),
-        "unexpected imports: {imports:?}"
-    );
+    assert!(imports.iter().all(|name| name.starts_with("wasi:") || name.starts_with("anchor:pricing/")), "unexpected imports: {imports:?}");
+    // Our own package's interfaces are imported for their types only: no function to call.
+    use anchor_plugins::wasmtime::component::types::ComponentItem;
+    for (name, item) in component.component_type().imports(engine) {
+        if let (true, ComponentItem::ComponentInstance(instance)) = (name.starts_with("anchor:pricing/"), item.ty) {
+            assert!(
+                instance.exports(engine).all(|(_, export)| matches!(export.ty, ComponentItem::Type(_))),
+                "{name} imports something other than types"
+            );
+        }
+    }
 }

@@ -26,7 +26,10 @@ fn migration_names_match() {
 /// add its hash here when it is released.
 #[test]
 fn wit_folders_are_frozen() {
-    let released = [("pricing@1.0.0", "d8d62452f0d43d1052dc3d441c0ec0af665331fe92194b9d60ea720d898b2edc")];
+    let released = [
+        ("pricing@1.0.0", "d8d62452f0d43d1052dc3d441c0ec0af665331fe92194b9d60ea720d898b2edc"),
+        ("pricing@1.1.0", "3ee01fe8623e5aadc9d0e35889c082fcdd2c91a173df74baa29a68637183f468"),
+    ];
     for (folder, expected) in released {
         let dir = root().join("wit").join(folder);
         let mut hasher = Sha256::new();

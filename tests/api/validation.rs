@@ -270,6 +270,9 @@ async fn preset_disabled_is_refused(backend: Backend) {
         fn policy(&self) -> Result<Policy, PricingError> {
             self.0.policy()
         }
+        fn services(&self) -> Result<Option<anchor_domain::pricing::ServicePrices>, PricingError> {
+            self.0.services()
+        }
     }
     let t = TestServer::with(backend, Options { pricing: std::sync::Arc::new(Disabled(default_pricing())), ..Options::default() }).await;
     let agent = t.register().await;

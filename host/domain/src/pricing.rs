@@ -81,11 +81,80 @@ pub struct Policy {
     pub multiplier_permille: u32,
 }
 
+/// Which kind of ARA observation a price is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObservationTier {
+    Environment,
+    Pattern,
+    PatternCompare,
+    AgentOther,
+    AgentSelf,
+    AnomalyCompare,
+    EvidenceReport,
+    EnvironmentAnomaly,
+}
+
+impl ObservationTier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObservationTier::Environment => "environment",
+            ObservationTier::Pattern => "pattern",
+            ObservationTier::PatternCompare => "pattern_compare",
+            ObservationTier::AgentOther => "agent_other",
+            ObservationTier::AgentSelf => "agent_self",
+            ObservationTier::AnomalyCompare => "anomaly_compare",
+            ObservationTier::EvidenceReport => "evidence_report",
+            ObservationTier::EnvironmentAnomaly => "environment_anomaly",
+        }
+    }
+}
+
+/// The price of one observation tier at one resolution level (0: no levels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObservationPrice {
+    pub tier: ObservationTier,
+    pub resolution: u8,
+    /// Paid externally, never by Trial.
+    pub base: MilliDac,
+    /// The resolution surcharge, which Earned DAC may pay where the tier allows it.
+    pub surcharge: MilliDac,
+}
+
+/// Everything a generation prices outside a declaration's EE
+/// (`anchor:pricing@1.1.0` and later).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePrices {
+    pub observations: Vec<ObservationPrice>,
+    pub ise_fee: MilliDac,
+    pub ise_free_seconds: u32,
+    pub ise_max_minutes: u32,
+    pub sdac_base_fee: MilliDac,
+    pub sdac_ratio_permille: u32,
+    pub asa_period: MilliDac,
+    pub asa_period_days: u32,
+    pub asa_grace_days: u32,
+    pub asa_max_periods: u32,
+    pub retention_monthly: MilliDac,
+    pub retention_grace_days: u32,
+    pub earned_threshold: MilliDac,
+    pub earned_expiry_days: u32,
+    pub tsl_base_fee: MilliDac,
+}
+
+impl ServicePrices {
+    /// The price of `tier` at `resolution`, if the generation offers it.
+    pub fn observation(&self, tier: ObservationTier, resolution: u8) -> Option<ObservationPrice> {
+        self.observations.iter().copied().find(|p| p.tier == tier && p.resolution == resolution)
+    }
+}
+
 /// Which generation priced something: its version and the sha256 of its code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Generation {
     pub version: String,
     pub sha256: String,
+    /// The WIT package the component implements, e.g. `anchor:pricing@1.1.0`.
+    pub interface: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,4 +173,8 @@ pub trait Pricing: Send + Sync + 'static {
     fn quote(&self, scope: Scope) -> Result<Quote, PricingError>;
     fn presets(&self) -> Result<Vec<Preset>, PricingError>;
     fn policy(&self) -> Result<Policy, PricingError>;
+    /// The prices of the service's other paid work; `None` for a generation
+    /// built against `anchor:pricing@1.0.0`, which has no such export (the
+    /// routes it would price answer that this generation does not price them).
+    fn services(&self) -> Result<Option<ServicePrices>, PricingError>;
 }

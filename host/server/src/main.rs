@@ -130,7 +130,7 @@ fn inspect(file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let engine = PluginEngine::new()?;
     let pricing = anchor_server::load_pricing(&engine, file)?;
     let generation = pricing.generation();
-    println!("generation {} (sha256 {})", generation.version, generation.sha256);
+    println!("generation {} (sha256 {}, {})", generation.version, generation.sha256, generation.interface);
     for preset in pricing.presets()? {
         let quote = pricing.quote(preset.scope())?;
         println!("{:<12} {:>8} DAC  enabled={}", preset.name, quote.total, preset.enabled);

@@ -17,7 +17,25 @@ pub mod bindings {
     });
 }
 
+/// The `anchor:pricing@1.1.0` world: the same exports and shared 1.0.0
+/// types, plus `services`.
+#[cfg(feature = "services")]
+pub mod bindings_v1_1 {
+    wit_bindgen::generate!({
+        path: ["../../wit/pricing@1.0.0", "../../wit/pricing@1.1.0"],
+        world: "anchor:pricing/generation@1.1.0",
+        with: {
+            "anchor:pricing/types@1.0.0": anchor_pricing_core::guest::bindings::anchor::pricing::types,
+        },
+        pub_export_macro: true,
+        export_macro_name: "export_pricing_v1_1",
+        default_bindings_module: "anchor_pricing_core::guest::bindings_v1_1",
+    });
+}
+
 use bindings::anchor::pricing::types as wit;
+#[cfg(feature = "services")]
+use bindings_v1_1::anchor::pricing1_1_0::services as wit_services;
 
 /// A pricing generation: a table, and optionally a different quote function.
 pub trait Generation {
@@ -52,8 +70,85 @@ macro_rules! export_generation {
     };
 }
 
+/// A generation that also prices the service's other paid work
+/// (`anchor:pricing@1.1.0`).
+#[cfg(feature = "services")]
+pub trait ServiceGeneration: Generation {
+    const SERVICES: crate::Services;
+}
+
+/// Implements the `anchor:pricing@1.1.0` exports for a [`ServiceGeneration`].
+#[cfg(feature = "services")]
+#[macro_export]
+macro_rules! export_service_generation {
+    ($ty:ident) => {
+        impl $crate::guest::bindings_v1_1::Guest for $ty {
+            fn generation() -> $crate::guest::String {
+                $crate::guest::generation::<$ty>()
+            }
+            fn quote(
+                scope: $crate::guest::bindings::Envelope,
+            ) -> ::core::result::Result<$crate::guest::bindings::Quote, $crate::guest::String> {
+                $crate::guest::quote::<$ty>(scope)
+            }
+            fn presets() -> $crate::guest::Vec<$crate::guest::bindings::Preset> {
+                $crate::guest::presets::<$ty>()
+            }
+            fn describe() -> $crate::guest::bindings::Policy {
+                $crate::guest::describe::<$ty>()
+            }
+            fn services() -> $crate::guest::bindings_v1_1::ServicePrices {
+                $crate::guest::services::<$ty>()
+            }
+        }
+        $crate::guest::bindings_v1_1::export_pricing_v1_1!($ty);
+    };
+}
+
 #[doc(hidden)]
 pub use alloc::{string::String, vec::Vec};
+
+#[cfg(feature = "services")]
+pub fn services<G: ServiceGeneration>() -> wit_services::ServicePrices {
+    use crate::ObservationTier as T;
+    use wit_services::ObservationTier as W;
+    let s = G::SERVICES;
+    wit_services::ServicePrices {
+        observations: s
+            .observations
+            .iter()
+            .map(|o| wit_services::ObservationPrice {
+                tier: match o.tier {
+                    T::Environment => W::Environment,
+                    T::Pattern => W::Pattern,
+                    T::PatternCompare => W::PatternCompare,
+                    T::AgentOther => W::AgentOther,
+                    T::AgentSelf => W::AgentSelf,
+                    T::AnomalyCompare => W::AnomalyCompare,
+                    T::EvidenceReport => W::EvidenceReport,
+                    T::EnvironmentAnomaly => W::EnvironmentAnomaly,
+                },
+                resolution: o.resolution,
+                base_milli: o.base,
+                surcharge_milli: o.surcharge,
+            })
+            .collect(),
+        ise_fee_milli: s.ise_fee,
+        ise_free_seconds: s.ise_free_seconds,
+        ise_max_minutes: s.ise_max_minutes,
+        sdac_base_fee_milli: s.sdac_base_fee,
+        sdac_ratio_permille: s.sdac_ratio_permille,
+        asa_period_milli: s.asa_period,
+        asa_period_days: s.asa_period_days,
+        asa_grace_days: s.asa_grace_days,
+        asa_max_periods: s.asa_max_periods,
+        retention_monthly_milli: s.retention_monthly,
+        retention_grace_days: s.retention_grace_days,
+        earned_threshold_milli: s.earned_threshold,
+        earned_expiry_days: s.earned_expiry_days,
+        tsl_base_fee_milli: s.tsl_base_fee,
+    }
+}
 
 pub fn generation<G: Generation>() -> String {
     G::TABLE.version.to_string()

@@ -7,6 +7,9 @@
 #![cfg_attr(not(test), no_std)]
 extern crate alloc;
 
+// Lets generated code name this crate the same way from inside and outside it.
+extern crate self as anchor_pricing_core;
+
 #[cfg(feature = "guest")]
 pub mod guest;
 
@@ -276,3 +279,93 @@ mod tests {
         assert_eq!(q.total, 10_000 + 100_000 + 10_000 + 35_000);
     }
 }
+
+/// Which kind of ARA observation a price is for (the WIT `observation-tier`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObservationTier {
+    Environment,
+    Pattern,
+    PatternCompare,
+    AgentOther,
+    AgentSelf,
+    AnomalyCompare,
+    EvidenceReport,
+    EnvironmentAnomaly,
+}
+
+/// The price of one observation tier at one resolution level (0: no levels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObservationPrice {
+    pub tier: ObservationTier,
+    pub resolution: u8,
+    pub base: u64,
+    pub surcharge: u64,
+}
+
+const fn observation(tier: ObservationTier, resolution: u8, base: u64, surcharge: u64) -> ObservationPrice {
+    ObservationPrice { tier, resolution, base, surcharge }
+}
+
+/// Everything a generation prices outside a declaration's EE (WIT 1.1.0 `service-prices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Services {
+    pub observations: &'static [ObservationPrice],
+    pub ise_fee: u64,
+    pub ise_free_seconds: u32,
+    pub ise_max_minutes: u32,
+    pub sdac_base_fee: u64,
+    pub sdac_ratio_permille: u32,
+    pub asa_period: u64,
+    pub asa_period_days: u32,
+    pub asa_grace_days: u32,
+    pub asa_max_periods: u32,
+    pub retention_monthly: u64,
+    pub retention_grace_days: u32,
+    pub earned_threshold: u64,
+    pub earned_expiry_days: u32,
+    pub tsl_base_fee: u64,
+}
+
+/// The service prices of generation v1.3.0.
+///
+/// Observations: environment and pattern statistics 1 DAC; comparing agents 1
+/// DAC at level 1, 2 at level 2; another agent's profile, timeline or EE
+/// pattern 3 DAC plus a surcharge of 0, 2 or 4 DAC by level (the surcharge is
+/// what Earned DAC may pay); the observer's own free at every level;
+/// anomaly-compare 5, evidence report 10, environment anomaly 2.
+/// ISE: a stay over ten minutes 10 DAC, sessions close after a day. sDAC: a
+/// 10 DAC base and a tenth of the simulated totals. ASA: 100 DAC per 90-day
+/// period, at most 12 periods, 7 days of grace. Indefinite retention: 50 DAC a
+/// month, 14 days of grace. Earned DAC: spendable from 30 DAC, each lot
+/// expires after 365 days. TSL: a 10 DAC fee on each purchase.
+pub const V1_3_0_SERVICES: Services = Services {
+    observations: &[
+        observation(ObservationTier::Environment, 0, 1_000, 0),
+        observation(ObservationTier::Pattern, 0, 1_000, 0),
+        observation(ObservationTier::PatternCompare, 1, 1_000, 0),
+        observation(ObservationTier::PatternCompare, 2, 2_000, 0),
+        observation(ObservationTier::AgentOther, 1, 3_000, 0),
+        observation(ObservationTier::AgentOther, 2, 3_000, 2_000),
+        observation(ObservationTier::AgentOther, 3, 3_000, 4_000),
+        observation(ObservationTier::AgentSelf, 1, 0, 0),
+        observation(ObservationTier::AgentSelf, 2, 0, 0),
+        observation(ObservationTier::AgentSelf, 3, 0, 0),
+        observation(ObservationTier::AnomalyCompare, 0, 5_000, 0),
+        observation(ObservationTier::EvidenceReport, 0, 10_000, 0),
+        observation(ObservationTier::EnvironmentAnomaly, 0, 2_000, 0),
+    ],
+    ise_fee: 10_000,
+    ise_free_seconds: 600,
+    ise_max_minutes: 1_440,
+    sdac_base_fee: 10_000,
+    sdac_ratio_permille: 100,
+    asa_period: 100_000,
+    asa_period_days: 90,
+    asa_grace_days: 7,
+    asa_max_periods: 12,
+    retention_monthly: 50_000,
+    retention_grace_days: 14,
+    earned_threshold: 30_000,
+    earned_expiry_days: 365,
+    tsl_base_fee: 10_000,
+};

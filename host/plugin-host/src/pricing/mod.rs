@@ -1,25 +1,83 @@
 //! Pricing generations as components of `anchor:pricing`.
 //!
-//! One bindings module per supported WIT version (today only `v1_0_0`, which is
-//! also `latest`). Generated types never leave this module: they are converted
-//! to `anchor_domain::pricing` types at the edge.
+//! One bindings module per supported WIT version: `v1_0_0`, and `v1_1_0`,
+//! whose world adds the `services` export and shares the 1.0.0 types. A
+//! component is loaded as 1.1.0 when its exports match that world, else as
+//! 1.0.0. Generated types never leave this module: they are converted to
+//! `anchor_domain::pricing` types at the edge.
 
 mod v1_0_0;
+mod v1_1_0;
 
 use std::sync::Arc;
 
 use anchor_domain::declarations::ee::Scope;
-use anchor_domain::pricing::{Generation, Policy, Preset, Pricing, PricingError, Quote};
+use anchor_domain::pricing::{Generation, Policy, Preset, Pricing, PricingError, Quote, ServicePrices};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 
 use crate::engine::{CallState, Limits, PluginEngine, describe_failure};
-use v1_0_0 as latest;
+use v1_0_0 as types;
+
+/// A component, pre-instantiated against the world it implements.
+enum Pre {
+    V1_0(v1_0_0::bindings::PricingPre<CallState>),
+    V1_1(v1_1_0::bindings::GenerationPre<CallState>),
+}
+
+/// One instance of a component. Both worlds share the 1.0.0 types, so the
+/// common exports return the same generated types whichever it is.
+pub enum Instance {
+    V1_0(v1_0_0::bindings::Pricing),
+    V1_1(v1_1_0::bindings::Generation),
+}
+
+type WitQuote = v1_0_0::bindings::anchor::pricing::types::Quote;
+
+impl Instance {
+    fn generation(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<String> {
+        match self {
+            Instance::V1_0(i) => i.call_generation(store),
+            Instance::V1_1(i) => i.call_generation(store),
+        }
+    }
+
+    fn quote(&self, store: &mut wasmtime::Store<CallState>, scope: Scope) -> wasmtime::Result<Result<WitQuote, String>> {
+        let envelope = types::envelope(scope);
+        match self {
+            Instance::V1_0(i) => i.call_quote(store, envelope),
+            Instance::V1_1(i) => i.call_quote(store, envelope),
+        }
+    }
+
+    fn presets(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<Vec<Preset>> {
+        let presets = match self {
+            Instance::V1_0(i) => i.call_presets(store)?,
+            Instance::V1_1(i) => i.call_presets(store)?,
+        };
+        Ok(presets.into_iter().map(types::preset).collect())
+    }
+
+    fn policy(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<Policy> {
+        let policy = match self {
+            Instance::V1_0(i) => i.call_describe(store)?,
+            Instance::V1_1(i) => i.call_describe(store)?,
+        };
+        Ok(types::policy(policy))
+    }
+
+    fn services(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<Option<ServicePrices>> {
+        match self {
+            Instance::V1_0(_) => Ok(None),
+            Instance::V1_1(i) => Ok(Some(v1_1_0::services(i.call_services(store)?))),
+        }
+    }
+}
 
 /// A pricing generation loaded from a component.
 pub struct WasmPricing {
     engine: PluginEngine,
-    pre: latest::bindings::PricingPre<CallState>,
+    pre: Pre,
     limits: Limits,
     generation: Generation,
 }
@@ -33,21 +91,33 @@ impl WasmPricing {
         let mut linker: Linker<CallState> = Linker::new(engine.engine());
         // No capabilities: whatever the component imports traps when called.
         linker.define_unknown_imports_as_traps(&component)?;
-        let pre = latest::bindings::PricingPre::new(linker.instantiate_pre(&component)?)?;
-        let mut pricing =
-            WasmPricing { engine: engine.clone(), pre, limits, generation: Generation { version: String::from("(loading)"), sha256 } };
-        let version = pricing.call(|bindings, store| bindings.call_generation(store)).map_err(anyhow::Error::msg)?;
+        let instance_pre = linker.instantiate_pre(&component)?;
+        let (pre, interface) = match v1_1_0::bindings::GenerationPre::new(instance_pre.clone()) {
+            Ok(pre) => (Pre::V1_1(pre), "1.1.0"),
+            Err(_) => (Pre::V1_0(v1_0_0::bindings::PricingPre::new(instance_pre)?), "1.0.0"),
+        };
+        let mut pricing = WasmPricing {
+            engine: engine.clone(),
+            pre,
+            limits,
+            generation: Generation { version: String::from("(loading)"), sha256, interface: format!("anchor:pricing@{interface}") },
+        };
+        let version = pricing.call(|instance, store| instance.generation(store)).map_err(anyhow::Error::msg)?;
         pricing.generation.version = version;
         Ok(Arc::new(pricing))
     }
 
+    fn instantiate(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<Instance> {
+        Ok(match &self.pre {
+            Pre::V1_0(pre) => Instance::V1_0(pre.instantiate(store)?),
+            Pre::V1_1(pre) => Instance::V1_1(pre.instantiate(store)?),
+        })
+    }
+
     /// Runs one export in a fresh, bounded store.
-    fn call<T>(
-        &self,
-        f: impl FnOnce(&latest::bindings::Pricing, &mut wasmtime::Store<CallState>) -> wasmtime::Result<T>,
-    ) -> Result<T, String> {
+    fn call<T>(&self, f: impl FnOnce(&Instance, &mut wasmtime::Store<CallState>) -> wasmtime::Result<T>) -> Result<T, String> {
         let mut store = self.engine.store(self.limits).map_err(|e| describe_failure(&e))?;
-        let instance = self.pre.instantiate(&mut store).map_err(|e| describe_failure(&e))?;
+        let instance = self.instantiate(&mut store).map_err(|e| describe_failure(&e))?;
         f(&instance, &mut store).map_err(|e| describe_failure(&e))
     }
 
@@ -62,7 +132,7 @@ impl WasmPricing {
 /// guest state from one call to the next.
 pub struct WarmQuoter {
     store: wasmtime::Store<CallState>,
-    instance: latest::bindings::Pricing,
+    instance: Instance,
     fuel: u64,
 }
 
@@ -70,8 +140,8 @@ impl WarmQuoter {
     pub fn quote(&mut self, scope: Scope) -> Result<Quote, String> {
         self.store.set_fuel(self.fuel).map_err(|e| describe_failure(&e))?;
         self.store.set_epoch_deadline(Limits::PRICING.deadline_ticks);
-        match self.instance.call_quote(&mut self.store, latest::envelope(scope)) {
-            Ok(Ok(quote)) => Ok(latest::quote(quote)),
+        match self.instance.quote(&mut self.store, scope) {
+            Ok(Ok(quote)) => Ok(types::quote(quote)),
             Ok(Err(reason)) => Err(reason),
             Err(error) => Err(describe_failure(&error)),
         }
@@ -82,7 +152,7 @@ impl WasmPricing {
     /// A warm instance of this component (see [`WarmQuoter`]).
     pub fn warm(&self) -> anyhow::Result<WarmQuoter> {
         let mut store = self.engine.store(self.limits)?;
-        let instance = self.pre.instantiate(&mut store)?;
+        let instance = self.instantiate(&mut store)?;
         Ok(WarmQuoter { store, instance, fuel: self.limits.fuel })
     }
 }
@@ -93,21 +163,22 @@ impl Pricing for WasmPricing {
     }
 
     fn quote(&self, scope: Scope) -> Result<Quote, PricingError> {
-        let envelope = latest::envelope(scope);
-        match self.call(|bindings, store| bindings.call_quote(store, envelope)) {
-            Ok(Ok(quote)) => Ok(latest::quote(quote)),
+        match self.call(|instance, store| instance.quote(store, scope)) {
+            Ok(Ok(quote)) => Ok(types::quote(quote)),
             Ok(Err(reason)) => Err(PricingError::Refused { version: self.generation.version.clone(), reason }),
             Err(reason) => Err(self.failed(reason)),
         }
     }
 
     fn presets(&self) -> Result<Vec<Preset>, PricingError> {
-        self.call(|bindings, store| bindings.call_presets(store))
-            .map(|presets| presets.into_iter().map(latest::preset).collect())
-            .map_err(|reason| self.failed(reason))
+        self.call(|instance, store| instance.presets(store)).map_err(|reason| self.failed(reason))
     }
 
     fn policy(&self) -> Result<Policy, PricingError> {
-        self.call(|bindings, store| bindings.call_describe(store)).map(latest::policy).map_err(|reason| self.failed(reason))
+        self.call(|instance, store| instance.policy(store)).map_err(|reason| self.failed(reason))
+    }
+
+    fn services(&self) -> Result<Option<ServicePrices>, PricingError> {
+        self.call(|instance, store| instance.services(store)).map_err(|reason| self.failed(reason))
     }
 }

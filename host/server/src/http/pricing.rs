@@ -14,9 +14,6 @@ use crate::openapi::*;
 use crate::state::AppState;
 use anchor_app::charge::PAYMENT_WINDOW_SECS;
 
-/// The WIT package the loaded generation implements.
-pub const WIT_PACKAGE: &str = "anchor:pricing@1.0.0";
-
 pub fn operations() -> Vec<Operation> {
     vec![
         op(Method::GET, "/v1/pricing/current", get(current)).tag("Pricing").summary("The active pricing generation").ok(
@@ -38,6 +35,27 @@ pub fn operations() -> Vec<Operation> {
                     ("indefinite_available", boolean()),
                     ("trial", json!({ "type": "object" })),
                     ("payment_window_minutes", integer()),
+                    (
+                        "observations",
+                        doc(
+                            array(object(
+                                &[],
+                                vec![
+                                    ("tier", string()),
+                                    ("resolution_level", nullable(integer())),
+                                    ("base_dac", number()),
+                                    ("surcharge_dac", number()),
+                                ],
+                            )),
+                            "ARA observation prices by tier and resolution level (generations of anchor:pricing@1.1.0)",
+                        ),
+                    ),
+                    ("earned_dac", json!({ "type": "object" })),
+                    ("asa", json!({ "type": "object" })),
+                    ("ise", json!({ "type": "object" })),
+                    ("sdac", json!({ "type": "object" })),
+                    ("retention_subscription", json!({ "type": "object" })),
+                    ("tsl", json!({ "type": "object" })),
                 ],
             ),
         ),
@@ -91,11 +109,11 @@ async fn current(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> 
         }
         axes.entry(price.axis.clone()).or_insert_with(|| json!({}))[&price.value] = entry;
     }
-    Ok(axum::Json(json!({
+    let mut body = json!({
         "pricing_version": policy.version,
         "effective_from": policy.effective_from,
         "component_sha256": state.pricing.generation().sha256,
-        "wit_package": WIT_PACKAGE,
+        "wit_package": state.pricing.generation().interface,
         "currency": "DAC",
         "unit": { "dac_in_usd": "0.001", "usdc_base_units_per_dac": 1000 },
         "base_fee": policy.base_fee.to_json_number(),
@@ -115,7 +133,40 @@ async fn current(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> 
             "applies_to": ["POST /v1/dd/create"],
         },
         "payment_window_minutes": PAYMENT_WINDOW_SECS / 60,
-    })))
+    });
+    if let Some(services) = state.pricing.services()? {
+        let dac = |m: MilliDac| m.to_json_number();
+        body["observations"] = services
+            .observations
+            .iter()
+            .map(|o| {
+                json!({
+                    "tier": o.tier.as_str(),
+                    "resolution_level": if o.resolution == 0 { Value::Null } else { json!(o.resolution) },
+                    "base_dac": dac(o.base),
+                    "surcharge_dac": dac(o.surcharge),
+                })
+            })
+            .collect();
+        body["earned_dac"] = json!({ "min_spend": dac(services.earned_threshold), "expiry_days": services.earned_expiry_days });
+        body["asa"] = json!({
+            "base_cost_dac": dac(services.asa_period),
+            "base_period_days": services.asa_period_days,
+            "grace_days": services.asa_grace_days,
+            "max_periods": services.asa_max_periods,
+            "earned_enabled": true,
+        });
+        body["ise"] =
+            json!({ "fee_dac": dac(services.ise_fee), "free_seconds": services.ise_free_seconds, "max_minutes": services.ise_max_minutes });
+        body["sdac"] = json!({
+            "base_fee_dac": dac(services.sdac_base_fee),
+            "cost_ratio": MilliDac(i64::from(services.sdac_ratio_permille)).to_json_number(),
+        });
+        body["retention_subscription"] =
+            json!({ "monthly_dac": dac(services.retention_monthly), "grace_days": services.retention_grace_days });
+        body["tsl"] = json!({ "purchase_fee_dac": dac(services.tsl_base_fee) });
+    }
+    Ok(axum::Json(body))
 }
 
 async fn presets(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> {
