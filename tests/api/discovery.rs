@@ -37,7 +37,29 @@ async fn discovery_documents_describe_this_server() {
     assert_eq!(create["price_base"], "$0.01");
     assert_eq!(create["trial_eligible"], json!(true));
     assert_eq!(create["accepts_earned"], json!(false));
+    assert_eq!(create["available"], json!(true));
     assert_eq!(x402["trial"]["amount_dac"], json!(500));
+    // Every paid route of the interface is listed, priced by the component,
+    // and the ones this server does not serve yet say so.
+    let endpoints = x402["paid_endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 20);
+    let find = |name: &str| endpoints.iter().find(|e| e["endpoint"] == name).unwrap_or_else(|| panic!("{name} missing"));
+    let asa = find("POST /v1/asa/subscribe");
+    assert_eq!(
+        (asa["price_base"].clone(), asa["accepts_earned"].clone(), asa["available"].clone()),
+        (json!("$0.10"), json!(true), json!(false))
+    );
+    assert!(asa["note"].as_str().is_some());
+    assert_eq!(find("GET /v1/ara/environment")["price_base"], "$0.001");
+    assert_eq!(find("GET /v1/ara/evidence-report")["price_base"], "$0.01");
+    assert_eq!(find("GET /v1/ara/agent/{agent_id}/profile")["earned_pays"], "the resolution surcharge only");
+    let trial = json!(["POST /v1/dd/create", "POST /v1/sdac/session/end", "POST /v1/ise/exit"]);
+    assert_eq!(x402["trial"]["applies_to"], trial);
+    assert_eq!(t.get("/v1/pricing/current", None).await.json["trial"]["applies_to"], trial);
+    // An agent's Trial status names only the covered routes this server serves.
+    let agent = t.register().await;
+    let status = t.get("/v1/trial/status", Some(&agent.token)).await.json;
+    assert_eq!(status["trial_covered_routes"], json!(["POST /v1/dd/create"]));
 
     let openapi = t.get("/openapi.json", None).await;
     assert_eq!(openapi.headers["x-da-spec-version"], "1.3.42");

@@ -75,7 +75,11 @@ pub(crate) fn trial_view(agent: &anchor_store::AgentRecord, now: chrono::DateTim
         "trial_days_remaining": (seconds_left + 86_399) / 86_400,
         "trial_dac_used": (agent.trial_granted - agent.trial_balance).to_json_number(),
         "trial_dac_granted": agent.trial_granted.to_json_number(),
-        "trial_covered_routes": ["POST /v1/dd/create"],
+        // The routes Trial pays that this server serves.
+        "trial_covered_routes": anchor_app::catalog::trial_routes()
+            .filter(crate::http::implements)
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>(),
     })
 }
 

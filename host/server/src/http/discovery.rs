@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 
 use crate::openapi::{self, INTERFACE_VERSION, Operation, boolean, integer, object, op, string};
 use crate::state::AppState;
+use anchor_app::catalog;
+use anchor_domain::MilliDac;
 use anchor_x402::{NETWORK, USDC_BASE};
 
 /// This implementation's own version.
@@ -176,7 +178,7 @@ async fn agent_card(State(state): State<AppState>) -> axum::Json<Value> {
         "x-anchor": {
             "key_endpoints": [
                 { "method": "POST", "path": "/v1/agent/register", "cost": "free" },
-                { "method": "POST", "path": "/v1/dd/create", "cost": "x402" },
+                { "method": "POST", "path": "/v1/dd/create", "cost": "trial, then x402" },
                 { "method": "POST", "path": "/v1/dd/confirm", "cost": "free" },
                 { "method": "GET", "path": "/v1/dd/{dd_id}", "cost": "free" },
             ],
@@ -195,14 +197,37 @@ async fn agent_card(State(state): State<AppState>) -> axum::Json<Value> {
 async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
     let base = &state.settings.public_url;
     let policy = state.pricing.policy().ok();
-    // price_base in USD: the base fee at 0.001 USD per DAC, in exact integer math.
-    let price_base = policy.map(|p| {
-        let cents_thousandths = p.base_fee.milli(); // milli-DAC = micro-USD
-        format!("${}.{:06}", cents_thousandths / 1_000_000, cents_thousandths % 1_000_000)
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    });
+    let services = state.pricing.services().ok().flatten();
+    // Prices in USD: milli-DAC are micro-USD, in exact integer math.
+    // At least cents, as prices are written ("$0.10"), more digits when needed ("$0.001").
+    let usd = |amount: MilliDac| {
+        let micro = amount.milli();
+        let fraction = format!("{:06}", micro % 1_000_000);
+        let digits = fraction.trim_end_matches('0').len().max(2);
+        format!("${}.{}", micro / 1_000_000, &fraction[..digits])
+    };
+    let paid_endpoints: Vec<Value> = catalog::PAID_ROUTES
+        .iter()
+        .map(|paid| {
+            let mut entry = json!({
+                "endpoint": paid.route.to_string(),
+                "priced_by": paid.priced_by(),
+                "trial_eligible": paid.trial,
+                "accepts_earned": paid.earned != catalog::EarnedUse::Never,
+                "available": crate::http::implements(&paid.route),
+            });
+            if let Some(price) = policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())) {
+                entry["price_base"] = json!(usd(price));
+            }
+            if paid.earned == catalog::EarnedUse::Surcharge {
+                entry["earned_pays"] = json!("the resolution surcharge only");
+            }
+            if !crate::http::implements(&paid.route) {
+                entry["note"] = json!("not served by this version yet: the route answers 404");
+            }
+            entry
+        })
+        .collect();
     axum::Json(json!({
         "name": "anchor",
         "version": INTERFACE_VERSION,
@@ -211,18 +236,12 @@ async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
         "networks": [NETWORK],
         "asset": USDC_BASE,
         "payment_address": state.settings.pay_to,
-        "paid_endpoints": [{
-            "endpoint": "POST /v1/dd/create",
-            "price_base": price_base,
-            "priced_by": "the EE axes of each request; GET /v1/pricing/current",
-            "trial_eligible": true,
-            "accepts_earned": false,
-        }],
+        "paid_endpoints": paid_endpoints,
         "trial": {
             "enabled": true,
             "amount_dac": 500,
             "period_days": 30,
-            "applies_to": ["POST /v1/dd/create"],
+            "applies_to": catalog::trial_routes().map(|r| r.to_string()).collect::<Vec<_>>(),
         },
         "endpoints": { "api": base, "openapi": format!("{base}/openapi.json") },
         "log": { "origin": state.log_key.origin, "public_key": state.log_key.vkey, "checkpoint": format!("{base}/v1/log/checkpoint") },

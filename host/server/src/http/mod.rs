@@ -43,6 +43,15 @@ pub fn operations() -> Vec<Operation> {
     all
 }
 
+/// Whether this server implements `route` (its route table has it).
+pub fn implements(route: &anchor_app::charge::Route) -> bool {
+    static TABLE: std::sync::OnceLock<Vec<(Method, &'static str)>> = std::sync::OnceLock::new();
+    TABLE
+        .get_or_init(|| operations().into_iter().map(|o| (o.method, o.path)).collect())
+        .iter()
+        .any(|(method, path)| method.as_str() == route.method && *path == route.path)
+}
+
 /// The whole application: routes, guidance for GET on POST-only routes, JSON
 /// 404 and 405, and the rate limit.
 pub fn app(state: AppState) -> Router {

@@ -130,7 +130,7 @@ async fn current(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> 
             "amount_dac": TRIAL_DAC.to_json_number(),
             "period_days": TRIAL_DAYS,
             "covers": ["base_fee", "premium"],
-            "applies_to": ["POST /v1/dd/create"],
+            "applies_to": anchor_app::catalog::trial_routes().map(|r| r.to_string()).collect::<Vec<_>>(),
         },
         "payment_window_minutes": PAYMENT_WINDOW_SECS / 60,
     });

@@ -1,0 +1,131 @@
+//! Every paid route of the interface, as it behaves or will behave: what
+//! prices it, whether Trial pays it, what Earned DAC may pay. Discovery
+//! documents (`/.well-known/x402.json`, `/v1/pricing/current`,
+//! `/v1/trial/status`, the agent card) are built from this list, the prices of
+//! the loaded pricing component and the route table, so none of them keeps a
+//! list of its own.
+
+use anchor_domain::MilliDac;
+use anchor_domain::pricing::{ObservationTier, Policy, ServicePrices};
+
+use crate::charge::Route;
+
+/// Where a paid route's price comes from in the pricing component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PriceSource {
+    /// The EE quote of the request (base fee plus axis adds, times the multiplier).
+    DeclarationQuote,
+    /// An ARA observation price (its lowest level when the tier has levels).
+    Observation(ObservationTier),
+    /// The TSL purchase fee (plus the tool's own price).
+    TslPurchase,
+    /// One ASA period (times the periods bought).
+    AsaPeriod,
+    /// The sDAC session base fee (plus its share of the simulated totals).
+    SdacSession,
+    /// A charged ISE stay.
+    IseStay,
+}
+
+/// What Earned DAC may pay of a route's price.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EarnedUse {
+    Never,
+    /// Only the resolution surcharge (cross-agent observations).
+    Surcharge,
+    /// The whole price.
+    Whole,
+}
+
+/// One paid route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaidRoute {
+    pub route: Route,
+    pub price: PriceSource,
+    /// Trial pays it (whole price or nothing).
+    pub trial: bool,
+    pub earned: EarnedUse,
+}
+
+const fn paid(method: &'static str, path: &'static str, price: PriceSource, trial: bool, earned: EarnedUse) -> PaidRoute {
+    PaidRoute { route: Route { method, path }, price, trial, earned }
+}
+
+use EarnedUse::{Never, Surcharge, Whole};
+use ObservationTier as Tier;
+use PriceSource::*;
+
+/// The paid routes of interface 1.3.42, in the reference's order.
+pub const PAID_ROUTES: &[PaidRoute] = &[
+    paid("POST", "/v1/dd/create", DeclarationQuote, true, Never),
+    paid("POST", "/v1/dd/bilateral/propose", DeclarationQuote, false, Never),
+    paid("POST", "/v1/tsl/purchase", TslPurchase, false, Never),
+    paid("POST", "/v1/tsl/purchase/layer2", TslPurchase, false, Never),
+    paid("POST", "/v1/asa/subscribe", AsaPeriod, false, Whole),
+    paid("POST", "/v1/asa/extend", AsaPeriod, false, Whole),
+    paid("POST", "/v1/sdac/session/end", SdacSession, true, Never),
+    paid("POST", "/v1/ise/exit", IseStay, true, Never),
+    paid("GET", "/v1/ara/environment", Observation(Tier::Environment), false, Never),
+    paid("GET", "/v1/ara/environment/density", Observation(Tier::Environment), false, Never),
+    paid("GET", "/v1/ara/environment/tsl", Observation(Tier::Environment), false, Never),
+    paid("GET", "/v1/ara/pattern/ee-distribution", Observation(Tier::Pattern), false, Never),
+    paid("GET", "/v1/ara/pattern/action-type", Observation(Tier::Pattern), false, Never),
+    paid("GET", "/v1/ara/pattern/compare", Observation(Tier::PatternCompare), false, Never),
+    paid("GET", "/v1/ara/agent/{agent_id}/profile", Observation(Tier::AgentOther), false, Surcharge),
+    paid("GET", "/v1/ara/agent/{agent_id}/timeline", Observation(Tier::AgentOther), false, Surcharge),
+    paid("GET", "/v1/ara/agent/{agent_id}/ee-pattern", Observation(Tier::AgentOther), false, Surcharge),
+    paid("GET", "/v1/ara/anomaly-compare", Observation(Tier::AnomalyCompare), false, Never),
+    paid("GET", "/v1/ara/environment-anomaly", Observation(Tier::EnvironmentAnomaly), false, Never),
+    paid("GET", "/v1/ara/evidence-report", Observation(Tier::EvidenceReport), false, Never),
+];
+
+/// The routes Trial pays for.
+pub fn trial_routes() -> impl Iterator<Item = Route> {
+    PAID_ROUTES.iter().filter(|p| p.trial).map(|p| p.route)
+}
+
+impl PaidRoute {
+    /// The route's starting price in the loaded generation: the base fee of a
+    /// quoted declaration, the lowest level of an observation, one ASA period.
+    /// `None` when the generation does not price it (a 1.0.0 component has no
+    /// service prices).
+    pub fn base_price(&self, policy: &Policy, services: Option<&ServicePrices>) -> Option<MilliDac> {
+        match self.price {
+            DeclarationQuote => Some(policy.base_fee),
+            Observation(tier) => services?.observations.iter().filter(|o| o.tier == tier).map(|o| o.base).min(),
+            TslPurchase => services.map(|s| s.tsl_base_fee),
+            AsaPeriod => services.map(|s| s.asa_period),
+            SdacSession => services.map(|s| s.sdac_base_fee),
+            IseStay => services.map(|s| s.ise_fee),
+        }
+    }
+
+    /// How the price is made, for people reading a discovery document.
+    pub fn priced_by(&self) -> &'static str {
+        match self.price {
+            DeclarationQuote => "the EE axes of each request (GET /v1/pricing/current)",
+            Observation(Tier::AgentOther) => {
+                "3 DAC plus a resolution surcharge when observing another agent; observing your own agent is free"
+            }
+            Observation(Tier::PatternCompare) => "by resolution level (GET /v1/pricing/current observations)",
+            Observation(_) => "a fixed price per call (GET /v1/pricing/current observations)",
+            TslPurchase => "the service fee plus the tool's price",
+            AsaPeriod => "per 90-day period bought",
+            SdacSession => "a base fee plus a share of the simulated totals",
+            IseStay => "free for a short stay, then a flat fee",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_pays_exactly_the_three_routes_the_interface_names() {
+        let routes: Vec<String> = trial_routes().map(|r| r.to_string()).collect();
+        assert_eq!(routes, ["POST /v1/dd/create", "POST /v1/sdac/session/end", "POST /v1/ise/exit"]);
+        assert_eq!(PAID_ROUTES.len(), 20);
+        assert!(PAID_ROUTES.iter().filter(|p| p.earned == Whole).all(|p| p.route.path.starts_with("/v1/asa/")));
+    }
+}
