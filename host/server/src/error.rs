@@ -140,16 +140,7 @@ impl From<StoreError> for ApiError {
 
 impl From<PricingError> for ApiError {
     fn from(error: PricingError) -> ApiError {
-        match error {
-            PricingError::Refused { reason, .. } => ApiError::bad("INVALID_VALUE", reason),
-            failed @ PricingError::Failed { .. } => {
-                tracing::error!(error = %failed, "pricing unavailable");
-                ApiError::Unavailable {
-                    code: "PRICING_UNAVAILABLE",
-                    message: "the pricing generation could not price this request; nothing was recorded or charged".into(),
-                }
-            }
-        }
+        ApiError::from(anchor_app::AppError::from(error))
     }
 }
 

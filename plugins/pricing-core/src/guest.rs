@@ -46,25 +46,34 @@ pub trait Generation {
     }
 }
 
+/// The exports every world of `anchor:pricing` has, for a [`Generation`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! generation_exports {
+    ($ty:ident) => {
+        fn generation() -> $crate::guest::String {
+            $crate::guest::generation::<$ty>()
+        }
+        fn quote(
+            scope: $crate::guest::bindings::Envelope,
+        ) -> ::core::result::Result<$crate::guest::bindings::Quote, $crate::guest::String> {
+            $crate::guest::quote::<$ty>(scope)
+        }
+        fn presets() -> $crate::guest::Vec<$crate::guest::bindings::Preset> {
+            $crate::guest::presets::<$ty>()
+        }
+        fn describe() -> $crate::guest::bindings::Policy {
+            $crate::guest::describe::<$ty>()
+        }
+    };
+}
+
 /// Implements the WIT exports for a [`Generation`].
 #[macro_export]
 macro_rules! export_generation {
     ($ty:ident) => {
         impl $crate::guest::bindings::Guest for $ty {
-            fn generation() -> $crate::guest::String {
-                $crate::guest::generation::<$ty>()
-            }
-            fn quote(
-                scope: $crate::guest::bindings::Envelope,
-            ) -> ::core::result::Result<$crate::guest::bindings::Quote, $crate::guest::String> {
-                $crate::guest::quote::<$ty>(scope)
-            }
-            fn presets() -> $crate::guest::Vec<$crate::guest::bindings::Preset> {
-                $crate::guest::presets::<$ty>()
-            }
-            fn describe() -> $crate::guest::bindings::Policy {
-                $crate::guest::describe::<$ty>()
-            }
+            $crate::generation_exports!($ty);
         }
         $crate::guest::bindings::export_pricing!($ty);
     };
@@ -83,20 +92,7 @@ pub trait ServiceGeneration: Generation {
 macro_rules! export_service_generation {
     ($ty:ident) => {
         impl $crate::guest::bindings_v1_1::Guest for $ty {
-            fn generation() -> $crate::guest::String {
-                $crate::guest::generation::<$ty>()
-            }
-            fn quote(
-                scope: $crate::guest::bindings::Envelope,
-            ) -> ::core::result::Result<$crate::guest::bindings::Quote, $crate::guest::String> {
-                $crate::guest::quote::<$ty>(scope)
-            }
-            fn presets() -> $crate::guest::Vec<$crate::guest::bindings::Preset> {
-                $crate::guest::presets::<$ty>()
-            }
-            fn describe() -> $crate::guest::bindings::Policy {
-                $crate::guest::describe::<$ty>()
-            }
+            $crate::generation_exports!($ty);
             fn services() -> $crate::guest::bindings_v1_1::ServicePrices {
                 $crate::guest::services::<$ty>()
             }
