@@ -68,3 +68,44 @@ fn only_the_plugin_host_knows_wasmtime_and_only_the_server_knows_http() {
         }
     }
 }
+
+/// The server's top-level modules depend on one another without cycles
+/// (`http` and `main` sit on top and are left out): an edge is a `crate::<module>`
+/// path in a module's file.
+#[test]
+fn server_modules_form_no_cycle() {
+    let src = root().join("host/server/src");
+    let modules: Vec<String> = names(&src)
+        .into_iter()
+        .filter_map(|n| n.strip_suffix(".rs").map(str::to_string))
+        .filter(|m| !["lib", "main"].contains(&m.as_str()))
+        .collect();
+    let edges: Vec<(String, Vec<String>)> = modules
+        .iter()
+        .map(|m| {
+            let text = std::fs::read_to_string(src.join(format!("{m}.rs"))).unwrap();
+            let uses = modules.iter().filter(|other| *other != m && text.contains(&format!("crate::{other}"))).cloned().collect();
+            (m.clone(), uses)
+        })
+        .collect();
+    // Depth-first search for a back edge.
+    fn visit(m: &str, edges: &[(String, Vec<String>)], path: &mut Vec<String>, done: &mut Vec<String>) {
+        if done.iter().any(|d| d == m) {
+            return;
+        }
+        if let Some(at) = path.iter().position(|p| p == m) {
+            panic!("module cycle: {} -> {m}", path[at..].join(" -> "));
+        }
+        path.push(m.to_string());
+        for next in edges.iter().find(|(name, _)| name == m).map(|(_, uses)| uses.clone()).unwrap_or_default() {
+            visit(&next, edges, path, done);
+        }
+        path.pop();
+        done.push(m.to_string());
+    }
+    let mut done = Vec::new();
+    for (m, _) in &edges {
+        visit(m, &edges, &mut Vec::new(), &mut done);
+    }
+    assert!(edges.iter().any(|(m, uses)| m == "state" && uses.iter().any(|u| u == "ratelimit")), "the check sees edges: {edges:?}");
+}

@@ -6,16 +6,8 @@
 //! Windows follow the service clock, so tests can move them.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Mutex;
-
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::HeaderValue;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use crate::error::ApiError;
-use crate::state::AppState;
 
 pub struct RateLimiter {
     limit: u32,
@@ -52,33 +44,4 @@ impl RateLimiter {
         }
         Verdict { allowed, remaining: self.limit - entry.1, reset_secs: (start + window - now_secs).max(0) as u64 }
     }
-}
-
-pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let client =
-        request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]));
-    let verdict = state.limiter.check(client, state.clock.now().timestamp());
-    let mut response = if verdict.allowed {
-        next.run(request).await
-    } else {
-        ApiError::TooManyRequests {
-            message: format!(
-                "more than {} requests in {} seconds from this client; retry after {} seconds",
-                state.settings.rate_limit, state.settings.rate_window_secs, verdict.reset_secs
-            ),
-            retry_after_secs: verdict.reset_secs,
-        }
-        .into_response()
-    };
-    let headers = response.headers_mut();
-    let mut set = |name: &'static str, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    };
-    set("ratelimit-limit", state.settings.rate_limit.to_string());
-    set("ratelimit-remaining", verdict.remaining.to_string());
-    set("ratelimit-reset", verdict.reset_secs.to_string());
-    set("ratelimit-policy", format!("{};w={}", state.settings.rate_limit, state.settings.rate_window_secs));
-    response
 }

@@ -14,6 +14,7 @@ pub mod input;
 pub mod payments;
 pub mod portal;
 pub mod pricing;
+pub mod ratelimit;
 pub mod transparency;
 
 use std::collections::BTreeMap;
@@ -82,7 +83,7 @@ pub fn app(state: AppState) -> Router {
         .merge(portal::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::ratelimit::middleware))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(axum::middleware::from_fn(move |request, next| listener::body_deadline(limits.body_read_timeout, request, next)))
         .layer(axum::middleware::from_fn(listener::protocol_limits))
