@@ -6,9 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use anchor_domain::Invalid;
-use anchor_domain::pricing::PricingError;
-use anchor_store::StoreError;
+use anchor_app::AppError;
 
 /// Why an agent request was not authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,10 +19,13 @@ pub enum AuthFailure {
     InvalidRecoveryKey,
 }
 
+/// A failure as HTTP answers it: a use case's refusal ([`AppError`], whose
+/// variants carry the codes every front end shares), or one of the refusals
+/// only HTTP has (authentication, rate limits, the protocol itself).
 #[derive(Debug)]
 pub enum ApiError {
-    /// 400 with a documented code.
-    BadRequest(Invalid),
+    /// 400, 402, 403, 404, 409, 410, 503 or 500, by the variant.
+    App(AppError),
     Unauthorized {
         failure: AuthFailure,
         base_url: String,
@@ -34,37 +35,9 @@ pub enum ApiError {
     OwnerUnauthorized {
         message: String,
     },
-    Forbidden {
-        code: &'static str,
-        message: String,
-    },
-    NotFound {
-        code: &'static str,
-        message: String,
-    },
-    Conflict {
-        code: &'static str,
-        message: String,
-    },
-    Gone {
-        code: &'static str,
-        message: String,
-    },
     TooManyRequests {
         message: String,
         retry_after_secs: u64,
-    },
-    /// 402 with an x402 v2 PaymentRequired object in the header and the body.
-    PaymentRequired(Value),
-    /// 402 after a settlement failed: `PAYMENT-RESPONSE` carries success false.
-    SettlementFailed {
-        reason: String,
-        payer: String,
-    },
-    /// 503: a dependency (the pricing component) is failing.
-    Unavailable {
-        code: &'static str,
-        message: String,
     },
     /// A refusal at the protocol level: 408, 413, 414, 431, 405 (with the path's
     /// methods in `Allow`).
@@ -74,73 +47,59 @@ pub enum ApiError {
         message: String,
         allow: Option<String>,
     },
-    Internal(anyhow::Error),
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::BadRequest(Invalid::new(code, message))
+        ApiError::App(AppError::invalid(code, message))
     }
 
     pub fn forbidden(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::Forbidden { code, message: message.into() }
+        ApiError::App(AppError::forbidden(code, message))
     }
 
     pub fn not_found(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::NotFound { code, message: message.into() }
+        ApiError::App(AppError::not_found(code, message))
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::App(AppError::Conflict { code, message: message.into() })
+    }
+
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::App(AppError::Unavailable { code, message: message.into() })
+    }
+
+    pub fn internal(error: impl Into<anyhow::Error>) -> ApiError {
+        ApiError::App(AppError::Internal(error.into()))
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::App(error) => match error {
+                AppError::Invalid(_) => StatusCode::BAD_REQUEST,
+                AppError::Forbidden { .. } => StatusCode::FORBIDDEN,
+                AppError::NotFound { .. } => StatusCode::NOT_FOUND,
+                AppError::Conflict { .. } => StatusCode::CONFLICT,
+                AppError::Gone { .. } => StatusCode::GONE,
+                AppError::PaymentRequired(_) | AppError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
+                AppError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             ApiError::Unauthorized { .. } | ApiError::OwnerUnauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Gone { .. } => StatusCode::GONE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::PaymentRequired(_) | ApiError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
-            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Protocol { status, .. } => *status,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
 
-impl From<anchor_app::AppError> for ApiError {
-    fn from(error: anchor_app::AppError) -> ApiError {
-        use anchor_app::AppError;
-        match error {
-            AppError::Invalid(invalid) => ApiError::BadRequest(invalid),
-            AppError::Forbidden { code, message } => ApiError::Forbidden { code, message },
-            AppError::NotFound { code, message } => ApiError::NotFound { code, message },
-            AppError::Conflict { code, message } => ApiError::Conflict { code, message },
-            AppError::Gone { code, message } => ApiError::Gone { code, message },
-            AppError::PaymentRequired(required) => ApiError::PaymentRequired(required.challenge()),
-            AppError::SettlementFailed { reason, payer } => ApiError::SettlementFailed { reason, payer },
-            AppError::Unavailable { code, message } => ApiError::Unavailable { code, message },
-            AppError::Internal(error) => ApiError::Internal(error),
-        }
-    }
-}
-
-impl From<Invalid> for ApiError {
-    fn from(invalid: Invalid) -> ApiError {
-        ApiError::BadRequest(invalid)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> ApiError {
-        ApiError::Internal(error.into())
-    }
-}
-
-impl From<PricingError> for ApiError {
-    fn from(error: PricingError) -> ApiError {
-        ApiError::from(anchor_app::AppError::from(error))
+/// Everything a use case, the domain, the store or the pricing component
+/// refuses with reaches HTTP through [`AppError`] and its one mapping.
+impl<E: Into<AppError>> From<E> for ApiError {
+    fn from(error: E) -> ApiError {
+        ApiError::App(error.into())
     }
 }
 
@@ -203,18 +162,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         match self {
-            ApiError::BadRequest(invalid) => (status, axum::Json(body(invalid.code, &invalid.message))).into_response(),
             ApiError::Unauthorized { failure, base_url } => {
                 let mut response = (status, axum::Json(unauthorized_body(failure, &base_url))).into_response();
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 response
             }
             ApiError::OwnerUnauthorized { message } => (status, axum::Json(body("UNAUTHORIZED", &message))).into_response(),
-            ApiError::Forbidden { code, message }
-            | ApiError::NotFound { code, message }
-            | ApiError::Conflict { code, message }
-            | ApiError::Gone { code, message }
-            | ApiError::Unavailable { code, message } => (status, axum::Json(body(code, &message))).into_response(),
             ApiError::TooManyRequests { message, retry_after_secs } => {
                 let mut response = (status, axum::Json(body("RATE_LIMITED", &message))).into_response();
                 if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
@@ -222,8 +175,16 @@ impl IntoResponse for ApiError {
                 }
                 response
             }
-            ApiError::PaymentRequired(challenge) => crate::payment::challenge_response(challenge),
-            ApiError::SettlementFailed { reason, payer } => {
+            ApiError::App(AppError::Invalid(invalid)) => (status, axum::Json(body(invalid.code, &invalid.message))).into_response(),
+            ApiError::App(
+                AppError::Forbidden { code, message }
+                | AppError::NotFound { code, message }
+                | AppError::Conflict { code, message }
+                | AppError::Gone { code, message }
+                | AppError::Unavailable { code, message },
+            ) => (status, axum::Json(body(code, &message))).into_response(),
+            ApiError::App(AppError::PaymentRequired(required)) => crate::payment::challenge_response(required.challenge()),
+            ApiError::App(AppError::SettlementFailed { reason, payer }) => {
                 let mut response = (
                     status,
                     axum::Json(body(
@@ -245,7 +206,7 @@ impl IntoResponse for ApiError {
                 }
                 response
             }
-            ApiError::Internal(error) => {
+            ApiError::App(AppError::Internal(error)) => {
                 tracing::error!(error = format!("{error:#}"), "internal error");
                 (status, axum::Json(body("INTERNAL_ERROR", "the service failed to handle this request; nothing was changed")))
                     .into_response()

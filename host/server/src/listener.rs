@@ -215,7 +215,7 @@ pub async fn catch_panic(request: Request, next: Next) -> Response {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
             tracing::error!(%method, path = %anchor_domain::brief(&path), panic = %what, "a handler panicked");
-            ApiError::Internal(anyhow::anyhow!("handler panicked: {what}")).into_response()
+            ApiError::internal(anyhow::anyhow!("handler panicked: {what}")).into_response()
         }
     }
 }

@@ -95,10 +95,6 @@ fn text(body: String, cache: &'static str) -> Response {
     response
 }
 
-fn internal(error: anyhow::Error) -> ApiError {
-    ApiError::Internal(error)
-}
-
 async fn receipt(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -107,21 +103,16 @@ async fn receipt(
     let dd_id = path_uuid("dd_id", &dd_id)?;
     let stored = super::declarations::owned(&state, &agent, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
-        return Err(ApiError::Conflict {
-            code: "NOT_CONFIRMED",
-            message: "confirm the declaration first; only confirmed declarations enter the log".into(),
-        });
+        return Err(ApiError::conflict("NOT_CONFIRMED", "confirm the declaration first; only confirmed declarations enter the log"));
     };
-    let not_yet = || ApiError::Conflict {
-        code: "NOT_YET_IN_LOG",
-        message: "the declaration is confirmed but not yet in a signed checkpoint; retry in a second".into(),
-    };
+    let not_yet =
+        || ApiError::conflict("NOT_YET_IN_LOG", "the declaration is confirmed but not yet in a signed checkpoint; retry in a second");
     let (index, _leaf) = state.store.log_entry_for(dd_id).await?.ok_or_else(not_yet)?;
     let checkpoint = state.store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?;
     let proof = log::inclusion_proof(state.store.as_ref(), checkpoint.size as u64, index as u64)
         .await
-        .map_err(internal)?
-        .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
     let receipt = Receipt {
         format: RECEIPT_FORMAT.into(),
         dd_id: dd_id.to_string(),
@@ -133,7 +124,7 @@ async fn receipt(
         inclusion_proof: proof.iter().map(|h| B64.encode(h.0)).collect(),
         checkpoint: checkpoint.note,
     };
-    Ok(axum::Json(serde_json::to_value(receipt).map_err(|e| internal(e.into()))?))
+    Ok(axum::Json(serde_json::to_value(receipt).map_err(ApiError::internal)?))
 }
 
 async fn latest_checkpoint(State(state): State<AppState>) -> ApiResult<Response> {
@@ -168,11 +159,11 @@ async fn consistency(
     } else {
         log::consistency_proof(state.store.as_ref(), to, from)
             .await
-            .map_err(internal)?
-            .ok_or_else(|| internal(anyhow::anyhow!("no consistency proof {from} -> {to}")))?
+            .map_err(ApiError::internal)?
+            .ok_or_else(|| ApiError::internal(anyhow::anyhow!("no consistency proof {from} -> {to}")))?
     };
     let proof = ConsistencyProof { from_size: from, to_size: to, proof: proof.iter().map(|h| B64.encode(h.0)).collect() };
-    Ok(axum::Json(serde_json::to_value(proof).map_err(|e| internal(e.into()))?))
+    Ok(axum::Json(serde_json::to_value(proof).map_err(ApiError::internal)?))
 }
 
 async fn key(State(state): State<AppState>) -> axum::Json<Value> {
@@ -239,7 +230,7 @@ async fn tile(State(state): State<AppState>, ApiPath(path): ApiPath<String>) -> 
         }
         bundle
     } else {
-        log::tile_data(state.store.as_ref(), tile).await.map_err(internal)?.ok_or_else(bad)?
+        log::tile_data(state.store.as_ref(), tile).await.map_err(ApiError::internal)?.ok_or_else(bad)?
     };
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));

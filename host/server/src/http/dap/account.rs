@@ -235,10 +235,7 @@ async fn request_deletion(State(state): State<AppState>, auth: AuthOwner, JsonBo
     let password = o.req_str("password")?;
     super::confirm_password(&state, &auth.owner, password).await?;
     if auth.owner.deletion_requested_at.is_some() {
-        return Err(ApiError::Conflict {
-            code: "DELETION_ALREADY_REQUESTED",
-            message: "deletion is already pending; POST /dap/account/restore cancels it".into(),
-        });
+        return Err(ApiError::conflict("DELETION_ALREADY_REQUESTED", "deletion is already pending; POST /dap/account/restore cancels it"));
     }
     let now = state.clock.now();
     let due = now + chrono::Duration::days(state.settings.dap.deletion_grace_days);
@@ -248,7 +245,7 @@ async fn request_deletion(State(state): State<AppState>, auth: AuthOwner, JsonBo
 
 async fn restore(State(state): State<AppState>, auth: AuthOwner) -> ApiResult<axum::Json<Value>> {
     if auth.owner.deletion_requested_at.is_none() {
-        return Err(ApiError::Conflict { code: "NOT_PENDING_DELETION", message: "no deletion is pending for this account".into() });
+        return Err(ApiError::conflict("NOT_PENDING_DELETION", "no deletion is pending for this account"));
     }
     state.store.set_owner_deletion(auth.owner.owner_id, None).await?;
     Ok(axum::Json(json!({ "owner_id": auth.owner.owner_id, "status": "active" })))

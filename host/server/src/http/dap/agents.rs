@@ -192,10 +192,7 @@ async fn link(
         Link::Linked { linked_at } => linked_at,
         Link::WrongToken => return Err(invalid()),
         Link::LinkedElsewhere => {
-            return Err(ApiError::Conflict {
-                code: "AGENT_ALREADY_LINKED",
-                message: "another owner manages this agent; it must unlink it first".into(),
-            });
+            return Err(ApiError::conflict("AGENT_ALREADY_LINKED", "another owner manages this agent; it must unlink it first"));
         }
         Link::TooMany => {
             return Err(ApiError::forbidden(

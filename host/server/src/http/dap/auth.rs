@@ -181,7 +181,7 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
         return Err(ApiError::bad("PRIVACY_REQUIRED", "privacy_agreed must be true: the privacy policy must be accepted"));
     }
     owner::check_password_policy(password, Some(&email))?;
-    let hash = owner::hash_password_off_thread(password).await.map_err(ApiError::Internal)?;
+    let hash = owner::hash_password_off_thread(password).await.map_err(ApiError::internal)?;
     let now = state.clock.now();
     let owner = NewOwner {
         owner_id: Uuid::new_v4(),
@@ -199,10 +199,7 @@ async fn register(State(state): State<AppState>, JsonBody(body): JsonBody) -> Ap
         created_at: now,
     };
     if !state.store.insert_owner(&owner).await? {
-        return Err(ApiError::Conflict {
-            code: "EMAIL_ALREADY_REGISTERED",
-            message: "this email already has an owner account; sign in instead".into(),
-        });
+        return Err(ApiError::conflict("EMAIL_ALREADY_REGISTERED", "this email already has an owner account; sign in instead"));
     }
     Ok((
         StatusCode::CREATED,
@@ -312,7 +309,7 @@ async fn change_password(State(state): State<AppState>, auth: AuthOwner, JsonBod
     }
     super::confirm_password(&state, &auth.owner, current).await?;
     owner::check_password_policy(new, auth.owner.email.as_deref())?;
-    let hash = owner::hash_password_off_thread(new).await.map_err(ApiError::Internal)?;
+    let hash = owner::hash_password_off_thread(new).await.map_err(ApiError::internal)?;
     state.store.set_owner_password(auth.owner.owner_id, &hash).await?;
     state.store.delete_other_sessions(auth.owner.owner_id, &auth.session_hash).await?;
     Ok(axum::Json(json!({ "message": "password changed; other sessions were signed out" })))
@@ -322,7 +319,7 @@ fn feature_check(state: &AppState) -> ApiResult<()> {
     if state.settings.dap.agent_owners {
         Ok(())
     } else {
-        Err(ApiError::Unavailable { code: "FEATURE_NOT_AVAILABLE", message: "agent-type owners are turned off on this service".into() })
+        Err(ApiError::unavailable("FEATURE_NOT_AVAILABLE", "agent-type owners are turned off on this service"))
     }
 }
 
@@ -381,8 +378,8 @@ async fn register_agent(
         created_at: state.clock.now(),
     };
     if !state.store.insert_owner(&new).await? {
-        return Err(ApiError::Conflict { code: "ALREADY_REGISTERED", message: format!("agent {agent_id} is already an owner") });
+        return Err(ApiError::conflict("ALREADY_REGISTERED", format!("agent {agent_id} is already an owner")));
     }
-    let owner = state.store.owner(new.owner_id).await?.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("owner vanished")))?;
+    let owner = state.store.owner(new.owner_id).await?.ok_or_else(|| ApiError::internal(anyhow::anyhow!("owner vanished")))?;
     Ok((StatusCode::CREATED, axum::Json(identity(&owner))))
 }

@@ -205,9 +205,11 @@ async fn create(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): 
     if let Some(d) = description {
         check_text("description", d, DESCRIPTION_MAX)?;
     }
-    let exists = || ApiError::Conflict {
-        code: "CLASSIFICATION_KEY_EXISTS",
-        message: format!("classification_key {} already exists for this owner (or as a base category)", anchor_domain::brief(key)),
+    let exists = || {
+        ApiError::conflict(
+            "CLASSIFICATION_KEY_EXISTS",
+            format!("classification_key {} already exists for this owner (or as a base category)", anchor_domain::brief(key)),
+        )
     };
     if state.store.base_classification_exists(key).await? {
         return Err(exists());
