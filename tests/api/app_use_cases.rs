@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use anchor_app::charge::{Offered, Source};
+use anchor_app::charge::Offered;
 use anchor_app::declarations::{self, CreateInput, EeInput};
 use anchor_app::{AppError, Config, Services};
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
@@ -91,7 +91,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     let AppError::PaymentRequired(required) = unpaid else { panic!("expected a payment required outcome, got {unpaid:?}") };
     assert_eq!(required.amount, MilliDac(157_500));
     assert_eq!(required.route, declarations::CREATE);
-    assert_eq!(required.accepts, vec![Source::Trial, Source::External]);
+    assert_eq!(required.accepts, vec![PaymentSource::Trial, PaymentSource::External]);
     assert!(required.reason.is_none());
     assert!(required.description.contains("Trial holds 17.5 DAC"), "{}", required.description);
     let challenge = required.challenge();

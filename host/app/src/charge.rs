@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{NewPayment, PaymentRecord};
+use anchor_store::{NewPayment, PaymentRecord, PaymentSource};
 use anchor_x402::Reason;
 
 use crate::{AppError, AppResult, Services};
@@ -54,24 +54,6 @@ pub const PAYMENT_WINDOW_SECS: u64 = 30 * 60;
 /// authorization must outlive the confirmation window, plus five minutes for
 /// settlement.
 pub const CONFIRM_MAX_TIMEOUT_SECS: u64 = PAYMENT_WINDOW_SECS + 5 * 60;
-
-/// A source a price may be paid from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Trial,
-    Earned,
-    External,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Trial => "trial",
-            Source::Earned => "earned",
-            Source::External => "external",
-        }
-    }
-}
 
 /// What Trial may pay of an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +132,7 @@ pub struct PaymentRequired {
     /// Why an offered payment was refused (the x402 `error`), if one was.
     pub reason: Option<String>,
     /// The sources the route accepts (what the agent could use).
-    pub accepts: Vec<Source>,
+    pub accepts: Vec<PaymentSource>,
     /// The x402 requirement a payment must match, as the wire carries it.
     pub requirement: Value,
     /// The resource's URL.
@@ -204,8 +186,8 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
     };
     let amount = order.total - trial_part;
     let accepts = match order.trial {
-        TrialUse::None => vec![Source::External],
-        _ => vec![Source::Trial, Source::External],
+        TrialUse::None => vec![PaymentSource::External],
+        _ => vec![PaymentSource::Trial, PaymentSource::External],
     };
     let requirement = anchor_x402::requirement(&services.config.pay_to, amount.usdc_base_units(), CONFIRM_MAX_TIMEOUT_SECS);
     let required = |reason: Option<String>| {

@@ -427,7 +427,7 @@ fn cost_breakdown(s: &StoredDeclaration) -> Value {
 
 fn create_response(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> Value {
     let d = &s.declaration;
-    let external = s.base_fee_source == PaymentSource::External || s.premium_source == PaymentSource::External;
+    let external = declarations::paid_externally(s);
     let mut body = json!({
         "dd_id": d.dd_id,
         "ee_id": d.ee_id,

@@ -209,12 +209,13 @@ async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
     let paid_endpoints: Vec<Value> = catalog::PAID_ROUTES
         .iter()
         .map(|paid| {
+            let available = crate::http::implements(&paid.route);
             let mut entry = json!({
                 "endpoint": paid.route.to_string(),
                 "priced_by": paid.priced_by(),
                 "trial_eligible": paid.trial,
                 "accepts_earned": paid.earned != catalog::EarnedUse::Never,
-                "available": crate::http::implements(&paid.route),
+                "available": available,
             });
             if let Some(price) = policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())) {
                 entry["price_base"] = json!(usd(price));
@@ -222,7 +223,7 @@ async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
             if paid.earned == catalog::EarnedUse::Surcharge {
                 entry["earned_pays"] = json!("the resolution surcharge only");
             }
-            if !crate::http::implements(&paid.route) {
+            if !available {
                 entry["note"] = json!("not served by this version yet: the route answers 404");
             }
             entry
