@@ -1,0 +1,209 @@
+//! Agents: registration, credentials, disclosure level, the categories an agent may use.
+
+use anchor_domain::MilliDac;
+use anchor_domain::agents::DisclosureLevel;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Engine, Exec, Row, sql};
+use crate::*;
+
+/// A new agent, with its secrets already hashed.
+#[derive(Clone, Debug)]
+pub struct NewAgent {
+    pub agent_id: Uuid,
+    pub token_hash: [u8; 32],
+    pub recovery_hash: [u8; 32],
+    pub region_code: Option<String>,
+    pub registered_at: DateTime<Utc>,
+    pub trial_granted: MilliDac,
+    pub trial_expires_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub agent_id: Uuid,
+    pub token_hash: [u8; 32],
+    pub region_code: Option<String>,
+    pub disclosure_level: DisclosureLevel,
+    pub registered_at: DateTime<Utc>,
+    pub trial_granted: MilliDac,
+    pub trial_balance: MilliDac,
+    pub trial_expires_at: DateTime<Utc>,
+}
+
+/// The outcome of a recovery attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    Recovered,
+    /// Wrong agent_id or wrong key: the caller cannot tell which.
+    Refused,
+    /// Too many attempts for this agent_id in the window.
+    RateLimited,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classification {
+    pub classification_id: Uuid,
+    pub owner_id: Option<Uuid>,
+    pub key: String,
+    pub label: String,
+    pub description: Option<String>,
+}
+
+#[async_trait]
+pub trait AgentStore: Send + Sync {
+    async fn insert_agent(&self, agent: &NewAgent) -> Result<()>;
+    async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>>;
+    async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>>;
+    /// Replaces both secrets if the agent still holds `current_token_hash`.
+    async fn rotate_credentials(
+        &self,
+        agent_id: Uuid,
+        current_token_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+    ) -> Result<bool>;
+    /// Replaces both secrets if `recovery_hash` matches. A wrong key (or an
+    /// unknown agent_id) takes one attempt of `limit` for that agent_id; once
+    /// they are spent, wrong keys are refused as `RateLimited`. The right key
+    /// always recovers: guessing cannot lock its holder out.
+    async fn recover_credentials(
+        &self,
+        agent_id: Uuid,
+        recovery_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+        now: DateTime<Utc>,
+        limit: AttemptLimit,
+    ) -> Result<Recovery>;
+    async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()>;
+    /// Operator base categories plus the agent's owner's active ones.
+    async fn classifications_for_agent(&self, agent_id: Uuid) -> Result<Vec<Classification>>;
+}
+
+#[async_trait]
+impl<E: Engine> AgentStore for SqlStore<E> {
+    async fn insert_agent(&self, agent: &NewAgent) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into agent (agent_id, token_hash, recovery_hash, region_code, registered_at, \
+             trial_granted_milli, trial_balance_milli, trial_expires_at) values ($1, $2, $3, $4, $5, $6, $6, $7)")
+                .bind(agent.agent_id)
+                .bind(agent.token_hash.to_vec())
+                .bind(agent.recovery_hash.to_vec())
+                .bind(agent.region_code.as_deref())
+                .bind(agent.registered_at)
+                .bind(agent.trial_granted.milli())
+                .bind(agent.trial_expires_at),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>> {
+        let row = self.db().fetch_optional(sql("select * from agent where agent_id = $1").bind(agent_id)).await?;
+        row.as_ref().map(decode_agent).transpose()
+    }
+
+    async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
+        let row = self.db().fetch_optional(sql("select * from agent where token_hash = $1").bind(token_hash.to_vec())).await?;
+        row.as_ref().map(decode_agent).transpose()
+    }
+
+    async fn rotate_credentials(
+        &self,
+        agent_id: Uuid,
+        current_token_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+    ) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and token_hash = $4")
+                    .bind(new_token_hash.to_vec())
+                    .bind(new_recovery_hash.to_vec())
+                    .bind(agent_id)
+                    .bind(current_token_hash.to_vec()),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn recover_credentials(
+        &self,
+        agent_id: Uuid,
+        recovery_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+        now: DateTime<Utc>,
+        limit: AttemptLimit,
+    ) -> Result<Recovery> {
+        // The right key is tried first and is never limited: the
+        // limit only counts wrong keys, so nobody can lock an agent's
+        // holder out by guessing at its (public) agent_id.
+        let done = self
+            .db()
+            .execute(
+                sql("update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and recovery_hash = $4")
+                    .bind(new_token_hash.to_vec())
+                    .bind(new_recovery_hash.to_vec())
+                    .bind(agent_id)
+                    .bind(recovery_hash.to_vec()),
+            )
+            .await?;
+        if done == 1 {
+            return Ok(Recovery::Recovered);
+        }
+        Ok(match self.reserve_attempt(limit, &agent_id.to_string(), now).await? {
+            Attempt::Reserved => Recovery::Refused,
+            Attempt::Spent { .. } => Recovery::RateLimited,
+        })
+    }
+
+    async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()> {
+        self.db().execute(sql("update agent set disclosure_level = $1 where agent_id = $2").bind(level.as_str()).bind(agent_id)).await?;
+        Ok(())
+    }
+
+    async fn classifications_for_agent(&self, agent_id: Uuid) -> Result<Vec<Classification>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select classification_id, owner_id, classification_key, classification_label, description \
+             from classification c where active = $1 and (owner_id is null \
+             or owner_id = (select owner_id from agent where agent_id = $2)) \
+             order by owner_id is not null, classification_key")
+                .bind(true)
+                .bind(agent_id),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Classification {
+                    classification_id: row.get("classification_id")?,
+                    owner_id: row.get("owner_id")?,
+                    key: row.get("classification_key")?,
+                    label: row.get("classification_label")?,
+                    description: row.get("description")?,
+                })
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
+    let level: String = row.get("disclosure_level")?;
+    Ok(AgentRecord {
+        agent_id: row.get("agent_id")?,
+        token_hash: hash32("token_hash", row.get("token_hash")?)?,
+        region_code: row.get("region_code")?,
+        disclosure_level: parse("disclosure_level", &level, DisclosureLevel::parse)?,
+        registered_at: row.get("registered_at")?,
+        trial_granted: MilliDac(row.get("trial_granted_milli")?),
+        trial_balance: MilliDac(row.get("trial_balance_milli")?),
+        trial_expires_at: row.get("trial_expires_at")?,
+    })
+}

@@ -1,0 +1,569 @@
+//! Declarations: create (with its Trial debit or payment reservation), confirm, read, list, direct reads of the original, usage.
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::{Declaration, dd, ee, template};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
+use crate::*;
+
+/// A declaration to record, priced, paid from Trial or by a reserved payment.
+#[derive(Clone, Debug)]
+pub struct NewDeclaration {
+    pub declaration: Declaration,
+    pub request_id: Uuid,
+    pub subtotal: MilliDac,
+    pub base_fee: MilliDac,
+    pub multiplier_permille: u32,
+    pub monthly: MilliDac,
+    pub direct_access_expires_at: DateTime<Utc>,
+    /// `Some`: paid externally; `None`: paid from Trial.
+    pub external: Option<NewPayment>,
+    /// With `external`: the base fee is still debited from Trial and the
+    /// payment covers the premium alone (`premium_payment_source: external`).
+    pub base_from_trial: bool,
+}
+
+/// A recorded declaration with its payment and confirmation state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDeclaration {
+    pub declaration: Declaration,
+    pub request_id: Uuid,
+    pub subtotal: MilliDac,
+    pub base_fee: MilliDac,
+    pub multiplier_permille: u32,
+    pub monthly: MilliDac,
+    pub base_fee_source: PaymentSource,
+    pub premium_source: PaymentSource,
+    /// The Trial balance right after this declaration was paid from it.
+    pub trial_remaining_after: Option<MilliDac>,
+    /// unreserved, pending, settled or released.
+    pub settlement_status: String,
+    pub confirmed_at: Option<DateTime<Utc>>,
+    pub integrity_hash: Option<String>,
+    pub direct_reads_used: i64,
+    pub direct_access_expires_at: DateTime<Utc>,
+    /// Externally paid: confirm before this, or the reservation is released.
+    pub payment_deadline: Option<DateTime<Utc>>,
+}
+
+impl StoredDeclaration {
+    pub fn premium(&self) -> MilliDac {
+        self.declaration.dac_amount - self.base_fee
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Created {
+    /// Recorded now; the Trial balance after the debit.
+    New { trial_remaining: MilliDac },
+    /// The agent already used this request_id: the earlier record.
+    Replayed(Box<StoredDeclaration>),
+    /// Trial cannot pay: too little left, or expired.
+    TrialCannotPay { balance: MilliDac, expired: bool },
+    /// `parent_dd_id` names no declaration.
+    ParentNotFound,
+    /// `parent_dd_id` names another agent's declaration.
+    ParentForeign,
+    /// The payment authorization was already used (its nonce is reserved).
+    PaymentReplayed,
+    /// The payment would take the agent past its DAB for the period.
+    DabReached { limit: MilliDac, spent: MilliDac },
+}
+
+/// One row of the usage record written at confirmation.
+#[derive(Clone, Debug)]
+pub struct UsageEntry {
+    pub cost_component: &'static str,
+    pub source: PaymentSource,
+    pub amount: MilliDac,
+}
+
+/// The outcome of a read of a declaration's original through direct access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectRead {
+    /// Counted; this many reads are left.
+    Granted { remaining: i64 },
+    /// Every read of the quota is spent.
+    Exhausted,
+    /// The access period is over.
+    Expired,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListFilter {
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+#[async_trait]
+pub trait DeclarationStore: Send + Sync {
+    /// Records a declaration and debits Trial by its total, atomically; or
+    /// returns the earlier record for a reused request_id.
+    async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
+    async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
+    /// Settles a declaration once and queues its log leaf, in one transaction:
+    /// false if it was already confirmed or released. `settlement_ref`, for an
+    /// externally paid declaration, marks its payment settled in the same
+    /// transaction.
+    async fn confirm_declaration(
+        &self,
+        dd_id: Uuid,
+        integrity_hash: &str,
+        now: DateTime<Utc>,
+        usage: &[UsageEntry],
+        leaf_data: &[u8],
+        settlement_ref: Option<&str>,
+    ) -> Result<bool>;
+    /// Counts one read of the original against the EE's quota and period.
+    async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
+    /// The agent's declarations, newest first, and how many match in all.
+    async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)>;
+    /// The agent's declarations in one lineage group, oldest first.
+    async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
+    /// The usage entries of one declaration.
+    async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>>;
+}
+
+#[async_trait]
+impl<E: Engine> DeclarationStore for SqlStore<E> {
+    async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
+        let d = &new.declaration;
+        if let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await? {
+            return Ok(Created::Replayed(Box::new(earlier)));
+        }
+        let mut tx = self.begin_write().await?;
+        let mut lineage_group_id = d.lineage_group_id;
+        if let Some(parent) = d.dd.parent_dd_id {
+            let row = tx.fetch_optional(sql("select agent_id, lineage_group_id from declaration where dd_id = $1").bind(parent)).await?;
+            let Some(row) = row else { return Ok(Created::ParentNotFound) };
+            let parent_agent: Uuid = row.get("agent_id")?;
+            if parent_agent != d.agent_id {
+                return Ok(Created::ParentForeign);
+            }
+            lineage_group_id = row.get("lineage_group_id")?;
+        }
+        let trial_remaining = if let Some(payment) = &new.external {
+            // The budget check and the reservation share this transaction;
+            // on PostgreSQL the agent row's lock makes concurrent payments
+            // of one agent count one after another.
+            let row = tx
+                .fetch_one(sql(format!("select dab_limit_milli from agent where agent_id = $1{}", self.db.for_update())).bind(d.agent_id))
+                .await?;
+            let own: Option<i64> = row.get("dab_limit_milli")?;
+            let limit = own.unwrap_or(payment.dab_default.milli());
+            let spent: i64 = tx.scalar(sql(DAB_SPENT).bind(d.agent_id).bind(payment.period_start)).await?;
+            if spent + payment.amount_units > limit {
+                return Ok(Created::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+            }
+            // The nonce's unique constraint is the replay guard, on every host.
+            let reserved = tx
+                .execute(
+                    sql("insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, \
+                 valid_after, valid_before, route, agent_id, dd_id, payload, status, created_at, updated_at) \
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, null, $12, 'reserved', $13, $13)")
+                    .bind(payment.payment_id)
+                    .bind(payment.network.as_str())
+                    .bind(payment.asset.as_str())
+                    .bind(payment.payer.as_str())
+                    .bind(payment.nonce.as_str())
+                    .bind(payment.amount_units)
+                    .bind(payment.pay_to.as_str())
+                    .bind(payment.valid_after)
+                    .bind(payment.valid_before)
+                    .bind(payment.route.as_str())
+                    .bind(d.agent_id)
+                    .bind(payment.payload.as_str())
+                    .bind(now),
+                )
+                .await;
+            match reserved {
+                Ok(_) => {}
+                Err(error) if is_unique_violation(&error) => return Ok(Created::PaymentReplayed),
+                Err(error) => return Err(error.into()),
+            }
+            tx.execute(
+                sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'reserved', null, $2)")
+                    .bind(payment.payment_id)
+                    .bind(now),
+            )
+            .await?;
+            if new.base_from_trial {
+                let debited: Option<i64> = tx
+                    .scalar_optional(
+                        sql("update agent set trial_balance_milli = trial_balance_milli - $1 \
+                     where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
+                     returning trial_balance_milli")
+                        .bind(new.base_fee.milli())
+                        .bind(d.agent_id)
+                        .bind(now),
+                    )
+                    .await?;
+                match debited {
+                    Some(left) => Some(left),
+                    None => return Ok(Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }),
+                }
+            } else {
+                None
+            }
+        } else {
+            // The debit and its condition are one statement: it cannot race.
+            let debited: Option<i64> = tx
+                .scalar_optional(
+                    sql("update agent set trial_balance_milli = trial_balance_milli - $1 \
+             where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
+             returning trial_balance_milli")
+                    .bind(d.dac_amount.milli())
+                    .bind(d.agent_id)
+                    .bind(now),
+                )
+                .await?;
+            let Some(trial_remaining) = debited else {
+                let row = tx
+                    .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(d.agent_id))
+                    .await?;
+                let expires: DateTime<Utc> = row.get("trial_expires_at")?;
+                return Ok(Created::TrialCannotPay { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= now });
+            };
+            Some(trial_remaining)
+        };
+        let (base_source, premium_source) = match (&new.external, new.base_from_trial) {
+            (None, _) => (PaymentSource::Trial, PaymentSource::Trial),
+            (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
+            (Some(_), false) => (PaymentSource::External, PaymentSource::External),
+        };
+        let settlement = if new.external.is_some() { "pending" } else { "unreserved" };
+        let t = d.template.as_ref();
+        let inserted = tx
+            .execute(Query::insert(
+                "declaration",
+                vec![
+                    ("dd_id", d.dd_id.value()),
+                    ("ee_id", d.ee_id.value()),
+                    ("agent_id", d.agent_id.value()),
+                    ("request_id", new.request_id.value()),
+                    ("lineage_group_id", lineage_group_id.value()),
+                    ("parent_dd_id", d.dd.parent_dd_id.value()),
+                    ("dd_unit_type", d.dd.unit_type.as_str().value()),
+                    ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
+                    ("decision_type", d.dd.decision_type.as_str().value()),
+                    ("decision_action_type", d.dd.action_type.as_str().value()),
+                    ("origin_context_type", d.dd.origin_context.as_str().value()),
+                    ("selection_state", d.dd.selection_state.as_str().value()),
+                    ("selection_scope", d.dd.selection_scope.map(|s| s.as_str()).value()),
+                    ("decision_at", d.dd.decision_at.value()),
+                    ("ee_preset", d.ee.preset.as_deref().value()),
+                    ("ee_retention_period", d.ee.scope.retention.as_str().value()),
+                    ("ee_integrity_verification_level", d.ee.scope.integrity.as_str().value()),
+                    ("ee_disclosure_format_policy", d.ee.scope.disclosure.as_str().value()),
+                    ("ee_responsibility_scope", d.ee.scope.responsibility.as_str().value()),
+                    ("content_disclosure_scope", d.ee.scope.content_scope.as_str().value()),
+                    ("delegation_state", d.ee.scope.delegation.as_str().value()),
+                    ("ee_direct_access_period", d.ee.direct_access_period.to_string().value()),
+                    ("ee_direct_access_quota", d.ee.direct_access_quota.value()),
+                    ("access_class", d.ee.access_class.as_str().value()),
+                    ("direct_access_expires_at", new.direct_access_expires_at.value()),
+                    ("direct_reads_used", 0i64.value()),
+                    ("content_inclusion", d.content_inclusion.value()),
+                    ("tpl_decision_class", t.and_then(|t| t.decision_class).map(|v| v.as_str()).value()),
+                    ("tpl_decision_scale_value", t.and_then(|t| t.decision_scale_value.as_deref()).value()),
+                    ("tpl_decision_scale_unit", t.and_then(|t| t.decision_scale_unit.as_deref()).value()),
+                    ("tpl_target_class", t.and_then(|t| t.target_class).map(|v| v.as_str()).value()),
+                    ("tpl_call_chain", t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")).value()),
+                    ("tpl_self_classification", t.and_then(|t| t.self_classification.as_deref()).value()),
+                    ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
+                    ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
+                    ("anchored_at", d.anchored_at.value()),
+                    ("salt", d.salt.as_slice().value()),
+                    ("pricing_version", d.pricing_version.as_str().value()),
+                    ("pricing_sha256", d.pricing_sha256.as_str().value()),
+                    ("dac_amount_milli", d.dac_amount.milli().value()),
+                    ("base_fee_milli", new.base_fee.milli().value()),
+                    ("subtotal_milli", new.subtotal.milli().value()),
+                    ("multiplier_permille", i64::from(new.multiplier_permille).value()),
+                    ("monthly_milli", new.monthly.milli().value()),
+                    ("base_fee_source", base_source.as_str().value()),
+                    ("premium_source", premium_source.as_str().value()),
+                    ("trial_remaining_after_milli", trial_remaining.value()),
+                    ("settlement_status", settlement.value()),
+                    ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
+                ],
+            ))
+            .await;
+        match inserted {
+            Ok(_) => {
+                if let Some(payment) = &new.external {
+                    tx.execute(sql("update x402_payment set dd_id = $1 where payment_id = $2").bind(d.dd_id).bind(payment.payment_id))
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)) })
+            }
+            // A concurrent request with the same request_id won: drop our
+            // debit with the transaction and answer with its record.
+            Err(error) if is_unique_violation(&error) => {
+                tx.rollback().await?;
+                match self.declaration_for_request(d.agent_id, new.request_id).await? {
+                    Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),
+                    None => Err(error.into()),
+                }
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
+        let row = self.db().fetch_optional(sql("select * from declaration where dd_id = $1").bind(dd_id)).await?;
+        row.as_ref().map(decode_declaration).transpose()
+    }
+
+    async fn confirm_declaration(
+        &self,
+        dd_id: Uuid,
+        integrity_hash: &str,
+        now: DateTime<Utc>,
+        usage: &[UsageEntry],
+        leaf_data: &[u8],
+        settlement_ref: Option<&str>,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let agent_id: Option<Uuid> = tx
+            .scalar_optional(
+                sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+             where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
+                .bind(now)
+                .bind(integrity_hash)
+                .bind(dd_id),
+            )
+            .await?;
+        let Some(agent_id) = agent_id else { return Ok(false) };
+        if let Some(reference) = settlement_ref {
+            let payment: Option<Uuid> = tx
+                .scalar_optional(
+                    sql("update x402_payment set status = 'settled', settlement_ref = $1, updated_at = $2 \
+                 where dd_id = $3 and status in ('reserved', 'settle_unknown') returning payment_id")
+                    .bind(reference)
+                    .bind(now)
+                    .bind(dd_id),
+                )
+                .await?;
+            let Some(payment) = payment else { return Ok(false) };
+            tx.execute(
+                sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'settled', null, $2)")
+                    .bind(payment)
+                    .bind(now),
+            )
+            .await?;
+        }
+        for entry in usage {
+            tx.execute(
+                sql("insert into usage_entry (usage_id, agent_id, dd_id, cost_component, payment_source, amount_milli, recorded_at) \
+                 values ($1, $2, $3, $4, $5, $6, $7)")
+                .bind(Uuid::new_v4())
+                .bind(agent_id)
+                .bind(dd_id)
+                .bind(entry.cost_component)
+                .bind(entry.source.as_str())
+                .bind(entry.amount.milli())
+                .bind(now),
+            )
+            .await?;
+        }
+        tx.execute(
+            sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead> {
+        let left: Option<i64> = self
+            .db()
+            .scalar_optional(
+                sql("update declaration set direct_reads_used = direct_reads_used + 1 \
+             where dd_id = $1 and direct_reads_used < ee_direct_access_quota and direct_access_expires_at > $2 \
+             returning ee_direct_access_quota - direct_reads_used")
+                .bind(dd_id)
+                .bind(now),
+            )
+            .await?;
+        if let Some(remaining) = left {
+            return Ok(DirectRead::Granted { remaining });
+        }
+        let expires: DateTime<Utc> =
+            self.db().scalar(sql("select direct_access_expires_at from declaration where dd_id = $1").bind(dd_id)).await?;
+        Ok(if expires <= now { DirectRead::Expired } else { DirectRead::Exhausted })
+    }
+
+    async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)> {
+        // Bounds that compare correctly as text on SQLite as well.
+        let far_past = DateTime::<Utc>::UNIX_EPOCH;
+        let far_future = "9999-12-31T23:59:59Z".parse::<DateTime<Utc>>().unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let from = filter.from.unwrap_or(far_past);
+        let to = filter.to.unwrap_or(far_future);
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select * from declaration \
+             where agent_id = $1 and anchored_at >= $2 and anchored_at <= $3 \
+             order by anchored_at desc, dd_id desc limit $4 offset $5")
+                .bind(agent_id)
+                .bind(from)
+                .bind(to)
+                .bind(filter.limit)
+                .bind(filter.offset),
+            )
+            .await?;
+        let total: i64 = self
+            .db()
+            .scalar(
+                sql("select count(*) from declaration where agent_id = $1 and anchored_at >= $2 and anchored_at <= $3")
+                    .bind(agent_id)
+                    .bind(from)
+                    .bind(to),
+            )
+            .await?;
+        Ok((rows.iter().map(decode_declaration).collect::<Result<_>>()?, total))
+    }
+
+    async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select * from declaration \
+             where agent_id = $1 and lineage_group_id = $2 order by anchored_at, dd_id")
+                .bind(agent_id)
+                .bind(group_id),
+            )
+            .await?;
+        rows.iter().map(decode_declaration).collect()
+    }
+
+    async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select cost_component, payment_source, amount_milli from usage_entry where dd_id = $1 order by cost_component")
+                    .bind(dd_id),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let component: String = row.get("cost_component")?;
+                Ok(UsageEntry {
+                    cost_component: match component.as_str() {
+                        "base_fee" => "base_fee",
+                        "premium" => "premium",
+                        other => return Err(StoreError::Corrupt(format!("cost_component = {other:?}"))),
+                    },
+                    source: req_enum(row, "payment_source", PaymentSource::parse)?,
+                    amount: MilliDac(row.get("amount_milli")?),
+                })
+            })
+            .collect()
+    }
+}
+
+impl<E: Engine> SqlStore<E> {
+    async fn declaration_for_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
+        let row = self
+            .db()
+            .fetch_optional(sql("select * from declaration where agent_id = $1 and request_id = $2").bind(agent_id).bind(request_id))
+            .await?;
+        row.as_ref().map(decode_declaration).transpose()
+    }
+}
+
+fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
+    let content_inclusion: bool = row.get("content_inclusion")?;
+    let template = if content_inclusion {
+        let call_chain: Option<String> = row.get("tpl_call_chain")?;
+        Some(template::Template {
+            decision_class: opt_enum(row, "tpl_decision_class", template::DecisionClass::parse)?,
+            decision_scale_value: row.get("tpl_decision_scale_value")?,
+            decision_scale_unit: row.get("tpl_decision_scale_unit")?,
+            target_class: opt_enum(row, "tpl_target_class", template::TargetClass::parse)?,
+            call_chain: call_chain.map(|c| if c.is_empty() { Vec::new() } else { c.split(',').map(str::to_owned).collect() }),
+            self_classification: row.get("tpl_self_classification")?,
+            decision_trigger: opt_enum(row, "tpl_decision_trigger", template::Trigger::parse)?,
+            human_involvement: opt_enum(row, "tpl_human_involvement", template::HumanInvolvement::parse)?,
+        })
+    } else {
+        None
+    };
+    let period: String = row.get("ee_direct_access_period")?;
+    let salt: Vec<u8> = row.get("salt")?;
+    let multiplier: i64 = row.get("multiplier_permille")?;
+    let declaration = Declaration {
+        dd_id: row.get("dd_id")?,
+        ee_id: row.get("ee_id")?,
+        agent_id: row.get("agent_id")?,
+        dd: dd::DdFields {
+            unit_type: req_enum(row, "dd_unit_type", dd::UnitType::parse)?,
+            declaration_mode: req_enum(row, "dd_declaration_mode", dd::DeclarationMode::parse)?,
+            decision_type: req_enum(row, "decision_type", dd::DecisionType::parse)?,
+            action_type: req_enum(row, "decision_action_type", dd::ActionType::parse)?,
+            origin_context: req_enum(row, "origin_context_type", dd::OriginContext::parse)?,
+            selection_state: req_enum(row, "selection_state", dd::SelectionState::parse)?,
+            selection_scope: opt_enum(row, "selection_scope", dd::SelectionScope::parse)?,
+            decision_at: row.get("decision_at")?,
+            parent_dd_id: row.get("parent_dd_id")?,
+        },
+        ee: ee::EeFields {
+            preset: row.get("ee_preset")?,
+            scope: ee::Scope {
+                retention: req_enum(row, "ee_retention_period", ee::Retention::parse)?,
+                integrity: req_enum(row, "ee_integrity_verification_level", ee::Integrity::parse)?,
+                disclosure: req_enum(row, "ee_disclosure_format_policy", ee::Disclosure::parse)?,
+                responsibility: req_enum(row, "ee_responsibility_scope", ee::Responsibility::parse)?,
+                content_scope: req_enum(row, "content_disclosure_scope", ee::ContentScope::parse)?,
+                delegation: req_enum(row, "delegation_state", ee::Delegation::parse)?,
+            },
+            direct_access_period: ee::AccessPeriod::parse(&period)
+                .map_err(|_| StoreError::Corrupt(format!("ee_direct_access_period = {period:?}")))?,
+            direct_access_quota: row.get("ee_direct_access_quota")?,
+            access_class: req_enum(row, "access_class", ee::AccessClass::parse)?,
+        },
+        content_inclusion,
+        template,
+        anchored_at: row.get("anchored_at")?,
+        lineage_group_id: row.get("lineage_group_id")?,
+        pricing_version: row.get("pricing_version")?,
+        pricing_sha256: row.get("pricing_sha256")?,
+        dac_amount: MilliDac(row.get("dac_amount_milli")?),
+        salt: hash32("salt", salt)?,
+    };
+    let trial_after: Option<i64> = row.get("trial_remaining_after_milli")?;
+    Ok(StoredDeclaration {
+        declaration,
+        request_id: row.get("request_id")?,
+        subtotal: MilliDac(row.get("subtotal_milli")?),
+        base_fee: MilliDac(row.get("base_fee_milli")?),
+        multiplier_permille: u32::try_from(multiplier).map_err(|_| StoreError::Corrupt(format!("multiplier_permille = {multiplier}")))?,
+        monthly: MilliDac(row.get("monthly_milli")?),
+        base_fee_source: req_enum(row, "base_fee_source", PaymentSource::parse)?,
+        premium_source: req_enum(row, "premium_source", PaymentSource::parse)?,
+        trial_remaining_after: trial_after.map(MilliDac),
+        settlement_status: row.get("settlement_status")?,
+        confirmed_at: row.get("confirmed_at")?,
+        integrity_hash: row.get("integrity_hash")?,
+        direct_reads_used: row.get("direct_reads_used")?,
+        direct_access_expires_at: row.get("direct_access_expires_at")?,
+        payment_deadline: row.get("payment_deadline")?,
+    })
+}
+
+fn opt_enum<T>(row: &impl Row, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<Option<T>> {
+    let value: Option<String> = row.get(column)?;
+    value.map(|v| parse(column, &v, f)).transpose()
+}
+
+fn req_enum<T>(row: &impl Row, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
+    let value: String = row.get(column)?;
+    parse(column, &value, f)
+}

@@ -1,0 +1,548 @@
+//! What the two engines share and where they differ.
+//!
+//! Every store method is written once, as ordinary code, against [`Exec`]: a
+//! [`Query`] is SQL plus typed values, run on the pool or in a write
+//! transaction, and rows are read by column name through [`Row`]. The one
+//! implementation of those traits is generic over sqlx's `Database` and holds
+//! every sqlx bound in one place; what really differs per engine (how a write
+//! transaction starts, row locks, connection set-up and migrations) is the
+//! [`Dialect`] and the two constructors at the bottom of this file.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Duration as StdDuration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Postgres, Sqlite, Type};
+use uuid::Uuid;
+
+use crate::{Result, StoreError};
+
+/// One value bound to a query parameter.
+#[derive(Clone, Debug)]
+pub enum Value<'q> {
+    Int(Option<i64>),
+    Int4(Option<i32>),
+    Bool(Option<bool>),
+    Text(Option<Cow<'q, str>>),
+    Bytes(Option<Cow<'q, [u8]>>),
+    Uuid(Option<Uuid>),
+    Time(Option<DateTime<Utc>>),
+}
+
+/// A Rust value that can be bound to a parameter.
+pub trait Bind<'q> {
+    fn value(self) -> Value<'q>;
+    /// The typed NULL of this kind of value.
+    fn null() -> Value<'q>;
+}
+
+macro_rules! bind {
+    ($($t:ty => $variant:ident($conv:expr)),* $(,)?) => {$(
+        impl<'q> Bind<'q> for $t {
+            fn value(self) -> Value<'q> {
+                Value::$variant(Some($conv(self)))
+            }
+            fn null() -> Value<'q> {
+                Value::$variant(None)
+            }
+        }
+    )*};
+}
+
+bind! {
+    i64 => Int(|v| v),
+    i32 => Int4(|v| v),
+    bool => Bool(|v| v),
+    Uuid => Uuid(|v| v),
+    DateTime<Utc> => Time(|v| v),
+    &'q Uuid => Uuid(|v: &'q Uuid| *v),
+    &'q str => Text(Cow::Borrowed),
+    &'q String => Text(|v: &'q String| Cow::Borrowed(v.as_str())),
+    String => Text(Cow::Owned),
+    &'q [u8] => Bytes(Cow::Borrowed),
+    &'q [u8; 32] => Bytes(|v: &'q [u8; 32]| Cow::Borrowed(&v[..])),
+    Vec<u8> => Bytes(Cow::Owned),
+}
+
+impl<'q, T: Bind<'q>> Bind<'q> for Option<T> {
+    fn value(self) -> Value<'q> {
+        match self {
+            Some(v) => v.value(),
+            None => T::null(),
+        }
+    }
+    fn null() -> Value<'q> {
+        T::null()
+    }
+}
+
+/// SQL and the values of its `$n` parameters (both engines accept `$n`).
+#[derive(Clone, Debug)]
+pub struct Query<'q> {
+    sql: Cow<'static, str>,
+    args: Vec<Value<'q>>,
+}
+
+/// Starts a query.
+pub fn sql<'q>(text: impl Into<Cow<'static, str>>) -> Query<'q> {
+    Query { sql: text.into(), args: Vec::new() }
+}
+
+impl<'q> Query<'q> {
+    /// Binds the next parameter.
+    pub fn bind(mut self, value: impl Bind<'q>) -> Self {
+        self.args.push(value.value());
+        self
+    }
+
+    /// Appends SQL text.
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.sql.to_mut().push_str(text);
+        self
+    }
+
+    /// Appends the next parameter's placeholder and binds it.
+    pub fn push_bind(&mut self, value: impl Bind<'q>) -> &mut Self {
+        self.args.push(value.value());
+        let placeholder = format!("${}", self.args.len());
+        self.sql.to_mut().push_str(&placeholder);
+        self
+    }
+
+    /// `insert into TABLE (c1, c2, …) values ($1, $2, …)`, each column named
+    /// beside its value.
+    pub fn insert(table: &str, columns: Vec<(&'static str, Value<'q>)>) -> Query<'q> {
+        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+        let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+        Query {
+            sql: format!("insert into {table} ({}) values ({})", names.join(", "), placeholders.join(", ")).into(),
+            args: columns.into_iter().map(|(_, v)| v).collect(),
+        }
+    }
+}
+
+/// Which column of a row to read.
+#[derive(Clone, Copy, Debug)]
+pub enum Col<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+impl std::fmt::Display for Col<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Col::Name(name) => f.write_str(name),
+            Col::Index(i) => write!(f, "column {i}"),
+        }
+    }
+}
+
+/// A result row, read by column.
+pub trait Row: Send + Sync + 'static {
+    fn read_i64(&self, col: Col<'_>) -> Result<Option<i64>>;
+    fn read_i32(&self, col: Col<'_>) -> Result<Option<i32>>;
+    fn read_bool(&self, col: Col<'_>) -> Result<Option<bool>>;
+    fn read_text(&self, col: Col<'_>) -> Result<Option<String>>;
+    fn read_bytes(&self, col: Col<'_>) -> Result<Option<Vec<u8>>>;
+    fn read_uuid(&self, col: Col<'_>) -> Result<Option<Uuid>>;
+    fn read_time(&self, col: Col<'_>) -> Result<Option<DateTime<Utc>>>;
+
+    /// The named column as `T` (an `Option` where the column may be NULL).
+    fn get<T: Column>(&self, name: &str) -> Result<T>
+    where
+        Self: Sized,
+    {
+        T::read(self, Col::Name(name))
+    }
+}
+
+/// A type a column can be read as; `Option<T>` reads NULL as `None`.
+pub trait Column: Sized + Send {
+    fn read<R: Row>(row: &R, col: Col<'_>) -> Result<Self>;
+}
+
+/// A non-NULL column type.
+pub trait Scalar: Sized + Send {
+    fn read_opt<R: Row>(row: &R, col: Col<'_>) -> Result<Option<Self>>;
+}
+
+macro_rules! scalar {
+    ($($t:ty => $read:ident),* $(,)?) => {$(
+        impl Scalar for $t {
+            fn read_opt<R: Row>(row: &R, col: Col<'_>) -> Result<Option<Self>> {
+                row.$read(col)
+            }
+        }
+    )*};
+}
+
+scalar! {
+    i64 => read_i64,
+    i32 => read_i32,
+    bool => read_bool,
+    String => read_text,
+    Vec<u8> => read_bytes,
+    Uuid => read_uuid,
+    DateTime<Utc> => read_time,
+}
+
+impl<T: Scalar> Column for T {
+    fn read<R: Row>(row: &R, col: Col<'_>) -> Result<Self> {
+        T::read_opt(row, col)?.ok_or_else(|| StoreError::Corrupt(format!("{col} is NULL")))
+    }
+}
+
+impl<T: Scalar> Column for Option<T> {
+    fn read<R: Row>(row: &R, col: Col<'_>) -> Result<Self> {
+        T::read_opt(row, col)
+    }
+}
+
+/// Runs queries: the pool (each statement on its own) or a transaction.
+#[async_trait]
+pub trait Exec: Send {
+    type Row: Row;
+
+    /// Rows affected.
+    async fn execute(&mut self, query: Query<'_>) -> Result<u64>;
+    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<Self::Row>>;
+    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<Self::Row>>;
+
+    async fn fetch_one(&mut self, query: Query<'_>) -> Result<Self::Row> {
+        self.fetch_optional(query).await?.ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+    }
+
+    /// The first column of the one row.
+    async fn scalar<T: Column>(&mut self, query: Query<'_>) -> Result<T> {
+        T::read(&self.fetch_one(query).await?, Col::Index(0))
+    }
+
+    /// The first column of every row.
+    async fn scalar_all<T: Column>(&mut self, query: Query<'_>) -> Result<Vec<T>> {
+        self.fetch_all(query).await?.iter().map(|row| T::read(row, Col::Index(0))).collect()
+    }
+
+    /// The first column of the row, if there is one.
+    async fn scalar_optional<T: Column>(&mut self, query: Query<'_>) -> Result<Option<T>> {
+        self.fetch_optional(query).await?.map(|row| T::read(&row, Col::Index(0))).transpose()
+    }
+}
+
+/// A write transaction; dropped without commit, it rolls back.
+#[async_trait]
+pub trait Transaction: Exec + Sized {
+    async fn commit(self) -> Result<()>;
+    async fn rollback(self) -> Result<()>;
+}
+
+/// A database: its pool and how it opens write transactions.
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    type Row: Row;
+    type Pool<'a>: Exec<Row = Self::Row>
+    where
+        Self: 'a;
+    type Tx: Transaction<Row = Self::Row> + 'static;
+
+    /// `sqlite` or `postgres`.
+    fn name(&self) -> &'static str;
+    /// Appended to a `select` that must lock the rows it reads until commit
+    /// (empty where the engine has a single writer anyway).
+    fn for_update(&self) -> &'static str;
+    fn pool(&self) -> Self::Pool<'_>;
+    async fn begin_write(&self) -> Result<Self::Tx>;
+}
+
+/// What differs per engine.
+pub trait Dialect: sqlx::Database {
+    const NAME: &'static str;
+    /// Opens a write transaction. SQLite's `BEGIN IMMEDIATE` takes the write
+    /// lock up front instead of failing when a reader later wants to write.
+    const BEGIN_WRITE: &'static str;
+    const FOR_UPDATE: &'static str;
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+impl Dialect for Sqlite {
+    const NAME: &'static str = "sqlite";
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const FOR_UPDATE: &'static str = "";
+    fn rows_affected(result: &Self::QueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+impl Dialect for Postgres {
+    const NAME: &'static str = "postgres";
+    const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_UPDATE: &'static str = " for update";
+    fn rows_affected(result: &Self::QueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+/// Where a statement runs.
+pub enum Conn<'a, DB: sqlx::Database> {
+    Pool(&'a Pool<DB>),
+    Tx(&'a mut DB::Connection),
+}
+
+/// A sqlx driver as the store uses it. Every sqlx bound is stated once, on
+/// the blanket implementation below; the rest of the store sees only this.
+#[async_trait]
+pub trait Driver: Dialect {
+    async fn run(conn: Conn<'_, Self>, query: Query<'_>) -> Result<u64>;
+    async fn fetch_all(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Vec<Self::Row>>;
+    async fn fetch_optional(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Option<Self::Row>>;
+    fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>>;
+    fn read_i32(row: &Self::Row, col: Col<'_>) -> Result<Option<i32>>;
+    fn read_bool(row: &Self::Row, col: Col<'_>) -> Result<Option<bool>>;
+    fn read_text(row: &Self::Row, col: Col<'_>) -> Result<Option<String>>;
+    fn read_bytes(row: &Self::Row, col: Col<'_>) -> Result<Option<Vec<u8>>>;
+    fn read_uuid(row: &Self::Row, col: Col<'_>) -> Result<Option<Uuid>>;
+    fn read_time(row: &Self::Row, col: Col<'_>) -> Result<Option<DateTime<Utc>>>;
+}
+
+fn get<'r, DB, T>(row: &'r DB::Row, col: Col<'_>) -> Result<Option<T>>
+where
+    DB: sqlx::Database,
+    Option<T>: Decode<'r, DB> + Type<DB>,
+    for<'n> &'n str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    Ok(match col {
+        Col::Name(name) => sqlx::Row::try_get(row, name)?,
+        Col::Index(index) => sqlx::Row::try_get(row, index)?,
+    })
+}
+
+fn bind<'q, DB>(query: Query<'q>) -> sqlx::query::Query<'q, DB, DB::Arguments>
+where
+    DB: sqlx::Database,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i32>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<bool>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t [u8]>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<Uuid>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<DateTime<Utc>>: Encode<'t, DB> + Type<DB>,
+{
+    let Query { sql, args } = query;
+    let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
+    for arg in args {
+        q = match arg {
+            Value::Int(v) => q.bind(v),
+            Value::Int4(v) => q.bind(v),
+            Value::Bool(v) => q.bind(v),
+            Value::Text(v) => q.bind(v.as_deref()),
+            Value::Bytes(v) => q.bind(v.as_deref()),
+            Value::Uuid(v) => q.bind(v),
+            Value::Time(v) => q.bind(v),
+        };
+    }
+    q
+}
+
+#[async_trait]
+impl<DB> Driver for DB
+where
+    DB: Dialect,
+    DB::Arguments: Send + sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> Option<i32>: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> Option<bool>: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<String>: Decode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t [u8]>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<Vec<u8>>: Decode<'t, DB> + Type<DB>,
+    for<'t> Option<Uuid>: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'t> Option<DateTime<Utc>>: Encode<'t, DB> + Decode<'t, DB> + Type<DB>,
+    for<'n> &'n str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn run(conn: Conn<'_, Self>, query: Query<'_>) -> Result<u64> {
+        let done = match conn {
+            Conn::Pool(pool) => bind::<DB>(query).execute(pool).await?,
+            Conn::Tx(tx) => bind::<DB>(query).execute(tx).await?,
+        };
+        Ok(DB::rows_affected(&done))
+    }
+
+    async fn fetch_all(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Vec<Self::Row>> {
+        Ok(match conn {
+            Conn::Pool(pool) => bind::<DB>(query).fetch_all(pool).await?,
+            Conn::Tx(tx) => bind::<DB>(query).fetch_all(tx).await?,
+        })
+    }
+
+    async fn fetch_optional(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Option<Self::Row>> {
+        Ok(match conn {
+            Conn::Pool(pool) => bind::<DB>(query).fetch_optional(pool).await?,
+            Conn::Tx(tx) => bind::<DB>(query).fetch_optional(tx).await?,
+        })
+    }
+
+    fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>> {
+        get::<DB, i64>(row, col)
+    }
+    fn read_i32(row: &Self::Row, col: Col<'_>) -> Result<Option<i32>> {
+        get::<DB, i32>(row, col)
+    }
+    fn read_bool(row: &Self::Row, col: Col<'_>) -> Result<Option<bool>> {
+        get::<DB, bool>(row, col)
+    }
+    fn read_text(row: &Self::Row, col: Col<'_>) -> Result<Option<String>> {
+        get::<DB, String>(row, col)
+    }
+    fn read_bytes(row: &Self::Row, col: Col<'_>) -> Result<Option<Vec<u8>>> {
+        get::<DB, Vec<u8>>(row, col)
+    }
+    fn read_uuid(row: &Self::Row, col: Col<'_>) -> Result<Option<Uuid>> {
+        get::<DB, Uuid>(row, col)
+    }
+    fn read_time(row: &Self::Row, col: Col<'_>) -> Result<Option<DateTime<Utc>>> {
+        get::<DB, DateTime<Utc>>(row, col)
+    }
+}
+
+/// A row of a sqlx driver.
+pub struct DbRow<DB: sqlx::Database>(DB::Row);
+
+impl<DB: Driver> Row for DbRow<DB> {
+    fn read_i64(&self, col: Col<'_>) -> Result<Option<i64>> {
+        DB::read_i64(&self.0, col)
+    }
+    fn read_i32(&self, col: Col<'_>) -> Result<Option<i32>> {
+        DB::read_i32(&self.0, col)
+    }
+    fn read_bool(&self, col: Col<'_>) -> Result<Option<bool>> {
+        DB::read_bool(&self.0, col)
+    }
+    fn read_text(&self, col: Col<'_>) -> Result<Option<String>> {
+        DB::read_text(&self.0, col)
+    }
+    fn read_bytes(&self, col: Col<'_>) -> Result<Option<Vec<u8>>> {
+        DB::read_bytes(&self.0, col)
+    }
+    fn read_uuid(&self, col: Col<'_>) -> Result<Option<Uuid>> {
+        DB::read_uuid(&self.0, col)
+    }
+    fn read_time(&self, col: Col<'_>) -> Result<Option<DateTime<Utc>>> {
+        DB::read_time(&self.0, col)
+    }
+}
+
+/// A sqlx pool as an [`Engine`].
+pub struct Db<DB: sqlx::Database> {
+    pool: Pool<DB>,
+}
+
+/// The pool, lent for one statement at a time.
+pub struct PoolRef<'a, DB: sqlx::Database>(&'a Pool<DB>);
+
+/// A write transaction on a sqlx pool.
+pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>);
+
+fn rows<DB: sqlx::Database>(rows: Vec<DB::Row>) -> Vec<DbRow<DB>> {
+    rows.into_iter().map(DbRow).collect()
+}
+
+#[async_trait]
+impl<DB: Driver> Exec for PoolRef<'_, DB> {
+    type Row = DbRow<DB>;
+    async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
+        DB::run(Conn::Pool(self.0), query).await
+    }
+    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
+        Ok(rows::<DB>(DB::fetch_all(Conn::Pool(self.0), query).await?))
+    }
+    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
+        Ok(DB::fetch_optional(Conn::Pool(self.0), query).await?.map(DbRow))
+    }
+}
+
+#[async_trait]
+impl<DB: Driver> Exec for Tx<DB> {
+    type Row = DbRow<DB>;
+    async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
+        DB::run(Conn::Tx(&mut *self.0), query).await
+    }
+    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
+        Ok(rows::<DB>(DB::fetch_all(Conn::Tx(&mut *self.0), query).await?))
+    }
+    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
+        Ok(DB::fetch_optional(Conn::Tx(&mut *self.0), query).await?.map(DbRow))
+    }
+}
+
+#[async_trait]
+impl<DB: Driver> Transaction for Tx<DB> {
+    async fn commit(self) -> Result<()> {
+        Ok(self.0.commit().await?)
+    }
+    async fn rollback(self) -> Result<()> {
+        Ok(self.0.rollback().await?)
+    }
+}
+
+#[async_trait]
+impl<DB: Driver> Engine for Db<DB> {
+    type Row = DbRow<DB>;
+    type Pool<'a> = PoolRef<'a, DB>;
+    type Tx = Tx<DB>;
+
+    fn name(&self) -> &'static str {
+        <DB as Dialect>::NAME
+    }
+    fn for_update(&self) -> &'static str {
+        DB::FOR_UPDATE
+    }
+    fn pool(&self) -> PoolRef<'_, DB> {
+        PoolRef(&self.pool)
+    }
+    async fn begin_write(&self) -> Result<Tx<DB>> {
+        Ok(Tx(self.pool.begin_with(DB::BEGIN_WRITE).await?))
+    }
+}
+
+/// Opens (creating if needed) a SQLite file in WAL mode and runs the migrations.
+pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(StdDuration::from_secs(30))
+        .foreign_keys(true);
+    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+    sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
+    Ok(Db { pool })
+}
+
+/// Connects to PostgreSQL and runs the migrations. `schema`, when given, is
+/// created if missing and used as the search path (tests isolate themselves
+/// this way).
+pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Postgres>> {
+    let mut options: PgConnectOptions = url.parse()?;
+    if let Some(schema) = schema {
+        let admin = PgPoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let create = format!("create schema if not exists \"{}\"", schema.replace('"', ""));
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create)).execute(&admin).await?;
+        admin.close().await;
+        options = options.options([("search_path", schema)]);
+    }
+    let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
+    sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+    Ok(Db { pool })
+}

@@ -1,0 +1,199 @@
+//! Agents as their owner sees them: linking, unlinking, the owner-set DAB, the content-inclusion policy, totals for reports.
+
+use anchor_domain::MilliDac;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::*;
+
+/// An agent as its owner sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkedAgent {
+    pub agent: AgentRecord,
+    pub linked_at: Option<DateTime<Utc>>,
+    /// The owner-set DAB, if any.
+    pub dab_limit: Option<MilliDac>,
+}
+
+/// The outcome of linking an agent to an owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Linked (or re-linked) and the token replaced; linked since then.
+    Linked { linked_at: DateTime<Utc> },
+    /// No agent with that id holds that token.
+    WrongToken,
+    /// Another owner manages the agent.
+    LinkedElsewhere,
+    /// The owner already manages the maximum number of agents.
+    TooMany,
+}
+
+/// How many declarations an agent has on record and what they cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub count: i64,
+    pub dac: MilliDac,
+    /// Payment rows (base fee, and premium when there is one) that settled.
+    pub settled_rows: i64,
+}
+
+#[async_trait]
+pub trait LinkStore: Send + Sync {
+    /// Links the agent to the owner and replaces its token, if the agent holds
+    /// `token_hash` and no other owner manages it, in one statement.
+    async fn link_agent(
+        &self,
+        agent_id: Uuid,
+        owner_id: Uuid,
+        token_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        now: DateTime<Utc>,
+        max_agents: i64,
+    ) -> Result<Link>;
+    /// Unlinks the agent from the owner and drops the owner-set DAB; false if
+    /// the owner does not manage it.
+    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool>;
+    /// The owner's agents, oldest link first.
+    async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>>;
+    /// The agent, if the owner manages it.
+    async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>>;
+    /// Sets or clears the owner-set DAB; false if the owner does not manage the agent.
+    async fn set_agent_dab(&self, agent_id: Uuid, owner_id: Uuid, limit: Option<MilliDac>) -> Result<bool>;
+    /// The content-inclusion policy of the agent's owner (`None`: no owner).
+    async fn agent_policy(&self, agent_id: Uuid) -> Result<Option<String>>;
+    /// Declarations on record (not released or failed) anchored in `[from, to)`.
+    async fn declaration_totals(&self, agent_id: Uuid, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Totals>;
+}
+
+#[async_trait]
+impl<E: Engine> LinkStore for SqlStore<E> {
+    async fn link_agent(
+        &self,
+        agent_id: Uuid,
+        owner_id: Uuid,
+        token_hash: &[u8; 32],
+        new_token_hash: &[u8; 32],
+        now: DateTime<Utc>,
+        max_agents: i64,
+    ) -> Result<Link> {
+        let mut tx = self.begin_write().await?;
+        // The owner row is the lock that serialises this owner's links.
+        tx.execute(sql("update owner set owner_depth = owner_depth where owner_id = $1").bind(owner_id)).await?;
+        let current = tx.fetch_optional(sql("select owner_id, token_hash from agent where agent_id = $1").bind(agent_id)).await?;
+        let Some(current) = current else { return Ok(Link::WrongToken) };
+        let current_owner: Option<Uuid> = current.get("owner_id")?;
+        let stored: Vec<u8> = current.get("token_hash")?;
+        // Hashes of 256-bit secrets: comparing them leaks nothing about a token.
+        if stored.as_slice() != token_hash.as_slice() {
+            return Ok(Link::WrongToken);
+        }
+        match current_owner {
+            Some(other) if other != owner_id => return Ok(Link::LinkedElsewhere),
+            Some(_) => {}
+            None => {
+                let count: i64 = tx.scalar(sql("select count(*) from agent where owner_id = $1").bind(owner_id)).await?;
+                if count >= max_agents {
+                    return Ok(Link::TooMany);
+                }
+            }
+        }
+        let linked_at: Option<DateTime<Utc>> = tx
+            .scalar_optional(
+                sql("update agent set owner_id = $1, token_hash = $2, linked_at = coalesce(linked_at, $3) \
+             where agent_id = $4 and token_hash = $5 and (owner_id is null or owner_id = $1) returning linked_at")
+                .bind(owner_id)
+                .bind(new_token_hash.to_vec())
+                .bind(now)
+                .bind(agent_id)
+                .bind(token_hash.to_vec()),
+            )
+            .await?;
+        let Some(linked_at) = linked_at else { return Ok(Link::WrongToken) };
+        tx.commit().await?;
+        Ok(Link::Linked { linked_at })
+    }
+
+    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where agent_id = $1 and owner_id = $2")
+                    .bind(agent_id)
+                    .bind(owner_id),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select * from agent where owner_id = $1 \
+             order by linked_at, agent_id")
+                .bind(owner_id),
+            )
+            .await?;
+        rows.iter().map(decode_linked).collect()
+    }
+
+    async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>> {
+        let row = self
+            .db()
+            .fetch_optional(sql("select * from agent where owner_id = $1 and agent_id = $2").bind(owner_id).bind(agent_id))
+            .await?;
+        row.as_ref().map(decode_linked).transpose()
+    }
+
+    async fn set_agent_dab(&self, agent_id: Uuid, owner_id: Uuid, limit: Option<MilliDac>) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("update agent set dab_limit_milli = $1 where agent_id = $2 and owner_id = $3")
+                    .bind(limit.map(|l| l.milli()))
+                    .bind(agent_id)
+                    .bind(owner_id),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn agent_policy(&self, agent_id: Uuid) -> Result<Option<String>> {
+        Ok(self
+            .db()
+            .scalar_optional(
+                sql("select o.content_inclusion_policy from agent a join owner o on o.owner_id = a.owner_id \
+             where a.agent_id = $1 and o.deleted_at is null")
+                .bind(agent_id),
+            )
+            .await?)
+    }
+
+    async fn declaration_totals(&self, agent_id: Uuid, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Totals> {
+        let row = self
+            .db()
+            .fetch_one(
+                sql("select count(*) as n, cast(coalesce(sum(dac_amount_milli), 0) as bigint) as dac, \
+             cast(coalesce(sum(case when settlement_status = 'settled' then \
+             (case when dac_amount_milli > base_fee_milli then 2 else 1 end) else 0 end), 0) as bigint) as settled \
+             from declaration \
+             where agent_id = $1 and settlement_status not in ('released', 'failed') \
+             and ($2 is null or anchored_at >= $2) and ($3 is null or anchored_at < $3)")
+                .bind(agent_id)
+                .bind(from)
+                .bind(to),
+            )
+            .await?;
+        Ok(Totals { count: row.get("n")?, dac: MilliDac(row.get("dac")?), settled_rows: row.get("settled")? })
+    }
+}
+
+fn decode_linked(row: &impl Row) -> Result<LinkedAgent> {
+    Ok(LinkedAgent {
+        agent: super::decode_agent(row)?,
+        linked_at: row.get("linked_at")?,
+        dab_limit: row.get::<Option<i64>>("dab_limit_milli")?.map(MilliDac),
+    })
+}

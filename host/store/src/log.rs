@@ -1,0 +1,230 @@
+//! The transparency log: the integrator lease, integration of pending leaves, hashes, entries and checkpoints.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::*;
+
+/// The log's tree head and the right edge it grows from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogState {
+    pub size: i64,
+    pub root: [u8; 32],
+    /// The roots of the complete subtrees that make up `size`, largest first.
+    pub edge: Vec<[u8; 32]>,
+}
+
+/// A confirmed declaration's leaf, waiting for an index.
+#[derive(Clone, Debug)]
+pub struct PendingLeaf {
+    pub dd_id: Uuid,
+    pub leaf_data: Vec<u8>,
+}
+
+/// What one integration writes: new entries, new stored hashes, the new head.
+#[derive(Clone, Debug)]
+pub struct IntegrationPlan {
+    pub entries: Vec<(i64, Uuid, Vec<u8>)>,
+    pub hashes: Vec<(i64, [u8; 32])>,
+    pub state: LogState,
+}
+
+/// Computes an integration from the current head and a batch of pending leaves.
+pub type Planner<'a> = &'a (dyn Fn(&LogState, &[PendingLeaf]) -> Result<IntegrationPlan, String> + Send + Sync);
+
+/// A published, signed checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub size: i64,
+    pub root: [u8; 32],
+    pub note: String,
+    pub published_at: DateTime<Utc>,
+}
+
+#[async_trait]
+pub trait LogStore: Send + Sync {
+    /// Takes or renews the integrator lease for `holder` until `now + ttl`;
+    /// false while another holder's lease runs.
+    async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool>;
+    /// Integrates up to `max` pending leaves in one transaction under the head's
+    /// lock: `planner` sees the head as stored and the batch, and what it
+    /// returns is written. `None` when nothing was pending.
+    async fn integrate_log(&self, max: i64, now: DateTime<Utc>, planner: Planner<'_>) -> Result<Option<LogState>>;
+    async fn log_state(&self) -> Result<LogState>;
+    /// Stored hashes by index; missing indices are left out.
+    async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>>;
+    /// A declaration's leaf index and leaf data, once integrated.
+    async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>>;
+    /// Leaf data of entries `from..from + count`, in index order.
+    async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>>;
+    async fn log_pending_count(&self) -> Result<i64>;
+    async fn insert_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
+    async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
+    async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
+}
+
+#[async_trait]
+impl<E: Engine> LogStore for SqlStore<E> {
+    async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("update log_lease set holder = $1, expires_at = $2 \
+             where log_lease_id = 0 and (holder = $1 or holder is null or expires_at < $3)")
+                .bind(holder)
+                .bind(now + ttl)
+                .bind(now),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn integrate_log(&self, max: i64, now: DateTime<Utc>, planner: Planner<'_>) -> Result<Option<LogState>> {
+        let mut tx = self.begin_write().await?;
+        // The head's row lock serializes integrators: whoever holds it
+        // plans from the head as stored, so two integrators cannot fork.
+        let row =
+            tx.fetch_one(sql(format!("select size, root, edge from log_state where log_state_id = 0{}", self.db.for_update()))).await?;
+        let state = decode_state(&row)?;
+        let rows = tx.fetch_all(sql("select dd_id, leaf_data from log_pending order by enqueued_at, dd_id limit $1").bind(max)).await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let batch =
+            rows.iter().map(|r| Ok(PendingLeaf { dd_id: r.get("dd_id")?, leaf_data: r.get("leaf_data")? })).collect::<Result<Vec<_>>>()?;
+        let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
+        for chunk in plan.entries.chunks(500) {
+            let mut insert = sql("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) values ");
+            for (i, (index, dd_id, leaf)) in chunk.iter().enumerate() {
+                insert.push(if i == 0 { "(" } else { ", (" });
+                insert
+                    .push_bind(*index)
+                    .push(", ")
+                    .push_bind(*dd_id)
+                    .push(", ")
+                    .push_bind(leaf.as_slice())
+                    .push(", ")
+                    .push_bind(now)
+                    .push(")");
+            }
+            tx.execute(insert).await?;
+        }
+        for chunk in plan.hashes.chunks(500) {
+            let mut insert = sql("insert into log_hash (hash_index, hash) values ");
+            for (i, (index, hash)) in chunk.iter().enumerate() {
+                insert.push(if i == 0 { "(" } else { ", (" });
+                insert.push_bind(*index).push(", ").push_bind(hash).push(")");
+            }
+            tx.execute(insert).await?;
+        }
+        for chunk in batch.chunks(500) {
+            let mut delete = sql("delete from log_pending where dd_id in (");
+            for (i, leaf) in chunk.iter().enumerate() {
+                delete.push(if i == 0 { "" } else { ", " }).push_bind(leaf.dd_id);
+            }
+            delete.push(")");
+            tx.execute(delete).await?;
+        }
+        let edge: Vec<u8> = plan.state.edge.iter().flatten().copied().collect();
+        tx.execute(
+            sql("update log_state set size = $1, root = $2, edge = $3, updated_at = $4 where log_state_id = 0 and size = $5")
+                .bind(plan.state.size)
+                .bind(plan.state.root.to_vec())
+                .bind(edge)
+                .bind(now)
+                .bind(state.size),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(plan.state))
+    }
+
+    async fn log_state(&self) -> Result<LogState> {
+        let row = self.db().fetch_one(sql("select size, root, edge from log_state where log_state_id = 0")).await?;
+        decode_state(&row)
+    }
+
+    async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>> {
+        let mut out = Vec::with_capacity(indexes.len());
+        for chunk in indexes.chunks(500) {
+            let mut select = sql("select hash_index, hash from log_hash where hash_index in (");
+            for (i, index) in chunk.iter().enumerate() {
+                select.push(if i == 0 { "" } else { ", " }).push_bind(*index);
+            }
+            select.push(")");
+            for row in self.db().fetch_all(select).await? {
+                out.push((row.get("hash_index")?, hash32("hash", row.get("hash")?)?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>> {
+        let row = self.db().fetch_optional(sql("select leaf_index, leaf_data from log_entry where dd_id = $1").bind(dd_id)).await?;
+        row.map(|r| Ok((r.get("leaf_index")?, r.get("leaf_data")?))).transpose()
+    }
+
+    async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select leaf_data from log_entry where leaf_index >= $1 and leaf_index < $2 order by leaf_index")
+                    .bind(from)
+                    .bind(from + count),
+            )
+            .await?;
+        rows.iter().map(|r| Ok(r.get("leaf_data")?)).collect()
+    }
+
+    async fn log_pending_count(&self) -> Result<i64> {
+        Ok(self.db().scalar(sql("select count(*) from log_pending")).await?)
+    }
+
+    async fn insert_checkpoint(&self, c: &CheckpointRecord) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into log_checkpoint (size, root, note, published_at) values ($1, $2, $3, $4) on conflict (size) do nothing")
+                    .bind(c.size)
+                    .bind(c.root.to_vec())
+                    .bind(c.note.as_str())
+                    .bind(c.published_at),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>> {
+        let row =
+            self.db().fetch_optional(sql("select size, root, note, published_at from log_checkpoint order by size desc limit 1")).await?;
+        row.as_ref().map(decode_checkpoint).transpose()
+    }
+
+    async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>> {
+        let row =
+            self.db().fetch_optional(sql("select size, root, note, published_at from log_checkpoint where size = $1").bind(size)).await?;
+        row.as_ref().map(decode_checkpoint).transpose()
+    }
+}
+
+fn decode_state(row: &impl Row) -> Result<LogState> {
+    let edge: Vec<u8> = row.get("edge")?;
+    if edge.len() % 32 != 0 {
+        return Err(StoreError::Corrupt("log_state.edge is not a list of hashes".into()));
+    }
+    Ok(LogState {
+        size: row.get("size")?,
+        root: hash32("root", row.get("root")?)?,
+        edge: edge.chunks(32).map(|c| c.try_into().expect("32-byte chunks")).collect(),
+    })
+}
+
+fn decode_checkpoint(row: &impl Row) -> Result<CheckpointRecord> {
+    Ok(CheckpointRecord {
+        size: row.get("size")?,
+        root: hash32("root", row.get("root")?)?,
+        note: row.get("note")?,
+        published_at: row.get("published_at")?,
+    })
+}

@@ -1,0 +1,385 @@
+//! Owners (DAP): accounts, sessions, erasure after the deletion grace period, and owner classification categories.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::*;
+
+/// A new owner account; the password is already hashed.
+#[derive(Clone, Debug)]
+pub struct NewOwner {
+    pub owner_id: Uuid,
+    /// Lower-cased; `None` for an agent-type owner.
+    pub email: Option<String>,
+    pub password_hash: Option<String>,
+    pub owner_type: String,
+    pub managing_agent_id: Option<Uuid>,
+    pub parent_owner_id: Option<Uuid>,
+    pub owner_depth: i32,
+    pub browser_language: Option<String>,
+    pub timezone: Option<String>,
+    pub residence_country: Option<String>,
+    pub terms_version: String,
+    pub privacy_version: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerRecord {
+    pub owner_id: Uuid,
+    pub email: Option<String>,
+    pub password_hash: Option<String>,
+    pub owner_type: String,
+    pub managing_agent_id: Option<Uuid>,
+    pub parent_owner_id: Option<Uuid>,
+    pub owner_depth: i32,
+    pub browser_language: Option<String>,
+    pub timezone: Option<String>,
+    pub residence_country: Option<String>,
+    pub residence_declared_at: Option<DateTime<Utc>>,
+    pub residence_updated_at: Option<DateTime<Utc>>,
+    pub content_inclusion_policy: String,
+    pub terms_agreed_at: DateTime<Utc>,
+    pub privacy_agreed_at: DateTime<Utc>,
+    pub marketing_agreed_at: Option<DateTime<Utc>>,
+    pub terms_version: String,
+    pub privacy_version: String,
+    pub deletion_requested_at: Option<DateTime<Utc>>,
+    pub deletion_response_due_at: Option<DateTime<Utc>>,
+    pub deleted_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An owner's category, with its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerClassification {
+    pub classification_id: Uuid,
+    pub key: String,
+    pub label: String,
+    pub description: Option<String>,
+    pub active: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+#[async_trait]
+pub trait OwnerStore: Send + Sync {
+    /// False when the email (or managing agent) already has an account.
+    async fn insert_owner(&self, owner: &NewOwner) -> Result<bool>;
+    async fn owner(&self, owner_id: Uuid) -> Result<Option<OwnerRecord>>;
+    async fn owner_by_email(&self, email: &str) -> Result<Option<OwnerRecord>>;
+    async fn owner_by_managing_agent(&self, agent_id: Uuid) -> Result<Option<OwnerRecord>>;
+    async fn set_owner_password(&self, owner_id: Uuid, password_hash: &str) -> Result<()>;
+    async fn set_owner_residence(&self, owner_id: Uuid, country: &str, now: DateTime<Utc>) -> Result<()>;
+    async fn set_owner_marketing(&self, owner_id: Uuid, agreed_at: Option<DateTime<Utc>>) -> Result<()>;
+    async fn set_owner_policy(&self, owner_id: Uuid, policy: &str) -> Result<()>;
+    /// Starts (`Some`) or cancels (`None`) the deletion grace period.
+    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()>;
+    /// Erases owners whose grace period ended before `now`: their agents are
+    /// unlinked (and lose the owner's DAB), their sessions, categories and
+    /// personal fields are removed; the row stays as a tombstone. Also prunes
+    /// expired sessions and attempt windows older than a day. Returns how many
+    /// owners were erased.
+    async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64>;
+    async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()>;
+    /// The owner of an unexpired session.
+    async fn session_owner(&self, session_hash: &[u8; 32], now: DateTime<Utc>) -> Result<Option<OwnerRecord>>;
+    async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()>;
+    /// Ends every session of the owner but `keep`.
+    async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()>;
+    async fn owner_classifications(&self, owner_id: Uuid, include_inactive: bool) -> Result<Vec<OwnerClassification>>;
+    /// True if a base category has this key.
+    async fn base_classification_exists(&self, key: &str) -> Result<bool>;
+    /// False if the owner already has a category with this key (active or not).
+    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification) -> Result<bool>;
+    /// Updates an active category's label and description (each when `Some`).
+    async fn update_classification(
+        &self,
+        owner_id: Uuid,
+        id: Uuid,
+        label: Option<&str>,
+        description: Option<&str>,
+    ) -> Result<Option<OwnerClassification>>;
+    /// Deactivates an active category; false if none.
+    async fn deactivate_classification(&self, owner_id: Uuid, id: Uuid) -> Result<bool>;
+}
+
+#[async_trait]
+impl<E: Engine> OwnerStore for SqlStore<E> {
+    async fn insert_owner(&self, o: &NewOwner) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("insert into owner (owner_id, email, password_hash, owner_type, managing_agent_id, parent_owner_id, \
+             owner_depth, browser_language, timezone, residence_country, residence_declared_at, \
+             terms_agreed_at, privacy_agreed_at, terms_version, privacy_version, created_at) \
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14, $12)")
+                .bind(o.owner_id)
+                .bind(o.email.as_deref())
+                .bind(o.password_hash.as_deref())
+                .bind(&o.owner_type)
+                .bind(o.managing_agent_id)
+                .bind(o.parent_owner_id)
+                .bind(o.owner_depth)
+                .bind(o.browser_language.as_deref())
+                .bind(o.timezone.as_deref())
+                .bind(o.residence_country.as_deref())
+                .bind(o.residence_country.as_ref().map(|_| o.created_at))
+                .bind(o.created_at)
+                .bind(&o.terms_version)
+                .bind(&o.privacy_version),
+            )
+            .await;
+        match done {
+            Ok(_) => Ok(true),
+            Err(e) if is_unique_violation(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn owner(&self, owner_id: Uuid) -> Result<Option<OwnerRecord>> {
+        let row = self.db().fetch_optional(sql("select * from owner where owner_id = $1").bind(owner_id)).await?;
+        row.as_ref().map(decode_owner).transpose()
+    }
+
+    async fn owner_by_email(&self, email: &str) -> Result<Option<OwnerRecord>> {
+        let row = self.db().fetch_optional(sql("select * from owner where email = $1").bind(email)).await?;
+        row.as_ref().map(decode_owner).transpose()
+    }
+
+    async fn owner_by_managing_agent(&self, agent_id: Uuid) -> Result<Option<OwnerRecord>> {
+        let row = self.db().fetch_optional(sql("select * from owner where managing_agent_id = $1").bind(agent_id)).await?;
+        row.as_ref().map(decode_owner).transpose()
+    }
+
+    async fn set_owner_password(&self, owner_id: Uuid, password_hash: &str) -> Result<()> {
+        self.db().execute(sql("update owner set password_hash = $1 where owner_id = $2").bind(password_hash).bind(owner_id)).await?;
+        Ok(())
+    }
+
+    async fn set_owner_residence(&self, owner_id: Uuid, country: &str, now: DateTime<Utc>) -> Result<()> {
+        self.db()
+            .execute(
+                sql("update owner set residence_country = $1, residence_updated_at = $2, \
+             residence_declared_at = coalesce(residence_declared_at, $2) where owner_id = $3")
+                .bind(country)
+                .bind(now)
+                .bind(owner_id),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn set_owner_marketing(&self, owner_id: Uuid, agreed_at: Option<DateTime<Utc>>) -> Result<()> {
+        self.db().execute(sql("update owner set marketing_agreed_at = $1 where owner_id = $2").bind(agreed_at).bind(owner_id)).await?;
+        Ok(())
+    }
+
+    async fn set_owner_policy(&self, owner_id: Uuid, policy: &str) -> Result<()> {
+        self.db().execute(sql("update owner set content_inclusion_policy = $1 where owner_id = $2").bind(policy).bind(owner_id)).await?;
+        Ok(())
+    }
+
+    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()> {
+        self.db()
+            .execute(
+                sql(
+                    "update owner set deletion_requested_at = $1, deletion_response_due_at = $2 where owner_id = $3 and deleted_at is null",
+                )
+                .bind(requested.map(|r| r.0))
+                .bind(requested.map(|r| r.1))
+                .bind(owner_id),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64> {
+        let mut tx = self.begin_write().await?;
+        let due: Vec<Uuid> = tx
+            .scalar_all(
+                sql("select owner_id from owner where deleted_at is null and deletion_response_due_at is not null \
+             and deletion_response_due_at <= $1")
+                .bind(now),
+            )
+            .await?;
+        for owner_id in &due {
+            tx.execute(
+                sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where owner_id = $1").bind(owner_id),
+            )
+            .await?;
+            tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
+            tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
+            tx.execute(
+                sql("update owner set deleted_at = $1, email = null, password_hash = null, browser_language = null, \
+                 timezone = null, residence_country = null, marketing_agreed_at = null where owner_id = $2")
+                .bind(now)
+                .bind(owner_id),
+            )
+            .await?;
+        }
+        tx.execute(sql("delete from owner_session where expires_at <= $1").bind(now)).await?;
+        tx.execute(sql("delete from attempt_window where window_start <= $1").bind(now - chrono::Duration::days(1))).await?;
+        tx.commit().await?;
+        Ok(due.len() as u64)
+    }
+
+    async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into owner_session (session_hash, owner_id, created_at, expires_at) values ($1, $2, $3, $4)")
+                    .bind(session_hash.to_vec())
+                    .bind(owner_id)
+                    .bind(now)
+                    .bind(expires_at),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn session_owner(&self, session_hash: &[u8; 32], now: DateTime<Utc>) -> Result<Option<OwnerRecord>> {
+        let row = self
+            .db()
+            .fetch_optional(
+                sql("select * from owner where deleted_at is null and owner_id = \
+             (select owner_id from owner_session where session_hash = $1 and expires_at > $2)")
+                .bind(session_hash.to_vec())
+                .bind(now),
+            )
+            .await?;
+        row.as_ref().map(decode_owner).transpose()
+    }
+
+    async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()> {
+        self.db().execute(sql("delete from owner_session where session_hash = $1").bind(session_hash.to_vec())).await?;
+        Ok(())
+    }
+
+    async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()> {
+        self.db()
+            .execute(sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep.to_vec()))
+            .await?;
+        Ok(())
+    }
+
+    async fn owner_classifications(&self, owner_id: Uuid, include_inactive: bool) -> Result<Vec<OwnerClassification>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select classification_id, classification_key, classification_label, description, active, created_at \
+             from classification where owner_id = $1 and (active = $2 or $3) order by classification_key")
+                .bind(owner_id)
+                .bind(true)
+                .bind(include_inactive),
+            )
+            .await?;
+        rows.iter().map(decode_classification).collect()
+    }
+
+    async fn base_classification_exists(&self, key: &str) -> Result<bool> {
+        let found: Option<i32> = self
+            .db()
+            .scalar_optional(sql("select 1 from classification where owner_id is null and classification_key = $1").bind(key))
+            .await?;
+        Ok(found.is_some())
+    }
+
+    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("insert into classification (classification_id, owner_id, classification_key, classification_label, \
+             description, active, created_at) values ($1, $2, $3, $4, $5, $6, $7)")
+                .bind(c.classification_id)
+                .bind(owner_id)
+                .bind(&c.key)
+                .bind(&c.label)
+                .bind(c.description.as_deref())
+                .bind(true)
+                .bind(c.created_at),
+            )
+            .await;
+        match done {
+            Ok(_) => Ok(true),
+            Err(e) if is_unique_violation(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn update_classification(
+        &self,
+        owner_id: Uuid,
+        id: Uuid,
+        label: Option<&str>,
+        description: Option<&str>,
+    ) -> Result<Option<OwnerClassification>> {
+        let row = self
+            .db()
+            .fetch_optional(
+                sql("update classification set classification_label = coalesce($1, classification_label), \
+             description = coalesce($2, description) \
+             where classification_id = $3 and owner_id = $4 and active = $5 \
+             returning classification_id, classification_key, classification_label, description, active, created_at")
+                .bind(label)
+                .bind(description)
+                .bind(id)
+                .bind(owner_id)
+                .bind(true),
+            )
+            .await?;
+        row.as_ref().map(decode_classification).transpose()
+    }
+
+    async fn deactivate_classification(&self, owner_id: Uuid, id: Uuid) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("update classification set active = $1 where classification_id = $2 and owner_id = $3 and active = $4")
+                    .bind(false)
+                    .bind(id)
+                    .bind(owner_id)
+                    .bind(true),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+}
+
+fn decode_owner(row: &impl Row) -> Result<OwnerRecord> {
+    Ok(OwnerRecord {
+        owner_id: row.get("owner_id")?,
+        email: row.get("email")?,
+        password_hash: row.get("password_hash")?,
+        owner_type: row.get("owner_type")?,
+        managing_agent_id: row.get("managing_agent_id")?,
+        parent_owner_id: row.get("parent_owner_id")?,
+        owner_depth: row.get("owner_depth")?,
+        browser_language: row.get("browser_language")?,
+        timezone: row.get("timezone")?,
+        residence_country: row.get("residence_country")?,
+        residence_declared_at: row.get("residence_declared_at")?,
+        residence_updated_at: row.get("residence_updated_at")?,
+        content_inclusion_policy: row.get("content_inclusion_policy")?,
+        terms_agreed_at: row.get("terms_agreed_at")?,
+        privacy_agreed_at: row.get("privacy_agreed_at")?,
+        marketing_agreed_at: row.get("marketing_agreed_at")?,
+        terms_version: row.get("terms_version")?,
+        privacy_version: row.get("privacy_version")?,
+        deletion_requested_at: row.get("deletion_requested_at")?,
+        deletion_response_due_at: row.get("deletion_response_due_at")?,
+        deleted_at: row.get("deleted_at")?,
+        created_at: row.get("created_at")?,
+    })
+}
+
+fn decode_classification(row: &impl Row) -> Result<OwnerClassification> {
+    Ok(OwnerClassification {
+        classification_id: row.get("classification_id")?,
+        key: row.get("classification_key")?,
+        label: row.get("classification_label")?,
+        description: row.get("description")?,
+        active: row.get("active")?,
+        created_at: row.get("created_at")?,
+    })
+}
