@@ -4,21 +4,22 @@
 
 use std::sync::Arc;
 
-use anchor_app::charge::Offered;
+use anchor_app::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use anchor_app::declarations::{self, CreateInput, EeInput};
 use anchor_app::{AppError, Config, Services};
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
 use anchor_domain::declarations::dd::*;
 use anchor_domain::declarations::ee;
 use anchor_domain::{Clock, ManualClock, MilliDac};
-use anchor_store::{AgentRecord, NewAgent, PaymentSource};
+use anchor_store::{AgentRecord, CostComponent, NewAgent, PaymentSource, PaymentStatus, Subject, SubjectDomain, UsageEntry};
 use anchor_tests::*;
+use anchor_x402::settlement::{Settled, Settler};
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
 use super::payments::{Twist, pay};
 
-both_backends!(create_and_confirm_through_the_use_cases);
+both_backends!(create_and_confirm_through_the_use_cases, inline_payments_settle_before_the_answer);
 
 fn input(preset: &str) -> CreateInput {
     CreateInput {
@@ -42,13 +43,14 @@ fn input(preset: &str) -> CreateInput {
     }
 }
 
-async fn create_and_confirm_through_the_use_cases(backend: Backend) {
-    let (store, _cleanup) = fresh_store(backend).await;
+/// Services over a fresh store of `backend` with a manual clock, and one new agent.
+async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<ManualClock>, AgentRecord, Cleanup) {
+    let (store, cleanup) = fresh_store(backend).await;
     let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
     let services = Services {
         store: store.clone(),
         pricing: default_pricing(),
-        settler: Arc::new(anchor_x402::settlement::LocalSettler),
+        settler,
         clock: clock.clone(),
         config: Arc::new(Config {
             public_url: "https://anchor.test".into(),
@@ -70,12 +72,20 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
         })
         .await
         .unwrap();
-    let agent: AgentRecord = store.agent(agent_id).await.unwrap().unwrap();
+    let agent = store.agent(agent_id).await.unwrap().unwrap();
+    (services, clock, agent, cleanup)
+}
+
+async fn create_and_confirm_through_the_use_cases(backend: Backend) {
+    let (services, clock, agent, _cleanup) = setup(backend, Arc::new(anchor_x402::settlement::LocalSettler)).await;
+    let store = services.store.clone();
+    let now = clock.now();
+    let agent_id = agent.agent_id;
 
     // Trial pays: no payment offered, none needed.
     let stored = declarations::create(&services, &agent, input("EE_basic"), Offered::None).await.unwrap();
     assert_eq!(stored.base_fee_source, PaymentSource::Trial);
-    assert_eq!(stored.settlement_status, "unreserved");
+    assert_eq!(stored.settlement_status.as_str(), "unreserved");
     let confirmed = declarations::confirm(&services, agent_id, stored.declaration.dd_id).await.unwrap();
     assert!(confirmed.settlement.is_none());
     assert!(confirmed.integrity_hash.starts_with("sha256:"));
@@ -102,7 +112,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     let payload = pay(&challenge, now.timestamp(), Twist::default());
     let paid = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload.clone())).await.unwrap();
     assert_eq!(paid.base_fee_source, PaymentSource::External);
-    assert_eq!(paid.settlement_status, "pending");
+    assert_eq!(paid.settlement_status.as_str(), "pending");
     let confirmed = declarations::confirm(&services, agent_id, paid.declaration.dd_id).await.unwrap();
     let (reference, payer) = confirmed.settlement.expect("settled externally");
     assert!(reference.starts_with("local:0x"), "{reference}");
@@ -121,4 +131,112 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     // None of the refusals recorded anything: five declarations in all.
     let (_, total) = store.list_declarations(agent_id, anchor_store::ListFilter { limit: 100, ..Default::default() }).await.unwrap();
     assert_eq!(total, 5);
+}
+
+/// A settler that answers from a script, then settles like the local one.
+struct ScriptedSettler(std::sync::Mutex<Vec<Settled>>);
+
+#[async_trait::async_trait]
+impl Settler for ScriptedSettler {
+    fn mode(&self) -> &'static str {
+        "scripted"
+    }
+    async fn verify(&self, _payload: &serde_json::Value, _requirements: &serde_json::Value) -> Result<(), String> {
+        Ok(())
+    }
+    async fn settle(&self, _payload: &serde_json::Value, _requirements: &serde_json::Value, local: &str) -> Settled {
+        let next = self.0.lock().unwrap().pop();
+        next.unwrap_or_else(|| Settled::Yes { reference: local.to_string() })
+    }
+}
+
+/// Records what the pipeline asked it to, and how often.
+#[derive(Default)]
+struct Observe(std::sync::Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl Commit for Observe {
+    type Output = (Uuid, String);
+    async fn commit(&self, funding: Funding) -> anchor_app::AppResult<Committed<(Uuid, String)>> {
+        let Funding::Settled { payment_id, reference, .. } = funding else { panic!("an inline route was asked to reserve") };
+        self.0.lock().unwrap().push(reference.clone());
+        Ok(Committed::Done((payment_id, reference)))
+    }
+}
+
+async fn inline_payments_settle_before_the_answer(backend: Backend) {
+    let settler = Arc::new(ScriptedSettler(std::sync::Mutex::new(Vec::new())));
+    let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
+    let store = services.store.clone();
+    let now = clock.now();
+    let agent_id = agent.agent_id;
+    let route = Route { method: "GET", path: "/v1/ara/environment" };
+    let order = |subject: Subject, offered: Offered| Order {
+        agent_id,
+        route,
+        total: MilliDac::from_dac(1),
+        description: "Environment observation".into(),
+        trial: TrialUse::None,
+        offered,
+        settle: Settle::Inline(subject),
+    };
+    let observe = Observe::default();
+    let first = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
+
+    // No payment: the typed challenge, x402 only (Trial never pays this route).
+    let unpaid = charge::charge(&services, order(first, Offered::None), &observe).await.unwrap_err();
+    let AppError::PaymentRequired(required) = unpaid else { panic!("expected a challenge, got {unpaid:?}") };
+    assert_eq!(required.accepts, vec![PaymentSource::External]);
+    let challenge = required.challenge();
+    assert_eq!(challenge["accepts"][0]["amount"], "1000");
+
+    // Paid: settled before the commit ran, its usage recorded with the settlement.
+    let payload = pay(&challenge, now.timestamp(), Twist::default());
+    let (payment_id, reference) = charge::charge(&services, order(first, Offered::Payload(payload.clone())), &observe).await.unwrap();
+    assert!(reference.starts_with("local:0x"), "{reference}");
+    let payment = store.payment(payment_id).await.unwrap().unwrap();
+    assert_eq!(payment.status, PaymentStatus::Settled);
+    assert_eq!(payment.subject, Some(first));
+    assert_eq!(payment.settlement_ref.as_deref(), Some(reference.as_str()));
+    let usage = store.usage_for(first).await.unwrap();
+    assert_eq!(
+        usage,
+        vec![UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::External, amount: MilliDac(1000) }]
+    );
+
+    // The same authorization again: refused before anything is written or settled.
+    let second = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
+    let replayed = charge::charge(&services, order(second, Offered::Payload(payload)), &observe).await.unwrap_err();
+    let AppError::PaymentRequired(required) = replayed else { panic!("expected a challenge, got {replayed:?}") };
+    assert_eq!(required.reason.as_deref(), Some("invalid_exact_evm_nonce_already_used"));
+
+    // Settlement refused: the payment ends, nothing is recorded, the commit never runs.
+    settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
+    let refused = charge::charge(&services, order(second, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "SETTLEMENT_FAILED");
+    assert!(store.usage_for(second).await.unwrap().is_empty());
+
+    // Outcome unknown: 503 now, settled once by the reconciliation job, usage then.
+    let third = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
+    settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
+    let pending = charge::charge(&services, order(third, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
+        .await
+        .unwrap_err();
+    assert_eq!(pending.code(), "SETTLEMENT_PENDING");
+    assert!(store.usage_for(third).await.unwrap().is_empty());
+    let unknown = store.unknown_settlements(10).await.unwrap();
+    assert_eq!(unknown.len(), 1);
+    assert_eq!(unknown[0].subject, third);
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&services).await.unwrap(), 1);
+    assert_eq!(store.payment(unknown[0].payment_id).await.unwrap().unwrap().status, PaymentStatus::Settled);
+    assert_eq!(store.usage_for(third).await.unwrap().len(), 1);
+    assert!(store.unknown_settlements(10).await.unwrap().is_empty());
+
+    // The commit ran exactly once: for the one payment that settled at once.
+    assert_eq!(observe.0.lock().unwrap().len(), 1);
+    // Reserved and settled payments count against the DAB; the refused one does not.
+    let (period_start, _) = anchor_domain::dab::period(now);
+    assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac(2000));
 }

@@ -138,8 +138,8 @@ async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(bac
     let confirmed = t.confirm(&agent, &dd_id).await;
     assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
     assert_eq!(confirmed.json["payment_sources"], json!(["trial", "external"]), "distinct sources, not collapsed");
-    let usage = t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap();
-    let rows: Vec<(&str, &str, i64)> = usage.iter().map(|u| (u.cost_component, u.source.as_str(), u.amount.milli())).collect();
+    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    let rows: Vec<(&str, &str, i64)> = usage.iter().map(|u| (u.cost_component.as_str(), u.source.as_str(), u.amount.milli())).collect();
     assert_eq!(rows, vec![("base_fee", "trial", 10_000), ("premium", "external", 147_500)]);
     // A refused premium payment debits nothing from Trial either.
     let mut again = create_body(json!({ "ee_preset": "EE_high" }));
@@ -217,7 +217,7 @@ async fn a_paid_create_waits_for_confirm_then_settles(backend: Backend) {
     assert_eq!(status.json["settlement_status"], "settled");
     let history: Vec<&str> = status.json["x402"]["history"].as_array().unwrap().iter().map(|h| h["status"].as_str().unwrap()).collect();
     assert_eq!(history, vec!["reserved", "settled"]);
-    let usage = t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap();
+    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
     assert_eq!(usage.iter().map(|u| u.source.as_str()).collect::<Vec<_>>(), vec!["external"]);
     t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
 }
@@ -346,7 +346,7 @@ async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: B
     assert_eq!(status.json["settlement_status"], "released");
     assert_eq!(status.json["x402"]["status"], "released");
     assert!(
-        t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty(),
+        t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty(),
         "released records leave no usage entry"
     );
     t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await.assert_error(409, "NOT_CONFIRMED");
@@ -507,7 +507,7 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     .unwrap();
     assert_eq!(response["success"], json!(false));
     assert_eq!(response["errorReason"], "invalid_exact_evm_insufficient_balance");
-    assert!(t.store.usage_for_declaration(uuid::Uuid::parse_str(&dd_id).unwrap()).await.unwrap().is_empty());
+    assert!(t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty());
     t.confirm(&agent, &dd_id).await.assert_error(409, "PAYMENT_FAILED");
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!(

@@ -95,7 +95,7 @@ async fn store_conforms(backend: Backend) {
     );
     let stored = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(stored.declaration, first.declaration);
-    assert_eq!(stored.settlement_status, "unreserved");
+    assert_eq!(stored.settlement_status.as_str(), "unreserved");
     assert_eq!(stored.trial_remaining_after, Some(MilliDac(5_000)));
 
     // The same request_id returns the stored record and debits nothing.
@@ -131,13 +131,13 @@ async fn store_conforms(backend: Backend) {
     ));
 
     // Confirmation happens once and writes the usage entries once.
-    let usage = [UsageEntry { cost_component: "base_fee", source: PaymentSource::Trial, amount: MilliDac(10_000) }];
+    let usage = [UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::Trial, amount: MilliDac(10_000) }];
     assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf", None).await.unwrap());
     assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf", None).await.unwrap());
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
-    assert_eq!(confirmed.settlement_status, "settled");
-    assert_eq!(store.usage_for_declaration(first.declaration.dd_id).await.unwrap().len(), 1);
+    assert_eq!(confirmed.settlement_status.as_str(), "settled");
+    assert_eq!(store.usage_for(anchor_store::Subject::declaration(first.declaration.dd_id)).await.unwrap().len(), 1);
     assert_eq!(store.log_pending_count().await.unwrap(), 1, "the leaf is queued with the confirmation, once");
 
     // Direct reads: two, then exhausted; past the period, expired.

@@ -19,9 +19,16 @@
 //! turns every refusal into its documented error. Earned DAC joins as a source
 //! with its ledger.
 //!
-//! External payments are reserved now and settled when the record is
-//! confirmed (DD create). Usage is recorded by the confirmation, in the same
-//! transaction that fixes the record.
+//! An external payment settles in one of two ways ([`Settle`]):
+//!
+//! - `AtConfirm` (DD create, bilateral propose): the commit reserves the
+//!   authorization with the record, and confirmation settles it; usage is
+//!   recorded by the confirmation, in the transaction that fixes the record.
+//! - `Inline` (every other paid route): the pipeline reserves the
+//!   authorization for the route's subject, settles it, records its usage with
+//!   the settlement in one transaction, and only then asks the commit to
+//!   record what was bought ([`Funding::Settled`]). An unknown settlement
+//!   outcome is left to the reconciliation job, which settles it again.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -30,8 +37,9 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{NewPayment, PaymentRecord, PaymentSource};
+use anchor_store::{NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Reservation, Subject};
 use anchor_x402::Reason;
+use anchor_x402::settlement::{NONCE_USED, Settled};
 
 use crate::{AppError, AppResult, Services};
 
@@ -76,6 +84,15 @@ pub enum Offered {
     Payload(Value),
 }
 
+/// When an external payment settles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// The commit reserves it with the record; confirming the record settles it.
+    AtConfirm,
+    /// Settled before the answer, for this subject.
+    Inline(Subject),
+}
+
 /// One purchase: what it costs and how it may be paid.
 #[derive(Clone, Debug)]
 pub struct Order {
@@ -86,6 +103,7 @@ pub struct Order {
     pub description: String,
     pub trial: TrialUse,
     pub offered: Offered,
+    pub settle: Settle,
 }
 
 /// How a commit is asked to pay.
@@ -95,6 +113,8 @@ pub enum Funding {
     Trial,
     /// A verified authorization pays `payment.amount_units`; Trial pays `trial_part` (zero or the base fee).
     External { payment: Box<NewPayment>, trial_part: MilliDac },
+    /// Settled inline already (its usage is recorded): record what was bought.
+    Settled { payment_id: Uuid, reference: String, payer: String },
 }
 
 /// What a commit's one transaction concluded.
@@ -161,8 +181,60 @@ pub fn dab_reached(limit: MilliDac, spent: MilliDac, amount: MilliDac, resets: D
 /// The deterministic reference of a local settlement: keccak-256 over the
 /// payment's identity (network, asset, payer, payment id).
 pub fn local_settlement_reference(payment: &PaymentRecord) -> String {
-    let identity = format!("{}|{}|{}|{}", payment.network, payment.asset, payment.payer, payment.payment_id);
+    local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id)
+}
+
+fn local_reference(network: &str, asset: &str, payer: &str, payment_id: Uuid) -> String {
+    let identity = format!("{network}|{asset}|{payer}|{payment_id}");
     format!("local:{}", keccak256(identity.as_bytes()))
+}
+
+/// Settles a reserved inline payment and records its usage; a failure ends
+/// it, an unknown outcome leaves it to the reconciliation job. `reconciling`:
+/// an earlier attempt's outcome was unknown, so a used nonce means it went through.
+async fn settle_reserved(
+    services: &Services,
+    payment_id: Uuid,
+    payer: &str,
+    payload: &Value,
+    requirement: &Value,
+    local: &str,
+    reconciling: bool,
+) -> AppResult<String> {
+    let store = &services.store;
+    let now = services.clock.now();
+    let component = |subject: Option<Subject>| subject.and_then(|s| s.domain.cost_component());
+    let reference = match services.settler.settle(payload, requirement, local).await {
+        Settled::Yes { reference } => reference,
+        Settled::No { reason } if reconciling && reason == NONCE_USED => format!("reconciled:{payment_id}"),
+        Settled::No { reason } => {
+            store.end_payment(payment_id, PaymentStatus::SettleFailed, &reason, now).await?;
+            return Err(AppError::SettlementFailed { reason, payer: payer.to_string() });
+        }
+        Settled::Unknown { detail } => {
+            store.end_payment(payment_id, PaymentStatus::SettleUnknown, &detail, now).await?;
+            return Err(AppError::Unavailable {
+                code: "SETTLEMENT_PENDING",
+                message: "the payment's settlement outcome is not known yet; it is retried in the background and charged at most once"
+                    .into(),
+            });
+        }
+    };
+    let payment = store.payment(payment_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("payment {payment_id} vanished")))?;
+    let component = component(payment.subject)
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("payment {payment_id} is not for an inline-settled subject")))?;
+    store.settle_payment(payment_id, &reference, component, now).await?;
+    Ok(reference)
+}
+
+/// Settles an inline payment again whose outcome was unknown (the
+/// reconciliation job): the reference, once settled.
+pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppResult<String> {
+    let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
+    let requirement = payload["accepted"].clone();
+    let local = local_settlement_reference(payment);
+    let reconciling = payment.status == PaymentStatus::SettleUnknown;
+    settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, reconciling).await
 }
 
 /// Takes payment for `order` and records it through `commit`.
@@ -234,6 +306,20 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         dab_default: services.config.dab_default,
         period_start,
     };
+    if let Settle::Inline(subject) = order.settle {
+        match services.store.reserve_payment(&payment, order.agent_id, subject, now).await? {
+            Reservation::Reserved => {}
+            Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
+            Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
+        }
+        let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
+        let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
+        let settled = Funding::Settled { payment_id: payment.payment_id, reference, payer: payment.payer.clone() };
+        return match commit.commit(settled).await? {
+            Committed::Done(output) => Ok(output),
+            _ => Err(AppError::Internal(anyhow::anyhow!("a commit refused a payment that had already settled"))),
+        };
+    }
     match commit.commit(Funding::External { payment: Box::new(payment), trial_part }).await? {
         Committed::Done(output) => Ok(output),
         Committed::NonceUsed => Err(required(Some(Reason::NonceUsed.as_str().into()))),

@@ -14,10 +14,12 @@ use anchor_domain::declarations::dd::DdFields;
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
-use anchor_store::{AgentRecord, Created, NewDeclaration, PaymentSource, StoredDeclaration, UsageEntry};
+use anchor_store::{
+    AgentRecord, CostComponent, Created, NewDeclaration, PaymentSource, PaymentStatus, SettlementStatus, StoredDeclaration, UsageEntry,
+};
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
-use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, TrialUse};
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};
 
 pub const CREATE: Route = Route { method: "POST", path: "/v1/dd/create" };
@@ -233,6 +235,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         },
         trial: if split { TrialUse::Part(quote.base_fee) } else { TrialUse::Whole },
         offered,
+        settle: Settle::AtConfirm,
     };
     let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
     match created {
@@ -296,10 +299,10 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     if stored.confirmed_at.is_some() {
         return Err(already_confirmed());
     }
-    if stored.settlement_status == "released" {
+    if stored.settlement_status == SettlementStatus::Released {
         return Err(payment_expired());
     }
-    if stored.settlement_status == "failed" {
+    if stored.settlement_status == SettlementStatus::Failed {
         return Err(AppError::Conflict {
             code: "PAYMENT_FAILED",
             message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
@@ -319,13 +322,21 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
             store.payment_for(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
         // An unknown outcome is reconciled before the window is looked at: the
         // money may already have moved.
-        if payment.status != "settle_unknown" && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
-            store.close_payment(dd_id, "released", "released", "payment window expired before confirmation", now).await?;
+        if payment.status != PaymentStatus::SettleUnknown && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
+            store
+                .close_payment(
+                    dd_id,
+                    SettlementStatus::Released,
+                    PaymentStatus::Released,
+                    "payment window expired before confirmation",
+                    now,
+                )
+                .await?;
             return Err(payment_expired());
         }
         let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
         let requirements = payload["accepted"].clone();
-        let reconciling = payment.status == "settle_unknown";
+        let reconciling = payment.status == PaymentStatus::SettleUnknown;
         match services.settler.settle(&payload, &requirements, &charge::local_settlement_reference(&payment)).await {
             Settled::Yes { reference } => Some((reference, payment.payer)),
             // After an unknown outcome, a used nonce means the first settle went through.
@@ -333,7 +344,7 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
                 Some((format!("reconciled:{}", payment.payment_id), payment.payer))
             }
             Settled::No { reason } => {
-                store.close_payment(dd_id, "failed", "settle_failed", &reason, now).await?;
+                store.close_payment(dd_id, SettlementStatus::Failed, PaymentStatus::SettleFailed, &reason, now).await?;
                 return Err(AppError::SettlementFailed { reason, payer: payment.payer });
             }
             Settled::Unknown { detail } => {
@@ -348,9 +359,9 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
         None
     };
     let hash = integrity_hash(&stored.declaration);
-    let mut usage = vec![UsageEntry { cost_component: "base_fee", source: stored.base_fee_source, amount: stored.base_fee }];
+    let mut usage = vec![UsageEntry { cost_component: CostComponent::BaseFee, source: stored.base_fee_source, amount: stored.base_fee }];
     if stored.premium() > MilliDac::ZERO {
-        usage.push(UsageEntry { cost_component: "premium", source: stored.premium_source, amount: stored.premium() });
+        usage.push(UsageEntry { cost_component: CostComponent::Premium, source: stored.premium_source, amount: stored.premium() });
     }
     let anchored_at = stored.declaration.anchored_at;
     let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
@@ -358,7 +369,7 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
     if !store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await? {
         let again = store.declaration(dd_id).await?;
         return Err(match again {
-            Some(s) if s.settlement_status == "released" => payment_expired(),
+            Some(s) if s.settlement_status == SettlementStatus::Released => payment_expired(),
             _ => already_confirmed(),
         });
     }

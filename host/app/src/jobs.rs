@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::{AppError, Services, declarations};
+use anchor_store::{SettlementStatus, SubjectDomain};
+
+use crate::{AppError, Services, charge, declarations};
 
 /// How long a lease taken for a round lasts.
 const LEASE: chrono::TimeDelta = chrono::TimeDelta::seconds(3);
@@ -41,19 +43,26 @@ pub async fn round(services: &Services, host_id: Uuid) -> bool {
 }
 
 /// Every payment whose settlement outcome is unknown is settled again (which
-/// cannot move money twice) and, once settled, its declaration anchored, even
-/// if its agent never confirms again. Returns how many were resolved either way.
+/// cannot move money twice): a declaration's is then anchored, even if its
+/// agent never confirms again; an inline payment gets its usage recorded.
+/// Returns how many were resolved either way.
 pub async fn reconcile_unknown_settlements(services: &Services) -> anyhow::Result<usize> {
     let mut resolved = 0;
-    for dd_id in services.store.unknown_settlements(100).await? {
-        let Some(stored) = services.store.declaration(dd_id).await? else { continue };
-        if stored.confirmed_at.is_some() || stored.settlement_status != "pending" {
-            continue;
-        }
-        match declarations::settle_and_anchor(services, &stored, services.clock.now()).await {
-            Ok(_) | Err(AppError::SettlementFailed { .. }) => resolved += 1,
+    for unknown in services.store.unknown_settlements(100).await? {
+        let outcome = if unknown.subject.domain == SubjectDomain::Declaration {
+            let Some(stored) = services.store.declaration(unknown.subject.id).await? else { continue };
+            if stored.confirmed_at.is_some() || stored.settlement_status != SettlementStatus::Pending {
+                continue;
+            }
+            declarations::settle_and_anchor(services, &stored, services.clock.now()).await.map(drop)
+        } else {
+            let Some(payment) = services.store.payment(unknown.payment_id).await? else { continue };
+            charge::settle_inline(services, &payment).await.map(drop)
+        };
+        match outcome {
+            Ok(()) | Err(AppError::SettlementFailed { .. }) => resolved += 1,
             Err(AppError::Unavailable { .. }) => {}
-            Err(other) => tracing::warn!(%dd_id, error = %other, "reconciliation failed"),
+            Err(other) => tracing::warn!(payment_id = %unknown.payment_id, error = %other, "reconciliation failed"),
         }
     }
     Ok(resolved)

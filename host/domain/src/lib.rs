@@ -12,6 +12,7 @@ pub mod declarations;
 pub mod error;
 pub mod integrity;
 pub mod money;
+pub mod payments;
 pub mod pricing;
 
 pub use clock::{Clock, ManualClock, SystemClock};

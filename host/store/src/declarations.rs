@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
+use crate::payments::{self, Key};
 use crate::*;
 
 /// A declaration to record, priced, paid from Trial or by a reserved payment.
@@ -39,8 +40,7 @@ pub struct StoredDeclaration {
     pub premium_source: PaymentSource,
     /// The Trial balance right after this declaration was paid from it.
     pub trial_remaining_after: Option<MilliDac>,
-    /// unreserved, pending, settled or released.
-    pub settlement_status: String,
+    pub settlement_status: SettlementStatus,
     pub confirmed_at: Option<DateTime<Utc>>,
     pub integrity_hash: Option<String>,
     pub direct_reads_used: i64,
@@ -71,14 +71,6 @@ pub enum Created {
     PaymentReplayed,
     /// The payment would take the agent past its DAB for the period.
     DabReached { limit: MilliDac, spent: MilliDac },
-}
-
-/// One row of the usage record written at confirmation.
-#[derive(Clone, Debug)]
-pub struct UsageEntry {
-    pub cost_component: &'static str,
-    pub source: PaymentSource,
-    pub amount: MilliDac,
 }
 
 /// The outcome of a read of a declaration's original through direct access.
@@ -125,8 +117,6 @@ pub trait DeclarationStore: Send + Sync {
     async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)>;
     /// The agent's declarations in one lineage group, oldest first.
     async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
-    /// The usage entries of one declaration.
-    async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>>;
 }
 
 #[async_trait]
@@ -148,50 +138,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             lineage_group_id = row.get("lineage_group_id")?;
         }
         let trial_remaining = if let Some(payment) = &new.external {
-            // The budget check and the reservation share this transaction;
-            // on PostgreSQL the agent row's lock makes concurrent payments
-            // of one agent count one after another.
-            let row = tx
-                .fetch_one(sql(format!("select dab_limit_milli from agent where agent_id = $1{}", self.db.for_update())).bind(d.agent_id))
-                .await?;
-            let own: Option<i64> = row.get("dab_limit_milli")?;
-            let limit = own.unwrap_or(payment.dab_default.milli());
-            let spent: i64 = tx.scalar(sql(DAB_SPENT).bind(d.agent_id).bind(payment.period_start)).await?;
-            if spent + payment.amount_units > limit {
-                return Ok(Created::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+            let subject = Subject::declaration(d.dd_id);
+            match payments::reserve(&mut tx, self.db.for_update(), payment, d.agent_id, subject, now).await? {
+                Reservation::Reserved => {}
+                Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
+                Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
             }
-            // The nonce's unique constraint is the replay guard, on every host.
-            let reserved = tx
-                .execute(
-                    sql("insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, \
-                 valid_after, valid_before, route, agent_id, dd_id, payload, status, created_at, updated_at) \
-                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, null, $12, 'reserved', $13, $13)")
-                    .bind(payment.payment_id)
-                    .bind(payment.network.as_str())
-                    .bind(payment.asset.as_str())
-                    .bind(payment.payer.as_str())
-                    .bind(payment.nonce.as_str())
-                    .bind(payment.amount_units)
-                    .bind(payment.pay_to.as_str())
-                    .bind(payment.valid_after)
-                    .bind(payment.valid_before)
-                    .bind(payment.route.as_str())
-                    .bind(d.agent_id)
-                    .bind(payment.payload.as_str())
-                    .bind(now),
-                )
-                .await;
-            match reserved {
-                Ok(_) => {}
-                Err(error) if is_unique_violation(&error) => return Ok(Created::PaymentReplayed),
-                Err(error) => return Err(error.into()),
-            }
-            tx.execute(
-                sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'reserved', null, $2)")
-                    .bind(payment.payment_id)
-                    .bind(now),
-            )
-            .await?;
             if new.base_from_trial {
                 let debited: Option<i64> = tx
                     .scalar_optional(
@@ -236,7 +188,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
             (Some(_), false) => (PaymentSource::External, PaymentSource::External),
         };
-        let settlement = if new.external.is_some() { "pending" } else { "unreserved" };
+        let settlement = if new.external.is_some() { SettlementStatus::Pending } else { SettlementStatus::Unreserved };
         let t = d.template.as_ref();
         let inserted = tx
             .execute(Query::insert(
@@ -289,7 +241,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     ("base_fee_source", base_source.as_str().value()),
                     ("premium_source", premium_source.as_str().value()),
                     ("trial_remaining_after_milli", trial_remaining.value()),
-                    ("settlement_status", settlement.value()),
+                    ("settlement_status", settlement.as_str().value()),
                     ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
                 ],
             ))
@@ -309,10 +261,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 tx.rollback().await?;
                 match self.declaration_for_request(d.agent_id, new.request_id).await? {
                     Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),
-                    None => Err(error.into()),
+                    None => Err(error),
                 }
             }
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         }
     }
 
@@ -341,37 +293,16 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             )
             .await?;
         let Some(agent_id) = agent_id else { return Ok(false) };
+        let mut payment_id = None;
         if let Some(reference) = settlement_ref {
-            let payment: Option<Uuid> = tx
-                .scalar_optional(
-                    sql("update x402_payment set status = 'settled', settlement_ref = $1, updated_at = $2 \
-                 where dd_id = $3 and status in ('reserved', 'settle_unknown') returning payment_id")
-                    .bind(reference)
-                    .bind(now)
-                    .bind(dd_id),
-                )
-                .await?;
-            let Some(payment) = payment else { return Ok(false) };
-            tx.execute(
-                sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'settled', null, $2)")
-                    .bind(payment)
-                    .bind(now),
-            )
-            .await?;
+            let moved =
+                payments::move_payment(&mut tx, Key::Declaration(dd_id), PaymentStatus::Settled, None, Some(reference), now).await?;
+            let Some(moved) = moved else { return Ok(false) };
+            payment_id = Some(moved.payment_id);
         }
         for entry in usage {
-            tx.execute(
-                sql("insert into usage_entry (usage_id, agent_id, dd_id, cost_component, payment_source, amount_milli, recorded_at) \
-                 values ($1, $2, $3, $4, $5, $6, $7)")
-                .bind(Uuid::new_v4())
-                .bind(agent_id)
-                .bind(dd_id)
-                .bind(entry.cost_component)
-                .bind(entry.source.as_str())
-                .bind(entry.amount.milli())
-                .bind(now),
-            )
-            .await?;
+            let paid_by = if entry.source == PaymentSource::External { payment_id } else { None };
+            payments::insert_usage(&mut tx, agent_id, Subject::declaration(dd_id), paid_by, entry, now).await?;
         }
         tx.execute(
             sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now),
@@ -442,30 +373,6 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             )
             .await?;
         rows.iter().map(decode_declaration).collect()
-    }
-
-    async fn usage_for_declaration(&self, dd_id: Uuid) -> Result<Vec<UsageEntry>> {
-        let rows = self
-            .db()
-            .fetch_all(
-                sql("select cost_component, payment_source, amount_milli from usage_entry where dd_id = $1 order by cost_component")
-                    .bind(dd_id),
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let component: String = row.get("cost_component")?;
-                Ok(UsageEntry {
-                    cost_component: match component.as_str() {
-                        "base_fee" => "base_fee",
-                        "premium" => "premium",
-                        other => return Err(StoreError::Corrupt(format!("cost_component = {other:?}"))),
-                    },
-                    source: req_enum(row, "payment_source", PaymentSource::parse)?,
-                    amount: MilliDac(row.get("amount_milli")?),
-                })
-            })
-            .collect()
     }
 }
 
@@ -549,7 +456,7 @@ fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         base_fee_source: req_enum(row, "base_fee_source", PaymentSource::parse)?,
         premium_source: req_enum(row, "premium_source", PaymentSource::parse)?,
         trial_remaining_after: trial_after.map(MilliDac),
-        settlement_status: row.get("settlement_status")?,
+        settlement_status: req_enum(row, "settlement_status", SettlementStatus::parse)?,
         confirmed_at: row.get("confirmed_at")?,
         integrity_hash: row.get("integrity_hash")?,
         direct_reads_used: row.get("direct_reads_used")?,

@@ -11,7 +11,7 @@
 //! Every method is one use case and one transaction. Checks and writes that
 //! must not race are single conditional statements (`update … where balance
 //! >= $1`) or unique constraints, never a read followed by a write, so the same
-//! code is correct on both engines.
+//! > code is correct on both engines.
 
 mod agents;
 mod attempts;

@@ -175,7 +175,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
                     .bind(from + count),
             )
             .await?;
-        rows.iter().map(|r| Ok(r.get("leaf_data")?)).collect()
+        rows.iter().map(|r| r.get("leaf_data")).collect()
     }
 
     async fn log_pending_count(&self) -> Result<i64> {
@@ -210,7 +210,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
 
 fn decode_state(row: &impl Row) -> Result<LogState> {
     let edge: Vec<u8> = row.get("edge")?;
-    if edge.len() % 32 != 0 {
+    if !edge.len().is_multiple_of(32) {
         return Err(StoreError::Corrupt("log_state.edge is not a list of hashes".into()));
     }
     Ok(LogState {

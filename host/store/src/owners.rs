@@ -134,7 +134,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         match done {
             Ok(_) => Ok(true),
             Err(e) if is_unique_violation(&e) => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 
@@ -303,7 +303,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         match done {
             Ok(_) => Ok(true),
             Err(e) if is_unique_violation(&e) => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 

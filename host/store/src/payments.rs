@@ -5,37 +5,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
 
-/// Who paid a component of a declaration's price.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PaymentSource {
-    Trial,
-    External,
-    Earned,
-}
+pub use anchor_domain::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus, Subject, SubjectDomain};
 
-impl PaymentSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PaymentSource::Trial => "trial",
-            PaymentSource::External => "external",
-            PaymentSource::Earned => "earned",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<PaymentSource> {
-        match text {
-            "trial" => Some(PaymentSource::Trial),
-            "external" => Some(PaymentSource::External),
-            "earned" => Some(PaymentSource::Earned),
-            _ => None,
-        }
-    }
-}
-
-/// A verified x402 authorization to reserve with a declaration.
+/// A verified x402 authorization to reserve.
 #[derive(Clone, Debug)]
 pub struct NewPayment {
     pub payment_id: Uuid,
@@ -49,7 +24,7 @@ pub struct NewPayment {
     pub valid_before: i64,
     pub route: String,
     pub payload: String,
-    /// The declaration must be confirmed before this.
+    /// Settled at confirmation: the record must be confirmed before this.
     pub deadline: DateTime<Utc>,
     /// The DAB in force when the agent has none of its own, and the start of
     /// the current budget period.
@@ -75,7 +50,10 @@ pub struct PaymentRecord {
     pub payer: String,
     pub amount_units: i64,
     pub pay_to: String,
-    pub status: String,
+    pub agent_id: Uuid,
+    /// What it paid for (absent only on rows reserved before subjects existed and never linked).
+    pub subject: Option<Subject>,
+    pub status: PaymentStatus,
     pub error_reason: Option<String>,
     pub settlement_ref: Option<String>,
     /// The PaymentPayload as received (its `accepted` is the requirement).
@@ -83,7 +61,35 @@ pub struct PaymentRecord {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// (status, reason, at), oldest first.
-    pub history: Vec<(String, Option<String>, DateTime<Utc>)>,
+    pub history: Vec<(PaymentStatus, Option<String>, DateTime<Utc>)>,
+}
+
+/// What reserving an authorization concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    Reserved,
+    /// The authorization's nonce is already reserved: nothing was written.
+    NonceUsed,
+    /// The payment would take the agent past its DAB for the period: nothing was written.
+    DabReached {
+        limit: MilliDac,
+        spent: MilliDac,
+    },
+}
+
+/// One row of the usage record: what was paid for, by whom, how much.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageEntry {
+    pub cost_component: CostComponent,
+    pub source: PaymentSource,
+    pub amount: MilliDac,
+}
+
+/// A payment whose settlement outcome is not known yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownSettlement {
+    pub payment_id: Uuid,
+    pub subject: Subject,
 }
 
 /// An agent's external spending since a time: reserved and settled payments count.
@@ -92,6 +98,20 @@ pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) a
 
 #[async_trait]
 pub trait PaymentStore: Send + Sync {
+    /// Reserves a verified authorization for `subject`, in one transaction:
+    /// the DAB is checked under the agent's lock and the nonce's unique
+    /// constraint refuses a replay, on every host.
+    async fn reserve_payment(&self, payment: &NewPayment, agent_id: Uuid, subject: Subject, now: DateTime<Utc>) -> Result<Reservation>;
+    /// Marks a reserved (or unknown) payment settled and records its usage
+    /// (one external entry of `component` for the whole amount), in one
+    /// transaction. False if it was not reserved or unknown any more.
+    async fn settle_payment(&self, payment_id: Uuid, reference: &str, component: CostComponent, now: DateTime<Utc>) -> Result<bool>;
+    /// Ends a reserved (or unknown) payment without settling it (`released`,
+    /// `settle_failed`), or marks its outcome unknown (`settle_unknown`).
+    /// False if it was not reserved or unknown any more.
+    async fn end_payment(&self, payment_id: Uuid, status: PaymentStatus, reason: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// One payment row, with its history.
+    async fn payment(&self, payment_id: Uuid) -> Result<Option<PaymentRecord>>;
     /// Ends an unconfirmed, externally paid declaration's payment without
     /// settling it: the declaration becomes `declaration_status` (`released`,
     /// `failed`) and can never be confirmed; the payment becomes
@@ -99,134 +119,129 @@ pub trait PaymentStore: Send + Sync {
     async fn close_payment(
         &self,
         dd_id: Uuid,
-        declaration_status: &str,
-        payment_status: &str,
+        declaration_status: SettlementStatus,
+        payment_status: PaymentStatus,
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;
-    /// Declarations whose payment's settlement outcome is unknown, oldest first.
-    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<Uuid>>;
-    /// Marks a payment whose settlement outcome is unknown.
+    /// Payments whose settlement outcome is unknown, oldest first.
+    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<UnknownSettlement>>;
+    /// Marks a declaration's payment whose settlement outcome is unknown.
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
+    /// The usage entries recorded for a subject, by cost component.
+    async fn usage_for(&self, subject: Subject) -> Result<Vec<UsageEntry>>;
     /// The agent's DAB and its external spending since `period_start`.
     async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus>;
 }
-
 #[async_trait]
 impl<E: Engine> PaymentStore for SqlStore<E> {
+    async fn reserve_payment(&self, payment: &NewPayment, agent_id: Uuid, subject: Subject, now: DateTime<Utc>) -> Result<Reservation> {
+        let mut tx = self.begin_write().await?;
+        let reserved = reserve(&mut tx, self.db.for_update(), payment, agent_id, subject, now).await?;
+        if reserved == Reservation::Reserved {
+            tx.commit().await?;
+        }
+        Ok(reserved)
+    }
+
+    async fn settle_payment(&self, payment_id: Uuid, reference: &str, component: CostComponent, now: DateTime<Utc>) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let moved = move_payment(&mut tx, Key::Payment(payment_id), PaymentStatus::Settled, None, Some(reference), now).await?;
+        let Some(moved) = moved else { return Ok(false) };
+        let subject = moved.subject.ok_or_else(|| StoreError::Corrupt(format!("payment {payment_id} has no subject")))?;
+        let entry = UsageEntry { cost_component: component, source: PaymentSource::External, amount: MilliDac(moved.amount_units) };
+        insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn end_payment(&self, payment_id: Uuid, status: PaymentStatus, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let moved = move_payment(&mut tx, Key::Payment(payment_id), status, Some(reason), None, now).await?;
+        tx.commit().await?;
+        Ok(moved.is_some())
+    }
+
+    async fn payment(&self, payment_id: Uuid) -> Result<Option<PaymentRecord>> {
+        read_payment(&mut self.db(), Key::Payment(payment_id)).await
+    }
+
     async fn close_payment(
         &self,
         dd_id: Uuid,
-        declaration_status: &str,
-        payment_status: &str,
+        declaration_status: SettlementStatus,
+        payment_status: PaymentStatus,
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let released = tx.execute(sql(
-            "update declaration set settlement_status = $1 where dd_id = $2 and settlement_status = 'pending' and confirmed_at is null",
-        )
-        .bind(declaration_status)
-        .bind(dd_id)
-        )
-        .await?;
-        if released == 0 {
-            return Ok(false);
-        }
-        let payment: Option<Uuid> = tx
-            .scalar_optional(
-                sql("update x402_payment set status = $1, error_reason = $2, updated_at = $3 \
-             where dd_id = $4 and status in ('reserved', 'settle_unknown') returning payment_id")
-                .bind(payment_status)
-                .bind(reason)
-                .bind(now)
+        let released = tx
+            .execute(
+                sql("update declaration set settlement_status = $1 \
+                     where dd_id = $2 and settlement_status = 'pending' and confirmed_at is null")
+                .bind(declaration_status.as_str())
                 .bind(dd_id),
             )
             .await?;
-        if let Some(payment) = payment {
-            tx.execute(
-                sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, $2, $3, $4)")
-                    .bind(payment)
-                    .bind(payment_status)
-                    .bind(reason)
-                    .bind(now),
-            )
-            .await?;
+        if released == 0 {
+            return Ok(false);
         }
+        move_payment(&mut tx, Key::Declaration(dd_id), payment_status, Some(reason), None, now).await?;
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<Uuid>> {
+    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<UnknownSettlement>> {
         let rows = self
             .db()
             .fetch_all(
-                sql("select dd_id from x402_payment where status = 'settle_unknown' and dd_id is not null order by updated_at limit $1")
-                    .bind(limit),
+                sql("select payment_id, subject_domain, subject_id from x402_payment \
+                     where status = 'settle_unknown' and subject_id is not null order by updated_at limit $1")
+                .bind(limit),
             )
             .await?;
-        rows.iter().map(|r| Ok(r.get("dd_id")?)).collect()
+        rows.iter()
+            .map(|row| {
+                let subject = subject(row)?.ok_or_else(|| StoreError::Corrupt("x402_payment.subject_domain is NULL".into()))?;
+                Ok(UnknownSettlement { payment_id: row.get("payment_id")?, subject })
+            })
+            .collect()
     }
 
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let payment: Option<Uuid> = tx
-            .scalar_optional(
-                sql("update x402_payment set status = 'settle_unknown', error_reason = $1, updated_at = $2 \
-             where dd_id = $3 and status in ('reserved', 'settle_unknown') returning payment_id")
-                .bind(detail)
-                .bind(now)
-                .bind(dd_id),
-            )
-            .await?;
-        let Some(payment) = payment else { return Ok(false) };
-        tx.execute(
-            sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, 'settle_unknown', $2, $3)")
-                .bind(payment)
-                .bind(detail)
-                .bind(now),
-        )
-        .await?;
+        let moved = move_payment(&mut tx, Key::Declaration(dd_id), PaymentStatus::SettleUnknown, Some(detail), None, now).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(moved.is_some())
     }
 
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>> {
-        let row = self
-            .db()
-            .fetch_optional(
-                sql("select payment_id, network, asset, payer, amount_units, pay_to, status, error_reason, settlement_ref, \
-             payload, created_at, updated_at from x402_payment where dd_id = $1")
-                .bind(dd_id),
-            )
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let payment_id: Uuid = row.get("payment_id")?;
-        let events = self
+        read_payment(&mut self.db(), Key::Declaration(dd_id)).await
+    }
+
+    async fn usage_for(&self, subject: Subject) -> Result<Vec<UsageEntry>> {
+        let rows = self
             .db()
             .fetch_all(
-                sql("select status, reason, at from x402_payment_event where payment_id = $1 \
-             order by at, case status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end")
-                .bind(payment_id),
+                sql("select cost_component, payment_source, amount_milli from usage_entry \
+                     where subject_domain = $1 and subject_id = $2 order by cost_component")
+                .bind(subject.domain.as_str())
+                .bind(subject.id),
             )
             .await?;
-        Ok(Some(PaymentRecord {
-            payment_id,
-            network: row.get("network")?,
-            asset: row.get("asset")?,
-            payer: row.get("payer")?,
-            amount_units: row.get("amount_units")?,
-            pay_to: row.get("pay_to")?,
-            status: row.get("status")?,
-            error_reason: row.get("error_reason")?,
-            settlement_ref: row.get("settlement_ref")?,
-            payload: row.get("payload")?,
-            created_at: row.get("created_at")?,
-            updated_at: row.get("updated_at")?,
-            history: events.iter().map(|e| Ok((e.get("status")?, e.get("reason")?, e.get("at")?))).collect::<Result<_>>()?,
-        }))
+        rows.iter()
+            .map(|row| {
+                let component: String = row.get("cost_component")?;
+                let source: String = row.get("payment_source")?;
+                Ok(UsageEntry {
+                    cost_component: parse("cost_component", &component, CostComponent::parse)?,
+                    source: parse("payment_source", &source, PaymentSource::parse)?,
+                    amount: MilliDac(row.get("amount_milli")?),
+                })
+            })
+            .collect()
     }
 
     async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus> {
@@ -234,4 +249,216 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         let spent: i64 = self.db().scalar(sql(DAB_SPENT).bind(agent_id).bind(period_start)).await?;
         Ok(DabStatus { own_limit: own.map(MilliDac), spent: MilliDac(spent) })
     }
+}
+
+/// How a payment row is found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Key {
+    Payment(Uuid),
+    /// The payment of a declaration.
+    Declaration(Uuid),
+}
+
+impl Key {
+    fn column(self) -> &'static str {
+        match self {
+            Key::Payment(_) => "payment_id",
+            Key::Declaration(_) => "dd_id",
+        }
+    }
+
+    fn id(self) -> Uuid {
+        match self {
+            Key::Payment(id) | Key::Declaration(id) => id,
+        }
+    }
+}
+
+/// Checks the DAB under the agent's row lock, then reserves the
+/// authorization for `subject`, with its first event. Nothing is written
+/// unless it returns `Reserved`.
+pub(crate) async fn reserve<X: Exec>(
+    tx: &mut X,
+    for_update: &str,
+    payment: &NewPayment,
+    agent_id: Uuid,
+    subject: Subject,
+    now: DateTime<Utc>,
+) -> Result<Reservation> {
+    // On PostgreSQL the agent row's lock makes concurrent payments of one
+    // agent count one after another; SQLite has a single writer.
+    let own: Option<i64> =
+        tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
+    let limit = own.unwrap_or(payment.dab_default.milli());
+    let spent: i64 = tx.scalar(sql(DAB_SPENT).bind(agent_id).bind(payment.period_start)).await?;
+    if spent + payment.amount_units > limit {
+        return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+    }
+    // The nonce's unique constraint is the replay guard, on every host.
+    let inserted = tx
+        .execute(Query::insert(
+            "x402_payment",
+            vec![
+                ("payment_id", payment.payment_id.value()),
+                ("network", payment.network.as_str().value()),
+                ("asset", payment.asset.as_str().value()),
+                ("payer", payment.payer.as_str().value()),
+                ("nonce", payment.nonce.as_str().value()),
+                ("amount_units", payment.amount_units.value()),
+                ("pay_to", payment.pay_to.as_str().value()),
+                ("valid_after", payment.valid_after.value()),
+                ("valid_before", payment.valid_before.value()),
+                ("route", payment.route.as_str().value()),
+                ("agent_id", agent_id.value()),
+                ("subject_domain", subject.domain.as_str().value()),
+                ("subject_id", subject.id.value()),
+                ("payload", payment.payload.as_str().value()),
+                ("status", PaymentStatus::Reserved.as_str().value()),
+                ("created_at", now.value()),
+                ("updated_at", now.value()),
+            ],
+        ))
+        .await;
+    match inserted {
+        Ok(_) => {}
+        Err(error) if is_unique_violation(&error) => return Ok(Reservation::NonceUsed),
+        Err(error) => return Err(error),
+    }
+    insert_event(tx, payment.payment_id, PaymentStatus::Reserved, None, now).await?;
+    Ok(Reservation::Reserved)
+}
+
+/// What a moved payment row was.
+pub(crate) struct Moved {
+    pub payment_id: Uuid,
+    pub agent_id: Uuid,
+    pub amount_units: i64,
+    pub subject: Option<Subject>,
+}
+
+/// Moves a reserved (or unknown) payment to `status`, with its event: the
+/// row, if it moved.
+pub(crate) async fn move_payment<X: Exec>(
+    tx: &mut X,
+    key: Key,
+    status: PaymentStatus,
+    reason: Option<&str>,
+    reference: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Option<Moved>> {
+    let row = tx
+        .fetch_optional(
+            sql(format!(
+                "update x402_payment set status = $1, error_reason = coalesce($2, error_reason), \
+                 settlement_ref = coalesce($3, settlement_ref), updated_at = $4 \
+                 where {} = $5 and status in ('reserved', 'settle_unknown') \
+                 returning payment_id, agent_id, amount_units, subject_domain, subject_id",
+                key.column()
+            ))
+            .bind(status.as_str())
+            .bind(reason)
+            .bind(reference)
+            .bind(now)
+            .bind(key.id()),
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let moved = Moved {
+        payment_id: row.get("payment_id")?,
+        agent_id: row.get("agent_id")?,
+        amount_units: row.get("amount_units")?,
+        subject: subject(&row)?,
+    };
+    insert_event(tx, moved.payment_id, status, reason, now).await?;
+    Ok(Some(moved))
+}
+
+async fn insert_event<X: Exec>(
+    tx: &mut X,
+    payment_id: Uuid,
+    status: PaymentStatus,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    tx.execute(
+        sql("insert into x402_payment_event (payment_id, status, reason, at) values ($1, $2, $3, $4)")
+            .bind(payment_id)
+            .bind(status.as_str())
+            .bind(reason)
+            .bind(now),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records one usage entry for `subject`.
+pub(crate) async fn insert_usage<X: Exec>(
+    tx: &mut X,
+    agent_id: Uuid,
+    subject: Subject,
+    payment_id: Option<Uuid>,
+    entry: &UsageEntry,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let dd_id = (subject.domain == SubjectDomain::Declaration).then_some(subject.id);
+    tx.execute(Query::insert(
+        "usage_entry",
+        vec![
+            ("usage_id", Uuid::new_v4().value()),
+            ("agent_id", agent_id.value()),
+            ("dd_id", dd_id.value()),
+            ("subject_domain", subject.domain.as_str().value()),
+            ("subject_id", subject.id.value()),
+            ("payment_id", payment_id.value()),
+            ("cost_component", entry.cost_component.as_str().value()),
+            ("payment_source", entry.source.as_str().value()),
+            ("amount_milli", entry.amount.milli().value()),
+            ("recorded_at", now.value()),
+        ],
+    ))
+    .await?;
+    Ok(())
+}
+
+fn subject(row: &impl Row) -> Result<Option<Subject>> {
+    let domain: Option<String> = row.get("subject_domain")?;
+    let Some(domain) = domain else { return Ok(None) };
+    Ok(Some(Subject { domain: parse("subject_domain", &domain, SubjectDomain::parse)?, id: row.get("subject_id")? }))
+}
+
+async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentRecord>> {
+    let row = x.fetch_optional(sql(format!("select * from x402_payment where {} = $1", key.column())).bind(key.id())).await?;
+    let Some(row) = row else { return Ok(None) };
+    let payment_id: Uuid = row.get("payment_id")?;
+    let events = x
+        .fetch_all(
+            sql("select status, reason, at from x402_payment_event where payment_id = $1 \
+                 order by at, case status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end")
+            .bind(payment_id),
+        )
+        .await?;
+    let status: String = row.get("status")?;
+    Ok(Some(PaymentRecord {
+        payment_id,
+        network: row.get("network")?,
+        asset: row.get("asset")?,
+        payer: row.get("payer")?,
+        amount_units: row.get("amount_units")?,
+        pay_to: row.get("pay_to")?,
+        agent_id: row.get("agent_id")?,
+        subject: subject(&row)?,
+        status: parse("status", &status, PaymentStatus::parse)?,
+        error_reason: row.get("error_reason")?,
+        settlement_ref: row.get("settlement_ref")?,
+        payload: row.get("payload")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
+        history: events
+            .iter()
+            .map(|e| {
+                let status: String = e.get("status")?;
+                Ok((parse("status", &status, PaymentStatus::parse)?, e.get("reason")?, e.get("at")?))
+            })
+            .collect::<Result<_>>()?,
+    }))
 }

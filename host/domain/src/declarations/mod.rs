@@ -33,6 +33,12 @@ macro_rules! wire_enum {
                 f.write_str(self.as_str())
             }
         }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
     };
 }
 pub(crate) use wire_enum;

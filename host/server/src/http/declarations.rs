@@ -30,7 +30,7 @@ use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
 use anchor_domain::declarations::ee;
 use anchor_domain::declarations::template::{self, Template};
 use anchor_domain::integrity::ENCODING_NAME;
-use anchor_store::{AgentRecord, DirectRead, ListFilter, PaymentSource, StoredDeclaration};
+use anchor_store::{AgentRecord, DirectRead, ListFilter, PaymentSource, SettlementStatus, StoredDeclaration};
 
 use super::input::{Obj, path_uuid, query_datetime};
 use crate::error::{ApiError, ApiResult};
@@ -74,7 +74,6 @@ const TEMPLATE_FIELDS: &[&str] = &[
     "decision_trigger",
     "human_involvement",
 ];
-const SETTLEMENT_STATUSES: &[&str] = &["unreserved", "pending", "settled", "released"];
 
 pub fn operations() -> Vec<Operation> {
     let summary = summary_schema();
@@ -114,7 +113,7 @@ pub fn operations() -> Vec<Operation> {
                 ("cost_breakdown", reference("CostBreakdown")),
                 ("payment_deadline", nullable(datetime())),
                 ("status", enumeration(&["trial_paid", "pending_payment"])),
-                ("settlement_status", enumeration(SETTLEMENT_STATUSES)),
+                ("settlement_status", enumeration(SettlementStatus::NAMES)),
                 ("anchored_at", datetime()),
                 ("lineage_group_id", uuid()),
                 ("payment", json!({ "type": "object" })),
@@ -647,7 +646,7 @@ fn detail_schema() -> Value {
                 nullable(object(
                     &[],
                     vec![
-                        ("settlement_status", enumeration(SETTLEMENT_STATUSES)),
+                        ("settlement_status", enumeration(SettlementStatus::NAMES)),
                         ("payment_sources", array(enumeration(&["trial", "external", "earned"]))),
                         ("payment_method", nullable(string())),
                         ("paid_at", nullable(datetime())),

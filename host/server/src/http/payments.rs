@@ -10,14 +10,13 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
+use anchor_domain::payments::SettlementStatus;
 
 use super::input::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::AuthAgent;
 use crate::openapi::*;
 use crate::state::AppState;
-
-const STATUSES: &[&str] = &["pending", "unreserved", "failed", "released", "settled"];
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -29,7 +28,7 @@ pub fn operations() -> Vec<Operation> {
             .ok(200, "Status, aggregated over the rows (pending > unreserved > failed > released > settled)", object(&[], vec![
                 ("dd_id", uuid()),
                 ("payment_id", uuid()),
-                ("settlement_status", enumeration(STATUSES)),
+                ("settlement_status", enumeration(SettlementStatus::NAMES)),
                 ("payment_method", nullable(string())),
                 ("paid_at", nullable(datetime())),
                 ("dac_amount_total", number()),
@@ -37,7 +36,7 @@ pub fn operations() -> Vec<Operation> {
                     ("payment_id", uuid()),
                     ("cost_component", string()),
                     ("dac_amount", number()),
-                    ("settlement_status", enumeration(STATUSES)),
+                    ("settlement_status", enumeration(SettlementStatus::NAMES)),
                     ("payment_source", string()),
                     ("created_at", datetime()),
                 ]))),
