@@ -3,6 +3,7 @@
 
 mod agents;
 mod app_use_cases;
+mod ara;
 mod concurrency;
 mod dap;
 mod declarations;

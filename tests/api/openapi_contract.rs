@@ -136,6 +136,7 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
         "GET /dap/register/suggested-country",
         "GET /dap/system/limits",
         "GET /dap/trial/status",
+        "GET /v1/ara/environment",
         "GET /v1/classification",
         "GET /v1/dab/status",
         "GET /v1/dd/lineage-group/{group_id}",

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// Anvil's public test key #0: never holds real money.
 const TEST_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
-fn b64(value: &Value) -> String {
+pub(crate) fn b64(value: &Value) -> String {
     base64::engine::general_purpose::STANDARD.encode(value.to_string())
 }
 
@@ -78,7 +78,7 @@ fn rand_bytes() -> [u8; 32] {
 
 /// Asserts a 402 whose header and body carry the same challenge; returns it.
 #[track_caller]
-fn challenge_of(reply: &Reply) -> Value {
+pub(crate) fn challenge_of(reply: &Reply) -> Value {
     assert_eq!(reply.status.as_u16(), 402, "{}", reply.text);
     let header = reply.headers["payment-required"].to_str().unwrap();
     let decoded: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(header).unwrap()).unwrap();

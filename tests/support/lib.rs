@@ -223,6 +223,23 @@ impl TestServer {
         }
     }
 
+    /// A count (or any bigint) read directly from this server's database.
+    pub async fn scalar(&self, query: &str) -> i64 {
+        match &self._cleanup {
+            Cleanup::Dir(dir) => {
+                let url = format!("sqlite://{}", dir.join("anchor.db").display());
+                let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_one(&pool).await.expect("scalar query")
+            }
+            Cleanup::Schema { url, schema } => {
+                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.expect("postgres");
+                let path = format!("set search_path to \"{schema}\"");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_one(&pool).await.expect("scalar query")
+            }
+        }
+    }
+
     /// A UUID as an SQL literal for this backend.
     pub fn uuid_sql(&self, id: &str) -> String {
         match self.backend {

@@ -11,6 +11,7 @@
 //! goes through), [`declarations`] (DD create and confirm), [`jobs`] (the
 //! background work one host does at a time).
 
+pub mod ara;
 pub mod catalog;
 pub mod charge;
 pub mod declarations;

@@ -146,6 +146,11 @@ impl ServicePrices {
     pub fn observation(&self, tier: ObservationTier, resolution: u8) -> Option<ObservationPrice> {
         self.observations.iter().copied().find(|p| p.tier == tier && p.resolution == resolution)
     }
+
+    /// The price of `tier` at its lowest resolution (the only one where the tier has no levels).
+    pub fn lowest(&self, tier: ObservationTier) -> Option<ObservationPrice> {
+        self.observations.iter().copied().filter(|p| p.tier == tier).min_by_key(|p| p.resolution)
+    }
 }
 
 /// Which generation priced something: its version and the sha256 of its code.

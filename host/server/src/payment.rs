@@ -20,6 +20,17 @@ pub fn challenge_response(challenge: Value) -> Response {
     response
 }
 
+/// Adds the `PAYMENT-RESPONSE` header of a settlement (reference, payer), if there was one.
+pub fn with_settlement(mut response: Response, settlement: Option<&(String, String)>) -> Response {
+    if let Some((reference, payer)) = settlement
+        && let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(true, reference, payer, None))
+    {
+        response.headers_mut().insert("payment-response", value);
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+    }
+    response
+}
+
 /// An indicative amount in Korean won at a fixed operator rate (1,400 KRW per
 /// USD); never stored, never used for settlement.
 pub fn approx_krw(amount: MilliDac) -> i64 {

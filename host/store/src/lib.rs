@@ -2,7 +2,7 @@
 //! default, a file under the data directory) or PostgreSQL (production, and
 //! shared by several hosts).
 //!
-//! One trait per area (`AgentStore`, `DeclarationStore`, `PaymentStore`,
+//! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `PaymentStore`,
 //! `LogStore`, `OwnerStore`, …), each implemented once, in ordinary code, for
 //! [`SqlStore`] over either engine: the SQL is written once (both engines
 //! accept `$n` parameters) and the per-engine differences live in
@@ -14,6 +14,7 @@
 //! > code is correct on both engines.
 
 mod agents;
+mod ara;
 mod attempts;
 mod declarations;
 pub mod engine;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Sqlite};
 
 pub use agents::*;
+pub use ara::*;
 pub use attempts::*;
 pub use declarations::*;
 pub use links::*;
@@ -104,7 +106,7 @@ fn hash32(column: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
 /// Everything the service stores.
 #[async_trait]
 pub trait Store:
-    AgentStore + AttemptStore + DeclarationStore + PaymentStore + LogStore + OwnerStore + LinkStore + Send + Sync + 'static
+    AgentStore + AraStore + AttemptStore + DeclarationStore + PaymentStore + LogStore + OwnerStore + LinkStore + Send + Sync + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

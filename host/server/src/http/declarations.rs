@@ -490,15 +490,7 @@ async fn confirm(
         "settlement_currency": if external { json!("USDC") } else { Value::Null },
         "exchange_rate_timestamp": if external { json!(time(confirmed.confirmed_at)) } else { Value::Null },
     });
-    let mut response = axum::Json(body).into_response();
-    if let Some((reference, payer)) = &confirmed.settlement {
-        let header = anchor_x402::settle_response(true, reference, payer, None);
-        if let Ok(value) = axum::http::HeaderValue::from_str(&header) {
-            response.headers_mut().insert("payment-response", value);
-            response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("private"));
-        }
-    }
-    Ok(response)
+    Ok(crate::payment::with_settlement(axum::Json(body).into_response(), confirmed.settlement.as_ref()))
 }
 
 /// The declaration, if it exists and belongs to `agent`.

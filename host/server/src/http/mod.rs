@@ -7,6 +7,7 @@
 
 pub mod account;
 pub mod agents;
+pub mod ara;
 pub mod dap;
 pub mod declarations;
 pub mod discovery;
@@ -34,6 +35,7 @@ use crate::state::AppState;
 pub fn operations() -> Vec<Operation> {
     let mut all = Vec::new();
     all.extend(agents::operations());
+    all.extend(ara::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());
