@@ -136,7 +136,7 @@ async fn tampering_is_caught_by_a_named_check(backend: Backend) {
     forged.checkpoint = forged.checkpoint.replacen(&format!("\n{}\n", forged.tree_size), &format!("\n{}\n", forged.tree_size + 1), 1);
     assert_eq!(check_of(&forged), "signature");
     // Another key than the log's.
-    let other = anchor_server::log::LogKey::generate("anchor.test/log").unwrap();
+    let other = anchor_app::log::LogKey::generate("anchor.test/log").unwrap();
     let honest = receipt(&t, token, intact).await;
     assert_eq!(verify_receipt(&honest, &other.vkey).unwrap_err().check(), "signature");
 }

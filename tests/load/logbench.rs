@@ -48,7 +48,7 @@ async fn main() -> anyhow::Result<()> {
         }
         let started = Instant::now();
         let mut integrated = 0;
-        while let Some(state) = store.integrate_log(1000, now, &anchor_server::log::plan).await? {
+        while let Some(state) = store.integrate_log(1000, now, &anchor_app::log::plan).await? {
             integrated = state.size;
         }
         let elapsed = started.elapsed();

@@ -143,7 +143,7 @@ pub struct TestServer {
     pub store: Arc<dyn Store>,
     pub http: reqwest::Client,
     pub backend: Backend,
-    pub log_key: Arc<anchor_server::log::LogKey>,
+    pub log_key: Arc<anchor_app::log::LogKey>,
     /// The server's state, for driving its background work directly.
     pub state: AppState,
     _cleanup: Cleanup,
@@ -180,17 +180,17 @@ impl TestServer {
             dap: Default::default(),
             http: options.http,
         };
-        let log_key = Arc::new(anchor_server::log::LogKey::generate("anchor.test/log").expect("log key"));
+        let log_key = Arc::new(anchor_app::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
         if let Some(settler) = options.settler {
             state = state.with_settler(settler);
         }
-        let integrator = tokio::spawn(anchor_server::log::run_integrator(
+        let integrator = tokio::spawn(anchor_app::log::run_integrator(
             store.clone(),
             log_key.clone(),
             clock.clone() as Arc<dyn Clock>,
             uuid::Uuid::new_v4(),
-            anchor_server::log::IntegratorConfig {
+            anchor_app::log::IntegratorConfig {
                 interval: std::time::Duration::from_millis(20),
                 checkpoint_interval: std::time::Duration::from_millis(50),
                 ..Default::default()

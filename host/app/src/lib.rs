@@ -11,12 +11,14 @@
 //! goes through), [`declarations`] (DD create and confirm), [`jobs`] (the
 //! background work one host does at a time).
 
+pub mod agents;
 pub mod ara;
 pub mod catalog;
 pub mod charge;
 pub mod declarations;
 pub mod error;
 pub mod jobs;
+pub mod log;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod listener;
-pub mod log;
+use anchor_app::log;
 pub mod openapi;
 pub mod owner;
 pub mod payment;

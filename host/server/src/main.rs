@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
             if file.exists() {
                 anyhow::bail!("{} exists; refusing to overwrite a signing key", file.display());
             }
-            anchor_server::log::LogKey::load_or_create(&file, &origin)?;
+            anchor_app::log::LogKey::load_or_create(&file, &origin)?;
             Ok(())
         }
         Some(Command::Verify(args)) => verify(args),

@@ -7,8 +7,8 @@ use anchor_domain::Clock;
 use anchor_domain::pricing::Pricing;
 use anchor_store::Store;
 
-use crate::log::LogKey;
 use crate::ratelimit::RateLimiter;
+use anchor_app::log::LogKey;
 use anchor_x402::settlement::{LocalSettler, Settler};
 
 /// Settings handlers read; parsed once from the configuration.

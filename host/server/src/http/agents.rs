@@ -3,16 +3,11 @@
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::routing::{post, put};
-use chrono::{Duration, SecondsFormat};
-use rand::RngCore;
+use chrono::SecondsFormat;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
-use anchor_domain::agents::{
-    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS, format_secret,
-    hash_secret,
-};
-use anchor_store::{AttemptLimit, NewAgent, Recovery};
+use anchor_app::agents::{self, Credentials, Recovered, Rotated};
+use anchor_domain::agents::{DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_WINDOW_MINUTES, TRIAL_DAC, TRIAL_DAYS};
 
 use super::input::Obj;
 use crate::error::{ApiError, ApiResult, AuthFailure};
@@ -92,14 +87,19 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-fn new_secret(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format_secret(prefix, &bytes)
-}
-
 /// Responses that carry a secret must not be kept by any cache.
 pub(crate) const NO_STORE: [(axum::http::HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
+
+type Secret = ([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>);
+
+fn time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// The answer that shows a new pair of secrets, with `at_field` naming its time.
+fn credentials(c: &Credentials, at_field: &str) -> Value {
+    json!({ "agent_id": c.agent_id, "auth_token": c.token, "recovery_key": c.recovery_key, at_field: time(c.at) })
+}
 
 async fn register(
     State(state): State<AppState>,
@@ -110,125 +110,67 @@ async fn register(
     let input = Obj::new(body, "", &["region_code", "request_id"])?;
     let region = input.opt_enum("region_code", |s| REGION_CODES.iter().find(|r| **r == s).copied(), REGION_CODES)?;
     input.opt_uuid("request_id")?;
-
-    let now = state.clock.now();
-    let token = new_secret(TOKEN_PREFIX);
-    let recovery = new_secret(RECOVERY_PREFIX);
-    let agent = NewAgent {
-        agent_id: Uuid::new_v4(),
-        token_hash: hash_secret(&token),
-        recovery_hash: hash_secret(&recovery),
-        region_code: region.map(str::to_string),
-        registered_at: now,
-        trial_granted: TRIAL_DAC,
-        trial_expires_at: now + Duration::days(TRIAL_DAYS),
-    };
-    state.store.insert_agent(&agent).await?;
+    let registered = agents::register(&state.app, region).await?;
     let base = &state.settings.public_url;
-    Ok((
-        StatusCode::CREATED,
-        NO_STORE,
-        axum::Json(json!({
-            "agent_id": agent.agent_id,
-            "auth_token": token,
-            "recovery_key": recovery,
-            "registered_at": now.to_rfc3339_opts(SecondsFormat::Micros, true),
-            "trial_dac_amount": TRIAL_DAC.to_json_number(),
-            "trial_period_days": TRIAL_DAYS,
-            "trial_expires_at": agent.trial_expires_at.to_rfc3339_opts(SecondsFormat::Micros, true),
-            "message": "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
-            "next_steps": {
-                "first_record": {
-                    "call": format!("POST {base}/v1/dd/create"),
-                    "note": "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
-                },
-                "then_confirm": {
-                    "call": format!("POST {base}/v1/dd/confirm"),
-                    "note": "confirm after the action is carried out; free; returns the integrity hash",
-                },
-                "check_trial": {
-                    "call": format!("GET {base}/v1/trial/status"),
-                    "note": "free",
-                },
+    let mut body = credentials(&registered.credentials, "registered_at");
+    let extra = json!({
+        "trial_dac_amount": TRIAL_DAC.to_json_number(),
+        "trial_period_days": TRIAL_DAYS,
+        "trial_expires_at": time(registered.trial_expires_at),
+        "message": "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
+        "next_steps": {
+            "first_record": {
+                "call": format!("POST {base}/v1/dd/create"),
+                "note": "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
             },
-        })),
-    ))
+            "then_confirm": {
+                "call": format!("POST {base}/v1/dd/confirm"),
+                "note": "confirm after the action is carried out; free; returns the integrity hash",
+            },
+            "check_trial": {
+                "call": format!("GET {base}/v1/trial/status"),
+                "note": "free",
+            },
+        },
+    });
+    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    Ok((StatusCode::CREATED, NO_STORE, axum::Json(body)))
 }
 
-async fn rotate(
-    State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    JsonBody(body): JsonBody,
-) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
+async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<Secret> {
     let input = Obj::new(&body, "", &["agent_id"])?;
     let agent_id = input.req_uuid("agent_id")?;
-    if agent_id != agent.agent_id {
-        return Err(ApiError::forbidden("FORBIDDEN", "agent_id must be the agent the bearer token belongs to"));
+    match agents::rotate(&state.app, &agent, agent_id).await? {
+        Rotated::Done(c) => Ok((NO_STORE, axum::Json(credentials(&c, "rotated_at")))),
+        Rotated::TokenReplaced => {
+            Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() })
+        }
     }
-    let token = new_secret(TOKEN_PREFIX);
-    let recovery = new_secret(RECOVERY_PREFIX);
-    let rotated = state.store.rotate_credentials(agent.agent_id, &agent.token_hash, &hash_secret(&token), &hash_secret(&recovery)).await?;
-    if !rotated {
-        // A concurrent rotation or recovery replaced the token first.
-        return Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() });
-    }
-    Ok((
-        NO_STORE,
-        axum::Json(json!({
-            "agent_id": agent.agent_id,
-            "auth_token": token,
-            "recovery_key": recovery,
-            "rotated_at": state.clock.now().to_rfc3339_opts(SecondsFormat::Micros, true),
-        })),
-    ))
 }
 
 async fn disclosure(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
     let input = Obj::new(&body, "", &["disclosure_level"])?;
     let level = input.req_enum("disclosure_level", DisclosureLevel::parse, DisclosureLevel::NAMES)?;
-    state.store.set_disclosure_level(agent.agent_id, level).await?;
+    agents::set_disclosure(&state.app, agent.agent_id, level).await?;
     Ok(axum::Json(json!({ "agent_id": agent.agent_id, "disclosure_level": level.as_str() })))
 }
 
-async fn recover(
-    State(state): State<AppState>,
-    JsonBody(body): JsonBody,
-) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
+async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Secret> {
     let input = Obj::new(&body, "", &["agent_id", "recovery_key"])?;
     let agent_id = input.req_uuid("agent_id")?;
     let key = input.req_str("recovery_key")?;
-    let now = state.clock.now();
-    let token = new_secret(TOKEN_PREFIX);
-    let recovery = new_secret(RECOVERY_PREFIX);
-    let outcome = state
-        .store
-        .recover_credentials(
-            agent_id,
-            &hash_secret(key),
-            &hash_secret(&token),
-            &hash_secret(&recovery),
-            now,
-            AttemptLimit { scope: "agent_recovery", window: Duration::minutes(RECOVERY_WINDOW_MINUTES), max: RECOVERY_ATTEMPTS },
-        )
-        .await?;
-    match outcome {
-        Recovery::Recovered => Ok((
-            NO_STORE,
-            axum::Json(json!({
-                "agent_id": agent_id,
-                "auth_token": token,
-                "recovery_key": recovery,
-                "recovered_at": now.to_rfc3339_opts(SecondsFormat::Micros, true),
-            })),
-        )),
-        Recovery::Refused => {
+    match agents::recover(&state.app, agent_id, key).await? {
+        Recovered::Done(c) => Ok((NO_STORE, axum::Json(credentials(&c, "recovered_at")))),
+        Recovered::Refused => {
             Err(ApiError::Unauthorized { failure: AuthFailure::InvalidRecoveryKey, base_url: state.settings.public_url.clone() })
         }
-        Recovery::RateLimited => Err(ApiError::TooManyRequests {
+        Recovered::RateLimited { retry_after_secs } => Err(ApiError::TooManyRequests {
             message: format!(
                 "at most {RECOVERY_ATTEMPTS} recovery attempts per agent_id in {RECOVERY_WINDOW_MINUTES} minutes; try again later"
             ),
-            retry_after_secs: (RECOVERY_WINDOW_MINUTES * 60) as u64,
+            retry_after_secs,
         }),
     }
 }

@@ -16,9 +16,9 @@ use anchor_verify::{ConsistencyProof, RECEIPT_FORMAT, Receipt};
 use super::input::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::AuthAgent;
-use crate::log;
 use crate::openapi::*;
 use crate::state::AppState;
+use anchor_app::log;
 
 pub fn operations() -> Vec<Operation> {
     vec![

@@ -1,0 +1,126 @@
+//! Agents: registration, credential rotation and recovery, disclosure level.
+//!
+//! Secrets are made here and returned once; the store keeps only their hashes.
+
+use chrono::{DateTime, Duration, Utc};
+use rand::RngCore;
+use uuid::Uuid;
+
+use anchor_domain::agents::{
+    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS, format_secret,
+    hash_secret,
+};
+use anchor_store::{AgentRecord, AttemptLimit, NewAgent, Recovery};
+
+use crate::{AppError, AppResult, Services};
+
+/// A new pair of secrets, in the clear: shown to the agent once.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub agent_id: Uuid,
+    pub token: String,
+    pub recovery_key: String,
+    pub at: DateTime<Utc>,
+}
+
+impl Credentials {
+    fn new(agent_id: Uuid, at: DateTime<Utc>) -> Credentials {
+        Credentials { agent_id, token: new_secret(TOKEN_PREFIX), recovery_key: new_secret(RECOVERY_PREFIX), at }
+    }
+}
+
+fn new_secret(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format_secret(prefix, &bytes)
+}
+
+/// A registered agent: its secrets and its Trial.
+#[derive(Clone, Debug)]
+pub struct Registered {
+    pub credentials: Credentials,
+    pub trial_expires_at: DateTime<Utc>,
+}
+
+/// Registers a new agent with its Trial grant.
+pub async fn register(services: &Services, region_code: Option<&str>) -> AppResult<Registered> {
+    let now = services.clock.now();
+    let credentials = Credentials::new(Uuid::new_v4(), now);
+    let agent = NewAgent {
+        agent_id: credentials.agent_id,
+        token_hash: hash_secret(&credentials.token),
+        recovery_hash: hash_secret(&credentials.recovery_key),
+        region_code: region_code.map(str::to_string),
+        registered_at: now,
+        trial_granted: TRIAL_DAC,
+        trial_expires_at: now + Duration::days(TRIAL_DAYS),
+    };
+    services.store.insert_agent(&agent).await?;
+    Ok(Registered { credentials, trial_expires_at: agent.trial_expires_at })
+}
+
+/// What a rotation concluded.
+#[derive(Clone, Debug)]
+pub enum Rotated {
+    Done(Credentials),
+    /// A concurrent rotation or recovery replaced the token first: the one
+    /// presented no longer works.
+    TokenReplaced,
+}
+
+/// Replaces both secrets of the authenticated agent; `agent_id` must name it.
+pub async fn rotate(services: &Services, agent: &AgentRecord, agent_id: Uuid) -> AppResult<Rotated> {
+    if agent_id != agent.agent_id {
+        return Err(AppError::forbidden("FORBIDDEN", "agent_id must be the agent the bearer token belongs to"));
+    }
+    let credentials = Credentials::new(agent.agent_id, services.clock.now());
+    let rotated = services
+        .store
+        .rotate_credentials(agent.agent_id, &agent.token_hash, &hash_secret(&credentials.token), &hash_secret(&credentials.recovery_key))
+        .await?;
+    Ok(if rotated { Rotated::Done(credentials) } else { Rotated::TokenReplaced })
+}
+
+/// What a recovery attempt concluded.
+#[derive(Clone, Debug)]
+pub enum Recovered {
+    Done(Credentials),
+    /// Wrong agent_id or wrong key: the caller cannot tell which.
+    Refused,
+    /// Too many wrong keys for this agent_id in the window.
+    RateLimited {
+        retry_after_secs: u64,
+    },
+}
+
+/// The limit on wrong recovery keys per agent_id.
+pub const RECOVERY_LIMIT: AttemptLimit =
+    AttemptLimit { scope: "agent_recovery", window: Duration::minutes(RECOVERY_WINDOW_MINUTES), max: RECOVERY_ATTEMPTS };
+
+/// Replaces both secrets of `agent_id` if `recovery_key` is its key.
+pub async fn recover(services: &Services, agent_id: Uuid, recovery_key: &str) -> AppResult<Recovered> {
+    let now = services.clock.now();
+    let credentials = Credentials::new(agent_id, now);
+    let outcome = services
+        .store
+        .recover_credentials(
+            agent_id,
+            &hash_secret(recovery_key),
+            &hash_secret(&credentials.token),
+            &hash_secret(&credentials.recovery_key),
+            now,
+            RECOVERY_LIMIT,
+        )
+        .await?;
+    Ok(match outcome {
+        Recovery::Recovered => Recovered::Done(credentials),
+        Recovery::Refused => Recovered::Refused,
+        Recovery::RateLimited => Recovered::RateLimited { retry_after_secs: (RECOVERY_WINDOW_MINUTES * 60) as u64 },
+    })
+}
+
+/// Sets how much of the agent's record ARA may show to others.
+pub async fn set_disclosure(services: &Services, agent_id: Uuid, level: DisclosureLevel) -> AppResult<()> {
+    services.store.set_disclosure_level(agent_id, level).await?;
+    Ok(())
+}
