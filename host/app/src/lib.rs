@@ -19,6 +19,7 @@ pub mod declarations;
 pub mod error;
 pub mod jobs;
 pub mod log;
+pub mod payments;
 
 use std::sync::Arc;
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use anchor_app::payments;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::SettlementStatus;
 
@@ -71,23 +72,19 @@ async fn dab_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) 
 
 /// An agent's DAB as the agent and its owner see it.
 pub(crate) async fn dab_view(state: &AppState, agent_id: Uuid) -> ApiResult<Value> {
-    let now = state.clock.now();
-    let (start, resets) = anchor_domain::dab::period(now);
-    let dab = state.store.dab_status(agent_id, start).await?;
-    let limit = dab.own_limit.unwrap_or(state.settings.dab_default);
-    let remaining = if dab.spent > limit { MilliDac::ZERO } else { limit - dab.spent };
+    let dab = payments::dab(&state.app, agent_id).await?;
     let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
     Ok(json!({
         "agent_id": agent_id,
-        "budget_limit_dac": limit.to_json_number(),
+        "budget_limit_dac": dab.limit.to_json_number(),
         "budget_period": "monthly",
-        "limit_source": if dab.own_limit.is_some() { "owner" } else { "operator_default" },
-        "period_start": time(start),
-        "period_resets_at": time(resets),
+        "limit_source": if dab.owner_set { "owner" } else { "operator_default" },
+        "period_start": time(dab.period_start),
+        "period_resets_at": time(dab.resets_at),
         "spent_dac": dab.spent.to_json_number(),
         "budget_used_dac": dab.spent.to_json_number(),
-        "remaining_dac": remaining.to_json_number(),
-        "limit_reached": remaining == MilliDac::ZERO,
+        "remaining_dac": dab.remaining.to_json_number(),
+        "limit_reached": dab.remaining == MilliDac::ZERO,
     }))
 }
 
@@ -106,8 +103,7 @@ async fn status(
     ApiPath(dd_id): ApiPath<String>,
 ) -> ApiResult<axum::Json<Value>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
-    let stored = super::declarations::owned(&state, &agent, dd_id).await?;
-    let x402 = state.store.payment_for(dd_id).await?;
+    let (stored, x402) = payments::status(&state.app, &agent, dd_id).await?;
     let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Micros, true);
     let mut components = vec![("base_fee", stored.base_fee, stored.base_fee_source)];
     if stored.premium() > MilliDac::ZERO {
