@@ -119,17 +119,7 @@ impl<E: Engine> AgentStore for SqlStore<E> {
         new_token_hash: &[u8; 32],
         new_recovery_hash: &[u8; 32],
     ) -> Result<bool> {
-        let done = self
-            .db()
-            .execute(
-                sql("update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and token_hash = $4")
-                    .bind(new_token_hash.to_vec())
-                    .bind(new_recovery_hash.to_vec())
-                    .bind(agent_id)
-                    .bind(current_token_hash.to_vec()),
-            )
-            .await?;
-        Ok(done == 1)
+        self.replace_secrets(agent_id, Proof::Token(current_token_hash), new_token_hash, new_recovery_hash).await
     }
 
     async fn recover_credentials(
@@ -144,17 +134,7 @@ impl<E: Engine> AgentStore for SqlStore<E> {
         // The right key is tried first and is never limited: the
         // limit only counts wrong keys, so nobody can lock an agent's
         // holder out by guessing at its (public) agent_id.
-        let done = self
-            .db()
-            .execute(
-                sql("update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and recovery_hash = $4")
-                    .bind(new_token_hash.to_vec())
-                    .bind(new_recovery_hash.to_vec())
-                    .bind(agent_id)
-                    .bind(recovery_hash.to_vec()),
-            )
-            .await?;
-        if done == 1 {
+        if self.replace_secrets(agent_id, Proof::Recovery(recovery_hash), new_token_hash, new_recovery_hash).await? {
             return Ok(Recovery::Recovered);
         }
         Ok(match self.reserve_attempt(limit, &agent_id.to_string(), now).await? {
@@ -206,4 +186,52 @@ pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
         trial_balance: MilliDac(row.get("trial_balance_milli")?),
         trial_expires_at: row.get("trial_expires_at")?,
     })
+}
+
+/// The secret that allows replacing an agent's secrets.
+enum Proof<'a> {
+    Token(&'a [u8; 32]),
+    Recovery(&'a [u8; 32]),
+}
+
+impl<E: Engine> SqlStore<E> {
+    /// Replaces both secrets if the agent still holds the proof, in one statement.
+    async fn replace_secrets(
+        &self,
+        agent_id: Uuid,
+        proof: Proof<'_>,
+        new_token_hash: &[u8; 32],
+        new_recovery_hash: &[u8; 32],
+    ) -> Result<bool> {
+        let (column, hash) = match proof {
+            Proof::Token(hash) => ("token_hash", hash),
+            Proof::Recovery(hash) => ("recovery_hash", hash),
+        };
+        let done = self
+            .db()
+            .execute(
+                sql(format!("update agent set token_hash = $1, recovery_hash = $2 where agent_id = $3 and {column} = $4"))
+                    .bind(new_token_hash)
+                    .bind(new_recovery_hash)
+                    .bind(agent_id)
+                    .bind(hash),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+}
+
+/// Debits Trial by `amount` if it holds that much and has not expired; the
+/// balance left, or `None`. The debit and its condition are one statement:
+/// concurrent debits cannot take the balance below zero.
+pub(crate) async fn debit_trial<X: Exec>(tx: &mut X, agent_id: Uuid, amount: MilliDac, now: DateTime<Utc>) -> Result<Option<i64>> {
+    tx.scalar_optional(
+        sql("update agent set trial_balance_milli = trial_balance_milli - $1 \
+             where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
+             returning trial_balance_milli")
+        .bind(amount.milli())
+        .bind(agent_id)
+        .bind(now),
+    )
+    .await
 }

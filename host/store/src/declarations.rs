@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::agents;
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::payments::{self, Key};
 use crate::*;
@@ -145,17 +146,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
             }
             if new.base_from_trial {
-                let debited: Option<i64> = tx
-                    .scalar_optional(
-                        sql("update agent set trial_balance_milli = trial_balance_milli - $1 \
-                     where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
-                     returning trial_balance_milli")
-                        .bind(new.base_fee.milli())
-                        .bind(d.agent_id)
-                        .bind(now),
-                    )
-                    .await?;
-                match debited {
+                match agents::debit_trial(&mut tx, d.agent_id, new.base_fee, now).await? {
                     Some(left) => Some(left),
                     None => return Ok(Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }),
                 }
@@ -163,18 +154,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 None
             }
         } else {
-            // The debit and its condition are one statement: it cannot race.
-            let debited: Option<i64> = tx
-                .scalar_optional(
-                    sql("update agent set trial_balance_milli = trial_balance_milli - $1 \
-             where agent_id = $2 and trial_balance_milli >= $1 and trial_expires_at > $3 \
-             returning trial_balance_milli")
-                    .bind(d.dac_amount.milli())
-                    .bind(d.agent_id)
-                    .bind(now),
-                )
-                .await?;
-            let Some(trial_remaining) = debited else {
+            let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount, now).await? else {
                 let row = tx
                     .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(d.agent_id))
                     .await?;
