@@ -174,3 +174,76 @@ async fn store_conforms(backend: Backend) {
     let keys = store.classifications_for_agent(agent).await.unwrap();
     assert!(keys.iter().any(|c| c.key == "routine_operation" && c.owner_id.is_none()));
 }
+
+/// Migration 0008 rebuilds SQLite's `usage_entry`: rows written before it
+/// keep their amounts and become declaration subjects.
+#[tokio::test]
+async fn the_payment_subject_migration_keeps_existing_usage_rows() {
+    let dir = std::env::temp_dir().join(format!("anchor-migration-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("anchor.db");
+    let pool = sqlx::SqlitePool::connect_with(
+        sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true),
+    )
+    .await
+    .unwrap();
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let mut before = sqlx::migrate::Migrator::new(folder).await.unwrap();
+    before.migrations = before.migrations.iter().filter(|m| m.version <= 7).cloned().collect::<Vec<_>>().into();
+    before.run(&pool).await.unwrap();
+
+    let (agent_id, dd_id, at) = (Uuid::new_v4(), Uuid::new_v4(), now());
+    sqlx::query(
+        "insert into agent (agent_id, token_hash, recovery_hash, registered_at, trial_granted_milli, trial_balance_milli, trial_expires_at) \
+         values ($1, $2, $3, $4, 500000, 490000, $5)",
+    )
+    .bind(agent_id)
+    .bind(vec![1u8; 32])
+    .bind(vec![2u8; 32])
+    .bind(at)
+    .bind(at + Duration::days(30))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into declaration (dd_id, ee_id, agent_id, request_id, lineage_group_id, dd_unit_type, dd_declaration_mode, \
+         decision_type, decision_action_type, origin_context_type, selection_state, ee_retention_period, \
+         ee_integrity_verification_level, ee_disclosure_format_policy, ee_responsibility_scope, content_disclosure_scope, \
+         delegation_state, ee_direct_access_period, ee_direct_access_quota, access_class, direct_access_expires_at, \
+         content_inclusion, anchored_at, salt, pricing_version, pricing_sha256, dac_amount_milli, base_fee_milli, subtotal_milli, \
+         multiplier_permille, monthly_milli, base_fee_source, premium_source, settlement_status, confirmed_at) \
+         values ($1, $2, $3, $4, $1, 'single', 'self_declared', 'internal_service', 'execute', 'internal', 'SELECTED', 'short', \
+         'basic', 'internal', 'minimal', 'owner', 'none', '30d', 10, 'self_direct', $5, 0, $6, $7, 'v1.3.0', 'sha', \
+         10000, 10000, 10000, 1000, 0, 'trial', 'trial', 'settled', $6)",
+    )
+    .bind(dd_id)
+    .bind(Uuid::new_v4())
+    .bind(agent_id)
+    .bind(Uuid::new_v4())
+    .bind(at + Duration::days(30))
+    .bind(at)
+    .bind(vec![3u8; 32])
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into usage_entry (usage_id, agent_id, dd_id, cost_component, payment_source, amount_milli, recorded_at) \
+         values ($1, $2, $3, 'base_fee', 'trial', 10000, $4)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(agent_id)
+    .bind(dd_id)
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    // Opening the store runs the rest of the migrations.
+    let store = SqliteStore::open(&path).await.unwrap();
+    let usage = store.usage_for(Subject::declaration(dd_id)).await.unwrap();
+    assert_eq!(usage, vec![UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::Trial, amount: MilliDac(10_000) }]);
+    assert_eq!(store.declaration(dd_id).await.unwrap().unwrap().settlement_status, SettlementStatus::Settled);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
