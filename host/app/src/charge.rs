@@ -203,7 +203,6 @@ async fn settle_reserved(
 ) -> AppResult<String> {
     let store = &services.store;
     let now = services.clock.now();
-    let component = |subject: Option<Subject>| subject.and_then(|s| s.domain.cost_component());
     let reference = match services.settler.settle(payload, requirement, local).await {
         Settled::Yes { reference } => reference,
         Settled::No { reason } if reconciling && reason == NONCE_USED => format!("reconciled:{payment_id}"),
@@ -220,10 +219,7 @@ async fn settle_reserved(
             });
         }
     };
-    let payment = store.payment(payment_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("payment {payment_id} vanished")))?;
-    let component = component(payment.subject)
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("payment {payment_id} is not for an inline-settled subject")))?;
-    store.settle_payment(payment_id, &reference, component, now).await?;
+    store.settle_payment(payment_id, &reference, now).await?;
     Ok(reference)
 }
 

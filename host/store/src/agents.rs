@@ -91,8 +91,8 @@ impl<E: Engine> AgentStore for SqlStore<E> {
                 sql("insert into agent (agent_id, token_hash, recovery_hash, region_code, registered_at, \
              trial_granted_milli, trial_balance_milli, trial_expires_at) values ($1, $2, $3, $4, $5, $6, $6, $7)")
                 .bind(agent.agent_id)
-                .bind(agent.token_hash.to_vec())
-                .bind(agent.recovery_hash.to_vec())
+                .bind(&agent.token_hash)
+                .bind(&agent.recovery_hash)
                 .bind(agent.region_code.as_deref())
                 .bind(agent.registered_at)
                 .bind(agent.trial_granted.milli())
@@ -108,7 +108,7 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
-        let row = self.db().fetch_optional(sql("select * from agent where token_hash = $1").bind(token_hash.to_vec())).await?;
+        let row = self.db().fetch_optional(sql("select * from agent where token_hash = $1").bind(token_hash)).await?;
         row.as_ref().map(decode_agent).transpose()
     }
 

@@ -104,10 +104,10 @@ impl<E: Engine> LinkStore for SqlStore<E> {
                 sql("update agent set owner_id = $1, token_hash = $2, linked_at = coalesce(linked_at, $3) \
              where agent_id = $4 and token_hash = $5 and (owner_id is null or owner_id = $1) returning linked_at")
                 .bind(owner_id)
-                .bind(new_token_hash.to_vec())
+                .bind(new_token_hash)
                 .bind(now)
                 .bind(agent_id)
-                .bind(token_hash.to_vec()),
+                .bind(token_hash),
             )
             .await?;
         let Some(linked_at) = linked_at else { return Ok(Link::WrongToken) };

@@ -131,7 +131,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
         tx.execute(
             sql("update log_state set size = $1, root = $2, edge = $3, updated_at = $4 where log_state_id = 0 and size = $5")
                 .bind(plan.state.size)
-                .bind(plan.state.root.to_vec())
+                .bind(&plan.state.root)
                 .bind(edge)
                 .bind(now)
                 .bind(state.size),
@@ -187,7 +187,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
             .execute(
                 sql("insert into log_checkpoint (size, root, note, published_at) values ($1, $2, $3, $4) on conflict (size) do nothing")
                     .bind(c.size)
-                    .bind(c.root.to_vec())
+                    .bind(&c.root)
                     .bind(c.note.as_str())
                     .bind(c.published_at),
             )

@@ -229,7 +229,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         self.db()
             .execute(
                 sql("insert into owner_session (session_hash, owner_id, created_at, expires_at) values ($1, $2, $3, $4)")
-                    .bind(session_hash.to_vec())
+                    .bind(session_hash)
                     .bind(owner_id)
                     .bind(now)
                     .bind(expires_at),
@@ -244,7 +244,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
             .fetch_optional(
                 sql("select * from owner where deleted_at is null and owner_id = \
              (select owner_id from owner_session where session_hash = $1 and expires_at > $2)")
-                .bind(session_hash.to_vec())
+                .bind(session_hash)
                 .bind(now),
             )
             .await?;
@@ -252,14 +252,12 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
     }
 
     async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()> {
-        self.db().execute(sql("delete from owner_session where session_hash = $1").bind(session_hash.to_vec())).await?;
+        self.db().execute(sql("delete from owner_session where session_hash = $1").bind(session_hash)).await?;
         Ok(())
     }
 
     async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()> {
-        self.db()
-            .execute(sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep.to_vec()))
-            .await?;
+        self.db().execute(sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep)).await?;
         Ok(())
     }
 

@@ -102,10 +102,12 @@ pub trait PaymentStore: Send + Sync {
     /// the DAB is checked under the agent's lock and the nonce's unique
     /// constraint refuses a replay, on every host.
     async fn reserve_payment(&self, payment: &NewPayment, agent_id: Uuid, subject: Subject, now: DateTime<Utc>) -> Result<Reservation>;
-    /// Marks a reserved (or unknown) payment settled and records its usage
-    /// (one external entry of `component` for the whole amount), in one
-    /// transaction. False if it was not reserved or unknown any more.
-    async fn settle_payment(&self, payment_id: Uuid, reference: &str, component: CostComponent, now: DateTime<Utc>) -> Result<bool>;
+    /// Marks a reserved (or unknown) inline payment settled and records its
+    /// usage (one external entry for the whole amount, under its subject's
+    /// cost component), in one transaction. False if it was not reserved or
+    /// unknown any more. A declaration's payment settles with its confirmation
+    /// instead (`confirm_declaration`).
+    async fn settle_payment(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool>;
     /// Ends a reserved (or unknown) payment without settling it (`released`,
     /// `settle_failed`), or marks its outcome unknown (`settle_unknown`).
     /// False if it was not reserved or unknown any more.
@@ -146,11 +148,16 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         Ok(reserved)
     }
 
-    async fn settle_payment(&self, payment_id: Uuid, reference: &str, component: CostComponent, now: DateTime<Utc>) -> Result<bool> {
+    async fn settle_payment(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let moved = move_payment(&mut tx, Key::Payment(payment_id), PaymentStatus::Settled, None, Some(reference), now).await?;
         let Some(moved) = moved else { return Ok(false) };
         let subject = moved.subject.ok_or_else(|| StoreError::Corrupt(format!("payment {payment_id} has no subject")))?;
+        // Dropping the transaction undoes the move.
+        let component = subject
+            .domain
+            .cost_component()
+            .ok_or_else(|| StoreError::Corrupt(format!("payment {payment_id} is a declaration's, which settles with its confirmation")))?;
         let entry = UsageEntry { cost_component: component, source: PaymentSource::External, amount: MilliDac(moved.amount_units) };
         insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
         tx.commit().await?;
