@@ -189,6 +189,23 @@ fn local_reference(network: &str, asset: &str, payer: &str, payment_id: Uuid) ->
     format!("local:{}", keccak256(identity.as_bytes()))
 }
 
+/// Asks the settler to settle an authorization. After an unknown outcome
+/// (`reconciling`), "nonce already used" means the first attempt went
+/// through: it is read as settled, so a payment is never charged twice.
+pub(crate) async fn settle(
+    services: &Services,
+    payment_id: Uuid,
+    payload: &Value,
+    requirement: &Value,
+    local: &str,
+    reconciling: bool,
+) -> Settled {
+    match services.settler.settle(payload, requirement, local).await {
+        Settled::No { reason } if reconciling && reason == NONCE_USED => Settled::Yes { reference: format!("reconciled:{payment_id}") },
+        other => other,
+    }
+}
+
 /// Settles a reserved inline payment and records its usage; a failure ends
 /// it, an unknown outcome leaves it to the reconciliation job. `reconciling`:
 /// an earlier attempt's outcome was unknown, so a used nonce means it went through.
@@ -203,9 +220,8 @@ async fn settle_reserved(
 ) -> AppResult<String> {
     let store = &services.store;
     let now = services.clock.now();
-    let reference = match services.settler.settle(payload, requirement, local).await {
+    let reference = match settle(services, payment_id, payload, requirement, local, reconciling).await {
         Settled::Yes { reference } => reference,
-        Settled::No { reason } if reconciling && reason == NONCE_USED => format!("reconciled:{payment_id}"),
         Settled::No { reason } => {
             store.end_payment(payment_id, PaymentStatus::SettleFailed, &reason, now).await?;
             return Err(AppError::SettlementFailed { reason, payer: payer.to_string() });

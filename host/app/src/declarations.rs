@@ -17,7 +17,7 @@ use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
     AgentRecord, CostComponent, Created, NewDeclaration, PaymentSource, PaymentStatus, SettlementStatus, StoredDeclaration, UsageEntry,
 };
-use anchor_x402::settlement::{NONCE_USED, Settled};
+use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};
@@ -337,12 +337,9 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
         let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
         let requirements = payload["accepted"].clone();
         let reconciling = payment.status == PaymentStatus::SettleUnknown;
-        match services.settler.settle(&payload, &requirements, &charge::local_settlement_reference(&payment)).await {
+        let local = charge::local_settlement_reference(&payment);
+        match charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await {
             Settled::Yes { reference } => Some((reference, payment.payer)),
-            // After an unknown outcome, a used nonce means the first settle went through.
-            Settled::No { reason } if reconciling && reason == NONCE_USED => {
-                Some((format!("reconciled:{}", payment.payment_id), payment.payer))
-            }
             Settled::No { reason } => {
                 store.close_payment(dd_id, SettlementStatus::Failed, PaymentStatus::SettleFailed, &reason, now).await?;
                 return Err(AppError::SettlementFailed { reason, payer: payment.payer });
