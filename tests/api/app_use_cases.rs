@@ -56,6 +56,7 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
             public_url: "https://anchor.test".into(),
             pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
             dab_default: MilliDac::from_dac(1000),
+            owners: Default::default(),
         }),
     };
     let now = clock.now();
@@ -104,7 +105,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     assert_eq!(required.accepts, vec![PaymentSource::Trial, PaymentSource::External]);
     assert!(required.reason.is_none());
     assert!(required.description.contains("Trial holds 17.5 DAC"), "{}", required.description);
-    let challenge = required.challenge();
+    let challenge = serde_json::to_value(required.challenge()).unwrap();
     assert_eq!(challenge["accepts"][0]["amount"], "157500");
     assert_eq!(challenge["resource"]["url"], "https://anchor.test/v1/dd/create");
 
@@ -187,7 +188,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     let unpaid = charge::charge(&services, order(first, Offered::None), &observe).await.unwrap_err();
     let AppError::PaymentRequired(required) = unpaid else { panic!("expected a challenge, got {unpaid:?}") };
     assert_eq!(required.accepts, vec![PaymentSource::External]);
-    let challenge = required.challenge();
+    let challenge = serde_json::to_value(required.challenge()).unwrap();
     assert_eq!(challenge["accepts"][0]["amount"], "1000");
 
     // Paid: settled before the commit ran, its usage recorded with the settlement.

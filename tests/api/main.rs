@@ -5,6 +5,7 @@ mod agents;
 mod app_use_cases;
 mod ara;
 mod concurrency;
+mod coverage;
 mod dap;
 mod declarations;
 mod discovery;

@@ -14,13 +14,22 @@ fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
     }
 }
 
-/// Field paths of a schema (`dd.decision_type`, `accepts[].amount`), with their enums.
+/// Field paths of a schema (`dd.decision_type`, `accepts[].amount`), with
+/// their enums; a recursive schema (a tree of nodes) is followed six levels.
 fn fields(doc: &Value, schema: &Value, prefix: &str, out: &mut BTreeMap<String, Option<BTreeSet<String>>>) {
+    if prefix.matches(['.', '[']).count() > 6 {
+        return;
+    }
     let schema = resolve(doc, schema);
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
             let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
             let sub_resolved = resolve(doc, sub);
+            let sub_resolved = sub_resolved
+                .get("anyOf")
+                .and_then(Value::as_array)
+                .and_then(|parts| parts.iter().map(|p| resolve(doc, p)).find(|p| p.get("enum").is_some() || p.get("properties").is_some()))
+                .unwrap_or(sub_resolved);
             let enumeration = sub_resolved
                 .get("enum")
                 .and_then(Value::as_array)
@@ -31,6 +40,12 @@ fn fields(doc: &Value, schema: &Value, prefix: &str, out: &mut BTreeMap<String, 
     }
     if let Some(items) = schema.get("items") {
         fields(doc, items, &format!("{prefix}[]"), out);
+    }
+    // A nullable object (`anyOf: [$ref, null]`) or a composed one has its fields in its parts.
+    for key in ["anyOf", "allOf", "oneOf"] {
+        for part in schema.get(key).and_then(Value::as_array).into_iter().flatten() {
+            fields(doc, part, prefix, out);
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 //! PostgreSQL tests run when `ANCHOR_TEST_POSTGRES_URL` is set; each server
 //! gets a schema of its own, dropped when the server is dropped.
 
+pub mod contract;
+
 use std::sync::{Arc, OnceLock};
 
 use anchor_domain::pricing::Pricing;
@@ -319,6 +321,7 @@ pub const OWNER_PASSWORD: &str = "a long passphrase 7";
 impl TestServer {
     /// Sends a request with extra headers.
     pub async fn call_with(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> Reply {
+        let method_name = method;
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut request = self.http.request(method, self.url(path));
         for (name, value) in headers {
@@ -331,6 +334,8 @@ impl TestServer {
         let status = response.status();
         let headers = response.headers().clone();
         let text = response.text().await.expect("body");
+        let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+        contract::check(&self.base, method_name, path, status.as_u16(), content_type, &text);
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
         Reply { status, headers, json, text }
     }

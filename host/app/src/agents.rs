@@ -6,11 +6,12 @@ use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
 use uuid::Uuid;
 
+use anchor_domain::MilliDac;
 use anchor_domain::agents::{
     DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS, format_secret,
     hash_secret,
 };
-use anchor_store::{AgentRecord, AttemptLimit, NewAgent, Recovery};
+use anchor_store::{AgentRecord, AttemptLimit, Classification, NewAgent, Recovery};
 
 use crate::{AppError, AppResult, Services};
 
@@ -123,4 +124,39 @@ pub async fn recover(services: &Services, agent_id: Uuid, recovery_key: &str) ->
 pub async fn set_disclosure(services: &Services, agent_id: Uuid, level: DisclosureLevel) -> AppResult<()> {
     services.store.set_disclosure_level(agent_id, level).await?;
     Ok(())
+}
+
+/// An agent's Trial DAC at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trial {
+    /// Something is left and the period has not ended.
+    pub active: bool,
+    /// What Trial can still pay (nothing once expired).
+    pub remaining: MilliDac,
+    pub expires_at: DateTime<Utc>,
+    /// Whole days left, rounded up.
+    pub days_remaining: i64,
+    pub used: MilliDac,
+    pub granted: MilliDac,
+}
+
+/// The agent's Trial now.
+pub fn trial(services: &Services, agent: &AgentRecord) -> Trial {
+    let now = services.clock.now();
+    let running = agent.trial_expires_at > now;
+    let seconds_left = (agent.trial_expires_at - now).num_seconds().max(0);
+    Trial {
+        active: running && agent.trial_balance > MilliDac::ZERO,
+        remaining: if running { agent.trial_balance } else { MilliDac::ZERO },
+        expires_at: agent.trial_expires_at,
+        days_remaining: (seconds_left + 86_399) / 86_400,
+        used: agent.trial_granted - agent.trial_balance,
+        granted: agent.trial_granted,
+    }
+}
+
+/// The self-classification keys the agent may use: the operator's base
+/// categories, then its owner's.
+pub async fn classifications(services: &Services, agent_id: Uuid) -> AppResult<Vec<Classification>> {
+    Ok(services.store.classifications_for_agent(agent_id).await?)
 }

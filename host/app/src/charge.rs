@@ -153,15 +153,15 @@ pub struct PaymentRequired {
     pub reason: Option<String>,
     /// The sources the route accepts (what the agent could use).
     pub accepts: Vec<PaymentSource>,
-    /// The x402 requirement a payment must match, as the wire carries it.
-    pub requirement: Value,
+    /// The x402 requirement a payment must match.
+    pub requirement: anchor_x402::Requirement,
     /// The resource's URL.
     pub resource: String,
 }
 
 impl PaymentRequired {
     /// The x402 v2 `PaymentRequired` object.
-    pub fn challenge(&self) -> Value {
+    pub fn challenge(&self) -> anchor_x402::Challenge {
         anchor_x402::challenge(&self.resource, &self.description, self.requirement.clone(), self.reason.as_deref())
     }
 }
@@ -273,7 +273,8 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         TrialUse::None => vec![PaymentSource::External],
         _ => vec![PaymentSource::Trial, PaymentSource::External],
     };
-    let requirement = anchor_x402::requirement(&services.config.pay_to, amount.usdc_base_units(), CONFIRM_MAX_TIMEOUT_SECS);
+    let typed_requirement = anchor_x402::requirement(&services.config.pay_to, amount.usdc_base_units(), CONFIRM_MAX_TIMEOUT_SECS);
+    let requirement = typed_requirement.to_value();
     let required = |reason: Option<String>| {
         AppError::PaymentRequired(Box::new(PaymentRequired {
             route: order.route,
@@ -281,7 +282,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
             description: description.clone(),
             reason,
             accepts: accepts.clone(),
-            requirement: requirement.clone(),
+            requirement: typed_requirement.clone(),
             resource: format!("{}{}", services.config.public_url, order.route.path),
         }))
     };

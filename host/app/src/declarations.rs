@@ -15,7 +15,8 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
-    AgentRecord, CostComponent, Created, NewDeclaration, PaymentSource, PaymentStatus, SettlementStatus, StoredDeclaration, UsageEntry,
+    AgentRecord, CostComponent, Created, DirectRead, ListFilter, NewDeclaration, PaymentSource, PaymentStatus, SettlementStatus,
+    StoredDeclaration, UsageEntry,
 };
 use anchor_x402::settlement::Settled;
 
@@ -107,10 +108,8 @@ pub fn resolve_scope(services: &Services, input: &EeInput) -> AppResult<Scope> {
 /// The service records what the agent declared or refuses it; it never
 /// rewrites a declaration.
 pub async fn enforce_policy(services: &Services, agent_id: Uuid, content_inclusion: bool) -> AppResult<()> {
-    let required = match services.store.agent_policy(agent_id).await?.as_deref() {
-        Some("always_branch_0") => false,
-        Some("always_branch_1") => true,
-        _ => return Ok(()),
+    let Some(required) = services.store.agent_policy(agent_id).await?.and_then(|p| p.required_flag()) else {
+        return Ok(());
     };
     if content_inclusion != required {
         return Err(AppError::forbidden(
@@ -371,4 +370,94 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
         });
     }
     Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
+}
+
+/// A declaration's original, read by its agent: one read of its direct access.
+#[derive(Clone, Debug)]
+pub struct Original {
+    pub stored: StoredDeclaration,
+    /// Direct reads left after this one.
+    pub remaining: i64,
+}
+
+/// GET /v1/dd/{dd_id}: the declaration as declared. Each read counts one
+/// against `ee_direct_access_quota` within `ee_direct_access_period`;
+/// `access_class` `ara_only` is never readable directly. Refusals do not count.
+pub async fn read_original(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Original> {
+    let stored = owned(services, agent_id, dd_id).await?;
+    let ee = &stored.declaration.ee;
+    if ee.access_class == ee::AccessClass::AraOnly {
+        return Err(AppError::forbidden(
+            "DIRECT_ACCESS_NOT_PERMITTED",
+            "this declaration's access_class is ara_only: its original is not readable directly",
+        ));
+    }
+    match services.store.consume_direct_read(dd_id, services.clock.now()).await? {
+        DirectRead::Granted { remaining } => Ok(Original { stored, remaining }),
+        DirectRead::Exhausted => Err(AppError::forbidden(
+            "DIRECT_ACCESS_EXHAUSTED",
+            format!("all {} direct reads of this declaration are spent; GET /v1/dd/list still shows its summary", ee.direct_access_quota),
+        )),
+        DirectRead::Expired => Err(AppError::forbidden(
+            "DIRECT_ACCESS_EXPIRED",
+            format!(
+                "the direct access period ({}) of this declaration ended at {}",
+                ee.direct_access_period,
+                stored.direct_access_expires_at.to_rfc3339_opts(SecondsFormat::Micros, true)
+            ),
+        )),
+    }
+}
+
+/// The agent's declarations in the filter's window, newest first, and how many there are in all.
+pub async fn list(services: &Services, agent_id: Uuid, filter: ListFilter) -> AppResult<(Vec<StoredDeclaration>, i64)> {
+    Ok(services.store.list_declarations(agent_id, filter).await?)
+}
+
+/// Where a declaration sits in its lineage group.
+#[derive(Clone, Debug)]
+pub struct Lineage {
+    pub declaration: StoredDeclaration,
+    /// From the root down to the declaration's parent.
+    pub ancestors: Vec<StoredDeclaration>,
+    /// Every declaration of the group, oldest first.
+    pub group: Vec<StoredDeclaration>,
+}
+
+impl Lineage {
+    /// The group's root: the first ancestor, or the declaration itself.
+    pub fn root(&self) -> &StoredDeclaration {
+        self.ancestors.first().unwrap_or(&self.declaration)
+    }
+
+    /// The declarations whose parent is `dd_id`.
+    pub fn children(&self, dd_id: Uuid) -> impl Iterator<Item = &StoredDeclaration> {
+        self.group.iter().filter(move |s| s.declaration.dd.parent_dd_id == Some(dd_id))
+    }
+}
+
+/// GET /v1/dd/{dd_id}/lineage: the declaration, its ancestors and its group.
+pub async fn lineage(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Lineage> {
+    let declaration = owned(services, agent_id, dd_id).await?;
+    let group = services.store.lineage_group(agent_id, declaration.declaration.lineage_group_id).await?;
+    let mut ancestors: Vec<StoredDeclaration> = Vec::new();
+    let mut cursor = declaration.declaration.dd.parent_dd_id;
+    while let Some(parent) = cursor.and_then(|id| group.iter().find(|s| s.declaration.dd_id == id)) {
+        ancestors.push(parent.clone());
+        cursor = parent.declaration.dd.parent_dd_id;
+        if ancestors.len() > group.len() {
+            break;
+        }
+    }
+    ancestors.reverse();
+    Ok(Lineage { declaration, ancestors, group })
+}
+
+/// GET /v1/dd/lineage-group/{group_id}: the agent's declarations of one group, oldest first.
+pub async fn lineage_group(services: &Services, agent_id: Uuid, group_id: Uuid) -> AppResult<Vec<StoredDeclaration>> {
+    let group = services.store.lineage_group(agent_id, group_id).await?;
+    if group.is_empty() {
+        return Err(AppError::not_found("NOT_FOUND", format!("you have no declaration in lineage group {group_id}")));
+    }
+    Ok(group)
 }

@@ -12,6 +12,18 @@ use crate::charge::PaymentRequired;
 pub enum AppError {
     /// The input breaks a rule (HTTP 400).
     Invalid(Invalid),
+    /// An owner's password or session was not accepted (401 `UNAUTHORIZED`).
+    Unauthenticated {
+        message: String,
+    },
+    /// An agent token offered as proof (not as the request's credential) is
+    /// not the agent's current one (401 `INVALID_TOKEN`).
+    TokenRefused,
+    /// Too many attempts at a secret in the window (429).
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// Not allowed for this caller (403).
     Forbidden {
         code: &'static str,
@@ -68,6 +80,9 @@ impl AppError {
             | AppError::Conflict { code, .. }
             | AppError::Gone { code, .. }
             | AppError::Unavailable { code, .. } => code,
+            AppError::Unauthenticated { .. } => "UNAUTHORIZED",
+            AppError::TokenRefused => "INVALID_TOKEN",
+            AppError::RateLimited { .. } => "RATE_LIMITED",
             AppError::PaymentRequired(_) => "PAYMENT_REQUIRED",
             AppError::SettlementFailed { .. } => "SETTLEMENT_FAILED",
             AppError::Internal(_) => "INTERNAL_ERROR",
@@ -83,7 +98,10 @@ impl std::fmt::Display for AppError {
             | AppError::NotFound { message, .. }
             | AppError::Conflict { message, .. }
             | AppError::Gone { message, .. }
-            | AppError::Unavailable { message, .. } => write!(f, "{}: {message}", self.code()),
+            | AppError::Unavailable { message, .. }
+            | AppError::Unauthenticated { message }
+            | AppError::RateLimited { message, .. } => write!(f, "{}: {message}", self.code()),
+            AppError::TokenRefused => write!(f, "INVALID_TOKEN: the agent token is not the agent's current one"),
             AppError::PaymentRequired(required) => write!(f, "payment required: {} DAC for {}", required.amount, required.route),
             AppError::SettlementFailed { reason, .. } => write!(f, "settlement failed: {reason}"),
             AppError::Internal(error) => write!(f, "internal error: {error:#}"),

@@ -19,7 +19,11 @@ pub mod declarations;
 pub mod error;
 pub mod jobs;
 pub mod log;
+pub mod owners;
 pub mod payments;
+pub mod pricing;
+pub mod status;
+pub mod transparency;
 
 use std::sync::Arc;
 
@@ -41,6 +45,8 @@ pub struct Config {
     pub pay_to: String,
     /// The DAB of agents whose owner set none.
     pub dab_default: MilliDac,
+    /// What owners may do here.
+    pub owners: owners::OwnerSettings,
 }
 
 /// Everything a use case reaches. Cheap to clone.

@@ -12,9 +12,21 @@ pub mod declarations;
 pub mod error;
 pub mod integrity;
 pub mod money;
+pub mod owners;
 pub mod payments;
 pub mod pricing;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+
+/// A closed vocabulary with fixed wire names (every `wire_enum!` type): what
+/// a front end needs to read, show and document it.
+pub trait WireEnum: Copy + Send + Sync + 'static {
+    /// The type's name, for documentation.
+    const TYPE_NAME: &'static str;
+    /// Every wire name, in declaration order.
+    const NAMES: &'static [&'static str];
+    fn as_str(self) -> &'static str;
+    fn parse(text: &str) -> Option<Self>;
+}
 pub use error::{Invalid, brief};
 pub use money::MilliDac;

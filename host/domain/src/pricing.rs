@@ -81,33 +81,19 @@ pub struct Policy {
     pub multiplier_permille: u32,
 }
 
-/// Which kind of ARA observation a price is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ObservationTier {
-    Environment,
-    Pattern,
-    PatternCompare,
-    AgentOther,
-    AgentSelf,
-    AnomalyCompare,
-    EvidenceReport,
-    EnvironmentAnomaly,
-}
-
-impl ObservationTier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ObservationTier::Environment => "environment",
-            ObservationTier::Pattern => "pattern",
-            ObservationTier::PatternCompare => "pattern_compare",
-            ObservationTier::AgentOther => "agent_other",
-            ObservationTier::AgentSelf => "agent_self",
-            ObservationTier::AnomalyCompare => "anomaly_compare",
-            ObservationTier::EvidenceReport => "evidence_report",
-            ObservationTier::EnvironmentAnomaly => "environment_anomaly",
-        }
+crate::declarations::wire_enum!(
+    /// Which kind of ARA observation a price is for.
+    ObservationTier {
+        Environment = "environment",
+        Pattern = "pattern",
+        PatternCompare = "pattern_compare",
+        AgentOther = "agent_other",
+        AgentSelf = "agent_self",
+        AnomalyCompare = "anomaly_compare",
+        EvidenceReport = "evidence_report",
+        EnvironmentAnomaly = "environment_anomaly",
     }
-}
+);
 
 /// The price of one observation tier at one resolution level (0: no levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

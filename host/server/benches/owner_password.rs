@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use anchor_server::owner::{hash_password, verify_password};
+use anchor_app::owners::password::{hash as hash_password, verify as verify_password};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn password(c: &mut Criterion) {

@@ -4,7 +4,8 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use anchor_app::AppError;
 
@@ -29,11 +30,6 @@ pub enum ApiError {
     Unauthorized {
         failure: AuthFailure,
         base_url: String,
-    },
-    /// 401 for an owner (portal) password or session: `error_code` and
-    /// `message` only, without the agent-token guidance.
-    OwnerUnauthorized {
-        message: String,
     },
     TooManyRequests {
         message: String,
@@ -80,6 +76,8 @@ impl ApiError {
         match self {
             ApiError::App(error) => match error {
                 AppError::Invalid(_) => StatusCode::BAD_REQUEST,
+                AppError::Unauthenticated { .. } | AppError::TokenRefused => StatusCode::UNAUTHORIZED,
+                AppError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
                 AppError::Forbidden { .. } => StatusCode::FORBIDDEN,
                 AppError::NotFound { .. } => StatusCode::NOT_FOUND,
                 AppError::Conflict { .. } => StatusCode::CONFLICT,
@@ -88,7 +86,7 @@ impl ApiError {
                 AppError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::Unauthorized { .. } | ApiError::OwnerUnauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Protocol { status, .. } => *status,
         }
@@ -107,55 +105,106 @@ impl<E: Into<AppError>> From<E> for ApiError {
 /// should be: inputs are quoted with `anchor_domain::brief`).
 const MESSAGE_MAX_CHARS: usize = 1_000;
 
-fn body(code: &str, message: &str) -> Value {
-    let message = if message.chars().count() > MESSAGE_MAX_CHARS {
-        let mut cut: String = message.chars().take(MESSAGE_MAX_CHARS).collect();
-        cut.push('…');
-        cut
-    } else {
-        message.to_string()
-    };
-    json!({ "error_code": code, "message": message })
+/// Every refusal's body.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ErrorBody {
+    /// UPPER_SNAKE code naming the failure.
+    pub error_code: String,
+    /// What went wrong and what to do instead.
+    pub message: String,
 }
 
-fn unauthorized_body(failure: AuthFailure, base: &str) -> Value {
-    let documentation = format!("{base}/llms.txt");
-    match failure {
-        AuthFailure::Missing => json!({
-            "error_code": "UNAUTHORIZED",
-            "message": "this route needs an agent token: send Authorization: Bearer <auth_token>",
-            "authentication": {
-                "model": "register-then-bearer",
-                "header": "Authorization: Bearer <auth_token>",
-                "register": format!("{base}/v1/agent/register"),
-                "note": "register once to receive auth_token and recovery_key, then send the token as a Bearer credential",
-            },
-            "documentation": documentation,
-        }),
-        AuthFailure::InvalidToken => json!({
-            "error_code": "INVALID_TOKEN",
-            "message": "the bearer token is not the current token of any agent",
-            "authentication": {
-                "model": "agent-bearer",
-                "header": "Authorization: Bearer <auth_token>",
-                "register": format!("{base}/v1/agent/register"),
-                "recover": format!("{base}/v1/agent/token/recover"),
-                "note": "a rotated or recovered token stops working at once; an agent that lost its token recovers it with agent_id and recovery_key",
-            },
-            "documentation": documentation,
-        }),
-        AuthFailure::InvalidRecoveryKey => json!({
-            "error_code": "INVALID_RECOVERY_KEY",
-            "message": "agent_id and recovery_key do not match",
-            "authentication": {
-                "model": "agent_id + recovery_key",
-                "register": format!("{base}/v1/agent/register"),
-                "recover": format!("{base}/v1/agent/token/recover"),
-                "note": "the recovery key is the one issued at registration or at the last rotation or recovery",
-            },
-            "documentation": documentation,
-        }),
+impl ErrorBody {
+    pub fn new(code: &str, message: &str) -> ErrorBody {
+        let message = if message.chars().count() > MESSAGE_MAX_CHARS {
+            let mut cut: String = message.chars().take(MESSAGE_MAX_CHARS).collect();
+            cut.push('…');
+            cut
+        } else {
+            message.to_string()
+        };
+        ErrorBody { error_code: code.to_string(), message }
     }
+}
+
+/// The code of a failed agent authentication.
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AuthCode {
+    Unauthorized,
+    InvalidToken,
+    InvalidRecoveryKey,
+}
+
+/// How to authenticate, in a 401 of an agent route.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct AuthGuide {
+    pub model: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<&'static str>,
+    #[schemars(url)]
+    pub register: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(url)]
+    pub recover: Option<String>,
+    pub note: &'static str,
+}
+
+/// A 401 of an agent route: what failed and how to authenticate.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct UnauthorizedBody {
+    pub error_code: AuthCode,
+    pub message: &'static str,
+    pub authentication: AuthGuide,
+    #[schemars(url)]
+    pub documentation: String,
+}
+
+fn body(code: &str, message: &str) -> axum::Json<ErrorBody> {
+    axum::Json(ErrorBody::new(code, message))
+}
+
+fn unauthorized_body(failure: AuthFailure, base: &str) -> UnauthorizedBody {
+    let documentation = format!("{base}/llms.txt");
+    let register = format!("{base}/v1/agent/register");
+    let recover = Some(format!("{base}/v1/agent/token/recover"));
+    let (error_code, message, authentication) = match failure {
+        AuthFailure::Missing => (
+            AuthCode::Unauthorized,
+            "this route needs an agent token: send Authorization: Bearer <auth_token>",
+            AuthGuide {
+                model: "register-then-bearer",
+                header: Some("Authorization: Bearer <auth_token>"),
+                register,
+                recover: None,
+                note: "register once to receive auth_token and recovery_key, then send the token as a Bearer credential",
+            },
+        ),
+        AuthFailure::InvalidToken => (
+            AuthCode::InvalidToken,
+            "the bearer token is not the current token of any agent",
+            AuthGuide {
+                model: "agent-bearer",
+                header: Some("Authorization: Bearer <auth_token>"),
+                register,
+                recover,
+                note: "a rotated or recovered token stops working at once; an agent that lost its token recovers it with agent_id and recovery_key",
+            },
+        ),
+        AuthFailure::InvalidRecoveryKey => (
+            AuthCode::InvalidRecoveryKey,
+            "agent_id and recovery_key do not match",
+            AuthGuide {
+                model: "agent_id + recovery_key",
+                header: None,
+                register,
+                recover,
+                note: "the recovery key is the one issued at registration or at the last rotation or recovery",
+            },
+        ),
+    };
+    UnauthorizedBody { error_code, message, authentication, documentation }
 }
 
 impl IntoResponse for ApiError {
@@ -167,32 +216,37 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 response
             }
-            ApiError::OwnerUnauthorized { message } => (status, axum::Json(body("UNAUTHORIZED", &message))).into_response(),
-            ApiError::TooManyRequests { message, retry_after_secs } => {
-                let mut response = (status, axum::Json(body("RATE_LIMITED", &message))).into_response();
+            // An owner's password or session: error_code and message only, without the agent-token guidance.
+            ApiError::App(AppError::Unauthenticated { message }) => (status, body("UNAUTHORIZED", &message)).into_response(),
+            ApiError::App(AppError::TokenRefused) => (
+                status,
+                body(
+                    "INVALID_TOKEN",
+                    "the agent token is not the agent's current token; an agent that lost it recovers it with POST /v1/agent/token/recover",
+                ),
+            )
+                .into_response(),
+            ApiError::App(AppError::RateLimited { message, retry_after_secs })
+            | ApiError::TooManyRequests { message, retry_after_secs } => {
+                let mut response = (status, body("RATE_LIMITED", &message)).into_response();
                 if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
                     response.headers_mut().insert(header::RETRY_AFTER, value);
                 }
                 response
             }
-            ApiError::App(AppError::Invalid(invalid)) => (status, axum::Json(body(invalid.code, &invalid.message))).into_response(),
+            ApiError::App(AppError::Invalid(invalid)) => (status, body(invalid.code, &invalid.message)).into_response(),
             ApiError::App(
                 AppError::Forbidden { code, message }
                 | AppError::NotFound { code, message }
                 | AppError::Conflict { code, message }
                 | AppError::Gone { code, message }
                 | AppError::Unavailable { code, message },
-            ) => (status, axum::Json(body(code, &message))).into_response(),
+            ) => (status, body(code, &message)).into_response(),
             ApiError::App(AppError::PaymentRequired(required)) => crate::payment::challenge_response(required.challenge()),
             ApiError::App(AppError::SettlementFailed { reason, payer }) => {
-                let mut response = (
-                    status,
-                    axum::Json(body(
-                        "SETTLEMENT_FAILED",
-                        &format!("the payment did not settle ({reason}); nothing was charged or anchored"),
-                    )),
-                )
-                    .into_response();
+                let mut response =
+                    (status, body("SETTLEMENT_FAILED", &format!("the payment did not settle ({reason}); nothing was charged or anchored")))
+                        .into_response();
                 if let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(false, "", &payer, Some(&reason))) {
                     response.headers_mut().insert("payment-response", value);
                 }
@@ -200,7 +254,7 @@ impl IntoResponse for ApiError {
                 response
             }
             ApiError::Protocol { code, message, allow, .. } => {
-                let mut response = (status, axum::Json(body(code, &message))).into_response();
+                let mut response = (status, body(code, &message)).into_response();
                 if let Some(value) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
                     response.headers_mut().insert(header::ALLOW, value);
                 }
@@ -208,8 +262,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::App(AppError::Internal(error)) => {
                 tracing::error!(error = format!("{error:#}"), "internal error");
-                (status, axum::Json(body("INTERNAL_ERROR", "the service failed to handle this request; nothing was changed")))
-                    .into_response()
+                (status, body("INTERNAL_ERROR", "the service failed to handle this request; nothing was changed")).into_response()
             }
         }
     }

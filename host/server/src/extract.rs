@@ -82,6 +82,20 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// A JSON body read into the route's request type `T` (see
+/// [`crate::http::body`]): every mistake is a 400 with its code and the
+/// field's path. `Body<Option<T>>` also accepts an empty body.
+pub struct Body<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Body<T>, ApiError> {
+        let JsonBody(value) = JsonBody::from_request(request, state).await?;
+        Ok(Body(crate::http::body::read(&value)?))
+    }
+}
+
 /// 413 for a body over the configured limit.
 pub fn too_large() -> ApiError {
     ApiError::Protocol {
@@ -137,8 +151,10 @@ where
     }
 }
 
-/// Query parameters. Each name may appear once; NUL characters are refused;
-/// anything `T` cannot read is 400 `INVALID_VALUE`.
+/// Query parameters read into `T` (see [`crate::http::body`]: numbers and
+/// booleans are parsed from their text). Each name may appear once; NUL
+/// characters are refused; what does not fit `T` is 400 `INVALID_VALUE`
+/// (`MISSING_FIELD` for a required one that is absent).
 pub struct ApiQuery<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for ApiQuery<T>
@@ -164,9 +180,7 @@ where
                 ));
             }
         }
-        serde_urlencoded::from_str(raw).map(ApiQuery).map_err(|e| {
-            ApiError::bad("INVALID_VALUE", format!("the query string does not fit this route: {}", anchor_domain::brief(&e.to_string())))
-        })
+        Ok(ApiQuery(crate::http::body::read_query(pairs)?))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod owner;
 pub mod payment;
 pub mod ratelimit;
 pub mod state;
+pub mod wire;
 
 use std::sync::Arc;
 

@@ -1,17 +1,20 @@
 //! The route table and the OpenAPI document built from it.
 //!
 //! Every API operation is declared once as an [`Operation`]: its method, path,
-//! handler and documentation together. The router and `/openapi.json` are both
-//! built from that one list, so a route cannot exist undocumented, and the
-//! schemas' enums come from the domain's own lists of wire names.
+//! handler and documentation together, with the Rust types of its request
+//! body, query, path parameters and responses. The router and `/openapi.json`
+//! are both built from that one list, and every schema is generated from
+//! those types (schemars), so a route cannot exist undocumented and a body
+//! cannot drift from its schema; enums come from the domain's own lists of
+//! wire names.
 
 use axum::http::Method;
 use axum::routing::MethodRouter;
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
-use anchor_domain::agents::DisclosureLevel;
-use anchor_domain::declarations::{dd, ee, template};
-
+use crate::error::ErrorBody;
 use crate::state::AppState;
 
 /// The interface version this service implements.
@@ -25,10 +28,43 @@ pub enum Auth {
     Owner,
 }
 
+/// How a schema is made: from the Rust type a handler reads or returns, or,
+/// for a body that is not JSON, written out.
+#[derive(Clone)]
+pub enum SchemaSource {
+    Type(fn(&mut SchemaGenerator) -> Schema),
+    Value(Value),
+}
+
+fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+impl SchemaSource {
+    pub fn of<T: JsonSchema>() -> SchemaSource {
+        SchemaSource::Type(schema_of::<T>)
+    }
+
+    fn render(&self, generator: &mut SchemaGenerator) -> Value {
+        match self {
+            SchemaSource::Type(make) => {
+                // A schema used inline (not a named component) gets the same
+                // OpenAPI 3.0 rewriting the components get.
+                let mut schema = make(generator);
+                for transform in generator.transforms_mut() {
+                    transform.transform(&mut schema);
+                }
+                schema.to_value()
+            }
+            SchemaSource::Value(value) => value.clone(),
+        }
+    }
+}
+
 pub struct Response {
     pub status: u16,
     pub description: String,
-    pub schema: Option<Value>,
+    pub schema: Option<SchemaSource>,
     /// The media type of the body: `application/json` unless said otherwise.
     pub media: &'static str,
     /// Other media types the same status may carry (text bodies).
@@ -36,9 +72,22 @@ pub struct Response {
 }
 
 impl Response {
-    fn json(status: u16, description: impl Into<String>, schema: Value) -> Response {
+    fn json(status: u16, description: impl Into<String>, schema: SchemaSource) -> Response {
         Response { status, description: description.into(), schema: Some(schema), media: "application/json", alternatives: Vec::new() }
     }
+}
+
+/// One parameter, or every field of a query type.
+pub enum Parameter {
+    One {
+        name: &'static str,
+        location: &'static str,
+        required: bool,
+        schema: SchemaSource,
+        description: Option<&'static str>,
+    },
+    /// Each property of the type is a query parameter (required when the type requires it).
+    QueryOf(SchemaSource),
 }
 
 pub struct Operation {
@@ -48,8 +97,8 @@ pub struct Operation {
     pub summary: &'static str,
     pub description: Option<&'static str>,
     pub auth: Auth,
-    pub parameters: Vec<Value>,
-    pub request: Option<Value>,
+    pub parameters: Vec<Parameter>,
+    pub request: Option<SchemaSource>,
     pub example: Option<Value>,
     pub responses: Vec<Response>,
     /// Not part of the reference interface: our addition.
@@ -90,43 +139,64 @@ impl Operation {
     }
     pub fn agent(mut self) -> Self {
         self.auth = Auth::Agent;
-        self.responses.push(Response::json(401, "Authentication failed; the body says how to authenticate", reference("UnauthorizedBody")));
+        self.responses.push(Response::json(
+            401,
+            "Authentication failed; the body says how to authenticate",
+            SchemaSource::of::<crate::error::UnauthorizedBody>(),
+        ));
         self
     }
     pub fn owner(mut self) -> Self {
         self.auth = Auth::Owner;
-        self.responses.push(Response::json(401, "No valid session: sign in with POST /dap/login", reference("Error")));
+        self.responses.push(Response::json(401, "No valid session: sign in with POST /dap/login", SchemaSource::of::<ErrorBody>()));
         self
     }
     pub fn extension(mut self) -> Self {
         self.extension = true;
         self
     }
-    pub fn path_param(mut self, name: &str, schema: Value) -> Self {
-        self.parameters.push(json!({ "name": name, "in": "path", "required": true, "schema": schema }));
+    /// A path parameter read as `T`.
+    pub fn path<T: JsonSchema>(mut self, name: &'static str) -> Self {
+        self.parameters.push(Parameter::One { name, location: "path", required: true, schema: SchemaSource::of::<T>(), description: None });
         self
     }
-    pub fn query_param(mut self, name: &str, schema: Value) -> Self {
-        self.parameters.push(json!({ "name": name, "in": "query", "required": false, "schema": schema }));
+    /// A path parameter read as `T`, with a description.
+    pub fn path_described<T: JsonSchema>(mut self, name: &'static str, description: &'static str) -> Self {
+        self.parameters.push(Parameter::One {
+            name,
+            location: "path",
+            required: true,
+            schema: SchemaSource::of::<T>(),
+            description: Some(description),
+        });
         self
     }
-    pub fn required_query(mut self, name: &str, schema: Value) -> Self {
-        self.parameters.push(json!({ "name": name, "in": "query", "required": true, "schema": schema }));
+    /// The query parameters: every field of `Q`.
+    pub fn query<Q: JsonSchema>(mut self) -> Self {
+        self.parameters.push(Parameter::QueryOf(SchemaSource::of::<Q>()));
         self
     }
-    pub fn request(mut self, schema: Value, example: Value) -> Self {
-        self.request = Some(schema);
+    /// The JSON body is read as `T`; `example` is what a GET on the route shows.
+    pub fn takes<T: JsonSchema>(mut self, example: Value) -> Self {
+        self.request = Some(SchemaSource::of::<T>());
         self.example = Some(example);
         self
     }
-    pub fn ok(mut self, status: u16, description: &str, schema: Value) -> Self {
-        self.responses.push(Response::json(status, description, schema));
+    /// A JSON response of type `T`.
+    pub fn returns<T: JsonSchema>(mut self, status: u16, description: &str) -> Self {
+        self.responses.push(Response::json(status, description, SchemaSource::of::<T>()));
         self
     }
     /// A response whose body is text (or bytes) of `media`, not JSON.
     pub fn ok_media(mut self, status: u16, description: &str, media: &'static str) -> Self {
-        let schema = if media.starts_with("text/") { string() } else { json!({ "type": "string", "format": "binary" }) };
-        self.responses.push(Response { status, description: description.into(), schema: Some(schema), media, alternatives: Vec::new() });
+        let schema = if media.starts_with("text/") { json!({ "type": "string" }) } else { json!({ "type": "string", "format": "binary" }) };
+        self.responses.push(Response {
+            status,
+            description: description.into(),
+            schema: Some(SchemaSource::Value(schema)),
+            media,
+            alternatives: Vec::new(),
+        });
         self
     }
     /// The response of `status` may also be text of `media` (a format parameter chooses).
@@ -136,190 +206,100 @@ impl Operation {
         }
         self
     }
-    /// An error response with its codes.
+    /// An error response with its codes. Several calls with one status are
+    /// documented together.
     pub fn error(mut self, status: u16, description: &str, codes: &[&str]) -> Self {
         let description = if codes.is_empty() { description.to_string() } else { format!("{description} Codes: {}.", codes.join(", ")) };
-        self.responses.push(Response::json(status, description, reference("Error")));
+        self.responses.push(Response::json(status, description, SchemaSource::of::<ErrorBody>()));
         self
     }
     pub fn payment_required(mut self, description: &str) -> Self {
         self.responses.push(Response::json(
             402,
             format!("{description} The PAYMENT-REQUIRED header carries the same object, base64-encoded."),
-            reference("X402Challenge"),
+            SchemaSource::of::<anchor_x402::Challenge>(),
         ));
         self
     }
 }
 
-// ---- schema helpers ----
-
-pub fn string() -> Value {
-    json!({ "type": "string" })
-}
-pub fn uuid() -> Value {
-    json!({ "type": "string", "format": "uuid" })
-}
-pub fn datetime() -> Value {
-    json!({ "type": "string", "format": "date-time" })
-}
-pub fn number() -> Value {
-    json!({ "type": "number" })
-}
-pub fn integer() -> Value {
-    json!({ "type": "integer" })
-}
-pub fn boolean() -> Value {
-    json!({ "type": "boolean" })
-}
-pub fn enumeration(names: &[&str]) -> Value {
-    json!({ "type": "string", "enum": names })
-}
-pub fn array(items: Value) -> Value {
-    json!({ "type": "array", "items": items })
-}
-pub fn nullable(mut schema: Value) -> Value {
-    schema["nullable"] = Value::Bool(true);
-    schema
-}
-pub fn doc(mut schema: Value, description: &str) -> Value {
-    schema["description"] = Value::String(description.into());
-    schema
-}
-pub fn reference(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
-}
-pub fn object(required: &[&str], properties: Vec<(&str, Value)>) -> Value {
-    let mut props = Map::new();
-    for (name, schema) in properties {
-        props.insert(name.to_string(), schema);
-    }
-    let mut schema = json!({ "type": "object", "properties": props });
-    if !required.is_empty() {
-        schema["required"] = json!(required);
-    }
-    schema
-}
-
-/// The shared component schemas.
-pub fn components() -> Value {
-    json!({
-        "Error": object(&["error_code", "message"], vec![
-            ("error_code", doc(string(), "UPPER_SNAKE code naming the failure")),
-            ("message", doc(string(), "What went wrong and what to do instead")),
-        ]),
-        "UnauthorizedBody": object(&["error_code", "message"], vec![
-            ("error_code", enumeration(&["UNAUTHORIZED", "INVALID_TOKEN", "INVALID_RECOVERY_KEY"])),
-            ("message", string()),
-            ("authentication", object(&[], vec![
-                ("model", string()),
-                ("header", string()),
-                ("register", json!({ "type": "string", "format": "uri" })),
-                ("recover", json!({ "type": "string", "format": "uri" })),
-                ("note", string()),
-            ])),
-            ("account", object(&[], vec![("state", string()), ("note", string())])),
-            ("documentation", json!({ "type": "string", "format": "uri" })),
-        ]),
-        "X402Challenge": object(&[], vec![
-            ("x402Version", json!({ "type": "integer", "enum": [2] })),
-            ("error", string()),
-            ("resource", object(&[], vec![
-                ("url", json!({ "type": "string", "format": "uri" })),
-                ("description", string()),
-                ("mimeType", string()),
-            ])),
-            ("accepts", array(object(&[], vec![
-                ("scheme", string()),
-                ("network", string()),
-                ("amount", doc(string(), "USDC base units (6 decimals); 1 DAC = 1000")),
-                ("asset", string()),
-                ("payTo", string()),
-                ("maxTimeoutSeconds", integer()),
-                ("extra", json!({ "type": "object" })),
-            ]))),
-            ("extensions", json!({ "type": "object" })),
-        ]),
-        "DDInput": object(
-            &["dd_unit_type", "dd_declaration_mode", "decision_type", "decision_action_type", "origin_context_type", "selection_state"],
-            vec![
-                ("dd_unit_type", enumeration(dd::UnitType::NAMES)),
-                ("dd_declaration_mode", doc(enumeration(dd::DeclarationMode::NAMES), "Only self_declared is accepted on POST /v1/dd/create")),
-                ("decision_type", enumeration(dd::DecisionType::NAMES)),
-                ("decision_action_type", enumeration(dd::ActionType::NAMES)),
-                ("origin_context_type", enumeration(dd::OriginContext::NAMES)),
-                ("selection_state", enumeration(dd::SelectionState::NAMES)),
-                ("selection_scope", enumeration(dd::SelectionScope::NAMES)),
-                ("decision_at", doc(datetime(), "When the agent decided; normalized to UTC; not later than the anchoring time")),
-                ("parent_dd_id", uuid()),
-            ],
-        ),
-        "EEInput": doc(object(
-            &["ee_retention_period", "ee_integrity_verification_level", "ee_disclosure_format_policy", "ee_responsibility_scope"],
-            vec![
-                ("ee_preset", doc(string(), "A preset from GET /v1/pricing/ee-presets; expands into the four axes and overrides them")),
-                ("ee_retention_period", enumeration(ee::Retention::NAMES)),
-                ("ee_integrity_verification_level", enumeration(ee::Integrity::NAMES)),
-                ("ee_disclosure_format_policy", enumeration(ee::Disclosure::NAMES)),
-                ("ee_responsibility_scope", enumeration(ee::Responsibility::NAMES)),
-                ("ee_direct_access_period", json!({ "type": "string", "pattern": "^[1-9]\\d*[dmy]$" })),
-                ("ee_direct_access_quota", json!({ "type": "integer", "minimum": 0 })),
-                ("content_disclosure_scope", json!({ "type": "string", "enum": ee::ContentScope::NAMES, "default": "owner" })),
-                ("delegation_state", json!({ "type": "string", "enum": ee::Delegation::NAMES, "default": "none" })),
-                ("access_class", enumeration(ee::AccessClass::NAMES)),
-            ],
-        ), "The four axes are required unless ee_preset is sent"),
-        "TemplateInput": {
-            "type": "object",
-            "minProperties": 1,
-            "properties": {
-                "decision_class": enumeration(template::DecisionClass::NAMES),
-                "decision_scale_value": number(),
-                "target_class": enumeration(template::TargetClass::NAMES),
-                "call_chain": {
-                    "type": "array",
-                    "maxItems": template::CALL_CHAIN_MAX,
-                    "items": { "type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$" },
-                },
-                "decision_scale_unit": { "type": "string", "maxLength": 20, "pattern": "^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$" },
-                "self_classification": doc(string(), "A key from GET /v1/classification"),
-                "decision_trigger": enumeration(template::Trigger::NAMES),
-                "human_involvement": enumeration(template::HumanInvolvement::NAMES),
-            },
-        },
-        "CostBreakdown": object(&[], vec![
-            ("base_fee", number()),
-            ("base_fee_source", enumeration(&["trial", "external", "earned"])),
-            ("premium", number()),
-            ("premium_source", enumeration(&["trial", "external", "earned"])),
-            ("subtotal", doc(number(), "Base fee plus every axis add, before the multiplier")),
-            ("multiplier", number()),
-            ("total_dac", number()),
-            ("axes", array(object(&[], vec![("axis", string()), ("value", string()), ("add", number())]))),
-        ]),
-        "DisclosureLevel": enumeration(DisclosureLevel::NAMES),
-    })
-}
-
 /// The refusals every operation shares, referred to from each.
-fn common_responses() -> Value {
-    let error =
-        |description: &str| json!({ "description": description, "content": { "application/json": { "schema": reference("Error") } } });
+fn common_responses(error: &Value) -> Value {
+    let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": error } } });
     json!({
         "BadRequest": error("The request could not be read: not JSON, not an object, a NUL character, a parameter given twice or not UTF-8. Codes: INVALID_INPUT, INVALID_VALUE, MISSING_FIELD, UNKNOWN_FIELD, INVALID_ENUM, INVALID_UUID."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
         "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
-        "RateLimited": {
-            "description": "Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry. Code: RATE_LIMITED.",
-            "content": { "application/json": { "schema": reference("Error") } },
-        },
+        "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry. Code: RATE_LIMITED."),
     })
+}
+
+/// The schemas of one document: request types are described as they are
+/// read, response types as they are written (an optional field a response
+/// leaves out when empty is not required, for example).
+struct Schemas {
+    requests: SchemaGenerator,
+    responses: SchemaGenerator,
+}
+
+impl Schemas {
+    fn new() -> Schemas {
+        Schemas {
+            requests: SchemaGenerator::new(SchemaSettings::openapi3().for_deserialize()),
+            responses: SchemaGenerator::new(SchemaSettings::openapi3().for_serialize()),
+        }
+    }
+
+    /// The named schemas of both kinds. A name used by a request type and a
+    /// response type with different shapes is a mistake in the types.
+    fn components(mut self) -> Map<String, Value> {
+        let mut all: Map<String, Value> = Map::new();
+        for (name, schema) in self.responses.take_definitions(true).into_iter().chain(self.requests.take_definitions(true)) {
+            if let Some(existing) = all.get(&name) {
+                assert_eq!(existing, &schema, "two types are documented as the schema {name} with different shapes; rename one");
+            }
+            all.insert(name, schema);
+        }
+        all
+    }
+
+    /// The properties of a query type, as parameters.
+    fn query_parameters(&mut self, source: &SchemaSource) -> Vec<Value> {
+        let schema = source.render(&mut self.requests);
+        let schema = match schema.get("$ref").and_then(Value::as_str) {
+            Some(reference) => {
+                let name = reference.rsplit('/').next().unwrap_or_default().to_string();
+                self.requests.definitions().get(&name).cloned().unwrap_or(Value::Null)
+            }
+            None => schema,
+        };
+        let required: Vec<&str> = schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let mut out = Vec::new();
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, property) in properties {
+                let mut property = property.clone();
+                let description = property.as_object_mut().and_then(|p| {
+                    p.remove("nullable");
+                    p.remove("description")
+                });
+                let mut parameter =
+                    json!({ "name": name, "in": "query", "required": required.contains(&name.as_str()), "schema": property });
+                if let Some(description) = description {
+                    parameter["description"] = description;
+                }
+                out.push(parameter);
+            }
+        }
+        out
+    }
 }
 
 /// The OpenAPI 3.0 document for `operations`.
 pub fn document(operations: &[Operation], server_url: &str) -> Value {
+    let mut schemas = Schemas::new();
+    let error = SchemaSource::of::<ErrorBody>().render(&mut schemas.responses);
     let mut paths = Map::new();
     let mut tags: Vec<&str> = Vec::new();
     for operation in operations {
@@ -328,14 +308,36 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         }
         let mut responses = Map::new();
         for response in &operation.responses {
+            let key = response.status.to_string();
+            if let Some(existing) = responses.get_mut(&key) {
+                // A second entry for one status: one description for both,
+                // and either body when their schemas differ.
+                let joined = format!("{} {}", existing["description"].as_str().unwrap_or_default(), response.description);
+                existing["description"] = json!(joined);
+                if let Some(schema) = &response.schema {
+                    let other = schema.render(&mut schemas.responses);
+                    let slot = &mut existing["content"][response.media]["schema"];
+                    if *slot != other {
+                        let mut parts = match slot.get("anyOf") {
+                            Some(Value::Array(parts)) => parts.clone(),
+                            _ => vec![slot.clone()],
+                        };
+                        if !parts.contains(&other) {
+                            parts.push(other);
+                        }
+                        *slot = json!({ "anyOf": parts });
+                    }
+                }
+                continue;
+            }
             let mut entry = json!({ "description": response.description });
             if let Some(schema) = &response.schema {
-                entry["content"] = json!({ response.media: { "schema": schema } });
+                entry["content"] = json!({ response.media: { "schema": schema.render(&mut schemas.responses) } });
                 for media in &response.alternatives {
-                    entry["content"][*media] = json!({ "schema": string() });
+                    entry["content"][*media] = json!({ "schema": { "type": "string" } });
                 }
             }
-            responses.insert(response.status.to_string(), entry);
+            responses.insert(key, entry);
         }
         // What any operation may answer before its handler runs: refusals of
         // the request's form (400 when it has input to refuse), its size
@@ -367,11 +369,25 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         if operation.auth == Auth::Owner {
             entry["security"] = json!([{ "OwnerSession": [] }]);
         }
-        if !operation.parameters.is_empty() {
-            entry["parameters"] = json!(operation.parameters);
+        let mut parameters = Vec::new();
+        for parameter in &operation.parameters {
+            match parameter {
+                Parameter::One { name, location, required, schema, description } => {
+                    let mut value =
+                        json!({ "name": name, "in": location, "required": required, "schema": schema.render(&mut schemas.requests) });
+                    if let Some(description) = description {
+                        value["description"] = json!(description);
+                    }
+                    parameters.push(value);
+                }
+                Parameter::QueryOf(source) => parameters.extend(schemas.query_parameters(source)),
+            }
+        }
+        if !parameters.is_empty() {
+            entry["parameters"] = json!(parameters);
         }
         if let Some(schema) = &operation.request {
-            let mut content = json!({ "schema": schema });
+            let mut content = json!({ "schema": schema.render(&mut schemas.requests) });
             if let Some(example) = &operation.example {
                 content["example"] = example.clone();
             }
@@ -384,6 +400,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         let path = paths.entry(operation.path.replace("{*", "{")).or_insert_with(|| json!({}));
         path[operation.method.as_str().to_ascii_lowercase()] = entry;
     }
+    let components = schemas.components();
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -391,14 +408,14 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             "version": INTERFACE_VERSION,
             "description": "Agents declare decisions (DD) with an accountability scope (EE) and pay for them in DAC. \
                 The service keeps metadata only, never the content of a decision, and never judges it. \
-                This document is generated from the service's route table.",
+                This document is generated from the service's route table and the Rust types of its request and response bodies.",
         },
         "servers": [{ "url": server_url }],
         "tags": tags.iter().map(|t| json!({ "name": t })).collect::<Vec<_>>(),
         "paths": paths,
         "components": {
-            "schemas": components(),
-            "responses": common_responses(),
+            "schemas": components,
+            "responses": common_responses(&error),
             "securitySchemes": {
                 "AgentToken": { "type": "http", "scheme": "bearer", "description": "auth_token from POST /v1/agent/register (da_tk_…)" },
                 "OwnerSession": { "type": "apiKey", "in": "cookie", "name": "connect.sid", "description": "Owner portal session, set by POST /dap/login" },

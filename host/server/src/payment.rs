@@ -4,12 +4,11 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use serde_json::Value;
 
 use anchor_domain::MilliDac;
 /// 402 with the challenge base64-encoded in `PAYMENT-REQUIRED` and copied in the body.
-pub fn challenge_response(challenge: Value) -> Response {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(challenge.to_string());
+pub fn challenge_response(challenge: anchor_x402::Challenge) -> Response {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(serde_json::to_string(&challenge).unwrap_or_default());
     let mut response = (StatusCode::PAYMENT_REQUIRED, axum::Json(challenge)).into_response();
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(&encoded) {
@@ -36,11 +35,4 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
 pub fn approx_krw(amount: MilliDac) -> i64 {
     // milli-DAC are micro-USD: won = micro-USD * 1400 / 1e6, rounded.
     (amount.milli() * 1_400 + 500_000) / 1_000_000
-}
-
-/// USDC base units as a JSON number of USDC (six decimals), for display.
-pub fn usdc_json(units: i64) -> serde_json::Value {
-    let text = format!("{}.{:06}", units / 1_000_000, units % 1_000_000);
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
 }

@@ -28,31 +28,7 @@ pub struct Settings {
 }
 
 /// The owner portal's settings.
-#[derive(Clone, Debug)]
-pub struct DapSettings {
-    /// The lowest DAB an owner may set.
-    pub dab_floor: anchor_domain::MilliDac,
-    /// How long a session lasts from sign-in.
-    pub session_ttl: chrono::Duration,
-    /// Agents one owner may link.
-    pub max_agents_per_owner: i64,
-    /// Agent-type owners (`/dap/owner/register-agent`, `/dap/auth/agent-login`).
-    pub agent_owners: bool,
-    /// Days between a deletion request and the erasure of the account.
-    pub deletion_grace_days: i64,
-}
-
-impl Default for DapSettings {
-    fn default() -> DapSettings {
-        DapSettings {
-            dab_floor: anchor_domain::MilliDac::from_dac(100),
-            session_ttl: chrono::Duration::hours(12),
-            max_agents_per_owner: 100,
-            agent_owners: true,
-            deletion_grace_days: 30,
-        }
-    }
-}
+pub use anchor_app::owners::OwnerSettings as DapSettings;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -93,6 +69,7 @@ impl AppState {
                 public_url: settings.public_url.clone(),
                 pay_to: settings.pay_to.clone(),
                 dab_default: settings.dab_default,
+                owners: settings.dap.clone(),
             }),
         };
         AppState {

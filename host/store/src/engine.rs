@@ -158,6 +158,25 @@ pub trait Row: Send + Sync + 'static {
     {
         T::read(self, Col::Name(name))
     }
+
+    /// The named column as a value of a closed vocabulary; a name the
+    /// vocabulary does not know is reported as corrupt, not passed on.
+    fn named<E: anchor_domain::WireEnum>(&self, name: &str) -> Result<E>
+    where
+        Self: Sized,
+    {
+        let text: String = self.get(name)?;
+        E::parse(&text).ok_or_else(|| StoreError::Corrupt(format!("{name} = {text:?} is not a {}", E::TYPE_NAME)))
+    }
+
+    /// [`Row::named`] of a column that may be NULL.
+    fn opt_named<E: anchor_domain::WireEnum>(&self, name: &str) -> Result<Option<E>>
+    where
+        Self: Sized,
+    {
+        let text: Option<String> = self.get(name)?;
+        text.map(|t| E::parse(&t).ok_or_else(|| StoreError::Corrupt(format!("{name} = {t:?} is not a {}", E::TYPE_NAME)))).transpose()
+    }
 }
 
 /// A type a column can be read as; `Option<T>` reads NULL as `None`.

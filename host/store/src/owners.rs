@@ -1,5 +1,6 @@
 //! Owners (DAP): accounts, sessions, erasure after the deletion grace period, and owner classification categories.
 
+use anchor_domain::owners::{ContentPolicy, OwnerType, Residence};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -14,13 +15,13 @@ pub struct NewOwner {
     /// Lower-cased; `None` for an agent-type owner.
     pub email: Option<String>,
     pub password_hash: Option<String>,
-    pub owner_type: String,
+    pub owner_type: OwnerType,
     pub managing_agent_id: Option<Uuid>,
     pub parent_owner_id: Option<Uuid>,
     pub owner_depth: i32,
     pub browser_language: Option<String>,
     pub timezone: Option<String>,
-    pub residence_country: Option<String>,
+    pub residence_country: Option<Residence>,
     pub terms_version: String,
     pub privacy_version: String,
     pub created_at: DateTime<Utc>,
@@ -31,16 +32,16 @@ pub struct OwnerRecord {
     pub owner_id: Uuid,
     pub email: Option<String>,
     pub password_hash: Option<String>,
-    pub owner_type: String,
+    pub owner_type: OwnerType,
     pub managing_agent_id: Option<Uuid>,
     pub parent_owner_id: Option<Uuid>,
     pub owner_depth: i32,
     pub browser_language: Option<String>,
     pub timezone: Option<String>,
-    pub residence_country: Option<String>,
+    pub residence_country: Option<Residence>,
     pub residence_declared_at: Option<DateTime<Utc>>,
     pub residence_updated_at: Option<DateTime<Utc>>,
-    pub content_inclusion_policy: String,
+    pub content_inclusion_policy: ContentPolicy,
     pub terms_agreed_at: DateTime<Utc>,
     pub privacy_agreed_at: DateTime<Utc>,
     pub marketing_agreed_at: Option<DateTime<Utc>>,
@@ -71,9 +72,9 @@ pub trait OwnerStore: Send + Sync {
     async fn owner_by_email(&self, email: &str) -> Result<Option<OwnerRecord>>;
     async fn owner_by_managing_agent(&self, agent_id: Uuid) -> Result<Option<OwnerRecord>>;
     async fn set_owner_password(&self, owner_id: Uuid, password_hash: &str) -> Result<()>;
-    async fn set_owner_residence(&self, owner_id: Uuid, country: &str, now: DateTime<Utc>) -> Result<()>;
+    async fn set_owner_residence(&self, owner_id: Uuid, country: Residence, now: DateTime<Utc>) -> Result<()>;
     async fn set_owner_marketing(&self, owner_id: Uuid, agreed_at: Option<DateTime<Utc>>) -> Result<()>;
-    async fn set_owner_policy(&self, owner_id: Uuid, policy: &str) -> Result<()>;
+    async fn set_owner_policy(&self, owner_id: Uuid, policy: ContentPolicy) -> Result<()>;
     /// Starts (`Some`) or cancels (`None`) the deletion grace period.
     async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()>;
     /// Erases owners whose grace period ended before `now`: their agents are
@@ -118,13 +119,13 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
                 .bind(o.owner_id)
                 .bind(o.email.as_deref())
                 .bind(o.password_hash.as_deref())
-                .bind(&o.owner_type)
+                .bind(o.owner_type.as_str())
                 .bind(o.managing_agent_id)
                 .bind(o.parent_owner_id)
                 .bind(o.owner_depth)
                 .bind(o.browser_language.as_deref())
                 .bind(o.timezone.as_deref())
-                .bind(o.residence_country.as_deref())
+                .bind(o.residence_country.map(Residence::as_str))
                 .bind(o.residence_country.as_ref().map(|_| o.created_at))
                 .bind(o.created_at)
                 .bind(&o.terms_version)
@@ -158,12 +159,12 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         Ok(())
     }
 
-    async fn set_owner_residence(&self, owner_id: Uuid, country: &str, now: DateTime<Utc>) -> Result<()> {
+    async fn set_owner_residence(&self, owner_id: Uuid, country: Residence, now: DateTime<Utc>) -> Result<()> {
         self.db()
             .execute(
                 sql("update owner set residence_country = $1, residence_updated_at = $2, \
              residence_declared_at = coalesce(residence_declared_at, $2) where owner_id = $3")
-                .bind(country)
+                .bind(country.as_str())
                 .bind(now)
                 .bind(owner_id),
             )
@@ -176,8 +177,10 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         Ok(())
     }
 
-    async fn set_owner_policy(&self, owner_id: Uuid, policy: &str) -> Result<()> {
-        self.db().execute(sql("update owner set content_inclusion_policy = $1 where owner_id = $2").bind(policy).bind(owner_id)).await?;
+    async fn set_owner_policy(&self, owner_id: Uuid, policy: ContentPolicy) -> Result<()> {
+        self.db()
+            .execute(sql("update owner set content_inclusion_policy = $1 where owner_id = $2").bind(policy.as_str()).bind(owner_id))
+            .await?;
         Ok(())
     }
 
@@ -349,16 +352,16 @@ fn decode_owner(row: &impl Row) -> Result<OwnerRecord> {
         owner_id: row.get("owner_id")?,
         email: row.get("email")?,
         password_hash: row.get("password_hash")?,
-        owner_type: row.get("owner_type")?,
+        owner_type: row.named("owner_type")?,
         managing_agent_id: row.get("managing_agent_id")?,
         parent_owner_id: row.get("parent_owner_id")?,
         owner_depth: row.get("owner_depth")?,
         browser_language: row.get("browser_language")?,
         timezone: row.get("timezone")?,
-        residence_country: row.get("residence_country")?,
+        residence_country: row.opt_named("residence_country")?,
         residence_declared_at: row.get("residence_declared_at")?,
         residence_updated_at: row.get("residence_updated_at")?,
-        content_inclusion_policy: row.get("content_inclusion_policy")?,
+        content_inclusion_policy: row.named("content_inclusion_policy")?,
         terms_agreed_at: row.get("terms_agreed_at")?,
         privacy_agreed_at: row.get("privacy_agreed_at")?,
         marketing_agreed_at: row.get("marketing_agreed_at")?,

@@ -31,6 +31,7 @@ pub const LEAF_FORMAT: &str = "anchor-leaf/1";
 
 /// Everything needed to check one declaration against the log, offline.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Receipt {
     pub format: String,
     pub dd_id: String,
@@ -163,6 +164,7 @@ pub fn verify_receipt(receipt: &Receipt, vkey: &str) -> Result<Verified, Failure
 
 /// A consistency proof between two tree sizes, as the service serves it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConsistencyProof {
     pub from_size: u64,
     pub to_size: u64,

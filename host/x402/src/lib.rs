@@ -14,39 +14,92 @@ pub mod settlement;
 use alloy_primitives::{Address, B256, Signature, U256};
 use alloy_sol_types::{Eip712Domain, SolStruct, sol};
 use base64::Engine;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 /// USDC on Base mainnet, and its network.
 pub const USDC_BASE: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
 pub const NETWORK: &str = "eip155:8453";
 
-/// The one payment requirement a challenge accepts: `amount_units` USDC base
-/// units to `pay_to`, with an authorization valid `max_timeout_secs`.
-pub fn requirement(pay_to: &str, amount_units: i64, max_timeout_secs: u64) -> Value {
-    json!({
-        "scheme": "exact",
-        "network": NETWORK,
-        "amount": amount_units.to_string(),
-        "asset": USDC_BASE,
-        "payTo": pay_to,
-        "maxTimeoutSeconds": max_timeout_secs,
-        "extra": { "name": "USD Coin", "version": "2" },
-    })
+/// What a payment must be to be accepted: one entry of a challenge's `accepts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Requirement {
+    pub scheme: &'static str,
+    pub network: &'static str,
+    /// USDC base units (6 decimals); 1 DAC = 1000.
+    pub amount: String,
+    pub asset: &'static str,
+    pub pay_to: String,
+    pub max_timeout_seconds: u64,
+    pub extra: TokenDomain,
 }
 
-/// A `PaymentRequired` object (x402 v2) for `resource_url`, with `error` set
-/// to the reason an earlier payment was refused, if one was.
-pub fn challenge(resource_url: &str, description: &str, requirement: Value, error: Option<&str>) -> Value {
-    json!({
-        "x402Version": 2,
-        "error": error.unwrap_or("Payment required"),
-        "resource": {
-            "url": resource_url,
-            "description": description,
-            "mimeType": "application/json",
-        },
-        "accepts": [requirement],
-    })
+/// The EIP-712 domain name and version of the asset, for the signer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TokenDomain {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+impl Requirement {
+    /// The requirement as the wire (and a facilitator) carries it.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// The one payment requirement a challenge accepts: `amount_units` USDC base
+/// units to `pay_to`, with an authorization valid `max_timeout_secs`.
+pub fn requirement(pay_to: &str, amount_units: i64, max_timeout_secs: u64) -> Requirement {
+    Requirement {
+        scheme: "exact",
+        network: NETWORK,
+        amount: amount_units.to_string(),
+        asset: USDC_BASE,
+        pay_to: pay_to.to_string(),
+        max_timeout_seconds: max_timeout_secs,
+        extra: TokenDomain { name: "USD Coin", version: "2" },
+    }
+}
+
+/// The resource a challenge is for.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    #[cfg_attr(feature = "schema", schemars(url))]
+    pub url: String,
+    pub description: String,
+    pub mime_type: &'static str,
+}
+
+/// An x402 v2 `PaymentRequired` object: the body of a 402 and, base64-encoded,
+/// its `PAYMENT-REQUIRED` header.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "X402Challenge"))]
+#[serde(rename_all = "camelCase")]
+pub struct Challenge {
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = [2])))]
+    pub x402_version: u8,
+    /// Why an earlier payment was refused, or "Payment required".
+    pub error: String,
+    pub resource: Resource,
+    pub accepts: Vec<Requirement>,
+}
+
+/// A challenge for `resource_url`, with `error` set to the reason an earlier
+/// payment was refused, if one was.
+pub fn challenge(resource_url: &str, description: &str, requirement: Requirement, error: Option<&str>) -> Challenge {
+    Challenge {
+        x402_version: 2,
+        error: error.unwrap_or("Payment required").to_string(),
+        resource: Resource { url: resource_url.to_string(), description: description.to_string(), mime_type: "application/json" },
+        accepts: vec![requirement],
+    }
 }
 
 sol! {

@@ -28,6 +28,17 @@ macro_rules! wire_enum {
             }
         }
 
+        impl $crate::WireEnum for $name {
+            const TYPE_NAME: &'static str = stringify!($name);
+            const NAMES: &'static [&'static str] = &[$($wire),+];
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+            fn parse(text: &str) -> Option<$name> {
+                $name::parse(text)
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())

@@ -80,8 +80,13 @@ impl Template {
     }
 }
 
-static CALL_CHAIN_TOKEN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$").expect("static pattern"));
-static SCALE_UNIT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$").expect("static pattern"));
+/// What one `call_chain` entry may look like: a tool identifier.
+pub const CALL_CHAIN_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$";
+/// What `decision_scale_unit` may look like: a unit, not a sentence.
+pub const SCALE_UNIT_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$";
+
+static CALL_CHAIN_TOKEN: LazyLock<Regex> = LazyLock::new(|| Regex::new(CALL_CHAIN_PATTERN).expect("static pattern"));
+static SCALE_UNIT: LazyLock<Regex> = LazyLock::new(|| Regex::new(SCALE_UNIT_PATTERN).expect("static pattern"));
 static IPV4: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(^|[^0-9])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}($|[^0-9])").expect("static pattern"));
 /// Labels that introduce a personal value (`email:…`, `phone-…`).

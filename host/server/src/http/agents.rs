@@ -1,19 +1,22 @@
 //! Agent: registration, token rotation, recovery and disclosure level.
 
+use axum::Json;
 use axum::extract::State;
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderName, Method, StatusCode};
 use axum::routing::{post, put};
-use chrono::SecondsFormat;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
 
 use anchor_app::agents::{self, Credentials, Recovered, Rotated};
 use anchor_domain::agents::{DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_WINDOW_MINUTES, TRIAL_DAC, TRIAL_DAYS};
 
-use super::input::Obj;
-use crate::error::{ApiError, ApiResult, AuthFailure};
-use crate::extract::{AuthAgent, JsonBody};
+use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
+use crate::extract::{AuthAgent, Body};
 use crate::openapi::*;
 use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Time, one_of};
 
 /// Where an agent says it is based: five tracked countries, then macro-regions.
 pub const REGION_CODES: &[&str] =
@@ -25,144 +28,198 @@ pub fn operations() -> Vec<Operation> {
             .tag("Agent")
             .summary("Register an agent")
             .describe("Creates an agent and returns its bearer token and recovery key, each shown once. Every call creates a new agent; request_id is accepted and ignored.")
-            .request(
-                object(&[], vec![
-                    ("region_code", enumeration(REGION_CODES)),
-                    ("request_id", doc(uuid(), "Accepted and ignored: registration is never idempotent")),
-                ]),
-                json!({ "region_code": "KR" }),
-            )
-            .ok(201, "Registered", object(&[], vec![
-                ("agent_id", uuid()),
-                ("auth_token", doc(string(), "da_tk_ followed by 64 hex digits; shown once")),
-                ("recovery_key", doc(string(), "da_rk_ followed by 64 hex digits; shown once")),
-                ("registered_at", datetime()),
-                ("trial_dac_amount", number()),
-                ("trial_period_days", number()),
-                ("trial_expires_at", datetime()),
-                ("message", string()),
-                ("next_steps", json!({ "type": "object" })),
-            ]))
+            .takes::<RegisterRequest>(json!({ "region_code": "KR" }))
+            .returns::<Registered>(201, "Registered")
             .error(400, "Invalid request.", &["INVALID_ENUM", "INVALID_UUID", "UNKNOWN_FIELD", "INVALID_INPUT"]),
         op(Method::POST, "/v1/agent/token/rotate", post(rotate))
             .tag("Agent")
             .summary("Rotate the auth token and recovery key")
             .agent()
-            .request(object(&["agent_id"], vec![("agent_id", uuid())]), json!({ "agent_id": "<your agent_id>" }))
-            .ok(200, "New token and recovery key; the old ones stopped working", object(&[], vec![
-                ("agent_id", uuid()),
-                ("auth_token", string()),
-                ("recovery_key", string()),
-                ("rotated_at", datetime()),
-            ]))
+            .takes::<RotateRequest>(json!({ "agent_id": "<your agent_id>" }))
+            .returns::<Rotation>(200, "New token and recovery key; the old ones stopped working")
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
             .error(403, "agent_id is not the authenticated agent.", &["FORBIDDEN"]),
         op(Method::PUT, "/v1/agent/disclosure", put(disclosure))
             .tag("Agent")
             .summary("Set the disclosure level")
             .agent()
-            .request(
-                object(&["disclosure_level"], vec![("disclosure_level", enumeration(DisclosureLevel::NAMES))]),
-                json!({ "disclosure_level": "summary" }),
-            )
-            .ok(200, "Updated", object(&[], vec![("agent_id", uuid()), ("disclosure_level", string())]))
+            .takes::<DisclosureRequest>(json!({ "disclosure_level": "summary" }))
+            .returns::<DisclosureSet>(200, "Updated")
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_ENUM", "UNKNOWN_FIELD"]),
         op(Method::POST, "/v1/agent/token/recover", post(recover))
             .tag("Agent")
             .summary("Recover a lost token with the recovery key")
             .describe("No bearer token needed: agent_id and recovery_key are the proof. Both secrets are replaced. At most 5 wrong keys per agent_id per 15 minutes; the right key always recovers.")
-            .request(
-                object(&["agent_id", "recovery_key"], vec![("agent_id", uuid()), ("recovery_key", string())]),
-                json!({ "agent_id": "<agent_id>", "recovery_key": "da_rk_<64 hex>" }),
-            )
-            .ok(200, "Recovered", object(&[], vec![
-                ("agent_id", uuid()),
-                ("auth_token", string()),
-                ("recovery_key", string()),
-                ("recovered_at", datetime()),
-            ]))
+            .takes::<RecoverRequest>(json!({ "agent_id": "<agent_id>", "recovery_key": "da_rk_<64 hex>" }))
+            .returns::<Recovery>(200, "Recovered")
             .error(400, "Missing field or invalid UUID.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
-            .ok(401, "agent_id and recovery_key do not match (the same answer whichever is wrong)", reference("UnauthorizedBody"))
+            .returns::<UnauthorizedBody>(401, "agent_id and recovery_key do not match (the same answer whichever is wrong)")
             .error(429, "Too many recovery attempts for this agent_id.", &["RATE_LIMITED"]),
     ]
 }
 
 /// Responses that carry a secret must not be kept by any cache.
-pub(crate) const NO_STORE: [(axum::http::HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
+pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
 
-type Secret = ([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>);
-
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RegisterRequest {
+    #[schemars(schema_with = "region_codes")]
+    region_code: Option<String>,
+    /// Accepted and ignored: registration is never idempotent.
+    #[allow(dead_code)]
+    request_id: Option<Id>,
 }
 
-/// The answer that shows a new pair of secrets, with `at_field` naming its time.
-fn credentials(c: &Credentials, at_field: &str) -> Value {
-    json!({ "agent_id": c.agent_id, "auth_token": c.token, "recovery_key": c.recovery_key, at_field: time(c.at) })
+fn region_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    one_of(REGION_CODES)
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Registered {
+    agent_id: Uuid,
+    /// da_tk_ followed by 64 hex digits; shown once.
+    auth_token: String,
+    /// da_rk_ followed by 64 hex digits; shown once.
+    recovery_key: String,
+    registered_at: Time,
+    trial_dac_amount: Dac,
+    trial_period_days: i64,
+    trial_expires_at: Time,
+    message: &'static str,
+    next_steps: NextSteps,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct NextSteps {
+    first_record: Step,
+    then_confirm: Step,
+    check_trial: Step,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Step {
+    call: String,
+    note: &'static str,
 }
 
 async fn register(
     State(state): State<AppState>,
-    JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, [(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
-    let empty = json!({});
-    let body = if body.is_null() { &empty } else { &body };
-    let input = Obj::new(body, "", &["region_code", "request_id"])?;
-    let region = input.opt_enum("region_code", |s| REGION_CODES.iter().find(|r| **r == s).copied(), REGION_CODES)?;
-    input.opt_uuid("request_id")?;
+    Body(request): Body<Option<RegisterRequest>>,
+) -> ApiResult<(StatusCode, [(HeaderName, &'static str); 1], Json<Registered>)> {
+    let region = match request.and_then(|r| r.region_code) {
+        Some(code) => Some(REGION_CODES.iter().copied().find(|r| *r == code).ok_or_else(|| {
+            ApiError::bad(
+                "INVALID_ENUM",
+                format!("region_code must be one of {}; got {}", REGION_CODES.join(", "), anchor_domain::brief(&code)),
+            )
+        })?),
+        None => None,
+    };
     let registered = agents::register(&state.app, region).await?;
     let base = &state.settings.public_url;
-    let mut body = credentials(&registered.credentials, "registered_at");
-    let extra = json!({
-        "trial_dac_amount": TRIAL_DAC.to_json_number(),
-        "trial_period_days": TRIAL_DAYS,
-        "trial_expires_at": time(registered.trial_expires_at),
-        "message": "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
-        "next_steps": {
-            "first_record": {
-                "call": format!("POST {base}/v1/dd/create"),
-                "note": "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
+    let c = registered.credentials;
+    Ok((
+        StatusCode::CREATED,
+        NO_STORE,
+        Json(Registered {
+            agent_id: c.agent_id,
+            auth_token: c.token,
+            recovery_key: c.recovery_key,
+            registered_at: c.at.into(),
+            trial_dac_amount: TRIAL_DAC.into(),
+            trial_period_days: TRIAL_DAYS,
+            trial_expires_at: registered.trial_expires_at.into(),
+            message: "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
+            next_steps: NextSteps {
+                first_record: Step {
+                    call: format!("POST {base}/v1/dd/create"),
+                    note: "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
+                },
+                then_confirm: Step {
+                    call: format!("POST {base}/v1/dd/confirm"),
+                    note: "confirm after the action is carried out; free; returns the integrity hash",
+                },
+                check_trial: Step { call: format!("GET {base}/v1/trial/status"), note: "free" },
             },
-            "then_confirm": {
-                "call": format!("POST {base}/v1/dd/confirm"),
-                "note": "confirm after the action is carried out; free; returns the integrity hash",
-            },
-            "check_trial": {
-                "call": format!("GET {base}/v1/trial/status"),
-                "note": "free",
-            },
-        },
-    });
-    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
-        body.extend(extra);
-    }
-    Ok((StatusCode::CREATED, NO_STORE, axum::Json(body)))
+        }),
+    ))
 }
 
-async fn rotate(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<Secret> {
-    let input = Obj::new(&body, "", &["agent_id"])?;
-    let agent_id = input.req_uuid("agent_id")?;
-    match agents::rotate(&state.app, &agent, agent_id).await? {
-        Rotated::Done(c) => Ok((NO_STORE, axum::Json(credentials(&c, "rotated_at")))),
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RotateRequest {
+    agent_id: Id,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Rotation {
+    agent_id: Uuid,
+    auth_token: String,
+    recovery_key: String,
+    rotated_at: Time,
+}
+
+async fn rotate(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Body(request): Body<RotateRequest>,
+) -> ApiResult<([(HeaderName, &'static str); 1], Json<Rotation>)> {
+    match agents::rotate(&state.app, &agent, request.agent_id.0).await? {
+        Rotated::Done(Credentials { agent_id, token, recovery_key, at }) => {
+            Ok((NO_STORE, Json(Rotation { agent_id, auth_token: token, recovery_key, rotated_at: at.into() })))
+        }
         Rotated::TokenReplaced => {
             Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() })
         }
     }
 }
 
-async fn disclosure(State(state): State<AppState>, AuthAgent(agent): AuthAgent, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
-    let input = Obj::new(&body, "", &["disclosure_level"])?;
-    let level = input.req_enum("disclosure_level", DisclosureLevel::parse, DisclosureLevel::NAMES)?;
-    agents::set_disclosure(&state.app, agent.agent_id, level).await?;
-    Ok(axum::Json(json!({ "agent_id": agent.agent_id, "disclosure_level": level.as_str() })))
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DisclosureRequest {
+    disclosure_level: Named<DisclosureLevel>,
 }
 
-async fn recover(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Secret> {
-    let input = Obj::new(&body, "", &["agent_id", "recovery_key"])?;
-    let agent_id = input.req_uuid("agent_id")?;
-    let key = input.req_str("recovery_key")?;
-    match agents::recover(&state.app, agent_id, key).await? {
-        Recovered::Done(c) => Ok((NO_STORE, axum::Json(credentials(&c, "recovered_at")))),
+#[derive(Serialize, JsonSchema)]
+struct DisclosureSet {
+    agent_id: Uuid,
+    disclosure_level: Named<DisclosureLevel>,
+}
+
+async fn disclosure(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Body(request): Body<DisclosureRequest>,
+) -> ApiResult<Json<DisclosureSet>> {
+    let level = request.disclosure_level.0;
+    agents::set_disclosure(&state.app, agent.agent_id, level).await?;
+    Ok(Json(DisclosureSet { agent_id: agent.agent_id, disclosure_level: Named(level) }))
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RecoverRequest {
+    agent_id: Id,
+    recovery_key: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Recovery {
+    agent_id: Uuid,
+    auth_token: String,
+    recovery_key: String,
+    recovered_at: Time,
+}
+
+async fn recover(
+    State(state): State<AppState>,
+    Body(request): Body<RecoverRequest>,
+) -> ApiResult<([(HeaderName, &'static str); 1], Json<Recovery>)> {
+    match agents::recover(&state.app, request.agent_id.0, &request.recovery_key).await? {
+        Recovered::Done(Credentials { agent_id, token, recovery_key, at }) => {
+            Ok((NO_STORE, Json(Recovery { agent_id, auth_token: token, recovery_key, recovered_at: at.into() })))
+        }
         Recovered::Refused => {
             Err(ApiError::Unauthorized { failure: AuthFailure::InvalidRecoveryKey, base_url: state.settings.public_url.clone() })
         }

@@ -1,11 +1,14 @@
 //! ARA over HTTP: observations of recorded history, paid per call.
 
+use std::collections::BTreeMap;
+
+use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use chrono::SecondsFormat;
-use serde_json::{Map, Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use anchor_app::ara;
 
@@ -14,9 +17,9 @@ use crate::extract::{AuthAgent, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
+use crate::wire::{Dac, TimeSecs};
 
 pub fn operations() -> Vec<Operation> {
-    let counts = json!({ "type": "object", "additionalProperties": { "type": "integer" } });
     vec![
         op(Method::GET, ara::ENVIRONMENT.path, get(environment))
             .tag("ARA")
@@ -27,25 +30,11 @@ pub fn operations() -> Vec<Operation> {
                  (PAYMENT-RESPONSE); Trial never pays an observation.",
             )
             .agent()
-            .ok(
-                200,
-                "Environment statistics",
-                object(
-                    &[],
-                    vec![
-                        ("observation", enumeration(&["environment"])),
-                        ("period", object(&[], vec![("from", datetime()), ("to", datetime())])),
-                        ("dd_count", integer()),
-                        ("agent_count", integer()),
-                        ("action_type_distribution", counts.clone()),
-                        ("retention_distribution", counts),
-                        ("dac_charged", number()),
-                    ],
-                ),
-            )
+            .returns::<Environment>(200, "Environment statistics")
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
             .error(404, "Too few agents contribute to show statistics that identify none of them.", &["DATA_UNAVAILABLE"])
             .payment_required("No payment came with the request, or it was refused (the reason is in `error`).")
+            .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
             .error(
                 503,
                 "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
@@ -54,8 +43,29 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-fn counts(pairs: &[(String, i64)]) -> Value {
-    Value::Object(pairs.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<Map<_, _>>())
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum ObservationKind {
+    Environment,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Period {
+    from: TimeSecs,
+    to: TimeSecs,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Environment {
+    observation: ObservationKind,
+    period: Period,
+    dd_count: i64,
+    agent_count: i64,
+    /// Declarations by action type.
+    action_type_distribution: BTreeMap<String, i64>,
+    /// Declarations by retention period.
+    retention_distribution: BTreeMap<String, i64>,
+    dac_charged: Dac,
 }
 
 async fn environment(
@@ -65,17 +75,14 @@ async fn environment(
 ) -> ApiResult<Response> {
     let observed = ara::environment(&state.app, agent.agent_id, offered).await?;
     let stats = &observed.result;
-    let body = json!({
-        "observation": "environment",
-        "period": {
-            "from": observed.from.to_rfc3339_opts(SecondsFormat::Secs, true),
-            "to": observed.to.to_rfc3339_opts(SecondsFormat::Secs, true),
-        },
-        "dd_count": stats.declarations,
-        "agent_count": stats.agents,
-        "action_type_distribution": counts(&stats.by_action_type),
-        "retention_distribution": counts(&stats.by_retention),
-        "dac_charged": observed.charged.to_json_number(),
-    });
-    Ok(with_settlement(axum::Json(body).into_response(), observed.settlement.as_ref()))
+    let body = Environment {
+        observation: ObservationKind::Environment,
+        period: Period { from: observed.from.into(), to: observed.to.into() },
+        dd_count: stats.declarations,
+        agent_count: stats.agents,
+        action_type_distribution: stats.by_action_type.iter().cloned().collect(),
+        retention_distribution: stats.by_retention.iter().cloned().collect(),
+        dac_charged: observed.charged.into(),
+    };
+    Ok(with_settlement(Json(body).into_response(), observed.settlement.as_ref()))
 }

@@ -1,14 +1,19 @@
 //! Documents about the service itself: health, the generated OpenAPI, llms.txt,
 //! the agent card and x402 discovery. All text here is this project's own.
 
+use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
 
-use crate::openapi::{self, INTERFACE_VERSION, Operation, boolean, integer, object, op, string};
+use crate::openapi::{self, INTERFACE_VERSION, Operation, op};
 use crate::state::AppState;
+use crate::wire::Dac;
 use anchor_app::catalog;
 use anchor_domain::MilliDac;
 use anchor_x402::{NETWORK, USDC_BASE};
@@ -18,85 +23,115 @@ pub const SERVICE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/health", get(health)).tag("Discovery").summary("Liveness, versions and uptime").extension().ok(
-            200,
-            "Healthy",
-            object(
-                &[],
-                vec![
-                    ("status", string()),
-                    ("version", string()),
-                    ("service_version", string()),
-                    ("uptime_seconds", integer()),
-                    ("storage", string()),
-                    ("pricing_version", string()),
-                ],
-            ),
-        ),
-        op(Method::GET, "/", get(root)).tag("Discovery").summary("What this service is and where to start").extension().ok(
-            200,
-            "Index",
-            object(&[], vec![("service", string()), ("version", string())]),
-        ),
+        op(Method::GET, "/health", get(health))
+            .tag("Discovery")
+            .summary("Liveness, versions and uptime")
+            .extension()
+            .returns::<Health>(200, "Healthy")
+            .returns::<Health>(503, "Storage does not answer"),
+        op(Method::GET, "/", get(root))
+            .tag("Discovery")
+            .summary("What this service is and where to start")
+            .extension()
+            .returns::<Index>(200, "Index"),
         op(Method::GET, "/openapi.json", get(openapi_json))
             .tag("Discovery")
-            .summary("This document, generated from the route table")
+            .summary("This document, generated from the route table and the types of the bodies")
             .extension()
-            .ok(200, "OpenAPI 3.0", json!({ "type": "object" })),
+            .returns::<Value>(200, "OpenAPI 3.0"),
         op(Method::GET, "/llms.txt", get(llms_txt))
             .tag("Discovery")
             .summary("A plain-text guide for language-model agents")
             .extension()
             .ok_media(200, "The guide, in Markdown", "text/plain"),
-        op(Method::GET, "/.well-known/agent-card.json", get(agent_card)).tag("Discovery").summary("A2A agent card").extension().ok(
-            200,
-            "Agent card",
-            json!({ "type": "object" }),
-        ),
+        op(Method::GET, "/.well-known/agent-card.json", get(agent_card))
+            .tag("Discovery")
+            .summary("A2A agent card")
+            .extension()
+            .returns::<AgentCard>(200, "Agent card"),
         op(Method::GET, "/.well-known/x402.json", get(x402))
             .tag("Discovery")
             .summary("Which routes take x402 payments, and how")
             .extension()
-            .ok(200, "x402 discovery", object(&[], vec![("x402_supported", boolean()), ("paid_endpoints", json!({ "type": "array" }))])),
+            .returns::<X402Discovery>(200, "x402 discovery"),
     ]
 }
 
-async fn health(State(state): State<AppState>) -> Response {
-    let storage_ok = state.store.ping().await.is_ok();
-    let body = json!({
-        "status": if storage_ok { "ok" } else { "degraded" },
-        "version": INTERFACE_VERSION,
-        "service_version": SERVICE_VERSION,
-        "uptime_seconds": state.started.elapsed().as_secs(),
-        "storage": state.store.backend(),
-        "storage_reachable": storage_ok,
-        "pricing_version": state.pricing.generation().version,
-        "host_id": state.host_id,
-        "log": {
-            "origin": state.log_key.origin,
-            "public_key": state.log_key.vkey,
-            "checkpoint_size": state.store.latest_checkpoint().await.ok().flatten().map(|c| c.size),
-        },
-    });
-    let status = if storage_ok { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
-    (status, axum::Json(body)).into_response()
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum HealthStatus {
+    Ok,
+    Degraded,
 }
 
-async fn root(State(state): State<AppState>) -> axum::Json<Value> {
+#[derive(Serialize, JsonSchema)]
+struct Health {
+    status: HealthStatus,
+    /// The interface version implemented.
+    version: &'static str,
+    service_version: &'static str,
+    uptime_seconds: u64,
+    /// sqlite or postgres.
+    storage: &'static str,
+    storage_reachable: bool,
+    pricing_version: String,
+    host_id: Uuid,
+    log: LogInfo,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct LogInfo {
+    origin: String,
+    public_key: String,
+    checkpoint_size: Option<i64>,
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    let status = anchor_app::status::status(&state.app).await;
+    let body = Health {
+        status: if status.storage_reachable { HealthStatus::Ok } else { HealthStatus::Degraded },
+        version: INTERFACE_VERSION,
+        service_version: SERVICE_VERSION,
+        uptime_seconds: state.started.elapsed().as_secs(),
+        storage: status.storage,
+        storage_reachable: status.storage_reachable,
+        pricing_version: status.pricing_version,
+        host_id: state.host_id,
+        log: LogInfo {
+            origin: state.log_key.origin.clone(),
+            public_key: state.log_key.vkey.clone(),
+            checkpoint_size: status.checkpoint_size,
+        },
+    };
+    let code = if status.storage_reachable { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(body)).into_response()
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Index {
+    service: &'static str,
+    version: &'static str,
+    service_version: &'static str,
+    start_here: String,
+    openapi: String,
+    llms_txt: String,
+}
+
+async fn root(State(state): State<AppState>) -> Json<Index> {
     let base = &state.settings.public_url;
-    axum::Json(json!({
-        "service": "anchor: an accountability anchoring service for software agents",
-        "version": INTERFACE_VERSION,
-        "service_version": SERVICE_VERSION,
-        "start_here": format!("POST {base}/v1/agent/register"),
-        "openapi": format!("{base}/openapi.json"),
-        "llms_txt": format!("{base}/llms.txt"),
-    }))
+    Json(Index {
+        service: "anchor: an accountability anchoring service for software agents",
+        version: INTERFACE_VERSION,
+        service_version: SERVICE_VERSION,
+        start_here: format!("POST {base}/v1/agent/register"),
+        openapi: format!("{base}/openapi.json"),
+        llms_txt: format!("{base}/llms.txt"),
+    })
 }
 
 async fn openapi_json(State(state): State<AppState>) -> Response {
     let document = state.openapi.get_or_init(|| openapi::document(&crate::http::operations(), &state.settings.public_url)).clone();
-    let mut response = axum::Json(document).into_response();
+    let mut response = Json(document).into_response();
     response.headers_mut().insert("x-da-spec-version", HeaderValue::from_static(INTERFACE_VERSION));
     response
 }
@@ -133,68 +168,211 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
     response
 }
 
-async fn agent_card(State(state): State<AppState>) -> axum::Json<Value> {
-    let base = &state.settings.public_url;
-    axum::Json(json!({
-        "protocolVersion": "1.0",
-        "name": "anchor",
-        "description": "Anchors an agent's decisions outside the agent: when it decided, under which accountability scope, and at what cost. Keeps metadata only and passes no judgement on what was decided.",
-        "url": base,
-        "preferredTransport": "HTTP+JSON",
-        "provider": { "organization": "anchor operators", "url": base },
-        "version": INTERFACE_VERSION,
-        "documentationUrl": format!("{base}/llms.txt"),
-        "capabilities": { "streaming": false, "pushNotifications": false, "stateTransitionHistory": false },
-        "securitySchemes": {
-            "bearer": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "POST /v1/agent/register returns auth_token; send it as Authorization: Bearer <auth_token>.",
-            },
-        },
-        "security": [{ "bearer": [] }],
-        "defaultInputModes": ["application/json"],
-        "defaultOutputModes": ["application/json"],
-        "skills": [
-            {
-                "id": "registration",
-                "name": "Agent registration",
-                "description": "Creates an agent identity with a bearer token, a recovery key and 500 Trial DAC for 30 days.",
-                "tags": ["identity", "onboarding"],
-            },
-            {
-                "id": "decision-declaration",
-                "name": "Decision declaration (DD with EE)",
-                "description": "Declares a decision's metadata and its accountability scope, then confirms it once the action is done; confirmation fixes a salted SHA-256 integrity hash.",
-                "tags": ["accountability", "audit", "x402"],
-            },
-            {
-                "id": "account",
-                "name": "Trial and classification",
-                "description": "Reports the Trial balance and the self-classification keys the agent may use.",
-                "tags": ["account"],
-            },
-        ],
-        "x-anchor": {
-            "key_endpoints": [
-                { "method": "POST", "path": "/v1/agent/register", "cost": "free" },
-                { "method": "POST", "path": "/v1/dd/create", "cost": "trial, then x402" },
-                { "method": "POST", "path": "/v1/dd/confirm", "cost": "free" },
-                { "method": "GET", "path": "/v1/dd/{dd_id}", "cost": "free" },
-            ],
-            "openapi": format!("{base}/openapi.json"),
-            "x402": format!("{base}/.well-known/x402.json"),
-            "log": {
-                "origin": state.log_key.origin,
-                "public_key": state.log_key.vkey,
-                "checkpoint": format!("{base}/v1/log/checkpoint"),
-                "receipt": format!("{base}/v1/dd/{{dd_id}}/receipt"),
-            },
-        },
-    }))
+/// An A2A agent card.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct AgentCard {
+    protocol_version: &'static str,
+    name: &'static str,
+    description: &'static str,
+    url: String,
+    preferred_transport: &'static str,
+    provider: Provider,
+    version: &'static str,
+    documentation_url: String,
+    capabilities: Capabilities,
+    security_schemes: SecuritySchemes,
+    security: Vec<SecurityRequirement>,
+    default_input_modes: Vec<&'static str>,
+    default_output_modes: Vec<&'static str>,
+    skills: Vec<Skill>,
+    #[serde(rename = "x-anchor")]
+    x_anchor: CardExtension,
 }
 
-async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
+#[derive(Serialize, JsonSchema)]
+struct Provider {
+    organization: &'static str,
+    url: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Capabilities {
+    streaming: bool,
+    push_notifications: bool,
+    state_transition_history: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SecuritySchemes {
+    bearer: BearerScheme,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct BearerScheme {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    scheme: &'static str,
+    description: &'static str,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SecurityRequirement {
+    bearer: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Skill {
+    id: &'static str,
+    name: &'static str,
+    description: &'static str,
+    tags: Vec<&'static str>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CardExtension {
+    key_endpoints: Vec<KeyEndpoint>,
+    openapi: String,
+    x402: String,
+    log: CardLog,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct KeyEndpoint {
+    method: &'static str,
+    path: &'static str,
+    cost: &'static str,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CardLog {
+    origin: String,
+    public_key: String,
+    checkpoint: String,
+    receipt: String,
+}
+
+async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
+    let base = &state.settings.public_url;
+    let skill = |id, name, description, tags: &[&'static str]| Skill { id, name, description, tags: tags.to_vec() };
+    let endpoint = |method, path, cost| KeyEndpoint { method, path, cost };
+    Json(AgentCard {
+        protocol_version: "1.0",
+        name: "anchor",
+        description: "Anchors an agent's decisions outside the agent: when it decided, under which accountability scope, and at what cost. Keeps metadata only and passes no judgement on what was decided.",
+        url: base.clone(),
+        preferred_transport: "HTTP+JSON",
+        provider: Provider { organization: "anchor operators", url: base.clone() },
+        version: INTERFACE_VERSION,
+        documentation_url: format!("{base}/llms.txt"),
+        capabilities: Capabilities { streaming: false, push_notifications: false, state_transition_history: false },
+        security_schemes: SecuritySchemes {
+            bearer: BearerScheme {
+                kind: "http",
+                scheme: "bearer",
+                description: "POST /v1/agent/register returns auth_token; send it as Authorization: Bearer <auth_token>.",
+            },
+        },
+        security: vec![SecurityRequirement { bearer: Vec::new() }],
+        default_input_modes: vec!["application/json"],
+        default_output_modes: vec!["application/json"],
+        skills: vec![
+            skill(
+                "registration",
+                "Agent registration",
+                "Creates an agent identity with a bearer token, a recovery key and 500 Trial DAC for 30 days.",
+                &["identity", "onboarding"],
+            ),
+            skill(
+                "decision-declaration",
+                "Decision declaration (DD with EE)",
+                "Declares a decision's metadata and its accountability scope, then confirms it once the action is done; confirmation fixes a salted SHA-256 integrity hash.",
+                &["accountability", "audit", "x402"],
+            ),
+            skill(
+                "account",
+                "Trial and classification",
+                "Reports the Trial balance and the self-classification keys the agent may use.",
+                &["account"],
+            ),
+        ],
+        x_anchor: CardExtension {
+            key_endpoints: vec![
+                endpoint("POST", "/v1/agent/register", "free"),
+                endpoint("POST", "/v1/dd/create", "trial, then x402"),
+                endpoint("POST", "/v1/dd/confirm", "free"),
+                endpoint("GET", "/v1/dd/{dd_id}", "free"),
+            ],
+            openapi: format!("{base}/openapi.json"),
+            x402: format!("{base}/.well-known/x402.json"),
+            log: CardLog {
+                origin: state.log_key.origin.clone(),
+                public_key: state.log_key.vkey.clone(),
+                checkpoint: format!("{base}/v1/log/checkpoint"),
+                receipt: format!("{base}/v1/dd/{{dd_id}}/receipt"),
+            },
+        },
+    })
+}
+
+/// Where x402 payments are taken, and how.
+#[derive(Serialize, JsonSchema)]
+struct X402Discovery {
+    name: &'static str,
+    version: &'static str,
+    x402_supported: bool,
+    x402_version: u8,
+    networks: Vec<&'static str>,
+    asset: &'static str,
+    payment_address: String,
+    paid_endpoints: Vec<PaidEndpoint>,
+    trial: TrialOffer,
+    endpoints: Endpoints,
+    log: DiscoveryLog,
+    documentation: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct PaidEndpoint {
+    /// `METHOD /path`.
+    endpoint: String,
+    priced_by: &'static str,
+    trial_eligible: bool,
+    accepts_earned: bool,
+    /// Whether this server serves the route yet.
+    available: bool,
+    /// The starting price in USD (`$0.01`); absent when the generation does not price it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    price_base: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    earned_pays: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TrialOffer {
+    enabled: bool,
+    amount_dac: Dac,
+    period_days: i64,
+    applies_to: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Endpoints {
+    api: String,
+    openapi: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct DiscoveryLog {
+    origin: String,
+    public_key: String,
+    checkpoint: String,
+}
+
+async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
     let base = &state.settings.public_url;
     let policy = state.pricing.policy().ok();
     let services = state.pricing.services().ok().flatten();
@@ -206,46 +384,43 @@ async fn x402(State(state): State<AppState>) -> axum::Json<Value> {
         let digits = fraction.trim_end_matches('0').len().max(2);
         format!("${}.{}", micro / 1_000_000, &fraction[..digits])
     };
-    let paid_endpoints: Vec<Value> = catalog::PAID_ROUTES
+    let paid_endpoints = catalog::PAID_ROUTES
         .iter()
         .map(|paid| {
             let available = crate::http::implements(&paid.route);
-            let mut entry = json!({
-                "endpoint": paid.route.to_string(),
-                "priced_by": paid.priced_by(),
-                "trial_eligible": paid.trial,
-                "accepts_earned": paid.earned != catalog::EarnedUse::Never,
-                "available": available,
-            });
-            if let Some(price) = policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())) {
-                entry["price_base"] = json!(usd(price));
+            PaidEndpoint {
+                endpoint: paid.route.to_string(),
+                priced_by: paid.priced_by(),
+                trial_eligible: paid.trial,
+                accepts_earned: paid.earned != catalog::EarnedUse::Never,
+                available,
+                price_base: policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())).map(usd),
+                earned_pays: (paid.earned == catalog::EarnedUse::Surcharge).then_some("the resolution surcharge only"),
+                note: (!available).then_some("not served by this version yet: the route answers 404"),
             }
-            if paid.earned == catalog::EarnedUse::Surcharge {
-                entry["earned_pays"] = json!("the resolution surcharge only");
-            }
-            if !available {
-                entry["note"] = json!("not served by this version yet: the route answers 404");
-            }
-            entry
         })
         .collect();
-    axum::Json(json!({
-        "name": "anchor",
-        "version": INTERFACE_VERSION,
-        "x402_supported": true,
-        "x402_version": 2,
-        "networks": [NETWORK],
-        "asset": USDC_BASE,
-        "payment_address": state.settings.pay_to,
-        "paid_endpoints": paid_endpoints,
-        "trial": {
-            "enabled": true,
-            "amount_dac": 500,
-            "period_days": 30,
-            "applies_to": catalog::trial_routes().map(|r| r.to_string()).collect::<Vec<_>>(),
+    Json(X402Discovery {
+        name: "anchor",
+        version: INTERFACE_VERSION,
+        x402_supported: true,
+        x402_version: 2,
+        networks: vec![NETWORK],
+        asset: USDC_BASE,
+        payment_address: state.settings.pay_to.clone(),
+        paid_endpoints,
+        trial: TrialOffer {
+            enabled: true,
+            amount_dac: anchor_domain::agents::TRIAL_DAC.into(),
+            period_days: anchor_domain::agents::TRIAL_DAYS,
+            applies_to: catalog::trial_routes().map(|r| r.to_string()).collect(),
         },
-        "endpoints": { "api": base, "openapi": format!("{base}/openapi.json") },
-        "log": { "origin": state.log_key.origin, "public_key": state.log_key.vkey, "checkpoint": format!("{base}/v1/log/checkpoint") },
-        "documentation": format!("{base}/llms.txt"),
-    }))
+        endpoints: Endpoints { api: base.clone(), openapi: format!("{base}/openapi.json") },
+        log: DiscoveryLog {
+            origin: state.log_key.origin.clone(),
+            public_key: state.log_key.vkey.clone(),
+            checkpoint: format!("{base}/v1/log/checkpoint"),
+        },
+        documentation: format!("{base}/llms.txt"),
+    })
 }

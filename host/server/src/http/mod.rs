@@ -1,6 +1,6 @@
 //! The HTTP API. Each module owns its routes, handlers and response shapes.
 //!
-//! Reading order: `input` (how bodies are read), `agents` (registration and
+//! Reading order: `body` (how bodies are read into their types), `agents` (registration and
 //! credentials), `declarations` (DD/EE: create, confirm, read), `pricing`,
 //! `account` (Trial and classification), `discovery` (documents about the
 //! service itself).
@@ -8,10 +8,10 @@
 pub mod account;
 pub mod agents;
 pub mod ara;
+pub mod body;
 pub mod dap;
 pub mod declarations;
 pub mod discovery;
-pub mod input;
 pub mod payments;
 pub mod portal;
 pub mod pricing;

@@ -1,196 +1,288 @@
-//! Pricing: the active generation's policy and presets, as the component
-//! describes them. Nothing here is computed by the host.
+//! Pricing: the active generation's policy, presets and service prices, as
+//! the component describes them. Nothing here is computed by the host.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
 use axum::routing::get;
-use serde_json::{Map, Value, json};
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Serialize;
 
+use anchor_app::charge::PAYMENT_WINDOW_SECS;
+use anchor_app::pricing;
 use anchor_domain::MilliDac;
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
+use anchor_domain::declarations::ee;
+use anchor_domain::pricing::{ObservationTier, Quote, ServicePrices};
 
 use crate::error::ApiResult;
 use crate::openapi::*;
 use crate::state::AppState;
-use anchor_app::charge::PAYMENT_WINDOW_SECS;
+use crate::wire::{Dac, Named, Ratio};
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, "/v1/pricing/current", get(current)).tag("Pricing").summary("The active pricing generation").ok(
-            200,
-            "Policy: base fee, every axis add, the multiplier rule",
-            object(
-                &[],
-                vec![
-                    ("pricing_version", string()),
-                    ("effective_from", string()),
-                    ("component_sha256", string()),
-                    ("wit_package", string()),
-                    ("currency", string()),
-                    ("unit", json!({ "type": "object" })),
-                    ("base_fee", number()),
-                    ("axes", json!({ "type": "object" })),
-                    ("formula", string()),
-                    ("multiplier_conditions", json!({ "type": "object" })),
-                    ("indefinite_available", boolean()),
-                    ("trial", json!({ "type": "object" })),
-                    ("payment_window_minutes", integer()),
-                    (
-                        "observations",
-                        doc(
-                            array(object(
-                                &[],
-                                vec![
-                                    ("tier", string()),
-                                    ("resolution_level", nullable(integer())),
-                                    ("base_dac", number()),
-                                    ("surcharge_dac", number()),
-                                ],
-                            )),
-                            "ARA observation prices by tier and resolution level (generations of anchor:pricing@1.1.0)",
-                        ),
-                    ),
-                    ("earned_dac", json!({ "type": "object" })),
-                    ("asa", json!({ "type": "object" })),
-                    ("ise", json!({ "type": "object" })),
-                    ("sdac", json!({ "type": "object" })),
-                    ("retention_subscription", json!({ "type": "object" })),
-                    ("tsl", json!({ "type": "object" })),
-                ],
-            ),
-        ),
-        op(Method::GET, "/v1/pricing/ee-presets", get(presets)).tag("Pricing").summary("EE presets with what each costs").ok(
-            200,
-            "Presets",
-            object(
-                &[],
-                vec![
-                    ("pricing_version", string()),
-                    (
-                        "presets",
-                        array(object(
-                            &[],
-                            vec![
-                                ("name", string()),
-                                ("label", string()),
-                                ("enabled", boolean()),
-                                ("ee_retention_period", string()),
-                                ("ee_integrity_verification_level", string()),
-                                ("ee_disclosure_format_policy", string()),
-                                ("ee_responsibility_scope", string()),
-                                ("dac_amount", number()),
-                                ("cost_breakdown", reference("CostBreakdown")),
-                            ],
-                        )),
-                    ),
-                ],
-            ),
-        ),
+        op(Method::GET, "/v1/pricing/current", get(current))
+            .tag("Pricing")
+            .summary("The active pricing generation")
+            .returns::<PricingCurrent>(200, "Policy: base fee, every axis add, the multiplier rule, and the service prices"),
+        op(Method::GET, "/v1/pricing/ee-presets", get(presets))
+            .tag("Pricing")
+            .summary("EE presets with what each costs")
+            .returns::<Presets>(200, "Presets"),
     ]
 }
 
-async fn current(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> {
-    let policy = state.pricing.policy()?;
-    let mut axes = Map::new();
-    let mut indefinite_available = false;
-    for price in &policy.axes {
-        let mut entry = json!({
-            "add": price.add.to_json_number(),
-            "available": price.available,
-        });
-        if price.monthly > MilliDac::ZERO {
-            entry["monthly"] = price.monthly.to_json_number();
-        }
-        if let Some(note) = &price.note {
-            entry["note"] = json!(note);
-        }
-        if price.axis == "ee_retention_period" && price.value == "indefinite" {
-            indefinite_available = price.available;
-        }
-        axes.entry(price.axis.clone()).or_insert_with(|| json!({}))[&price.value] = entry;
-    }
-    let mut body = json!({
-        "pricing_version": policy.version,
-        "effective_from": policy.effective_from,
-        "component_sha256": state.pricing.generation().sha256,
-        "wit_package": state.pricing.generation().interface,
-        "currency": "DAC",
-        "unit": { "dac_in_usd": "0.001", "usdc_base_units_per_dac": 1000 },
-        "base_fee": policy.base_fee.to_json_number(),
-        "axes": axes,
-        "formula": "subtotal = base_fee + every axis add; total_dac = subtotal x multiplier; premium = total_dac - base_fee",
-        "multiplier_conditions": {
-            "conditions": policy.multiplier_conditions.iter().map(|(axis, value)| json!({ "axis": axis, "value": value })).collect::<Vec<_>>(),
-            "min_matches": policy.multiplier_min_matches,
-            "multiplier": MilliDac(i64::from(policy.multiplier_permille)).to_json_number(),
-            "otherwise": 1,
-        },
-        "indefinite_available": indefinite_available,
-        "trial": {
-            "amount_dac": TRIAL_DAC.to_json_number(),
-            "period_days": TRIAL_DAYS,
-            "covers": ["base_fee", "premium"],
-            "applies_to": anchor_app::catalog::trial_routes().map(|r| r.to_string()).collect::<Vec<_>>(),
-        },
-        "payment_window_minutes": PAYMENT_WINDOW_SECS / 60,
-    });
-    if let Some(services) = state.pricing.services()? {
-        let dac = |m: MilliDac| m.to_json_number();
-        body["observations"] = services
-            .observations
-            .iter()
-            .map(|o| {
-                json!({
-                    "tier": o.tier.as_str(),
-                    "resolution_level": if o.resolution == 0 { Value::Null } else { json!(o.resolution) },
-                    "base_dac": dac(o.base),
-                    "surcharge_dac": dac(o.surcharge),
-                })
-            })
-            .collect();
-        body["earned_dac"] = json!({ "min_spend": dac(services.earned_threshold), "expiry_days": services.earned_expiry_days });
-        body["asa"] = json!({
-            "base_cost_dac": dac(services.asa_period),
-            "base_period_days": services.asa_period_days,
-            "grace_days": services.asa_grace_days,
-            "max_periods": services.asa_max_periods,
-            "earned_enabled": true,
-        });
-        body["ise"] =
-            json!({ "fee_dac": dac(services.ise_fee), "free_seconds": services.ise_free_seconds, "max_minutes": services.ise_max_minutes });
-        body["sdac"] = json!({
-            "base_fee_dac": dac(services.sdac_base_fee),
-            "cost_ratio": MilliDac(i64::from(services.sdac_ratio_permille)).to_json_number(),
-        });
-        body["retention_subscription"] =
-            json!({ "monthly_dac": dac(services.retention_monthly), "grace_days": services.retention_grace_days });
-        body["tsl"] = json!({ "purchase_fee_dac": dac(services.tsl_base_fee) });
-    }
-    Ok(axum::Json(body))
+#[derive(Serialize, JsonSchema)]
+struct PricingCurrent {
+    pricing_version: String,
+    effective_from: String,
+    component_sha256: String,
+    /// The WIT package the pricing component implements.
+    wit_package: String,
+    currency: &'static str,
+    unit: Unit,
+    base_fee: Dac,
+    /// Per axis, per value: what it adds.
+    axes: IndexMap<String, IndexMap<String, AxisValue>>,
+    formula: &'static str,
+    multiplier_conditions: MultiplierRule,
+    indefinite_available: bool,
+    trial: TrialTerms,
+    payment_window_minutes: u64,
+    #[serde(flatten)]
+    services: Option<Services>,
 }
 
-async fn presets(State(state): State<AppState>) -> ApiResult<axum::Json<Value>> {
-    let mut out = Vec::new();
-    for preset in state.pricing.presets()? {
-        let quote = state.pricing.quote(preset.scope())?;
-        out.push(json!({
-            "name": preset.name,
-            "label": preset.label,
-            "enabled": preset.enabled,
-            "ee_retention_period": preset.retention.as_str(),
-            "ee_integrity_verification_level": preset.integrity.as_str(),
-            "ee_disclosure_format_policy": preset.disclosure.as_str(),
-            "ee_responsibility_scope": preset.responsibility.as_str(),
-            "dac_amount": quote.total.to_json_number(),
-            "cost_breakdown": {
-                "base_fee": quote.base_fee.to_json_number(),
-                "premium": quote.premium().to_json_number(),
-                "subtotal": quote.subtotal.to_json_number(),
-                "multiplier": MilliDac(i64::from(quote.multiplier_permille)).to_json_number(),
-                "total_dac": quote.total.to_json_number(),
-                "axes": quote.charges.iter().map(|c| json!({ "axis": c.axis, "value": c.value, "add": c.add.to_json_number() })).collect::<Vec<_>>(),
+#[derive(Serialize, JsonSchema)]
+struct Unit {
+    dac_in_usd: &'static str,
+    usdc_base_units_per_dac: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AxisValue {
+    add: Dac,
+    available: bool,
+    /// Charged every month on top (indefinite retention).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    monthly: Option<Dac>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct MultiplierRule {
+    conditions: Vec<Condition>,
+    min_matches: u32,
+    multiplier: Ratio,
+    otherwise: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Condition {
+    axis: String,
+    value: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TrialTerms {
+    amount_dac: Dac,
+    period_days: i64,
+    covers: [&'static str; 2],
+    /// The routes Trial pays (`METHOD /path`).
+    applies_to: Vec<String>,
+}
+
+/// Prices outside a declaration's EE (generations of anchor:pricing@1.1.0 and later).
+#[derive(Serialize, JsonSchema)]
+struct Services {
+    /// ARA observation prices by tier and resolution level.
+    observations: Vec<ObservationPriceView>,
+    earned_dac: EarnedTerms,
+    asa: AsaTerms,
+    ise: IseTerms,
+    sdac: SdacTerms,
+    retention_subscription: RetentionTerms,
+    tsl: TslTerms,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ObservationPriceView {
+    tier: Named<ObservationTier>,
+    /// Null for tiers without levels.
+    resolution_level: Option<u8>,
+    base_dac: Dac,
+    surcharge_dac: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct EarnedTerms {
+    min_spend: Dac,
+    expiry_days: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AsaTerms {
+    base_cost_dac: Dac,
+    base_period_days: u32,
+    grace_days: u32,
+    max_periods: u32,
+    earned_enabled: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct IseTerms {
+    fee_dac: Dac,
+    free_seconds: u32,
+    max_minutes: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SdacTerms {
+    base_fee_dac: Dac,
+    cost_ratio: Ratio,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct RetentionTerms {
+    monthly_dac: Dac,
+    grace_days: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TslTerms {
+    purchase_fee_dac: Dac,
+}
+
+impl From<ServicePrices> for Services {
+    fn from(s: ServicePrices) -> Services {
+        Services {
+            observations: s
+                .observations
+                .iter()
+                .map(|o| ObservationPriceView {
+                    tier: Named(o.tier),
+                    resolution_level: (o.resolution != 0).then_some(o.resolution),
+                    base_dac: o.base.into(),
+                    surcharge_dac: o.surcharge.into(),
+                })
+                .collect(),
+            earned_dac: EarnedTerms { min_spend: s.earned_threshold.into(), expiry_days: s.earned_expiry_days },
+            asa: AsaTerms {
+                base_cost_dac: s.asa_period.into(),
+                base_period_days: s.asa_period_days,
+                grace_days: s.asa_grace_days,
+                max_periods: s.asa_max_periods,
+                earned_enabled: true,
             },
-        }));
+            ise: IseTerms { fee_dac: s.ise_fee.into(), free_seconds: s.ise_free_seconds, max_minutes: s.ise_max_minutes },
+            sdac: SdacTerms { base_fee_dac: s.sdac_base_fee.into(), cost_ratio: Ratio(s.sdac_ratio_permille) },
+            retention_subscription: RetentionTerms { monthly_dac: s.retention_monthly.into(), grace_days: s.retention_grace_days },
+            tsl: TslTerms { purchase_fee_dac: s.tsl_base_fee.into() },
+        }
     }
-    Ok(axum::Json(json!({ "pricing_version": state.pricing.generation().version, "presets": out })))
+}
+
+async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent>> {
+    let published = pricing::current(&state.app)?;
+    let policy = published.policy;
+    let mut axes: IndexMap<String, IndexMap<String, AxisValue>> = IndexMap::new();
+    let mut indefinite_available = false;
+    for price in policy.axes {
+        if price.axis == "ee_retention_period" && ee::Retention::parse(&price.value) == Some(ee::Retention::Indefinite) {
+            indefinite_available = price.available;
+        }
+        let value = AxisValue {
+            add: price.add.into(),
+            available: price.available,
+            monthly: (price.monthly > MilliDac::ZERO).then_some(price.monthly.into()),
+            note: price.note,
+        };
+        axes.entry(price.axis).or_default().insert(price.value, value);
+    }
+    Ok(Json(PricingCurrent {
+        pricing_version: policy.version,
+        effective_from: policy.effective_from,
+        component_sha256: published.generation.sha256,
+        wit_package: published.generation.interface,
+        currency: "DAC",
+        unit: Unit { dac_in_usd: "0.001", usdc_base_units_per_dac: 1000 },
+        base_fee: policy.base_fee.into(),
+        axes,
+        formula: "subtotal = base_fee + every axis add; total_dac = subtotal x multiplier; premium = total_dac - base_fee",
+        multiplier_conditions: MultiplierRule {
+            conditions: policy.multiplier_conditions.into_iter().map(|(axis, value)| Condition { axis, value }).collect(),
+            min_matches: policy.multiplier_min_matches,
+            multiplier: Ratio(policy.multiplier_permille),
+            otherwise: 1,
+        },
+        indefinite_available,
+        trial: TrialTerms {
+            amount_dac: TRIAL_DAC.into(),
+            period_days: TRIAL_DAYS,
+            covers: ["base_fee", "premium"],
+            applies_to: anchor_app::catalog::trial_routes().map(|r| r.to_string()).collect(),
+        },
+        payment_window_minutes: PAYMENT_WINDOW_SECS / 60,
+        services: published.services.map(Services::from),
+    }))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Presets {
+    pricing_version: String,
+    presets: Vec<PresetView>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct PresetView {
+    name: String,
+    label: String,
+    enabled: bool,
+    #[serde(flatten)]
+    axes: super::declarations::Axes,
+    dac_amount: Dac,
+    cost_breakdown: super::declarations::CostBreakdown,
+}
+
+async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
+    let (generation, presets) = pricing::presets(&state.app)?;
+    Ok(Json(Presets {
+        pricing_version: generation.version,
+        presets: presets
+            .into_iter()
+            .map(|(preset, quote)| PresetView {
+                axes: super::declarations::Axes::from(&preset.scope()),
+                dac_amount: quote.total.into(),
+                cost_breakdown: super::declarations::CostBreakdown::of_quote(&quote),
+                name: preset.name,
+                label: preset.label,
+                enabled: preset.enabled,
+            })
+            .collect(),
+    }))
+}
+
+impl super::declarations::CostBreakdown {
+    /// A quote's breakdown, with every axis add (no payment sources: nothing is paid yet).
+    fn of_quote(quote: &Quote) -> super::declarations::CostBreakdown {
+        super::declarations::CostBreakdown {
+            base_fee: quote.base_fee.into(),
+            base_fee_source: None,
+            premium: quote.premium().into(),
+            premium_source: None,
+            subtotal: quote.subtotal.into(),
+            multiplier: Ratio(quote.multiplier_permille),
+            total_dac: quote.total.into(),
+            axes: Some(
+                quote
+                    .charges
+                    .iter()
+                    .map(|c| super::declarations::AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() })
+                    .collect(),
+            ),
+        }
+    }
 }

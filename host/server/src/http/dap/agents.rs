@@ -1,338 +1,346 @@
 //! Linked agents: link (rotates the agent's token), unlink, list, limits, the
-//! DAB an owner sets for an agent, and the agents' Trial.
-//!
-//! DAB: the owner's value replaces the operator default for that agent at once
-//! (`GET /v1/dab/status` reads the same column). Removing it, or unlinking the
-//! agent, returns the agent to the operator default.
+//! DAB an owner sets for an agent, and the agents' Trial
+//! (`anchor_app::owners::agents`).
 
-use crate::extract::ApiQuery;
+use axum::Json;
 use axum::extract::State;
-use axum::http::Method;
+use axum::http::{HeaderName, Method};
 use axum::routing::{delete, get, post, put};
-use rand::RngCore;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
 
-use anchor_domain::agents::{TOKEN_PREFIX, format_secret, has_secret_shape, hash_secret};
-use anchor_store::Link;
+use anchor_app::AppError;
+use anchor_app::owners::{self, agents};
+use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::owners::{KEY_MAX, KEY_PATTERN, LABEL_MAX, PASSWORD_MAX, PASSWORD_MIN};
 
-use super::{managed, time};
-use crate::error::{ApiError, ApiResult, AuthFailure};
-use crate::extract::JsonBody;
-use crate::http::input::Obj;
+use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
+use crate::extract::{ApiQuery, Body};
+use crate::http::payments::{BudgetPeriod, DabStatus, LimitSource};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Time};
 
 pub fn operations() -> Vec<Operation> {
-    let dab = object(
-        &[],
-        vec![
-            ("agent_id", uuid()),
-            ("budget_limit_dac", number()),
-            ("budget_period", enumeration(&["monthly"])),
-            ("limit_source", enumeration(&["owner", "operator_default"])),
-            ("period_start", datetime()),
-            ("period_resets_at", datetime()),
-            ("budget_used_dac", number()),
-            ("spent_dac", number()),
-            ("remaining_dac", number()),
-            ("limit_reached", boolean()),
-        ],
-    );
     vec![
         op(Method::POST, "/dap/agent/link", post(link))
             .tag("DAP Agent")
             .summary("Link an agent with its current token; the token is replaced and the new one returned")
             .describe("The submitted token stops working at this moment: store new_auth_token in the agent.")
             .owner()
-            .request(
-                object(&["agent_id", "auth_token"], vec![("agent_id", uuid()), ("auth_token", string())]),
-                json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "auth_token": "da_tk_…" }),
-            )
-            .ok(200, "Linked; the agent's token was rotated", object(&[], vec![
-                ("agent_id", uuid()),
-                ("linked_at", datetime()),
-                ("new_auth_token", doc(string(), "The agent's token from now on; the submitted one is revoked")),
-                ("message", string()),
-            ]))
-            .error(400, "Invalid input", &["MISSING_FIELD", "INVALID_UUID"])
+            .takes::<LinkRequest>(json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "auth_token": "da_tk_…" }))
+            .returns::<Linked>(200, "Linked; the agent's token was rotated")
+            .error(400, "Invalid input", &["MISSING_FIELD", "INVALID_UUID", "INVALID_VALUE"])
+            .returns::<UnauthorizedBody>(401, "The token is not the agent's current token (or the session is missing).")
             .error(403, "The owner manages as many agents as allowed", &["AGENT_LIMIT_REACHED"])
             .error(409, "Another owner manages the agent", &["AGENT_ALREADY_LINKED"]),
         op(Method::DELETE, "/dap/agent/unlink", delete(unlink))
             .tag("DAP Agent")
             .summary("Stop managing an agent (password confirmed)")
             .owner()
-            .request(
-                object(&["agent_id", "password"], vec![("agent_id", uuid()), ("password", string())]),
-                json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "password": "a long passphrase 7" }),
-            )
-            .ok(200, "Unlinked", object(&[], vec![("agent_id", uuid()), ("message", string())]))
+            .takes::<AgentConfirmation>(json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "password": "a long passphrase 7" }))
+            .returns::<Unlinked>(200, "Unlinked")
             .error(403, "Not managed by this owner", &["NOT_LINKED"])
             .error(429, "Too many failed attempts", &["RATE_LIMITED"]),
         op(Method::GET, "/dap/agents", get(list))
             .tag("DAP Agent")
             .summary("The agents this owner manages")
             .owner()
-            .ok(200, "Agents", object(&[], vec![
-                ("agents", array(object(&[], vec![
-                    ("agent_id", uuid()),
-                    ("linked_at", datetime()),
-                    ("auth_status", string()),
-                    ("registered_at", datetime()),
-                    ("region_code", nullable(string())),
-                    ("disclosure_level", string()),
-                    ("budget_limit_dac", number()),
-                    ("limit_source", string()),
-                    ("trial_dac_remaining", number()),
-                    ("trial_expires_at", datetime()),
-                ]))),
-                ("count", integer()),
-            ])),
+            .returns::<AgentList>(200, "Agents"),
         op(Method::GET, "/dap/system/limits", get(limits))
             .tag("DAP Agent")
             .summary("The limits this service applies to owners")
             .owner()
-            .ok(200, "Limits", object(&[], vec![
-                ("dab", object(&[], vec![
-                    ("minimum_budget_limit_dac", number()),
-                    ("default_budget_limit_dac", number()),
-                    ("budget_periods", array(string())),
-                ])),
-                ("agents", object(&[], vec![("max_linked_agents", integer()), ("linked_agents", integer())])),
-                ("session", object(&[], vec![("lifetime_hours", integer())])),
-                ("login", object(&[], vec![("max_failed_attempts", integer()), ("window_minutes", integer())])),
-                ("password", object(&[], vec![("min_length", integer()), ("max_length", integer())])),
-                ("classification", object(&[], vec![("key_pattern", string()), ("key_max_length", integer()), ("label_max_length", integer())])),
-                ("rate_limit", object(&[], vec![("requests", integer()), ("window_seconds", integer())])),
-            ])),
+            .returns::<Limits>(200, "Limits"),
         op(Method::PUT, "/dap/dab/set", put(dab_set))
             .tag("DAP DAB")
             .summary("Set an agent's monthly budget for external spending")
             .owner()
-            .request(
-                object(&["agent_id", "budget_limit_dac", "budget_period"], vec![
-                    ("agent_id", uuid()),
-                    ("budget_limit_dac", json!({ "type": "number", "minimum": 100, "description": "DAC per month; at least the operator's floor (100 by default), at most three decimals" })),
-                    ("budget_period", enumeration(&["monthly"])),
-                ]),
+            .takes::<DabRequest>(
                 json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "budget_limit_dac": 250, "budget_period": "monthly" }),
             )
-            .ok(200, "Saved; in force at once", dab.clone())
+            .returns::<DabStatus>(200, "Saved; in force at once")
             .error(400, "Invalid input", &["MISSING_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_ENUM"])
             .error(403, "Not managed by this owner", &["NOT_LINKED"]),
         op(Method::GET, "/dap/dab/status", get(dab_status))
             .tag("DAP DAB")
             .summary("An agent's DAB and what it spent this period")
             .owner()
-            .required_query("agent_id", uuid())
-            .ok(200, "DAB status", dab.clone())
+            .query::<AgentQuery>()
+            .returns::<DabStatus>(200, "DAB status")
             .error(400, "agent_id missing or malformed", &["MISSING_FIELD", "INVALID_UUID"])
             .error(403, "Not managed by this owner", &["NOT_LINKED"]),
         op(Method::DELETE, "/dap/dab/remove", delete(dab_remove))
             .tag("DAP DAB")
             .summary("Remove the owner's DAB: the operator default applies again (password confirmed)")
             .owner()
-            .request(
-                object(&["agent_id", "password"], vec![("agent_id", uuid()), ("password", string())]),
-                json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "password": "a long passphrase 7" }),
-            )
-            .ok(200, "Removed", dab)
+            .takes::<AgentConfirmation>(json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "password": "a long passphrase 7" }))
+            .returns::<DabStatus>(200, "Removed")
             .error(403, "Not managed by this owner", &["NOT_LINKED"])
             .error(429, "Too many failed attempts", &["RATE_LIMITED"]),
         op(Method::GET, "/dap/trial/status", get(trial_status))
             .tag("DAP Trial")
             .summary("The Trial DAC of every agent this owner manages")
             .owner()
-            .ok(200, "Trial status per agent", object(&[], vec![
-                ("agents", array(object(&[], vec![
-                    ("agent_id", uuid()),
-                    ("trial_active", boolean()),
-                    ("trial_dac_remaining", number()),
-                    ("trial_expires_at", datetime()),
-                    ("trial_days_remaining", integer()),
-                    ("trial_dac_used", number()),
-                ]))),
-                ("total_trial_dac_remaining", number()),
-            ])),
+            .returns::<Trials>(200, "Trial status per agent"),
     ]
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LinkRequest {
+    agent_id: Id,
+    /// The agent's current token; it is replaced.
+    auth_token: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Linked {
+    agent_id: Uuid,
+    linked_at: Time,
+    /// The agent's token from now on; the submitted one is revoked.
+    new_auth_token: String,
+    message: &'static str,
 }
 
 async fn link(
     State(state): State<AppState>,
-    auth: AuthOwner,
-    JsonBody(body): JsonBody,
-) -> ApiResult<([(axum::http::HeaderName, &'static str); 1], axum::Json<Value>)> {
-    let o = Obj::new(&body, "", &["agent_id", "auth_token"])?;
-    let agent_id = o.req_uuid("agent_id")?;
-    let token = o.req_str("auth_token")?;
-    let invalid = || ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() };
-    if !has_secret_shape(TOKEN_PREFIX, token) {
-        return Err(invalid());
-    }
-    if auth.owner.managing_agent_id == Some(agent_id) {
-        return Err(ApiError::bad("INVALID_VALUE", "an agent-type owner cannot link the agent it acts for"));
-    }
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let new_token = format_secret(TOKEN_PREFIX, &bytes);
-    let now = state.clock.now();
-    let outcome = state
-        .store
-        .link_agent(
-            agent_id,
-            auth.owner.owner_id,
-            &hash_secret(token),
-            &hash_secret(&new_token),
-            now,
-            state.settings.dap.max_agents_per_owner,
-        )
-        .await?;
-    let linked_at = match outcome {
-        Link::Linked { linked_at } => linked_at,
-        Link::WrongToken => return Err(invalid()),
-        Link::LinkedElsewhere => {
-            return Err(ApiError::conflict("AGENT_ALREADY_LINKED", "another owner manages this agent; it must unlink it first"));
+    owner: AuthOwner,
+    Body(request): Body<LinkRequest>,
+) -> ApiResult<([(HeaderName, &'static str); 1], Json<Linked>)> {
+    let agent_id = request.agent_id.0;
+    let linked = agents::link(&state.app, &owner.owner, agent_id, &request.auth_token).await.map_err(|error| match error {
+        AppError::TokenRefused => {
+            ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() }
         }
-        Link::TooMany => {
-            return Err(ApiError::forbidden(
-                "AGENT_LIMIT_REACHED",
-                format!("an owner manages at most {} agents", state.settings.dap.max_agents_per_owner),
-            ));
-        }
-    };
+        other => other.into(),
+    })?;
     Ok((
         crate::http::agents::NO_STORE,
-        axum::Json(json!({
-            "agent_id": agent_id,
-            "linked_at": time(linked_at),
-            "new_auth_token": new_token,
-            "message": "linked; the agent's previous token is revoked: give it new_auth_token",
-        })),
+        Json(Linked {
+            agent_id,
+            linked_at: linked.linked_at.into(),
+            new_auth_token: linked.new_token,
+            message: "linked; the agent's previous token is revoked: give it new_auth_token",
+        }),
     ))
 }
 
-async fn unlink(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
-    let o = Obj::new(&body, "", &["agent_id", "password"])?;
-    let agent_id = o.req_uuid("agent_id")?;
-    let password = o.req_str("password")?;
-    managed(&state, &auth.owner, agent_id).await?;
-    super::confirm_password(&state, &auth.owner, password).await?;
-    if !state.store.unlink_agent(agent_id, auth.owner.owner_id).await? {
-        return Err(ApiError::forbidden("NOT_LINKED", format!("agent {agent_id} is not managed by this owner")));
-    }
-    Ok(axum::Json(json!({
-        "agent_id": agent_id,
-        "message": "unlinked; the agent keeps its records and token, and the operator's default DAB applies to it again",
-    })))
+/// A change about one agent, confirmed with the owner's password (an
+/// agent-type owner sends its agent's current token instead).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AgentConfirmation {
+    agent_id: Id,
+    password: String,
 }
 
-async fn list(State(state): State<AppState>, auth: AuthOwner) -> ApiResult<axum::Json<Value>> {
-    let now = state.clock.now();
-    let agents = state.store.owner_agents(auth.owner.owner_id).await?;
-    let rows: Vec<Value> = agents
-        .iter()
+#[derive(Serialize, JsonSchema)]
+struct Unlinked {
+    agent_id: Uuid,
+    message: &'static str,
+}
+
+async fn unlink(State(state): State<AppState>, owner: AuthOwner, Body(request): Body<AgentConfirmation>) -> ApiResult<Json<Unlinked>> {
+    agents::unlink(&state.app, &owner.owner, request.agent_id.0, &request.password).await?;
+    Ok(Json(Unlinked {
+        agent_id: request.agent_id.0,
+        message: "unlinked; the agent keeps its records and token, and the operator's default DAB applies to it again",
+    }))
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum AuthStatus {
+    Active,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AgentList {
+    agents: Vec<ManagedAgent>,
+    count: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ManagedAgent {
+    agent_id: Uuid,
+    linked_at: Option<Time>,
+    auth_status: AuthStatus,
+    registered_at: Time,
+    region_code: Option<String>,
+    disclosure_level: Named<DisclosureLevel>,
+    budget_limit_dac: Dac,
+    limit_source: LimitSource,
+    trial_dac_remaining: Dac,
+    trial_expires_at: Time,
+}
+
+async fn list(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<AgentList>> {
+    let agents: Vec<ManagedAgent> = agents::list(&state.app, &owner.owner)
+        .await?
+        .into_iter()
         .map(|a| {
-            let trial = crate::http::account::trial_view(&a.agent, now);
-            json!({
-                "agent_id": a.agent.agent_id,
-                "linked_at": a.linked_at.map(time),
-                "auth_status": "active",
-                "registered_at": time(a.agent.registered_at),
-                "region_code": a.agent.region_code,
-                "disclosure_level": a.agent.disclosure_level.as_str(),
-                "budget_limit_dac": a.dab_limit.unwrap_or(state.settings.dab_default).to_json_number(),
-                "limit_source": if a.dab_limit.is_some() { "owner" } else { "operator_default" },
-                "trial_dac_remaining": trial["trial_dac_remaining"],
-                "trial_expires_at": trial["trial_expires_at"],
-            })
-        })
-        .collect();
-    Ok(axum::Json(json!({ "count": rows.len(), "agents": rows })))
-}
-
-async fn limits(State(state): State<AppState>, auth: AuthOwner) -> ApiResult<axum::Json<Value>> {
-    let linked = state.store.owner_agents(auth.owner.owner_id).await?.len();
-    let s = &state.settings;
-    Ok(axum::Json(json!({
-        "dab": {
-            "minimum_budget_limit_dac": s.dap.dab_floor.to_json_number(),
-            "default_budget_limit_dac": s.dab_default.to_json_number(),
-            "budget_periods": ["monthly"],
-        },
-        "agents": { "max_linked_agents": s.dap.max_agents_per_owner, "linked_agents": linked },
-        "session": { "lifetime_hours": s.dap.session_ttl.num_hours() },
-        "login": { "max_failed_attempts": crate::owner::LOGIN_MAX_FAILURES, "window_minutes": crate::owner::LOGIN_WINDOW_MINUTES },
-        "password": { "min_length": crate::owner::PASSWORD_MIN, "max_length": crate::owner::PASSWORD_MAX },
-        "classification": {
-            "key_pattern": super::registry::KEY_PATTERN,
-            "key_max_length": super::registry::KEY_MAX,
-            "label_max_length": super::registry::LABEL_MAX,
-        },
-        "rate_limit": { "requests": s.rate_limit, "window_seconds": s.rate_window_secs },
-    })))
-}
-
-async fn dab_set(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
-    let o = Obj::new(&body, "", &["agent_id", "budget_limit_dac", "budget_period"])?;
-    let agent_id = o.req_uuid("agent_id")?;
-    let limit = o.opt_dac("budget_limit_dac")?.ok_or_else(|| o.missing("budget_limit_dac"))?;
-    let period = o.req_str("budget_period")?;
-    if period != "monthly" {
-        return Err(ApiError::bad("INVALID_ENUM", format!("budget_period must be monthly; got {}", anchor_domain::brief(period))));
-    }
-    let floor = state.settings.dap.dab_floor;
-    if limit < floor {
-        return Err(ApiError::bad("INVALID_VALUE", format!("budget_limit_dac must be at least {floor} DAC; got {limit}")));
-    }
-    managed(&state, &auth.owner, agent_id).await?;
-    if !state.store.set_agent_dab(agent_id, auth.owner.owner_id, Some(limit)).await? {
-        return Err(ApiError::forbidden("NOT_LINKED", format!("agent {agent_id} is not managed by this owner")));
-    }
-    Ok(axum::Json(crate::http::payments::dab_view(&state, agent_id).await?))
-}
-
-#[derive(Deserialize)]
-struct AgentQuery {
-    agent_id: Option<String>,
-}
-
-async fn dab_status(State(state): State<AppState>, auth: AuthOwner, ApiQuery(q): ApiQuery<AgentQuery>) -> ApiResult<axum::Json<Value>> {
-    let agent_id = query_agent(q.agent_id.as_deref())?;
-    managed(&state, &auth.owner, agent_id).await?;
-    Ok(axum::Json(crate::http::payments::dab_view(&state, agent_id).await?))
-}
-
-/// The required `agent_id` query parameter.
-pub(crate) fn query_agent(value: Option<&str>) -> ApiResult<uuid::Uuid> {
-    let value = value.ok_or_else(|| ApiError::bad("MISSING_FIELD", "the agent_id query parameter is required"))?;
-    crate::http::input::path_uuid("agent_id", value)
-}
-
-async fn dab_remove(State(state): State<AppState>, auth: AuthOwner, JsonBody(body): JsonBody) -> ApiResult<axum::Json<Value>> {
-    let o = Obj::new(&body, "", &["agent_id", "password"])?;
-    let agent_id = o.req_uuid("agent_id")?;
-    let password = o.req_str("password")?;
-    managed(&state, &auth.owner, agent_id).await?;
-    super::confirm_password(&state, &auth.owner, password).await?;
-    state.store.set_agent_dab(agent_id, auth.owner.owner_id, None).await?;
-    Ok(axum::Json(crate::http::payments::dab_view(&state, agent_id).await?))
-}
-
-async fn trial_status(State(state): State<AppState>, auth: AuthOwner) -> ApiResult<axum::Json<Value>> {
-    let now = state.clock.now();
-    let agents = state.store.owner_agents(auth.owner.owner_id).await?;
-    let mut total = anchor_domain::MilliDac::ZERO;
-    let rows: Vec<Value> = agents
-        .iter()
-        .map(|a| {
-            if a.agent.trial_expires_at > now {
-                total = total + a.agent.trial_balance;
+            let trial = anchor_app::agents::trial(&state.app, &a.agent);
+            ManagedAgent {
+                agent_id: a.agent.agent_id,
+                linked_at: a.linked_at.map(Time),
+                auth_status: AuthStatus::Active,
+                registered_at: a.agent.registered_at.into(),
+                region_code: a.agent.region_code,
+                disclosure_level: Named(a.agent.disclosure_level),
+                budget_limit_dac: a.dab_limit.unwrap_or(state.settings.dab_default).into(),
+                limit_source: LimitSource::of(a.dab_limit.is_some()),
+                trial_dac_remaining: trial.remaining.into(),
+                trial_expires_at: trial.expires_at.into(),
             }
-            let mut view = crate::http::account::trial_view(&a.agent, now);
-            view["agent_id"] = json!(a.agent.agent_id);
-            view
         })
         .collect();
-    Ok(axum::Json(json!({ "agents": rows, "total_trial_dac_remaining": total.to_json_number() })))
+    Ok(Json(AgentList { count: agents.len(), agents }))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Limits {
+    dab: DabLimits,
+    agents: AgentLimits,
+    session: SessionLimits,
+    login: LoginLimits,
+    password: PasswordLimits,
+    classification: CategoryLimits,
+    rate_limit: RateLimit,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct DabLimits {
+    minimum_budget_limit_dac: Dac,
+    default_budget_limit_dac: Dac,
+    budget_periods: Vec<BudgetPeriod>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AgentLimits {
+    max_linked_agents: i64,
+    linked_agents: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SessionLimits {
+    lifetime_hours: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct LoginLimits {
+    max_failed_attempts: i64,
+    window_minutes: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct PasswordLimits {
+    min_length: usize,
+    max_length: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CategoryLimits {
+    key_pattern: &'static str,
+    key_max_length: usize,
+    label_max_length: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct RateLimit {
+    requests: u32,
+    window_seconds: u64,
+}
+
+async fn limits(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<Limits>> {
+    let linked = agents::list(&state.app, &owner.owner).await?.len();
+    let s = &state.settings;
+    Ok(Json(Limits {
+        dab: DabLimits {
+            minimum_budget_limit_dac: s.dap.dab_floor.into(),
+            default_budget_limit_dac: s.dab_default.into(),
+            budget_periods: vec![BudgetPeriod::Monthly],
+        },
+        agents: AgentLimits { max_linked_agents: s.dap.max_agents_per_owner, linked_agents: linked },
+        session: SessionLimits { lifetime_hours: s.dap.session_ttl.num_hours() },
+        login: LoginLimits { max_failed_attempts: owners::LOGIN_MAX_FAILURES, window_minutes: owners::LOGIN_WINDOW_MINUTES },
+        password: PasswordLimits { min_length: PASSWORD_MIN, max_length: PASSWORD_MAX },
+        classification: CategoryLimits { key_pattern: KEY_PATTERN, key_max_length: KEY_MAX, label_max_length: LABEL_MAX },
+        rate_limit: RateLimit { requests: s.rate_limit, window_seconds: s.rate_window_secs },
+    }))
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DabRequest {
+    agent_id: Id,
+    /// DAC per month; at least the operator's floor (100 by default), at most three decimals.
+    #[schemars(range(min = 100))]
+    budget_limit_dac: Dac,
+    budget_period: BudgetPeriodRequest,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum BudgetPeriodRequest {
+    Monthly,
+}
+
+async fn dab_set(State(state): State<AppState>, owner: AuthOwner, Body(request): Body<DabRequest>) -> ApiResult<Json<DabStatus>> {
+    let BudgetPeriodRequest::Monthly = request.budget_period;
+    let agent_id = request.agent_id.0;
+    let dab = agents::set_dab(&state.app, &owner.owner, agent_id, request.budget_limit_dac.0).await?;
+    Ok(Json(DabStatus::new(agent_id, dab)))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AgentQuery {
+    agent_id: Id,
+}
+
+async fn dab_status(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<AgentQuery>) -> ApiResult<Json<DabStatus>> {
+    let agent_id = query.agent_id.0;
+    Ok(Json(DabStatus::new(agent_id, agents::dab(&state.app, &owner.owner, agent_id).await?)))
+}
+
+async fn dab_remove(State(state): State<AppState>, owner: AuthOwner, Body(request): Body<AgentConfirmation>) -> ApiResult<Json<DabStatus>> {
+    let agent_id = request.agent_id.0;
+    Ok(Json(DabStatus::new(agent_id, agents::remove_dab(&state.app, &owner.owner, agent_id, &request.password).await?)))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Trials {
+    agents: Vec<AgentTrial>,
+    total_trial_dac_remaining: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AgentTrial {
+    agent_id: Uuid,
+    trial_active: bool,
+    trial_dac_remaining: Dac,
+    trial_expires_at: Time,
+    trial_days_remaining: i64,
+    trial_dac_used: Dac,
+}
+
+async fn trial_status(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<Trials>> {
+    let (trials, total) = agents::trials(&state.app, &owner.owner).await?;
+    Ok(Json(Trials {
+        agents: trials
+            .into_iter()
+            .map(|(agent_id, t)| AgentTrial {
+                agent_id,
+                trial_active: t.active,
+                trial_dac_remaining: t.remaining.into(),
+                trial_expires_at: t.expires_at.into(),
+                trial_days_remaining: t.days_remaining,
+                trial_dac_used: t.used.into(),
+            })
+            .collect(),
+        total_trial_dac_remaining: total.into(),
+    }))
 }

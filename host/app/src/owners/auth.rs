@@ -1,0 +1,152 @@
+//! Owner sign-up, sign-in, sign-out and password change; agent-type owners.
+
+use uuid::Uuid;
+
+use anchor_domain::owners::{self, AccountStatus, MAX_OWNER_DEPTH, OwnerType, PRIVACY_VERSION, TERMS_VERSION};
+use anchor_store::{AgentRecord, NewOwner, OwnerRecord};
+
+use super::sessions::{self, Session};
+use super::{account_status, managed, password, password_checked, reserve_password_attempt};
+use crate::{AppError, AppResult, Services};
+
+/// What a sign-up form carries.
+#[derive(Clone, Debug)]
+pub struct SignUp {
+    pub email: String,
+    pub password: String,
+    pub browser_language: Option<String>,
+    pub timezone: Option<String>,
+    pub terms_agreed: bool,
+    pub privacy_agreed: bool,
+}
+
+fn short(name: &str, value: Option<String>, max: usize) -> AppResult<Option<String>> {
+    match value {
+        Some(v) if v.chars().count() > max => Err(AppError::invalid("INVALID_VALUE", format!("{name} is longer than {max} characters"))),
+        other => Ok(other),
+    }
+}
+
+/// Creates a human owner account (signing in is a separate step).
+pub async fn sign_up(services: &Services, form: SignUp) -> AppResult<NewOwner> {
+    let email = owners::normalize_email(&form.email)?;
+    let browser_language = short("browser_language", form.browser_language, 35)?;
+    let timezone = short("timezone", form.timezone, 64)?;
+    if !form.terms_agreed {
+        return Err(AppError::invalid("TERMS_REQUIRED", "terms_agreed must be true: the terms of service must be accepted"));
+    }
+    if !form.privacy_agreed {
+        return Err(AppError::invalid("PRIVACY_REQUIRED", "privacy_agreed must be true: the privacy policy must be accepted"));
+    }
+    owners::check_password(&form.password, Some(&email))?;
+    let hash = password::hash_off_thread(&form.password).await.map_err(AppError::Internal)?;
+    let owner = NewOwner {
+        owner_id: Uuid::new_v4(),
+        email: Some(email),
+        password_hash: Some(hash),
+        owner_type: OwnerType::Human,
+        managing_agent_id: None,
+        parent_owner_id: None,
+        owner_depth: 0,
+        browser_language,
+        timezone,
+        residence_country: None,
+        terms_version: TERMS_VERSION.into(),
+        privacy_version: PRIVACY_VERSION.into(),
+        created_at: services.clock.now(),
+    };
+    if !services.store.insert_owner(&owner).await? {
+        return Err(AppError::Conflict {
+            code: "EMAIL_ALREADY_REGISTERED",
+            message: "this email already has an owner account; sign in instead".into(),
+        });
+    }
+    Ok(owner)
+}
+
+/// Signs in with email and password. Five wrong passwords per email in 15
+/// minutes spend the window (429 after, even for the right one).
+pub async fn sign_in(services: &Services, email: &str, password: &str) -> AppResult<(OwnerRecord, Session)> {
+    let email = email.trim().to_lowercase();
+    reserve_password_attempt(services, &email).await?;
+    let now = services.clock.now();
+    let owner = services.store.owner_by_email(&email).await?;
+    // The hash is checked even for an unknown email, so timing does not tell which emails exist.
+    let verified = password::verify_off_thread(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password).await;
+    let owner = owner.filter(|owner| verified && account_status(owner, now) != AccountStatus::Deleted);
+    password_checked(services, &email, owner.is_some()).await?;
+    let Some(owner) = owner else {
+        return Err(AppError::Unauthenticated { message: "email or password is wrong".into() });
+    };
+    let session = sessions::open(services, &owner).await?;
+    Ok((owner, session))
+}
+
+/// Changes a human owner's password; every other session of the owner ends.
+pub async fn change_password(services: &Services, owner: &OwnerRecord, session_hash: &[u8; 32], current: &str, new: &str) -> AppResult<()> {
+    if owner.password_hash.is_none() {
+        return Err(AppError::forbidden("HUMAN_OWNER_REQUIRED", "agent-type owners sign in with their agent's token and have no password"));
+    }
+    super::confirm_password(services, owner, current).await?;
+    owners::check_password(new, owner.email.as_deref())?;
+    let hash = password::hash_off_thread(new).await.map_err(AppError::Internal)?;
+    services.store.set_owner_password(owner.owner_id, &hash).await?;
+    services.store.delete_other_sessions(owner.owner_id, session_hash).await?;
+    Ok(())
+}
+
+fn agent_owners_enabled(services: &Services) -> AppResult<()> {
+    if services.config.owners.agent_owners {
+        Ok(())
+    } else {
+        Err(AppError::Unavailable { code: "FEATURE_NOT_AVAILABLE", message: "agent-type owners are turned off on this service".into() })
+    }
+}
+
+/// Opens a session for the agent-type owner the authenticated agent acts for.
+pub async fn agent_sign_in(services: &Services, agent: &AgentRecord) -> AppResult<(OwnerRecord, Session)> {
+    agent_owners_enabled(services)?;
+    let owner = match services.store.owner_by_managing_agent(agent.agent_id).await? {
+        Some(owner) if account_status(&owner, services.clock.now()) != AccountStatus::Deleted => owner,
+        _ => {
+            return Err(AppError::forbidden(
+                "NOT_DAP_OWNER",
+                "this agent is not an owner; a human owner makes it one with POST /dap/owner/register-agent",
+            ));
+        }
+    };
+    let session = sessions::open(services, &owner).await?;
+    Ok((owner, session))
+}
+
+/// Makes an agent the human owner manages an owner in its own right, one
+/// level below (at most [`MAX_OWNER_DEPTH`]).
+pub async fn promote_agent(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<OwnerRecord> {
+    agent_owners_enabled(services)?;
+    if owner.owner_type != OwnerType::Human {
+        return Err(AppError::forbidden("HUMAN_OWNER_REQUIRED", "only a human owner registers agent-type owners"));
+    }
+    if owner.owner_depth + 1 > MAX_OWNER_DEPTH {
+        return Err(AppError::forbidden("OWNER_DEPTH_EXCEEDED", format!("owners nest at most {MAX_OWNER_DEPTH} levels deep")));
+    }
+    managed(services, owner, agent_id).await?;
+    let new = NewOwner {
+        owner_id: Uuid::new_v4(),
+        email: None,
+        password_hash: None,
+        owner_type: OwnerType::Agent,
+        managing_agent_id: Some(agent_id),
+        parent_owner_id: Some(owner.owner_id),
+        owner_depth: owner.owner_depth + 1,
+        browser_language: None,
+        timezone: None,
+        residence_country: owner.residence_country,
+        terms_version: owner.terms_version.clone(),
+        privacy_version: owner.privacy_version.clone(),
+        created_at: services.clock.now(),
+    };
+    if !services.store.insert_owner(&new).await? {
+        return Err(AppError::Conflict { code: "ALREADY_REGISTERED", message: format!("agent {agent_id} is already an owner") });
+    }
+    services.store.owner(new.owner_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("owner {} vanished", new.owner_id)))
+}

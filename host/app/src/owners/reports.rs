@@ -1,0 +1,203 @@
+//! Owner reports: the dashboard, a per-agent report, the weekly comparison, a
+//! CSV export's rows, the evidence report for one decision, and daily usage
+//! for the portal's chart. Metadata only: nothing here carries a decision's
+//! content.
+//!
+//! What counts: a declaration is "on record" unless its external payment was
+//! released or failed (it was then never anchored). Amounts are the DAC the
+//! declaration was priced at, whoever paid.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::ee::{Disclosure, Integrity, Responsibility, Retention};
+use anchor_domain::payments::SettlementStatus;
+use anchor_store::{LinkedAgent, ListFilter, OwnerRecord, StoredDeclaration, Totals};
+
+use super::managed;
+use crate::payments::Dab;
+use crate::{AppError, AppResult, Services};
+
+/// How many declarations the per-agent report lists.
+pub const RECENT: i64 = 20;
+/// The longest range the usage chart covers.
+pub const USAGE_MAX_DAYS: i64 = 366;
+
+/// Whether a declaration is on record: its external payment was not released and did not fail.
+pub fn on_record(s: &StoredDeclaration) -> bool {
+    !matches!(s.settlement_status, SettlementStatus::Released | SettlementStatus::Failed)
+}
+
+/// Every declaration of the agent anchored in `[from, to)`, newest first.
+async fn all_declarations(
+    services: &Services,
+    agent_id: Uuid,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> AppResult<Vec<StoredDeclaration>> {
+    const PAGE: i64 = 500;
+    let mut out = Vec::new();
+    loop {
+        let filter = ListFilter { from, to, limit: PAGE, offset: out.len() as i64 };
+        let (page, _) = services.store.list_declarations(agent_id, filter).await?;
+        let done = (page.len() as i64) < PAGE;
+        out.extend(page);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+fn day_start(t: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.from_utc_datetime(&t.date_naive().and_hms_opt(0, 0, 0).expect("midnight"))
+}
+
+/// Every managed agent with its declarations on record.
+pub async fn dashboard(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<(LinkedAgent, Totals)>> {
+    let mut out = Vec::new();
+    for linked in services.store.owner_agents(owner.owner_id).await? {
+        let totals = services.store.declaration_totals(linked.agent.agent_id, None, None).await?;
+        out.push((linked, totals));
+    }
+    Ok(out)
+}
+
+/// One agent: totals (all time, today, this month), DAB, latest declarations.
+#[derive(Clone, Debug)]
+pub struct AgentReport {
+    pub linked: LinkedAgent,
+    pub totals: Totals,
+    pub today: Totals,
+    pub month: Totals,
+    pub dab: Dab,
+    /// The latest [`RECENT`], newest first.
+    pub recent: Vec<StoredDeclaration>,
+}
+
+pub async fn agent_report(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<AgentReport> {
+    let linked = managed(services, owner, agent_id).await?;
+    let now = services.clock.now();
+    let store = &services.store;
+    let (month_start, _) = anchor_domain::dab::period(now);
+    Ok(AgentReport {
+        linked,
+        totals: store.declaration_totals(agent_id, None, None).await?,
+        today: store.declaration_totals(agent_id, Some(day_start(now)), None).await?,
+        month: store.declaration_totals(agent_id, Some(month_start), None).await?,
+        dab: crate::payments::dab(services, agent_id).await?,
+        recent: store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?.0,
+    })
+}
+
+/// The four EE axes of a scope.
+pub type Axes = (Retention, Integrity, Disclosure, Responsibility);
+
+/// The last seven days (up to now) against the seven before.
+#[derive(Clone, Debug)]
+pub struct Weekly {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub this_week: Totals,
+    pub prev_week: Totals,
+    /// Declarations on record this week by their four EE axes.
+    pub distribution: Vec<(Axes, i64)>,
+}
+
+pub async fn weekly(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<Weekly> {
+    managed(services, owner, agent_id).await?;
+    let now = services.clock.now();
+    let start = now - Duration::days(7);
+    let prev_start = start - Duration::days(7);
+    let this_week = services.store.declaration_totals(agent_id, Some(start), None).await?;
+    let prev_week = services.store.declaration_totals(agent_id, Some(prev_start), Some(start)).await?;
+    let mut distribution: BTreeMap<[&'static str; 4], (Axes, i64)> = BTreeMap::new();
+    for s in all_declarations(services, agent_id, Some(start), None).await?.iter().filter(|s| on_record(s)) {
+        let scope = &s.declaration.ee.scope;
+        let key = [scope.retention.as_str(), scope.integrity.as_str(), scope.disclosure.as_str(), scope.responsibility.as_str()];
+        distribution.entry(key).or_insert(((scope.retention, scope.integrity, scope.disclosure, scope.responsibility), 0)).1 += 1;
+    }
+    Ok(Weekly { start, end: now, this_week, prev_week, distribution: distribution.into_values().collect() })
+}
+
+/// The agent's declarations anchored in `[from, to)`, oldest first (the CSV export).
+pub async fn export(
+    services: &Services,
+    owner: &OwnerRecord,
+    agent_id: Uuid,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> AppResult<Vec<StoredDeclaration>> {
+    managed(services, owner, agent_id).await?;
+    let mut all = all_declarations(services, agent_id, from, to).await?;
+    all.reverse();
+    Ok(all)
+}
+
+/// What the evidence report of one decision shows besides the record.
+#[derive(Clone, Debug)]
+pub struct Evidence {
+    pub stored: StoredDeclaration,
+    pub generated_at: DateTime<Utc>,
+    /// The record's leaf in the log, once confirmed.
+    pub leaf_index: Option<i64>,
+    /// The latest signed checkpoint's size.
+    pub checkpoint_size: Option<i64>,
+}
+
+impl Evidence {
+    /// A published checkpoint covers the record's leaf.
+    pub fn covered(&self) -> bool {
+        matches!((self.leaf_index, self.checkpoint_size), (Some(index), Some(size)) if index < size)
+    }
+}
+
+/// The evidence report of a managed agent's decision (free for its owner).
+pub async fn evidence(services: &Services, owner: &OwnerRecord, dd_id: Uuid) -> AppResult<Evidence> {
+    let stored =
+        services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    managed(services, owner, stored.declaration.agent_id).await?;
+    let leaf_index = services.store.log_entry_for(dd_id).await?.map(|(index, _)| index);
+    let checkpoint_size = services.store.latest_checkpoint().await?.map(|c| c.size);
+    Ok(Evidence { stored, generated_at: services.clock.now(), leaf_index, checkpoint_size })
+}
+
+/// Declarations on record and their DAC per UTC day, days without any included.
+#[derive(Clone, Debug)]
+pub struct Usage {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub days: Vec<(NaiveDate, i64, MilliDac)>,
+    pub total: MilliDac,
+}
+
+/// The last `days` UTC days (today included) of one managed agent, or of all of them.
+pub async fn usage_daily(services: &Services, owner: &OwnerRecord, days: i64, agent_id: Option<Uuid>) -> AppResult<Usage> {
+    if !(1..=USAGE_MAX_DAYS).contains(&days) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("days must be an integer from 1 to {USAGE_MAX_DAYS}")));
+    }
+    let agents: Vec<Uuid> = match agent_id {
+        Some(id) => {
+            managed(services, owner, id).await?;
+            vec![id]
+        }
+        None => services.store.owner_agents(owner.owner_id).await?.iter().map(|a| a.agent.agent_id).collect(),
+    };
+    let now = services.clock.now();
+    let first: NaiveDate = now.date_naive() - Duration::days(days - 1);
+    let from = Utc.from_utc_datetime(&first.and_hms_opt(0, 0, 0).expect("midnight"));
+    let mut buckets: BTreeMap<NaiveDate, (i64, MilliDac)> = (0..days).map(|i| (first + Duration::days(i), (0, MilliDac::ZERO))).collect();
+    let mut total = MilliDac::ZERO;
+    for agent_id in agents {
+        for s in all_declarations(services, agent_id, Some(from), None).await?.iter().filter(|s| on_record(s)) {
+            if let Some(bucket) = buckets.get_mut(&s.declaration.anchored_at.date_naive()) {
+                bucket.0 += 1;
+                bucket.1 = bucket.1 + s.declaration.dac_amount;
+                total = total + s.declaration.dac_amount;
+            }
+        }
+    }
+    Ok(Usage { from, to: now, days: buckets.into_iter().map(|(day, (n, dac))| (day, n, dac)).collect(), total })
+}

@@ -1,0 +1,112 @@
+//! Reading the verifiable log: receipts (a confirmed declaration's inclusion
+//! proof to a signed checkpoint), checkpoints, consistency proofs and tiles.
+//! Writing it is `log`'s integrator.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use chrono::SecondsFormat;
+use uuid::Uuid;
+
+use anchor_domain::integrity::canonical_encoding;
+use anchor_verify::{ConsistencyProof, RECEIPT_FORMAT, Receipt};
+
+use crate::{AppError, AppResult, Services, declarations, log};
+
+fn internal(error: anyhow::Error) -> AppError {
+    AppError::Internal(error)
+}
+
+/// A receipt for one of the agent's confirmed declarations, once a signed
+/// checkpoint covers its leaf. It carries the record's salt: owner only.
+pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Receipt> {
+    let stored = declarations::owned(services, agent_id, dd_id).await?;
+    let Some(integrity_hash) = stored.integrity_hash.clone() else {
+        return Err(AppError::Conflict {
+            code: "NOT_CONFIRMED",
+            message: "confirm the declaration first; only confirmed declarations enter the log".into(),
+        });
+    };
+    let not_yet = || AppError::Conflict {
+        code: "NOT_YET_IN_LOG",
+        message: "the declaration is confirmed but not yet in a signed checkpoint; retry in a second".into(),
+    };
+    let store = services.store.as_ref();
+    let (index, _leaf) = store.log_entry_for(dd_id).await?.ok_or_else(not_yet)?;
+    let checkpoint = store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?;
+    let proof = log::inclusion_proof(store, checkpoint.size as u64, index as u64)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
+    Ok(Receipt {
+        format: RECEIPT_FORMAT.into(),
+        dd_id: dd_id.to_string(),
+        canonical_record: canonical_encoding(&stored.declaration),
+        integrity_hash,
+        anchored_at: stored.declaration.anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+        leaf_index: index as u64,
+        tree_size: checkpoint.size as u64,
+        inclusion_proof: proof.iter().map(|h| B64.encode(h.0)).collect(),
+        checkpoint: checkpoint.note,
+    })
+}
+
+/// The latest signed checkpoint (a C2SP signed note), once one exists.
+pub async fn latest_checkpoint(services: &Services) -> AppResult<String> {
+    match services.store.latest_checkpoint().await? {
+        Some(c) => Ok(c.note),
+        None => Err(AppError::not_found("NOT_FOUND", "no checkpoint has been published yet: the log is empty")),
+    }
+}
+
+/// The checkpoint published for tree size `size`.
+pub async fn checkpoint(services: &Services, size: i64) -> AppResult<String> {
+    match services.store.checkpoint(size).await? {
+        Some(c) => Ok(c.note),
+        None => Err(AppError::not_found("NOT_FOUND", format!("no checkpoint was published for size {size}"))),
+    }
+}
+
+/// An RFC 6962 consistency proof from tree size `from` to `to`.
+pub async fn consistency(services: &Services, from: u64, to: u64) -> AppResult<ConsistencyProof> {
+    let current = services.store.log_state().await?.size as u64;
+    if from > to || to > current {
+        return Err(AppError::invalid("INVALID_VALUE", format!("need from <= to <= {current} (the current tree size)")));
+    }
+    let proof = if from == to || from == 0 {
+        Vec::new()
+    } else {
+        log::consistency_proof(services.store.as_ref(), to, from)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| internal(anyhow::anyhow!("no consistency proof {from} -> {to}")))?
+    };
+    Ok(ConsistencyProof { from_size: from, to_size: to, proof: proof.iter().map(|h| B64.encode(h.0)).collect() })
+}
+
+/// A C2SP tlog-tiles hash tile, or an entry bundle (`entries`), once the tree
+/// covers all of it; `None` otherwise.
+pub async fn tile(services: &Services, tile: tlog_tiles::Tile, entries: bool) -> AppResult<Option<Vec<u8>>> {
+    let size = services.store.log_state().await?.size as u64;
+    // A tile exists once the tree covers all of it: W hashes at level 8L, each
+    // standing for 2^(8L) leaves.
+    let Some(span) = 1u64.checked_shl(8 * u32::from(tile.level())) else { return Ok(None) };
+    let covered =
+        tile.level_index().checked_mul(256).and_then(|n| n.checked_add(u64::from(tile.width()))).and_then(|n| n.checked_mul(span));
+    if covered.is_none_or(|covered| covered > size) {
+        return Ok(None);
+    }
+    if !entries {
+        return log::tile_data(services.store.as_ref(), tile).await.map_err(internal);
+    }
+    let first = (tile.level_index() * 256) as i64;
+    let leaves = services.store.log_entries(first, i64::from(tile.width())).await?;
+    if leaves.len() != tile.width() as usize {
+        return Ok(None);
+    }
+    let mut bundle = Vec::new();
+    for leaf in leaves {
+        bundle.extend_from_slice(&(leaf.len() as u16).to_be_bytes());
+        bundle.extend_from_slice(&leaf);
+    }
+    Ok(Some(bundle))
+}

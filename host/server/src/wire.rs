@@ -1,0 +1,348 @@
+//! Values as the wire carries them, each with its schema: exact DAC amounts,
+//! times, identifiers and the domain's closed vocabularies.
+//!
+//! Request and response bodies are structs built from these (and plain
+//! strings, numbers and booleans); `/openapi.json` is generated from the same
+//! types, so a body and its documented schema cannot drift apart.
+//!
+//! Reading goes through [`crate::http::body`], whose errors carry the API's
+//! `error_code`s: a value that is not what its type wants reports itself with
+//! [`refused`] and its code (`INVALID_UUID`, `INVALID_VALUE`, …).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use uuid::Uuid;
+
+use anchor_domain::{MilliDac, WireEnum};
+
+/// A refusal with its `error_code`, raised inside a `Deserialize` impl. The
+/// body reader recognizes it and reports `code` with the field's path before
+/// `message` ("must be a UUID; got …").
+pub fn refused<E: de::Error>(code: &'static str, message: impl fmt::Display) -> E {
+    E::custom(format_args!("{CODE_MARK}{code}{CODE_MARK}{message}"))
+}
+
+/// Separates a code from its message inside a serde error's text.
+pub(crate) const CODE_MARK: char = '\u{1}';
+
+/// The codes [`refused`] may carry.
+const REFUSAL_CODES: &[&str] = &["INVALID_VALUE", "INVALID_UUID", "INVALID_ENUM", "INVALID_INPUT", "MISSING_FIELD", "PII_DETECTED"];
+
+/// Splits what [`refused`] wrote back into code and message; a code outside
+/// [`REFUSAL_CODES`] reads as `INVALID_VALUE`.
+pub(crate) fn coded(text: &str) -> Option<(&'static str, &str)> {
+    let (code, message) = text.strip_prefix(CODE_MARK)?.split_once(CODE_MARK)?;
+    Some((REFUSAL_CODES.iter().find(|c| **c == code).copied().unwrap_or("INVALID_VALUE"), message))
+}
+
+/// Gives a wire type its schema, always inlined where the type is used.
+macro_rules! inline_schema {
+    ($type:ident, $schema:tt) => {
+        impl JsonSchema for $type {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($type).into()
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!($schema)
+            }
+        }
+    };
+}
+
+/// A DAC amount: an exact JSON number of DAC with at most three decimals
+/// (`10`, `157.5`, `0.001`), never passed through a float either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dac(pub MilliDac);
+
+impl From<MilliDac> for Dac {
+    fn from(amount: MilliDac) -> Dac {
+        Dac(amount)
+    }
+}
+
+impl Serialize for Dac {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // serde_json's arbitrary_precision keeps the decimal text as written.
+        let number: serde_json::Number = self.0.to_decimal_string().parse().map_err(serde::ser::Error::custom)?;
+        number.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dac {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Dac, D::Error> {
+        let number = serde_json::Number::deserialize(deserializer)?;
+        let text = number.to_string();
+        let bad = || refused("INVALID_VALUE", format_args!("must be a DAC amount of 0 or more with at most three decimals; got {text}"));
+        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+        if whole.starts_with('-') || frac.len() > 3 || text.contains(['e', 'E']) {
+            return Err(bad());
+        }
+        let whole: i64 = whole.parse().map_err(|_| bad())?;
+        let frac: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<3}").parse().map_err(|_| bad())? };
+        whole.checked_mul(1000).and_then(|w| w.checked_add(frac)).map(|m| Dac(MilliDac(m))).ok_or_else(bad)
+    }
+}
+
+inline_schema!(Dac, { "type": "number", "minimum": 0, "multipleOf": 0.001 });
+
+/// An amount that may be negative (a change between two periods), in DAC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignedDac(pub MilliDac);
+
+impl Serialize for SignedDac {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Dac(self.0).serialize(serializer)
+    }
+}
+
+inline_schema!(SignedDac, { "type": "number", "multipleOf": 0.001 });
+
+/// An amount of USDC given in base units (six decimals), as an exact decimal
+/// number of USDC (`10500` is `0.0105`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usdc(pub i64);
+
+impl Serialize for Usdc {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = format!("{}.{:06}", self.0 / 1_000_000, self.0 % 1_000_000);
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        let number: serde_json::Number = text.parse().map_err(serde::ser::Error::custom)?;
+        number.serialize(serializer)
+    }
+}
+
+inline_schema!(Usdc, { "type": "number", "minimum": 0 });
+
+/// A ratio given in thousandths, as an exact decimal number (1500 is `1.5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ratio(pub u32);
+
+impl Serialize for Ratio {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Dac(MilliDac(i64::from(self.0))).serialize(serializer)
+    }
+}
+
+inline_schema!(Ratio, { "type": "number", "minimum": 0 });
+
+/// A point in time, RFC 3339 in UTC with microseconds (`2026-11-01T09:00:00.000000Z`).
+/// Read: any RFC 3339 date-time with an offset, normalized to UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Time(pub DateTime<Utc>);
+
+/// A point in time to the second (`2026-12-01T00:00:00Z`): period boundaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TimeSecs(pub DateTime<Utc>);
+
+impl From<DateTime<Utc>> for Time {
+    fn from(t: DateTime<Utc>) -> Time {
+        Time(t)
+    }
+}
+
+impl From<DateTime<Utc>> for TimeSecs {
+    fn from(t: DateTime<Utc>) -> TimeSecs {
+        TimeSecs(t)
+    }
+}
+
+impl Time {
+    pub fn text(self) -> String {
+        self.0.to_rfc3339_opts(SecondsFormat::Micros, true)
+    }
+}
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text())
+    }
+}
+
+impl Serialize for TimeSecs {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0.to_rfc3339_opts(SecondsFormat::Secs, true))
+    }
+}
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Time, D::Error> {
+        struct TimeVisitor;
+        impl Visitor<'_> for TimeVisitor {
+            type Value = Time;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z)")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Time, E> {
+                DateTime::parse_from_rfc3339(text)
+                    .map(|t| Time(t.with_timezone(&Utc)))
+                    .map_err(|_| E::invalid_value(Unexpected::Str(text), &self))
+            }
+        }
+        deserializer.deserialize_str(TimeVisitor)
+    }
+}
+
+inline_schema!(Time, { "type": "string", "format": "date-time" });
+
+inline_schema!(TimeSecs, { "type": "string", "format": "date-time" });
+
+/// A UUID in a request: anything else is 400 `INVALID_UUID`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Id(pub Uuid);
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Id, D::Error> {
+        struct IdVisitor;
+        impl<'de> Visitor<'de> for IdVisitor {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a UUID")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Id, E> {
+                Uuid::try_parse(text)
+                    .map(Id)
+                    .map_err(|_| refused("INVALID_UUID", format_args!("must be a UUID; got {}", anchor_domain::brief(text))))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Id, E> {
+                Err(refused("INVALID_UUID", format_args!("must be a UUID; got {n}")))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Id, E> {
+                Err(refused("INVALID_UUID", format_args!("must be a UUID; got {n}")))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Id, E> {
+                Err(refused("INVALID_UUID", format_args!("must be a UUID; got {n}")))
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Id, E> {
+                Err(refused("INVALID_UUID", format_args!("must be a UUID; got {b}")))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Id, A::Error> {
+                Err(refused("INVALID_UUID", "must be a UUID; got an object"))
+            }
+        }
+        deserializer.deserialize_str(IdVisitor)
+    }
+}
+
+inline_schema!(Id, { "type": "string", "format": "uuid" });
+
+/// A value of one of the domain's closed vocabularies, by its wire name.
+/// Anything else, a string or not, is 400 `INVALID_ENUM` naming the choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Named<E>(pub E);
+
+impl<E: WireEnum> Serialize for Named<E> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_str())
+    }
+}
+
+impl<'de, E: WireEnum> Deserialize<'de> for Named<E> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Named<E>, D::Error> {
+        deserializer.deserialize_str(NamedVisitor(PhantomData))
+    }
+}
+
+struct NamedVisitor<E>(PhantomData<E>);
+
+impl<E: WireEnum> NamedVisitor<E> {
+    fn other<Er: de::Error>(shown: &str) -> Er {
+        Er::unknown_variant(shown, E::NAMES)
+    }
+}
+
+impl<'de, E: WireEnum> Visitor<'de> for NamedVisitor<E> {
+    type Value = Named<E>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "one of {}", E::NAMES.join(", "))
+    }
+    fn visit_str<Er: de::Error>(self, text: &str) -> Result<Named<E>, Er> {
+        E::parse(text).map(Named).ok_or_else(|| Self::other(&anchor_domain::brief(text)))
+    }
+    fn visit_bool<Er: de::Error>(self, b: bool) -> Result<Named<E>, Er> {
+        Err(Self::other(&b.to_string()))
+    }
+    fn visit_i64<Er: de::Error>(self, n: i64) -> Result<Named<E>, Er> {
+        Err(Self::other(&n.to_string()))
+    }
+    fn visit_u64<Er: de::Error>(self, n: u64) -> Result<Named<E>, Er> {
+        Err(Self::other(&n.to_string()))
+    }
+    fn visit_f64<Er: de::Error>(self, n: f64) -> Result<Named<E>, Er> {
+        Err(Self::other(&n.to_string()))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Named<E>, A::Error> {
+        Err(Self::other("an array"))
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Named<E>, A::Error> {
+        Err(Self::other("an object"))
+    }
+}
+
+impl<E: WireEnum> JsonSchema for Named<E> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        E::TYPE_NAME.into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "enum": E::NAMES })
+    }
+}
+
+impl<E: WireEnum> From<E> for Named<E> {
+    fn from(value: E) -> Named<E> {
+        Named(value)
+    }
+}
+
+/// A string schema listing `names`, for `#[schemars(schema_with = …)]` on
+/// string fields whose values come from a fixed list kept elsewhere.
+pub fn one_of(names: &[&str]) -> Schema {
+    json_schema!({ "type": "string", "enum": names })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dac_amounts_are_exact_both_ways() {
+        for (milli, text) in [(10_000, "10"), (157_500, "157.5"), (1, "0.001"), (0, "0")] {
+            assert_eq!(serde_json::to_string(&Dac(MilliDac(milli))).unwrap(), text);
+            let read: Dac = serde_json::from_str(text).unwrap();
+            assert_eq!(read, Dac(MilliDac(milli)));
+        }
+        assert_eq!(serde_json::to_string(&SignedDac(MilliDac(-2_500))).unwrap(), "-2.5");
+        assert_eq!(serde_json::to_string(&Usdc(10_500)).unwrap(), "0.0105");
+        assert_eq!(serde_json::to_string(&Usdc(2_000_000)).unwrap(), "2");
+        assert_eq!(serde_json::to_string(&Ratio(1_500)).unwrap(), "1.5");
+        for bad in ["0.0001", "-1", "1e3", "\"10\""] {
+            assert!(serde_json::from_str::<Dac>(bad).is_err(), "{bad} was read");
+        }
+    }
+
+    #[test]
+    fn times_are_utc_with_their_precision() {
+        let t = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 1, 0, 0, 0).unwrap();
+        assert_eq!(serde_json::to_string(&Time(t)).unwrap(), "\"2026-12-01T00:00:00.000000Z\"");
+        assert_eq!(serde_json::to_string(&TimeSecs(t)).unwrap(), "\"2026-12-01T00:00:00Z\"");
+        let read: Time = serde_json::from_str("\"2026-12-01T09:00:00+09:00\"").unwrap();
+        assert_eq!(read, Time(t));
+    }
+}

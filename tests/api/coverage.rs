@@ -1,0 +1,139 @@
+//! Every operation `/openapi.json` documents answers at least once with a
+//! success, and its body validates against the schema generated from its
+//! type. (Every response of every test is validated the same way, by
+//! `anchor_tests::contract`; this walk makes sure no route is left out.)
+
+use std::collections::BTreeSet;
+
+use anchor_domain::Clock;
+use anchor_tests::*;
+use serde_json::json;
+
+use super::payments::{Twist, b64, challenge_of, pay};
+
+both_backends!(every_operation_answers_with_its_documented_schema);
+
+#[track_caller]
+fn ok(reply: &Reply) {
+    assert!(reply.status.is_success(), "expected a success: {} {}", reply.status, reply.text);
+}
+
+async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut agent = t.register().await;
+    let id = agent.id.clone();
+
+    // Discovery, pricing, the agent's own views.
+    for path in ["/", "/health", "/openapi.json", "/llms.txt", "/.well-known/agent-card.json", "/.well-known/x402.json"] {
+        ok(&t.get(path, None).await);
+    }
+    ok(&t.get("/v1/pricing/current", None).await);
+    ok(&t.get("/v1/pricing/ee-presets", None).await);
+    ok(&t.get("/v1/trial/status", Some(&agent.token)).await);
+    ok(&t.get("/v1/classification", Some(&agent.token)).await);
+    ok(&t.get("/v1/dab/status", Some(&agent.token)).await);
+    ok(&t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "full" }))).await);
+
+    // Declarations: a parent and a child, confirmed, read every way.
+    let parent = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+    let parent_id = parent["dd_id"].as_str().unwrap().to_string();
+    let mut child_body = create_body(json!({ "ee_preset": "EE_high" }));
+    child_body["dd"]["parent_dd_id"] = json!(parent_id);
+    child_body["content_inclusion_flag"] = json!(1);
+    child_body["template"] = json!({ "decision_class": "payment", "decision_scale_value": 12.5, "call_chain": ["planner"] });
+    let child = t.post("/v1/dd/create", Some(&agent.token), &child_body).await;
+    ok(&child);
+    ok(&t.confirm(&agent, &parent_id).await);
+    let child_id = child.json["dd_id"].as_str().unwrap().to_string();
+    ok(&t.confirm(&agent, &child_id).await);
+    ok(&t.get("/v1/dd/list?limit=10", Some(&agent.token)).await);
+    ok(&t.get(&format!("/v1/dd/{child_id}"), Some(&agent.token)).await);
+    ok(&t.get(&format!("/v1/dd/{child_id}/lineage"), Some(&agent.token)).await);
+    ok(&t.get(&format!("/v1/dd/lineage-group/{parent_id}"), Some(&agent.token)).await);
+    ok(&t.get(&format!("/v1/payment/{child_id}/status"), Some(&agent.token)).await);
+
+    // The verifiable log.
+    let checkpoint = t.wait_for_log(2).await;
+    ok(&t.get(&format!("/v1/dd/{child_id}/receipt"), Some(&agent.token)).await);
+    ok(&t.get("/v1/log/checkpoint", None).await);
+    ok(&t.get(&format!("/v1/log/checkpoints/{}", checkpoint.size), None).await);
+    ok(&t.get(&format!("/v1/log/consistency?from=1&to={}", checkpoint.size), None).await);
+    ok(&t.get("/v1/log/key", None).await);
+    ok(&t.get(&format!("/v1/log/tile/0/000.p/{}", checkpoint.size), None).await);
+
+    // ARA: ten contributing agents, then a paid observation.
+    for _ in 0..9 {
+        let other = t.register().await;
+        let created = t.create(&other, json!({ "ee_preset": "EE_basic" })).await;
+        ok(&t.confirm(&other, created["dd_id"].as_str().unwrap()).await);
+    }
+    let bearer = format!("Bearer {}", agent.token);
+    let challenge = challenge_of(&t.call_with("GET", "/v1/ara/environment", &[("authorization", &bearer)], None).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    ok(&t.call_with("GET", "/v1/ara/environment", &[("authorization", &bearer), ("payment-signature", &payment)], None).await);
+
+    // The owner portal.
+    ok(&t.get("/dap/register/suggested-country", None).await);
+    let owner = t.owner("coverage@example.com").await;
+    let dap = |method: &'static str, path: String, body: Option<serde_json::Value>| {
+        let t = &t;
+        let owner = &owner;
+        async move { t.as_owner(owner, method, &path, body.as_ref()).await }
+    };
+    t.link(&owner, &mut agent).await;
+    ok(&dap("GET", "/dap/account/me".into(), None).await);
+    ok(&dap("PUT", "/dap/account/residence".into(), Some(json!({ "residence_country": "EU" }))).await);
+    ok(&dap("PUT", "/dap/account/marketing-consent".into(), Some(json!({ "marketing_agreed": true }))).await);
+    ok(&dap("GET", "/dap/agents".into(), None).await);
+    ok(&dap("GET", "/dap/system/limits".into(), None).await);
+    ok(&dap("GET", "/dap/trial/status".into(), None).await);
+    let dab = json!({ "agent_id": id, "budget_limit_dac": 250.5, "budget_period": "monthly" });
+    ok(&dap("PUT", "/dap/dab/set".into(), Some(dab)).await);
+    ok(&dap("GET", format!("/dap/dab/status?agent_id={id}"), None).await);
+    ok(&dap("DELETE", "/dap/dab/remove".into(), Some(json!({ "agent_id": id, "password": OWNER_PASSWORD }))).await);
+    ok(&dap("GET", "/dap/dashboard".into(), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/report"), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/report/weekly"), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/report/export"), None).await);
+    ok(&dap("GET", format!("/dap/evidence-report?dd_id={child_id}"), None).await);
+    ok(&dap("GET", format!("/dap/usage/daily?days=7&agent_id={id}"), None).await);
+    ok(&dap("GET", "/dap/classification?include_inactive=true".into(), None).await);
+    let category =
+        dap("POST", "/dap/classification".into(), Some(json!({ "classification_key": "cover", "classification_label": "Cover" }))).await;
+    ok(&category);
+    let category_id = category.json["classification_id"].as_str().unwrap().to_string();
+    ok(&dap("PATCH", format!("/dap/classification/{category_id}"), Some(json!({ "description": "every route" }))).await);
+    ok(&dap("DELETE", format!("/dap/classification/{category_id}"), None).await);
+    ok(&dap("GET", "/dap/policy/content-inclusion".into(), None).await);
+    ok(&dap("PUT", "/dap/policy/content-inclusion".into(), Some(json!({ "content_inclusion_policy": "agent_choice" }))).await);
+    ok(&dap("GET", "/dap/account/export?format=json".into(), None).await);
+    ok(&dap("GET", "/dap/account/export?format=csv".into(), None).await);
+
+    // An agent-type owner: promoted, then signed in with its agent's token.
+    let promoted = t.register().await;
+    let mut promoted = promoted;
+    t.link(&owner, &mut promoted).await;
+    ok(&dap("POST", "/dap/owner/register-agent".into(), Some(json!({ "agent_id": promoted.id }))).await);
+    ok(&t.post("/dap/auth/agent-login", Some(&promoted.token), &json!({})).await);
+
+    // Credentials: rotation and recovery.
+    let rotated = t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": id })).await;
+    ok(&rotated);
+    let recovery_key = rotated.json["recovery_key"].as_str().unwrap().to_string();
+    ok(&t.post("/v1/agent/token/recover", None, &json!({ "agent_id": id, "recovery_key": recovery_key })).await);
+
+    // The account's end of life, and the session's.
+    ok(&dap("DELETE", "/dap/agent/unlink".into(), Some(json!({ "agent_id": id, "password": OWNER_PASSWORD }))).await);
+    ok(&dap("DELETE", "/dap/account".into(), Some(json!({ "password": OWNER_PASSWORD }))).await);
+    ok(&dap("GET", "/dap/account/deletion-status".into(), None).await);
+    ok(&dap("POST", "/dap/account/restore".into(), None).await);
+    let changed = json!({ "current_password": OWNER_PASSWORD, "new_password": "a new passphrase 8" });
+    ok(&dap("PUT", "/dap/password".into(), Some(changed)).await);
+    ok(&dap("POST", "/dap/logout".into(), None).await);
+
+    // Every documented operation answered with a success, checked against its schema.
+    let answered: BTreeSet<(String, String)> =
+        contract::seen(&t.base).into_iter().filter(|(_, _, status)| (200..300).contains(status)).map(|(m, p, _)| (m, p)).collect();
+    let missing: Vec<String> = contract::operations().difference(&answered).map(|(method, path)| format!("{method} {path}")).collect();
+    assert!(missing.is_empty(), "operations never answered with a success here: {missing:?}");
+}
