@@ -187,14 +187,17 @@ impl TestServer {
         if let Some(settler) = options.settler {
             state = state.with_settler(settler);
         }
-        let integrator = tokio::spawn(anchor_app::log::run_integrator(
-            store.clone(),
+        // The background jobs, with a fast log; reconciliation and erasure
+        // are driven by the tests themselves.
+        let integrator = tokio::spawn(anchor_app::jobs::run(
+            state.app.clone(),
             log_key.clone(),
-            clock.clone() as Arc<dyn Clock>,
             uuid::Uuid::new_v4(),
-            anchor_app::log::IntegratorConfig {
-                interval: std::time::Duration::from_millis(20),
-                checkpoint_interval: std::time::Duration::from_millis(50),
+            anchor_app::jobs::Schedule {
+                round: std::time::Duration::from_millis(20),
+                checkpoint_every: std::time::Duration::from_millis(50),
+                reconcile_every: std::time::Duration::from_secs(3600),
+                erase_every: std::time::Duration::from_secs(3600),
                 ..Default::default()
             },
         ));

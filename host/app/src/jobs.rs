@@ -1,43 +1,113 @@
-//! Background work that one host does at a time: the host holding the log's
-//! lease (elected through the database) runs each job every round.
+//! Background work that one host does at a time, in one loop: the host
+//! holding the lease (a row in the database, taken and renewed every round,
+//! expiring after a few seconds) integrates the verifiable log every round
+//! and runs each periodic job when it is due. When that host stops, its lease
+//! runs out and another takes over; every job is safe to run again or to be
+//! interrupted, since each is one transaction per unit of work.
 //!
-//! Jobs call use cases like any front end; a failed round is logged and the
+//! | job | every | what |
+//! | --- | --- | --- |
+//! | log | round (100 ms) | integrate pending leaves, sign a checkpoint about once a second |
+//! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
+//! | erase | 30 s | erase owner accounts whose deletion grace period ended |
+//!
+//! Jobs call use cases like any front end; a failed job is logged and the
 //! next round tries again.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
 use anchor_store::{SettlementStatus, SubjectDomain};
 
+use crate::log::{self, LogKey};
 use crate::{AppError, Services, charge, declarations};
 
-/// How long a lease taken for a round lasts.
-const LEASE: chrono::TimeDelta = chrono::TimeDelta::seconds(3);
+/// How often each job runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    /// Pause between rounds; the log is integrated every round.
+    pub round: Duration,
+    /// How long a lease taken in a round lasts without renewal.
+    pub lease: Duration,
+    /// Least time between two signed checkpoints.
+    pub checkpoint_every: Duration,
+    /// Leaves per integration transaction.
+    pub log_batch: i64,
+    pub reconcile_every: Duration,
+    pub erase_every: Duration,
+}
 
-/// Runs every job each `every`, on this host only while it holds the lease.
-pub async fn run(services: Services, host_id: Uuid, every: Duration) {
-    loop {
-        tokio::time::sleep(every).await;
-        round(&services, host_id).await;
+impl Default for Schedule {
+    fn default() -> Schedule {
+        Schedule {
+            round: Duration::from_millis(100),
+            lease: Duration::from_secs(3),
+            checkpoint_every: Duration::from_secs(1),
+            log_batch: 1000,
+            reconcile_every: Duration::from_secs(30),
+            erase_every: Duration::from_secs(30),
+        }
     }
 }
 
-/// One round of every job, if this host holds (or takes) the lease.
-pub async fn round(services: &Services, host_id: Uuid) -> bool {
-    let now = services.clock.now();
-    if !services.store.acquire_log_lease(host_id, now, LEASE).await.unwrap_or(false) {
+/// When each periodic job last ran on this host (while it held the lease).
+#[derive(Debug, Default)]
+pub struct Runs {
+    checkpoint: Option<Instant>,
+    reconcile: Option<Instant>,
+    erase: Option<Instant>,
+}
+
+fn due(last: &mut Option<Instant>, every: Duration) -> bool {
+    if last.is_some_and(|at| at.elapsed() < every) {
         return false;
     }
-    match reconcile_unknown_settlements(services).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(payments = n, "reconciled payments whose settlement was unknown"),
-        Err(error) => tracing::warn!(error = format!("{error:#}"), "settlement reconciliation round failed"),
+    *last = Some(Instant::now());
+    true
+}
+
+/// Runs rounds until the task is dropped.
+pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: Schedule) {
+    let mut runs = Runs::default();
+    loop {
+        round(&services, &key, host_id, &schedule, &mut runs).await;
+        tokio::time::sleep(schedule.round).await;
     }
-    match erase_due_owners(services).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
-        Err(error) => tracing::warn!(error = %error, "owner erasure round failed"),
+}
+
+/// One round: take (or renew) the lease, then integrate the log and run every
+/// job that is due. False when another host holds the lease.
+pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &Schedule, runs: &mut Runs) -> bool {
+    let lease = chrono::Duration::from_std(schedule.lease).unwrap_or(chrono::TimeDelta::seconds(3));
+    match services.store.acquire_log_lease(host_id, services.clock.now(), lease).await {
+        Ok(true) => {}
+        Ok(false) => return false,
+        Err(error) => {
+            tracing::warn!(error = %error, "the lease could not be taken");
+            return false;
+        }
+    }
+    let store = services.store.as_ref();
+    if let Err(error) =
+        log::integrate(store, key, services.clock.as_ref(), schedule.log_batch, schedule.checkpoint_every, &mut runs.checkpoint).await
+    {
+        tracing::warn!(error = format!("{error:#}"), "log integration failed");
+    }
+    if due(&mut runs.reconcile, schedule.reconcile_every) {
+        match reconcile_unknown_settlements(services).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(payments = n, "reconciled payments whose settlement was unknown"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "settlement reconciliation failed"),
+        }
+    }
+    if due(&mut runs.erase, schedule.erase_every) {
+        match erase_due_owners(services).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
+            Err(error) => tracing::warn!(error = %error, "owner erasure failed"),
+        }
     }
     true
 }

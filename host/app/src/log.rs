@@ -12,10 +12,10 @@
 //! # Who integrates
 //!
 //! Hosts are stateless. Confirm commits the declaration and its pending leaf in
-//! one transaction. One host at a time holds the integrator lease (a row in the
-//! database, renewed every loop, expiring after a few seconds), integrates
-//! pending leaves in batches under the tree head's row lock, and publishes a
-//! signed checkpoint about once a second when the tree has grown. If it dies,
+//! one transaction. One host at a time holds the lease (a row in the
+//! database, renewed every round of `jobs`, expiring after a few seconds),
+//! integrates pending leaves in batches under the tree head's row lock, and
+//! publishes a signed checkpoint about once a second when the tree has grown. If it dies,
 //! the lease runs out and another host takes over; since every batch plans from
 //! the head as stored and writes under its lock, no leaf is lost or duplicated
 //! and the tree cannot fork.
@@ -23,13 +23,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anchor_store::{CheckpointRecord, IntegrationPlan, LogState, PendingLeaf, Store};
 use signed_note::{Note, StandardSigner};
 use tlog_tiles::{Checkpoint, Hash, HashReader};
-use uuid::Uuid;
 
 use anchor_domain::Clock;
 
@@ -231,50 +229,23 @@ pub fn plan(state: &LogState, batch: &[PendingLeaf]) -> Result<IntegrationPlan, 
     Ok(IntegrationPlan { entries, hashes: written, state: LogState { size: new_size as i64, root: root.0, edge } })
 }
 
-/// How the integrator runs.
-#[derive(Clone, Copy, Debug)]
-pub struct IntegratorConfig {
-    /// Pause between rounds.
-    pub interval: Duration,
-    /// Least time between two checkpoints.
-    pub checkpoint_interval: Duration,
-    /// How long a lease lasts without renewal.
-    pub lease: Duration,
-    /// Leaves per integration transaction.
-    pub batch: i64,
-}
-
-impl Default for IntegratorConfig {
-    fn default() -> IntegratorConfig {
-        IntegratorConfig {
-            interval: Duration::from_millis(100),
-            checkpoint_interval: Duration::from_secs(1),
-            lease: Duration::from_secs(3),
-            batch: 1000,
-        }
-    }
-}
-
-/// One round: take the lease, integrate everything pending, publish a
-/// checkpoint if the tree grew and the last one is old enough. Returns the
+/// Integrates everything pending (in batches of `batch` leaves) and publishes
+/// a checkpoint if the tree grew and the last one is older than
+/// `checkpoint_every`. The caller holds the lease (`jobs`). Returns the
 /// published checkpoint, if any.
-pub async fn round(
+pub async fn integrate(
     store: &dyn Store,
     key: &LogKey,
     clock: &dyn Clock,
-    holder: Uuid,
-    config: &IntegratorConfig,
+    batch: i64,
+    checkpoint_every: Duration,
     last_published: &mut Option<std::time::Instant>,
 ) -> anyhow::Result<Option<CheckpointRecord>> {
-    let lease = chrono::Duration::from_std(config.lease)?;
-    if !store.acquire_log_lease(holder, clock.now(), lease).await? {
-        return Ok(None);
-    }
-    while store.integrate_log(config.batch, clock.now(), &plan).await?.is_some() {}
+    while store.integrate_log(batch, clock.now(), &plan).await?.is_some() {}
     let state = store.log_state().await?;
     let latest = store.latest_checkpoint().await?;
     let published_size = latest.as_ref().map_or(0, |c| c.size);
-    let due = last_published.is_none_or(|at| at.elapsed() >= config.checkpoint_interval);
+    let due = last_published.is_none_or(|at| at.elapsed() >= checkpoint_every);
     if state.size <= published_size || !due {
         return Ok(None);
     }
@@ -291,16 +262,4 @@ pub async fn round(
     store.insert_checkpoint(&checkpoint).await?;
     *last_published = Some(std::time::Instant::now());
     Ok(Some(checkpoint))
-}
-
-/// Runs rounds forever (until the task is dropped). Errors are logged and the
-/// next round tries again.
-pub async fn run_integrator(store: Arc<dyn Store>, key: Arc<LogKey>, clock: Arc<dyn Clock>, holder: Uuid, config: IntegratorConfig) {
-    let mut last_published = None;
-    loop {
-        if let Err(error) = round(store.as_ref(), &key, clock.as_ref(), holder, &config, &mut last_published).await {
-            tracing::warn!(error = format!("{error:#}"), "log integration round failed");
-        }
-        tokio::time::sleep(config.interval).await;
-    }
 }

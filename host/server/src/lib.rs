@@ -89,10 +89,9 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
-    let integrator = tokio::spawn(log::run_integrator(store.clone(), key.clone(), clock, state.host_id, log::IntegratorConfig::default()));
-    // Background jobs (reconciliation, erasure) run on the host holding the
-    // log lease, so one host does them at a time.
-    let reconciler = tokio::spawn(anchor_app::jobs::run(state.app.clone(), state.host_id, std::time::Duration::from_secs(30)));
+    // Background work (the log, reconciliation, erasure) runs in one loop on
+    // the host holding the lease, so one host does it at a time.
+    let jobs = tokio::spawn(anchor_app::jobs::run(state.app.clone(), key.clone(), state.host_id, anchor_app::jobs::Schedule::default()));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -108,8 +107,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;
-    integrator.abort();
-    reconciler.abort();
+    jobs.abort();
     Ok(())
 }
 
