@@ -175,12 +175,11 @@ impl<E: Engine> AgentStore for SqlStore<E> {
 }
 
 pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
-    let level: String = row.get("disclosure_level")?;
     Ok(AgentRecord {
         agent_id: row.get("agent_id")?,
         token_hash: hash32("token_hash", row.get("token_hash")?)?,
         region_code: row.get("region_code")?,
-        disclosure_level: parse("disclosure_level", &level, DisclosureLevel::parse)?,
+        disclosure_level: row.named("disclosure_level")?,
         registered_at: row.get("registered_at")?,
         trial_granted: MilliDac(row.get("trial_granted_milli")?),
         trial_balance: MilliDac(row.get("trial_balance_milli")?),

@@ -371,14 +371,14 @@ fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
     let template = if content_inclusion {
         let call_chain: Option<String> = row.get("tpl_call_chain")?;
         Some(template::Template {
-            decision_class: opt_enum(row, "tpl_decision_class", template::DecisionClass::parse)?,
+            decision_class: row.opt_named("tpl_decision_class")?,
             decision_scale_value: row.get("tpl_decision_scale_value")?,
             decision_scale_unit: row.get("tpl_decision_scale_unit")?,
-            target_class: opt_enum(row, "tpl_target_class", template::TargetClass::parse)?,
+            target_class: row.opt_named("tpl_target_class")?,
             call_chain: call_chain.map(|c| if c.is_empty() { Vec::new() } else { c.split(',').map(str::to_owned).collect() }),
             self_classification: row.get("tpl_self_classification")?,
-            decision_trigger: opt_enum(row, "tpl_decision_trigger", template::Trigger::parse)?,
-            human_involvement: opt_enum(row, "tpl_human_involvement", template::HumanInvolvement::parse)?,
+            decision_trigger: row.opt_named("tpl_decision_trigger")?,
+            human_involvement: row.opt_named("tpl_human_involvement")?,
         })
     } else {
         None
@@ -391,30 +391,30 @@ fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         ee_id: row.get("ee_id")?,
         agent_id: row.get("agent_id")?,
         dd: dd::DdFields {
-            unit_type: req_enum(row, "dd_unit_type", dd::UnitType::parse)?,
-            declaration_mode: req_enum(row, "dd_declaration_mode", dd::DeclarationMode::parse)?,
-            decision_type: req_enum(row, "decision_type", dd::DecisionType::parse)?,
-            action_type: req_enum(row, "decision_action_type", dd::ActionType::parse)?,
-            origin_context: req_enum(row, "origin_context_type", dd::OriginContext::parse)?,
-            selection_state: req_enum(row, "selection_state", dd::SelectionState::parse)?,
-            selection_scope: opt_enum(row, "selection_scope", dd::SelectionScope::parse)?,
+            unit_type: row.named("dd_unit_type")?,
+            declaration_mode: row.named("dd_declaration_mode")?,
+            decision_type: row.named("decision_type")?,
+            action_type: row.named("decision_action_type")?,
+            origin_context: row.named("origin_context_type")?,
+            selection_state: row.named("selection_state")?,
+            selection_scope: row.opt_named("selection_scope")?,
             decision_at: row.get("decision_at")?,
             parent_dd_id: row.get("parent_dd_id")?,
         },
         ee: ee::EeFields {
             preset: row.get("ee_preset")?,
             scope: ee::Scope {
-                retention: req_enum(row, "ee_retention_period", ee::Retention::parse)?,
-                integrity: req_enum(row, "ee_integrity_verification_level", ee::Integrity::parse)?,
-                disclosure: req_enum(row, "ee_disclosure_format_policy", ee::Disclosure::parse)?,
-                responsibility: req_enum(row, "ee_responsibility_scope", ee::Responsibility::parse)?,
-                content_scope: req_enum(row, "content_disclosure_scope", ee::ContentScope::parse)?,
-                delegation: req_enum(row, "delegation_state", ee::Delegation::parse)?,
+                retention: row.named("ee_retention_period")?,
+                integrity: row.named("ee_integrity_verification_level")?,
+                disclosure: row.named("ee_disclosure_format_policy")?,
+                responsibility: row.named("ee_responsibility_scope")?,
+                content_scope: row.named("content_disclosure_scope")?,
+                delegation: row.named("delegation_state")?,
             },
             direct_access_period: ee::AccessPeriod::parse(&period)
                 .map_err(|_| StoreError::Corrupt(format!("ee_direct_access_period = {period:?}")))?,
             direct_access_quota: row.get("ee_direct_access_quota")?,
-            access_class: req_enum(row, "access_class", ee::AccessClass::parse)?,
+            access_class: row.named("access_class")?,
         },
         content_inclusion,
         template,
@@ -433,24 +433,14 @@ fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         base_fee: MilliDac(row.get("base_fee_milli")?),
         multiplier_permille: u32::try_from(multiplier).map_err(|_| StoreError::Corrupt(format!("multiplier_permille = {multiplier}")))?,
         monthly: MilliDac(row.get("monthly_milli")?),
-        base_fee_source: req_enum(row, "base_fee_source", PaymentSource::parse)?,
-        premium_source: req_enum(row, "premium_source", PaymentSource::parse)?,
+        base_fee_source: row.named("base_fee_source")?,
+        premium_source: row.named("premium_source")?,
         trial_remaining_after: trial_after.map(MilliDac),
-        settlement_status: req_enum(row, "settlement_status", SettlementStatus::parse)?,
+        settlement_status: row.named("settlement_status")?,
         confirmed_at: row.get("confirmed_at")?,
         integrity_hash: row.get("integrity_hash")?,
         direct_reads_used: row.get("direct_reads_used")?,
         direct_access_expires_at: row.get("direct_access_expires_at")?,
         payment_deadline: row.get("payment_deadline")?,
     })
-}
-
-fn opt_enum<T>(row: &impl Row, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<Option<T>> {
-    let value: Option<String> = row.get(column)?;
-    value.map(|v| parse(column, &v, f)).transpose()
-}
-
-fn req_enum<T>(row: &impl Row, column: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
-    let value: String = row.get(column)?;
-    parse(column, &value, f)
 }

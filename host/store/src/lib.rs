@@ -94,11 +94,6 @@ fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Database(sqlx::Error::Database(db)) if db.is_unique_violation())
 }
 
-/// Parses a stored enum, or reports the row as corrupt.
-fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
-    f(value).ok_or_else(|| StoreError::Corrupt(format!("{column} = {value:?}")))
-}
-
 fn hash32(column: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
     bytes.try_into().map_err(|_| StoreError::Corrupt(format!("{column} is not 32 bytes")))
 }

@@ -240,11 +240,9 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             .await?;
         rows.iter()
             .map(|row| {
-                let component: String = row.get("cost_component")?;
-                let source: String = row.get("payment_source")?;
                 Ok(UsageEntry {
-                    cost_component: parse("cost_component", &component, CostComponent::parse)?,
-                    source: parse("payment_source", &source, PaymentSource::parse)?,
+                    cost_component: row.named("cost_component")?,
+                    source: row.named("payment_source")?,
                     amount: MilliDac(row.get("amount_milli")?),
                 })
             })
@@ -428,9 +426,8 @@ pub(crate) async fn insert_usage<X: Exec>(
 }
 
 fn subject(row: &impl Row) -> Result<Option<Subject>> {
-    let domain: Option<String> = row.get("subject_domain")?;
-    let Some(domain) = domain else { return Ok(None) };
-    Ok(Some(Subject { domain: parse("subject_domain", &domain, SubjectDomain::parse)?, id: row.get("subject_id")? }))
+    let Some(domain) = row.opt_named("subject_domain")? else { return Ok(None) };
+    Ok(Some(Subject { domain, id: row.get("subject_id")? }))
 }
 
 async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentRecord>> {
@@ -444,7 +441,6 @@ async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentReco
             .bind(payment_id),
         )
         .await?;
-    let status: String = row.get("status")?;
     Ok(Some(PaymentRecord {
         payment_id,
         network: row.get("network")?,
@@ -454,18 +450,12 @@ async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentReco
         pay_to: row.get("pay_to")?,
         agent_id: row.get("agent_id")?,
         subject: subject(&row)?,
-        status: parse("status", &status, PaymentStatus::parse)?,
+        status: row.named("status")?,
         error_reason: row.get("error_reason")?,
         settlement_ref: row.get("settlement_ref")?,
         payload: row.get("payload")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
-        history: events
-            .iter()
-            .map(|e| {
-                let status: String = e.get("status")?;
-                Ok((parse("status", &status, PaymentStatus::parse)?, e.get("reason")?, e.get("at")?))
-            })
-            .collect::<Result<_>>()?,
+        history: events.iter().map(|e| Ok((e.named("status")?, e.get("reason")?, e.get("at")?))).collect::<Result<_>>()?,
     }))
 }
