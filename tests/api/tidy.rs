@@ -109,3 +109,26 @@ fn server_modules_form_no_cycle() {
     }
     assert!(edges.iter().any(|(m, uses)| m == "state" && uses.iter().any(|u| u == "ratelimit")), "the check sees edges: {edges:?}");
 }
+
+/// Handlers parse, call one use case and render: nothing in the server
+/// reaches the store itself (the state only builds the use cases' `Services`).
+#[test]
+fn the_server_reaches_storage_only_through_use_cases() {
+    let src = root().join("host/server/src");
+    let mut files = vec![src.clone()];
+    let mut offenders = Vec::new();
+    while let Some(dir) = files.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("state.rs") && !path.ends_with("lib.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if text.contains("state.store") || text.contains("anchor_store::Store") {
+                    offenders.push(path.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");
+}

@@ -43,6 +43,18 @@ pub struct Registered {
     pub trial_expires_at: DateTime<Utc>,
 }
 
+/// The agent whose current token `token` is, if any. Tokens are looked up by
+/// their SHA-256, so the lookup's timing depends on the hash, not on the
+/// token; the stored hash is then compared in constant time.
+pub async fn authenticate(services: &Services, token: &str) -> AppResult<Option<AgentRecord>> {
+    if !anchor_domain::agents::has_secret_shape(TOKEN_PREFIX, token) {
+        return Ok(None);
+    }
+    let hash = hash_secret(token);
+    let agent = services.store.agent_by_token_hash(&hash).await?;
+    Ok(agent.filter(|a| bool::from(subtle::ConstantTimeEq::ct_eq(&a.token_hash[..], &hash[..]))))
+}
+
 /// Registers a new agent with its Trial grant.
 pub async fn register(services: &Services, region_code: Option<&str>) -> AppResult<Registered> {
     let now = services.clock.now();

@@ -4,23 +4,18 @@
 //! early, is a JSON body with its `error_code`: handlers use these instead of
 //! axum's `Json`, `Path` and `Query`, whose rejections are plain text.
 
+use anchor_store::AgentRecord;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde_json::Value;
-use subtle::ConstantTimeEq;
-
-use anchor_domain::agents::{TOKEN_PREFIX, has_secret_shape, hash_secret};
-use anchor_store::AgentRecord;
 
 use crate::error::{ApiError, AuthFailure};
 use crate::state::AppState;
 
-/// The agent whose bearer token came with the request.
-///
-/// Tokens are looked up by their SHA-256, so the lookup's timing depends on the
-/// hash, not on the token; the stored hash is then compared in constant time.
+/// The agent whose bearer token came with the request
+/// (`anchor_app::agents::authenticate`).
 pub struct AuthAgent(pub AgentRecord);
 
 impl FromRequestParts<AppState> for AuthAgent {
@@ -35,13 +30,9 @@ impl FromRequestParts<AppState> for AuthAgent {
         let Some(token) = value.strip_prefix("Bearer ").map(str::trim) else {
             return Err(fail(AuthFailure::Missing));
         };
-        if !has_secret_shape(TOKEN_PREFIX, token) {
-            return Err(fail(AuthFailure::InvalidToken));
-        }
-        let hash = hash_secret(token);
-        match state.store.agent_by_token_hash(&hash).await? {
-            Some(agent) if bool::from(agent.token_hash.ct_eq(&hash)) => Ok(AuthAgent(agent)),
-            _ => Err(fail(AuthFailure::InvalidToken)),
+        match anchor_app::agents::authenticate(&state.app, token).await? {
+            Some(agent) => Ok(AuthAgent(agent)),
+            None => Err(fail(AuthFailure::InvalidToken)),
         }
     }
 }
