@@ -57,6 +57,7 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
             pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
             dab_default: MilliDac::from_dac(1000),
             owners: Default::default(),
+            privacy: Default::default(),
         }),
     };
     let now = clock.now();
@@ -175,6 +176,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     let order = |subject: Subject, offered: Offered| Order {
         agent_id,
         route,
+        path: None,
         total: MilliDac::from_dac(1),
         description: "Environment observation".into(),
         trial: TrialUse::None,

@@ -9,6 +9,7 @@ mod coverage;
 mod dap;
 mod declarations;
 mod discovery;
+mod dur;
 mod hardening;
 mod openapi_contract;
 mod payments;

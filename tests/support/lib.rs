@@ -124,6 +124,8 @@ pub struct Options {
     pub settler: Option<Arc<dyn anchor_x402::settlement::Settler>>,
     /// Connection and request limits.
     pub http: anchor_server::listener::HttpLimits,
+    /// How ARA releases are protected (tests of the release rules use `Exact`).
+    pub privacy: anchor_app::ara::privacy::Privacy,
 }
 
 impl Default for Options {
@@ -134,6 +136,7 @@ impl Default for Options {
             dab_default: anchor_domain::MilliDac::from_dac(1000),
             settler: None,
             http: Default::default(),
+            privacy: Default::default(),
         }
     }
 }
@@ -181,6 +184,7 @@ impl TestServer {
             dab_default: options.dab_default,
             dap: Default::default(),
             http: options.http,
+            privacy: options.privacy,
         };
         let log_key = Arc::new(anchor_app::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
@@ -265,6 +269,29 @@ impl TestServer {
             assert!(std::time::Instant::now() < deadline, "the log did not reach {size} leaves");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until the log holds at least `leaves` confirmed declarations and
+    /// ARA has folded all of them into its aggregate model.
+    pub async fn wait_for_fold(&self, leaves: i64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let (next, size) = self.store.fold_progress().await.expect("fold progress");
+            if size >= leaves && next >= size {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "ARA did not fold {leaves} declarations (folded {next} of {size})");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Registers an agent and anchors one confirmed declaration of `ee` for it.
+    pub async fn anchored_agent(&self, ee: Value) -> Agent {
+        let agent = self.register().await;
+        let created = self.create(&agent, ee).await;
+        let confirmed = self.confirm(&agent, created["dd_id"].as_str().expect("dd_id")).await;
+        assert_eq!(confirmed.status, StatusCode::OK, "{}", confirmed.text);
+        agent
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -98,6 +98,9 @@ pub enum Settle {
 pub struct Order {
     pub agent_id: Uuid,
     pub route: Route,
+    /// The request's path where the route has parameters (the challenge's
+    /// resource names it); `None`: the route's path.
+    pub path: Option<String>,
     pub total: MilliDac,
     /// What is bought, for the challenge (the pipeline adds why Trial did not pay).
     pub description: String,
@@ -283,7 +286,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
             reason,
             accepts: accepts.clone(),
             requirement: typed_requirement.clone(),
-            resource: format!("{}{}", services.config.public_url, order.route.path),
+            resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
         }))
     };
 

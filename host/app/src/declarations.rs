@@ -226,6 +226,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
     let order = Order {
         agent_id: agent.agent_id,
         route: CREATE,
+        path: None,
         total: quote.total,
         description: if split {
             format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
@@ -460,4 +461,30 @@ pub async fn lineage_group(services: &Services, agent_id: Uuid, group_id: Uuid) 
         return Err(AppError::not_found("NOT_FOUND", format!("you have no declaration in lineage group {group_id}")));
     }
     Ok(group)
+}
+
+/// What the evidence report of one decision shows besides the record.
+#[derive(Clone, Debug)]
+pub struct Evidence {
+    pub stored: StoredDeclaration,
+    pub generated_at: DateTime<Utc>,
+    /// The record's leaf in the log, once confirmed.
+    pub leaf_index: Option<i64>,
+    /// The latest signed checkpoint's size.
+    pub checkpoint_size: Option<i64>,
+}
+
+impl Evidence {
+    /// A published checkpoint covers the record's leaf.
+    pub fn covered(&self) -> bool {
+        matches!((self.leaf_index, self.checkpoint_size), (Some(index), Some(size)) if index < size)
+    }
+}
+
+/// A decision's evidence: the record, where it sits in the log, and whether
+/// a signed checkpoint covers it. Who may read it is the caller's check.
+pub async fn evidence(services: &Services, stored: StoredDeclaration) -> AppResult<Evidence> {
+    let leaf_index = services.store.log_entry_for(stored.declaration.dd_id).await?.map(|(index, _)| index);
+    let checkpoint_size = services.store.latest_checkpoint().await?.map(|c| c.size);
+    Ok(Evidence { stored, generated_at: services.clock.now(), leaf_index, checkpoint_size })
 }

@@ -8,6 +8,8 @@
 //! | job | every | what |
 //! | --- | --- | --- |
 //! | log | round (100 ms) | integrate pending leaves, sign a checkpoint about once a second |
+//! | ARA fold | round | fold newly integrated declarations into the aggregate model (a few batches a round) |
+//! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
 //!
@@ -22,7 +24,7 @@ use uuid::Uuid;
 use anchor_store::{SettlementStatus, SubjectDomain};
 
 use crate::log::{self, LogKey};
-use crate::{AppError, Services, charge, declarations};
+use crate::{AppError, Services, ara, charge, declarations};
 
 /// How often each job runs.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +39,9 @@ pub struct Schedule {
     pub log_batch: i64,
     pub reconcile_every: Duration,
     pub erase_every: Duration,
+    /// Batches of declarations the ARA fold takes per round.
+    pub fold_batches: usize,
+    pub releases_every: Duration,
 }
 
 impl Default for Schedule {
@@ -48,6 +53,8 @@ impl Default for Schedule {
             log_batch: 1000,
             reconcile_every: Duration::from_secs(30),
             erase_every: Duration::from_secs(30),
+            fold_batches: 5,
+            releases_every: Duration::from_secs(60),
         }
     }
 }
@@ -58,6 +65,7 @@ pub struct Runs {
     checkpoint: Option<Instant>,
     reconcile: Option<Instant>,
     erase: Option<Instant>,
+    releases: Option<Instant>,
 }
 
 fn due(last: &mut Option<Instant>, every: Duration) -> bool {
@@ -94,6 +102,23 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
         log::integrate(store, key, services.clock.as_ref(), schedule.log_batch, schedule.checkpoint_every, &mut runs.checkpoint).await
     {
         tracing::warn!(error = format!("{error:#}"), "log integration failed");
+    }
+    match ara::fold::round(services, schedule.fold_batches).await {
+        Ok(_) => {}
+        Err(error) => tracing::warn!(error = format!("{error:#}"), "ARA fold failed"),
+    }
+    if due(&mut runs.releases, schedule.releases_every) {
+        let cut = async {
+            if !ara::fold::caught_up(services).await? {
+                return Ok(0);
+            }
+            Ok::<usize, anyhow::Error>(ara::releases::cut_due(services).await?)
+        };
+        match cut.await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(releases = n, "cut the day's de-identified ARA releases"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "cutting ARA releases failed"),
+        }
     }
     if due(&mut runs.reconcile, schedule.reconcile_every) {
         match reconcile_unknown_settlements(services).await {

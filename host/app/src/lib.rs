@@ -16,6 +16,7 @@ pub mod ara;
 pub mod catalog;
 pub mod charge;
 pub mod declarations;
+pub mod dur;
 pub mod error;
 pub mod jobs;
 pub mod log;
@@ -47,6 +48,8 @@ pub struct Config {
     pub dab_default: MilliDac,
     /// What owners may do here.
     pub owners: owners::OwnerSettings,
+    /// How cross-agent statistics are protected.
+    pub privacy: ara::privacy::Privacy,
 }
 
 /// Everything a use case reaches. Cheap to clone.

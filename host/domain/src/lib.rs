@@ -6,6 +6,7 @@
 //! (how a record is hashed), and [`agents`] (tokens and keys).
 
 pub mod agents;
+pub mod ara;
 pub mod clock;
 pub mod dab;
 pub mod declarations;

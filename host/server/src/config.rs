@@ -83,6 +83,16 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAP_NO_AGENT_OWNERS", default_value_t = false)]
     pub dap_no_agent_owners: bool,
 
+    /// The differential-privacy budget (epsilon) each histogram and count of
+    /// a cross-agent ARA release spends; a release states its total.
+    #[arg(long, env = "ANCHOR_ARA_EPSILON", default_value_t = 1.0, value_parser = positive)]
+    pub ara_epsilon: f64,
+
+    /// The probability (delta) that a value one agent alone contributes
+    /// passes a release's noisy threshold.
+    #[arg(long, env = "ANCHOR_ARA_DELTA", default_value_t = 1e-6, value_parser = probability)]
+    pub ara_delta: f64,
+
     /// Open connections at most; past that, new ones wait in the backlog.
     #[arg(long, env = "ANCHOR_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
@@ -132,5 +142,19 @@ impl ServeConfig {
 
     pub fn public_url(&self) -> String {
         self.public_url.clone().unwrap_or_else(|| format!("http://{}", self.listen)).trim_end_matches('/').to_string()
+    }
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{text} is not a positive number")),
+    }
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("{text} is not a probability between 0 and 1 (exclusive)")),
     }
 }

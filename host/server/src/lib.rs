@@ -81,6 +81,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             ..Default::default()
         },
         http: config.http_limits(),
+        privacy: anchor_app::ara::privacy::Privacy::Noisy { epsilon: config.ara_epsilon, delta: config.ara_delta },
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,

@@ -67,8 +67,9 @@ pub struct Response {
     pub schema: Option<SchemaSource>,
     /// The media type of the body: `application/json` unless said otherwise.
     pub media: &'static str,
-    /// Other media types the same status may carry (text bodies).
-    pub alternatives: Vec<&'static str>,
+    /// Other media types the same status may carry, with their schemas
+    /// (`None`: text).
+    pub alternatives: Vec<(&'static str, Option<SchemaSource>)>,
 }
 
 impl Response {
@@ -202,7 +203,14 @@ impl Operation {
     /// The response of `status` may also be text of `media` (a format parameter chooses).
     pub fn or_media(mut self, status: u16, media: &'static str) -> Self {
         if let Some(response) = self.responses.iter_mut().find(|r| r.status == status) {
-            response.alternatives.push(media);
+            response.alternatives.push((media, None));
+        }
+        self
+    }
+    /// The response of `status` may also be JSON of type `T` (a format parameter chooses).
+    pub fn or_returns<T: JsonSchema>(mut self, status: u16) -> Self {
+        if let Some(response) = self.responses.iter_mut().find(|r| r.status == status) {
+            response.alternatives.push(("application/json", Some(SchemaSource::of::<T>())));
         }
         self
     }
@@ -333,8 +341,12 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             let mut entry = json!({ "description": response.description });
             if let Some(schema) = &response.schema {
                 entry["content"] = json!({ response.media: { "schema": schema.render(&mut schemas.responses) } });
-                for media in &response.alternatives {
-                    entry["content"][*media] = json!({ "schema": { "type": "string" } });
+                for (media, schema) in &response.alternatives {
+                    let schema = match schema {
+                        Some(schema) => schema.render(&mut schemas.responses),
+                        None => json!({ "type": "string" }),
+                    };
+                    entry["content"][*media] = json!({ "schema": schema });
                 }
             }
             responses.insert(key, entry);

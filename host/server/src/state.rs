@@ -25,6 +25,8 @@ pub struct Settings {
     pub dap: DapSettings,
     /// Connection and request limits.
     pub http: crate::listener::HttpLimits,
+    /// How cross-agent ARA statistics are protected.
+    pub privacy: anchor_app::ara::privacy::Privacy,
 }
 
 /// The owner portal's settings.
@@ -70,6 +72,7 @@ impl AppState {
                 pay_to: settings.pay_to.clone(),
                 dab_default: settings.dab_default,
                 owners: settings.dap.clone(),
+                privacy: settings.privacy,
             }),
         };
         AppState {

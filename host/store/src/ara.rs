@@ -1,29 +1,22 @@
-//! ARA: statistics of recorded history, and the log of observations made.
+//! ARA: the aggregate model statistics are read from, the releases cut from
+//! it, and the log of observations made.
 //!
-//! Cross-agent statistics count anchored (confirmed) declarations only, never
-//! those whose access class is `internal_only`, and return counts, never a
-//! record or an agent id.
+//! Confirmed declarations are folded into `ara_agent_day` (per agent, UTC day,
+//! dimension and value) and `ara_agent_total` (the same, all time) once, in
+//! the verifiable log's order: the fold's watermark is a leaf index, and the
+//! integrator gives every confirmed declaration a dense one. Cross-agent
+//! statistics read only counts of visibility 0; they never name a record or an
+//! agent.
 
 use anchor_domain::MilliDac;
+use anchor_domain::ara::{Dimension, Visibility, Window};
 use anchor_domain::payments::PaymentSource;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::engine::{Bind, Engine, Exec, Query, Row, sql};
+use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-
-/// The environment's activity in a window, de-identified.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EnvironmentStats {
-    pub declarations: i64,
-    /// How many distinct agents the declarations come from.
-    pub agents: i64,
-    /// (action type, count), by action type.
-    pub by_action_type: Vec<(String, i64)>,
-    /// (retention period, count), by retention period.
-    pub by_retention: Vec<(String, i64)>,
-}
 
 /// One observation made, with what it cost.
 #[derive(Clone, Debug)]
@@ -42,36 +35,107 @@ pub struct NewObservation {
     pub observed_at: DateTime<Utc>,
 }
 
-/// Anchored declarations visible to cross-agent views, in `($1, $2]`.
-const VISIBLE: &str = "from declaration where confirmed_at is not null and access_class <> 'internal_only' \
-                       and anchored_at > $1 and anchored_at <= $2";
+/// A confirmed declaration waiting to be folded, with its leaf index.
+#[derive(Clone, Debug)]
+pub struct Unfolded {
+    pub leaf_index: i64,
+    pub declaration: StoredDeclaration,
+}
+
+/// A count to add to the aggregate model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DayCount {
+    pub agent_id: Uuid,
+    pub day: i32,
+    pub dimension: Dimension,
+    pub value: String,
+    pub visibility: Visibility,
+    pub n: i64,
+}
+
+/// A branch-1 declaration as an anomaly comparison sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleRow {
+    pub dd_id: Uuid,
+    /// The decision scale's JSON text and unit.
+    pub scale_value: Option<String>,
+    pub scale_unit: Option<String>,
+    pub decision_class: Option<String>,
+    pub target_class: Option<String>,
+    pub decision_at: Option<DateTime<Utc>>,
+    pub anchored_at: DateTime<Utc>,
+    /// The price above the base fee.
+    pub premium: MilliDac,
+}
+
+/// One of an agent's counts: all time, or on one day.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentCount {
+    pub dimension: Dimension,
+    pub value: String,
+    pub n: i64,
+    /// The first and last day it was counted (all-time counts), or the day.
+    pub first_day: i32,
+    pub last_day: i32,
+}
+
+/// A window's totals over every agent (shared counts only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowTotals {
+    /// Distinct agents with at least one declaration.
+    pub agents: i64,
+    /// Declarations, each agent counted for at most the cap.
+    pub capped_declarations: i64,
+}
+
+/// How many rows one multi-row statement writes.
+const ROWS_PER_STATEMENT: usize = 500;
 
 #[async_trait]
 pub trait AraStore: Send + Sync {
-    /// Every agent's anchored declarations in `(from, to]`, counted.
-    async fn environment(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<EnvironmentStats>;
     async fn record_observation(&self, observation: &NewObservation) -> Result<()>;
+
+    /// The next confirmed declarations to fold (in leaf order, at most `limit`).
+    async fn unfolded(&self, limit: i64) -> Result<Vec<Unfolded>>;
+    /// Adds `counts` and moves the watermark from `from_leaf` to `to_leaf`, in one
+    /// transaction; false (and nothing written) if another host folded them first.
+    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount]) -> Result<bool>;
+    /// The next leaf index to fold, and the log's size: equal when caught up.
+    async fn fold_progress(&self) -> Result<(i64, i64)>;
+
+    /// The agent's branch-1 (template-carrying) confirmed declarations anchored
+    /// in `[from, to)`, newest first, at most `limit`, leaving `except` out.
+    async fn branch_one_sample(
+        &self,
+        agent_id: Uuid,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        except: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<SampleRow>>;
+
+    /// Per value of `dimension` in `window`: how many agents have it as the
+    /// value they declared most (ties: the smallest value), shared counts only.
+    async fn predominant(&self, dimension: Dimension, window: Window) -> Result<Vec<(String, i64)>>;
+    /// Distinct agents and capped declarations in `window`.
+    async fn window_totals(&self, window: Window, cap: i64) -> Result<WindowTotals>;
+    /// How many agents declared how much in `window`: (declarations of one
+    /// agent, agents), shared counts only.
+    async fn activity(&self, window: Window) -> Result<Vec<(i64, i64)>>;
+
+    /// A stored release, if this kind of release was cut for `window`.
+    async fn release(&self, kind: &str, window: Window) -> Result<Option<String>>;
+    /// Stores a release unless one exists; returns the stored one (the first wins).
+    async fn save_release(&self, kind: &str, window: Window, body: &str, at: DateTime<Utc>) -> Result<String>;
+
+    /// The agent's all-time counts; `own` includes what only it may see.
+    async fn agent_totals(&self, agent_id: Uuid, own: bool) -> Result<Vec<AgentCount>>;
+    /// The agent's daily counts of `dimensions` in `[from_day, to_day)`.
+    async fn agent_days(&self, agent_id: Uuid, from_day: i32, to_day: i32, dimensions: &[Dimension], own: bool) -> Result<Vec<AgentCount>>;
 }
 
 #[async_trait]
 impl<E: Engine> AraStore for SqlStore<E> {
-    async fn environment(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<EnvironmentStats> {
-        let totals = self
-            .db()
-            .fetch_one(sql(format!("select count(*) as n, count(distinct agent_id) as agents {VISIBLE}")).bind(from).bind(to))
-            .await?;
-        let by = |column: &str| {
-            sql(format!("select {column} as k, count(*) as n {VISIBLE} group by {column} order by {column}")).bind(from).bind(to)
-        };
-        let counted = |rows: Vec<E::Row>| rows.iter().map(|r| Ok((r.get("k")?, r.get("n")?))).collect::<Result<Vec<(String, i64)>>>();
-        Ok(EnvironmentStats {
-            declarations: totals.get("n")?,
-            agents: totals.get("agents")?,
-            by_action_type: counted(self.db().fetch_all(by("decision_action_type")).await?)?,
-            by_retention: counted(self.db().fetch_all(by("ee_retention_period")).await?)?,
-        })
-    }
-
     async fn record_observation(&self, o: &NewObservation) -> Result<()> {
         self.db()
             .execute(Query::insert(
@@ -92,4 +156,219 @@ impl<E: Engine> AraStore for SqlStore<E> {
             .await?;
         Ok(())
     }
+
+    async fn unfolded(&self, limit: i64) -> Result<Vec<Unfolded>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select l.leaf_index, d.* from log_entry l join declaration d on d.dd_id = l.dd_id \
+                     where l.leaf_index >= (select next_leaf from ara_fold where ara_fold_id = 0) \
+                     order by l.leaf_index limit $1")
+                .bind(limit),
+            )
+            .await?;
+        rows.iter().map(|row| Ok(Unfolded { leaf_index: row.get("leaf_index")?, declaration: decode_declaration(row)? })).collect()
+    }
+
+    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount]) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let moved = tx
+            .execute(sql("update ara_fold set next_leaf = $1 where ara_fold_id = 0 and next_leaf = $2").bind(to_leaf).bind(from_leaf))
+            .await?;
+        if moved != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        for chunk in counts.chunks(ROWS_PER_STATEMENT) {
+            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
+            let mut totals = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
+            for (i, c) in chunk.iter().enumerate() {
+                let separator = if i == 0 { "(" } else { ", (" };
+                days.push(separator);
+                days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
+                days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
+                totals.push(separator);
+                totals.push_bind(c.agent_id).push(", ").push_bind(c.dimension.as_str()).push(", ").push_bind(c.value.as_str());
+                totals.push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n);
+                totals.push(", ").push_bind(c.day).push(", ").push_bind(c.day).push(")");
+            }
+            days.push(" on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n");
+            totals.push(
+                " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
+                 first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
+                 last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
+            );
+            tx.execute(days).await?;
+            tx.execute(totals).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn fold_progress(&self) -> Result<(i64, i64)> {
+        let row = self
+            .db()
+            .fetch_one(sql("select (select next_leaf from ara_fold where ara_fold_id = 0) as next_leaf, \
+                            (select count(*) from log_entry) as size"))
+            .await?;
+        Ok((row.get("next_leaf")?, row.get("size")?))
+    }
+
+    async fn branch_one_sample(
+        &self,
+        agent_id: Uuid,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        except: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<SampleRow>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select dd_id, tpl_decision_scale_value, tpl_decision_scale_unit, tpl_decision_class, tpl_target_class, \
+                     decision_at, anchored_at, dac_amount_milli, base_fee_milli from declaration \
+                     where agent_id = $1 and anchored_at >= $2 and anchored_at < $3 and content_inclusion = $4 \
+                     and confirmed_at is not null and dd_id <> $5 order by anchored_at desc limit $6")
+                .bind(agent_id)
+                .bind(from)
+                .bind(to)
+                .bind(true)
+                .bind(except.unwrap_or(Uuid::nil()))
+                .bind(limit),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let total: i64 = row.get("dac_amount_milli")?;
+                let base: i64 = row.get("base_fee_milli")?;
+                Ok(SampleRow {
+                    dd_id: row.get("dd_id")?,
+                    scale_value: row.get("tpl_decision_scale_value")?,
+                    scale_unit: row.get("tpl_decision_scale_unit")?,
+                    decision_class: row.get("tpl_decision_class")?,
+                    target_class: row.get("tpl_target_class")?,
+                    decision_at: row.get("decision_at")?,
+                    anchored_at: row.get("anchored_at")?,
+                    premium: MilliDac(total - base),
+                })
+            })
+            .collect()
+    }
+
+    async fn predominant(&self, dimension: Dimension, window: Window) -> Result<Vec<(String, i64)>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select value, count(*) as agents from (\
+                       select agent_id, value, row_number() over (partition by agent_id order by sum(n) desc, value) as place \
+                       from ara_agent_day where dimension = $1 and visibility = 0 and day >= $2 and day < $3 \
+                       group by agent_id, value) ranked \
+                     where place = 1 group by value order by value")
+                .bind(dimension.as_str())
+                .bind(window.start())
+                .bind(window.end),
+            )
+            .await?;
+        rows.iter().map(|r| Ok((r.get("value")?, r.get("agents")?))).collect()
+    }
+
+    async fn window_totals(&self, window: Window, cap: i64) -> Result<WindowTotals> {
+        let row = self
+            .db()
+            .fetch_one(
+                sql("select count(*) as agents, cast(coalesce(sum(case when n > $1 then $1 else n end), 0) as bigint) as capped from (\
+                       select agent_id, sum(n) as n from ara_agent_day \
+                       where dimension = 'all' and visibility = 0 and day >= $2 and day < $3 group by agent_id) per_agent")
+                .bind(cap)
+                .bind(window.start())
+                .bind(window.end),
+            )
+            .await?;
+        Ok(WindowTotals { agents: row.get("agents")?, capped_declarations: row.get("capped")? })
+    }
+
+    async fn activity(&self, window: Window) -> Result<Vec<(i64, i64)>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select n, count(*) as agents from (\
+                       select agent_id, cast(sum(n) as bigint) as n from ara_agent_day \
+                       where dimension = 'all' and visibility = 0 and day >= $1 and day < $2 group by agent_id) per_agent \
+                     group by n order by n")
+                .bind(window.start())
+                .bind(window.end),
+            )
+            .await?;
+        rows.iter().map(|r| Ok((r.get("n")?, r.get("agents")?))).collect()
+    }
+
+    async fn release(&self, kind: &str, window: Window) -> Result<Option<String>> {
+        self.db()
+            .scalar_optional(
+                sql("select body from ara_release where kind = $1 and window_days = $2 and window_end = $3")
+                    .bind(kind)
+                    .bind(window.days)
+                    .bind(window.end),
+            )
+            .await
+    }
+
+    async fn save_release(&self, kind: &str, window: Window, body: &str, at: DateTime<Utc>) -> Result<String> {
+        self.db()
+            .execute(
+                sql("insert into ara_release (kind, window_days, window_end, body, released_at) values ($1, $2, $3, $4, $5) \
+                     on conflict (kind, window_days, window_end) do nothing")
+                .bind(kind)
+                .bind(window.days)
+                .bind(window.end)
+                .bind(body)
+                .bind(at),
+            )
+            .await?;
+        self.release(kind, window).await?.ok_or_else(|| StoreError::Corrupt(format!("release {kind} vanished")))
+    }
+
+    async fn agent_totals(&self, agent_id: Uuid, own: bool) -> Result<Vec<AgentCount>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select dimension, value, cast(sum(n) as bigint) as n, min(first_day) as first_day, max(last_day) as last_day \
+                     from ara_agent_total where agent_id = $1 and visibility <= $2 group by dimension, value order by dimension, value")
+                .bind(agent_id)
+                .bind(if own { Visibility::Own.code() } else { Visibility::Shared.code() }),
+            )
+            .await?;
+        rows.iter().map(decode_count).collect::<Result<Vec<_>>>().map(|counts| counts.into_iter().flatten().collect())
+    }
+
+    async fn agent_days(&self, agent_id: Uuid, from_day: i32, to_day: i32, dimensions: &[Dimension], own: bool) -> Result<Vec<AgentCount>> {
+        let mut query = sql("select dimension, value, cast(sum(n) as bigint) as n, day as first_day, day as last_day from ara_agent_day \
+                             where agent_id = ");
+        query.push_bind(agent_id).push(" and day >= ").push_bind(from_day).push(" and day < ").push_bind(to_day);
+        query.push(" and visibility <= ").push_bind(if own { Visibility::Own.code() } else { Visibility::Shared.code() });
+        query.push(" and dimension in (");
+        for (i, d) in dimensions.iter().enumerate() {
+            if i > 0 {
+                query.push(", ");
+            }
+            query.push_bind(d.as_str());
+        }
+        query.push(") group by day, dimension, value order by day, dimension, value");
+        let rows = self.db().fetch_all(query).await?;
+        rows.iter().map(decode_count).collect::<Result<Vec<_>>>().map(|counts| counts.into_iter().flatten().collect())
+    }
+}
+
+/// A count row; a dimension this version does not know (a newer host folded
+/// it) is skipped, not an error.
+fn decode_count(row: &impl Row) -> Result<Option<AgentCount>> {
+    let dimension: String = row.get("dimension")?;
+    let Some(dimension) = Dimension::parse(&dimension) else { return Ok(None) };
+    Ok(Some(AgentCount {
+        dimension,
+        value: row.get("value")?,
+        n: row.get("n")?,
+        first_day: row.get("first_day")?,
+        last_day: row.get("last_day")?,
+    }))
 }

@@ -366,7 +366,7 @@ impl<E: Engine> SqlStore<E> {
     }
 }
 
-fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
+pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
     let content_inclusion: bool = row.get("content_inclusion")?;
     let template = if content_inclusion {
         let call_chain: Option<String> = row.get("tpl_call_chain")?;

@@ -2,7 +2,7 @@
 //! default, a file under the data directory) or PostgreSQL (production, and
 //! shared by several hosts).
 //!
-//! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `PaymentStore`,
+//! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `DurStore`, `PaymentStore`,
 //! `LogStore`, `OwnerStore`, …), each implemented once, in ordinary code, for
 //! [`SqlStore`] over either engine: the SQL is written once (both engines
 //! accept `$n` parameters) and the per-engine differences live in
@@ -17,6 +17,7 @@ mod agents;
 mod ara;
 mod attempts;
 mod declarations;
+mod dur;
 pub mod engine;
 mod links;
 mod log;
@@ -33,6 +34,7 @@ pub use agents::*;
 pub use ara::*;
 pub use attempts::*;
 pub use declarations::*;
+pub use dur::*;
 pub use links::*;
 pub use log::*;
 pub use owners::*;
@@ -101,7 +103,18 @@ fn hash32(column: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
 /// Everything the service stores.
 #[async_trait]
 pub trait Store:
-    AgentStore + AraStore + AttemptStore + DeclarationStore + PaymentStore + LogStore + OwnerStore + LinkStore + Send + Sync + 'static
+    AgentStore
+    + AraStore
+    + AttemptStore
+    + DeclarationStore
+    + DurStore
+    + PaymentStore
+    + LogStore
+    + OwnerStore
+    + LinkStore
+    + Send
+    + Sync
+    + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -18,6 +18,7 @@ use anchor_domain::payments::SettlementStatus;
 use anchor_store::{LinkedAgent, ListFilter, OwnerRecord, StoredDeclaration, Totals};
 
 use super::managed;
+use crate::declarations::Evidence;
 use crate::payments::Dab;
 use crate::{AppError, AppResult, Services};
 
@@ -136,32 +137,12 @@ pub async fn export(
     Ok(all)
 }
 
-/// What the evidence report of one decision shows besides the record.
-#[derive(Clone, Debug)]
-pub struct Evidence {
-    pub stored: StoredDeclaration,
-    pub generated_at: DateTime<Utc>,
-    /// The record's leaf in the log, once confirmed.
-    pub leaf_index: Option<i64>,
-    /// The latest signed checkpoint's size.
-    pub checkpoint_size: Option<i64>,
-}
-
-impl Evidence {
-    /// A published checkpoint covers the record's leaf.
-    pub fn covered(&self) -> bool {
-        matches!((self.leaf_index, self.checkpoint_size), (Some(index), Some(size)) if index < size)
-    }
-}
-
 /// The evidence report of a managed agent's decision (free for its owner).
 pub async fn evidence(services: &Services, owner: &OwnerRecord, dd_id: Uuid) -> AppResult<Evidence> {
     let stored =
         services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
     managed(services, owner, stored.declaration.agent_id).await?;
-    let leaf_index = services.store.log_entry_for(dd_id).await?.map(|(index, _)| index);
-    let checkpoint_size = services.store.latest_checkpoint().await?.map(|c| c.size);
-    Ok(Evidence { stored, generated_at: services.clock.now(), leaf_index, checkpoint_size })
+    crate::declarations::evidence(services, stored).await
 }
 
 /// Declarations on record and their DAC per UTC day, days without any included.

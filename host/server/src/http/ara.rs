@@ -1,4 +1,8 @@
-//! ARA over HTTP: observations of recorded history, paid per call.
+//! ARA over HTTP: observations of recorded history (`anchor_app::ara`).
+//!
+//! Every answer carries `dac_charged`; a paid one carries `PAYMENT-RESPONSE`
+//! too. Environment- and pattern-level figures are de-identified releases
+//! over fixed windows, and say how (`privacy`).
 
 use std::collections::BTreeMap;
 
@@ -6,66 +10,257 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use chrono::Datelike;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
 
-use anchor_app::ara;
+use anchor_app::ara::agents::{self as agent_level, Granularity, Queried, QueryType};
+use anchor_app::ara::releases::{self, Kind, Release};
+use anchor_app::ara::{self, Observed, PremiumSource, meta, privacy};
+use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::ara::{Dimension, Position, day_start};
 
+use super::body::path_uuid;
+use super::dap::reports::EvidenceReport;
 use crate::error::ApiResult;
-use crate::extract::{AuthAgent, PaymentOffer};
+use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, TimeSecs};
+use crate::wire::{Dac, Id, Named, Time, TimeSecs};
+
+const PAID: &str = "No payment came with the request, or it was refused (the reason is in `error`). Trial never pays an observation.";
+const SETTLING: &str = "The settlement's outcome is unknown; it is settled in the background and charged at most once.";
+const HIDDEN: &str =
+    "Too few agents contribute to show figures that identify none of them (k = 10), or the noisy threshold held them back.";
+
+/// The refusals every paid observation shares.
+fn paid(operation: Operation) -> Operation {
+    operation
+        .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
+        .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
+        .payment_required(PAID)
+        .error(503, SETTLING, &["SETTLEMENT_PENDING"])
+}
+
+fn release_operation(route: anchor_app::charge::Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
+    paid(
+        op(Method::GET, route.path, handler)
+            .tag("ARA")
+            .summary(summary)
+            .describe(
+                "A de-identified release over the last 30 full UTC days (the same for every caller all day): each agent counts once per \
+                 distribution, in the value it declared most; values with fewer than 10 agents are dropped, the rest get discrete Laplace \
+                 noise and pass a noisy threshold (differential privacy; `privacy` says what the release spent). Paid per call over x402, \
+                 settled before the answer.",
+            )
+            .agent()
+            .error(404, HIDDEN, &["DATA_UNAVAILABLE"]),
+    )
+}
+
+fn agent_operation(route: anchor_app::charge::Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
+    paid(
+        op(Method::GET, route.path, handler)
+            .tag("ARA")
+            .summary(summary)
+            .describe(
+                "Free for the agent itself at every resolution level. Another agent is seen only as far as its disclosure_level allows \
+                 (none: not at all, summary: level 1, detailed: 2, full: 3), for 3 DAC over x402 plus a surcharge at levels 2 and 3 \
+                 (2 and 4 DAC), which premium_source earned would pay from Earned DAC.",
+            )
+            .agent()
+            .path::<Uuid>("agent_id")
+            .query::<LevelQuery>()
+            .error(
+                400,
+                "A malformed agent_id, resolution level or premium source, or an Earned surcharge that cannot be paid.",
+                &["INVALID_UUID", "INVALID_VALUE", "INVALID_ENUM", "INSUFFICIENT_DAC"],
+            )
+            .error(403, "The agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
+            .error(404, "No such agent, or it has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
+    )
+}
 
 pub fn operations() -> Vec<Operation> {
     vec![
-        op(Method::GET, ara::ENVIRONMENT.path, get(environment))
-            .tag("ARA")
-            .summary("The environment: every agent's anchored declarations of the last 30 days, counted")
-            .describe(
-                "De-identified: counts only, never a record or an agent id; declarations with access_class internal_only are left out, \
-                 and nothing is shown unless at least 10 agents contribute. Paid per call over x402 and settled before the answer \
-                 (PAYMENT-RESPONSE); Trial never pays an observation.",
-            )
-            .agent()
-            .returns::<Environment>(200, "Environment statistics")
-            .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-            .error(404, "Too few agents contribute to show statistics that identify none of them.", &["DATA_UNAVAILABLE"])
-            .payment_required("No payment came with the request, or it was refused (the reason is in `error`).")
-            .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
-            .error(
-                503,
-                "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
-                &["SETTLEMENT_PENDING"],
-            ),
+        release_operation(ara::ENVIRONMENT, get(environment), "The environment: agents and their declarations, by action type and retention")
+            .returns::<EnvironmentView>(200, "Environment statistics (dac_charged included)"),
+        release_operation(ara::ENVIRONMENT_SUMMARY, get(environment_summary), "Deprecated: the same as GET /v1/ara/environment")
+            .returns::<EnvironmentView>(200, "Environment statistics (dac_charged included)"),
+        release_operation(ara::DENSITY, get(density), "Activity density: how much agents declare, and at which hours (UTC)")
+            .returns::<DensityView>(200, "Activity density (dac_charged included)"),
+        paid(
+            op(Method::GET, ara::TSL.path, get(tsl))
+                .tag("ARA")
+                .summary("The tool market's activity")
+                .describe("The market keeps no sales yet: this answers 404 DATA_UNAVAILABLE, for free, until it does.")
+                .agent()
+                .error(404, "The market has no activity to show.", &["DATA_UNAVAILABLE"]),
+        )
+        .returns::<PatternView>(200, "TSL market statistics (dac_charged included)"),
+        release_operation(ara::EE_DISTRIBUTION, get(ee_distribution), "Agents by the EE values they choose most, axis by axis")
+            .returns::<PatternView>(200, "EE distribution (dac_charged included)"),
+        release_operation(ara::ACTION_TYPE, get(action_type), "Agents by the action types, selection states and decision types they declare most")
+            .returns::<PatternView>(200, "Action type distribution (dac_charged included)"),
+        paid(
+            op(Method::GET, ara::COMPARE.path, get(compare))
+                .tag("ARA")
+                .summary("Two to ten agents side by side (1 DAC at level 1, 2 DAC at level 2)")
+                .describe("Every listed agent other than the caller must disclose the level asked. Level 3 and Earned DAC are not offered here.")
+                .agent()
+                .query::<CompareQuery>()
+                .returns::<CompareView>(200, "Comparison (dac_charged included)")
+                .error(400, "agents missing or malformed (2 to 10 ids), level 3, or premium_source earned.", &[
+                    "MISSING_FIELD",
+                    "INVALID_UUID",
+                    "INVALID_VALUE",
+                    "INVALID_ENUM",
+                ])
+                .error(403, "A listed agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
+                .error(404, "A listed agent does not exist or has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
+        ),
+        agent_operation(ara::PROFILE, get(profile), "An agent's profile").returns::<ProfileView>(200, "Profile (dac_charged included)"),
+        agent_operation(ara::TIMELINE, get(timeline), "An agent's activity over time: 12 months, 12 weeks or 30 days by resolution")
+            .returns::<TimelineView>(200, "Timeline (dac_charged included)"),
+        agent_operation(ara::EE_PATTERN, get(ee_pattern), "The EE values an agent chooses").returns::<EePatternView>(200, "EE pattern (dac_charged included)"),
+        paid(
+            op(Method::GET, ara::ANOMALY_COMPARE.path, get(anomaly_compare))
+                .tag("ARA")
+                .summary("Where one of your decisions sits in your own recent pattern (5 DAC)")
+                .describe("The decision against your branch-1 decisions (with a template) of the last period_days, itself left out: within_band or outlier for decision_scale, decision_class, target_class, time_zone (6-hour UTC buckets) and ee_resolution (the premium). At least 2 are needed.")
+                .agent()
+                .query::<AnomalyQuery>()
+                .returns::<AnomalyView>(200, "Band positions (dac_charged included)")
+                .error(400, "dd_id missing or malformed, or period_days out of range.", &["MISSING_FIELD", "INVALID_UUID", "INVALID_VALUE"])
+                .error(403, "Not your own decision.", &["FORBIDDEN"])
+                .error(404, "No such decision, or fewer than 2 to compare with.", &["DD_NOT_FOUND", "DATA_UNAVAILABLE"]),
+        ),
+        paid(
+            op(Method::GET, ara::EVIDENCE_REPORT.path, get(evidence_report))
+                .tag("ARA")
+                .summary("The evidence report of one of your decisions, for an external audience (10 DAC)")
+                .describe("The same sections as the owner's GET /dap/evidence-report, with audience external.")
+                .agent()
+                .query::<DdQuery>()
+                .returns::<EvidenceReport>(200, "Evidence report (dac_charged included)")
+                .error(400, "dd_id missing or malformed.", &["MISSING_FIELD", "INVALID_UUID"])
+                .error(403, "Not your own decision.", &["FORBIDDEN"])
+                .error(404, "No such decision.", &["DD_NOT_FOUND"]),
+        ),
+        paid(
+            op(Method::GET, ara::ENVIRONMENT_ANOMALY.path, get(environment_anomaly))
+                .tag("ARA")
+                .summary("How often decisions sit outside their agents' own bands, per dimension (2 DAC)")
+                .describe("Agents by where their branch-1 decisions sat in their own pattern (within_band or outlier), per dimension, over a fixed window of 7, 30 or 90 full days; de-identified like every environment release (k = 10, then differential privacy).")
+                .agent()
+                .query::<EnvironmentAnomalyQuery>()
+                .returns::<EnvironmentAnomalyView>(200, "Anomaly distribution (dac_charged included)")
+                .error(400, "period_days not 7, 30 or 90, or an unknown dimension.", &["INVALID_VALUE", "INVALID_ENUM"])
+                .error(404, HIDDEN, &["DATA_UNAVAILABLE"]),
+        ),
+        paid(
+            op(Method::POST, ara::QUERY.path, post(query))
+                .tag("ARA")
+                .summary("Deprecated: use GET /v1/ara/agent/{agent_id}/profile or /timeline")
+                .describe("summary is a level-1 profile, period a level-2 profile, detail a level-2 timeline; priced and gated as those.")
+                .agent()
+                .takes::<QueryRequest>(json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "query_type": "summary" }))
+                .returns::<QueryView>(200, "The observation it maps to (dac_charged included)")
+                .error(400, "Invalid request, or an Earned surcharge that cannot be paid.", &[
+                    "MISSING_FIELD",
+                    "INVALID_UUID",
+                    "INVALID_ENUM",
+                    "UNKNOWN_FIELD",
+                    "INSUFFICIENT_DAC",
+                ])
+                .error(403, "The agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
+                .error(404, "No such agent, or it has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
+        ),
     ]
 }
 
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum ObservationKind {
-    Environment,
+/// A paid (or free) answer, with `PAYMENT-RESPONSE` when it settled.
+fn answer<T: Serialize>(body: T, settlement: Option<&(String, String)>) -> Response {
+    with_settlement(Json(body).into_response(), settlement)
 }
 
+// ---- releases ----
+
+/// The window a release covers: whole UTC days.
 #[derive(Serialize, JsonSchema)]
 struct Period {
     from: TimeSecs,
     to: TimeSecs,
+    window_days: i32,
+}
+
+/// How a release was protected and what it spent.
+#[derive(Serialize, JsonSchema)]
+struct PrivacyView {
+    /// No figure stands for fewer agents.
+    k: i64,
+    /// discrete_laplace, or none (k-anonymity alone, test configurations).
+    mechanism: &'static str,
+    /// What the whole release spent (null: no noise).
+    epsilon: Option<f64>,
+    delta: f64,
+    /// How agents are counted.
+    counted_as: &'static str,
+    released_at: Time,
+}
+
+fn period(release: &Release) -> Period {
+    let window = release.window();
+    Period { from: window.from().into(), to: window.to().into(), window_days: window.days }
+}
+
+fn privacy_of(release: &Release) -> PrivacyView {
+    PrivacyView {
+        k: privacy::K,
+        mechanism: if release.exact { "none" } else { "discrete_laplace" },
+        epsilon: (!release.exact).then_some(release.epsilon),
+        delta: release.delta,
+        counted_as: "each agent once per distribution, in the value it declared most in the window; dd_count counts at most 100 declarations per agent",
+        released_at: release.released_at.into(),
+    }
+}
+
+fn map(values: &[(String, i64)]) -> BTreeMap<String, i64> {
+    values.iter().cloned().collect()
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Environment {
-    observation: ObservationKind,
+struct EnvironmentView {
+    observation: &'static str,
     period: Period,
-    dd_count: i64,
-    agent_count: i64,
-    /// Declarations by action type.
+    /// Distinct agents with a declaration in the window.
+    agent_count: Option<i64>,
+    /// Declarations in the window, at most 100 per agent.
+    dd_count: Option<i64>,
+    /// Agents by the action type they declared most.
     action_type_distribution: BTreeMap<String, i64>,
-    /// Declarations by retention period.
+    /// Agents by the retention they chose most.
     retention_distribution: BTreeMap<String, i64>,
+    privacy: PrivacyView,
     dac_charged: Dac,
+}
+
+fn environment_view(observed: &Observed<Release>) -> EnvironmentView {
+    let r = &observed.result;
+    EnvironmentView {
+        observation: "environment",
+        period: period(r),
+        agent_count: r.agents,
+        dd_count: r.declarations,
+        action_type_distribution: map(r.distribution(Dimension::ActionType)),
+        retention_distribution: map(r.distribution(Dimension::Retention)),
+        privacy: privacy_of(r),
+        dac_charged: observed.charged.into(),
+    }
 }
 
 async fn environment(
@@ -73,16 +268,596 @@ async fn environment(
     AuthAgent(agent): AuthAgent,
     PaymentOffer(offered): PaymentOffer,
 ) -> ApiResult<Response> {
-    let observed = ara::environment(&state.app, agent.agent_id, offered).await?;
-    let stats = &observed.result;
-    let body = Environment {
-        observation: ObservationKind::Environment,
-        period: Period { from: observed.from.into(), to: observed.to.into() },
-        dd_count: stats.declarations,
-        agent_count: stats.agents,
-        action_type_distribution: stats.by_action_type.iter().cloned().collect(),
-        retention_distribution: stats.by_retention.iter().cloned().collect(),
+    let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT, Kind::Environment, 30, offered).await?;
+    Ok(answer(environment_view(&observed), observed.settlement.as_ref()))
+}
+
+async fn environment_summary(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+) -> ApiResult<Response> {
+    let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT_SUMMARY, Kind::Environment, 30, offered).await?;
+    Ok(answer(environment_view(&observed), observed.settlement.as_ref()))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ActivityBucket {
+    /// Declarations one agent made in the window: 1, 2-5, 6-20, 21-100 or 101+.
+    declarations: String,
+    agents: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct DensityView {
+    observation: &'static str,
+    period: Period,
+    /// Agents by how much they declared in the window.
+    activity: Vec<ActivityBucket>,
+    /// Agents by the 6-hour UTC bucket they declared most in.
+    time_zone_distribution: BTreeMap<String, i64>,
+    privacy: PrivacyView,
+    dac_charged: Dac,
+}
+
+async fn density(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
+    let observed = releases::observe(&state.app, agent.agent_id, ara::DENSITY, Kind::Density, 30, offered).await?;
+    let r = &observed.result;
+    let body = DensityView {
+        observation: "density",
+        period: period(r),
+        activity: r.activity.iter().map(|(bucket, agents)| ActivityBucket { declarations: bucket.clone(), agents: *agents }).collect(),
+        time_zone_distribution: map(r.distribution(Dimension::TimeZone)),
+        privacy: privacy_of(r),
         dac_charged: observed.charged.into(),
     };
-    Ok(with_settlement(Json(body).into_response(), observed.settlement.as_ref()))
+    Ok(answer(body, observed.settlement.as_ref()))
+}
+
+/// Distributions of agents, by dimension.
+#[derive(Serialize, JsonSchema)]
+struct PatternView {
+    observation: &'static str,
+    period: Period,
+    /// Per dimension: agents by the value they declared most.
+    distributions: BTreeMap<String, BTreeMap<String, i64>>,
+    privacy: PrivacyView,
+    dac_charged: Dac,
+}
+
+fn pattern_view(name: &'static str, observed: &Observed<Release>) -> PatternView {
+    let r = &observed.result;
+    PatternView {
+        observation: name,
+        period: period(r),
+        distributions: r.distributions.iter().map(|(dimension, values)| (dimension.clone(), map(values))).collect(),
+        privacy: privacy_of(r),
+        dac_charged: observed.charged.into(),
+    }
+}
+
+async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
+    let observed = releases::tsl(&state.app, agent.agent_id, offered).await?;
+    Ok(answer(pattern_view("tsl", &observed), observed.settlement.as_ref()))
+}
+
+async fn ee_distribution(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+) -> ApiResult<Response> {
+    let observed = releases::observe(&state.app, agent.agent_id, ara::EE_DISTRIBUTION, Kind::EeDistribution, 30, offered).await?;
+    Ok(answer(pattern_view("ee_distribution", &observed), observed.settlement.as_ref()))
+}
+
+async fn action_type(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+) -> ApiResult<Response> {
+    let observed = releases::observe(&state.app, agent.agent_id, ara::ACTION_TYPE, Kind::ActionType, 30, offered).await?;
+    Ok(answer(pattern_view("action_type", &observed), observed.settlement.as_ref()))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct EnvironmentAnomalyQuery {
+    /// A fixed window: 7, 30 or 90 full days.
+    #[schemars(extend("enum" = [7, 30, 90], "default" = 30))]
+    period_days: Option<i32>,
+    /// One dimension only: decision_scale, decision_class, target_class, time_zone or ee_resolution.
+    #[schemars(extend("enum" = ["decision_scale", "decision_class", "target_class", "time_zone", "ee_resolution"]))]
+    dimension: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct EnvironmentAnomalyView {
+    observation: &'static str,
+    period: Period,
+    /// Per dimension: agents by where their decisions mostly sat (within_band, outlier).
+    dimensions: BTreeMap<String, BTreeMap<String, i64>>,
+    privacy: PrivacyView,
+    dac_charged: Dac,
+}
+
+async fn environment_anomaly(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiQuery(query): ApiQuery<EnvironmentAnomalyQuery>,
+) -> ApiResult<Response> {
+    let days = query.period_days.unwrap_or(30);
+    let observed = releases::environment_anomaly(&state.app, agent.agent_id, days, query.dimension.as_deref(), offered).await?;
+    let r = &observed.result;
+    let name_of = |dimension: &str| releases::ANOMALY_DIMENSIONS.iter().find(|(_, d)| d.as_str() == dimension).map(|(n, _)| n.to_string());
+    let body = EnvironmentAnomalyView {
+        observation: "environment_anomaly",
+        period: period(r),
+        dimensions: r
+            .distributions
+            .iter()
+            .filter(|(_, values)| !values.is_empty())
+            .filter_map(|(dimension, values)| name_of(dimension).map(|name| (name, map(values))))
+            .collect(),
+        privacy: privacy_of(r),
+        dac_charged: observed.charged.into(),
+    };
+    Ok(answer(body, observed.settlement.as_ref()))
+}
+
+// ---- agent level ----
+
+/// 1, 2 or 3.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum PremiumSourceParam {
+    External,
+    Earned,
+}
+
+/// Who pays a surcharge; external unless said otherwise.
+fn premium_source(value: Option<PremiumSourceParam>) -> PremiumSource {
+    match value {
+        Some(PremiumSourceParam::Earned) => PremiumSource::Earned,
+        _ => PremiumSource::External,
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct LevelQuery {
+    #[schemars(extend("enum" = [1, 2, 3], "default" = 1))]
+    resolution_level: Option<u8>,
+    /// Who pays the surcharge of levels 2 and 3 when observing another agent.
+    #[schemars(extend("default" = "external"))]
+    premium_source: Option<PremiumSourceParam>,
+}
+
+/// Whether the agent observed itself.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum ObservedAs {
+    #[serde(rename = "self")]
+    Itself,
+    Other,
+}
+
+/// Who was observed, and how far.
+#[derive(Serialize, JsonSchema)]
+struct Subject {
+    agent_id: Uuid,
+    resolution_level: u8,
+    observed_as: ObservedAs,
+    disclosure_level: Named<DisclosureLevel>,
+}
+
+fn subject(target: &agent_level::Target) -> Subject {
+    Subject {
+        agent_id: target.agent_id,
+        resolution_level: target.level,
+        observed_as: if target.own { ObservedAs::Itself } else { ObservedAs::Other },
+        disclosure_level: Named(target.disclosure),
+    }
+}
+
+fn distributions(values: &[(Dimension, Vec<(String, i64)>)]) -> BTreeMap<String, BTreeMap<String, i64>> {
+    values.iter().map(|(dimension, counts)| (dimension.as_str().to_string(), map(counts))).collect()
+}
+
+/// A UTC day as `YYYY-MM-DD`.
+fn date(day: i32) -> String {
+    let d = day_start(day).date_naive();
+    format!("{:04}-{:02}-{:02}", d.year(), d.month(), d.day())
+}
+
+/// How retention was demoted (the agent itself only).
+#[derive(Serialize, JsonSchema)]
+struct DemotionStats {
+    demoted_dd_count: i64,
+    /// YYYY-MM-DD (UTC), or null.
+    last_demoted_on: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ProfileView {
+    #[serde(flatten)]
+    subject: Subject,
+    dd_count: i64,
+    /// YYYY-MM-DD (UTC), or null.
+    first_anchored_on: Option<String>,
+    last_anchored_on: Option<String>,
+    /// Days with a declaration among the last 30.
+    active_days_30d: i64,
+    /// Per dimension: declarations by value (more dimensions at higher levels).
+    distributions: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Present only when an agent observes itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    demotion_stats: Option<DemotionStats>,
+    dac_charged: Dac,
+}
+
+fn profile_view(observed: &Observed<agent_level::Profile>) -> ProfileView {
+    let p = &observed.result;
+    ProfileView {
+        subject: subject(&p.target),
+        dd_count: p.target.declarations(),
+        first_anchored_on: p.first_day.map(date),
+        last_anchored_on: p.last_day.map(date),
+        active_days_30d: p.active_days_30,
+        distributions: distributions(&p.distributions),
+        demotion_stats: p
+            .demotion
+            .as_ref()
+            .map(|d| DemotionStats { demoted_dd_count: d.demoted_declarations, last_demoted_on: d.last_demoted_day.map(date) }),
+        dac_charged: observed.charged.into(),
+    }
+}
+
+async fn profile(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LevelQuery>,
+) -> ApiResult<Response> {
+    let target = path_uuid("agent_id", &agent_id)?;
+    let level = query.resolution_level.unwrap_or(1);
+    let observed = agent_level::profile(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+    Ok(answer(profile_view(&observed), observed.settlement.as_ref()))
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum GranularityView {
+    Month,
+    Week,
+    Day,
+}
+
+/// The agent's declarations of a bucket demoted since (the agent itself only).
+#[derive(Serialize, JsonSchema)]
+struct RetentionDemotion {
+    demoted_dd_count: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TimelineItem {
+    /// YYYY-MM-DD (UTC): the bucket's first day.
+    period_start: String,
+    dd_count: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action_type_distribution: Option<BTreeMap<String, i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    selection_state_distribution: Option<BTreeMap<String, i64>>,
+    /// Present only when an agent observes itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention_demotion: Option<RetentionDemotion>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TimelineView {
+    #[serde(flatten)]
+    subject: Subject,
+    granularity: GranularityView,
+    /// Oldest first, today included.
+    items: Vec<TimelineItem>,
+    dac_charged: Dac,
+}
+
+fn timeline_view(observed: &Observed<agent_level::Timeline>) -> TimelineView {
+    let t = &observed.result;
+    let part = |bucket: &agent_level::Bucket, dimension: Dimension| {
+        bucket.breakdown.iter().find(|(d, _)| *d == dimension).map(|(_, values)| map(values))
+    };
+    TimelineView {
+        subject: subject(&t.target),
+        granularity: match t.granularity {
+            Granularity::Month => GranularityView::Month,
+            Granularity::Week => GranularityView::Week,
+            Granularity::Day => GranularityView::Day,
+        },
+        items: t
+            .buckets
+            .iter()
+            .map(|b| TimelineItem {
+                period_start: date(b.start_day),
+                dd_count: b.declarations,
+                action_type_distribution: part(b, Dimension::ActionType),
+                selection_state_distribution: part(b, Dimension::SelectionState),
+                retention_demotion: b.demoted.map(|n| RetentionDemotion { demoted_dd_count: n }),
+            })
+            .collect(),
+        dac_charged: observed.charged.into(),
+    }
+}
+
+async fn timeline(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LevelQuery>,
+) -> ApiResult<Response> {
+    let target = path_uuid("agent_id", &agent_id)?;
+    let level = query.resolution_level.unwrap_or(1);
+    let observed = agent_level::timeline(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+    Ok(answer(timeline_view(&observed), observed.settlement.as_ref()))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Combination {
+    /// retention|integrity|disclosure|responsibility
+    ee: String,
+    dd_count: i64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct EePatternView {
+    #[serde(flatten)]
+    subject: Subject,
+    distributions: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Level 3: the most used combinations of the four priced axes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    combinations: Option<Vec<Combination>>,
+    /// Retention as it stands after demotions; present only when an agent observes itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retention_distribution_effective: Option<BTreeMap<String, i64>>,
+    dac_charged: Dac,
+}
+
+async fn ee_pattern(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LevelQuery>,
+) -> ApiResult<Response> {
+    let target = path_uuid("agent_id", &agent_id)?;
+    let level = query.resolution_level.unwrap_or(1);
+    let observed = agent_level::ee_pattern(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+    let p = &observed.result;
+    let body = EePatternView {
+        subject: subject(&p.target),
+        distributions: distributions(&p.distributions),
+        combinations: (level >= 3).then(|| p.combinations.iter().map(|(ee, n)| Combination { ee: ee.clone(), dd_count: *n }).collect()),
+        retention_distribution_effective: p.retention_effective.as_deref().map(map),
+        dac_charged: observed.charged.into(),
+    };
+    Ok(answer(body, observed.settlement.as_ref()))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct CompareQuery {
+    /// Comma-separated agent ids, 2 to 10.
+    agents: String,
+    #[schemars(extend("enum" = [1, 2, 3], "default" = 1))]
+    resolution_level: Option<u8>,
+    #[schemars(extend("default" = "external"))]
+    premium_source: Option<PremiumSourceParam>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ComparedAgent {
+    agent_id: Uuid,
+    dd_count: i64,
+    distributions: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CompareView {
+    resolution_level: u8,
+    agents: Vec<ComparedAgent>,
+    dac_charged: Dac,
+}
+
+async fn compare(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiQuery(query): ApiQuery<CompareQuery>,
+) -> ApiResult<Response> {
+    let ids = query.agents.split(',').map(|id| path_uuid("agents", id.trim())).collect::<ApiResult<Vec<Uuid>>>()?;
+    let level = query.resolution_level.unwrap_or(1);
+    let observed = agent_level::compare(&state.app, &agent, &ids, level, premium_source(query.premium_source), offered).await?;
+    let body = CompareView {
+        resolution_level: level,
+        agents: observed
+            .result
+            .iter()
+            .map(|c| ComparedAgent { agent_id: c.agent_id, dd_count: c.declarations, distributions: distributions(&c.distributions) })
+            .collect(),
+        dac_charged: observed.charged.into(),
+    };
+    Ok(answer(body, observed.settlement.as_ref()))
+}
+
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum QueryTypeParam {
+    Summary,
+    Period,
+    Detail,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct QueryRequest {
+    agent_id: Id,
+    query_type: QueryTypeParam,
+    premium_source: Option<PremiumSourceParam>,
+}
+
+/// The observation a legacy query mapped to.
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+enum QueryResult {
+    Profile(ProfileView),
+    Timeline(TimelineView),
+}
+
+#[derive(Serialize, JsonSchema)]
+struct QueryView {
+    query_type: &'static str,
+    /// The route it maps to.
+    mapped_to: String,
+    result: QueryResult,
+    dac_charged: Dac,
+}
+
+async fn query(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    Body(request): Body<QueryRequest>,
+) -> ApiResult<Response> {
+    let (query_type, name) = match request.query_type {
+        QueryTypeParam::Summary => (QueryType::Summary, "summary"),
+        QueryTypeParam::Period => (QueryType::Period, "period"),
+        QueryTypeParam::Detail => (QueryType::Detail, "detail"),
+    };
+    let target = request.agent_id.0;
+    let observed = agent_level::query(&state.app, &agent, target, query_type, premium_source(request.premium_source), offered).await?;
+    let charged = observed.charged;
+    let settlement = observed.settlement.clone();
+    let (result, path) = match observed.result {
+        Queried::Profile(profile) => {
+            let view = profile_view(&Observed { result: profile, charged, settlement: None });
+            (QueryResult::Profile(view), ara::PROFILE.path)
+        }
+        Queried::Timeline(timeline) => {
+            let view = timeline_view(&Observed { result: timeline, charged, settlement: None });
+            (QueryResult::Timeline(view), ara::TIMELINE.path)
+        }
+    };
+    let body =
+        QueryView { query_type: name, mapped_to: path.replace("{agent_id}", &target.to_string()), result, dac_charged: charged.into() };
+    Ok(answer(body, settlement.as_ref()))
+}
+
+// ---- meta-observation ----
+
+#[derive(Deserialize, JsonSchema)]
+struct AnomalyQuery {
+    dd_id: Id,
+    #[schemars(range(min = 1, max = 365), extend("default" = 90))]
+    period_days: Option<i32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum BandPosition {
+    WithinBand,
+    Outlier,
+}
+
+impl From<Position> for BandPosition {
+    fn from(p: Position) -> BandPosition {
+        match p {
+            Position::WithinBand => BandPosition::WithinBand,
+            Position::Outlier => BandPosition::Outlier,
+        }
+    }
+}
+
+/// Per dimension: within_band, outlier, or null when the decision (or the sample) lacks it.
+#[derive(Serialize, JsonSchema)]
+struct BandPositions {
+    decision_scale: Option<BandPosition>,
+    decision_class: Option<BandPosition>,
+    target_class: Option<BandPosition>,
+    time_zone: Option<BandPosition>,
+    ee_resolution: Option<BandPosition>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ScaleBand {
+    unit: String,
+    min: f64,
+    max: f64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ResolutionBand {
+    min_dac: Dac,
+    max_dac: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Bands {
+    decision_scale: Option<ScaleBand>,
+    ee_resolution: Option<ResolutionBand>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AnomalyView {
+    dd_id: Uuid,
+    period_days: i32,
+    /// Your branch-1 decisions compared with.
+    sample_size: usize,
+    band_position: BandPositions,
+    bands: Bands,
+    dac_charged: Dac,
+}
+
+async fn anomaly_compare(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiQuery(query): ApiQuery<AnomalyQuery>,
+) -> ApiResult<Response> {
+    let observed = meta::anomaly_compare(&state.app, &agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
+    let c = &observed.result;
+    let p = c.positions;
+    let body = AnomalyView {
+        dd_id: c.dd_id,
+        period_days: c.period_days,
+        sample_size: c.sample_size,
+        band_position: BandPositions {
+            decision_scale: p.decision_scale.map(Into::into),
+            decision_class: p.decision_class.map(Into::into),
+            target_class: p.target_class.map(Into::into),
+            time_zone: p.time_zone.map(Into::into),
+            ee_resolution: p.ee_resolution.map(Into::into),
+        },
+        bands: Bands {
+            decision_scale: c.scale_band.as_ref().map(|(min, max, unit)| ScaleBand { unit: unit.clone(), min: *min, max: *max }),
+            ee_resolution: c.resolution_band.map(|(min, max)| ResolutionBand { min_dac: min.into(), max_dac: max.into() }),
+        },
+        dac_charged: observed.charged.into(),
+    };
+    Ok(answer(body, observed.settlement.as_ref()))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct DdQuery {
+    dd_id: Id,
+}
+
+async fn evidence_report(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    ApiQuery(query): ApiQuery<DdQuery>,
+) -> ApiResult<Response> {
+    let observed = meta::evidence_report(&state.app, &agent, query.dd_id.0, offered).await?;
+    let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.public_url);
+    Ok(answer(body, observed.settlement.as_ref()))
 }

@@ -12,6 +12,7 @@ pub mod body;
 pub mod dap;
 pub mod declarations;
 pub mod discovery;
+pub mod dur;
 pub mod payments;
 pub mod portal;
 pub mod pricing;
@@ -36,6 +37,7 @@ pub fn operations() -> Vec<Operation> {
     let mut all = Vec::new();
     all.extend(agents::operations());
     all.extend(ara::operations());
+    all.extend(dur::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

@@ -426,7 +426,7 @@ struct TransparencyLog {
 }
 
 impl EvidenceReport {
-    pub fn of(e: &reports::Evidence, audience: &'static str, charged: MilliDac, base: &str) -> EvidenceReport {
+    pub fn of(e: &anchor_app::declarations::Evidence, audience: &'static str, charged: MilliDac, base: &str) -> EvidenceReport {
         let d = &e.stored.declaration;
         let dd_id = d.dd_id;
         let scope = &d.ee.scope;

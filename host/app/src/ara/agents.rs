@@ -1,0 +1,440 @@
+//! Agent-level observation: one agent's profile, timeline and EE pattern, and
+//! comparisons of several agents.
+//!
+//! An agent observes itself for free at every resolution, and sees what only
+//! it may see (its `internal_only` declarations, its owner-scoped template
+//! dimensions, and how its retention was demoted). Others see an agent only as
+//! far as its `disclosure_level` lets them (`none`: not at all; `summary`:
+//! level 1; `detailed`: 2; `full`: 3) and pay for it: a base price over x402,
+//! plus a resolution surcharge at levels 2 and 3, which Earned DAC may pay.
+
+use std::collections::BTreeMap;
+
+use chrono::{Datelike, NaiveDate};
+use uuid::Uuid;
+
+use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::ara::{Dimension, day_of, day_start};
+use anchor_domain::pricing::ObservationTier;
+use anchor_store::{AgentCount, AgentRecord};
+
+use super::{Observed, PremiumSource, Purchase, pay, unavailable};
+use crate::charge::{Offered, Route};
+use crate::{AppError, AppResult, Services};
+
+/// The agent observed, as far as the observer may look.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub agent_id: Uuid,
+    /// The observer observes itself.
+    pub own: bool,
+    pub level: u8,
+    pub disclosure: DisclosureLevel,
+    /// Its all-time counts the observer may see.
+    totals: Vec<AgentCount>,
+}
+
+impl Target {
+    /// All-time declarations the observer may see.
+    pub fn declarations(&self) -> i64 {
+        self.totals.iter().find(|c| c.dimension == Dimension::All).map_or(0, |c| c.n)
+    }
+
+    fn distribution(&self, dimension: Dimension) -> Vec<(String, i64)> {
+        self.totals.iter().filter(|c| c.dimension == dimension).map(|c| (c.value.clone(), c.n)).collect()
+    }
+
+    fn distributions(&self, dimensions: &[Dimension]) -> Vec<(Dimension, Vec<(String, i64)>)> {
+        dimensions.iter().map(|d| (*d, self.distribution(*d))).collect()
+    }
+}
+
+/// How an agent's retention was demoted after an indefinite-retention
+/// subscription ended (shown to the agent itself only). Subscriptions do not
+/// exist yet, so nothing has been demoted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Demotion {
+    pub demoted_declarations: i64,
+    pub last_demoted_day: Option<i32>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub target: Target,
+    pub first_day: Option<i32>,
+    pub last_day: Option<i32>,
+    /// Distinct days with a declaration among the last 30 (today included).
+    pub active_days_30: i64,
+    pub distributions: Vec<(Dimension, Vec<(String, i64)>)>,
+    /// The agent itself only.
+    pub demotion: Option<Demotion>,
+}
+
+/// A timeline's bucket size, by resolution level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    Month,
+    Week,
+    Day,
+}
+
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    pub start_day: i32,
+    pub declarations: i64,
+    pub breakdown: Vec<(Dimension, Vec<(String, i64)>)>,
+    /// The agent itself only: declarations of the bucket demoted since.
+    pub demoted: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    pub target: Target,
+    pub granularity: Granularity,
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug)]
+pub struct EePattern {
+    pub target: Target,
+    pub distributions: Vec<(Dimension, Vec<(String, i64)>)>,
+    /// Level 3: the most used combinations of the four priced axes.
+    pub combinations: Vec<(String, i64)>,
+    /// The agent itself only: retention as it stands after demotions.
+    pub retention_effective: Option<Vec<(String, i64)>>,
+}
+
+const PROFILE_DIMENSIONS: [&[Dimension]; 3] = [
+    &[Dimension::ActionType, Dimension::SelectionState],
+    &[
+        Dimension::Retention,
+        Dimension::Integrity,
+        Dimension::Disclosure,
+        Dimension::Responsibility,
+        Dimension::ContentScope,
+        Dimension::Delegation,
+        Dimension::DecisionType,
+        Dimension::OriginContext,
+    ],
+    &[
+        Dimension::UnitType,
+        Dimension::TimeZone,
+        Dimension::Preset,
+        Dimension::ContentInclusion,
+        Dimension::DecisionClass,
+        Dimension::TargetClass,
+        Dimension::Trigger,
+        Dimension::HumanInvolvement,
+    ],
+];
+
+const EE_DIMENSIONS: [&[Dimension]; 3] = [
+    &[Dimension::Retention, Dimension::Preset],
+    &[Dimension::Integrity, Dimension::Disclosure, Dimension::Responsibility, Dimension::ContentScope, Dimension::Delegation],
+    &[Dimension::AccessClass],
+];
+
+fn up_to(levels: &[&'static [Dimension]; 3], level: u8) -> Vec<Dimension> {
+    levels.iter().take(usize::from(level)).flat_map(|d| d.iter().copied()).collect()
+}
+
+/// The checks before an agent-level observation, in the documented order:
+/// the level, the target's existence, its disclosure cap, its data.
+pub async fn target(services: &Services, observer: &AgentRecord, target_id: Uuid, level: u8) -> AppResult<Target> {
+    if !(1..=3).contains(&level) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("resolution_level must be 1, 2 or 3; got {level}")));
+    }
+    let own = observer.agent_id == target_id;
+    let disclosure = if own {
+        observer.disclosure_level
+    } else {
+        let target = services
+            .store
+            .agent(target_id)
+            .await?
+            .ok_or_else(|| AppError::not_found("AGENT_NOT_FOUND", format!("no agent {target_id}")))?;
+        match target.disclosure_level.max_resolution() {
+            None => {
+                return Err(AppError::forbidden(
+                    "DISCLOSURE_CAP_EXCEEDED",
+                    format!("agent {target_id} discloses nothing to other agents (disclosure_level none)"),
+                ));
+            }
+            Some(cap) if level > cap => {
+                return Err(AppError::forbidden(
+                    "DISCLOSURE_CAP_EXCEEDED",
+                    format!(
+                        "agent {target_id} discloses up to resolution level {cap} (disclosure_level {}); level {level} was asked",
+                        target.disclosure_level
+                    ),
+                ));
+            }
+            Some(_) => target.disclosure_level,
+        }
+    };
+    let totals = services.store.agent_totals(target_id, own).await?;
+    let target = Target { agent_id: target_id, own, level, disclosure, totals };
+    if !own && target.declarations() == 0 {
+        return Err(unavailable(format!("agent {target_id} has no anchored declaration others may observe")));
+    }
+    Ok(target)
+}
+
+/// How an agent-level observation was asked for: its own route, or the
+/// deprecated query that maps to it.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Route(Route),
+    Query,
+}
+
+fn purchase(via: Via, target: &Target, premium_source: PremiumSource, what: &str) -> Purchase {
+    let (route, path) = match via {
+        Via::Route(route) => (route, route.path.replace("{agent_id}", &target.agent_id.to_string())),
+        Via::Query => (super::QUERY, super::QUERY.path.to_string()),
+    };
+    Purchase {
+        route,
+        path: Some(path),
+        tier: if target.own { ObservationTier::AgentSelf } else { ObservationTier::AgentOther },
+        level: target.level,
+        target: Some(target.agent_id),
+        premium_source: if target.own { PremiumSource::External } else { premium_source },
+        description: format!("{what} of agent {} at resolution level {}", target.agent_id, target.level),
+    }
+}
+
+/// GET /v1/ara/agent/{agent_id}/profile.
+pub async fn profile(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+) -> AppResult<Observed<Profile>> {
+    profile_via(services, observer, target_id, level, premium_source, offered, Via::Route(super::PROFILE)).await
+}
+
+async fn profile_via(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+    via: Via,
+) -> AppResult<Observed<Profile>> {
+    let target = target(services, observer, target_id, level).await?;
+    let today = day_of(services.clock.now());
+    let recent = services.store.agent_days(target_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
+    let all = target.totals.iter().find(|c| c.dimension == Dimension::All);
+    let profile = Profile {
+        first_day: all.map(|c| c.first_day),
+        last_day: all.map(|c| c.last_day),
+        active_days_30: recent.iter().filter(|c| c.n > 0).count() as i64,
+        distributions: target.distributions(&up_to(&PROFILE_DIMENSIONS, level)),
+        demotion: target.own.then(Demotion::default),
+        target,
+    };
+    let purchase = purchase(via, &profile.target, premium_source, "Profile");
+    pay(services, observer.agent_id, purchase, offered, profile).await
+}
+
+fn month_start(day: i32) -> i32 {
+    let date = day_start(day).date_naive();
+    day_of(NaiveDate::from_ymd_opt(date.year(), date.month(), 1).expect("first of month").and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+}
+
+/// GET /v1/ara/agent/{agent_id}/timeline: 12 months (level 1), 12 weeks with
+/// action types (2), or 30 days with action types and selection states (3),
+/// oldest first, today included.
+pub async fn timeline(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+) -> AppResult<Observed<Timeline>> {
+    timeline_via(services, observer, target_id, level, premium_source, offered, Via::Route(super::TIMELINE)).await
+}
+
+async fn timeline_via(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+    via: Via,
+) -> AppResult<Observed<Timeline>> {
+    let target = target(services, observer, target_id, level).await?;
+    let today = day_of(services.clock.now());
+    let (granularity, starts): (Granularity, Vec<i32>) = match level {
+        1 => {
+            let mut starts = vec![month_start(today)];
+            while starts.len() < 12 {
+                let previous = month_start(starts[starts.len() - 1] - 1);
+                starts.push(previous);
+            }
+            starts.reverse();
+            (Granularity::Month, starts)
+        }
+        2 => (Granularity::Week, (0..12).rev().map(|w| today - 6 - 7 * w).collect()),
+        _ => (Granularity::Day, (0..30).rev().map(|d| today - d).collect()),
+    };
+    let breakdown: &[Dimension] = match level {
+        1 => &[],
+        2 => &[Dimension::ActionType],
+        _ => &[Dimension::ActionType, Dimension::SelectionState],
+    };
+    let mut dimensions = vec![Dimension::All];
+    dimensions.extend_from_slice(breakdown);
+    let rows = services.store.agent_days(target_id, starts[0], today + 1, &dimensions, target.own).await?;
+    let bucket_of = |day: i32| starts.iter().rposition(|start| *start <= day);
+    let mut buckets: Vec<Bucket> = starts
+        .iter()
+        .map(|start| Bucket {
+            start_day: *start,
+            declarations: 0,
+            breakdown: breakdown.iter().map(|d| (*d, Vec::new())).collect(),
+            demoted: target.own.then_some(0),
+        })
+        .collect();
+    let mut sums: BTreeMap<(usize, &'static str, String), i64> = BTreeMap::new();
+    for row in &rows {
+        let Some(i) = bucket_of(row.first_day) else { continue };
+        if row.dimension == Dimension::All {
+            buckets[i].declarations += row.n;
+        } else {
+            *sums.entry((i, row.dimension.as_str(), row.value.clone())).or_default() += row.n;
+        }
+    }
+    for ((i, dimension, value), n) in sums {
+        if let Some((_, values)) = buckets[i].breakdown.iter_mut().find(|(d, _)| d.as_str() == dimension) {
+            values.push((value, n));
+        }
+    }
+    let timeline = Timeline { target, granularity, buckets };
+    let purchase = purchase(via, &timeline.target, premium_source, "Timeline");
+    pay(services, observer.agent_id, purchase, offered, timeline).await
+}
+
+/// GET /v1/ara/agent/{agent_id}/ee-pattern.
+pub async fn ee_pattern(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+) -> AppResult<Observed<EePattern>> {
+    let via = Via::Route(super::EE_PATTERN);
+    let target = target(services, observer, target_id, level).await?;
+    let mut combinations = if level >= 3 { target.distribution(Dimension::EeCombination) } else { Vec::new() };
+    combinations.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    combinations.truncate(20);
+    let pattern = EePattern {
+        distributions: target.distributions(&up_to(&EE_DIMENSIONS, level)),
+        combinations,
+        // No subscription has ended yet, so retention stands as declared.
+        retention_effective: target.own.then(|| target.distribution(Dimension::Retention)),
+        target,
+    };
+    let purchase = purchase(via, &pattern.target, premium_source, "EE pattern");
+    pay(services, observer.agent_id, purchase, offered, pattern).await
+}
+
+/// One agent of a comparison.
+#[derive(Clone, Debug)]
+pub struct Compared {
+    pub agent_id: Uuid,
+    pub declarations: i64,
+    pub distributions: Vec<(Dimension, Vec<(String, i64)>)>,
+}
+
+/// GET /v1/ara/pattern/compare: 2 to 10 agents side by side, at level 1 or 2;
+/// every agent but the observer must disclose that level.
+pub async fn compare(
+    services: &Services,
+    observer: &AgentRecord,
+    agent_ids: &[Uuid],
+    level: u8,
+    premium_source: PremiumSource,
+    offered: Offered,
+) -> AppResult<Observed<Vec<Compared>>> {
+    if !(1..=2).contains(&level) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("pattern/compare offers resolution_level 1 or 2; got {level}")));
+    }
+    if premium_source == PremiumSource::Earned {
+        return Err(AppError::invalid(
+            "INVALID_VALUE",
+            "pattern/compare has no resolution surcharge for Earned DAC to pay; leave premium_source out (external)",
+        ));
+    }
+    let mut unique: Vec<Uuid> = Vec::new();
+    for id in agent_ids {
+        if !unique.contains(id) {
+            unique.push(*id);
+        }
+    }
+    if !(2..=10).contains(&unique.len()) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("agents must list 2 to 10 distinct agent ids; got {}", unique.len())));
+    }
+    let mut targets = Vec::new();
+    for id in &unique {
+        targets.push(target(services, observer, *id, level).await?);
+    }
+    let dimensions = up_to(&[PROFILE_DIMENSIONS[0], &PROFILE_DIMENSIONS[1][..4], &[]], level);
+    let compared = targets
+        .iter()
+        .map(|t| Compared { agent_id: t.agent_id, declarations: t.declarations(), distributions: t.distributions(&dimensions) })
+        .collect();
+    let purchase = Purchase {
+        route: super::COMPARE,
+        path: None,
+        tier: ObservationTier::PatternCompare,
+        level,
+        target: None,
+        premium_source: PremiumSource::External,
+        description: format!("Comparison of {} agents at resolution level {level}", unique.len()),
+    };
+    pay(services, observer.agent_id, purchase, offered, compared).await
+}
+
+/// What the deprecated POST /v1/ara/query asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryType {
+    /// Profile at level 1.
+    Summary,
+    /// Profile at level 2.
+    Period,
+    /// Timeline at level 2.
+    Detail,
+}
+
+/// The deprecated query's answer: the observation it maps to.
+#[derive(Clone, Debug)]
+pub enum Queried {
+    Profile(Profile),
+    Timeline(Timeline),
+}
+
+/// POST /v1/ara/query (deprecated): `summary` is a level-1 profile, `period`
+/// a level-2 profile, `detail` a level-2 timeline; priced as those.
+pub async fn query(
+    services: &Services,
+    observer: &AgentRecord,
+    target_id: Uuid,
+    query_type: QueryType,
+    premium_source: PremiumSource,
+    offered: Offered,
+) -> AppResult<Observed<Queried>> {
+    let via = Via::Query;
+    Ok(match query_type {
+        QueryType::Summary => profile_via(services, observer, target_id, 1, premium_source, offered, via).await?.map(Queried::Profile),
+        QueryType::Period => profile_via(services, observer, target_id, 2, premium_source, offered, via).await?.map(Queried::Profile),
+        QueryType::Detail => timeline_via(services, observer, target_id, 2, premium_source, offered, via).await?.map(Queried::Timeline),
+    })
+}

@@ -1,0 +1,318 @@
+//! Environment- and pattern-level observations: de-identified releases over
+//! fixed, aligned windows (`anchor_domain::ara::Window`), cut once per window
+//! from the aggregate model and stored, so every agent asking on the same day
+//! gets the same figures and asking again draws no new noise.
+//!
+//! In every distribution an agent counts once, in the value it declared most
+//! in the window; totals count distinct agents, and declarations with each
+//! agent counted at most `privacy::DECLARATION_CAP` times. See `privacy` for
+//! how figures are protected and what each release spends.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use anchor_domain::ara::{Dimension, Window};
+use anchor_domain::pricing::ObservationTier;
+
+use super::privacy::{self, DECLARATION_CAP, K, Privacy};
+use super::{Observed, PremiumSource, Purchase, pay, unavailable};
+use crate::charge::{Offered, Route};
+use crate::{AppError, AppResult, Services};
+
+/// The releases ARA cuts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Agents and declarations, by action type and retention.
+    Environment,
+    /// How much agents declare, and when (6-hour UTC buckets).
+    Density,
+    /// Agents by their most used EE values, axis by axis.
+    EeDistribution,
+    /// Agents by their most declared action type, selection state, decision type and origin.
+    ActionType,
+    /// Agents by where their branch-1 decisions sat in their own pattern, per dimension.
+    EnvironmentAnomaly,
+}
+
+/// The band dimensions of an anomaly release, by the name the API uses.
+pub const ANOMALY_DIMENSIONS: [(&str, Dimension); 5] = [
+    ("decision_scale", Dimension::BandDecisionScale),
+    ("decision_class", Dimension::BandDecisionClass),
+    ("target_class", Dimension::BandTargetClass),
+    ("time_zone", Dimension::BandTimeZone),
+    ("ee_resolution", Dimension::BandEeResolution),
+];
+
+/// Agents by how many declarations they made in the window.
+const ACTIVITY_BUCKETS: [(i64, &str); 5] = [(1, "1"), (5, "2-5"), (20, "6-20"), (100, "21-100"), (i64::MAX, "101+")];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Environment => "environment",
+            Kind::Density => "density",
+            Kind::EeDistribution => "ee_distribution",
+            Kind::ActionType => "action_type",
+            Kind::EnvironmentAnomaly => "environment_anomaly",
+        }
+    }
+
+    /// The distributions of the release, by dimension.
+    fn dimensions(self) -> &'static [Dimension] {
+        match self {
+            Kind::Environment => &[Dimension::ActionType, Dimension::Retention],
+            Kind::Density => &[Dimension::TimeZone],
+            Kind::EeDistribution => &[
+                Dimension::Retention,
+                Dimension::Integrity,
+                Dimension::Disclosure,
+                Dimension::Responsibility,
+                Dimension::ContentScope,
+                Dimension::Delegation,
+                Dimension::Preset,
+            ],
+            Kind::ActionType => &[Dimension::ActionType, Dimension::SelectionState, Dimension::DecisionType, Dimension::OriginContext],
+            Kind::EnvironmentAnomaly => &[
+                Dimension::BandDecisionScale,
+                Dimension::BandDecisionClass,
+                Dimension::BandTargetClass,
+                Dimension::BandTimeZone,
+                Dimension::BandEeResolution,
+            ],
+        }
+    }
+
+    /// The window lengths the release is cut for.
+    pub fn windows(self) -> &'static [i32] {
+        match self {
+            Kind::EnvironmentAnomaly => &anchor_domain::ara::WINDOW_DAYS,
+            _ => &[30],
+        }
+    }
+
+    pub const ALL: [Kind; 5] = [Kind::Environment, Kind::Density, Kind::EeDistribution, Kind::ActionType, Kind::EnvironmentAnomaly];
+}
+
+/// One release: what it shows, over which window, at what privacy cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    pub kind: String,
+    pub window_days: i32,
+    /// The day after the window (UTC day number).
+    pub window_end: i32,
+    /// Distinct agents in the window (noisy); absent under k.
+    pub agents: Option<i64>,
+    /// Declarations in the window, each agent counted at most the cap (noisy); absent under k.
+    pub declarations: Option<i64>,
+    /// Per dimension: the released values and their agent counts.
+    pub distributions: BTreeMap<String, Vec<(String, i64)>>,
+    /// Agents by declarations made in the window (density only).
+    pub activity: Vec<(String, i64)>,
+    /// What this release spent: the sum over its components.
+    pub epsilon: f64,
+    pub delta: f64,
+    /// k-anonymity only, no noise (test configurations).
+    pub exact: bool,
+    pub released_at: DateTime<Utc>,
+}
+
+impl Release {
+    pub fn window(&self) -> Window {
+        Window { days: self.window_days, end: self.window_end }
+    }
+
+    /// Anything at all to show.
+    pub fn shows_anything(&self) -> bool {
+        self.agents.is_some() || self.distributions.values().any(|d| !d.is_empty()) || !self.activity.is_empty()
+    }
+
+    /// The released values of `dimension`.
+    pub fn distribution(&self, dimension: Dimension) -> &[(String, i64)] {
+        self.distributions.get(dimension.as_str()).map(Vec::as_slice).unwrap_or_default()
+    }
+}
+
+fn internal(error: impl Into<anyhow::Error>) -> AppError {
+    AppError::Internal(error.into())
+}
+
+/// Cuts a release from the aggregate model.
+async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) -> anyhow::Result<Release> {
+    let store = &services.store;
+    let (epsilon, delta) = privacy.per_component();
+    let mut spent = (0.0, 0.0);
+    let mut spend = |n: usize| {
+        spent.0 += epsilon * n as f64;
+        spent.1 += delta * n as f64;
+    };
+    let totals = store.window_totals(window, DECLARATION_CAP).await?;
+    let enough = totals.agents >= K;
+    let (mut agents, mut declarations) = (None, None);
+    if enough && kind == Kind::Environment {
+        agents = Some(privacy::count(totals.agents, 1, privacy)?);
+        declarations = Some(privacy::count(totals.capped_declarations, DECLARATION_CAP, privacy)?);
+        spend(2);
+    }
+    let mut distributions = BTreeMap::new();
+    if enough {
+        for dimension in kind.dimensions() {
+            let counts = store.predominant(*dimension, window).await?;
+            distributions.insert(dimension.as_str().to_string(), privacy::histogram(&counts, privacy)?);
+            spend(1);
+        }
+    }
+    let mut activity = Vec::new();
+    if enough && kind == Kind::Density {
+        let mut buckets: BTreeMap<usize, i64> = BTreeMap::new();
+        for (declared, agents) in store.activity(window).await? {
+            let bucket = ACTIVITY_BUCKETS.iter().position(|(upto, _)| declared <= *upto).unwrap_or(ACTIVITY_BUCKETS.len() - 1);
+            *buckets.entry(bucket).or_default() += agents;
+        }
+        let counts: Vec<(String, i64)> = buckets.into_iter().map(|(i, n)| (ACTIVITY_BUCKETS[i].1.to_string(), n)).collect();
+        let released = privacy::histogram(&counts, privacy)?;
+        // In bucket order, not alphabetical.
+        activity = ACTIVITY_BUCKETS.iter().filter_map(|(_, label)| released.iter().find(|(l, _)| l == label).cloned()).collect();
+        spend(1);
+    }
+    Ok(Release {
+        kind: kind.name().to_string(),
+        window_days: window.days,
+        window_end: window.end,
+        agents,
+        declarations,
+        distributions,
+        activity,
+        epsilon: spent.0,
+        delta: spent.1,
+        exact: privacy == Privacy::Exact,
+        released_at: services.clock.now(),
+    })
+}
+
+/// The release of `kind` for `window`: the stored one, or cut and stored now
+/// (when two hosts cut one at once, the first stored wins and both serve it).
+pub async fn release(services: &Services, kind: Kind, window: Window) -> AppResult<Release> {
+    let store = &services.store;
+    if let Some(body) = store.release(kind.name(), window).await? {
+        return serde_json::from_str(&body).map_err(internal);
+    }
+    let release = cut(services, kind, window, services.config.privacy).await.map_err(AppError::Internal)?;
+    let body = serde_json::to_string(&release).map_err(internal)?;
+    let stored = store.save_release(kind.name(), window, &body, services.clock.now()).await?;
+    serde_json::from_str(&stored).map_err(internal)
+}
+
+/// Cuts today's releases that are not stored yet (the job, after the day
+/// turned); returns how many were cut.
+pub async fn cut_due(services: &Services) -> AppResult<usize> {
+    let now = services.clock.now();
+    let mut cut = 0;
+    for kind in Kind::ALL {
+        for days in kind.windows() {
+            let window = Window::ending_today(now, *days);
+            if services.store.release(kind.name(), window).await?.is_none() {
+                release(services, kind, window).await?;
+                cut += 1;
+            }
+        }
+    }
+    Ok(cut)
+}
+
+fn describe(kind: Kind, days: i32) -> String {
+    match kind {
+        Kind::Environment => format!("Environment observation over the last {days} full days"),
+        Kind::Density => format!("Activity density over the last {days} full days"),
+        Kind::EeDistribution => format!("EE distribution over the last {days} full days"),
+        Kind::ActionType => format!("Action type distribution over the last {days} full days"),
+        Kind::EnvironmentAnomaly => format!("Environment anomaly distribution over the last {days} full days"),
+    }
+}
+
+/// An environment- or pattern-level observation: refused for free when the
+/// release shows nothing (too few agents), paid before the answer otherwise.
+pub async fn observe(
+    services: &Services,
+    agent_id: Uuid,
+    route: Route,
+    kind: Kind,
+    days: i32,
+    offered: Offered,
+) -> AppResult<Observed<Release>> {
+    let window = Window::ending_today(services.clock.now(), days);
+    let release = release(services, kind, window).await?;
+    if !release.shows_anything() {
+        return Err(unavailable(format!(
+            "fewer than {K} agents contribute to the {days} full days before today, too few to show statistics that identify none of them"
+        )));
+    }
+    let tier = match kind {
+        Kind::Environment | Kind::Density => ObservationTier::Environment,
+        Kind::EeDistribution | Kind::ActionType => ObservationTier::Pattern,
+        Kind::EnvironmentAnomaly => ObservationTier::EnvironmentAnomaly,
+    };
+    let purchase = Purchase {
+        route,
+        path: None,
+        tier,
+        level: 0,
+        target: None,
+        premium_source: PremiumSource::External,
+        description: describe(kind, days),
+    };
+    pay(services, agent_id, purchase, offered, release).await
+}
+
+/// GET /v1/ara/environment-anomaly: within_band and outlier counts per
+/// dimension; `dimension` narrows it to one, `period_days` is 7, 30 or 90.
+pub async fn environment_anomaly(
+    services: &Services,
+    agent_id: Uuid,
+    period_days: i32,
+    dimension: Option<&str>,
+    offered: Offered,
+) -> AppResult<Observed<Release>> {
+    if !anchor_domain::ara::WINDOW_DAYS.contains(&period_days) {
+        return Err(AppError::invalid(
+            "INVALID_VALUE",
+            format!("period_days must be 7, 30 or 90 (windows are fixed, so that two of them cannot be subtracted); got {period_days}"),
+        ));
+    }
+    let wanted = match dimension {
+        None => None,
+        Some(name) => Some(ANOMALY_DIMENSIONS.iter().find(|(n, _)| *n == name).map(|(_, d)| *d).ok_or_else(|| {
+            let names: Vec<&str> = ANOMALY_DIMENSIONS.iter().map(|(n, _)| *n).collect();
+            AppError::invalid("INVALID_ENUM", format!("dimension must be one of {}; got {}", names.join(", "), anchor_domain::brief(name)))
+        })?),
+    };
+    let window = Window::ending_today(services.clock.now(), period_days);
+    let mut release = release(services, Kind::EnvironmentAnomaly, window).await?;
+    if let Some(dimension) = wanted {
+        release.distributions.retain(|name, _| name == dimension.as_str());
+    }
+    if !release.distributions.values().any(|d| !d.is_empty()) {
+        return Err(unavailable(format!(
+            "fewer than {K} agents have branch-1 decisions with a band position in the {period_days} full days before today"
+        )));
+    }
+    let purchase = Purchase {
+        route: super::ENVIRONMENT_ANOMALY,
+        path: None,
+        tier: ObservationTier::EnvironmentAnomaly,
+        level: 0,
+        target: None,
+        premium_source: PremiumSource::External,
+        description: describe(Kind::EnvironmentAnomaly, period_days),
+    };
+    pay(services, agent_id, purchase, offered, release).await
+}
+
+/// GET /v1/ara/environment/tsl: the tool market's activity. The market keeps
+/// no sales yet, so there is nothing to show, for free.
+pub async fn tsl(services: &Services, agent_id: Uuid, offered: Offered) -> AppResult<Observed<Release>> {
+    let _ = (services, agent_id, offered);
+    Err(unavailable("the tool market has no recorded activity to show yet"))
+}

@@ -1,0 +1,600 @@
+//! DUR over HTTP: spending reports and reports of the agent's own decisions
+//! (`anchor_app::dur`), and the owner's versions under `/dap/dur`. All free.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use anchor_app::dur::{self, Range, Summary};
+use anchor_app::owners;
+use anchor_domain::MilliDac;
+use anchor_domain::payments::{CostComponent, PaymentSource};
+use anchor_store::UsageLine;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiQuery, AuthAgent};
+use crate::openapi::*;
+use crate::owner::AuthOwner;
+use crate::payment::approx_krw;
+use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Time};
+
+const RANGE: &str = "from and to take a date (YYYY-MM-DD, UTC; a to date includes that whole day) or an ISO 8601 time (a to time is exclusive); by default the three months up to now.";
+
+pub fn operations() -> Vec<Operation> {
+    let decision_report = |path: &'static str, handler, summary, returns: fn(Operation) -> Operation| {
+        returns(
+            op(Method::GET, path, handler)
+                .tag("DUR")
+                .summary(summary)
+                .describe("Over your own branch-1 decisions (those with a template). Free: dac_charged is 0 and nothing is counted.")
+                .agent()
+                .query::<DecisionQuery>()
+                .error(400, "A malformed agent_id or bound.", &["INVALID_UUID", "INVALID_VALUE"])
+                .error(403, "agent_id names another agent.", &["CROSS_AGENT_NOT_ALLOWED"]),
+        )
+    };
+    vec![
+        op(Method::GET, "/v1/dur/summary", get(summary))
+            .tag("DUR")
+            .summary("What you spent: by kind and by source, observations, settlements (free)")
+            .describe(RANGE)
+            .agent()
+            .query::<RangeQuery>()
+            .returns::<SummaryView>(200, "DAC usage summary for the range; total = the sum of the kinds = the sum of the sources")
+            .error(400, "A malformed bound, or from after to.", &["INVALID_VALUE"]),
+        op(Method::GET, "/v1/dur/transactions", get(transactions))
+            .tag("DUR")
+            .summary("Your usage entries, newest first, a page at a time (free)")
+            .describe(RANGE)
+            .agent()
+            .query::<TransactionsQuery>()
+            .returns::<TransactionsView>(200, "Transaction list")
+            .error(400, "A malformed bound, type, page or limit.", &["INVALID_VALUE", "INVALID_ENUM"]),
+        op(Method::GET, "/v1/dur/tsl", get(tsl))
+            .tag("DUR")
+            .summary("Your tool market transactions (free; empty until the market keeps sales)")
+            .agent()
+            .query::<TslQuery>()
+            .returns::<TslView>(200, "TSL transaction history")
+            .error(400, "A malformed bound, role, page or limit.", &["INVALID_VALUE", "INVALID_ENUM"]),
+        op(Method::GET, "/v1/dur/export", get(export))
+            .tag("DUR")
+            .summary("Your usage entries as CSV (the default) or JSON (free)")
+            .describe(RANGE)
+            .agent()
+            .query::<ExportQuery>()
+            .ok_media(
+                200,
+                "The entries: CSV with the header recorded_at,type,cost_component,payment_source,amount_dac,subject_id, or JSON",
+                "text/csv",
+            )
+            .or_returns::<ExportView>(200)
+            .error(400, "A malformed bound or format.", &["INVALID_VALUE", "INVALID_ENUM"]),
+        decision_report(
+            "/v1/dur/decision-metadata",
+            get(decision_metadata),
+            "Your decisions by class, target, trigger and human involvement (free)",
+            |o| o.returns::<MetadataView>(200, "Metadata distribution; dac_charged is 0"),
+        ),
+        decision_report("/v1/dur/decision-scale", get(decision_scale), "Your decision scales by unit: count, min, max, mean (free)", |o| {
+            o.returns::<ScaleView>(200, "Scale distribution; exact decimals")
+        }),
+        decision_report("/v1/dur/self-classification", get(self_classification), "Your decisions by self_classification key (free)", |o| {
+            o.returns::<ClassificationView>(200, "self_classification distribution")
+        }),
+        op(Method::GET, "/dap/dur/summary", get(owner_summary))
+            .tag("DAP DUR")
+            .summary("What one managed agent, or all of them, spent (free)")
+            .describe(RANGE)
+            .owner()
+            .query::<OwnerSummaryQuery>()
+            .returns::<SummaryView>(200, "DAC usage summary for the range")
+            .error(400, "A malformed agent_id or bound.", &["INVALID_UUID", "INVALID_VALUE"])
+            .error(403, "Not managed by this owner.", &["NOT_LINKED"]),
+        op(Method::GET, "/dap/dur/export", get(owner_export))
+            .tag("DAP DUR")
+            .summary("A managed agent's usage entries as CSV (the default) or JSON (free)")
+            .describe(RANGE)
+            .owner()
+            .query::<OwnerExportQuery>()
+            .ok_media(200, "The entries as CSV, or JSON", "text/csv")
+            .or_returns::<ExportView>(200)
+            .error(
+                400,
+                "agent_id missing or malformed, or a malformed bound or format.",
+                &["MISSING_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_ENUM"],
+            )
+            .error(403, "Not managed by this owner.", &["NOT_LINKED"]),
+    ]
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RangeQuery {
+    /// Start (inclusive): a date or an ISO 8601 time.
+    from: Option<String>,
+    /// End: a date (that whole day included) or an ISO 8601 time (exclusive).
+    to: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ReportPeriod {
+    from: Time,
+    to: Time,
+}
+
+impl From<Range> for ReportPeriod {
+    fn from(r: Range) -> ReportPeriod {
+        ReportPeriod { from: r.from.into(), to: r.to.into() }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone)]
+struct BySource {
+    trial: Dac,
+    external: Dac,
+    earned: Dac,
+}
+
+/// DAC spent in the range, by kind and by source (usage entries).
+#[derive(Serialize, JsonSchema, Clone)]
+struct DacSpend {
+    total: Dac,
+    /// Usage entries.
+    count: i64,
+    dd_ee: Dac,
+    ara: Dac,
+    ise: Dac,
+    sdac: Dac,
+    tsl: Dac,
+    asa: Dac,
+    by_source: BySource,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AraObservations {
+    count: i64,
+    total_dac: Dac,
+    external_dac: Dac,
+    earned_dac: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct EarnedDac {
+    received: Dac,
+    spent: Dac,
+    tx_count: i64,
+}
+
+/// An indication in Korean won of the external spending, at a fixed rate.
+#[derive(Serialize, JsonSchema)]
+struct Fiat {
+    approx_krw: i64,
+    /// Deprecated: the same as approx_krw.
+    total_krw: i64,
+    external_dac: Dac,
+    payment_count: i64,
+    /// Won per US dollar.
+    rate: f64,
+    /// US dollars per DAC.
+    unit_price: f64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Settlements {
+    tx_count: usize,
+    /// On-chain transaction references, newest first.
+    tx_hashes: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SummaryView {
+    period: ReportPeriod,
+    /// Declarations anchored in the range and on record.
+    dd_count: i64,
+    dac_spend: DacSpend,
+    ara_observations: AraObservations,
+    /// Deprecated: the same object as dac_spend.
+    external_dac: DacSpend,
+    earned_dac: EarnedDac,
+    fiat: Fiat,
+    settlement: Settlements,
+    dac_charged: Dac,
+}
+
+impl From<&Summary> for SummaryView {
+    fn from(s: &Summary) -> SummaryView {
+        let spend = DacSpend {
+            total: s.total().into(),
+            count: s.entries(),
+            dd_ee: s.by_kind("dd_ee").into(),
+            ara: s.by_kind("ara").into(),
+            ise: s.by_kind("ise").into(),
+            sdac: s.by_kind("sdac").into(),
+            tsl: s.by_kind("tsl").into(),
+            asa: s.by_kind("asa").into(),
+            by_source: BySource {
+                trial: s.by_source(PaymentSource::Trial).into(),
+                external: s.by_source(PaymentSource::External).into(),
+                earned: s.by_source(PaymentSource::Earned).into(),
+            },
+        };
+        let o = s.observations;
+        let external = s.by_source(PaymentSource::External);
+        SummaryView {
+            period: s.range.into(),
+            dd_count: s.declarations,
+            ara_observations: AraObservations {
+                count: o.count,
+                total_dac: (o.base + o.premium_external + o.premium_earned).into(),
+                external_dac: (o.base + o.premium_external).into(),
+                earned_dac: o.premium_earned.into(),
+            },
+            external_dac: spend.clone(),
+            dac_spend: spend,
+            earned_dac: EarnedDac { received: MilliDac::ZERO.into(), spent: s.by_source(PaymentSource::Earned).into(), tx_count: 0 },
+            fiat: Fiat {
+                approx_krw: approx_krw(external),
+                total_krw: approx_krw(external),
+                external_dac: external.into(),
+                payment_count: s.external_entries(),
+                rate: 1400.0,
+                unit_price: 0.001,
+            },
+            settlement: Settlements { tx_count: s.settlements.len(), tx_hashes: s.settlements.clone() },
+            dac_charged: MilliDac::ZERO.into(),
+        }
+    }
+}
+
+async fn summary(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<RangeQuery>,
+) -> ApiResult<Json<SummaryView>> {
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let summary = dur::summary(&state.app, &[agent.agent_id], range).await?;
+    Ok(Json(SummaryView::from(&summary)))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct TransactionsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    /// One kind: dd_ee, ara, ise, sdac, tsl or asa.
+    #[schemars(extend("enum" = ["dd_ee", "ara", "ise", "sdac", "tsl", "asa"]))]
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[schemars(range(min = 1), extend("default" = 1))]
+    page: Option<i64>,
+    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
+    limit: Option<i64>,
+}
+
+/// One usage entry.
+#[derive(Serialize, JsonSchema)]
+struct Transaction {
+    transaction_id: Uuid,
+    /// The kind: dd_ee, ara, ise, sdac, tsl or asa.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    cost_component: Named<CostComponent>,
+    payment_source: Named<PaymentSource>,
+    amount_dac: Dac,
+    /// What was paid for (a declaration, an observation, …).
+    subject_id: Uuid,
+    recorded_at: Time,
+}
+
+impl From<&UsageLine> for Transaction {
+    fn from(l: &UsageLine) -> Transaction {
+        Transaction {
+            transaction_id: l.usage_id,
+            kind: dur::kind_of(l.domain),
+            cost_component: Named(l.cost_component),
+            payment_source: Named(l.source),
+            amount_dac: l.amount.into(),
+            subject_id: l.subject_id,
+            recorded_at: l.recorded_at.into(),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TransactionsView {
+    transactions: Vec<Transaction>,
+    page: i64,
+    limit: i64,
+    total: i64,
+}
+
+fn page(page: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
+    let page = page.unwrap_or(1);
+    let limit = limit.unwrap_or(50);
+    if !(1..=1_000_000).contains(&page) {
+        return Err(ApiError::bad("INVALID_VALUE", format!("page must be from 1 to 1000000; got {page}")));
+    }
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::bad("INVALID_VALUE", format!("limit must be from 1 to 200; got {limit}")));
+    }
+    Ok((page, limit))
+}
+
+async fn transactions(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<TransactionsQuery>,
+) -> ApiResult<Json<TransactionsView>> {
+    let (page, limit) = page(query.page, query.limit)?;
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let (lines, total) = dur::transactions(&state.app, &[agent.agent_id], range, query.kind.as_deref(), (page - 1) * limit, limit).await?;
+    Ok(Json(TransactionsView { transactions: lines.iter().map(Transaction::from).collect(), page, limit, total }))
+}
+
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    Buyer,
+    Seller,
+    All,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct TslQuery {
+    from: Option<String>,
+    to: Option<String>,
+    #[schemars(extend("default" = "all"))]
+    role: Option<Role>,
+    #[schemars(range(min = 1), extend("default" = 1))]
+    page: Option<i64>,
+    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
+    limit: Option<i64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum RoleView {
+    Buyer,
+    Seller,
+    All,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TslView {
+    role: RoleView,
+    /// Purchases and sales of tools; the market keeps none yet.
+    transactions: Vec<Transaction>,
+    page: i64,
+    limit: i64,
+    total: i64,
+}
+
+async fn tsl(State(state): State<AppState>, AuthAgent(_agent): AuthAgent, ApiQuery(query): ApiQuery<TslQuery>) -> ApiResult<Json<TslView>> {
+    let (page, limit) = page(query.page, query.limit)?;
+    dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let role = match query.role.unwrap_or(Role::All) {
+        Role::Buyer => RoleView::Buyer,
+        Role::Seller => RoleView::Seller,
+        Role::All => RoleView::All,
+    };
+    Ok(Json(TslView { role, transactions: Vec::new(), page, limit, total: 0 }))
+}
+
+#[derive(Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    #[default]
+    Csv,
+    Json,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ExportQuery {
+    from: Option<String>,
+    to: Option<String>,
+    #[schemars(extend("default" = "csv"))]
+    format: Option<Format>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ExportView {
+    period: ReportPeriod,
+    transactions: Vec<Transaction>,
+    total: i64,
+}
+
+/// The entries of `agents` in `range`, as CSV or JSON.
+async fn export_of(state: &AppState, agents: &[Uuid], range: Range, format: Format, name: &str) -> ApiResult<Response> {
+    let (lines, total) = dur::transactions(&state.app, agents, range, None, 0, dur::EXPORT_MAX).await?;
+    match format {
+        Format::Json => {
+            Ok(Json(ExportView { period: range.into(), transactions: lines.iter().map(Transaction::from).collect(), total })
+                .into_response())
+        }
+        Format::Csv => {
+            let mut csv = String::from("recorded_at,type,cost_component,payment_source,amount_dac,subject_id\n");
+            // Oldest first; every value is a time, a name, a number or a UUID.
+            for l in lines.iter().rev() {
+                csv.push_str(&format!(
+                    "{},{},{},{},{},{}\n",
+                    Time(l.recorded_at).text(),
+                    dur::kind_of(l.domain),
+                    l.cost_component,
+                    l.source,
+                    l.amount,
+                    l.subject_id
+                ));
+            }
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+                    (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}-dur.csv\"")),
+                ],
+                csv,
+            )
+                .into_response())
+        }
+    }
+}
+
+async fn export(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<ExportQuery>) -> ApiResult<Response> {
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    export_of(&state, &[agent.agent_id], range, query.format.unwrap_or_default(), &format!("agent-{}", agent.agent_id)).await
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct DecisionQuery {
+    /// Your own id, or left out: other agents' decisions are not reported.
+    agent_id: Option<Id>,
+    from: Option<String>,
+    to: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct MetadataView {
+    agent_id: Uuid,
+    period: ReportPeriod,
+    /// Branch-1 decisions in the range.
+    dd_count: i64,
+    decision_class: BTreeMap<String, i64>,
+    target_class: BTreeMap<String, i64>,
+    decision_trigger: BTreeMap<String, i64>,
+    human_involvement: BTreeMap<String, i64>,
+    dac_charged: Dac,
+}
+
+fn counts_of(counts: &dur::TemplateCounts, dimension: &str) -> BTreeMap<String, i64> {
+    counts.counts.iter().filter(|(d, _, _)| d == dimension).map(|(_, v, n)| (v.clone(), *n)).collect()
+}
+
+async fn decision_metadata(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<DecisionQuery>,
+) -> ApiResult<Json<MetadataView>> {
+    dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
+    Ok(Json(MetadataView {
+        agent_id: agent.agent_id,
+        period: range.into(),
+        dd_count: counts.decisions,
+        decision_class: counts_of(&counts, "decision_class"),
+        target_class: counts_of(&counts, "target_class"),
+        decision_trigger: counts_of(&counts, "decision_trigger"),
+        human_involvement: counts_of(&counts, "human_involvement"),
+        dac_charged: MilliDac::ZERO.into(),
+    }))
+}
+
+/// The decision scales of one unit.
+#[derive(Serialize, JsonSchema)]
+struct UnitScale {
+    unit: String,
+    count: i64,
+    min: serde_json::Number,
+    max: serde_json::Number,
+    /// The mean, to six decimal places.
+    avg: serde_json::Number,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ScaleView {
+    agent_id: Uuid,
+    period: ReportPeriod,
+    units: Vec<UnitScale>,
+    dac_charged: Dac,
+}
+
+fn number(text: &str) -> ApiResult<serde_json::Number> {
+    text.parse().map_err(|_| ApiError::internal(anyhow::anyhow!("{text} is not a JSON number")))
+}
+
+async fn decision_scale(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<DecisionQuery>,
+) -> ApiResult<Json<ScaleView>> {
+    dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let (range, stats) = dur::decision_scale(&state.app, agent.agent_id, range).await?;
+    let units = stats
+        .iter()
+        .map(|s| Ok(UnitScale { unit: s.unit.clone(), count: s.count, min: number(&s.min)?, max: number(&s.max)?, avg: number(&s.avg)? }))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(Json(ScaleView { agent_id: agent.agent_id, period: range.into(), units, dac_charged: MilliDac::ZERO.into() }))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ClassificationView {
+    agent_id: Uuid,
+    period: ReportPeriod,
+    /// Branch-1 decisions in the range.
+    dd_count: i64,
+    /// Those with a self_classification key.
+    classified_count: i64,
+    distribution: BTreeMap<String, i64>,
+    dac_charged: Dac,
+}
+
+async fn self_classification(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<DecisionQuery>,
+) -> ApiResult<Json<ClassificationView>> {
+    dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
+    let distribution = counts_of(&counts, "self_classification");
+    Ok(Json(ClassificationView {
+        agent_id: agent.agent_id,
+        period: range.into(),
+        dd_count: counts.decisions,
+        classified_count: distribution.values().sum(),
+        distribution,
+        dac_charged: MilliDac::ZERO.into(),
+    }))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OwnerSummaryQuery {
+    from: Option<String>,
+    to: Option<String>,
+    /// One managed agent; all of them when left out.
+    agent_id: Option<Id>,
+}
+
+async fn owner_summary(
+    State(state): State<AppState>,
+    owner: AuthOwner,
+    ApiQuery(query): ApiQuery<OwnerSummaryQuery>,
+) -> ApiResult<Json<SummaryView>> {
+    let agents: Vec<Uuid> = match query.agent_id {
+        Some(Id(agent_id)) => vec![owners::managed(&state.app, &owner.owner, agent_id).await?.agent.agent_id],
+        None => owners::agents::list(&state.app, &owner.owner).await?.iter().map(|a| a.agent.agent_id).collect(),
+    };
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    Ok(Json(SummaryView::from(&dur::summary(&state.app, &agents, range).await?)))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OwnerExportQuery {
+    from: Option<String>,
+    to: Option<String>,
+    agent_id: Id,
+    #[schemars(extend("default" = "csv"))]
+    format: Option<Format>,
+}
+
+async fn owner_export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<OwnerExportQuery>) -> ApiResult<Response> {
+    let agent_id = owners::managed(&state.app, &owner.owner, query.agent_id.0).await?.agent.agent_id;
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    export_of(&state, &[agent_id], range, query.format.unwrap_or_default(), &format!("agent-{agent_id}")).await
+}
