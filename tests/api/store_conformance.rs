@@ -11,7 +11,7 @@ use anchor_tests::*;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use uuid::Uuid;
 
-anchor_tests::both_backends!(store_conforms);
+anchor_tests::both_backends!(store_conforms, the_fold_counts_each_declaration_once);
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap()
@@ -175,6 +175,46 @@ async fn store_conforms(backend: Backend) {
     assert!(keys.iter().any(|c| c.key == "routine_operation" && c.owner_id.is_none()));
 }
 
+/// ARA's fold: the watermark moves only from the value read, in the
+/// transaction that adds the counts, so a batch folded twice (a retry, or two
+/// hosts at once) counts once; one all-time key counted on several days of a
+/// batch adds up, with its first and last day.
+async fn the_fold_counts_each_declaration_once(backend: Backend) {
+    use anchor_domain::ara::{Dimension, Visibility};
+    let (store, _cleanup) = fresh_store(backend).await;
+    let agent = new_agent(&store, 1_000_000).await;
+    for i in 0..3 {
+        let new = declaration(agent, 10_000, None);
+        store.create_declaration(&new, now()).await.unwrap();
+        let leaf = format!("leaf {i}");
+        assert!(store.confirm_declaration(new.declaration.dd_id, "sha256:00", now(), &[], leaf.as_bytes(), None).await.unwrap());
+    }
+    while store.integrate_log(1000, now(), &anchor_app::log::plan).await.unwrap().is_some() {}
+    assert_eq!(store.fold_progress().await.unwrap(), (0, 3));
+
+    let day = |day: i32, n: i64| DayCount {
+        agent_id: agent,
+        day,
+        dimension: Dimension::All,
+        value: "all".into(),
+        visibility: Visibility::Shared,
+        n,
+    };
+    let counts = vec![day(20_390, 2), day(20_391, 1)];
+    // Two hosts fold the same batch at once: exactly one of them counts it.
+    let (a, b) = tokio::join!(store.fold(0, 3, &counts), store.fold(0, 3, &counts));
+    assert!(a.unwrap() ^ b.unwrap(), "one fold wins");
+    // A retry of the batch after it was folded changes nothing.
+    assert!(!store.fold(0, 3, &counts).await.unwrap());
+    assert_eq!(store.fold_progress().await.unwrap(), (3, 3));
+
+    let totals = store.agent_totals(agent, false).await.unwrap();
+    let all: Vec<_> = totals.iter().filter(|c| c.dimension == Dimension::All).map(|c| (c.n, c.first_day, c.last_day)).collect();
+    assert_eq!(all, [(3, 20_390, 20_391)]);
+    let days = store.agent_days(agent, 20_390, 20_392, &[Dimension::All], false).await.unwrap();
+    assert_eq!(days.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 1)]);
+}
+
 /// Migration 0008 rebuilds SQLite's `usage_entry`: rows written before it
 /// keep their amounts and become declaration subjects.
 #[tokio::test]
@@ -244,6 +284,60 @@ async fn the_payment_subject_migration_keeps_existing_usage_rows() {
     let usage = store.usage_for(Subject::declaration(dd_id)).await.unwrap();
     assert_eq!(usage, vec![UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::Trial, amount: MilliDac(10_000) }]);
     assert_eq!(store.declaration(dd_id).await.unwrap().unwrap().settlement_status, SettlementStatus::Settled);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Migration 0011 rebuilds SQLite's `ara_agent_day` with a new key: the daily
+/// counts folded before it stay, and are read the same way after.
+#[tokio::test]
+async fn the_agent_day_key_migration_keeps_folded_counts() {
+    use anchor_domain::ara::Dimension;
+    let dir = std::env::temp_dir().join(format!("anchor-migration-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("anchor.db");
+    let pool = sqlx::SqlitePool::connect_with(
+        sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true),
+    )
+    .await
+    .unwrap();
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let mut before = sqlx::migrate::Migrator::new(folder).await.unwrap();
+    before.migrations = before.migrations.iter().filter(|m| m.version <= 10).cloned().collect::<Vec<_>>().into();
+    before.run(&pool).await.unwrap();
+
+    let (agent_id, at) = (Uuid::new_v4(), now());
+    sqlx::query(
+        "insert into agent (agent_id, token_hash, recovery_hash, registered_at, trial_granted_milli, trial_balance_milli, trial_expires_at) \
+         values ($1, $2, $3, $4, 500000, 500000, $5)",
+    )
+    .bind(agent_id)
+    .bind(vec![1u8; 32])
+    .bind(vec![2u8; 32])
+    .bind(at)
+    .bind(at + Duration::days(30))
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Two days of the `all` dimension, one shared and one only the agent sees.
+    for (day, visibility, n) in [(20_390, 0, 2), (20_391, 0, 1), (20_391, 1, 4)] {
+        sqlx::query("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ($1, $2, 'all', 'all', $3, $4)")
+            .bind(agent_id)
+            .bind(day)
+            .bind(visibility)
+            .bind(n)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+
+    // Opening the store runs 0011 and what follows it.
+    let store = SqliteStore::open(&path).await.unwrap();
+    let shared = store.agent_days(agent_id, 20_390, 20_392, &[Dimension::All], false).await.unwrap();
+    assert_eq!(shared.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 1)]);
+    let own = store.agent_days(agent_id, 20_390, 20_392, &[Dimension::All], true).await.unwrap();
+    assert_eq!(own.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 5)]);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -8,6 +8,8 @@
 //! statistics read only counts of visibility 0; they never name a record or an
 //! agent.
 
+use std::collections::BTreeMap;
+
 use anchor_domain::MilliDac;
 use anchor_domain::ara::{Dimension, Visibility, Window};
 use anchor_domain::payments::PaymentSource;
@@ -87,9 +89,6 @@ pub struct WindowTotals {
     /// Declarations, each agent counted for at most the cap.
     pub capped_declarations: i64,
 }
-
-/// How many rows one multi-row statement writes.
-const ROWS_PER_STATEMENT: usize = 500;
 
 #[async_trait]
 pub trait AraStore: Send + Sync {
@@ -179,27 +178,39 @@ impl<E: Engine> AraStore for SqlStore<E> {
             tx.rollback().await?;
             return Ok(false);
         }
-        for chunk in counts.chunks(ROWS_PER_STATEMENT) {
+        for chunk in counts.chunks(self.db.rows_per_statement(6)) {
             let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
-            let mut totals = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
             for (i, c) in chunk.iter().enumerate() {
-                let separator = if i == 0 { "(" } else { ", (" };
-                days.push(separator);
+                days.push(if i == 0 { "(" } else { ", (" });
                 days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
                 days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
-                totals.push(separator);
-                totals.push_bind(c.agent_id).push(", ").push_bind(c.dimension.as_str()).push(", ").push_bind(c.value.as_str());
-                totals.push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n);
-                totals.push(", ").push_bind(c.day).push(", ").push_bind(c.day).push(")");
             }
             days.push(" on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n");
-            totals.push(
+            tx.execute(days).await?;
+        }
+        // One row per all-time key: a statement may not update a row twice
+        // (PostgreSQL refuses it), and a batch counts one key on several days.
+        let mut totals: BTreeMap<(Uuid, &str, &str, i32), (i64, i32, i32)> = BTreeMap::new();
+        for c in counts {
+            let total =
+                totals.entry((c.agent_id, c.dimension.as_str(), c.value.as_str(), c.visibility.code())).or_insert((0, c.day, c.day));
+            *total = (total.0 + c.n, total.1.min(c.day), total.2.max(c.day));
+        }
+        let totals: Vec<_> = totals.into_iter().collect();
+        for chunk in totals.chunks(self.db.rows_per_statement(7)) {
+            let mut insert = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
+            for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
+                insert.push(if i == 0 { "(" } else { ", (" });
+                insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
+                insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
+                insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+            }
+            insert.push(
                 " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
                  first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
                  last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
             );
-            tx.execute(days).await?;
-            tx.execute(totals).await?;
+            tx.execute(insert).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -209,7 +220,7 @@ impl<E: Engine> AraStore for SqlStore<E> {
         let row = self
             .db()
             .fetch_one(sql("select (select next_leaf from ara_fold where ara_fold_id = 0) as next_leaf, \
-                            (select count(*) from log_entry) as size"))
+                            (select size from log_state where log_state_id = 0) as size"))
             .await?;
         Ok((row.get("next_leaf")?, row.get("size")?))
     }

@@ -272,6 +272,8 @@ pub trait Engine: Send + Sync + 'static {
     /// Appended to a `select` that must lock the rows it reads until commit
     /// (empty where the engine has a single writer anyway).
     fn for_update(&self) -> &'static str;
+    /// How many rows of `columns` values one multi-row statement should carry.
+    fn rows_per_statement(&self, columns: usize) -> usize;
     fn pool(&self) -> Self::Pool<'_>;
     async fn begin_write(&self) -> Result<Self::Tx>;
 }
@@ -283,6 +285,11 @@ pub trait Dialect: sqlx::Database {
     /// lock up front instead of failing when a reader later wants to write.
     const BEGIN_WRITE: &'static str;
     const FOR_UPDATE: &'static str;
+    /// The values one statement should bind. SQLite's driver finds each
+    /// parameter's name by a linear scan, so binding costs the square of a
+    /// statement's values there: many small statements (they cost no round
+    /// trip in process) beat one large one. PostgreSQL pays per round trip.
+    const BINDS_PER_STATEMENT: usize;
     fn rows_affected(result: &Self::QueryResult) -> u64;
 }
 
@@ -290,6 +297,7 @@ impl Dialect for Sqlite {
     const NAME: &'static str = "sqlite";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const FOR_UPDATE: &'static str = "";
+    const BINDS_PER_STATEMENT: usize = 256;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -299,6 +307,7 @@ impl Dialect for Postgres {
     const NAME: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const FOR_UPDATE: &'static str = " for update";
+    const BINDS_PER_STATEMENT: usize = 4096;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -521,6 +530,9 @@ impl<DB: Driver> Engine for Db<DB> {
     }
     fn for_update(&self) -> &'static str {
         DB::FOR_UPDATE
+    }
+    fn rows_per_statement(&self, columns: usize) -> usize {
+        (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
     }
     fn pool(&self) -> PoolRef<'_, DB> {
         PoolRef(&self.pool)

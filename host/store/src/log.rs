@@ -95,7 +95,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
         let batch =
             rows.iter().map(|r| Ok(PendingLeaf { dd_id: r.get("dd_id")?, leaf_data: r.get("leaf_data")? })).collect::<Result<Vec<_>>>()?;
         let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
-        for chunk in plan.entries.chunks(500) {
+        for chunk in plan.entries.chunks(self.db.rows_per_statement(4)) {
             let mut insert = sql("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) values ");
             for (i, (index, dd_id, leaf)) in chunk.iter().enumerate() {
                 insert.push(if i == 0 { "(" } else { ", (" });
@@ -111,7 +111,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
             }
             tx.execute(insert).await?;
         }
-        for chunk in plan.hashes.chunks(500) {
+        for chunk in plan.hashes.chunks(self.db.rows_per_statement(2)) {
             let mut insert = sql("insert into log_hash (hash_index, hash) values ");
             for (i, (index, hash)) in chunk.iter().enumerate() {
                 insert.push(if i == 0 { "(" } else { ", (" });
@@ -119,7 +119,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
             }
             tx.execute(insert).await?;
         }
-        for chunk in batch.chunks(500) {
+        for chunk in batch.chunks(self.db.rows_per_statement(1)) {
             let mut delete = sql("delete from log_pending where dd_id in (");
             for (i, leaf) in chunk.iter().enumerate() {
                 delete.push(if i == 0 { "" } else { ", " }).push_bind(leaf.dd_id);
@@ -148,7 +148,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
 
     async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>> {
         let mut out = Vec::with_capacity(indexes.len());
-        for chunk in indexes.chunks(500) {
+        for chunk in indexes.chunks(self.db.rows_per_statement(1)) {
             let mut select = sql("select hash_index, hash from log_hash where hash_index in (");
             for (i, index) in chunk.iter().enumerate() {
                 select.push(if i == 0 { "" } else { ", " }).push_bind(*index);
