@@ -17,7 +17,7 @@ use anchor_x402::settlement::{Settled, Settler};
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
-use super::payments::{Twist, pay};
+use anchor_tests::x402::{Twist, pay};
 
 both_backends!(create_and_confirm_through_the_use_cases, inline_payments_settle_before_the_answer);
 

@@ -8,14 +8,15 @@ use anchor_tests::*;
 use chrono::Duration;
 use serde_json::{Value, json};
 
-use super::payments::{Twist, b64, challenge_of, pay};
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 
 both_backends!(
     releases_need_ten_agents_and_windows_are_fixed,
     checks_run_in_order_and_refusals_cost_nothing,
     disclosure_caps_each_level_and_demotion_shows_to_the_agent_only,
     comparisons_meta_observation_and_the_legacy_query,
-    anomaly_bands_are_released_per_dimension
+    anomaly_bands_are_released_per_dimension,
+    owners_see_their_agents_own_view_for_free
 );
 
 /// A test server whose releases are exact (k-anonymity alone), so the rules
@@ -361,4 +362,54 @@ async fn releases_are_noisy_and_state_their_budget() {
     assert_eq!(privacy["mechanism"], "discrete_laplace");
     assert_eq!(privacy["epsilon"], 7.0, "seven distributions at epsilon 1 each: {privacy}");
     assert!(privacy["delta"].as_f64().unwrap() <= 7e-6);
+}
+
+/// The portal's view: an owner reads its agent's own timeline and EE pattern
+/// (its internal_only declarations included), for free, and that records no
+/// observation; other owners' agents are refused.
+async fn owners_see_their_agents_own_view_for_free(backend: Backend) {
+    let t = exact(backend).await;
+    let owner = t.owner("ara-view@example.com").await;
+    let stranger = t.owner("ara-stranger@example.com").await;
+    let mut agent = t.register().await;
+    t.link(&owner, &mut agent).await;
+    for ee in [json!({ "ee_preset": "EE_basic" }), json!({ "ee_preset": "EE_basic", "access_class": "internal_only" })] {
+        let created = t.create(&agent, ee).await;
+        assert_eq!(t.confirm(&agent, created["dd_id"].as_str().unwrap()).await.status.as_u16(), 200);
+    }
+    t.wait_for_fold(2).await;
+
+    let usage = t.scalar("select count(*) from usage_entry").await;
+    let trial = t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].clone();
+    assert!(trial.is_number(), "{trial}");
+    let path = format!("/dap/agent/{}/ara?resolution_level=3", agent.id);
+    let view = t.as_owner(&owner, "GET", &path, None).await;
+    assert_eq!(view.status.as_u16(), 200, "{}", view.text);
+    let items = view.json["timeline"]["items"].as_array().unwrap();
+    assert_eq!((items.len(), view.json["timeline"]["granularity"].as_str()), (30, Some("day")));
+    assert_eq!(items.last().unwrap()["dd_count"], 2, "today's bucket holds both, the internal_only one included");
+    assert_eq!(items.last().unwrap()["action_type_distribution"], json!({ "execute": 2 }));
+    let pattern = &view.json["ee_pattern"];
+    assert_eq!(pattern["distributions"]["access_class"], json!({ "internal_only": 1, "self_direct": 1 }));
+    assert_eq!(pattern["retention_distribution_effective"], json!({ "short": 2 }));
+    assert_eq!((view.json["timeline"]["dac_charged"].as_i64(), pattern["dac_charged"].as_i64()), (Some(0), Some(0)));
+    // Twelve weeks by default.
+    let weeks = t.as_owner(&owner, "GET", &format!("/dap/agent/{}/ara", agent.id), None).await;
+    assert_eq!(weeks.json["timeline"]["items"].as_array().unwrap().len(), 12);
+    assert_eq!(observations(&t).await, 0, "an owner looking is not an observation");
+    assert_eq!((t.scalar("select count(*) from usage_entry").await, payments(&t).await), (usage, 0), "and costs nothing");
+    assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], trial);
+
+    t.as_owner(&owner, "GET", &format!("/dap/agent/{}/ara?resolution_level=4", agent.id), None).await.assert_error(400, "INVALID_VALUE");
+    t.as_owner(&owner, "GET", "/dap/agent/not-a-uuid/ara", None).await.assert_error(400, "INVALID_UUID");
+    t.as_owner(&stranger, "GET", &path, None).await.assert_error(403, "NOT_LINKED");
+    let bad_level = format!("/dap/agent/{}/ara?resolution_level=0", agent.id);
+    t.as_owner(&stranger, "GET", &bad_level, None).await.assert_error(400, "INVALID_VALUE");
+    let unknown = format!("/dap/agent/{}/ara", uuid_of_nobody());
+    t.as_owner(&owner, "GET", &unknown, None).await.assert_error(403, "NOT_LINKED");
+    assert_eq!(t.get(&path, None).await.status.as_u16(), 401);
+}
+
+fn uuid_of_nobody() -> String {
+    "00000000-0000-4000-8000-000000000000".to_string()
 }

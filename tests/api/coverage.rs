@@ -9,7 +9,7 @@ use anchor_domain::Clock;
 use anchor_tests::*;
 use serde_json::json;
 
-use super::payments::{Twist, b64, challenge_of, pay};
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 
 both_backends!(every_operation_answers_with_its_documented_schema);
 
@@ -165,6 +165,8 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&dap("GET", "/dap/dur/summary".into(), None).await);
     ok(&dap("GET", format!("/dap/dur/export?agent_id={id}&format=json"), None).await);
     ok(&dap("GET", format!("/dap/dur/export?agent_id={id}"), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/ara"), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/ara?resolution_level=3"), None).await);
     ok(&dap("GET", "/dap/classification?include_inactive=true".into(), None).await);
     let category =
         dap("POST", "/dap/classification".into(), Some(json!({ "classification_key": "cover", "classification_label": "Cover" }))).await;

@@ -26,7 +26,12 @@ async fn discovery_documents_describe_this_server() {
     let card = t.get("/.well-known/agent-card.json", None).await.json;
     assert_eq!(card["protocolVersion"], "1.0");
     assert_eq!(card["url"], json!(t.base));
-    assert!(card["skills"].as_array().unwrap().iter().any(|s| s["id"] == "decision-declaration"));
+    let skills: Vec<&str> = card["skills"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    // The reference card's ids for what this server serves.
+    for id in ["decision-declaration", "observation"] {
+        assert!(skills.contains(&id), "{skills:?}");
+    }
+    assert!(llms.text.contains(&t.url("/v1/ara/environment")) && llms.text.contains(&t.url("/v1/dur/summary")), "{}", llms.text);
 
     let x402 = t.get("/.well-known/x402.json", None).await.json;
     assert_eq!(x402["x402_supported"], json!(true));

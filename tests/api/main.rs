@@ -14,6 +14,7 @@ mod hardening;
 mod openapi_contract;
 mod payments;
 mod plugins;
+mod sdk;
 mod store_conformance;
 mod tidy;
 mod transparency;

@@ -5,6 +5,7 @@
 //! gets a schema of its own, dropped when the server is dropped.
 
 pub mod contract;
+pub mod x402;
 
 use std::sync::{Arc, OnceLock};
 
@@ -126,6 +127,9 @@ pub struct Options {
     pub http: anchor_server::listener::HttpLimits,
     /// How ARA releases are protected (tests of the release rules use `Exact`).
     pub privacy: anchor_app::ara::privacy::Privacy,
+    /// Run the background jobs (log integration, the ARA fold); off, the
+    /// caller drives them itself.
+    pub jobs: bool,
 }
 
 impl Default for Options {
@@ -137,6 +141,7 @@ impl Default for Options {
             settler: None,
             http: Default::default(),
             privacy: Default::default(),
+            jobs: true,
         }
     }
 }
@@ -153,13 +158,15 @@ pub struct TestServer {
     pub state: AppState,
     _cleanup: Cleanup,
     _server: tokio::task::JoinHandle<()>,
-    _integrator: tokio::task::JoinHandle<()>,
+    _integrator: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
         self._server.abort();
-        self._integrator.abort();
+        if let Some(jobs) = &self._integrator {
+            jobs.abort();
+        }
     }
 }
 
@@ -193,18 +200,20 @@ impl TestServer {
         }
         // The background jobs, with a fast log; reconciliation and erasure
         // are driven by the tests themselves.
-        let integrator = tokio::spawn(anchor_app::jobs::run(
-            state.app.clone(),
-            log_key.clone(),
-            uuid::Uuid::new_v4(),
-            anchor_app::jobs::Schedule {
-                round: std::time::Duration::from_millis(20),
-                checkpoint_every: std::time::Duration::from_millis(50),
-                reconcile_every: std::time::Duration::from_secs(3600),
-                erase_every: std::time::Duration::from_secs(3600),
-                ..Default::default()
-            },
-        ));
+        let integrator = options.jobs.then(|| {
+            tokio::spawn(anchor_app::jobs::run(
+                state.app.clone(),
+                log_key.clone(),
+                uuid::Uuid::new_v4(),
+                anchor_app::jobs::Schedule {
+                    round: std::time::Duration::from_millis(20),
+                    checkpoint_every: std::time::Duration::from_millis(50),
+                    reconcile_every: std::time::Duration::from_secs(3600),
+                    erase_every: std::time::Duration::from_secs(3600),
+                    ..Default::default()
+                },
+            ))
+        });
         let server = {
             let state = state.clone();
             tokio::spawn(async move {
@@ -245,6 +254,23 @@ impl TestServer {
                 let path = format!("set search_path to \"{schema}\"");
                 sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
                 sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_one(&pool).await.expect("scalar query")
+            }
+        }
+    }
+
+    /// The first column of every row of `query`, as text (the query casts it).
+    pub async fn strings(&self, query: &str) -> Vec<String> {
+        match &self._cleanup {
+            Cleanup::Dir(dir) => {
+                let url = format!("sqlite://{}", dir.join("anchor.db").display());
+                let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("strings query")
+            }
+            Cleanup::Schema { url, schema } => {
+                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.expect("postgres");
+                let path = format!("set search_path to \"{schema}\"");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("strings query")
             }
         }
     }

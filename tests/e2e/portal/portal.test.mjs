@@ -1,8 +1,9 @@
 // The owner portal in a real browser: Debian's headless Chromium driven by
 // playwright-core against a running `anchor` (ANCHOR_BASE_URL). Sign up, link
 // an agent created over the API, set a DAB, add a classification, read the
-// usage chart, sign out. Screenshots go to ANCHOR_ARTIFACTS; the facts the
-// Rust side checks again go to <artifacts>/portal-result.json.
+// usage chart, the ARA and DUR charts and the CSV download, sign out.
+// Screenshots go to ANCHOR_ARTIFACTS; the facts the Rust side checks again go
+// to <artifacts>/portal-result.json.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -55,6 +56,8 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     const created = await call("POST", "/v1/dd/create", oldToken, declaration());
     assert.equal(created.status, 201, JSON.stringify(created.json));
     spent += created.json.dac_amount;
+    const confirmed = await call("POST", "/v1/dd/confirm", oldToken, { dd_id: created.json.dd_id });
+    assert.equal(confirmed.status, 200, JSON.stringify(confirmed.json));
   }
 
   const browser = await chromium.launch({
@@ -138,6 +141,52 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.equal(await page.locator("#recent-table tbody tr").count(), 2);
     await shot(page, "06-usage-chart");
 
+    // What ARA shows about the agent, once the service has folded its two
+    // anchored declarations: a bar per day over 30 days, split by action type,
+    // and a bar per EE axis.
+    const folded = await page.evaluate(async (id) => {
+      for (let i = 0; i < 300; i++) {
+        const view = await (await fetch(`/dap/agent/${id}/ara?resolution_level=3`)).json();
+        if (view.timeline.items.reduce((sum, item) => sum + item.dd_count, 0) === 2) return true;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return false;
+    }, agentId);
+    assert.ok(folded, "ARA folded the two declarations");
+    await page.locator("#ara-agent").selectOption(agentId);
+    await page.locator("#ara-level").selectOption("3");
+    // The chart drawn for the 30-day view (the default is 12 weeks).
+    await page.locator('#ara-timeline svg[data-granularity="day"] rect.seg-execute[data-n="2"]').waitFor({ state: "attached" });
+    const periods = await page.locator("#ara-timeline g.period").evaluateAll((gs) => gs.map((g) => Number(g.dataset.dd)));
+    assert.equal(periods.length, 30);
+    assert.deepEqual(periods.filter((n) => n > 0), [2], "today's bar holds both");
+    assert.equal(await page.locator("#ara-legend").textContent(), "execute");
+    const retention = page.locator('#ara-ee g.ee-axis[data-axis="retention"]');
+    assert.equal(await retention.getAttribute("data-total"), "2");
+    assert.equal(await retention.locator('rect[data-value="short"]').getAttribute("data-n"), "2");
+
+    // DUR: spending by kind and by source, and the CSV of one agent's entries.
+    await page.locator("#dur-agent").selectOption(agentId);
+    await page.locator("#dur-csv").waitFor({ state: "visible" });
+    const amount = (key) => page.locator(`#dur-kinds rect[data-key="${key}"], #dur-sources rect[data-key="${key}"]`).getAttribute("data-dac");
+    assert.equal(Number(await amount("dd_ee")), spent);
+    assert.equal(Number(await amount("trial")), spent);
+    assert.equal(Number(await amount("ara")), 0);
+    assert.equal(Number(await amount("external")), 0);
+    assert.match(await page.locator("#dur-total").textContent(), new RegExp(`^${spent} DAC in 2 usage entries`));
+    const href = await page.locator("#dur-csv").getAttribute("href");
+    const csv = await page.evaluate(async (url) => {
+      const response = await fetch(url);
+      return { type: response.headers.get("content-type"), disposition: response.headers.get("content-disposition"), text: await response.text() };
+    }, href);
+    assert.match(csv.type, /^text\/csv/);
+    assert.match(csv.disposition, /^attachment/);
+    const lines = csv.text.trim().split("\n");
+    assert.equal(lines[0], "recorded_at,type,cost_component,payment_source,amount_dac,subject_id");
+    assert.equal(lines.length, 3, csv.text);
+    assert.ok(lines.slice(1).every((line) => line.includes(",dd_ee,") && line.includes(",trial,")), csv.text);
+    await shot(page, "07-ara-dur");
+
     // The agent sees the DAB the owner set.
     const dab = await call("GET", "/v1/dab/status", newToken);
     assert.equal(dab.json.budget_limit_dac, 250);
@@ -149,7 +198,7 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     await page.reload();
     await page.locator("#signed-out").waitFor({ state: "visible" });
     assert.equal(await page.locator("#signed-in").isVisible(), false);
-    await shot(page, "07-signed-out");
+    await shot(page, "08-signed-out");
 
     assert.deepEqual(errors, []);
     assert.deepEqual(foreign, [], "the portal requested other origins");

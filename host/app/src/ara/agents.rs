@@ -16,7 +16,7 @@ use uuid::Uuid;
 use anchor_domain::agents::DisclosureLevel;
 use anchor_domain::ara::{Dimension, day_of, day_start};
 use anchor_domain::pricing::ObservationTier;
-use anchor_store::{AgentCount, AgentRecord};
+use anchor_store::{AgentCount, AgentRecord, OwnerRecord};
 
 use super::{Observed, PremiumSource, Purchase, pay, unavailable};
 use crate::charge::{Offered, Route};
@@ -270,8 +270,15 @@ async fn timeline_via(
     via: Via,
 ) -> AppResult<Observed<Timeline>> {
     let target = target(services, observer, target_id, level).await?;
+    let timeline = timeline_of(services, target).await?;
+    let purchase = purchase(via, &timeline.target, premium_source, "Timeline");
+    pay(services, observer.agent_id, purchase, offered, timeline).await
+}
+
+/// The buckets of a timeline at the target's resolution level.
+async fn timeline_of(services: &Services, target: Target) -> AppResult<Timeline> {
     let today = day_of(services.clock.now());
-    let (granularity, starts): (Granularity, Vec<i32>) = match level {
+    let (granularity, starts): (Granularity, Vec<i32>) = match target.level {
         1 => {
             let mut starts = vec![month_start(today)];
             while starts.len() < 12 {
@@ -284,14 +291,14 @@ async fn timeline_via(
         2 => (Granularity::Week, (0..12).rev().map(|w| today - 6 - 7 * w).collect()),
         _ => (Granularity::Day, (0..30).rev().map(|d| today - d).collect()),
     };
-    let breakdown: &[Dimension] = match level {
+    let breakdown: &[Dimension] = match target.level {
         1 => &[],
         2 => &[Dimension::ActionType],
         _ => &[Dimension::ActionType, Dimension::SelectionState],
     };
     let mut dimensions = vec![Dimension::All];
     dimensions.extend_from_slice(breakdown);
-    let rows = services.store.agent_days(target_id, starts[0], today + 1, &dimensions, target.own).await?;
+    let rows = services.store.agent_days(target.agent_id, starts[0], today + 1, &dimensions, target.own).await?;
     let bucket_of = |day: i32| starts.iter().rposition(|start| *start <= day);
     let mut buckets: Vec<Bucket> = starts
         .iter()
@@ -316,9 +323,7 @@ async fn timeline_via(
             values.push((value, n));
         }
     }
-    let timeline = Timeline { target, granularity, buckets };
-    let purchase = purchase(via, &timeline.target, premium_source, "Timeline");
-    pay(services, observer.agent_id, purchase, offered, timeline).await
+    Ok(Timeline { target, granularity, buckets })
 }
 
 /// GET /v1/ara/agent/{agent_id}/ee-pattern.
@@ -330,20 +335,47 @@ pub async fn ee_pattern(
     premium_source: PremiumSource,
     offered: Offered,
 ) -> AppResult<Observed<EePattern>> {
-    let via = Via::Route(super::EE_PATTERN);
     let target = target(services, observer, target_id, level).await?;
-    let mut combinations = if level >= 3 { target.distribution(Dimension::EeCombination) } else { Vec::new() };
+    let pattern = ee_pattern_of(target);
+    let purchase = purchase(Via::Route(super::EE_PATTERN), &pattern.target, premium_source, "EE pattern");
+    pay(services, observer.agent_id, purchase, offered, pattern).await
+}
+
+/// The EE distributions at the target's resolution level.
+fn ee_pattern_of(target: Target) -> EePattern {
+    let mut combinations = if target.level >= 3 { target.distribution(Dimension::EeCombination) } else { Vec::new() };
     combinations.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     combinations.truncate(20);
-    let pattern = EePattern {
-        distributions: target.distributions(&up_to(&EE_DIMENSIONS, level)),
+    EePattern {
+        distributions: target.distributions(&up_to(&EE_DIMENSIONS, target.level)),
         combinations,
         // No subscription has ended yet, so retention stands as declared.
         retention_effective: target.own.then(|| target.distribution(Dimension::Retention)),
         target,
-    };
-    let purchase = purchase(via, &pattern.target, premium_source, "EE pattern");
-    pay(services, observer.agent_id, purchase, offered, pattern).await
+    }
+}
+
+/// What ARA shows an agent about itself, as its owner sees it in the portal.
+#[derive(Clone, Debug)]
+pub struct OwnerView {
+    pub timeline: Timeline,
+    pub pattern: EePattern,
+}
+
+/// GET /dap/agent/{agent_id}/ara: a managed agent's own timeline at `level`
+/// and its full EE pattern, free. It is the owner looking, not an agent
+/// observing, so no observation is recorded.
+pub async fn for_owner(services: &Services, owner: &OwnerRecord, agent_id: Uuid, level: u8) -> AppResult<OwnerView> {
+    // The level is checked before ownership, as on the agent routes (400 before 403).
+    if !(1..=3).contains(&level) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("resolution_level must be 1, 2 or 3; got {level}")));
+    }
+    let agent = crate::owners::managed(services, owner, agent_id).await?.agent;
+    // One read of the totals serves both parts: the pattern at full resolution,
+    // the timeline at the level asked.
+    let full = target(services, &agent, agent_id, 3).await?;
+    let timeline = timeline_of(services, Target { level, ..full.clone() }).await?;
+    Ok(OwnerView { timeline, pattern: ee_pattern_of(full) })
 }
 
 /// One agent of a comparison.

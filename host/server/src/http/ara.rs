@@ -28,6 +28,7 @@ use super::dap::reports::EvidenceReport;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
+use crate::owner::AuthOwner;
 use crate::payment::with_settlement;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time, TimeSecs};
@@ -180,6 +181,17 @@ pub fn operations() -> Vec<Operation> {
                 .error(403, "The agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
                 .error(404, "No such agent, or it has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
         ),
+        op(Method::GET, "/dap/agent/{agent_id}/ara", get(owner_view))
+            .tag("DAP Dashboard")
+            .summary("What ARA shows a managed agent about itself: its timeline and its EE pattern, for the portal's charts (free)")
+            .describe("The agent's own view (its internal_only declarations included), read by its owner: nothing is charged and no observation is recorded.")
+            .extension()
+            .owner()
+            .path::<Uuid>("agent_id")
+            .query::<OwnerLevelQuery>()
+            .returns::<OwnerAraView>(200, "The timeline at the level asked, and the EE pattern at level 3")
+            .error(400, "agent_id is not a UUID, or resolution_level is not 1, 2 or 3", &["INVALID_UUID", "INVALID_VALUE"])
+            .error(403, "Not managed by this owner", &["NOT_LINKED"]),
     ]
 }
 
@@ -633,15 +645,52 @@ async fn ee_pattern(
     let target = path_uuid("agent_id", &agent_id)?;
     let level = query.resolution_level.unwrap_or(1);
     let observed = agent_level::ee_pattern(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+    Ok(answer(ee_pattern_view(&observed), observed.settlement.as_ref()))
+}
+
+fn ee_pattern_view(observed: &Observed<agent_level::EePattern>) -> EePatternView {
     let p = &observed.result;
-    let body = EePatternView {
+    EePatternView {
         subject: subject(&p.target),
         distributions: distributions(&p.distributions),
-        combinations: (level >= 3).then(|| p.combinations.iter().map(|(ee, n)| Combination { ee: ee.clone(), dd_count: *n }).collect()),
+        combinations: (p.target.level >= 3)
+            .then(|| p.combinations.iter().map(|(ee, n)| Combination { ee: ee.clone(), dd_count: *n }).collect()),
         retention_distribution_effective: p.retention_effective.as_deref().map(map),
         dac_charged: observed.charged.into(),
-    };
-    Ok(answer(body, observed.settlement.as_ref()))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OwnerLevelQuery {
+    /// The timeline's resolution: 12 months (1), 12 weeks (2) or 30 days (3).
+    #[schemars(extend("enum" = [1, 2, 3], "default" = 2))]
+    resolution_level: Option<u8>,
+}
+
+/// What ARA shows a managed agent about itself, for its owner.
+#[derive(Serialize, JsonSchema)]
+struct OwnerAraView {
+    agent_id: Uuid,
+    timeline: TimelineView,
+    /// At resolution level 3.
+    ee_pattern: EePatternView,
+}
+
+/// A free answer: nothing charged, nothing settled.
+fn free<T>(result: T) -> Observed<T> {
+    Observed { result, charged: anchor_domain::MilliDac::ZERO, settlement: None }
+}
+
+async fn owner_view(
+    State(state): State<AppState>,
+    owner: AuthOwner,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<OwnerLevelQuery>,
+) -> ApiResult<Json<OwnerAraView>> {
+    let agent_id = path_uuid("agent_id", &agent_id)?;
+    let level = query.resolution_level.unwrap_or(2);
+    let view = agent_level::for_owner(&state.app, &owner.owner, agent_id, level).await?;
+    Ok(Json(OwnerAraView { agent_id, timeline: timeline_view(&free(view.timeline)), ee_pattern: ee_pattern_view(&free(view.pattern)) }))
 }
 
 #[derive(Deserialize, JsonSchema)]

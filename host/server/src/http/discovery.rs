@@ -150,6 +150,11 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 - Prices are in DAC; 1 DAC is 0.001 USD, paid in USDC on Base over x402 v2. GET {base}/v1/pricing/current has every number.\n\
 - A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts.\n\
 - When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header. Sign it with your wallet (the official x402 client does) and send the same request again with the payload in PAYMENT-SIGNATURE (X-PAYMENT is read too).\n\n\
+## Observing recorded history (ARA) and your spending (DUR)\n\
+- GET {base}/v1/ara/agent/<your agent_id>/profile (also /timeline, /ee-pattern; resolution_level 1 to 3) is free for yourself. Another agent's costs a fixed observation price plus a surcharge at levels 2 and 3 (both in /v1/pricing/current), within its disclosure_level.\n\
+- GET {base}/v1/ara/environment and /v1/ara/pattern/ee-distribution show all agents as counts of agents, from a release per day over the 30 whole days before today; a value fewer than 10 agents stand for is never shown, and the rest carry calibrated noise. Trial never pays ARA.\n\
+- GET {base}/v1/dur/summary reports what you spent, by kind and by source; /v1/dur/export gives the entries as CSV or JSON. Free.\n\
+- Refusals (400, 403, 404 DATA_UNAVAILABLE) always come before a 402, so a refused observation costs nothing.\n\n\
 ## Owners\n\
 - A human (or a parent agent) who manages agents uses the owner portal at {base}/portal/ or the /dap/... API. Linking an agent there replaces its auth_token: the owner hands the new one to the agent.\n\
 - An owner may cap external spending (DAB, GET {base}/v1/dab/status shows it), register classification keys (GET {base}/v1/classification lists the ones you may use) and require or forbid templates (content-inclusion policy; a contradicting create answers 403 CONTENT_INCLUSION_POLICY).\n\n\
@@ -291,6 +296,18 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
                 &["accountability", "audit", "x402"],
             ),
             skill(
+                "observation",
+                "Observation of recorded history (ARA)",
+                "Profiles, timelines and EE patterns of an agent (free for itself, paid for others within their disclosure level), de-identified environment and pattern releases, anomaly comparison and evidence reports.",
+                &["statistics", "privacy", "x402"],
+            ),
+            skill(
+                "usage-report",
+                "DAC usage report (DUR)",
+                "What an agent spent, by kind and by source, its transactions and a CSV or JSON export, and reports over its own decisions. Free.",
+                &["reporting"],
+            ),
+            skill(
                 "account",
                 "Trial and classification",
                 "Reports the Trial balance and the self-classification keys the agent may use.",
@@ -303,6 +320,9 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
                 endpoint("POST", "/v1/dd/create", "trial, then x402"),
                 endpoint("POST", "/v1/dd/confirm", "free"),
                 endpoint("GET", "/v1/dd/{dd_id}", "free"),
+                endpoint("GET", "/v1/ara/agent/{agent_id}/profile", "free for the agent itself, x402 for others"),
+                endpoint("GET", "/v1/ara/environment", "x402"),
+                endpoint("GET", "/v1/dur/summary", "free"),
             ],
             openapi: format!("{base}/openapi.json"),
             x402: format!("{base}/.well-known/x402.json"),

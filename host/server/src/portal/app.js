@@ -2,7 +2,9 @@
 // external resources; every value from the server is inserted as text.
 "use strict";
 
-const state = { csrf: null, agents: [] };
+// `latest` numbers the loads of each view, so that a slower, older answer
+// never draws over a newer one.
+const state = { csrf: null, agents: [], latest: { ara: 0, dur: 0 } };
 const $ = (selector) => document.querySelector(selector);
 
 function notice(text, isError) {
@@ -73,6 +75,7 @@ async function refresh() {
   await Promise.all([loadAgents(), loadUsage(), loadClassifications(), loadPolicy()]);
   await loadRecent();
   await loadDab();
+  await Promise.all([loadAra(), loadDur()]);
 }
 
 async function loadAgents() {
@@ -105,6 +108,19 @@ async function loadAgents() {
     }
     if (previous) select.value = previous;
   }
+  const dur = $("#dur-agent");
+  const chosen = dur.value;
+  const all = document.createElement("option");
+  all.value = "";
+  all.textContent = "All agents";
+  dur.replaceChildren(all);
+  for (const agent of list.agents) {
+    const option = document.createElement("option");
+    option.value = agent.agent_id;
+    option.textContent = agent.agent_id;
+    dur.appendChild(option);
+  }
+  dur.value = list.agents.some((a) => a.agent_id === chosen) ? chosen : "";
 }
 
 // A bar per day: the height is that day's DAC on record.
@@ -147,6 +163,156 @@ async function loadUsage() {
   });
   $("#usage-chart").replaceChildren(svg);
   $("#usage-total").textContent = `${usage.total_dac} DAC on record in the last 30 days`;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// An SVG element with attributes, appended to `parent` when given.
+function svg(name, attributes, parent) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attributes || {})) el.setAttribute(k, v);
+  if (parent) parent.appendChild(el);
+  return el;
+}
+
+function svgText(parent, x, y, text, className) {
+  const t = svg("text", { x, y, class: className || "" }, parent);
+  t.textContent = text;
+  return t;
+}
+
+function tooltip(el, text) {
+  svg("title", {}, el).textContent = text;
+  return el;
+}
+
+const ACTIONS = ["execute", "approve", "hold", "depend", "reject"];
+const EE_AXES = ["retention", "preset", "integrity", "disclosure", "responsibility", "content_scope", "delegation", "access_class"];
+
+// One stacked bar per period: its declarations, split by action type where
+// the resolution has them.
+function drawTimeline(timeline) {
+  const width = 600, height = 180, left = 36, bottom = 20;
+  const items = timeline.items;
+  const max = Math.max(1, ...items.map((item) => item.dd_count));
+  const step = (width - left) / Math.max(1, items.length);
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", height, "data-granularity": timeline.granularity });
+  svg("line", { x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: "axis" }, root);
+  svgText(root, 2, 12, String(max));
+  svgText(root, 2, height - bottom, "0");
+  const seen = new Set();
+  const every = Math.ceil(items.length / 6);
+  items.forEach((item, i) => {
+    const x = left + i * step + 1;
+    const period = svg("g", { class: "period", "data-start": item.period_start, "data-dd": item.dd_count }, root);
+    tooltip(period, `${item.period_start}: ${item.dd_count} DD`);
+    const parts = item.action_type_distribution ? Object.entries(item.action_type_distribution) : [["all", item.dd_count]];
+    let y = height - bottom;
+    for (const [action, n] of parts) {
+      if (n <= 0) continue;
+      const h = ((height - bottom - 16) * n) / max;
+      y -= h;
+      const kind = action === "all" || ACTIONS.includes(action) ? action : "other";
+      tooltip(svg("rect", { class: `seg seg-${kind}`, x, y, width: Math.max(1, step - 2), height: h, "data-action": action, "data-n": n }, period),
+        `${item.period_start}: ${n} ${action}`);
+      seen.add(kind);
+    }
+    if (i % every === 0) svgText(root, x, height - 6, timeline.granularity === "month" ? item.period_start.slice(0, 7) : item.period_start.slice(5));
+  });
+  $("#ara-timeline").replaceChildren(root);
+  const legend = $("#ara-legend");
+  legend.replaceChildren();
+  for (const kind of [...ACTIONS, "other", "all"].filter((k) => seen.has(k))) {
+    const key = document.createElement("span");
+    const swatch = svg("svg", { viewBox: "0 0 10 10" }, key);
+    svg("rect", { class: `seg-${kind}`, width: 10, height: 10 }, swatch);
+    key.appendChild(document.createTextNode(kind === "all" ? "declarations" : kind));
+    legend.appendChild(key);
+  }
+}
+
+// One 100% bar per EE axis, a segment per value.
+function drawEe(pattern) {
+  const width = 600, row = 26, left = 110;
+  const axes = EE_AXES.filter((axis) => pattern.distributions[axis] && Object.keys(pattern.distributions[axis]).length > 0);
+  const root = svg("svg", { viewBox: `0 0 ${width} ${Math.max(row, axes.length * row)}`, height: Math.max(row, axes.length * row) });
+  if (axes.length === 0) svgText(root, 0, 16, "No anchored declaration yet.");
+  axes.forEach((axis, i) => {
+    const values = Object.entries(pattern.distributions[axis]).sort((a, b) => b[1] - a[1]);
+    const total = values.reduce((sum, [, n]) => sum + n, 0);
+    const y = i * row + 3;
+    svgText(root, 0, y + 14, axis);
+    const bar = svg("g", { class: "ee-axis", "data-axis": axis, "data-total": total }, root);
+    let x = left;
+    values.forEach(([value, n], j) => {
+      const w = ((width - left) * n) / total;
+      tooltip(svg("rect", { class: `share-${Math.min(j, 5)}`, x, y, width: w, height: row - 6, "data-value": value, "data-n": n }, bar),
+        `${axis} ${value}: ${n} (${Math.round((100 * n) / total)}%)`);
+      if (w > 70) svgText(bar, x + 4, y + 14, `${value} ${n}`, "share-label");
+      x += w;
+    });
+  });
+  $("#ara-ee").replaceChildren(root);
+}
+
+async function loadAra() {
+  const load = ++state.latest.ara;
+  const agentId = $("#ara-agent").value;
+  if (!agentId) {
+    $("#ara-timeline").replaceChildren();
+    $("#ara-ee").replaceChildren();
+    $("#ara-legend").replaceChildren();
+    return;
+  }
+  const level = $("#ara-level").value;
+  const view = await api("GET", `/dap/agent/${encodeURIComponent(agentId)}/ara?resolution_level=${encodeURIComponent(level)}`);
+  if (load !== state.latest.ara) return;
+  drawTimeline(view.timeline);
+  drawEe(view.ee_pattern);
+}
+
+// Horizontal bars of DAC, one per [label, key, amount].
+function drawAmounts(selector, rows) {
+  const width = 400, row = 24, left = 120;
+  const max = Math.max(0.001, ...rows.map(([, , dac]) => dac));
+  const root = svg("svg", { viewBox: `0 0 ${width} ${rows.length * row}`, height: rows.length * row });
+  rows.forEach(([label, key, dac], i) => {
+    const y = i * row + 3;
+    svgText(root, 0, y + 13, label);
+    const w = ((width - left - 60) * dac) / max;
+    tooltip(svg("rect", { class: "hbar", x: left, y, width: Math.max(dac > 0 ? 1 : 0, w), height: row - 8, "data-key": key, "data-dac": dac }, root),
+      `${label}: ${dac} DAC`);
+    svgText(root, left + w + 4, y + 13, `${dac}`, "value");
+  });
+  $(selector).replaceChildren(root);
+}
+
+async function loadDur() {
+  const load = ++state.latest.dur;
+  const agentId = $("#dur-agent").value;
+  const query = agentId ? `?agent_id=${encodeURIComponent(agentId)}` : "";
+  const report = await api("GET", `/dap/dur/summary${query}`);
+  if (load !== state.latest.dur) return;
+  const spend = report.dac_spend;
+  drawAmounts("#dur-kinds", [
+    ["Declarations", "dd_ee", spend.dd_ee],
+    ["Observation (ARA)", "ara", spend.ara],
+    ["Sessions (ISE)", "ise", spend.ise],
+    ["Simulation (sDAC)", "sdac", spend.sdac],
+    ["Tools (TSL)", "tsl", spend.tsl],
+    ["Snapshots (ASA)", "asa", spend.asa],
+  ]);
+  drawAmounts("#dur-sources", [
+    ["Trial", "trial", spend.by_source.trial],
+    ["External (x402)", "external", spend.by_source.external],
+    ["Earned", "earned", spend.by_source.earned],
+  ]);
+  $("#dur-total").textContent =
+    `${spend.total} DAC in ${spend.count} usage entries, ${report.period.from.slice(0, 10)} to ${report.period.to.slice(0, 10)}`;
+  const link = $("#dur-csv");
+  link.hidden = !agentId;
+  $("#dur-csv-hint").hidden = Boolean(agentId);
+  if (agentId) link.href = `/dap/dur/export?agent_id=${encodeURIComponent(agentId)}&format=csv`;
 }
 
 async function loadDab() {
@@ -286,6 +452,9 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("#dab-form").elements.agent_id.addEventListener("change", () => guarded(loadDab));
   $("#recent-agent").addEventListener("change", () => guarded(loadRecent));
+  $("#ara-agent").addEventListener("change", () => guarded(loadAra));
+  $("#ara-level").addEventListener("change", () => guarded(loadAra));
+  $("#dur-agent").addEventListener("change", () => guarded(loadDur));
   $("#sign-out").addEventListener("click", () => guarded(async () => {
     await api("POST", "/dap/logout");
     state.csrf = null;

@@ -1,0 +1,91 @@
+// A stand-in for the published JS SDK (decision-anchor-sdk 1.4.0), for
+// machines where that package cannot be installed. It sends what the SDK
+// sends for its ARA and DUR groups, and nothing more:
+// - GET on the same paths, with the same query names; a query value that is
+//   undefined or null is left out;
+// - `Authorization: Bearer <token>` when a token is set; no body on a GET;
+// - on 402 it throws PaymentRequiredError carrying the x402 challenge decoded
+//   from the base64 `payment-required` header, and names `X-PAYMENT` as the
+//   header a retry carries the signed payload in;
+// - on another error status it throws an Error with `status` and `data`;
+// - a JSON body is parsed, any other body (a CSV export) returned as text;
+// - `_req(method, path, { query, headers })` is the low-level call both expose.
+// sdk.test.mjs runs against the real package instead when ANCHOR_SDK_PATH
+// names it.
+
+export class PaymentRequiredError extends Error {
+  constructor(challenge, method, path) {
+    super(challenge?.error ?? "Payment required");
+    this.name = "PaymentRequiredError";
+    this.code = "PAYMENT_REQUIRED";
+    this.status = 402;
+    this.method = method;
+    this.path = path;
+    this.challenge = challenge;
+    this.x402Version = challenge?.x402Version ?? null;
+    this.resource = challenge?.resource ?? null;
+    this.accepts = challenge?.accepts ?? [];
+    this.retryHeader = "X-PAYMENT";
+  }
+}
+
+function decodeChallenge(header) {
+  if (!header) return null;
+  try {
+    return JSON.parse(Buffer.from(header, "base64").toString("utf8"));
+  } catch {
+    return null;
+  }
+}
+
+export default class Client {
+  constructor({ baseUrl, token } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.token = token ?? null;
+    const get = (path, query) => this._req("GET", path, { query });
+    const agentQuery = ({ resolutionLevel, premiumSource } = {}) => ({ resolution_level: resolutionLevel, premium_source: premiumSource });
+    this.ara = {
+      environmentSummary: () => get("/v1/ara/environment"),
+      environmentDensity: () => get("/v1/ara/environment/density"),
+      environmentTsl: () => get("/v1/ara/environment/tsl"),
+      patternEeDistribution: () => get("/v1/ara/pattern/ee-distribution"),
+      patternActionType: () => get("/v1/ara/pattern/action-type"),
+      agentProfile: (id, opts) => get(`/v1/ara/agent/${id}/profile`, agentQuery(opts)),
+      agentTimeline: (id, opts) => get(`/v1/ara/agent/${id}/timeline`, agentQuery(opts)),
+      agentEePattern: (id, opts) => get(`/v1/ara/agent/${id}/ee-pattern`, agentQuery(opts)),
+      patternCompare: (ids, opts) => get("/v1/ara/pattern/compare", { agents: Array.isArray(ids) ? ids.join(",") : ids, ...agentQuery(opts) }),
+      anomalyCompare: (ddId, { periodDays } = {}) => get("/v1/ara/anomaly-compare", { dd_id: ddId, period_days: periodDays }),
+      evidenceReport: (ddId) => get("/v1/ara/evidence-report", { dd_id: ddId }),
+      environmentAnomaly: ({ periodDays, dimension } = {}) => get("/v1/ara/environment-anomaly", { period_days: periodDays, dimension }),
+    };
+    this.dur = {
+      summary: ({ from, to } = {}) => get("/v1/dur/summary", { from, to }),
+      transactions: ({ from, to, type, page, limit } = {}) => get("/v1/dur/transactions", { from, to, type, page, limit }),
+      tsl: ({ from, to, role, page, limit } = {}) => get("/v1/dur/tsl", { from, to, role, page, limit }),
+      export: ({ from, to, format } = {}) => get("/v1/dur/export", { from, to, format }),
+      decisionMetadata: ({ from, to } = {}) => get("/v1/dur/decision-metadata", { from, to }),
+      decisionScale: ({ from, to } = {}) => get("/v1/dur/decision-scale", { from, to }),
+      selfClassification: ({ from, to } = {}) => get("/v1/dur/self-classification", { from, to }),
+    };
+  }
+
+  async _req(method, path, { query, headers } = {}) {
+    const url = new URL(this.baseUrl + path);
+    for (const [name, value] of Object.entries(query ?? {})) {
+      if (value !== undefined && value !== null) url.searchParams.set(name, value);
+    }
+    const sent = { ...headers };
+    if (this.token) sent.Authorization = `Bearer ${this.token}`;
+    const res = await fetch(url, { method, headers: sent });
+    if (res.status === 402) {
+      throw new PaymentRequiredError(decodeChallenge(res.headers.get("payment-required")), method, path);
+    }
+    const data = (res.headers.get("content-type") ?? "").includes("json") ? await res.json() : await res.text();
+    if (!res.ok) {
+      throw Object.assign(new Error(data?.message ?? `HTTP ${res.status}`), { status: res.status, data });
+    }
+    return data;
+  }
+}
+
+Client.PaymentRequiredError = PaymentRequiredError;

@@ -1,0 +1,300 @@
+//! ARA at scale: how long observations take with 100,000 and with 1,000,000
+//! stored declarations from 10,000 agents, on SQLite and PostgreSQL.
+//!
+//!     arabench [DECLARATIONS ...]        (default: 100000 1000000)
+//!
+//! PostgreSQL is measured when ANCHOR_TEST_POSTGRES_URL is set (a schema of
+//! its own, dropped afterwards). ARABENCH_REQUESTS sets the timed requests per
+//! route (default 500), ARABENCH_AGENTS the agents (default 10000).
+//!
+//! The set-up writes rows directly, in SQL, not through the API: the agents,
+//! then the declarations cloned from two real ones (one in five carries a
+//! template), spread over the 80 days before the server's today (each agent
+//! active on up to 20 of them), and a log entry for each. The measured parts
+//! are the real ones: the fold that builds ARA's aggregate model, the cutting
+//! of the day's releases, and observations over loopback HTTP, each paid with
+//! a signed x402 payment where it costs something (only the paid request is
+//! timed, not the 402 before it), one request at a time.
+
+use std::time::{Duration, Instant};
+
+use anchor_domain::{Clock, MilliDac};
+use anchor_store::NewAgent;
+use anchor_tests::x402::{Twist, b64, pay};
+use anchor_tests::*;
+use serde_json::json;
+use uuid::Uuid;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let mut sizes: Vec<usize> = std::env::args().skip(1).map(|n| n.parse().expect("DECLARATIONS is a number")).collect();
+    if sizes.is_empty() {
+        sizes = vec![100_000, 1_000_000];
+    }
+    let requests: usize = std::env::var("ARABENCH_REQUESTS").ok().map_or(500, |n| n.parse().expect("ARABENCH_REQUESTS")).max(1);
+    let agents: usize = std::env::var("ARABENCH_AGENTS").ok().map_or(10_000, |n| n.parse().expect("ARABENCH_AGENTS"));
+    let mut backends = vec![Backend::Sqlite];
+    if postgres_url().is_some() {
+        backends.push(Backend::Postgres);
+    } else {
+        eprintln!("PostgreSQL SKIPPED: ANCHOR_TEST_POSTGRES_URL is not set");
+    }
+    println!("| backend | stored DDs | route | p50 ms | p99 ms | mean ms | commits per request |");
+    println!("|---|---:|---|---:|---:|---:|---:|");
+    for backend in backends {
+        for &size in &sizes {
+            run(backend, size, agents, requests).await?;
+        }
+    }
+    Ok(())
+}
+
+/// How a route's path is made for the i-th request.
+type PathOf<'a> = Box<dyn Fn(usize) -> String + 'a>;
+
+fn name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "SQLite",
+        Backend::Postgres => "PostgreSQL",
+    }
+}
+
+async fn run(backend: Backend, declarations: usize, agents: usize, requests: usize) -> anyhow::Result<()> {
+    let options = Options { jobs: false, dab_default: MilliDac::from_dac(1_000_000_000), ..Default::default() };
+    let t = TestServer::with(backend, options).await;
+    let now = t.clock.now();
+    let started = Instant::now();
+
+    // The observer, and two real declarations of its own to clone.
+    let observer = t.register().await;
+    let plain = t.create(&observer, json!({ "ee_preset": "EE_basic" })).await["dd_id"].as_str().expect("dd_id").to_string();
+    let mut body = create_body(json!({ "ee_preset": "EE_standard" }));
+    body["content_inclusion_flag"] = json!(1);
+    body["template"] =
+        json!({ "decision_class": "payment", "decision_scale_value": 1, "decision_scale_unit": "USDC", "human_involvement": "approval" });
+    let branch_one = t.post("/v1/dd/create", Some(&observer.token), &body).await.json["dd_id"].as_str().expect("dd_id").to_string();
+    for dd in [&plain, &branch_one] {
+        assert_eq!(t.confirm(&observer, dd).await.status.as_u16(), 200);
+    }
+
+    for _ in 1..agents {
+        let agent = NewAgent {
+            agent_id: Uuid::new_v4(),
+            token_hash: *Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().expect("32 bytes"),
+            recovery_hash: [0; 32],
+            region_code: None,
+            registered_at: now - chrono::Duration::days(120),
+            trial_granted: MilliDac::ZERO,
+            trial_expires_at: now - chrono::Duration::days(90),
+        };
+        t.store.insert_agent(&agent).await?;
+    }
+    t.tamper("update agent set disclosure_level = 'full'").await;
+    t.tamper("create table bench_agent as select row_number() over (order by agent_id) - 1 as k, agent_id from agent").await;
+    t.tamper("create index bench_agent_k on bench_agent (k)").await;
+
+    let columns = match backend {
+        Backend::Sqlite => t.strings("select name from pragma_table_info('declaration') order by cid").await,
+        Backend::Postgres => {
+            t.strings(
+                "select column_name::text from information_schema.columns \
+                 where table_schema = current_schema() and table_name = 'declaration' order by ordinal_position",
+            )
+            .await
+        }
+    };
+    let chunk = 100_000;
+    let mut lo = 0;
+    while lo < declarations {
+        let hi = (lo + chunk).min(declarations);
+        t.tamper(&clone_statement(backend, &t, &columns, lo, hi, agents, now, &plain, &branch_one)).await;
+        lo = hi;
+    }
+    let stamp = match backend {
+        Backend::Sqlite => format!("'{}'", now.to_rfc3339()),
+        Backend::Postgres => format!("timestamptz '{}'", now.to_rfc3339()),
+    };
+    let zero = match backend {
+        Backend::Sqlite => "x'00'",
+        Backend::Postgres => "decode('00', 'hex')",
+    };
+    t.tamper(&format!(
+        "insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) \
+         select row_number() over (order by anchored_at, dd_id) - 1, dd_id, {zero}, {stamp} from declaration where confirmed_at is not null"
+    ))
+    .await;
+    t.tamper("delete from log_pending").await;
+    t.tamper("update log_state set size = (select count(*) from log_entry) where log_state_id = 0").await;
+    t.tamper("analyze").await;
+    let stored = t.scalar("select count(*) from declaration").await;
+    eprintln!("{}: {stored} declarations of {agents} agents written in {:.1} s", name(backend), started.elapsed().as_secs_f64());
+
+    let fold_started = Instant::now();
+    let mut folded = 0;
+    loop {
+        let n = anchor_app::ara::fold::round(&t.state.app, 50).await?;
+        if n == 0 {
+            break;
+        }
+        folded += n;
+    }
+    let fold = fold_started.elapsed();
+    t.tamper("analyze").await;
+    let day_rows = t.scalar("select count(*) from ara_agent_day").await;
+    let total_rows = t.scalar("select count(*) from ara_agent_total").await;
+    let cut_started = Instant::now();
+    let cut = anchor_app::ara::releases::cut_due(&t.state.app).await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let cut_time = cut_started.elapsed();
+    eprintln!(
+        "{}: folded {folded} in {:.1} s ({:.0}/s) into {day_rows} day rows and {total_rows} total rows; cut {cut} releases in {:.0} ms",
+        name(backend),
+        fold.as_secs_f64(),
+        folded as f64 / fold.as_secs_f64(),
+        cut_time.as_secs_f64() * 1000.0
+    );
+
+    let targets: Vec<String> = match backend {
+        Backend::Sqlite => t.strings("select lower(hex(agent_id)) from bench_agent where k < 1000").await,
+        Backend::Postgres => t.strings("select replace(agent_id::text, '-', '') from bench_agent where k < 1000").await,
+    };
+    let targets: Vec<String> =
+        targets.iter().map(|hex| Uuid::parse_str(hex).expect("uuid").to_string()).filter(|id| *id != observer.id).collect();
+    let routes: Vec<(&str, PathOf, bool)> = vec![
+        ("environment (paid, 1 DAC)", Box::new(|_| "/v1/ara/environment".to_string()), true),
+        ("pattern/ee-distribution (paid, 1 DAC)", Box::new(|_| "/v1/ara/pattern/ee-distribution".to_string()), true),
+        (
+            "another agent's profile, level 1 (paid, 3 DAC)",
+            Box::new(|i| format!("/v1/ara/agent/{}/profile?resolution_level=1", targets[i % targets.len()])),
+            true,
+        ),
+        ("own profile, level 3 (free)", Box::new(|_| format!("/v1/ara/agent/{}/profile?resolution_level=3", observer.id)), false),
+        ("own timeline, level 3 (free)", Box::new(|_| format!("/v1/ara/agent/{}/timeline?resolution_level=3", observer.id)), false),
+    ];
+    // What the measurement starts from: the load's dirty pages written out,
+    // so that no checkpoint of the set-up lands inside a timed request.
+    match backend {
+        Backend::Sqlite => t.tamper("pragma wal_checkpoint(truncate)").await,
+        Backend::Postgres => t.tamper("checkpoint").await,
+    }
+    for (label, path, paid) in &routes {
+        let commits_before = commits(&t, backend).await;
+        let mut times = Vec::with_capacity(requests);
+        for i in 0..requests + requests / 10 {
+            let path = path(i);
+            let elapsed = observe(&t, &observer.token, &path, *paid).await;
+            if i >= requests / 10 {
+                times.push(elapsed);
+            }
+        }
+        times.sort();
+        let at = |q: f64| times[((times.len() as f64 * q).ceil() as usize).saturating_sub(1)].as_secs_f64() * 1000.0;
+        let mean = times.iter().map(Duration::as_secs_f64).sum::<f64>() / times.len() as f64 * 1000.0;
+        let per_request = match (commits_before, commits(&t, backend).await) {
+            (Some(before), Some(after)) => format!("{:.2}", (after - before) as f64 / (requests + requests / 10) as f64),
+            _ => "n/a".to_string(),
+        };
+        println!("| {} | {stored} | {label} | {:.2} | {:.2} | {mean:.2} | {per_request} |", name(backend), at(0.50), at(0.99));
+    }
+    Ok(())
+}
+
+/// Transactions PostgreSQL has committed in the bench's database so far
+/// (SQLite keeps no such count). Backends report their counts when idle, at
+/// most once a second, hence the pause. A paid request's count includes its
+/// challenge.
+async fn commits(t: &TestServer, backend: Backend) -> Option<i64> {
+    match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => {
+            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            Some(t.scalar("select xact_commit from pg_stat_database where datname = current_database()").await)
+        }
+    }
+}
+
+/// One observation; a paid one answers its challenge first, and only the
+/// paid request is timed.
+async fn observe(t: &TestServer, token: &str, path: &str, paid: bool) -> Duration {
+    let bearer = format!("Bearer {token}");
+    let mut signature = None;
+    if paid {
+        let challenge = t.http.get(t.url(path)).header("authorization", &bearer).send().await.expect("challenge");
+        assert_eq!(challenge.status().as_u16(), 402, "{path}: {}", challenge.text().await.unwrap_or_default());
+        let challenge: serde_json::Value = challenge.json().await.expect("challenge body");
+        signature = Some(b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default())));
+    }
+    let mut request = t.http.get(t.url(path)).header("authorization", &bearer);
+    if let Some(signature) = &signature {
+        request = request.header("payment-signature", signature);
+    }
+    let started = Instant::now();
+    let response = request.send().await.expect("observation");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let elapsed = started.elapsed();
+    assert_eq!(status, 200, "{path}: {text}");
+    elapsed
+}
+
+/// `insert into declaration … select` cloning declarations `lo..hi` from the
+/// two templates: a random id, an agent by ordinal, an anchoring time on one
+/// of the agent's 20 active days, and a few varied axes.
+#[allow(clippy::too_many_arguments)]
+fn clone_statement(
+    backend: Backend,
+    t: &TestServer,
+    columns: &[String],
+    lo: usize,
+    hi: usize,
+    agents: usize,
+    now: chrono::DateTime<chrono::Utc>,
+    plain: &str,
+    branch_one: &str,
+) -> String {
+    // Whole days before today's start, and seconds into the day.
+    let day = format!("(1 + ((g.i / {agents}) % 20) * 4 + (a.k % 4))");
+    let second = "((g.i * 7919) % 86000)";
+    let today = now.timestamp() - now.timestamp() % 86_400;
+    let (random_id, time, series) = match backend {
+        Backend::Sqlite => (
+            "randomblob(16)".to_string(),
+            format!("strftime('%Y-%m-%dT%H:%M:%S+00:00', {today} - {day} * 86400 + {second}, 'unixepoch')"),
+            format!("with recursive g(i) as (select {lo} union all select i + 1 from g where i < {}) ", hi - 1),
+        ),
+        Backend::Postgres => ("gen_random_uuid()".to_string(), format!("to_timestamp({today} - {day} * 86400 + {second})"), String::new()),
+    };
+    let from = match backend {
+        Backend::Sqlite => "g".to_string(),
+        Backend::Postgres => format!("generate_series(cast({lo} as bigint), {}) as g(i)", hi - 1),
+    };
+    let value = |column: &str| -> String {
+        match column {
+            "dd_id" | "ee_id" | "request_id" | "lineage_group_id" => random_id.clone(),
+            "agent_id" => "a.agent_id".into(),
+            "anchored_at" | "confirmed_at" => time.clone(),
+            "decision_action_type" => {
+                "case g.i % 7 when 0 then 'hold' when 1 then 'reject' when 2 then 'approve' else 'execute' end".into()
+            }
+            "tpl_decision_scale_value" => "case when t.content_inclusion then cast(g.i % 1000 as text) else null end".into(),
+            other => format!("t.{other}"),
+        }
+    };
+    let names = columns.join(", ");
+    let values: Vec<String> = columns.iter().map(|c| value(c)).collect();
+    format!(
+        "{series}insert into declaration ({names}) select {} from {from} \
+         join bench_agent a on a.k = g.i % {agents} \
+         join declaration t on t.dd_id = (case when g.i % 5 = 0 then {} else {} end)",
+        values.join(", "),
+        uuid_literal(backend, t, branch_one),
+        uuid_literal(backend, t, plain),
+    )
+}
+
+/// A UUID literal that compares with the id column on both engines.
+fn uuid_literal(backend: Backend, t: &TestServer, id: &str) -> String {
+    match backend {
+        Backend::Sqlite => t.uuid_sql(id),
+        Backend::Postgres => format!("cast('{id}' as uuid)"),
+    }
+}
