@@ -219,32 +219,10 @@ async fn the_fold_counts_each_declaration_once(backend: Backend) {
 /// keep their amounts and become declaration subjects.
 #[tokio::test]
 async fn the_payment_subject_migration_keeps_existing_usage_rows() {
-    let dir = std::env::temp_dir().join(format!("anchor-migration-{}", Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("anchor.db");
-    let pool = sqlx::SqlitePool::connect_with(
-        sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true),
-    )
-    .await
-    .unwrap();
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
-    let mut before = sqlx::migrate::Migrator::new(folder).await.unwrap();
-    before.migrations = before.migrations.iter().filter(|m| m.version <= 7).cloned().collect::<Vec<_>>().into();
-    before.run(&pool).await.unwrap();
+    let (dir, path, pool) = sqlite_migrated_to(7).await;
 
     let (agent_id, dd_id, at) = (Uuid::new_v4(), Uuid::new_v4(), now());
-    sqlx::query(
-        "insert into agent (agent_id, token_hash, recovery_hash, registered_at, trial_granted_milli, trial_balance_milli, trial_expires_at) \
-         values ($1, $2, $3, $4, 500000, 490000, $5)",
-    )
-    .bind(agent_id)
-    .bind(vec![1u8; 32])
-    .bind(vec![2u8; 32])
-    .bind(at)
-    .bind(at + Duration::days(30))
-    .execute(&pool)
-    .await
-    .unwrap();
+    insert_agent_row(&pool, agent_id, at, 490_000).await;
     sqlx::query(
         "insert into declaration (dd_id, ee_id, agent_id, request_id, lineage_group_id, dd_unit_type, dd_declaration_mode, \
          decision_type, decision_action_type, origin_context_type, selection_state, ee_retention_period, \
@@ -293,32 +271,10 @@ async fn the_payment_subject_migration_keeps_existing_usage_rows() {
 #[tokio::test]
 async fn the_agent_day_key_migration_keeps_folded_counts() {
     use anchor_domain::ara::Dimension;
-    let dir = std::env::temp_dir().join(format!("anchor-migration-{}", Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("anchor.db");
-    let pool = sqlx::SqlitePool::connect_with(
-        sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true),
-    )
-    .await
-    .unwrap();
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
-    let mut before = sqlx::migrate::Migrator::new(folder).await.unwrap();
-    before.migrations = before.migrations.iter().filter(|m| m.version <= 10).cloned().collect::<Vec<_>>().into();
-    before.run(&pool).await.unwrap();
+    let (dir, path, pool) = sqlite_migrated_to(10).await;
 
     let (agent_id, at) = (Uuid::new_v4(), now());
-    sqlx::query(
-        "insert into agent (agent_id, token_hash, recovery_hash, registered_at, trial_granted_milli, trial_balance_milli, trial_expires_at) \
-         values ($1, $2, $3, $4, 500000, 500000, $5)",
-    )
-    .bind(agent_id)
-    .bind(vec![1u8; 32])
-    .bind(vec![2u8; 32])
-    .bind(at)
-    .bind(at + Duration::days(30))
-    .execute(&pool)
-    .await
-    .unwrap();
+    insert_agent_row(&pool, agent_id, at, 500_000).await;
     // Two days of the `all` dimension, one shared and one only the agent sees.
     for (day, visibility, n) in [(20_390, 0, 2), (20_391, 0, 1), (20_391, 1, 4)] {
         sqlx::query("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ($1, $2, 'all', 'all', $3, $4)")
@@ -340,4 +296,39 @@ async fn the_agent_day_key_migration_keeps_folded_counts() {
     assert_eq!(own.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 5)]);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A SQLite database in a directory of its own, migrated up to `version`
+/// (included), for tests of what a later migration does to existing rows.
+async fn sqlite_migrated_to(version: i64) -> (std::path::PathBuf, std::path::PathBuf, sqlx::SqlitePool) {
+    let dir = std::env::temp_dir().join(format!("anchor-migration-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("anchor.db");
+    let pool = sqlx::SqlitePool::connect_with(
+        sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true),
+    )
+    .await
+    .unwrap();
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let mut before = sqlx::migrate::Migrator::new(folder).await.unwrap();
+    before.migrations = before.migrations.iter().filter(|m| m.version <= version).cloned().collect::<Vec<_>>().into();
+    before.run(&pool).await.unwrap();
+    (dir, path, pool)
+}
+
+/// An agent row as the first migrations define it, with `trial_balance_milli` left of 500 DAC granted.
+async fn insert_agent_row(pool: &sqlx::SqlitePool, agent_id: Uuid, at: DateTime<Utc>, trial_balance_milli: i64) {
+    sqlx::query(
+        "insert into agent (agent_id, token_hash, recovery_hash, registered_at, trial_granted_milli, trial_balance_milli, trial_expires_at) \
+         values ($1, $2, $3, $4, 500000, $5, $6)",
+    )
+    .bind(agent_id)
+    .bind(vec![1u8; 32])
+    .bind(vec![2u8; 32])
+    .bind(at)
+    .bind(trial_balance_milli)
+    .bind(at + Duration::days(30))
+    .execute(pool)
+    .await
+    .unwrap();
 }

@@ -204,30 +204,26 @@ fn purchase(via: Via, target: &Target, premium_source: PremiumSource, what: &str
     }
 }
 
-/// GET /v1/ara/agent/{agent_id}/profile.
-pub async fn profile(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    level: u8,
-    premium_source: PremiumSource,
-    offered: Offered,
-) -> AppResult<Observed<Profile>> {
-    profile_via(services, observer, target_id, level, premium_source, offered, Via::Route(super::PROFILE)).await
+/// An agent-level observation as asked for: of whom, at which resolution
+/// level, who pays the surcharge, and the payment offered with the request.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    pub target_id: Uuid,
+    pub level: u8,
+    pub premium_source: PremiumSource,
+    pub offered: Offered,
 }
 
-async fn profile_via(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    level: u8,
-    premium_source: PremiumSource,
-    offered: Offered,
-    via: Via,
-) -> AppResult<Observed<Profile>> {
-    let target = target(services, observer, target_id, level).await?;
+/// GET /v1/ara/agent/{agent_id}/profile.
+pub async fn profile(services: &Services, observer: &AgentRecord, ask: Ask) -> AppResult<Observed<Profile>> {
+    profile_via(services, observer, ask, Via::Route(super::PROFILE)).await
+}
+
+async fn profile_via(services: &Services, observer: &AgentRecord, ask: Ask, via: Via) -> AppResult<Observed<Profile>> {
+    let target = target(services, observer, ask.target_id, ask.level).await?;
+    let level = target.level;
     let today = day_of(services.clock.now());
-    let recent = services.store.agent_days(target_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
+    let recent = services.store.agent_days(target.agent_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
     let all = target.totals.iter().find(|c| c.dimension == Dimension::All);
     let profile = Profile {
         first_day: all.map(|c| c.first_day),
@@ -237,8 +233,8 @@ async fn profile_via(
         demotion: target.own.then(Demotion::default),
         target,
     };
-    let purchase = purchase(via, &profile.target, premium_source, "Profile");
-    pay(services, observer.agent_id, purchase, offered, profile).await
+    let purchase = purchase(via, &profile.target, ask.premium_source, "Profile");
+    pay(services, observer.agent_id, purchase, ask.offered, profile).await
 }
 
 fn month_start(day: i32) -> i32 {
@@ -249,30 +245,15 @@ fn month_start(day: i32) -> i32 {
 /// GET /v1/ara/agent/{agent_id}/timeline: 12 months (level 1), 12 weeks with
 /// action types (2), or 30 days with action types and selection states (3),
 /// oldest first, today included.
-pub async fn timeline(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    level: u8,
-    premium_source: PremiumSource,
-    offered: Offered,
-) -> AppResult<Observed<Timeline>> {
-    timeline_via(services, observer, target_id, level, premium_source, offered, Via::Route(super::TIMELINE)).await
+pub async fn timeline(services: &Services, observer: &AgentRecord, ask: Ask) -> AppResult<Observed<Timeline>> {
+    timeline_via(services, observer, ask, Via::Route(super::TIMELINE)).await
 }
 
-async fn timeline_via(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    level: u8,
-    premium_source: PremiumSource,
-    offered: Offered,
-    via: Via,
-) -> AppResult<Observed<Timeline>> {
-    let target = target(services, observer, target_id, level).await?;
+async fn timeline_via(services: &Services, observer: &AgentRecord, ask: Ask, via: Via) -> AppResult<Observed<Timeline>> {
+    let target = target(services, observer, ask.target_id, ask.level).await?;
     let timeline = timeline_of(services, target).await?;
-    let purchase = purchase(via, &timeline.target, premium_source, "Timeline");
-    pay(services, observer.agent_id, purchase, offered, timeline).await
+    let purchase = purchase(via, &timeline.target, ask.premium_source, "Timeline");
+    pay(services, observer.agent_id, purchase, ask.offered, timeline).await
 }
 
 /// The buckets of a timeline at the target's resolution level.
@@ -327,18 +308,11 @@ async fn timeline_of(services: &Services, target: Target) -> AppResult<Timeline>
 }
 
 /// GET /v1/ara/agent/{agent_id}/ee-pattern.
-pub async fn ee_pattern(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    level: u8,
-    premium_source: PremiumSource,
-    offered: Offered,
-) -> AppResult<Observed<EePattern>> {
-    let target = target(services, observer, target_id, level).await?;
+pub async fn ee_pattern(services: &Services, observer: &AgentRecord, ask: Ask) -> AppResult<Observed<EePattern>> {
+    let target = target(services, observer, ask.target_id, ask.level).await?;
     let pattern = ee_pattern_of(target);
-    let purchase = purchase(Via::Route(super::EE_PATTERN), &pattern.target, premium_source, "EE pattern");
-    pay(services, observer.agent_id, purchase, offered, pattern).await
+    let purchase = purchase(Via::Route(super::EE_PATTERN), &pattern.target, ask.premium_source, "EE pattern");
+    pay(services, observer.agent_id, purchase, ask.offered, pattern).await
 }
 
 /// The EE distributions at the target's resolution level.
@@ -455,18 +429,12 @@ pub enum Queried {
 
 /// POST /v1/ara/query (deprecated): `summary` is a level-1 profile, `period`
 /// a level-2 profile, `detail` a level-2 timeline; priced as those.
-pub async fn query(
-    services: &Services,
-    observer: &AgentRecord,
-    target_id: Uuid,
-    query_type: QueryType,
-    premium_source: PremiumSource,
-    offered: Offered,
-) -> AppResult<Observed<Queried>> {
+/// `ask.level` is set from the query type.
+pub async fn query(services: &Services, observer: &AgentRecord, query_type: QueryType, ask: Ask) -> AppResult<Observed<Queried>> {
     let via = Via::Query;
     Ok(match query_type {
-        QueryType::Summary => profile_via(services, observer, target_id, 1, premium_source, offered, via).await?.map(Queried::Profile),
-        QueryType::Period => profile_via(services, observer, target_id, 2, premium_source, offered, via).await?.map(Queried::Profile),
-        QueryType::Detail => timeline_via(services, observer, target_id, 2, premium_source, offered, via).await?.map(Queried::Timeline),
+        QueryType::Summary => profile_via(services, observer, Ask { level: 1, ..ask }, via).await?.map(Queried::Profile),
+        QueryType::Period => profile_via(services, observer, Ask { level: 2, ..ask }, via).await?.map(Queried::Profile),
+        QueryType::Detail => timeline_via(services, observer, Ask { level: 2, ..ask }, via).await?.map(Queried::Timeline),
     })
 }

@@ -10,7 +10,7 @@ use anchor_domain::ara::{MIN_SAMPLE, Point, Positions, positions, time_zone};
 use anchor_domain::pricing::ObservationTier;
 use anchor_store::{AgentRecord, SampleRow, StoredDeclaration};
 
-use super::{Observed, PremiumSource, Purchase, pay, unavailable};
+use super::{Observed, Purchase, pay, unavailable};
 use crate::charge::Offered;
 use crate::declarations::Evidence;
 use crate::{AppError, AppResult, Services};
@@ -112,15 +112,12 @@ pub async fn anomaly_compare(
         scale_band,
         resolution_band,
     };
-    let purchase = Purchase {
-        route: super::ANOMALY_COMPARE,
-        path: None,
-        tier: ObservationTier::AnomalyCompare,
-        level: 0,
-        target: Some(agent.agent_id),
-        premium_source: PremiumSource::External,
-        description: format!("Anomaly comparison of decision {dd_id} over {period_days} days"),
-    };
+    let purchase = Purchase::flat(
+        super::ANOMALY_COMPARE,
+        ObservationTier::AnomalyCompare,
+        Some(agent.agent_id),
+        format!("Anomaly comparison of decision {dd_id} over {period_days} days"),
+    );
     pay(services, agent.agent_id, purchase, offered, comparison).await
 }
 
@@ -129,14 +126,11 @@ pub async fn anomaly_compare(
 pub async fn evidence_report(services: &Services, agent: &AgentRecord, dd_id: Uuid, offered: Offered) -> AppResult<Observed<Evidence>> {
     let stored = own(services, agent, dd_id).await?;
     let evidence = crate::declarations::evidence(services, stored).await?;
-    let purchase = Purchase {
-        route: super::EVIDENCE_REPORT,
-        path: None,
-        tier: ObservationTier::EvidenceReport,
-        level: 0,
-        target: Some(agent.agent_id),
-        premium_source: PremiumSource::External,
-        description: format!("Evidence report of decision {dd_id}"),
-    };
+    let purchase = Purchase::flat(
+        super::EVIDENCE_REPORT,
+        ObservationTier::EvidenceReport,
+        Some(agent.agent_id),
+        format!("Evidence report of decision {dd_id}"),
+    );
     pay(services, agent.agent_id, purchase, offered, evidence).await
 }

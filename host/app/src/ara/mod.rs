@@ -90,6 +90,13 @@ pub(crate) struct Purchase {
     pub description: String,
 }
 
+impl Purchase {
+    /// A tier without levels or surcharge, paid at its route's own path.
+    fn flat(route: Route, tier: ObservationTier, target: Option<Uuid>, description: String) -> Purchase {
+        Purchase { route, path: None, tier, level: 0, target, premium_source: PremiumSource::External, description }
+    }
+}
+
 /// The price of a tier at a level, from the loaded pricing generation.
 fn price(services: &Services, tier: ObservationTier, level: u8) -> AppResult<anchor_domain::pricing::ObservationPrice> {
     let unavailable = || AppError::Unavailable {

@@ -18,7 +18,7 @@ use anchor_domain::ara::{Dimension, Window};
 use anchor_domain::pricing::ObservationTier;
 
 use super::privacy::{self, DECLARATION_CAP, K, Privacy};
-use super::{Observed, PremiumSource, Purchase, pay, unavailable};
+use super::{Observed, Purchase, pay, unavailable};
 use crate::charge::{Offered, Route};
 use crate::{AppError, AppResult, Services};
 
@@ -254,15 +254,7 @@ pub async fn observe(
         Kind::EeDistribution | Kind::ActionType => ObservationTier::Pattern,
         Kind::EnvironmentAnomaly => ObservationTier::EnvironmentAnomaly,
     };
-    let purchase = Purchase {
-        route,
-        path: None,
-        tier,
-        level: 0,
-        target: None,
-        premium_source: PremiumSource::External,
-        description: describe(kind, days),
-    };
+    let purchase = Purchase::flat(route, tier, None, describe(kind, days));
     pay(services, agent_id, purchase, offered, release).await
 }
 
@@ -298,15 +290,12 @@ pub async fn environment_anomaly(
             "fewer than {K} agents have branch-1 decisions with a band position in the {period_days} full days before today"
         )));
     }
-    let purchase = Purchase {
-        route: super::ENVIRONMENT_ANOMALY,
-        path: None,
-        tier: ObservationTier::EnvironmentAnomaly,
-        level: 0,
-        target: None,
-        premium_source: PremiumSource::External,
-        description: describe(Kind::EnvironmentAnomaly, period_days),
-    };
+    let purchase = Purchase::flat(
+        super::ENVIRONMENT_ANOMALY,
+        ObservationTier::EnvironmentAnomaly,
+        None,
+        describe(Kind::EnvironmentAnomaly, period_days),
+    );
     pay(services, agent_id, purchase, offered, release).await
 }
 

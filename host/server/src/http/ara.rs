@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::Method;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::Datelike;
@@ -22,10 +23,11 @@ use anchor_app::ara::releases::{self, Kind, Release};
 use anchor_app::ara::{self, Observed, PremiumSource, meta, privacy};
 use anchor_domain::agents::DisclosureLevel;
 use anchor_domain::ara::{Dimension, Position, day_start};
+use anchor_store::AgentRecord;
 
 use super::body::path_uuid;
 use super::dap::reports::EvidenceReport;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
@@ -434,6 +436,32 @@ fn premium_source(value: Option<PremiumSourceParam>) -> PremiumSource {
     }
 }
 
+/// An agent-level observation as its route asks for it: the agent observing
+/// (bearer token), the payment offered, the target (path) and the level and
+/// surcharge source (query), read in that order, so refusals keep theirs.
+struct AgentAsk {
+    agent: AgentRecord,
+    ask: agent_level::Ask,
+}
+
+impl FromRequestParts<AppState> for AgentAsk {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<AgentAsk, ApiError> {
+        let AuthAgent(agent) = AuthAgent::from_request_parts(parts, state).await?;
+        let PaymentOffer(offered) = PaymentOffer::from_request_parts(parts, state).await?;
+        let ApiPath(agent_id) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        let ApiQuery(query) = ApiQuery::<LevelQuery>::from_request_parts(parts, state).await?;
+        let ask = agent_level::Ask {
+            target_id: path_uuid("agent_id", &agent_id)?,
+            level: query.resolution_level.unwrap_or(1),
+            premium_source: premium_source(query.premium_source),
+            offered,
+        };
+        Ok(AgentAsk { agent, ask })
+    }
+}
+
 #[derive(Deserialize, JsonSchema)]
 struct LevelQuery {
     #[schemars(extend("enum" = [1, 2, 3], "default" = 1))]
@@ -523,16 +551,8 @@ fn profile_view(observed: &Observed<agent_level::Profile>) -> ProfileView {
     }
 }
 
-async fn profile(
-    State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    PaymentOffer(offered): PaymentOffer,
-    ApiPath(agent_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LevelQuery>,
-) -> ApiResult<Response> {
-    let target = path_uuid("agent_id", &agent_id)?;
-    let level = query.resolution_level.unwrap_or(1);
-    let observed = agent_level::profile(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+async fn profile(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
+    let observed = agent_level::profile(&state.app, &agent, ask).await?;
     Ok(answer(profile_view(&observed), observed.settlement.as_ref()))
 }
 
@@ -601,16 +621,8 @@ fn timeline_view(observed: &Observed<agent_level::Timeline>) -> TimelineView {
     }
 }
 
-async fn timeline(
-    State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    PaymentOffer(offered): PaymentOffer,
-    ApiPath(agent_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LevelQuery>,
-) -> ApiResult<Response> {
-    let target = path_uuid("agent_id", &agent_id)?;
-    let level = query.resolution_level.unwrap_or(1);
-    let observed = agent_level::timeline(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+async fn timeline(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
+    let observed = agent_level::timeline(&state.app, &agent, ask).await?;
     Ok(answer(timeline_view(&observed), observed.settlement.as_ref()))
 }
 
@@ -635,16 +647,8 @@ struct EePatternView {
     dac_charged: Dac,
 }
 
-async fn ee_pattern(
-    State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    PaymentOffer(offered): PaymentOffer,
-    ApiPath(agent_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LevelQuery>,
-) -> ApiResult<Response> {
-    let target = path_uuid("agent_id", &agent_id)?;
-    let level = query.resolution_level.unwrap_or(1);
-    let observed = agent_level::ee_pattern(&state.app, &agent, target, level, premium_source(query.premium_source), offered).await?;
+async fn ee_pattern(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
+    let observed = agent_level::ee_pattern(&state.app, &agent, ask).await?;
     Ok(answer(ee_pattern_view(&observed), observed.settlement.as_ref()))
 }
 
@@ -783,7 +787,8 @@ async fn query(
         QueryTypeParam::Detail => (QueryType::Detail, "detail"),
     };
     let target = request.agent_id.0;
-    let observed = agent_level::query(&state.app, &agent, target, query_type, premium_source(request.premium_source), offered).await?;
+    let ask = agent_level::Ask { target_id: target, level: 1, premium_source: premium_source(request.premium_source), offered };
+    let observed = agent_level::query(&state.app, &agent, query_type, ask).await?;
     let charged = observed.charged;
     let settlement = observed.settlement.clone();
     let (result, path) = match observed.result {
