@@ -19,7 +19,11 @@ use uuid::Uuid;
 
 use anchor_tests::x402::{Twist, pay};
 
-both_backends!(create_and_confirm_through_the_use_cases, inline_payments_settle_before_the_answer);
+both_backends!(
+    create_and_confirm_through_the_use_cases,
+    inline_payments_settle_before_the_answer,
+    earned_pays_its_part_and_comes_back_when_settlement_is_refused
+);
 
 fn input(preset: &str) -> CreateInput {
     CreateInput {
@@ -180,6 +184,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
         total: MilliDac::from_dac(1),
         description: "Environment observation".into(),
         trial: TrialUse::None,
+        earned: MilliDac::ZERO,
         offered,
         settle: Settle::Inline(subject),
     };
@@ -242,4 +247,104 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     // Reserved and settled payments count against the DAB; the refused one does not.
     let (period_start, _) = anchor_domain::dab::period(now);
     assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac(2000));
+}
+
+/// An order whose surcharge Earned DAC pays: debited with the reservation
+/// (the challenge asks for the rest only), recorded as usage with the
+/// settlement, given back into the same lots when settlement is refused, held
+/// while the outcome is unknown; and refused before any challenge when the
+/// balance cannot pay.
+async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend: Backend) {
+    let settler = Arc::new(ScriptedSettler(std::sync::Mutex::new(Vec::new())));
+    let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
+    let store = services.store.clone();
+    let now = clock.now();
+    let agent_id = agent.agent_id;
+    store.credit_earned(agent_id, MilliDac::from_dac(40), "tool sale", None, now + chrono::Duration::days(365), now).await.unwrap();
+    let balance = || async { store.earned_balance(agent_id, clock.now()).await.unwrap().balance };
+    let route = Route { method: "GET", path: "/v1/ara/agent/{agent_id}/profile" };
+    let order = |agent_id: Uuid, subject: Subject, offered: Offered| Order {
+        agent_id,
+        route,
+        path: None,
+        total: MilliDac::from_dac(5),
+        description: "Profile of another agent at resolution level 2".into(),
+        trial: TrialUse::None,
+        earned: MilliDac::from_dac(2),
+        offered,
+        settle: Settle::Inline(subject),
+    };
+    let observe = Observe::default();
+    let subject = || Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
+
+    // The challenge asks for the base alone; nothing is debited for asking.
+    let first = subject();
+    let unpaid = charge::charge(&services, order(agent_id, first, Offered::None), &observe).await.unwrap_err();
+    let AppError::PaymentRequired(required) = unpaid else { panic!("expected a challenge, got {unpaid:?}") };
+    let challenge = serde_json::to_value(required.challenge()).unwrap();
+    assert_eq!(challenge["accepts"][0]["amount"], "3000");
+    assert_eq!(balance().await, MilliDac::from_dac(40));
+
+    // Paid: 3 over x402 and 2 from Earned, both usage of the one subject.
+    charge::charge(&services, order(agent_id, first, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
+        .await
+        .unwrap();
+    let mut usage = store.usage_for(first).await.unwrap();
+    usage.sort_by_key(|u| u.source.as_str());
+    assert_eq!(
+        usage,
+        vec![
+            UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::Earned, amount: MilliDac::from_dac(2) },
+            UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::External, amount: MilliDac::from_dac(3) },
+        ]
+    );
+    assert_eq!(balance().await, MilliDac::from_dac(38));
+
+    // Settlement refused: the 2 come back, nothing is used.
+    let second = subject();
+    settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
+    let refused =
+        charge::charge(&services, order(agent_id, second, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
+            .await
+            .unwrap_err();
+    assert_eq!(refused.code(), "SETTLEMENT_FAILED");
+    assert!(store.usage_for(second).await.unwrap().is_empty());
+    assert_eq!(balance().await, MilliDac::from_dac(38));
+    let ledger = store.earned_ledger(agent_id, 2, 0).await.unwrap();
+    assert_eq!((ledger[0].kind, ledger[1].kind), (anchor_domain::earned::EntryKind::Refund, anchor_domain::earned::EntryKind::Debit));
+    assert_eq!(ledger[0].reference, Some(second));
+
+    // Outcome unknown: the 2 stay debited until the job settles it; then they are usage.
+    let third = subject();
+    settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
+    let pending =
+        charge::charge(&services, order(agent_id, third, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
+            .await
+            .unwrap_err();
+    assert_eq!(pending.code(), "SETTLEMENT_PENDING");
+    assert_eq!(balance().await, MilliDac::from_dac(36));
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&services).await.unwrap(), 1);
+    assert_eq!(store.usage_for(third).await.unwrap().len(), 2);
+    assert_eq!(balance().await, MilliDac::from_dac(36));
+    // DAB counts the external parts only: 3 settled, 3 reconciled.
+    let (period_start, _) = anchor_domain::dab::period(now);
+    assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac::from_dac(6));
+
+    // An agent without Earned DAC is refused before any challenge, and pays nothing.
+    let poor = NewAgent {
+        agent_id: Uuid::new_v4(),
+        token_hash: [7; 32],
+        recovery_hash: [8; 32],
+        region_code: None,
+        registered_at: now,
+        trial_granted: MilliDac::ZERO,
+        trial_expires_at: now,
+    };
+    store.insert_agent(&poor).await.unwrap();
+    let short = charge::charge(&services, order(poor.agent_id, subject(), Offered::None), &observe).await.unwrap_err();
+    assert_eq!(short.code(), "INSUFFICIENT_DAC");
+    // Below the threshold counts as short too, even when the part would fit.
+    store.credit_earned(poor.agent_id, MilliDac::from_dac(29), "tool sale", None, now + chrono::Duration::days(365), now).await.unwrap();
+    let short = charge::charge(&services, order(poor.agent_id, subject(), Offered::None), &observe).await.unwrap_err();
+    assert_eq!(short.code(), "INSUFFICIENT_DAC");
 }

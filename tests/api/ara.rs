@@ -165,6 +165,22 @@ async fn checks_run_in_order_and_refusals_cost_nothing(backend: Backend) {
     assert_eq!(challenge["accepts"][0]["amount"], "3000");
     assert!(challenge["resource"]["url"].as_str().unwrap().ends_with(&format!("/v1/ara/agent/{}/profile", open.id)));
     assert_eq!((observations(&t).await, payments(&t).await), (0, 0), "a challenge records nothing");
+
+    // 8. With Earned DAC held, it pays the surcharge and x402 the base: the
+    // challenge (and the DAB) see the 3 DAC base alone, the answer the 5 DAC in all.
+    let observer_id = uuid::Uuid::parse_str(&observer.id).unwrap();
+    let now = t.clock.now();
+    t.store
+        .credit_earned(observer_id, anchor_domain::MilliDac::from_dac(40), "tool sale", None, now + Duration::days(365), now)
+        .await
+        .unwrap();
+    let answer = paid(&t, &observer, "GET", &profile(&open.id, "?resolution_level=2&premium_source=earned"), None, "3000").await;
+    assert_eq!(answer.json["dac_charged"], 5);
+    assert_eq!(t.get("/v1/earned-dac/balance", Some(&observer.token)).await.json["earned_balance"], 38);
+    let spend = t.get("/v1/dur/summary", Some(&observer.token)).await.json;
+    let sources = &spend["dac_spend"]["by_source"];
+    assert_eq!((sources["earned"].clone(), sources["external"].clone(), spend["dac_spend"]["ara"].clone()), (json!(2), json!(3), json!(5)));
+    assert_eq!(spend["ara_observations"]["earned_dac"], 2);
 }
 
 async fn disclosure_caps_each_level_and_demotion_shows_to_the_agent_only(backend: Backend) {

@@ -133,6 +133,8 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
         "/v1/dur/decision-metadata",
         "/v1/dur/decision-scale",
         "/v1/dur/self-classification",
+        "/v1/earned-dac/balance",
+        "/v1/earned-dac/ledger?limit=5",
     ] {
         ok(&t.get(path, Some(&agent.token)).await);
     }

@@ -10,6 +10,7 @@ mod dap;
 mod declarations;
 mod discovery;
 mod dur;
+mod earned;
 mod hardening;
 mod openapi_contract;
 mod payments;

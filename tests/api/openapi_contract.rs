@@ -181,6 +181,8 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
         "GET /v1/dur/summary",
         "GET /v1/dur/transactions",
         "GET /v1/dur/tsl",
+        "GET /v1/earned-dac/balance",
+        "GET /v1/earned-dac/ledger",
         "GET /v1/payment/{dd_id}/status",
         "GET /v1/pricing/current",
         "GET /v1/pricing/ee-presets",

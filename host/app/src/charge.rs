@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Reservation, Subject};
+use anchor_store::{EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Reservation, Subject};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -105,6 +105,9 @@ pub struct Order {
     /// What is bought, for the challenge (the pipeline adds why Trial did not pay).
     pub description: String,
     pub trial: TrialUse,
+    /// The part of `total` Earned DAC pays (a surcharge the agent chose to pay
+    /// so); zero for most orders. Inline orders only, and never all of it.
+    pub earned: MilliDac,
     pub offered: Offered,
     pub settle: Settle,
 }
@@ -177,6 +180,30 @@ pub fn dab_reached(limit: MilliDac, spent: MilliDac, amount: MilliDac, resets: D
             "this payment of {amount} DAC would pass the agent's DAB of {limit} DAC per month ({spent} DAC spent externally this month); \
              the budget resets at {}; Trial-covered work is not affected",
             resets.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+    )
+}
+
+/// What Earned DAC is asked to pay, once the agent's balance can: before any
+/// challenge, so that an agent never pays externally for an order Earned
+/// then refuses (the reservation checks again, under the agent's lock).
+async fn earned_part(services: &Services, agent_id: Uuid, amount: MilliDac) -> AppResult<EarnedPart> {
+    let threshold = crate::earned::terms(services)?.threshold;
+    let balance = services.store.earned_balance(agent_id, services.clock.now()).await?.balance;
+    if balance < threshold || balance < amount {
+        return Err(earned_short(amount, balance, Some(threshold)));
+    }
+    Ok(EarnedPart { amount, threshold })
+}
+
+/// 400 `INSUFFICIENT_DAC`: Earned DAC cannot pay its part.
+fn earned_short(amount: MilliDac, balance: MilliDac, threshold: Option<MilliDac>) -> AppError {
+    let threshold = threshold.map(|t| format!(", and pays only from a balance of at least {t} DAC")).unwrap_or_default();
+    AppError::invalid(
+        "INSUFFICIENT_DAC",
+        format!(
+            "Earned DAC was asked to pay {amount} DAC: this agent holds {balance} unexpired Earned DAC{threshold}; \
+             pay the part externally instead (leave the Earned option out)"
         ),
     )
 }
@@ -271,7 +298,12 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         TrialUse::Part(part) => part,
         TrialUse::None => MilliDac::ZERO,
     };
-    let amount = order.total - trial_part;
+    let earned = match (order.earned, order.settle) {
+        (MilliDac::ZERO, _) => None,
+        (part, Settle::Inline(_)) if part < order.total - trial_part => Some(earned_part(services, order.agent_id, part).await?),
+        _ => return Err(AppError::Internal(anyhow::anyhow!("Earned DAC pays part of an inline order only"))),
+    };
+    let amount = order.total - trial_part - order.earned;
     let accepts = match order.trial {
         TrialUse::None => vec![PaymentSource::External],
         _ => vec![PaymentSource::Trial, PaymentSource::External],
@@ -323,10 +355,11 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         period_start,
     };
     if let Settle::Inline(subject) = order.settle {
-        match services.store.reserve_payment(&payment, order.agent_id, subject, now).await? {
+        match services.store.reserve_payment(&payment, order.agent_id, subject, earned, now).await? {
             Reservation::Reserved => {}
             Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
             Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
+            Reservation::EarnedShort { balance } => return Err(earned_short(order.earned, balance, earned.map(|e| e.threshold))),
         }
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;

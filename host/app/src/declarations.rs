@@ -182,7 +182,11 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
     if input.premium_source == Some(PremiumSource::Earned) && quote.premium() > MilliDac::ZERO {
         return Err(AppError::invalid(
             "INSUFFICIENT_DAC",
-            format!("premium_payment_source earned: this agent holds 0 Earned DAC and the premium is {} DAC", quote.premium()),
+            format!(
+                "premium_payment_source earned: Earned DAC does not pay declaration premiums on this service yet; the premium is {} DAC \
+                 (leave premium_payment_source out to pay it over x402)",
+                quote.premium()
+            ),
         ));
     }
 
@@ -234,6 +238,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
             format!("Decision declaration of {} DAC", quote.total)
         },
         trial: if split { TrialUse::Part(quote.base_fee) } else { TrialUse::Whole },
+        earned: MilliDac::ZERO,
         offered,
         settle: Settle::AtConfirm,
     };

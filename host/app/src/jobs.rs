@@ -39,6 +39,8 @@ pub struct Schedule {
     pub log_batch: i64,
     pub reconcile_every: Duration,
     pub erase_every: Duration,
+    /// How often Earned lots past their expiry are ended.
+    pub expire_every: Duration,
     /// Batches of declarations the ARA fold takes per round.
     pub fold_batches: usize,
     pub releases_every: Duration,
@@ -53,6 +55,7 @@ impl Default for Schedule {
             log_batch: 1000,
             reconcile_every: Duration::from_secs(30),
             erase_every: Duration::from_secs(30),
+            expire_every: Duration::from_secs(60),
             fold_batches: 5,
             releases_every: Duration::from_secs(60),
         }
@@ -65,6 +68,7 @@ pub struct Runs {
     checkpoint: Option<Instant>,
     reconcile: Option<Instant>,
     erase: Option<Instant>,
+    expire: Option<Instant>,
     releases: Option<Instant>,
 }
 
@@ -132,6 +136,13 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(0) => {}
             Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
             Err(error) => tracing::warn!(error = %error, "owner erasure failed"),
+        }
+    }
+    if due(&mut runs.expire, schedule.expire_every) {
+        match crate::earned::expire_due(services).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(lots = n, "ended Earned DAC lots past their expiry"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "Earned expiry failed"),
         }
     }
     true

@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod charge;
 pub mod declarations;
 pub mod dur;
+pub mod earned;
 pub mod error;
 pub mod jobs;
 pub mod log;

@@ -10,6 +10,7 @@ pub mod ara;
 pub mod clock;
 pub mod dab;
 pub mod declarations;
+pub mod earned;
 pub mod error;
 pub mod integrity;
 pub mod money;

@@ -144,6 +144,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 Reservation::Reserved => {}
                 Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
                 Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
+                // `reserve` itself never debits Earned DAC (only `reserve_payment` does).
+                Reservation::EarnedShort { .. } => {
+                    return Err(StoreError::Corrupt("a declaration's reservation reported Earned DAC".into()));
+                }
             }
             if new.base_from_trial {
                 match agents::debit_trial(&mut tx, d.agent_id, new.base_fee, now).await? {

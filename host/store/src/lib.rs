@@ -2,7 +2,7 @@
 //! default, a file under the data directory) or PostgreSQL (production, and
 //! shared by several hosts).
 //!
-//! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `DurStore`, `PaymentStore`,
+//! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `DurStore`, `EarnedStore`, `PaymentStore`,
 //! `LogStore`, `OwnerStore`, …), each implemented once, in ordinary code, for
 //! [`SqlStore`] over either engine: the SQL is written once (both engines
 //! accept `$n` parameters) and the per-engine differences live in
@@ -18,6 +18,7 @@ mod ara;
 mod attempts;
 mod declarations;
 mod dur;
+pub(crate) mod earned;
 pub mod engine;
 mod links;
 mod log;
@@ -35,6 +36,7 @@ pub use ara::*;
 pub use attempts::*;
 pub use declarations::*;
 pub use dur::*;
+pub use earned::*;
 pub use links::*;
 pub use log::*;
 pub use owners::*;
@@ -108,6 +110,7 @@ pub trait Store:
     + AttemptStore
     + DeclarationStore
     + DurStore
+    + EarnedStore
     + PaymentStore
     + LogStore
     + OwnerStore

@@ -75,6 +75,20 @@ pub enum Reservation {
         limit: MilliDac,
         spent: MilliDac,
     },
+    /// Earned DAC could not pay its part (below the threshold, or short): nothing was written.
+    EarnedShort {
+        balance: MilliDac,
+    },
+}
+
+/// The part of an inline payment's price that Earned DAC pays, debited in
+/// the reservation's transaction, recorded as usage with the settlement and
+/// refunded into the same lots when the payment ends unsettled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EarnedPart {
+    pub amount: MilliDac,
+    /// The unexpired balance below which Earned cannot pay.
+    pub threshold: MilliDac,
 }
 
 /// One row of the usage record: what was paid for, by whom, how much.
@@ -101,7 +115,14 @@ pub trait PaymentStore: Send + Sync {
     /// Reserves a verified authorization for `subject`, in one transaction:
     /// the DAB is checked under the agent's lock and the nonce's unique
     /// constraint refuses a replay, on every host.
-    async fn reserve_payment(&self, payment: &NewPayment, agent_id: Uuid, subject: Subject, now: DateTime<Utc>) -> Result<Reservation>;
+    async fn reserve_payment(
+        &self,
+        payment: &NewPayment,
+        agent_id: Uuid,
+        subject: Subject,
+        earned: Option<EarnedPart>,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation>;
     /// Marks a reserved (or unknown) inline payment settled and records its
     /// usage (one external entry for the whole amount, under its subject's
     /// cost component), in one transaction. False if it was not reserved or
@@ -139,12 +160,29 @@ pub trait PaymentStore: Send + Sync {
 }
 #[async_trait]
 impl<E: Engine> PaymentStore for SqlStore<E> {
-    async fn reserve_payment(&self, payment: &NewPayment, agent_id: Uuid, subject: Subject, now: DateTime<Utc>) -> Result<Reservation> {
+    async fn reserve_payment(
+        &self,
+        payment: &NewPayment,
+        agent_id: Uuid,
+        subject: Subject,
+        earned: Option<EarnedPart>,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation> {
         let mut tx = self.begin_write().await?;
         let reserved = reserve(&mut tx, self.db.for_update(), payment, agent_id, subject, now).await?;
-        if reserved == Reservation::Reserved {
-            tx.commit().await?;
+        if reserved != Reservation::Reserved {
+            return Ok(reserved);
         }
+        if let Some(part) = earned {
+            let reason = format!("{} surcharge", subject.domain.as_str());
+            let spend =
+                earned::debit(&mut tx, self.db.for_update(), agent_id, part.amount, part.threshold, &reason, Some(subject), now).await?;
+            match spend {
+                Spend::Debited(_) => {}
+                Spend::BelowThreshold { balance } | Spend::Insufficient { balance } => return Ok(Reservation::EarnedShort { balance }),
+            }
+        }
+        tx.commit().await?;
         Ok(reserved)
     }
 
@@ -160,6 +198,11 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             .ok_or_else(|| StoreError::Corrupt(format!("payment {payment_id} is a declaration's, which settles with its confirmation")))?;
         let entry = UsageEntry { cost_component: component, source: PaymentSource::External, amount: MilliDac(moved.amount_units) };
         insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
+        // The part Earned DAC paid, debited with the reservation, is usage now too.
+        if let Some((_, amount)) = earned::debit_for(&mut tx, subject).await? {
+            let entry = UsageEntry { cost_component: component, source: PaymentSource::Earned, amount };
+            insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -167,6 +210,13 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
     async fn end_payment(&self, payment_id: Uuid, status: PaymentStatus, reason: &str, now: DateTime<Utc>) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let moved = move_payment(&mut tx, Key::Payment(payment_id), status, Some(reason), None, now).await?;
+        // A payment that ends unsettled gives back what Earned DAC paid with it.
+        let ended = matches!(status, PaymentStatus::SettleFailed | PaymentStatus::Released);
+        if let Some(subject) = moved.as_ref().and_then(|m| m.subject).filter(|_| ended)
+            && let Some((debit_id, _)) = earned::debit_for(&mut tx, subject).await?
+        {
+            earned::refund(&mut tx, self.db.for_update(), debit_id, "payment not settled", now).await?;
+        }
         tx.commit().await?;
         Ok(moved.is_some())
     }

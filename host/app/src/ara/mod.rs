@@ -128,27 +128,17 @@ impl Commit for RecordObservation<'_> {
 }
 
 /// Takes payment for an observation whose checks have all passed, and logs
-/// it. Free observations (the agent's own) are logged at no cost. An Earned
-/// surcharge is refused while the agent holds no spendable Earned DAC (the
-/// Earned ledger comes with the tool market).
+/// it. Free observations (the agent's own) are logged at no cost. With
+/// `premium_source` earned, Earned DAC pays the surcharge (debited with the
+/// reservation, refunded if the payment ends unsettled) and x402 the base.
 pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purchase, offered: Offered, result: T) -> AppResult<Observed<T>> {
     let price = price(services, purchase.tier, purchase.level)?;
-    let external_surcharge = match purchase.premium_source {
-        PremiumSource::Earned if price.surcharge > MilliDac::ZERO => {
-            let threshold = services.pricing.services()?.map(|s| s.earned_threshold).unwrap_or(MilliDac::ZERO);
-            return Err(AppError::invalid(
-                "INSUFFICIENT_DAC",
-                format!(
-                    "premium_source earned: this agent holds 0 Earned DAC, and Earned DAC pays only once at least {threshold} DAC is held; \
-                     the {} DAC surcharge can be paid externally (premium_source external)",
-                    price.surcharge
-                ),
-            ));
-        }
-        PremiumSource::Earned => MilliDac::ZERO,
-        PremiumSource::External => price.surcharge,
+    // Earned DAC may pay the surcharge; the base is always paid over x402.
+    let earned = match purchase.premium_source {
+        PremiumSource::Earned => price.surcharge,
+        PremiumSource::External => MilliDac::ZERO,
     };
-    let total = price.base + external_surcharge;
+    let total = price.base + price.surcharge;
     let observation = NewObservation {
         observation_id: Uuid::new_v4(),
         observer_agent_id: agent_id,
@@ -156,8 +146,12 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         kind: purchase.tier.as_str(),
         resolution_level: i32::from(purchase.level),
         base: price.base,
-        premium: external_surcharge,
-        premium_source: (external_surcharge > MilliDac::ZERO).then_some(PaymentSource::External),
+        premium: price.surcharge,
+        premium_source: (price.surcharge > MilliDac::ZERO).then_some(if earned > MilliDac::ZERO {
+            PaymentSource::Earned
+        } else {
+            PaymentSource::External
+        }),
         payment_id: None,
         observed_at: services.clock.now(),
     };
@@ -172,6 +166,7 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         total,
         description: format!("{} ({total} DAC)", purchase.description),
         trial: TrialUse::None,
+        earned,
         offered,
         settle: Settle::Inline(Subject { domain: SubjectDomain::AraObservation, id: observation.observation_id }),
     };

@@ -73,7 +73,7 @@ fn agent_operation(route: anchor_app::charge::Route, handler: axum::routing::Met
             .describe(
                 "Free for the agent itself at every resolution level. Another agent is seen only as far as its disclosure_level allows \
                  (none: not at all, summary: level 1, detailed: 2, full: 3), for 3 DAC over x402 plus a surcharge at levels 2 and 3 \
-                 (2 and 4 DAC), which premium_source earned would pay from Earned DAC.",
+                 (2 and 4 DAC), which premium_source earned pays from Earned DAC (once the balance reaches min_spend_threshold, see GET /v1/earned-dac/balance); the challenge then asks for the base alone.",
             )
             .agent()
             .path::<Uuid>("agent_id")

@@ -13,6 +13,7 @@ pub mod dap;
 pub mod declarations;
 pub mod discovery;
 pub mod dur;
+pub mod earned;
 pub mod payments;
 pub mod portal;
 pub mod pricing;
@@ -38,6 +39,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(agents::operations());
     all.extend(ara::operations());
     all.extend(dur::operations());
+    all.extend(earned::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());
