@@ -6,6 +6,7 @@ use anchor_domain::earned::EntryKind;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::{Clock, MilliDac};
 use anchor_store::{EarnedEntry, Spend};
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use chrono::Duration;
 use serde_json::json;
@@ -15,7 +16,8 @@ both_backends!(
     lots_are_spent_first_expiring_first_and_refunds_restore_them,
     lots_expire_when_their_days_are_over,
     concurrent_spenders_never_overdraw,
-    the_balance_and_the_ledger_over_http
+    the_balance_and_the_ledger_over_http,
+    a_declaration_premium_is_paid_from_earned_and_given_back_if_never_anchored
 );
 
 const THRESHOLD: MilliDac = MilliDac::from_dac(30);
@@ -219,4 +221,54 @@ async fn the_balance_and_the_ledger_over_http(backend: Backend) {
     let (stranger, _) = agent_id(&t).await;
     let theirs = t.get("/v1/earned-dac/ledger", Some(&stranger.token)).await.json;
     assert_eq!(theirs["entries"], json!([]));
+}
+
+/// `premium_payment_source: earned` on DD create: Earned DAC pays the
+/// premium at create (Trial, or x402 once Trial is gone, the base fee), the
+/// confirmation records it as Earned usage, and a record that is never
+/// anchored gives it back.
+async fn a_declaration_premium_is_paid_from_earned_and_given_back_if_never_anchored(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, me) = agent_id(&t).await;
+    credit(&t, me, dac(50), 365).await;
+    let mut body = create_body(json!({ "ee_preset": "EE_standard" }));
+    body["premium_payment_source"] = json!("earned");
+
+    // Trial pays the 10 DAC base fee, Earned the 35 DAC premium.
+    let created = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    assert_eq!((created.json["status"].clone(), created.json["dac_amount"].clone()), (json!("trial_paid"), json!(45)));
+    assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
+    assert_eq!(t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json["earned_balance"], json!(15));
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    assert_eq!(t.confirm(&agent, &dd_id).await.status.as_u16(), 200);
+    let dd = Uuid::parse_str(&dd_id).unwrap();
+    let mut usage = t.store.usage_for(Subject::declaration(dd)).await.unwrap();
+    usage.sort_by_key(|u| u.cost_component.as_str());
+    let sources: Vec<_> = usage.iter().map(|u| (u.cost_component.as_str(), u.source.as_str(), u.amount)).collect();
+    assert_eq!(sources, [("base_fee", "trial", dac(10)), ("premium", "earned", dac(35))]);
+
+    // 15 left is below the threshold: refused before anything is paid.
+    body["request_id"] = json!(Uuid::new_v4().to_string());
+    t.post("/v1/dd/create", Some(&agent.token), &body).await.assert_error(400, "INSUFFICIENT_DAC");
+    assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
+
+    // Once Trial has expired, x402 pays the base fee alone; a record never
+    // confirmed within its window gives the premium back.
+    credit(&t, me, dac(40), 365).await;
+    t.clock.advance(Duration::days(31));
+    body["request_id"] = json!(Uuid::new_v4().to_string());
+    let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
+    assert_eq!(challenge["accepts"][0]["amount"], "10000", "the base fee only");
+    let signature = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let bearer = format!("Bearer {}", agent.token);
+    let paid = t.call_with("POST", "/v1/dd/create", &[("authorization", &bearer), ("payment-signature", &signature)], Some(&body)).await;
+    assert_eq!(paid.status.as_u16(), 201, "{}", paid.text);
+    assert_eq!(paid.json["status"], "pending_payment");
+    assert_eq!(t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json["earned_balance"], json!(20));
+    t.clock.advance(Duration::minutes(31));
+    t.confirm(&agent, paid.json["dd_id"].as_str().unwrap()).await.assert_error(410, "PAYMENT_EXPIRED");
+    let balance = t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json;
+    assert_eq!((balance["earned_balance"].clone(), balance["spent_total"].clone()), (json!(55), json!(35)));
+    assert_eq!(t.get("/v1/earned-dac/ledger?limit=1", Some(&agent.token)).await.json["entries"][0]["type"], "refund");
 }

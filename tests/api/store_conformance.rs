@@ -80,6 +80,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
         direct_access_expires_at: now() + Duration::days(60),
         external: None,
         base_from_trial: false,
+        earned_premium: None,
     }
 }
 

@@ -88,5 +88,6 @@ fn declaration(agent_id: Uuid, now: chrono::DateTime<Utc>) -> NewDeclaration {
         direct_access_expires_at: now + Duration::days(30),
         external: None,
         base_from_trial: false,
+        earned_premium: None,
     }
 }

@@ -16,8 +16,8 @@
 //! The use case supplies the price, the sources its route accepts, and a
 //! [`Commit`]: how to record what is bought, paid a given way, in one
 //! transaction. The pipeline decides which way is tried, in which order, and
-//! turns every refusal into its documented error. Earned DAC joins as a source
-//! with its ledger.
+//! turns every refusal into its documented error. Earned DAC pays the part of
+//! an order the use case gives it (`Order::earned`), checked before anything else.
 //!
 //! An external payment settles in one of two ways ([`Settle`]):
 //!
@@ -105,8 +105,10 @@ pub struct Order {
     /// What is bought, for the challenge (the pipeline adds why Trial did not pay).
     pub description: String,
     pub trial: TrialUse,
-    /// The part of `total` Earned DAC pays (a surcharge the agent chose to pay
-    /// so); zero for most orders. Inline orders only, and never all of it.
+    /// The part of `total` Earned DAC pays (a surcharge or premium the agent
+    /// chose to pay so); zero for most orders, and never all of it. Inline
+    /// orders have the pipeline debit it with the reservation; an `AtConfirm`
+    /// commit debits it with its record.
     pub earned: MilliDac,
     pub offered: Offered,
     pub settle: Settle,
@@ -138,6 +140,10 @@ pub enum Committed<T> {
     DabReached {
         limit: MilliDac,
         spent: MilliDac,
+    },
+    /// Earned DAC could not pay its part; nothing was written.
+    EarnedShort {
+        balance: MilliDac,
     },
 }
 
@@ -283,6 +289,13 @@ pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppR
 pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) -> AppResult<C::Output> {
     let now = services.clock.now();
     let mut description = order.description.clone();
+    // Earned DAC first: an order it cannot pay is refused before Trial or a challenge.
+    let earned = match order.earned {
+        MilliDac::ZERO => None,
+        part if part < order.total => Some(earned_part(services, order.agent_id, part).await?),
+        _ => return Err(AppError::Internal(anyhow::anyhow!("Earned DAC pays part of an order, never all of it"))),
+    };
+    let short = |balance| earned_short(order.earned, balance, earned.map(|e: EarnedPart| e.threshold));
     let trial_part = match order.trial {
         TrialUse::Whole => match commit.commit(Funding::Trial).await? {
             Committed::Done(output) => return Ok(output),
@@ -291,17 +304,13 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
                 description = format!("{description}; {why}");
                 MilliDac::ZERO
             }
+            Committed::EarnedShort { balance } => return Err(short(balance)),
             Committed::NonceUsed | Committed::DabReached { .. } => {
                 return Err(AppError::Internal(anyhow::anyhow!("a Trial-only commit reported an external payment outcome")));
             }
         },
         TrialUse::Part(part) => part,
         TrialUse::None => MilliDac::ZERO,
-    };
-    let earned = match (order.earned, order.settle) {
-        (MilliDac::ZERO, _) => None,
-        (part, Settle::Inline(_)) if part < order.total - trial_part => Some(earned_part(services, order.agent_id, part).await?),
-        _ => return Err(AppError::Internal(anyhow::anyhow!("Earned DAC pays part of an inline order only"))),
     };
     let amount = order.total - trial_part - order.earned;
     let accepts = match order.trial {
@@ -359,7 +368,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
             Reservation::Reserved => {}
             Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
             Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
-            Reservation::EarnedShort { balance } => return Err(earned_short(order.earned, balance, earned.map(|e| e.threshold))),
+            Reservation::EarnedShort { balance } => return Err(short(balance)),
         }
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
@@ -373,6 +382,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         Committed::Done(output) => Ok(output),
         Committed::NonceUsed => Err(required(Some(Reason::NonceUsed.as_str().into()))),
         Committed::DabReached { limit, spent } => Err(dab_reached(limit, spent, amount, resets)),
+        Committed::EarnedShort { balance } => Err(short(balance)),
         Committed::TrialShort { .. } => Err(AppError::invalid(
             "INSUFFICIENT_DAC",
             format!(

@@ -15,8 +15,8 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
-    AgentRecord, CostComponent, Created, DirectRead, ListFilter, NewDeclaration, PaymentSource, PaymentStatus, SettlementStatus,
-    StoredDeclaration, UsageEntry,
+    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewDeclaration, PaymentSource, PaymentStatus,
+    SettlementStatus, StoredDeclaration, UsageEntry,
 };
 use anchor_x402::settlement::Settled;
 
@@ -145,6 +145,7 @@ impl Commit for RecordDeclaration<'_> {
             Created::TrialCannotPay { balance, expired } => Committed::TrialShort { balance, expired },
             Created::PaymentReplayed => Committed::NonceUsed,
             Created::DabReached { limit, spent } => Committed::DabReached { limit, spent },
+            Created::EarnedShort { balance } => Committed::EarnedShort { balance },
             done => Committed::Done(done),
         })
     }
@@ -179,16 +180,13 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
 
     let quote = services.pricing.quote(scope)?;
     let generation = services.pricing.generation().clone();
-    if input.premium_source == Some(PremiumSource::Earned) && quote.premium() > MilliDac::ZERO {
-        return Err(AppError::invalid(
-            "INSUFFICIENT_DAC",
-            format!(
-                "premium_payment_source earned: Earned DAC does not pay declaration premiums on this service yet; the premium is {} DAC \
-                 (leave premium_payment_source out to pay it over x402)",
-                quote.premium()
-            ),
-        ));
-    }
+    // premium_payment_source earned: Earned DAC pays the premium, debited with
+    // the record (and refunded if it is never anchored); Trial or x402 the base fee.
+    let earned = input.premium_source == Some(PremiumSource::Earned) && quote.premium() > MilliDac::ZERO;
+    let earned_premium = match earned {
+        true => Some(EarnedPart { amount: quote.premium(), threshold: crate::earned::terms(services)?.threshold }),
+        false => None,
+    };
 
     let mut salt = [0u8; 32];
     rand::rng().fill_bytes(&mut salt);
@@ -224,6 +222,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         monthly: quote.monthly,
         external: None,
         base_from_trial: false,
+        earned_premium,
     };
     // premium_payment_source external: Trial pays the base fee, x402 the premium.
     let split = input.premium_source == Some(PremiumSource::External) && quote.premium() > MilliDac::ZERO;
@@ -234,11 +233,13 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         total: quote.total,
         description: if split {
             format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
+        } else if earned {
+            format!("Base fee of a decision declaration ({} DAC); Earned DAC pays its {} DAC premium", quote.base_fee, quote.premium())
         } else {
             format!("Decision declaration of {} DAC", quote.total)
         },
         trial: if split { TrialUse::Part(quote.base_fee) } else { TrialUse::Whole },
-        earned: MilliDac::ZERO,
+        earned: earned_premium.map_or(MilliDac::ZERO, |e| e.amount),
         offered,
         settle: Settle::AtConfirm,
     };
@@ -254,7 +255,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         Created::ParentForeign => {
             Err(AppError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent"))
         }
-        Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } => {
+        Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } | Created::EarnedShort { .. } => {
             Err(AppError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")))
         }
     }

@@ -26,6 +26,9 @@ pub struct NewDeclaration {
     /// With `external`: the base fee is still debited from Trial and the
     /// payment covers the premium alone (`premium_payment_source: external`).
     pub base_from_trial: bool,
+    /// The premium paid from Earned DAC (`premium_payment_source: earned`),
+    /// debited with the record; Trial or the payment covers the rest.
+    pub earned_premium: Option<EarnedPart>,
 }
 
 /// A recorded declaration with its payment and confirmation state.
@@ -72,6 +75,8 @@ pub enum Created {
     PaymentReplayed,
     /// The payment would take the agent past its DAB for the period.
     DabReached { limit: MilliDac, spent: MilliDac },
+    /// Earned DAC cannot pay the premium (below the threshold, or short).
+    EarnedShort { balance: MilliDac },
 }
 
 /// The outcome of a read of a declaration's original through direct access.
@@ -158,7 +163,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 None
             }
         } else {
-            let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount, now).await? else {
+            let earned_part = new.earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
+            let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount - earned_part, now).await? else {
                 let row = tx
                     .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(d.agent_id))
                     .await?;
@@ -167,11 +173,23 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             };
             Some(trial_remaining)
         };
-        let (base_source, premium_source) = match (&new.external, new.base_from_trial) {
+        if let Some(part) = new.earned_premium {
+            let subject = Some(Subject::declaration(d.dd_id));
+            let spend =
+                earned::debit(&mut tx, self.db.for_update(), d.agent_id, part.amount, part.threshold, "declaration premium", subject, now);
+            match spend.await? {
+                Spend::Debited(_) => {}
+                Spend::BelowThreshold { balance } | Spend::Insufficient { balance } => return Ok(Created::EarnedShort { balance }),
+            }
+        }
+        let (base_source, mut premium_source) = match (&new.external, new.base_from_trial) {
             (None, _) => (PaymentSource::Trial, PaymentSource::Trial),
             (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
             (Some(_), false) => (PaymentSource::External, PaymentSource::External),
         };
+        if new.earned_premium.is_some() {
+            premium_source = PaymentSource::Earned;
+        }
         let settlement = if new.external.is_some() { SettlementStatus::Pending } else { SettlementStatus::Unreserved };
         let t = d.template.as_ref();
         let inserted = tx

@@ -246,6 +246,10 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             return Ok(false);
         }
         move_payment(&mut tx, Key::Declaration(dd_id), payment_status, Some(reason), None, now).await?;
+        // A premium Earned DAC paid goes back with the record that will never be anchored.
+        if let Some((debit_id, _)) = earned::debit_for(&mut tx, Subject::declaration(dd_id)).await? {
+            earned::refund(&mut tx, self.db.for_update(), debit_id, "declaration not anchored", now).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }

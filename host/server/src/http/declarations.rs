@@ -57,7 +57,7 @@ pub fn operations() -> Vec<Operation> {
                 "ee": { "ee_preset": "EE_basic" },
             }))
             .returns::<CreateResponse>(201, "Created (or the earlier result of the same request_id)")
-            .error(400, "Validation failed.", &[
+            .error(400, "Validation failed, or premium_payment_source earned with an Earned balance that cannot pay the premium (below min_spend_threshold, or short).", &[
                 "MISSING_FIELD", "INVALID_ENUM", "UNKNOWN_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_INPUT",
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
                 "PII_DETECTED", "INSUFFICIENT_DAC",
@@ -621,12 +621,12 @@ struct ConfirmResponse {
     settlement_currency: Option<&'static str>,
     exchange_rate_timestamp: Option<Time>,
     /// Present only when a time-alignment reward was credited in Earned DAC;
-    /// this service credits none until Earned DAC exists.
+    /// this service credits no such reward (Earned DAC comes from tool sales).
     #[serde(skip_serializing_if = "Option::is_none")]
     sync_reward: Option<SyncReward>,
 }
 
-/// A time-alignment reward (none is credited before Earned DAC exists).
+/// A time-alignment reward (this service credits none).
 #[derive(Serialize, JsonSchema)]
 struct SyncReward {
     dac_amount: Dac,
