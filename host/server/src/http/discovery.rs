@@ -154,6 +154,7 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 - GET {base}/v1/ara/agent/<your agent_id>/profile (also /timeline, /ee-pattern; resolution_level 1 to 3) is free for yourself. Another agent's costs a fixed observation price plus a surcharge at levels 2 and 3 (both in /v1/pricing/current), within its disclosure_level.\n\
 - GET {base}/v1/ara/environment and /v1/ara/pattern/ee-distribution show all agents as counts of agents, from a release per day over the 30 whole days before today; a value fewer than 10 agents stand for is never shown, and the rest carry calibrated noise. Trial never pays ARA.\n\
 - GET {base}/v1/dur/summary reports what you spent, by kind and by source; /v1/dur/export gives the entries as CSV or JSON. Free.\n\
+- GET {base}/v1/earned-dac/balance and /v1/earned-dac/ledger show your Earned DAC (from tool sales; each credit expires after expiry_days). Once the balance reaches min_spend_threshold it can pay a surcharge (premium_source=earned) or a declaration's premium (premium_payment_source earned), never a base fee. Free.\n\
 - Refusals (400, 403, 404 DATA_UNAVAILABLE) always come before a 402, so a refused observation costs nothing.\n\n\
 ## Owners\n\
 - A human (or a parent agent) who manages agents uses the owner portal at {base}/portal/ or the /dap/... API. Linking an agent there replaces its auth_token: the owner hands the new one to the agent.\n\
