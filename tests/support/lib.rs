@@ -243,34 +243,32 @@ impl TestServer {
 
     /// A count (or any bigint) read directly from this server's database.
     pub async fn scalar(&self, query: &str) -> i64 {
-        match &self._cleanup {
-            Cleanup::Dir(dir) => {
-                let url = format!("sqlite://{}", dir.join("anchor.db").display());
-                let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_one(&pool).await.expect("scalar query")
-            }
-            Cleanup::Schema { url, schema } => {
-                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.expect("postgres");
-                let path = format!("set search_path to \"{schema}\"");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_one(&pool).await.expect("scalar query")
-            }
-        }
+        self.column::<i64>(query).await.into_iter().next().expect("scalar query returned no row")
     }
 
     /// The first column of every row of `query`, as text (the query casts it).
     pub async fn strings(&self, query: &str) -> Vec<String> {
+        self.column(query).await
+    }
+
+    /// The first column of every row of `query`, read directly from this server's database.
+    async fn column<T>(&self, query: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+        T: Send + Unpin,
+    {
         match &self._cleanup {
             Cleanup::Dir(dir) => {
                 let url = format!("sqlite://{}", dir.join("anchor.db").display());
                 let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("strings query")
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query")
             }
             Cleanup::Schema { url, schema } => {
                 let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.expect("postgres");
                 let path = format!("set search_path to \"{schema}\"");
                 sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("strings query")
+                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query")
             }
         }
     }

@@ -177,9 +177,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             let subject = Some(Subject::declaration(d.dd_id));
             let spend =
                 earned::debit(&mut tx, self.db.for_update(), d.agent_id, part.amount, part.threshold, "declaration premium", subject, now);
-            match spend.await? {
-                Spend::Debited(_) => {}
-                Spend::BelowThreshold { balance } | Spend::Insufficient { balance } => return Ok(Created::EarnedShort { balance }),
+            if let Some(balance) = spend.await?.shortfall() {
+                return Ok(Created::EarnedShort { balance });
             }
         }
         let (base_source, mut premium_source) = match (&new.external, new.base_from_trial) {

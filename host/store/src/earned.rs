@@ -67,6 +67,16 @@ pub enum Spend {
     },
 }
 
+impl Spend {
+    /// The balance, when Earned DAC could not pay (below the threshold, or short).
+    pub fn shortfall(&self) -> Option<MilliDac> {
+        match self {
+            Spend::Debited(_) => None,
+            Spend::BelowThreshold { balance } | Spend::Insufficient { balance } => Some(*balance),
+        }
+    }
+}
+
 #[async_trait]
 pub trait EarnedStore {
     /// Credits a new lot of `amount`, expiring at `expires_at`.

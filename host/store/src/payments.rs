@@ -177,9 +177,8 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             let reason = format!("{} surcharge", subject.domain.as_str());
             let spend =
                 earned::debit(&mut tx, self.db.for_update(), agent_id, part.amount, part.threshold, &reason, Some(subject), now).await?;
-            match spend {
-                Spend::Debited(_) => {}
-                Spend::BelowThreshold { balance } | Spend::Insufficient { balance } => return Ok(Reservation::EarnedShort { balance }),
+            if let Some(balance) = spend.shortfall() {
+                return Ok(Reservation::EarnedShort { balance });
             }
         }
         tx.commit().await?;
