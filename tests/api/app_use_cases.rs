@@ -187,6 +187,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
         earned: MilliDac::ZERO,
         offered,
         settle: Settle::Inline(subject),
+        pending: None,
     };
     let observe = Observe::default();
     let first = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
@@ -273,6 +274,7 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
         earned: MilliDac::from_dac(2),
         offered,
         settle: Settle::Inline(subject),
+        pending: None,
     };
     let observe = Observe::default();
     let subject = || Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };

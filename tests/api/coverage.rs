@@ -178,6 +178,40 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&dap("DELETE", format!("/dap/classification/{category_id}"), None).await);
     ok(&dap("GET", "/dap/policy/content-inclusion".into(), None).await);
     ok(&dap("PUT", "/dap/policy/content-inclusion".into(), Some(json!({ "content_inclusion_policy": "agent_choice" }))).await);
+
+    // The tool market: the linked agent sells, another agent buys at both
+    // layers, the owner takes a human share.
+    let seller = agent.token.clone();
+    let buyer = format!("Bearer {}", others[0]);
+    let tool_body = |name: &str, layer: &str| json!({ "tool_name": name, "layer": layer, "price_dac": 2.5, "ara_connections": [{ "observation_type": "environment_summary" }] });
+    let mut tools = Vec::new();
+    for (name, layer) in [("component", "layer1"), ("composite", "layer1"), ("upper", "layer2")] {
+        let registered = t.post("/v1/tsl/tool/register", Some(&seller), &tool_body(name, layer)).await;
+        ok(&registered);
+        tools.push(registered.json["tool_id"].as_str().unwrap().to_string());
+    }
+    let (component, composite, upper) = (&tools[0], &tools[1], &tools[2]);
+    ok(&t.get("/v1/tsl/tools?layer=layer1&status=active&limit=5&page=1", None).await);
+    ok(&t.get(&format!("/v1/tsl/tool/{composite}"), None).await);
+    ok(&t.post(&format!("/v1/tsl/tool/{composite}/dependency"), Some(&seller), &json!({ "depends_on_tool_id": component })).await);
+    ok(&t.get(&format!("/v1/tsl/tool/{composite}/dependencies"), None).await);
+    let share = json!({ "tool_id": composite, "component_tool_id": component, "beneficiary_agent_id": other, "share_rate": 0.1 });
+    ok(&t.post("/v1/tsl/revenue-share", Some(&seller), &share).await);
+    ok(&t.get(&format!("/v1/tsl/tool/{composite}/revenue-shares"), Some(&seller)).await);
+    ok(&dap("POST", "/dap/tsl/human-share".into(), Some(json!({ "tool_id": composite, "human_share_rate": 0.05 }))).await);
+    ok(&dap("GET", "/dap/tsl/human-shares".into(), None).await);
+    for (path, tool) in [("/v1/tsl/purchase", composite), ("/v1/tsl/purchase/layer2", upper)] {
+        let body = json!({ "tool_id": tool });
+        let challenge = challenge_of(&t.call_with("POST", path, &[("authorization", &buyer)], Some(&body)).await);
+        let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+        ok(&t.call_with("POST", path, &[("authorization", &buyer), ("payment-signature", &payment)], Some(&body)).await);
+    }
+    ok(&t.get("/v1/tsl/purchases?role=seller&limit=5&offset=0", Some(&seller)).await);
+    ok(&t.get("/v1/tsl/revenue", Some(&seller)).await);
+    let transfer = format!("/v1/tsl/tool/{component}/transfer-declaration");
+    ok(&t.post(&transfer, Some(&seller), &json!({ "action": "transfer", "target_agent_id": other })).await);
+    ok(&t.get(&transfer, Some(&seller)).await);
+    ok(&t.call("DELETE", &transfer, Some(&seller), None).await);
     ok(&dap("GET", "/dap/account/export?format=json".into(), None).await);
     ok(&dap("GET", "/dap/account/export?format=csv".into(), None).await);
 

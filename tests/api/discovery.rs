@@ -59,7 +59,9 @@ async fn discovery_documents_describe_this_server() {
     assert_eq!(find("GET /v1/ara/environment")["price_base"], "$0.001");
     assert_eq!(find("GET /v1/ara/environment")["available"], json!(true));
     assert_eq!(find("GET /v1/ara/environment/density")["available"], json!(true));
-    assert_eq!(find("POST /v1/tsl/purchase")["available"], json!(false));
+    assert_eq!(find("POST /v1/tsl/purchase")["available"], json!(true));
+    assert_eq!(find("POST /v1/tsl/purchase")["accepts_earned"], json!(false));
+    assert_eq!(find("POST /v1/tsl/purchase")["trial_eligible"], json!(false));
     assert_eq!(find("GET /v1/ara/evidence-report")["price_base"], "$0.01");
     assert_eq!(find("GET /v1/ara/agent/{agent_id}/profile")["earned_pays"], "the resolution surcharge only");
     let trial = json!(["POST /v1/dd/create", "POST /v1/sdac/session/end", "POST /v1/ise/exit"]);

@@ -19,4 +19,5 @@ mod sdk;
 mod store_conformance;
 mod tidy;
 mod transparency;
+mod tsl;
 mod validation;

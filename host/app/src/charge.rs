@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Reservation, Subject};
+use anchor_store::{EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -112,6 +112,9 @@ pub struct Order {
     pub earned: MilliDac,
     pub offered: Offered,
     pub settle: Settle,
+    /// What an inline payment's reservation writes with it (a purchase,
+    /// completed in the settlement's transaction); `None` for most orders.
+    pub pending: Option<Pending>,
 }
 
 /// How a commit is asked to pay.
@@ -364,8 +367,14 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         period_start,
     };
     if let Settle::Inline(subject) = order.settle {
-        match services.store.reserve_payment(&payment, order.agent_id, subject, earned, now).await? {
+        match services.store.reserve_payment(&payment, order.agent_id, subject, earned, order.pending.as_ref(), now).await? {
             Reservation::Reserved => {}
+            Reservation::Duplicate => {
+                return Err(AppError::Conflict {
+                    code: "DUPLICATE_REQUEST",
+                    message: "the same purchase is being made or was made already; nothing was charged".into(),
+                });
+            }
             Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
             Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
             Reservation::EarnedShort { balance } => return Err(short(balance)),

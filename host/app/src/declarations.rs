@@ -242,6 +242,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         earned: earned_premium.map_or(MilliDac::ZERO, |e| e.amount),
         offered,
         settle: Settle::AtConfirm,
+        pending: None,
     };
     let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
     match created {

@@ -26,6 +26,7 @@ pub mod payments;
 pub mod pricing;
 pub mod status;
 pub mod transparency;
+pub mod tsl;
 
 use std::sync::Arc;
 

@@ -134,6 +134,36 @@ impl Serialize for Ratio {
 
 inline_schema!(Ratio, { "type": "number", "minimum": 0 });
 
+/// A rate between 0 and 1, exact to six decimals, read from and written as a
+/// JSON number (`0.25`) and held in parts per million, never a float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate(pub u32);
+
+impl Serialize for Rate {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let number: serde_json::Number = anchor_app::tsl::ppm_text(self.0).parse().map_err(serde::ser::Error::custom)?;
+        number.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Rate, D::Error> {
+        let number = serde_json::Number::deserialize(deserializer)?;
+        let text = number.to_string();
+        let bad = || refused("INVALID_VALUE", format_args!("must be a number from 0 to 1 with at most six decimals; got {text}"));
+        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+        if whole.starts_with('-') || frac.len() > 6 || text.contains(['e', 'E']) {
+            return Err(bad());
+        }
+        let whole: u64 = whole.parse().map_err(|_| bad())?;
+        let frac: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<6}").parse().map_err(|_| bad())? };
+        let ppm = whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac)).filter(|ppm| *ppm <= 1_000_000).ok_or_else(bad)?;
+        Ok(Rate(ppm as u32))
+    }
+}
+
+inline_schema!(Rate, { "type": "number", "minimum": 0, "maximum": 1 });
+
 /// A point in time, RFC 3339 in UTC with microseconds (`2026-11-01T09:00:00.000000Z`).
 /// Read: any RFC 3339 date-time with an offset, normalized to UTC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -149,9 +149,9 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 Reservation::Reserved => {}
                 Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
                 Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
-                // `reserve` itself never debits Earned DAC (only `reserve_payment` does).
-                Reservation::EarnedShort { .. } => {
-                    return Err(StoreError::Corrupt("a declaration's reservation reported Earned DAC".into()));
+                // `reserve` itself never debits Earned DAC nor writes a pending record (only `reserve_payment` does).
+                Reservation::EarnedShort { .. } | Reservation::Duplicate => {
+                    return Err(StoreError::Corrupt("a declaration's reservation reported what only reserve_payment does".into()));
                 }
             }
             if new.base_from_trial {

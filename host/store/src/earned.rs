@@ -122,24 +122,7 @@ impl<E: Engine> EarnedStore for SqlStore<E> {
         now: DateTime<Utc>,
     ) -> Result<EarnedEntry> {
         let mut tx = self.begin_write().await?;
-        lock_agent(&mut tx, self.db.for_update(), agent_id).await?;
-        expire_due(&mut tx, agent_id, now).await?;
-        let lot_id = Uuid::new_v4();
-        tx.execute(Query::insert(
-            "earned_lot",
-            vec![
-                ("lot_id", lot_id.value()),
-                ("agent_id", agent_id.value()),
-                ("amount_milli", amount.milli().value()),
-                ("remaining_milli", amount.milli().value()),
-                ("earned_at", now.value()),
-                ("expires_at", expires_at.value()),
-            ],
-        ))
-        .await?;
-        let balance = unexpired(&mut tx, agent_id).await?;
-        let entry = Line { kind: EntryKind::Credit, reason, amount, balance_after: balance, lot: Some((lot_id, expires_at)), reference };
-        let entry = write_line(&mut tx, agent_id, entry, now).await?;
+        let entry = credit(&mut tx, self.db.for_update(), agent_id, amount, reason, reference, expires_at, now).await?;
         tx.commit().await?;
         Ok(entry)
     }
@@ -264,6 +247,38 @@ impl<E: Engine> EarnedStore for SqlStore<E> {
             })
             .collect()
     }
+}
+
+/// Credits a new lot inside `tx` (see [`EarnedStore::credit_earned`]); the caller commits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn credit<X: Exec>(
+    tx: &mut X,
+    for_update: &str,
+    agent_id: Uuid,
+    amount: MilliDac,
+    reason: &str,
+    reference: Option<Subject>,
+    expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<EarnedEntry> {
+    lock_agent(tx, for_update, agent_id).await?;
+    expire_due(tx, agent_id, now).await?;
+    let lot_id = Uuid::new_v4();
+    tx.execute(Query::insert(
+        "earned_lot",
+        vec![
+            ("lot_id", lot_id.value()),
+            ("agent_id", agent_id.value()),
+            ("amount_milli", amount.milli().value()),
+            ("remaining_milli", amount.milli().value()),
+            ("earned_at", now.value()),
+            ("expires_at", expires_at.value()),
+        ],
+    ))
+    .await?;
+    let balance = unexpired(tx, agent_id).await?;
+    let entry = Line { kind: EntryKind::Credit, reason, amount, balance_after: balance, lot: Some((lot_id, expires_at)), reference };
+    write_line(tx, agent_id, entry, now).await
 }
 
 /// Debits `amount` inside `tx` (see [`EarnedStore::debit_earned`]); the

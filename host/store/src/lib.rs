@@ -3,7 +3,7 @@
 //! shared by several hosts).
 //!
 //! One trait per area (`AgentStore`, `AraStore`, `DeclarationStore`, `DurStore`, `EarnedStore`, `PaymentStore`,
-//! `LogStore`, `OwnerStore`, …), each implemented once, in ordinary code, for
+//! `LogStore`, `OwnerStore`, `TslStore`, …), each implemented once, in ordinary code, for
 //! [`SqlStore`] over either engine: the SQL is written once (both engines
 //! accept `$n` parameters) and the per-engine differences live in
 //! [`engine`]. [`Store`] is all of them together.
@@ -24,6 +24,7 @@ mod links;
 mod log;
 mod owners;
 mod payments;
+pub(crate) mod tsl;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -41,6 +42,10 @@ pub use links::*;
 pub use log::*;
 pub use owners::*;
 pub use payments::*;
+pub use tsl::{
+    Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet, NewPurchase, NewShare, NewTool, Pending,
+    PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, TransferRecord, TslStore,
+};
 
 use engine::{Db, Engine, Exec, sql};
 
@@ -115,6 +120,7 @@ pub trait Store:
     + LogStore
     + OwnerStore
     + LinkStore
+    + TslStore
     + Send
     + Sync
     + 'static

@@ -79,6 +79,9 @@ pub enum Reservation {
     EarnedShort {
         balance: MilliDac,
     },
+    /// The record to write with the reservation exists already (a purchase
+    /// of the same tool, or with the same request id): nothing was written.
+    Duplicate,
 }
 
 /// The part of an inline payment's price that Earned DAC pays, debited in
@@ -114,13 +117,15 @@ pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) a
 pub trait PaymentStore: Send + Sync {
     /// Reserves a verified authorization for `subject`, in one transaction:
     /// the DAB is checked under the agent's lock and the nonce's unique
-    /// constraint refuses a replay, on every host.
+    /// constraint refuses a replay, on every host. `pending` is written with
+    /// it (a purchase, completed when the payment settles).
     async fn reserve_payment(
         &self,
         payment: &NewPayment,
         agent_id: Uuid,
         subject: Subject,
         earned: Option<EarnedPart>,
+        pending: Option<&Pending>,
         now: DateTime<Utc>,
     ) -> Result<Reservation>;
     /// Marks a reserved (or unknown) inline payment settled and records its
@@ -166,12 +171,19 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         agent_id: Uuid,
         subject: Subject,
         earned: Option<EarnedPart>,
+        pending: Option<&Pending>,
         now: DateTime<Utc>,
     ) -> Result<Reservation> {
         let mut tx = self.begin_write().await?;
         let reserved = reserve(&mut tx, self.db.for_update(), payment, agent_id, subject, now).await?;
         if reserved != Reservation::Reserved {
             return Ok(reserved);
+        }
+        match pending {
+            Some(Pending::Purchase(purchase)) if !tsl::insert_pending(&mut tx, purchase, payment.payment_id, now).await? => {
+                return Ok(Reservation::Duplicate);
+            }
+            _ => {}
         }
         if let Some(part) = earned {
             let reason = format!("{} surcharge", subject.domain.as_str());
@@ -202,6 +214,10 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             let entry = UsageEntry { cost_component: component, source: PaymentSource::Earned, amount };
             insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
         }
+        // What the payment bought is completed with it.
+        if subject.domain == SubjectDomain::TslPurchase {
+            tsl::complete(&mut tx, self.db.for_update(), subject.id, now).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -215,6 +231,9 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             && let Some((debit_id, _)) = earned::debit_for(&mut tx, subject).await?
         {
             earned::refund(&mut tx, self.db.for_update(), debit_id, "payment not settled", now).await?;
+        }
+        if let Some(subject) = moved.as_ref().and_then(|m| m.subject).filter(|s| ended && s.domain == SubjectDomain::TslPurchase) {
+            tsl::fail(&mut tx, subject.id).await?;
         }
         tx.commit().await?;
         Ok(moved.is_some())

@@ -169,6 +169,7 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         earned,
         offered,
         settle: Settle::Inline(Subject { domain: SubjectDomain::AraObservation, id: observation.observation_id }),
+        pending: None,
     };
     let settlement = charge::charge(services, order, &RecordObservation { services, observation }).await?;
     Ok(Observed { result, charged: total, settlement: Some(settlement) })

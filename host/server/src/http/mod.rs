@@ -19,6 +19,7 @@ pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
 pub mod transparency;
+pub mod tsl;
 
 use std::collections::BTreeMap;
 
@@ -40,6 +41,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(ara::operations());
     all.extend(dur::operations());
     all.extend(earned::operations());
+    all.extend(tsl::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

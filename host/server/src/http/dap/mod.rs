@@ -13,6 +13,7 @@ pub mod agents;
 pub mod auth;
 pub mod registry;
 pub mod reports;
+pub mod tsl;
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -26,6 +27,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(agents::operations());
     all.extend(reports::operations());
     all.extend(registry::operations());
+    all.extend(tsl::operations());
     all
 }
 

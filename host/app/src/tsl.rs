@@ -1,0 +1,561 @@
+//! The tool market (TSL): registering tools, their dependencies and revenue
+//! shares, purchases paid over x402 and shared in Earned DAC, owners' human
+//! shares, and transfer declarations carried out by a job on the lease.
+//!
+//! The service lists tools; it does not rate them: lists are ordered by
+//! registration, newest first, and show no sales counts.
+
+use async_trait::async_trait;
+use chrono::Duration;
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+use anchor_domain::owners::OwnerType;
+use anchor_domain::payments::{Subject, SubjectDomain};
+use anchor_domain::tsl::{
+    self, CONNECTIONS_MAX, DESCRIPTION_MAX_CHARS, HUMAN_SHARE_MAX_PPM, Layer, NAME_MAX_CHARS, ObservationType, PPM_ONE, PurchaseStatus,
+    TRANSFER_DELAY_DAYS, ToolStatus, TransferAction, TransferStatus,
+};
+use anchor_store::{
+    AgentRecord, Connection, DependencyAdded, DependencyRecord, HumanShareRecord, HumanShareSet, NewPurchase, NewShare, NewTool,
+    OwnerRecord, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, TransferRecord,
+};
+
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
+use crate::{AppError, AppResult, Services};
+
+pub const PURCHASE: Route = Route { method: "POST", path: "/v1/tsl/purchase" };
+pub const PURCHASE_LAYER2: Route = Route { method: "POST", path: "/v1/tsl/purchase/layer2" };
+
+/// The most tools or purchases a page holds.
+pub const PAGE_MAX: i64 = 100;
+
+fn tool_not_found(tool_id: Uuid) -> AppError {
+    AppError::not_found("TOOL_NOT_FOUND", format!("no tool {tool_id} is registered"))
+}
+
+fn not_owner(tool_id: Uuid) -> AppError {
+    AppError::forbidden("NOT_TOOL_OWNER", format!("only the seller of tool {tool_id} may do this"))
+}
+
+fn conflict(code: &'static str, message: impl Into<String>) -> AppError {
+    AppError::Conflict { code, message: message.into() }
+}
+
+/// A tool, or 404 `TOOL_NOT_FOUND`.
+pub async fn tool(services: &Services, tool_id: Uuid) -> AppResult<ToolRecord> {
+    services.store.tool(tool_id).await?.ok_or_else(|| tool_not_found(tool_id))
+}
+
+/// A tool the agent sells, or 404 / 403 `NOT_TOOL_OWNER`.
+async fn own_tool(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<ToolRecord> {
+    let tool = tool(services, tool_id).await?;
+    if tool.seller_agent_id != agent.agent_id {
+        return Err(not_owner(tool_id));
+    }
+    Ok(tool)
+}
+
+/// An agent that exists, or 404 `AGENT_NOT_FOUND`.
+async fn existing_agent(services: &Services, field: &str, agent_id: Uuid) -> AppResult<AgentRecord> {
+    services.store.agent(agent_id).await?.ok_or_else(|| AppError::not_found("AGENT_NOT_FOUND", format!("{field}: no agent {agent_id}")))
+}
+
+/// What an agent registers.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    pub name: String,
+    pub description: Option<String>,
+    pub layer: Option<Layer>,
+    pub price: MilliDac,
+    /// Each observation the tool reads, with its level (1 when not given).
+    pub connections: Option<Vec<(ObservationType, Option<u8>)>>,
+}
+
+/// POST /v1/tsl/tool/register (free).
+pub async fn register(services: &Services, agent: &AgentRecord, registration: Registration) -> AppResult<ToolRecord> {
+    tsl::check_text("tool_name", &registration.name, NAME_MAX_CHARS, true)?;
+    if let Some(description) = &registration.description {
+        tsl::check_text("tool_description", description, DESCRIPTION_MAX_CHARS, false)?;
+    }
+    tsl::check_price(registration.price)?;
+    let asked = registration.connections.unwrap_or_default();
+    if asked.is_empty() {
+        return Err(AppError::invalid(
+            "ARA_CONNECTION_REQUIRED",
+            "ara_connections must name at least one ARA observation the tool reads ({observation_type, resolution_level})",
+        ));
+    }
+    if asked.len() > CONNECTIONS_MAX {
+        return Err(AppError::invalid(
+            "INVALID_INPUT",
+            format!("ara_connections holds at most {CONNECTIONS_MAX} entries; got {}", asked.len()),
+        ));
+    }
+    let mut connections = Vec::with_capacity(asked.len());
+    for (index, (observation_type, level)) in asked.into_iter().enumerate() {
+        let level = level.unwrap_or(1);
+        if level == 0 || level > observation_type.max_level() {
+            return Err(AppError::invalid(
+                "INVALID_ARA_CONNECTION",
+                format!(
+                    "ara_connections[{index}]: {observation_type} is offered at resolution levels 1 to {}; got {level}",
+                    observation_type.max_level()
+                ),
+            ));
+        }
+        connections.push(Connection { observation_type, resolution_level: level });
+    }
+    let tool = NewTool {
+        tool_id: Uuid::new_v4(),
+        seller_agent_id: agent.agent_id,
+        name: registration.name,
+        description: registration.description.filter(|d| !d.is_empty()),
+        layer: registration.layer.unwrap_or(Layer::Layer1),
+        price: registration.price,
+        connections,
+        registered_at: services.clock.now(),
+    };
+    services.store.register_tool(&tool).await?;
+    tool_after_write(services, tool.tool_id).await
+}
+
+async fn tool_after_write(services: &Services, tool_id: Uuid) -> AppResult<ToolRecord> {
+    services.store.tool(tool_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("tool {tool_id} vanished after its write")))
+}
+
+/// A page of something, and how many there are in all.
+#[derive(Clone, Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+fn page_limit(limit: Option<i64>) -> AppResult<i64> {
+    let limit = limit.unwrap_or(20);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("limit must be 1 to {PAGE_MAX}; got {limit}")));
+    }
+    Ok(limit)
+}
+
+/// GET /v1/tsl/tools (public): newest first, `page` from 1.
+pub async fn list(
+    services: &Services,
+    layer: Option<Layer>,
+    status: Option<ToolStatus>,
+    limit: Option<i64>,
+    page: Option<i64>,
+) -> AppResult<Page<ToolRecord>> {
+    let limit = page_limit(limit)?;
+    let page = page.unwrap_or(1);
+    if !(1..=1_000_000).contains(&page) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("page must be 1 or more; got {page}")));
+    }
+    let offset = (page - 1) * limit;
+    let (items, total) = services.store.tools(ToolFilter { layer, status, seller: None, limit, offset }).await?;
+    Ok(Page { items, total, limit, offset })
+}
+
+/// GET /v1/tsl/tool/{tool_id}/dependencies (public).
+pub async fn dependencies(services: &Services, tool_id: Uuid) -> AppResult<(ToolRecord, Vec<DependencyRecord>)> {
+    let tool = tool(services, tool_id).await?;
+    let dependencies = services.store.dependencies(tool_id).await?;
+    Ok((tool, dependencies))
+}
+
+/// POST /v1/tsl/tool/{tool_id}/dependency: the seller declares that its
+/// tool builds on another; `purchase_id`, when given, must be the seller's
+/// own completed purchase of that tool. No cycles.
+pub async fn add_dependency(
+    services: &Services,
+    agent: &AgentRecord,
+    tool_id: Uuid,
+    depends_on: Uuid,
+    purchase_id: Option<Uuid>,
+) -> AppResult<DependencyRecord> {
+    own_tool(services, agent, tool_id).await?;
+    if depends_on == tool_id {
+        return Err(AppError::invalid("INVALID_DEPENDENCY", "a tool cannot depend on itself"));
+    }
+    tool(services, depends_on).await?;
+    if let Some(purchase_id) = purchase_id {
+        let purchase = services.store.purchase(purchase_id).await?;
+        let valid = purchase
+            .is_some_and(|p| p.buyer_agent_id == agent.agent_id && p.tool_id == depends_on && p.status == PurchaseStatus::Completed);
+        if !valid {
+            return Err(AppError::invalid(
+                "INVALID_PURCHASE",
+                format!("purchase_id {purchase_id} is not your completed purchase of tool {depends_on}"),
+            ));
+        }
+    }
+    match services.store.add_dependency(tool_id, depends_on, purchase_id, services.clock.now()).await? {
+        DependencyAdded::Added => {}
+        DependencyAdded::Exists => return Err(conflict("DEPENDENCY_EXISTS", format!("tool {tool_id} already depends on {depends_on}"))),
+        DependencyAdded::Cycle => {
+            return Err(AppError::invalid(
+                "DEPENDENCY_CYCLE",
+                format!("tool {depends_on} already depends, directly or through others, on {tool_id}: dependencies may not form a cycle"),
+            ));
+        }
+    }
+    let dependencies = services.store.dependencies(tool_id).await?;
+    dependencies
+        .into_iter()
+        .find(|d| d.depends_on_tool_id == depends_on)
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("dependency {tool_id} -> {depends_on} vanished after its write")))
+}
+
+/// What a purchase answered: the purchase, and how it was paid.
+#[derive(Clone, Debug)]
+pub struct Purchased {
+    pub purchase: PurchaseRecord,
+    /// The settlement reference and payer; `None` for a replay of an earlier purchase.
+    pub settlement: Option<(String, String)>,
+    pub replayed: bool,
+}
+
+/// Reads the purchase back once its payment settled (its distribution was
+/// written in the settlement's transaction).
+struct ReadPurchase<'a> {
+    services: &'a Services,
+    purchase_id: Uuid,
+}
+
+#[async_trait]
+impl Commit for ReadPurchase<'_> {
+    type Output = (PurchaseRecord, (String, String));
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
+        let Funding::Settled { reference, payer, .. } = funding else {
+            return Err(AppError::Internal(anyhow::anyhow!("a tool purchase is paid over x402 and settled inline only")));
+        };
+        let purchase = self
+            .services
+            .store
+            .purchase(self.purchase_id)
+            .await?
+            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("purchase {} vanished after its settlement", self.purchase_id)))?;
+        Ok(Committed::Done((purchase, (reference, payer))))
+    }
+}
+
+/// An earlier purchase under the same request id, answered again (no new
+/// charge), or the reason it cannot be.
+fn replay(earlier: PurchaseRecord) -> AppResult<Purchased> {
+    match earlier.status {
+        PurchaseStatus::Completed => Ok(Purchased { purchase: earlier, settlement: None, replayed: true }),
+        PurchaseStatus::Pending => Err(conflict(
+            "PURCHASE_PENDING",
+            format!("purchase {} with this request_id is still settling; ask again shortly", earlier.purchase_id),
+        )),
+        PurchaseStatus::Failed => Err(conflict(
+            "REQUEST_ID_USED",
+            format!("purchase {} with this request_id failed at settlement; send a new request_id to try again", earlier.purchase_id),
+        )),
+    }
+}
+
+/// POST /v1/tsl/purchase and /v1/tsl/purchase/layer2: the service fee plus
+/// the tool's price, over x402 only (never Trial or Earned; the DAB
+/// applies), settled before the answer. The price is shared in Earned DAC in
+/// the settlement's transaction.
+pub async fn purchase(
+    services: &Services,
+    buyer: &AgentRecord,
+    route: Route,
+    tool_id: Uuid,
+    request_id: Option<Uuid>,
+    offered: Offered,
+) -> AppResult<Purchased> {
+    let tool = tool(services, tool_id).await?;
+    let layer = if route == PURCHASE_LAYER2 { Layer::Layer2 } else { Layer::Layer1 };
+    if tool.layer != layer {
+        let other = if layer == Layer::Layer1 { PURCHASE_LAYER2.path } else { PURCHASE.path };
+        return Err(AppError::invalid("LAYER_MISMATCH", format!("tool {tool_id} is a {} tool: buy it at {other}", tool.layer)));
+    }
+    if tool.seller_agent_id == buyer.agent_id {
+        return Err(AppError::invalid("SELF_PURCHASE", "an agent cannot buy its own tool"));
+    }
+    if let Some(request_id) = request_id
+        && let Some(earlier) = services.store.purchase_by_request(buyer.agent_id, request_id).await?
+    {
+        return replay(earlier);
+    }
+    if tool.status != ToolStatus::Active {
+        return Err(conflict("TOOL_NOT_AVAILABLE", format!("tool {tool_id} is {} and does not sell", tool.status)));
+    }
+    if let Some(live) = services.store.live_purchase(buyer.agent_id, tool_id).await? {
+        return Err(conflict("ALREADY_PURCHASED", format!("you bought tool {tool_id} already (purchase {})", live.purchase_id)));
+    }
+    let prices = services.pricing.services()?.ok_or_else(|| AppError::Unavailable {
+        code: "FEATURE_NOT_AVAILABLE",
+        message: "the loaded pricing generation does not price tool purchases".into(),
+    })?;
+    let terms = crate::earned::terms(services)?;
+    let fee = prices.tsl_base_fee;
+    let total = fee + tool.price;
+    let purchase_id = Uuid::new_v4();
+    let pending = NewPurchase {
+        purchase_id,
+        tool_id,
+        buyer_agent_id: buyer.agent_id,
+        seller_agent_id: tool.seller_agent_id,
+        request_id,
+        layer,
+        price: tool.price,
+        fee,
+        earned_expiry_days: terms.expiry_days,
+    };
+    let order = Order {
+        agent_id: buyer.agent_id,
+        route,
+        path: None,
+        total,
+        description: format!("Tool {} ({} DAC + {fee} DAC service fee)", tool.name, tool.price),
+        trial: TrialUse::None,
+        earned: MilliDac::ZERO,
+        offered,
+        settle: Settle::Inline(Subject { domain: SubjectDomain::TslPurchase, id: purchase_id }),
+        pending: Some(Pending::Purchase(pending)),
+    };
+    match charge::charge(services, order, &ReadPurchase { services, purchase_id }).await {
+        Ok((purchase, settlement)) => Ok(Purchased { purchase, settlement: Some(settlement), replayed: false }),
+        // A concurrent twin won the race: answer with its result.
+        Err(AppError::Conflict { code: "DUPLICATE_REQUEST", .. }) => {
+            if let Some(request_id) = request_id
+                && let Some(earlier) = services.store.purchase_by_request(buyer.agent_id, request_id).await?
+            {
+                return replay(earlier);
+            }
+            Err(conflict("ALREADY_PURCHASED", format!("you bought tool {tool_id} already; nothing was charged")))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// GET /v1/tsl/purchases: `role` buyer, seller or all (default).
+pub async fn purchases(
+    services: &Services,
+    agent: &AgentRecord,
+    role: Option<&str>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+) -> AppResult<Page<PurchaseRecord>> {
+    let role = match role {
+        None | Some("all") => PurchaseRole::Any,
+        Some("buyer") => PurchaseRole::Buyer,
+        Some("seller") => PurchaseRole::Seller,
+        Some(other) => {
+            return Err(AppError::invalid(
+                "INVALID_ENUM",
+                format!("role must be buyer, seller or all; got {}", anchor_domain::brief(other)),
+            ));
+        }
+    };
+    let limit = page_limit(limit)?;
+    let offset = offset.unwrap_or(0);
+    if offset < 0 {
+        return Err(AppError::invalid("INVALID_VALUE", format!("offset must not be negative; got {offset}")));
+    }
+    let (items, total) = services.store.purchases(agent.agent_id, role, limit, offset).await?;
+    Ok(Page { items, total, limit, offset })
+}
+
+/// GET /v1/tsl/revenue.
+pub async fn revenue(services: &Services, agent: &AgentRecord) -> AppResult<Revenue> {
+    Ok(services.store.revenue(agent.agent_id).await?)
+}
+
+/// POST /v1/tsl/revenue-share: the seller of `tool_id` gives a share of its
+/// price to the beneficiary of a component it depends on. The tool's shares
+/// and its human share together stay at most one.
+pub async fn add_revenue_share(
+    services: &Services,
+    agent: &AgentRecord,
+    tool_id: Uuid,
+    component_tool_id: Uuid,
+    beneficiary: Uuid,
+    rate_ppm: u32,
+) -> AppResult<ShareRecord> {
+    own_tool(services, agent, tool_id).await?;
+    tool(services, component_tool_id).await?;
+    if !services.store.dependencies(tool_id).await?.iter().any(|d| d.depends_on_tool_id == component_tool_id) {
+        return Err(AppError::invalid(
+            "NOT_A_DEPENDENCY",
+            format!("tool {component_tool_id} is not a registered dependency of {tool_id} (POST /v1/tsl/tool/{tool_id}/dependency first)"),
+        ));
+    }
+    existing_agent(services, "beneficiary_agent_id", beneficiary).await?;
+    if rate_ppm > PPM_ONE {
+        return Err(AppError::invalid("INVALID_VALUE", "share_rate must be between 0 and 1"));
+    }
+    let share = NewShare {
+        share_id: Uuid::new_v4(),
+        tool_id,
+        component_tool_id,
+        beneficiary_agent_id: beneficiary,
+        rate_ppm,
+        created_by: agent.agent_id,
+        created_at: services.clock.now(),
+    };
+    match services.store.add_revenue_share(&share).await? {
+        ShareAdded::Added => {}
+        ShareAdded::Exists => {
+            return Err(conflict(
+                "REVENUE_SHARE_EXISTS",
+                "this tool already shares with this beneficiary for this component; shares are not changed once agreed",
+            ));
+        }
+        ShareAdded::Exceeded { committed_ppm } => return Err(exceeded(committed_ppm, rate_ppm)),
+    }
+    Ok(ShareRecord {
+        share_id: share.share_id,
+        tool_id,
+        component_tool_id,
+        beneficiary_agent_id: beneficiary,
+        rate_ppm,
+        created_at: share.created_at,
+    })
+}
+
+fn exceeded(committed_ppm: u32, asked_ppm: u32) -> AppError {
+    AppError::invalid(
+        "SHARE_RATE_EXCEEDED",
+        format!(
+            "the tool's revenue shares and human share already take {} of its price, and {} more would pass 1",
+            ppm_text(committed_ppm),
+            ppm_text(asked_ppm)
+        ),
+    )
+}
+
+/// A rate in parts per million as a decimal (`250000` is `0.25`).
+pub fn ppm_text(ppm: u32) -> String {
+    let text = format!("{}.{:06}", ppm / PPM_ONE, ppm % PPM_ONE);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// GET /v1/tsl/tool/{tool_id}/revenue-shares: for the seller and the beneficiaries only.
+pub async fn revenue_shares(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<(ToolRecord, Vec<ShareRecord>)> {
+    let tool = tool(services, tool_id).await?;
+    let shares = services.store.revenue_shares(tool_id).await?;
+    if tool.seller_agent_id != agent.agent_id && !shares.iter().any(|s| s.beneficiary_agent_id == agent.agent_id) {
+        return Err(AppError::forbidden(
+            "NOT_TOOL_OWNER",
+            "only the tool's seller and its revenue-share beneficiaries may list its shares",
+        ));
+    }
+    Ok((tool, shares))
+}
+
+/// POST /v1/tsl/tool/{tool_id}/transfer-declaration: `transfer` (to
+/// `target`) or `retire`, taking effect seven days later unless cancelled.
+pub async fn declare_transfer(
+    services: &Services,
+    agent: &AgentRecord,
+    tool_id: Uuid,
+    action: TransferAction,
+    target: Option<Uuid>,
+) -> AppResult<TransferRecord> {
+    let tool = own_tool(services, agent, tool_id).await?;
+    match (action, target) {
+        (TransferAction::Transfer, None) => {
+            return Err(AppError::invalid("MISSING_FIELD", "target_agent_id is required to transfer a tool"));
+        }
+        (TransferAction::Transfer, Some(target)) if target == agent.agent_id => {
+            return Err(AppError::invalid("INVALID_INPUT", "target_agent_id is the seller itself"));
+        }
+        (TransferAction::Transfer, Some(target)) => {
+            existing_agent(services, "target_agent_id", target).await?;
+        }
+        (TransferAction::Retire, Some(_)) => {
+            return Err(AppError::invalid("INVALID_INPUT", "a retirement names no target_agent_id"));
+        }
+        (TransferAction::Retire, None) => {}
+    }
+    if tool.status == ToolStatus::Defunct {
+        return Err(conflict("TOOL_NOT_AVAILABLE", format!("tool {tool_id} is defunct")));
+    }
+    let now = services.clock.now();
+    let declaration = TransferRecord {
+        transfer_id: Uuid::new_v4(),
+        tool_id,
+        declared_by: agent.agent_id,
+        action,
+        target_agent_id: target,
+        status: TransferStatus::Pending,
+        declared_at: now,
+        effective_at: now + Duration::days(TRANSFER_DELAY_DAYS),
+        ended_at: None,
+    };
+    services
+        .store
+        .declare_transfer(&declaration)
+        .await?
+        .ok_or_else(|| conflict("TRANSFER_PENDING", format!("tool {tool_id} has a pending transfer declaration; cancel it first (DELETE)")))
+}
+
+fn no_declaration(tool_id: Uuid) -> AppError {
+    AppError::not_found("NO_TRANSFER_DECLARATION", format!("tool {tool_id} has no transfer declaration"))
+}
+
+/// GET /v1/tsl/tool/{tool_id}/transfer-declaration: the latest one (the
+/// pending one if there is one), for the seller or its declarer.
+pub async fn transfer_declaration(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<TransferRecord> {
+    let tool = tool(services, tool_id).await?;
+    let latest = services.store.latest_transfer(tool_id).await?;
+    let declarer = latest.is_some_and(|t| t.declared_by == agent.agent_id);
+    if tool.seller_agent_id != agent.agent_id && !declarer {
+        return Err(not_owner(tool_id));
+    }
+    latest.ok_or_else(|| no_declaration(tool_id))
+}
+
+/// DELETE /v1/tsl/tool/{tool_id}/transfer-declaration: cancels the pending one.
+pub async fn cancel_transfer(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<TransferRecord> {
+    own_tool(services, agent, tool_id).await?;
+    services.store.cancel_transfer(tool_id, services.clock.now()).await?.ok_or_else(|| no_declaration(tool_id))
+}
+
+/// The job: carries out the declarations whose seven days are over.
+pub async fn execute_due_transfers(services: &Services) -> anyhow::Result<u64> {
+    Ok(services.store.execute_due_transfers(services.clock.now(), 100).await?)
+}
+
+/// POST /dap/tsl/human-share: a human owner takes `rate_ppm` (at most one
+/// half) of the price of each sale of a tool its agent sells, as an accrual
+/// (owners hold no Earned DAC). It supersedes the owner's earlier agreement
+/// for that tool and ends when the tool moves or the agent leaves the owner.
+pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: Uuid, rate_ppm: u32) -> AppResult<HumanShareRecord> {
+    if owner.owner_type != OwnerType::Human {
+        return Err(AppError::forbidden(
+            "HUMAN_OWNER_REQUIRED",
+            "human shares are for human owners; an agent-type owner earns nothing here",
+        ));
+    }
+    if rate_ppm > HUMAN_SHARE_MAX_PPM {
+        return Err(AppError::invalid("INVALID_VALUE", "human_share_rate must be between 0 and 0.5"));
+    }
+    let tool = tool(services, tool_id).await?;
+    crate::owners::managed(services, owner, tool.seller_agent_id).await?;
+    let id = match services.store.set_human_share(owner.owner_id, tool.seller_agent_id, tool_id, rate_ppm, services.clock.now()).await? {
+        HumanShareSet::Set { human_share_id } => human_share_id,
+        HumanShareSet::Exceeded { committed_ppm } => return Err(exceeded(committed_ppm, rate_ppm)),
+    };
+    services
+        .store
+        .human_shares(owner.owner_id)
+        .await?
+        .into_iter()
+        .find(|h| h.human_share_id == id)
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("human share {id} vanished after its write")))
+}
+
+/// GET /dap/tsl/human-shares: the owner's agreements, newest first, with what each accrued.
+pub async fn human_shares(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<HumanShareRecord>> {
+    Ok(services.store.human_shares(owner.owner_id).await?)
+}

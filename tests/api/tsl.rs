@@ -1,0 +1,479 @@
+//! The tool market: registration and its refusals, purchases paid over x402
+//! and shared in Earned DAC (revenue shares and the owner's human share add
+//! up to the price), shares that never pass one (also under concurrency),
+//! dependencies without cycles, transfers after seven days, and a purchase
+//! whose settlement fails or is unknown.
+
+use std::sync::{Arc, Mutex};
+
+use anchor_domain::{Clock, MilliDac};
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_tests::*;
+use anchor_x402::settlement::{Settled, Settler};
+use chrono::Duration;
+use serde_json::{Value, json};
+
+both_backends!(
+    tools_are_registered_listed_and_refused_with_their_codes,
+    a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac,
+    shares_never_take_more_than_the_price,
+    dependencies_never_form_a_cycle,
+    transfers_and_retirements_take_effect_after_seven_days,
+    a_purchase_settles_once_or_not_at_all
+);
+
+fn tool_body(name: &str, price: f64, layer: &str) -> Value {
+    json!({
+        "tool_name": name,
+        "tool_description": "shares of EE choices",
+        "layer": layer,
+        "price_dac": price,
+        "ara_connections": [{ "observation_type": "pattern_ee_distribution" }, { "observation_type": "agent_profile", "resolution_level": 2 }]
+    })
+}
+
+pub(crate) async fn register_tool(t: &TestServer, seller: &Agent, name: &str, price: f64, layer: &str) -> String {
+    let reply = t.post("/v1/tsl/tool/register", Some(&seller.token), &tool_body(name, price, layer)).await;
+    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    reply.json["tool_id"].as_str().unwrap().to_string()
+}
+
+/// Sends with the agent's token and, when given, a payment.
+async fn send(t: &TestServer, agent: &Agent, path: &str, body: &Value, payment: Option<&Value>) -> Reply {
+    let bearer = format!("Bearer {}", agent.token);
+    let signature = payment.map(b64);
+    let mut headers = vec![("authorization", bearer.as_str())];
+    if let Some(signature) = &signature {
+        headers.push(("payment-signature", signature.as_str()));
+    }
+    t.call_with("POST", path, &headers, Some(body)).await
+}
+
+/// Buys: the challenge first (asserting its amount in USDC base units), then the paid request.
+pub(crate) async fn buy(t: &TestServer, buyer: &Agent, path: &str, body: &Value, amount_units: &str) -> Reply {
+    let challenge = challenge_of(&send(t, buyer, path, body, None).await);
+    assert_eq!(challenge["accepts"][0]["amount"], amount_units, "{challenge}");
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    send(t, buyer, path, body, Some(&payment)).await
+}
+
+async fn earned(t: &TestServer, agent: &Agent) -> Value {
+    let reply = t.get("/v1/earned-dac/balance", Some(&agent.token)).await;
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.text);
+    reply.json["earned_balance"].clone()
+}
+
+async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let mut body = tool_body("ee-mix", 50.0, "layer1");
+    body.as_object_mut().unwrap().remove("layer");
+    let reply = t.post("/v1/tsl/tool/register", Some(&seller.token), &body).await;
+    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    assert_eq!(reply.json["layer"], "layer1", "the stored layer is echoed");
+    assert_eq!(reply.json["status"], "active");
+    assert_eq!(reply.json["seller_agent_id"], seller.id.as_str());
+    assert_eq!(reply.json["ara_connections"][0], json!({ "observation_type": "pattern_ee_distribution", "resolution_level": 1 }));
+    let first = reply.json["tool_id"].as_str().unwrap().to_string();
+    t.clock.advance(Duration::seconds(1));
+    let second = register_tool(&t, &seller, "timeline-shape", 2.5, "layer2").await;
+
+    let refusals: [(Value, &str); 10] = [
+        (json!({ "ara_connections": null }), "ARA_CONNECTION_REQUIRED"),
+        (json!({ "ara_connections": [] }), "ARA_CONNECTION_REQUIRED"),
+        (json!({ "ara_connections": [{ "observation_type": "environment_summary", "resolution_level": 2 }] }), "INVALID_ARA_CONNECTION"),
+        (json!({ "ara_connections": [{ "observation_type": "pattern_compare", "resolution_level": 3 }] }), "INVALID_ARA_CONNECTION"),
+        (json!({ "ara_connections": [{ "observation_type": "weather" }] }), "INVALID_ENUM"),
+        (json!({ "tool_name": "reach me at bob@example.com" }), "PII_DETECTED"),
+        (json!({ "tool_description": "support line +1 555 123 4567" }), "PII_DETECTED"),
+        (json!({ "tool_name": " " }), "INVALID_INPUT"),
+        (json!({ "price_dac": 0 }), "INVALID_INPUT"),
+        (json!({ "layer": "layer3" }), "INVALID_ENUM"),
+    ];
+    for (change, code) in refusals {
+        let mut body = tool_body("x", 1.0, "layer1");
+        for (key, value) in change.as_object().unwrap() {
+            if value.is_null() {
+                body.as_object_mut().unwrap().remove(key);
+            } else {
+                body[key] = value.clone();
+            }
+        }
+        t.post("/v1/tsl/tool/register", Some(&seller.token), &body).await.assert_error(400, code);
+    }
+    let mut nul = tool_body("x", 1.0, "layer1");
+    nul["tool_name"] = json!("ee\u{0}mix");
+    t.post("/v1/tsl/tool/register", Some(&seller.token), &nul).await.assert_error(400, "INVALID_VALUE");
+    nul["tool_name"] = json!("ee\u{7}mix");
+    t.post("/v1/tsl/tool/register", Some(&seller.token), &nul).await.assert_error(400, "INVALID_INPUT");
+    t.post("/v1/tsl/tool/register", None, &tool_body("x", 1.0, "layer1")).await.assert_error(401, "UNAUTHORIZED");
+
+    // Public list: newest first, filters, paging.
+    let list = t.get("/v1/tsl/tools", None).await;
+    assert_eq!(list.status.as_u16(), 200, "{}", list.text);
+    let ids: Vec<&str> = list.json["tools"].as_array().unwrap().iter().map(|t| t["tool_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [second.as_str(), first.as_str()]);
+    assert_eq!(list.json["total"], 2);
+    let layer2 = t.get("/v1/tsl/tools?layer=layer2", None).await;
+    assert_eq!(layer2.json["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(layer2.json["tools"][0]["price_dac"], json!(2.5));
+    let paged = t.get("/v1/tsl/tools?limit=1&page=2", None).await;
+    assert_eq!(paged.json["tools"][0]["tool_id"], first.as_str());
+    t.get("/v1/tsl/tools?limit=0", None).await.assert_error(400, "INVALID_VALUE");
+    t.get("/v1/tsl/tools?status=sold", None).await.assert_error(400, "INVALID_ENUM");
+    let detail = t.get(&format!("/v1/tsl/tool/{first}"), None).await;
+    assert_eq!(detail.json["tool_name"], "ee-mix");
+    t.get(&format!("/v1/tsl/tool/{}", uuid::Uuid::new_v4()), None).await.assert_error(404, "TOOL_NOT_FOUND");
+    t.get("/v1/tsl/tool/not-a-uuid", None).await.assert_error(400, "INVALID_UUID");
+}
+
+async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut seller = t.register().await;
+    let author = t.register().await;
+    let buyer = t.register().await;
+    let component = register_tool(&t, &author, "component", 5.0, "layer1").await;
+    let tool = register_tool(&t, &seller, "ee-mix", 100.0, "layer1").await;
+    let dep = t.post(&format!("/v1/tsl/tool/{tool}/dependency"), Some(&seller.token), &json!({ "depends_on_tool_id": component })).await;
+    assert_eq!(dep.status.as_u16(), 201, "{}", dep.text);
+    let share = json!({ "tool_id": tool, "component_tool_id": component, "beneficiary_agent_id": author.id, "share_rate": 0.2 });
+    let shared = t.post("/v1/tsl/revenue-share", Some(&seller.token), &share).await;
+    assert_eq!(shared.status.as_u16(), 201, "{}", shared.text);
+    assert_eq!(shared.json["share_rate"], json!(0.2));
+    // The seller's owner takes a human share of one tenth.
+    let owner = t.owner("owner@example.org").await;
+    t.link(&owner, &mut seller).await;
+    let human = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&json!({ "tool_id": tool, "human_share_rate": 0.1 }))).await;
+    assert_eq!(human.status.as_u16(), 201, "{}", human.text);
+    assert_eq!(human.json["in_force"], true);
+
+    // The buyer still has its Trial: a purchase is never paid from it. 100 DAC + the 10 DAC fee.
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let body = json!({ "tool_id": tool, "request_id": request_id });
+    let bought = buy(&t, &buyer, "/v1/tsl/purchase", &body, "110000").await;
+    assert_eq!(bought.status.as_u16(), 201, "{}", bought.text);
+    assert!(bought.headers.get("payment-response").is_some(), "settled before the answer");
+    assert_eq!(bought.json["status"], "completed");
+    assert_eq!((bought.json["price_dac"].clone(), bought.json["service_fee_dac"].clone()), (json!(100), json!(10)));
+    assert_eq!(bought.json["seller_agent_id"], seller.id.as_str());
+    let trial = t.get("/v1/trial/status", Some(&buyer.token)).await;
+    assert_eq!(trial.json["trial_dac_remaining"], json!(500), "{}", trial.text);
+
+    // 20 to the component's author, 10 accrued to the owner, 70 to the seller, as Earned DAC.
+    assert_eq!(earned(&t, &author).await, json!(20));
+    assert_eq!(earned(&t, &seller).await, json!(70));
+    assert_eq!(earned(&t, &buyer).await, json!(0));
+    let shares = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
+    assert_eq!(shares.json["accrued_total_dac"], json!(10), "{}", shares.text);
+    assert_eq!(shares.json["human_shares"][0]["sales"], 1);
+    let ledger = t.get("/v1/earned-dac/ledger", Some(&seller.token)).await;
+    assert_eq!(ledger.json["entries"][0]["type"], "credit");
+    assert_eq!(ledger.json["entries"][0]["reference"]["kind"], "tsl_purchase");
+    assert_eq!(ledger.json["entries"][0]["reference"]["id"], bought.json["purchase_id"]);
+    // The parts add up to the price, in the database too.
+    let purchase_sql = t.uuid_sql(bought.json["purchase_id"].as_str().unwrap());
+    assert_eq!(
+        t.scalar(&format!("select cast(sum(amount_milli) as bigint) from tsl_distribution where purchase_id = {purchase_sql}")).await,
+        100_000
+    );
+    let sales = t.get("/v1/tsl/purchases?role=seller", Some(&seller.token)).await;
+    assert_eq!(sales.json["total"], 1, "{}", sales.text);
+    let kinds: Vec<(&str, Value)> = sales.json["purchases"][0]["shares"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["kind"].as_str().unwrap(), s["amount_dac"].clone()))
+        .collect();
+    assert_eq!(kinds, [("revenue_share", json!(20)), ("human_share", json!(10)), ("seller", json!(70))]);
+    let bought_list = t.get("/v1/tsl/purchases?role=buyer", Some(&buyer.token)).await;
+    assert_eq!(bought_list.json["purchases"][0]["role"], "buyer");
+    assert_eq!(bought_list.json["purchases"][0]["shares"], json!([]), "a buyer does not see how the price was shared");
+    let revenue = t.get("/v1/tsl/revenue", Some(&seller.token)).await;
+    assert_eq!(
+        (revenue.json["sales_count"].clone(), revenue.json["gross_sales_dac"].clone(), revenue.json["earned_as_seller_dac"].clone()),
+        (json!(1), json!(100), json!(70))
+    );
+    assert_eq!(revenue.json["shared_with_components_dac"], json!(20));
+    assert_eq!(revenue.json["human_share_accrued_dac"], json!(10));
+    let author_revenue = t.get("/v1/tsl/revenue", Some(&author.token)).await;
+    assert_eq!(author_revenue.json["earned_from_revenue_shares_dac"], json!(20));
+    // The usage record counts it under tsl, paid externally.
+    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'tsl_purchase' and payment_source = 'external'").await, 1);
+
+    // The same request_id answers the same purchase, without a charge.
+    let payments = t.scalar("select count(*) from x402_payment").await;
+    let again = send(&t, &buyer, "/v1/tsl/purchase", &body, None).await;
+    assert_eq!(again.status.as_u16(), 201, "{}", again.text);
+    assert_eq!((again.json["purchase_id"].clone(), again.json["replayed"].clone()), (bought.json["purchase_id"].clone(), json!(true)));
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, payments);
+    // A second purchase of the same tool, a tool of one's own, the wrong layer: refused before any charge.
+    send(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": tool }), None).await.assert_error(409, "ALREADY_PURCHASED");
+    send(&t, &seller, "/v1/tsl/purchase", &json!({ "tool_id": tool }), None).await.assert_error(400, "SELF_PURCHASE");
+    send(&t, &author, "/v1/tsl/purchase/layer2", &json!({ "tool_id": tool }), None).await.assert_error(400, "LAYER_MISMATCH");
+    send(&t, &author, "/v1/tsl/purchase/layer2", &json!({ "tool_id": tool, "request_id": request_id }), None)
+        .await
+        .assert_error(400, "UNKNOWN_FIELD");
+    send(&t, &author, "/v1/tsl/purchase", &json!({ "tool_id": uuid::Uuid::new_v4() }), None).await.assert_error(404, "TOOL_NOT_FOUND");
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, payments);
+
+    // A layer 2 tool sells at its own route; with no shares, the seller gets the whole price.
+    let layer2 = register_tool(&t, &author, "composite", 7.5, "layer2").await;
+    let bought2 = buy(&t, &buyer, "/v1/tsl/purchase/layer2", &json!({ "tool_id": layer2 }), "17500").await;
+    assert_eq!(bought2.status.as_u16(), 201, "{}", bought2.text);
+    assert_eq!(earned(&t, &author).await, json!(27.5));
+
+    // Ten parallel purchases of one tool by one buyer: one is charged, the rest refused.
+    let third = register_tool(&t, &author, "third", 1.0, "layer1").await;
+    let other_buyer = t.register().await;
+    let challenge = challenge_of(&send(&t, &other_buyer, "/v1/tsl/purchase", &json!({ "tool_id": third }), None).await);
+    let attempts = (0..10).map(|_| {
+        let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+        let body = json!({ "tool_id": third, "request_id": uuid::Uuid::new_v4() });
+        let (t, buyer) = (&t, &other_buyer);
+        async move { send(t, buyer, "/v1/tsl/purchase", &body, Some(&payment)).await }
+    });
+    let replies = futures_util::future::join_all(attempts).await;
+    let created = replies.iter().filter(|r| r.status.as_u16() == 201).count();
+    assert_eq!(created, 1, "{:?}", replies.iter().map(|r| r.text.clone()).collect::<Vec<_>>());
+    for reply in replies.iter().filter(|r| r.status.as_u16() != 201) {
+        reply.assert_error(409, "ALREADY_PURCHASED");
+    }
+    let settled = t
+        .scalar(&format!("select count(*) from x402_payment where agent_id = {} and status = 'settled'", t.uuid_sql(&other_buyer.id)))
+        .await;
+    assert_eq!(settled, 1);
+    assert_eq!(earned(&t, &author).await, json!(28.5));
+}
+
+async fn shares_never_take_more_than_the_price(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut seller = t.register().await;
+    let stranger = t.register().await;
+    let component = register_tool(&t, &stranger, "component", 1.0, "layer1").await;
+    let unrelated = register_tool(&t, &stranger, "unrelated", 1.0, "layer1").await;
+    let tool = register_tool(&t, &seller, "ee-mix", 10.0, "layer1").await;
+    t.post(&format!("/v1/tsl/tool/{tool}/dependency"), Some(&seller.token), &json!({ "depends_on_tool_id": component })).await;
+    let share = |beneficiary: &str, rate: f64| json!({ "tool_id": tool, "component_tool_id": component, "beneficiary_agent_id": beneficiary, "share_rate": rate });
+    let mut body = share(&stranger.id, 0.2);
+    body["component_tool_id"] = json!(unrelated);
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &body).await.assert_error(400, "NOT_A_DEPENDENCY");
+    t.post("/v1/tsl/revenue-share", Some(&stranger.token), &share(&stranger.id, 0.2)).await.assert_error(403, "NOT_TOOL_OWNER");
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 1.5)).await.assert_error(400, "INVALID_VALUE");
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 0.1234567)).await.assert_error(400, "INVALID_VALUE");
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&uuid::Uuid::new_v4().to_string(), 0.1))
+        .await
+        .assert_error(404, "AGENT_NOT_FOUND");
+    let first = t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 0.3)).await;
+    assert_eq!(first.status.as_u16(), 201, "{}", first.text);
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 0.1)).await.assert_error(409, "REVENUE_SHARE_EXISTS");
+
+    // Twenty parallel shares of 0.1 on top of 0.3: exactly seven fit.
+    let mut beneficiaries = Vec::new();
+    for _ in 0..20 {
+        beneficiaries.push(t.register().await);
+    }
+    let adds = beneficiaries.iter().map(|b| {
+        let body = share(&b.id, 0.1);
+        let (t, seller) = (&t, &seller);
+        async move { t.post("/v1/tsl/revenue-share", Some(&seller.token), &body).await }
+    });
+    let replies = futures_util::future::join_all(adds).await;
+    assert_eq!(replies.iter().filter(|r| r.status.as_u16() == 201).count(), 7);
+    for reply in replies.iter().filter(|r| r.status.as_u16() != 201) {
+        reply.assert_error(400, "SHARE_RATE_EXCEEDED");
+    }
+    let listed = t.get(&format!("/v1/tsl/tool/{tool}/revenue-shares"), Some(&seller.token)).await;
+    assert_eq!((listed.json["count"].clone(), listed.json["total_share_rate"].clone()), (json!(8), json!(1)), "{}", listed.text);
+    // A beneficiary may list them; an outsider may not.
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}/revenue-shares"), Some(&stranger.token)).await.status.as_u16(), 200);
+    let outsider = t.register().await;
+    t.get(&format!("/v1/tsl/tool/{tool}/revenue-shares"), Some(&outsider.token)).await.assert_error(403, "NOT_TOOL_OWNER");
+
+    // Nothing is left for a human share; a second tool takes one up to 0.5.
+    let owner = t.owner("owner@example.org").await;
+    t.link(&owner, &mut seller).await;
+    let human = |tool: &str, rate: f64| json!({ "tool_id": tool, "human_share_rate": rate });
+    t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&tool, 0.01))).await.assert_error(400, "SHARE_RATE_EXCEEDED");
+    let other = register_tool(&t, &seller, "other", 10.0, "layer1").await;
+    t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&other, 0.6))).await.assert_error(400, "INVALID_VALUE");
+    let set = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&other, 0.5))).await;
+    assert_eq!(set.status.as_u16(), 201, "{}", set.text);
+    // A new agreement replaces the earlier one.
+    let replaced = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&other, 0.25))).await;
+    assert_eq!(replaced.json["human_share_rate"], json!(0.25));
+    let list = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
+    let states: Vec<(Value, Value)> =
+        list.json["human_shares"].as_array().unwrap().iter().map(|h| (h["in_force"].clone(), h["end_reason"].clone())).collect();
+    assert_eq!(states, [(json!(true), Value::Null), (json!(false), json!("superseded"))]);
+    // Someone else's tool, or an owner that does not manage the seller: 403 NOT_LINKED.
+    t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&component, 0.1))).await.assert_error(403, "NOT_LINKED");
+    t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&uuid::Uuid::new_v4().to_string(), 0.1)))
+        .await
+        .assert_error(404, "TOOL_NOT_FOUND");
+    // Unlinked, the agreement is no longer in force.
+    let unlink =
+        t.as_owner(&owner, "DELETE", "/dap/agent/unlink", Some(&json!({ "agent_id": seller.id, "password": OWNER_PASSWORD }))).await;
+    assert_eq!(unlink.status.as_u16(), 200, "{}", unlink.text);
+    let list = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
+    assert_eq!(
+        (list.json["human_shares"][0]["in_force"].clone(), list.json["human_shares"][0]["end_reason"].clone()),
+        (json!(false), json!("unlinked"))
+    );
+}
+
+async fn dependencies_never_form_a_cycle(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let [a, b, c] = [
+        register_tool(&t, &seller, "a", 1.0, "layer2").await,
+        register_tool(&t, &seller, "b", 1.0, "layer2").await,
+        register_tool(&t, &seller, "c", 1.0, "layer1").await,
+    ];
+    let depend = |from: &str, to: &str| (format!("/v1/tsl/tool/{from}/dependency"), json!({ "depends_on_tool_id": to }));
+    for (from, to) in [(&a, &b), (&b, &c)] {
+        let (path, body) = depend(from, to);
+        let reply = t.post(&path, Some(&seller.token), &body).await;
+        assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    }
+    let (path, body) = depend(&c, &a);
+    t.post(&path, Some(&seller.token), &body).await.assert_error(400, "DEPENDENCY_CYCLE");
+    let (path, body) = depend(&a, &a);
+    t.post(&path, Some(&seller.token), &body).await.assert_error(400, "INVALID_DEPENDENCY");
+    let (path, body) = depend(&a, &b);
+    t.post(&path, Some(&seller.token), &body).await.assert_error(409, "DEPENDENCY_EXISTS");
+    let other = t.register().await;
+    let (path, body) = depend(&a, &c);
+    t.post(&path, Some(&other.token), &body).await.assert_error(403, "NOT_TOOL_OWNER");
+    let mut with_purchase = body.clone();
+    with_purchase["purchase_id"] = json!(uuid::Uuid::new_v4());
+    t.post(&path, Some(&seller.token), &with_purchase).await.assert_error(400, "INVALID_PURCHASE");
+    let listed = t.get(&format!("/v1/tsl/tool/{a}/dependencies"), None).await;
+    assert_eq!(listed.json["count"], 1);
+    assert_eq!(listed.json["dependencies"][0]["depends_on_tool_id"], b.as_str());
+
+    // Two new tools joined both ways at once: one edge wins, never both.
+    let x = register_tool(&t, &seller, "x", 1.0, "layer1").await;
+    let y = register_tool(&t, &seller, "y", 1.0, "layer1").await;
+    for _ in 0..3 {
+        let ((p1, b1), (p2, b2)) = (depend(&x, &y), depend(&y, &x));
+        let (r1, r2) = tokio::join!(t.post(&p1, Some(&seller.token), &b1), t.post(&p2, Some(&seller.token), &b2));
+        let created = [&r1, &r2].iter().filter(|r| r.status.as_u16() == 201).count();
+        assert!(created <= 1, "{} / {}", r1.text, r2.text);
+    }
+    let edges = t.scalar(&format!("select count(*) from tsl_dependency where tool_id in ({}, {})", t.uuid_sql(&x), t.uuid_sql(&y))).await;
+    assert_eq!(edges, 1);
+}
+
+async fn transfers_and_retirements_take_effect_after_seven_days(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut seller = t.register().await;
+    let target = t.register().await;
+    let buyer = t.register().await;
+    let tool = register_tool(&t, &seller, "ee-mix", 10.0, "layer1").await;
+    let owner = t.owner("owner@example.org").await;
+    t.link(&owner, &mut seller).await;
+    let human = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&json!({ "tool_id": tool, "human_share_rate": 0.1 }))).await;
+    assert_eq!(human.status.as_u16(), 201, "{}", human.text);
+    let path = format!("/v1/tsl/tool/{tool}/transfer-declaration");
+
+    t.get(&path, Some(&seller.token)).await.assert_error(404, "NO_TRANSFER_DECLARATION");
+    t.post(&path, Some(&seller.token), &json!({ "action": "transfer" })).await.assert_error(400, "MISSING_FIELD");
+    t.post(&path, Some(&seller.token), &json!({ "action": "transfer", "target_agent_id": seller.id }))
+        .await
+        .assert_error(400, "INVALID_INPUT");
+    t.post(&path, Some(&seller.token), &json!({ "action": "sell" })).await.assert_error(400, "INVALID_ENUM");
+    t.post(&path, Some(&seller.token), &json!({ "action": "retire", "target_agent_id": target.id }))
+        .await
+        .assert_error(400, "INVALID_INPUT");
+    t.post(&path, Some(&target.token), &json!({ "action": "retire" })).await.assert_error(403, "NOT_TOOL_OWNER");
+    let declared = t.post(&path, Some(&seller.token), &json!({ "action": "transfer", "target_agent_id": target.id })).await;
+    assert_eq!(declared.status.as_u16(), 201, "{}", declared.text);
+    assert_eq!(declared.json["status"], "pending");
+    t.post(&path, Some(&seller.token), &json!({ "action": "retire" })).await.assert_error(409, "TRANSFER_PENDING");
+    let cancelled = t.call("DELETE", &path, Some(&seller.token), None).await;
+    assert_eq!(cancelled.json["status"], "cancelled", "{}", cancelled.text);
+    t.call("DELETE", &path, Some(&seller.token), None).await.assert_error(404, "NO_TRANSFER_DECLARATION");
+    let declared = t.post(&path, Some(&seller.token), &json!({ "action": "transfer", "target_agent_id": target.id })).await;
+    assert_eq!(declared.status.as_u16(), 201, "{}", declared.text);
+
+    // Six days on, nothing has moved; seven, and the job moves the seller role.
+    t.clock.advance(Duration::days(6));
+    anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap();
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}"), None).await.json["seller_agent_id"], seller.id.as_str());
+    t.clock.advance(Duration::days(1));
+    assert_eq!(anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap(), 1);
+    assert_eq!(anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap(), 0, "carried out once");
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}"), None).await.json["seller_agent_id"], target.id.as_str());
+    let seen = t.get(&path, Some(&target.token)).await;
+    assert_eq!(seen.json["status"], "executed", "{}", seen.text);
+    // The old owner's human share ended with the move; later sales are the new seller's.
+    let owner = t.login(&owner.email, OWNER_PASSWORD).await;
+    let shares = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
+    assert_eq!(shares.json["human_shares"][0]["end_reason"], "transferred");
+    let bought = buy(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": tool }), "20000").await;
+    assert_eq!(bought.status.as_u16(), 201, "{}", bought.text);
+    assert_eq!(earned(&t, &target).await, json!(10));
+    assert_eq!(earned(&t, &seller).await, json!(0));
+
+    // Retired, it no longer sells.
+    let retire = t.post(&path, Some(&target.token), &json!({ "action": "retire" })).await;
+    assert_eq!(retire.status.as_u16(), 201, "{}", retire.text);
+    t.clock.advance(Duration::days(7));
+    anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap();
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}"), None).await.json["status"], "defunct");
+    let late = t.register().await;
+    send(&t, &late, "/v1/tsl/purchase", &json!({ "tool_id": tool }), None).await.assert_error(409, "TOOL_NOT_AVAILABLE");
+    t.post(&path, Some(&target.token), &json!({ "action": "retire" })).await.assert_error(409, "TOOL_NOT_AVAILABLE");
+}
+
+/// A settler that answers from a script (last first), then settles like the local one.
+struct Scripted(Mutex<Vec<Settled>>);
+
+#[async_trait::async_trait]
+impl Settler for Scripted {
+    fn mode(&self) -> &'static str {
+        "scripted"
+    }
+    async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
+        Ok(())
+    }
+    async fn settle(&self, _payload: &Value, _requirements: &Value, local: &str) -> Settled {
+        self.0.lock().unwrap().pop().unwrap_or_else(|| Settled::Yes { reference: local.to_string() })
+    }
+}
+
+async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
+    let script = Arc::new(Scripted(Mutex::new(vec![
+        Settled::Unknown { detail: "facilitator timed out".into() },
+        Settled::No { reason: "insufficient_funds".into() },
+    ])));
+    let t = TestServer::with(backend, Options { settler: Some(script.clone()), ..Default::default() }).await;
+    let seller = t.register().await;
+    let buyer = t.register().await;
+    let tool = register_tool(&t, &seller, "ee-mix", 10.0, "layer1").await;
+    let body = json!({ "tool_id": tool, "request_id": uuid::Uuid::new_v4() });
+
+    // Refused at settlement: 402, the purchase failed, nobody earned anything.
+    let refused = buy(&t, &buyer, "/v1/tsl/purchase", &body, "20000").await;
+    assert_eq!(refused.status.as_u16(), 402, "{}", refused.text);
+    assert_eq!(t.strings("select status from tsl_purchase").await, ["failed"]);
+    assert_eq!(earned(&t, &seller).await, json!(0));
+    // Its request_id is spent; a new one may try again. Unknown outcome: 503, pending.
+    send(&t, &buyer, "/v1/tsl/purchase", &body, None).await.assert_error(409, "REQUEST_ID_USED");
+    let body = json!({ "tool_id": tool, "request_id": uuid::Uuid::new_v4() });
+    let unknown = buy(&t, &buyer, "/v1/tsl/purchase", &body, "20000").await;
+    unknown.assert_error(503, "SETTLEMENT_PENDING");
+    send(&t, &buyer, "/v1/tsl/purchase", &body, None).await.assert_error(409, "PURCHASE_PENDING");
+    assert_eq!(earned(&t, &seller).await, json!(0));
+    // Reconciliation settles it once; the seller earns then, and the request_id answers it.
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 1);
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 0);
+    assert_eq!(earned(&t, &seller).await, json!(10));
+    let answered = send(&t, &buyer, "/v1/tsl/purchase", &body, None).await;
+    assert_eq!((answered.status.as_u16(), answered.json["status"].clone()), (201, json!("completed")), "{}", answered.text);
+    let mut statuses = t.strings("select status from tsl_purchase").await;
+    statuses.sort();
+    assert_eq!(statuses, ["completed", "failed"]);
+    assert_eq!(t.scalar("select count(*) from tsl_distribution").await, 1);
+    let _ = MilliDac::ZERO;
+}
