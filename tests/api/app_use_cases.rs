@@ -63,6 +63,7 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
             owners: Default::default(),
             privacy: Default::default(),
         }),
+        tools: shared_tools(),
     };
     let now = clock.now();
     let agent_id = Uuid::new_v4();

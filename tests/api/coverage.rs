@@ -207,6 +207,29 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
         ok(&t.call_with("POST", path, &[("authorization", &buyer), ("payment-signature", &payment)], Some(&body)).await);
     }
     ok(&t.get("/v1/tsl/purchases?role=seller&limit=5&offset=0", Some(&seller)).await);
+    // Tools that run: the seller uploads the example, the buyer runs it on
+    // the environment release (paid, as in ARA), and both read the runtime.
+    let upload = t
+        .http
+        .put(t.url(&format!("/v1/tsl/tool/{composite}/component")))
+        .header("authorization", format!("Bearer {seller}"))
+        .header("content-type", "application/wasm")
+        .body(component_bytes("tool-example"))
+        .send()
+        .await
+        .unwrap();
+    let status = upload.status().as_u16();
+    let content_type = upload.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let text = upload.text().await.unwrap();
+    contract::check(&t.base, "PUT", &format!("/v1/tsl/tool/{composite}/component"), status, content_type.as_deref(), &text);
+    assert_eq!(status, 201, "{text}");
+    ok(&t.get(&format!("/v1/tsl/tool/{composite}/component"), None).await);
+    ok(&t.get("/v1/tsl/runtime", None).await);
+    let run_path = format!("/v1/tsl/tool/{composite}/run");
+    let challenge = challenge_of(&t.call_with("POST", &run_path, &[("authorization", &buyer)], Some(&json!({}))).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    ok(&t.call_with("POST", &run_path, &[("authorization", &buyer), ("payment-signature", &payment)], Some(&json!({}))).await);
+    ok(&t.call_with("GET", "/v1/tsl/runs?limit=5", &[("authorization", &buyer)], None).await);
     ok(&t.get("/v1/tsl/revenue", Some(&seller)).await);
     let transfer = format!("/v1/tsl/tool/{component}/transfer-declaration");
     ok(&t.post(&transfer, Some(&seller), &json!({ "action": "transfer", "target_agent_id": other })).await);

@@ -18,6 +18,7 @@ mod plugins;
 mod sdk;
 mod store_conformance;
 mod tidy;
+mod tools;
 mod transparency;
 mod tsl;
 mod validation;

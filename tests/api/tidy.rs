@@ -29,6 +29,7 @@ fn wit_folders_are_frozen() {
     let released = [
         ("pricing@1.0.0", "d8d62452f0d43d1052dc3d441c0ec0af665331fe92194b9d60ea720d898b2edc"),
         ("pricing@1.1.0", "3ee01fe8623e5aadc9d0e35889c082fcdd2c91a173df74baa29a68637183f468"),
+        ("tool@1.0.0", "9e7e206f39e7f678f41aa9fe20c36d56a1cb37c66462d182c54d2a359edd6749"),
     ];
     for (folder, expected) in released {
         let dir = root().join("wit").join(folder);
@@ -131,4 +132,33 @@ fn the_server_reaches_storage_only_through_use_cases() {
         }
     }
     assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");
+}
+
+/// `unsafe` appears in one place: deserializing compiled tools this host
+/// wrote (`host/plugin-host/src/tool.rs`, each block with its SAFETY note).
+#[test]
+fn unsafe_code_stays_in_the_tool_cache() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join("host"), &mut files);
+    walk(&root().join("tests"), &mut files);
+    let allowed = root().join("host/plugin-host/src/tool.rs");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let blocks = text.matches(concat!("unsafe", " {")).count();
+        if file == allowed {
+            assert_eq!(blocks, text.matches("// SAFETY:").count(), "every unsafe block in {} says why it is sound", file.display());
+        } else {
+            assert_eq!(blocks, 0, "{} uses unsafe code", file.display());
+        }
+    }
 }

@@ -60,6 +60,34 @@ pub fn component_bytes(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// The JavaScript example tool (`plugins/tools/example-js`), built by
+/// componentize-js from npm, offline, once per test process (`scripts/test`
+/// installs its packages). Blocks for the build: call it off the executor.
+pub fn js_tool_component() -> Vec<u8> {
+    static BUILT: OnceLock<Vec<u8>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/tools/example-js");
+            assert!(
+                dir.join("node_modules/@bytecodealliance/componentize-js").exists(),
+                "componentize-js is not installed: run `npm ci` in {} (scripts/test does)",
+                dir.display()
+            );
+            let out = std::env::temp_dir().join(format!("anchor-tool-js-{}.wasm", std::process::id()));
+            let built = std::process::Command::new("node").arg("build.mjs").arg(&out).current_dir(&dir).output().expect("node runs");
+            assert!(
+                built.status.success(),
+                "building the JavaScript tool failed:\n{}{}",
+                String::from_utf8_lossy(&built.stdout),
+                String::from_utf8_lossy(&built.stderr)
+            );
+            let bytes = std::fs::read(&out).expect("the built component");
+            let _ = std::fs::remove_file(&out);
+            bytes
+        })
+        .clone()
+}
+
 pub fn load_component(name: &str) -> Arc<WasmPricing> {
     WasmPricing::load(engine(), &component_bytes(name), Limits::PRICING).expect("component loads")
 }
@@ -114,6 +142,19 @@ impl Drop for Cleanup {
             }
         }
     }
+}
+
+/// One tool runtime for the whole test process, with a compiled cache of its
+/// own, so a component is compiled once however many servers run it.
+pub fn shared_tools() -> anchor_app::tools::Tools {
+    static TOOLS: OnceLock<anchor_app::tools::Tools> = OnceLock::new();
+    TOOLS
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("anchor-test-tool-cache-{}", std::process::id()));
+            let runtime = anchor_plugins::WasmTools::new(Some(&dir), anchor_domain::tools::ToolLimits::DEFAULT).expect("tool runtime");
+            anchor_app::tools::Tools::new(Arc::new(runtime))
+        })
+        .clone()
 }
 
 /// Options for a test server.
@@ -198,6 +239,7 @@ impl TestServer {
         if let Some(settler) = options.settler {
             state = state.with_settler(settler);
         }
+        state = state.with_tools(shared_tools());
         // The background jobs, with a fast log; reconciliation and erasure
         // are driven by the tests themselves.
         let integrator = options.jobs.then(|| {

@@ -38,6 +38,12 @@ pub enum AppError {
         code: &'static str,
         message: String,
     },
+    /// Understood, but what it ran could not finish (422): a tool's run that
+    /// failed, with the reason as its code.
+    Unprocessable {
+        code: &'static str,
+        message: String,
+    },
     /// Gone for good (410), such as an expired payment window.
     Gone {
         code: &'static str,
@@ -78,6 +84,7 @@ impl AppError {
             AppError::Forbidden { code, .. }
             | AppError::NotFound { code, .. }
             | AppError::Conflict { code, .. }
+            | AppError::Unprocessable { code, .. }
             | AppError::Gone { code, .. }
             | AppError::Unavailable { code, .. } => code,
             AppError::Unauthenticated { .. } => "UNAUTHORIZED",
@@ -97,6 +104,7 @@ impl std::fmt::Display for AppError {
             AppError::Forbidden { message, .. }
             | AppError::NotFound { message, .. }
             | AppError::Conflict { message, .. }
+            | AppError::Unprocessable { message, .. }
             | AppError::Gone { message, .. }
             | AppError::Unavailable { message, .. }
             | AppError::Unauthenticated { message }

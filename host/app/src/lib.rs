@@ -25,6 +25,7 @@ pub mod owners;
 pub mod payments;
 pub mod pricing;
 pub mod status;
+pub mod tools;
 pub mod transparency;
 pub mod tsl;
 
@@ -62,4 +63,6 @@ pub struct Services {
     pub settler: Arc<dyn Settler>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
+    /// Where sellers' tools run.
+    pub tools: tools::Tools,
 }

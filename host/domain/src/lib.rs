@@ -17,6 +17,7 @@ pub mod money;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
+pub mod tools;
 pub mod tsl;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -17,13 +17,16 @@ pub struct Limits {
     pub deadline_ticks: u64,
     /// Bytes of linear memory the guest may hold.
     pub memory_bytes: usize,
+    /// Instances, tables and memories a component may create (a component
+    /// built from a language runtime has several core instances).
+    pub instances: usize,
 }
 
 impl Limits {
     /// The bounds for pricing calls: a quote takes a few thousand instructions
     /// and well under a megabyte, so these leave wide room and still end a
     /// runaway guest within a few milliseconds.
-    pub const PRICING: Limits = Limits { fuel: 20_000_000, deadline_ticks: 20, memory_bytes: 8 << 20 };
+    pub const PRICING: Limits = Limits { fuel: 20_000_000, deadline_ticks: 20, memory_bytes: 8 << 20, instances: 16 };
 }
 
 /// What a store carries: its memory limiter.
@@ -31,7 +34,16 @@ pub struct CallState {
     limits: StoreLimits,
 }
 
-/// One engine for all trusted components. Cheap to clone.
+/// What an engine runs: the operator's pricing generations (trusted, small,
+/// called on every paid request), or sellers' tools (untrusted, large,
+/// called seldom). Their compiled code differs, so each has its own engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    Pricing,
+    Tools,
+}
+
+/// One engine for one kind of component. Cheap to clone.
 #[derive(Clone)]
 pub struct PluginEngine {
     engine: Engine,
@@ -44,11 +56,24 @@ impl PluginEngine {
     /// Builds the engine (pooling allocator when the address space allows it,
     /// on-demand otherwise) and starts its epoch ticker.
     pub fn new() -> anyhow::Result<PluginEngine> {
-        let engine = match Engine::new(&config(true)) {
-            Ok(engine) => engine,
-            Err(pooling_error) => {
-                tracing::warn!(%pooling_error, "pooling allocator unavailable; using on-demand instance allocation");
-                Engine::new(&config(false))?
+        PluginEngine::with_profile(Profile::Pricing)
+    }
+
+    /// The engine for `profile`. Tools get on-demand allocation (their
+    /// components are few, large and of every shape) and a deeper stack.
+    pub fn with_profile(profile: Profile) -> anyhow::Result<PluginEngine> {
+        let engine = match profile {
+            Profile::Pricing => match Engine::new(&config(true)) {
+                Ok(engine) => engine,
+                Err(pooling_error) => {
+                    tracing::warn!(%pooling_error, "pooling allocator unavailable; using on-demand instance allocation");
+                    Engine::new(&config(false))?
+                }
+            },
+            Profile::Tools => {
+                let mut config = config(false);
+                config.max_wasm_stack(1 << 20);
+                Engine::new(&config)?
             }
         };
         // The ticker holds a weak reference, so it stops when the engine is dropped.
@@ -72,9 +97,9 @@ impl PluginEngine {
         let state = CallState {
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
-                .instances(16)
-                .tables(16)
-                .memories(4)
+                .instances(limits.instances)
+                .tables(limits.instances)
+                .memories(limits.instances)
                 .trap_on_grow_failure(true)
                 .build(),
         };

@@ -1,4 +1,5 @@
-//! The WebAssembly component host.
+//! The WebAssembly component host: pricing generations (the operator's) and
+//! interpretation tools (sellers'), each kind on its own engine.
 //!
 //! One [`PluginEngine`] compiles components; each loaded component becomes a
 //! typed, pre-linked handle; every call runs in a fresh `Store` with a fuel
@@ -8,9 +9,11 @@
 
 pub mod engine;
 pub mod pricing;
+pub mod tool;
 
-pub use engine::{Limits, PluginEngine};
+pub use engine::{Limits, PluginEngine, Profile};
 pub use pricing::{WarmQuoter, WasmPricing};
+pub use tool::WasmTools;
 /// The runtime, for callers that inspect components (tests, operator tools).
 pub use wasmtime;
 

@@ -81,6 +81,7 @@ impl ApiError {
                 AppError::Forbidden { .. } => StatusCode::FORBIDDEN,
                 AppError::NotFound { .. } => StatusCode::NOT_FOUND,
                 AppError::Conflict { .. } => StatusCode::CONFLICT,
+                AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 AppError::Gone { .. } => StatusCode::GONE,
                 AppError::PaymentRequired(_) | AppError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
                 AppError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -239,6 +240,7 @@ impl IntoResponse for ApiError {
                 AppError::Forbidden { code, message }
                 | AppError::NotFound { code, message }
                 | AppError::Conflict { code, message }
+                | AppError::Unprocessable { code, message }
                 | AppError::Gone { code, message }
                 | AppError::Unavailable { code, message },
             ) => (status, body(code, &message)).into_response(),

@@ -89,7 +89,19 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
-    let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings).with_settler(settler.clone());
+    let tools = anchor_plugins::WasmTools::new(Some(&config.data_dir.join("tool-cache")), anchor_domain::tools::ToolLimits::DEFAULT)?;
+    let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings)
+        .with_settler(settler.clone())
+        .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));
+    // Tools compiled on this host before load from its disk cache, off the start-up path.
+    let warming = state.app.clone();
+    tokio::spawn(async move {
+        match anchor_app::tools::warm(&warming).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(tools = n, "loaded compiled tools from the cache"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "loading compiled tools failed"),
+        }
+    });
     // Background work (the log, reconciliation, erasure) runs in one loop on
     // the host holding the lease, so one host does it at a time.
     let jobs = tokio::spawn(anchor_app::jobs::run(state.app.clone(), key.clone(), state.host_id, anchor_app::jobs::Schedule::default()));

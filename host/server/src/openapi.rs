@@ -100,6 +100,8 @@ pub struct Operation {
     pub auth: Auth,
     pub parameters: Vec<Parameter>,
     pub request: Option<SchemaSource>,
+    /// The request body's media type: `application/json` unless said otherwise.
+    pub request_media: &'static str,
     pub example: Option<Value>,
     pub responses: Vec<Response>,
     /// Not part of the reference interface: our addition.
@@ -118,6 +120,7 @@ pub fn op(method: Method, path: &'static str, handler: MethodRouter<AppState>) -
         auth: Auth::None,
         parameters: Vec::new(),
         request: None,
+        request_media: "application/json",
         example: None,
         responses: Vec::new(),
         extension: false,
@@ -181,6 +184,12 @@ impl Operation {
     pub fn takes<T: JsonSchema>(mut self, example: Value) -> Self {
         self.request = Some(SchemaSource::of::<T>());
         self.example = Some(example);
+        self
+    }
+    /// The body is raw bytes of `media` (an uploaded file), not JSON.
+    pub fn takes_bytes(mut self, media: &'static str) -> Self {
+        self.request = Some(SchemaSource::Value(json!({ "type": "string", "format": "binary" })));
+        self.request_media = media;
         self
     }
     /// A JSON response of type `T`.
@@ -403,7 +412,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             if let Some(example) = &operation.example {
                 content["example"] = example.clone();
             }
-            entry["requestBody"] = json!({ "required": true, "content": { "application/json": content } });
+            entry["requestBody"] = json!({ "required": true, "content": { operation.request_media: content } });
         }
         if operation.extension {
             entry["x-anchor-extension"] = json!(true);

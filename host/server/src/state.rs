@@ -74,6 +74,11 @@ impl AppState {
                 owners: settings.dap.clone(),
                 privacy: settings.privacy,
             }),
+            // Compiled tools stay in memory only; `serve` gives a disk cache.
+            tools: anchor_app::tools::Tools::new(Arc::new(
+                anchor_plugins::WasmTools::new(None, anchor_domain::tools::ToolLimits::DEFAULT)
+                    .expect("the tools' WebAssembly engine starts"),
+            )),
         };
         AppState {
             store,
@@ -92,6 +97,13 @@ impl AppState {
 }
 
 impl AppState {
+    /// The same state with another tool runtime (one with a disk cache, or
+    /// one shared by several test servers).
+    pub fn with_tools(mut self, tools: anchor_app::tools::Tools) -> AppState {
+        self.app.tools = tools;
+        self
+    }
+
     /// The same state with another settler (facilitator mode).
     pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
         self.app.settler = settler.clone();

@@ -43,8 +43,9 @@ pub use log::*;
 pub use owners::*;
 pub use payments::*;
 pub use tsl::{
-    Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet, NewPurchase, NewShare, NewTool, Pending,
-    PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, TransferRecord, TslStore,
+    ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
+    NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded, ShareRecord, ToolComponentStore,
+    ToolFilter, ToolRecord, TransferRecord, TslStore,
 };
 
 use engine::{Db, Engine, Exec, sql};
@@ -121,6 +122,7 @@ pub trait Store:
     + OwnerStore
     + LinkStore
     + TslStore
+    + ToolComponentStore
     + Send
     + Sync
     + 'static

@@ -221,20 +221,25 @@ pub async fn profile(services: &Services, observer: &AgentRecord, ask: Ask) -> A
 
 async fn profile_via(services: &Services, observer: &AgentRecord, ask: Ask, via: Via) -> AppResult<Observed<Profile>> {
     let target = target(services, observer, ask.target_id, ask.level).await?;
+    let profile = profile_of(services, target).await?;
+    let purchase = purchase(via, &profile.target, ask.premium_source, "Profile");
+    pay(services, observer.agent_id, purchase, ask.offered, profile).await
+}
+
+/// The profile at the target's resolution level.
+pub(crate) async fn profile_of(services: &Services, target: Target) -> AppResult<Profile> {
     let level = target.level;
     let today = day_of(services.clock.now());
     let recent = services.store.agent_days(target.agent_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
     let all = target.totals.iter().find(|c| c.dimension == Dimension::All);
-    let profile = Profile {
+    Ok(Profile {
         first_day: all.map(|c| c.first_day),
         last_day: all.map(|c| c.last_day),
         active_days_30: recent.iter().filter(|c| c.n > 0).count() as i64,
         distributions: target.distributions(&up_to(&PROFILE_DIMENSIONS, level)),
         demotion: target.own.then(Demotion::default),
         target,
-    };
-    let purchase = purchase(via, &profile.target, ask.premium_source, "Profile");
-    pay(services, observer.agent_id, purchase, ask.offered, profile).await
+    })
 }
 
 fn month_start(day: i32) -> i32 {
@@ -257,7 +262,7 @@ async fn timeline_via(services: &Services, observer: &AgentRecord, ask: Ask, via
 }
 
 /// The buckets of a timeline at the target's resolution level.
-async fn timeline_of(services: &Services, target: Target) -> AppResult<Timeline> {
+pub(crate) async fn timeline_of(services: &Services, target: Target) -> AppResult<Timeline> {
     let today = day_of(services.clock.now());
     let (granularity, starts): (Granularity, Vec<i32>) = match target.level {
         1 => {
@@ -316,7 +321,7 @@ pub async fn ee_pattern(services: &Services, observer: &AgentRecord, ask: Ask) -
 }
 
 /// The EE distributions at the target's resolution level.
-fn ee_pattern_of(target: Target) -> EePattern {
+pub(crate) fn ee_pattern_of(target: Target) -> EePattern {
     let mut combinations = if target.level >= 3 { target.distribution(Dimension::EeCombination) } else { Vec::new() };
     combinations.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     combinations.truncate(20);

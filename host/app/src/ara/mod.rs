@@ -23,6 +23,7 @@
 
 pub mod agents;
 pub mod fold;
+pub mod for_tools;
 pub mod meta;
 pub mod privacy;
 pub mod releases;
@@ -98,7 +99,7 @@ impl Purchase {
 }
 
 /// The price of a tier at a level, from the loaded pricing generation.
-fn price(services: &Services, tier: ObservationTier, level: u8) -> AppResult<anchor_domain::pricing::ObservationPrice> {
+pub(crate) fn price(services: &Services, tier: ObservationTier, level: u8) -> AppResult<anchor_domain::pricing::ObservationPrice> {
     let unavailable = || AppError::Unavailable {
         code: "FEATURE_NOT_AVAILABLE",
         message: "the loaded pricing generation does not price this observation".into(),

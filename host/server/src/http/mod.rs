@@ -18,6 +18,7 @@ pub mod payments;
 pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
+pub mod tools;
 pub mod transparency;
 pub mod tsl;
 
@@ -42,6 +43,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(dur::operations());
     all.extend(earned::operations());
     all.extend(tsl::operations());
+    all.extend(tools::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

@@ -1,0 +1,351 @@
+//! Tools that run: a seller uploads a component for its tool; an agent that
+//! bought the tool (or its seller) runs it on the ARA observations the tool
+//! declared, made on the runner's behalf with ARA's own gates and prices.
+//!
+//! A run happens before it is paid for, and is paid only if it succeeded:
+//! with a price above zero and no payment offered, the answer is the 402
+//! challenge before anything runs; with a payment, the tool runs first and
+//! the payment settles only on success, so a failing (or hostile) tool costs
+//! its runner nothing. Runs are bounded by the runtime's published limits,
+//! one at a time per host beyond [`ToolLimits::concurrent_runs`] (others
+//! wait a moment, then are refused), off the async executor.
+//!
+//! Content-blind: a run's observations and report are never stored, only
+//! who ran which component version, when, the outcome and the instructions used.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+use anchor_domain::payments::{PaymentSource, Subject, SubjectDomain};
+use anchor_domain::tools::{Rejected, Report, RunFailure, RunStats, ToolInput, ToolLimits, ToolRuntime};
+use anchor_domain::tsl::{PurchaseStatus, ToolStatus};
+use anchor_store::{AgentRecord, ComponentAdded, ComponentRecord, NewObservation, RunRecord, ToolRecord};
+use tokio::sync::Semaphore;
+
+use crate::ara::for_tools::{self, Gathered};
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
+use crate::{AppError, AppResult, Services};
+
+pub const RUN: Route = Route { method: "POST", path: "/v1/tsl/tool/{tool_id}/run" };
+
+/// How long a run waits for a free slot before it is refused.
+const RUN_WAIT: Duration = Duration::from_secs(5);
+/// How long an upload waits for the compiler (one compile at a time per host).
+const COMPILE_WAIT: Duration = Duration::from_secs(60);
+
+/// The tool runtime and the slots runs and compiles take on this host. Cheap to clone.
+#[derive(Clone)]
+pub struct Tools {
+    runtime: Arc<dyn ToolRuntime>,
+    runs: Arc<Semaphore>,
+    compiles: Arc<Semaphore>,
+}
+
+/// What a blocking tool task waits for.
+#[derive(Clone, Copy)]
+enum Slot {
+    Run,
+    Compile,
+}
+
+impl Tools {
+    pub fn new(runtime: Arc<dyn ToolRuntime>) -> Tools {
+        let runs = Arc::new(Semaphore::new(runtime.limits().concurrent_runs.max(1)));
+        Tools { runtime, runs, compiles: Arc::new(Semaphore::new(1)) }
+    }
+
+    pub fn limits(&self) -> ToolLimits {
+        self.runtime.limits()
+    }
+
+    /// Runs `work` on a blocking thread once a slot is free.
+    async fn blocking<T: Send + 'static>(&self, slot: Slot, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
+        let (slots, wait) = match slot {
+            Slot::Run => (&self.runs, RUN_WAIT),
+            Slot::Compile => (&self.compiles, COMPILE_WAIT),
+        };
+        let permit = tokio::time::timeout(wait, slots.clone().acquire_owned())
+            .await
+            .map_err(|_| AppError::Unavailable {
+                code: "TOOL_RUNNER_BUSY",
+                message: "every tool slot of this host is busy; try again in a few seconds".into(),
+            })?
+            .map_err(|e| AppError::Internal(e.into()))?;
+        let runtime = self.runtime.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let out = work(runtime.as_ref());
+            drop(permit);
+            out
+        })
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("a tool task failed: {e}")))?;
+        Ok(out)
+    }
+}
+
+fn owned_tool(tool: ToolRecord, agent: &AgentRecord) -> AppResult<ToolRecord> {
+    if tool.seller_agent_id != agent.agent_id {
+        return Err(AppError::forbidden("NOT_TOOL_OWNER", format!("only the seller of tool {} may do this", tool.tool_id)));
+    }
+    Ok(tool)
+}
+
+/// What an upload answered.
+#[derive(Clone, Debug)]
+pub struct Uploaded {
+    pub component: ComponentRecord,
+    /// The tool's current component was this one already.
+    pub unchanged: bool,
+    pub imports: Vec<String>,
+}
+
+/// PUT /v1/tsl/tool/{tool_id}/component: the seller's component for its tool.
+pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, wasm: Vec<u8>) -> AppResult<Uploaded> {
+    let tool = owned_tool(crate::tsl::tool(services, tool_id).await?, agent)?;
+    if tool.status == ToolStatus::Defunct {
+        return Err(AppError::Conflict { code: "TOOL_NOT_AVAILABLE", message: format!("tool {tool_id} is defunct") });
+    }
+    if let Some(c) = tool.connections.iter().find(|c| !for_tools::SUPPORTED.contains(&c.observation_type)) {
+        return Err(AppError::Conflict {
+            code: "TOOL_INPUT_UNSUPPORTED",
+            message: format!("the tool declares {}, which tools cannot receive yet; register a tool without it", c.observation_type),
+        });
+    }
+    if wasm.is_empty() {
+        return Err(AppError::invalid(
+            "COMPONENT_INVALID",
+            "the body is empty: send the component's bytes (Content-Type: application/wasm)",
+        ));
+    }
+    let (accepted, wasm) = services
+        .tools
+        .blocking(Slot::Compile, move |runtime| {
+            let accepted = runtime.accept(&wasm);
+            (accepted, wasm)
+        })
+        .await?;
+    let accepted = accepted.map_err(|rejected| {
+        let code = match rejected {
+            Rejected::TooLarge { .. } => "COMPONENT_TOO_LARGE",
+            Rejected::Invalid(_) => "COMPONENT_INVALID",
+            Rejected::ForbiddenImports(_) => "COMPONENT_FORBIDDEN_IMPORT",
+            Rejected::WrongWorld(_) => "COMPONENT_WRONG_WORLD",
+        };
+        AppError::invalid(code, rejected.detail())
+    })?;
+    let added = services.store.add_component(tool_id, &accepted.sha256, &wasm, agent.agent_id, services.clock.now()).await?;
+    Ok(match added {
+        ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
+        ComponentAdded::Unchanged(component) => Uploaded { component, unchanged: true, imports: accepted.imports },
+    })
+}
+
+/// GET /v1/tsl/tool/{tool_id}/component (public): the current component's facts.
+pub async fn component(services: &Services, tool_id: Uuid) -> AppResult<ComponentRecord> {
+    crate::tsl::tool(services, tool_id).await?;
+    services.store.current_component(tool_id).await?.ok_or_else(|| not_runnable(tool_id))
+}
+
+fn not_runnable(tool_id: Uuid) -> AppError {
+    AppError::Conflict { code: "TOOL_NOT_RUNNABLE", message: format!("tool {tool_id} has no component uploaded; it is a listing only") }
+}
+
+/// A run as asked for.
+#[derive(Clone, Debug)]
+pub struct RunAsk {
+    /// The agent observed by the tool's agent-level observations (the runner when absent).
+    pub subject: Option<Uuid>,
+    pub offered: Offered,
+}
+
+/// A successful run.
+#[derive(Clone, Debug)]
+pub struct RunDone {
+    pub run_id: Uuid,
+    pub version: i32,
+    pub sha256: [u8; 32],
+    pub report: Report,
+    pub stats: RunStats,
+    pub observations: usize,
+    pub charged: MilliDac,
+    /// The settlement reference and payer, when paid externally.
+    pub settlement: Option<(String, String)>,
+}
+
+/// Records the run's observations once its payment has settled.
+struct RecordObservations<'a> {
+    services: &'a Services,
+    observations: Vec<NewObservation>,
+}
+
+#[async_trait]
+impl Commit for RecordObservations<'_> {
+    type Output = (Uuid, String, String);
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
+        let Funding::Settled { payment_id, reference, payer } = funding else {
+            return Err(AppError::Internal(anyhow::anyhow!("a tool run is paid over x402 and settled inline only")));
+        };
+        for observation in &self.observations {
+            let observation = NewObservation { payment_id: Some(payment_id), ..observation.clone() };
+            self.services.store.record_observation(&observation).await?;
+        }
+        Ok(Committed::Done((payment_id, reference, payer)))
+    }
+}
+
+fn failure_code(failure: &RunFailure) -> &'static str {
+    match failure {
+        RunFailure::OutOfFuel => "TOOL_OUT_OF_FUEL",
+        RunFailure::Deadline => "TOOL_DEADLINE",
+        RunFailure::OutOfMemory(_) => "TOOL_OUT_OF_MEMORY",
+        RunFailure::OutputTooLarge(_) => "TOOL_OUTPUT_TOO_LARGE",
+        RunFailure::Trap(_) => "TOOL_TRAPPED",
+        RunFailure::Refused(_) => "TOOL_REFUSED",
+        RunFailure::Unavailable(_) => "TOOL_UNAVAILABLE",
+    }
+}
+
+/// POST /v1/tsl/tool/{tool_id}/run.
+pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: RunAsk) -> AppResult<RunDone> {
+    let tool = crate::tsl::tool(services, tool_id).await?;
+    if tool.seller_agent_id != runner.agent_id {
+        let bought = services.store.live_purchase(runner.agent_id, tool_id).await?.is_some_and(|p| p.status == PurchaseStatus::Completed);
+        if !bought {
+            return Err(AppError::forbidden("TOOL_NOT_PURCHASED", format!("buy tool {tool_id} first (POST /v1/tsl/purchase)")));
+        }
+    }
+    let component = services.store.current_component(tool_id).await?.ok_or_else(|| not_runnable(tool_id))?;
+    let now = services.clock.now();
+    let mut gathered: Vec<Gathered> = Vec::with_capacity(tool.connections.len());
+    for connection in &tool.connections {
+        gathered.push(for_tools::gather(services, runner, connection.observation_type, connection.resolution_level, ask.subject).await?);
+    }
+    let total = gathered.iter().fold(MilliDac::ZERO, |sum, g| sum + g.base + g.surcharge);
+    let run_id = Uuid::new_v4();
+    let path = RUN.path.replace("{tool_id}", &tool_id.to_string());
+    let order = |offered: Offered| Order {
+        agent_id: runner.agent_id,
+        route: RUN,
+        path: Some(path.clone()),
+        total,
+        description: format!("{} ARA observation(s) for a run of tool {} ({total} DAC)", gathered.len(), tool.name),
+        trial: TrialUse::None,
+        earned: MilliDac::ZERO,
+        offered,
+        settle: Settle::Inline(Subject { domain: SubjectDomain::AraObservation, id: run_id }),
+        pending: None,
+    };
+    let observations: Vec<NewObservation> = gathered
+        .iter()
+        .map(|g| NewObservation {
+            observation_id: Uuid::new_v4(),
+            observer_agent_id: runner.agent_id,
+            target_agent_id: g.target,
+            kind: g.tier.as_str(),
+            resolution_level: i32::from(g.level),
+            base: g.base,
+            premium: g.surcharge,
+            premium_source: (g.surcharge > MilliDac::ZERO).then_some(PaymentSource::External),
+            payment_id: None,
+            observed_at: now,
+        })
+        .collect();
+    // Nothing offered for a paid run: the challenge, before anything runs.
+    if total > MilliDac::ZERO && matches!(ask.offered, Offered::None) {
+        let commit = RecordObservations { services, observations };
+        charge::charge(services, order(Offered::None), &commit).await?;
+        return Err(AppError::Internal(anyhow::anyhow!("a paid run without a payment was charged")));
+    }
+    let input =
+        ToolInput { today: anchor_domain::ara::day_of(now), observations: gathered.iter().map(|g| g.observation.clone()).collect() };
+    let sha256 = component.sha256;
+    let wasm = if services.tools.runtime.ready(&sha256) { None } else { services.store.component_wasm(&sha256).await? };
+    let outcome = services.tools.blocking(Slot::Run, move |runtime| runtime.run(&sha256, wasm.as_deref(), &input)).await?;
+    let mut record = RunRecord {
+        run_id,
+        tool_id,
+        version: component.version,
+        sha256,
+        runner_agent_id: runner.agent_id,
+        started_at: now,
+        wall_micros: 0,
+        outcome: String::new(),
+        fuel_used: None,
+        output_bytes: None,
+        charged: MilliDac::ZERO,
+        payment_id: None,
+    };
+    let (report, stats) = match outcome {
+        Ok(done) => done,
+        Err(failure) => {
+            record.outcome = failure.kind().to_string();
+            services.store.record_run(&record).await?;
+            tracing::info!(%tool_id, version = component.version, reason = failure.kind(), "a tool run failed");
+            return Err(AppError::Unprocessable {
+                code: failure_code(&failure),
+                message: format!("the tool's run failed ({}): {}; nothing was charged", failure.kind(), failure.detail()),
+            });
+        }
+    };
+    record.wall_micros = stats.wall.as_micros() as i64;
+    record.fuel_used = Some(stats.fuel_used as i64);
+    record.output_bytes = Some(stats.output_bytes as i64);
+    let settlement = if total > MilliDac::ZERO {
+        let commit = RecordObservations { services, observations };
+        match charge::charge(services, order(ask.offered), &commit).await {
+            Ok((payment_id, reference, payer)) => {
+                record.payment_id = Some(payment_id);
+                Some((reference, payer))
+            }
+            Err(refused) => {
+                record.outcome = "payment_refused".into();
+                services.store.record_run(&record).await?;
+                return Err(refused);
+            }
+        }
+    } else {
+        for observation in &observations {
+            services.store.record_observation(observation).await?;
+        }
+        None
+    };
+    record.outcome = "ok".into();
+    record.charged = total;
+    services.store.record_run(&record).await?;
+    Ok(RunDone { run_id, version: component.version, sha256, report, stats, observations: gathered.len(), charged: total, settlement })
+}
+
+/// GET /v1/tsl/runs: the agent's runs, newest first (metadata only).
+pub async fn runs(
+    services: &Services,
+    agent: &AgentRecord,
+    limit: Option<i64>,
+    offset: Option<i64>,
+) -> AppResult<crate::tsl::Page<RunRecord>> {
+    let limit = limit.unwrap_or(20);
+    if !(1..=crate::tsl::PAGE_MAX).contains(&limit) {
+        return Err(AppError::invalid("INVALID_VALUE", format!("limit must be 1 to {}; got {limit}", crate::tsl::PAGE_MAX)));
+    }
+    let offset = offset.unwrap_or(0);
+    if offset < 0 {
+        return Err(AppError::invalid("INVALID_VALUE", format!("offset must not be negative; got {offset}")));
+    }
+    let (items, total) = services.store.runs(agent.agent_id, limit, offset).await?;
+    Ok(crate::tsl::Page { items, total, limit, offset })
+}
+
+/// Loads the compiled form of every current component this host has on
+/// disk, so their first runs do not wait; returns how many.
+pub async fn warm(services: &Services) -> anyhow::Result<usize> {
+    let hashes = services.store.current_component_hashes().await?;
+    services
+        .tools
+        .blocking(Slot::Compile, move |runtime| hashes.iter().filter(|h| runtime.preload(h)).count())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}

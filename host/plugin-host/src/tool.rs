@@ -1,0 +1,361 @@
+//! Interpretation tools as components of `anchor:tool/tool@1.0.0`: sellers'
+//! code, so untrusted.
+//!
+//! - **Accepting** a component checks its size, compiles it once (on the
+//!   tools' own engine), refuses any import that is a capability (only the
+//!   world's own types and the `wasi:cli`/`wasi:io` interfaces a standard
+//!   library links, all bound to traps, are let through) and checks that its
+//!   exports implement the world. The compiled artifact is written to the
+//!   cache directory, keyed by the component's SHA-256 and the engine's
+//!   compatibility hash, so a restart deserializes it instead of compiling.
+//! - **Running** one is a fresh store with a fuel budget, an epoch deadline
+//!   and a memory cap; the report is checked against the output bounds after
+//!   it is lifted. Every failure is the run's own, named ([`RunFailure`]).
+//!
+//! Generated WIT types never leave this module.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anchor_domain::tools::{
+    Accepted, Cell, DayCount, Metric, Observation, Rejected, Report, Row, RunFailure, RunStats, ToolInput, ToolLimits, ToolRuntime,
+};
+use anchor_domain::tsl::ObservationType;
+use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
+
+use crate::engine::{CallState, EPOCH_TICK, Limits, PluginEngine, Profile};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "anchor:tool/tool@1.0.0",
+        path: "../../wit/tool@1.0.0",
+    });
+}
+
+use bindings::anchor::tool::types as wit;
+
+/// Import names a tool may have: its world's types, and the interfaces a
+/// language's standard library links whether it uses them or not (bound to
+/// traps: printing, reading the environment or exiting fails the run).
+const ALLOWED_IMPORT_PREFIXES: &[&str] = &["anchor:tool/types@1.0.0", "wasi:cli/", "wasi:io/"];
+
+/// A compiled, pre-linked tool.
+struct Loaded {
+    pre: bindings::ToolPre<CallState>,
+}
+
+/// The most compiled tools one host keeps in memory; beyond it the oldest is
+/// dropped (and deserialized again from the disk cache when it runs).
+const LOADED_MAX: usize = 256;
+
+/// Runs tool components: the tools' engine, the compiled cache on disk and
+/// the tools loaded in memory.
+pub struct WasmTools {
+    engine: PluginEngine,
+    limits: ToolLimits,
+    cache_dir: Option<PathBuf>,
+    loaded: Mutex<(HashMap<[u8; 32], Arc<Loaded>>, Vec<[u8; 32]>)>,
+}
+
+impl WasmTools {
+    /// A runtime over the tools' engine; `cache_dir`, when given, keeps
+    /// compiled components across restarts (created if missing).
+    pub fn new(cache_dir: Option<&Path>, limits: ToolLimits) -> anyhow::Result<WasmTools> {
+        if let Some(dir) = cache_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(WasmTools {
+            engine: PluginEngine::with_profile(Profile::Tools)?,
+            limits,
+            cache_dir: cache_dir.map(Path::to_path_buf),
+            loaded: Mutex::default(),
+        })
+    }
+
+    fn engine(&self) -> &wasmtime::Engine {
+        self.engine.engine()
+    }
+
+    /// Where the compiled form of `sha256` lives for this engine.
+    fn cache_path(&self, sha256: &[u8; 32]) -> Option<PathBuf> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine().precompile_compatibility_hash().hash(&mut hasher);
+        let compat = hasher.finish();
+        self.cache_dir.as_ref().map(|dir| dir.join(format!("{}-{compat:016x}.cwasm", hex::encode(sha256))))
+    }
+
+    /// Compiles `wasm` once: the serialized artifact is written to the cache
+    /// (atomically) and deserialized into the component.
+    fn compile(&self, sha256: &[u8; 32], wasm: &[u8]) -> wasmtime::Result<Component> {
+        let compiled = self.engine().precompile_component(wasm)?;
+        if let Some(path) = self.cache_path(sha256) {
+            let partial = path.with_extension(format!("partial-{}", unique_suffix()));
+            let written = std::fs::write(&partial, &compiled).and_then(|()| std::fs::rename(&partial, &path));
+            if let Err(error) = written {
+                let _ = std::fs::remove_file(&partial);
+                tracing::warn!(%error, path = %path.display(), "could not keep a compiled tool on disk");
+            }
+        }
+        deserialize(self.engine(), &compiled)
+    }
+
+    fn link(&self, component: &Component) -> Result<Arc<Loaded>, Rejected> {
+        let mut linker: Linker<CallState> = Linker::new(self.engine());
+        linker.define_unknown_imports_as_traps(component).map_err(|e| Rejected::Invalid(e.to_string()))?;
+        let instance_pre = linker.instantiate_pre(component).map_err(|e| Rejected::WrongWorld(e.to_string()))?;
+        let pre = bindings::ToolPre::new(instance_pre).map_err(|e| Rejected::WrongWorld(format!("{e:#}")))?;
+        Ok(Arc::new(Loaded { pre }))
+    }
+
+    fn remember(&self, sha256: [u8; 32], loaded: Arc<Loaded>) {
+        let mut guard = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, order) = &mut *guard;
+        if map.insert(sha256, loaded).is_none() {
+            order.push(sha256);
+            if order.len() > LOADED_MAX {
+                let oldest = order.remove(0);
+                map.remove(&oldest);
+            }
+        }
+    }
+
+    fn in_memory(&self, sha256: &[u8; 32]) -> Option<Arc<Loaded>> {
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).0.get(sha256).cloned()
+    }
+
+    /// The loaded tool: from memory, else the disk cache, else compiled from `wasm`.
+    fn load(&self, sha256: &[u8; 32], wasm: Option<&[u8]>) -> Result<Arc<Loaded>, RunFailure> {
+        if let Some(loaded) = self.in_memory(sha256) {
+            return Ok(loaded);
+        }
+        let from_disk = self.cache_path(sha256).filter(|p| p.exists()).and_then(|path| match deserialize_file(self.engine(), &path) {
+            Ok(component) => Some(component),
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "a cached compiled tool no longer loads; compiling it again");
+                None
+            }
+        });
+        let component = match (from_disk, wasm) {
+            (Some(component), _) => component,
+            (None, Some(wasm)) => {
+                if <[u8; 32]>::from(Sha256::digest(wasm)) != *sha256 {
+                    return Err(RunFailure::Unavailable("the stored component does not match its hash".into()));
+                }
+                self.compile(sha256, wasm).map_err(|e| RunFailure::Unavailable(format!("the component no longer compiles: {e}")))?
+            }
+            (None, None) => return Err(RunFailure::Unavailable("the component is not loaded on this host".into())),
+        };
+        let loaded = self.link(&component).map_err(|r| RunFailure::Unavailable(r.detail()))?;
+        self.remember(*sha256, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn call_limits(&self) -> Limits {
+        let ticks = (self.limits.wall_ms as u128).div_ceil(EPOCH_TICK.as_millis().max(1)) as u64;
+        Limits { fuel: self.limits.fuel, deadline_ticks: ticks.max(1), memory_bytes: self.limits.memory_bytes, instances: 64 }
+    }
+}
+
+/// Deserializes an artifact this host compiled a moment ago.
+#[allow(unsafe_code)]
+fn deserialize(engine: &wasmtime::Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `compiled` was produced by `precompile_component` on this very
+    // engine in the same call; it never came from outside the process.
+    unsafe { Component::deserialize(engine, compiled) }
+}
+
+/// Deserializes an artifact from the tool cache.
+#[allow(unsafe_code)]
+fn deserialize_file(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the cache directory holds only what this runtime wrote
+    // (complete files, renamed into place, never rewritten: a mapped file is
+    // never truncated under a loaded component), named by the component's
+    // hash and this engine's compatibility hash; wasmtime also checks the
+    // artifact's header against the engine and refuses a mismatch.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+fn unique_suffix() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    format!("{}-{nanos}", std::process::id())
+}
+
+/// The component's imports outside its world's types and the trapped
+/// standard-library interfaces: `(capabilities, others)`. A capability is a
+/// WASI interface (filesystem, sockets, clocks, random, http, …); anything
+/// else is an import the tool world does not have.
+fn unexpected_imports(engine: &wasmtime::Engine, component: &Component) -> (Vec<String>, Vec<String>) {
+    component
+        .component_type()
+        .imports(engine)
+        .filter(|(_, item)| !matches!(item.ty, ComponentItem::Type(_)))
+        .map(|(name, _)| name.to_string())
+        .filter(|name| !ALLOWED_IMPORT_PREFIXES.iter().any(|p| name.starts_with(p)))
+        .partition(|name| name.starts_with("wasi:"))
+}
+
+impl ToolRuntime for WasmTools {
+    fn limits(&self) -> ToolLimits {
+        self.limits
+    }
+
+    fn accept(&self, wasm: &[u8]) -> Result<Accepted, Rejected> {
+        if wasm.len() > self.limits.component_bytes {
+            return Err(Rejected::TooLarge { size: wasm.len(), max: self.limits.component_bytes });
+        }
+        let sha256: [u8; 32] = Sha256::digest(wasm).into();
+        // Check the imports before anything is written to the cache.
+        let component = Component::new(self.engine(), wasm).map_err(|e| Rejected::Invalid(format!("{e:#}")))?;
+        let (capabilities, others) = unexpected_imports(self.engine(), &component);
+        if !capabilities.is_empty() {
+            return Err(Rejected::ForbiddenImports(capabilities));
+        }
+        if !others.is_empty() {
+            return Err(Rejected::WrongWorld(format!("it imports {}, which the tool world does not have", others.join(", "))));
+        }
+        let imports: Vec<String> = component.component_type().imports(self.engine()).map(|(name, _)| name.to_string()).collect();
+        let loaded = self.link(&component)?;
+        if let Some(path) = self.cache_path(&sha256).filter(|p| !p.exists()) {
+            // The component compiled already; its serialized form is what restarts read.
+            match component.serialize() {
+                Ok(bytes) => {
+                    let partial = path.with_extension(format!("partial-{}", unique_suffix()));
+                    if let Err(error) = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, &path)) {
+                        let _ = std::fs::remove_file(&partial);
+                        tracing::warn!(%error, "could not keep a compiled tool on disk");
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not serialize a compiled tool"),
+            }
+        }
+        self.remember(sha256, loaded);
+        Ok(Accepted { sha256, size: wasm.len(), imports })
+    }
+
+    fn ready(&self, sha256: &[u8; 32]) -> bool {
+        self.in_memory(sha256).is_some() || self.cache_path(sha256).is_some_and(|p| p.exists())
+    }
+
+    fn preload(&self, sha256: &[u8; 32]) -> bool {
+        self.in_memory(sha256).is_some() || (self.cache_path(sha256).is_some_and(|p| p.exists()) && self.load(sha256, None).is_ok())
+    }
+
+    fn run(&self, sha256: &[u8; 32], wasm: Option<&[u8]>, input: &ToolInput) -> Result<(Report, RunStats), RunFailure> {
+        let loaded = self.load(sha256, wasm)?;
+        let limits = self.call_limits();
+        let started = Instant::now();
+        let mut store = self.engine.store(limits).map_err(|e| classify(&e))?;
+        let instance = loaded.pre.instantiate(&mut store).map_err(|e| classify(&e))?;
+        let outcome = instance.call_run(&mut store, &to_wit(input));
+        let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let wall = started.elapsed();
+        drop(store);
+        let report = match outcome {
+            Ok(Ok(report)) => from_wit(report),
+            Ok(Err(reason)) => return Err(RunFailure::Refused(truncate(reason, 1024))),
+            Err(error) => return Err(classify(&error)),
+        };
+        let output_bytes = self.limits.check(&report).map_err(RunFailure::OutputTooLarge)?;
+        Ok((report, RunStats { fuel_used, wall, output_bytes }))
+    }
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// Names a failed call.
+fn classify(error: &wasmtime::Error) -> RunFailure {
+    let trap =
+        error.downcast_ref::<wasmtime::Trap>().copied().or_else(|| error.chain().find_map(|c| c.downcast_ref::<wasmtime::Trap>().copied()));
+    match trap {
+        Some(wasmtime::Trap::OutOfFuel) => return RunFailure::OutOfFuel,
+        Some(wasmtime::Trap::Interrupt) => return RunFailure::Deadline,
+        _ => {}
+    }
+    let text = format!("{error:#}");
+    if text.contains("growing memory") || text.contains("memory") && text.contains("limit") {
+        return RunFailure::OutOfMemory(truncate(error.root_cause().to_string(), 512));
+    }
+    RunFailure::Trap(truncate(
+        match trap {
+            Some(trap) => trap.to_string(),
+            None => error.root_cause().to_string(),
+        },
+        512,
+    ))
+}
+
+fn kind_to_wit(kind: ObservationType) -> wit::ObservationKind {
+    use wit::ObservationKind as K;
+    match kind {
+        ObservationType::AgentEePattern => K::AgentEePattern,
+        ObservationType::AgentProfile => K::AgentProfile,
+        ObservationType::AgentTimeline => K::AgentTimeline,
+        ObservationType::AnomalyCompare => K::AnomalyCompare,
+        ObservationType::DecisionMetadata => K::DecisionMetadata,
+        ObservationType::EnvironmentAnomaly => K::EnvironmentAnomaly,
+        ObservationType::EnvironmentDensity => K::EnvironmentDensity,
+        ObservationType::EnvironmentSummary => K::EnvironmentSummary,
+        ObservationType::EnvironmentTsl => K::EnvironmentTsl,
+        ObservationType::EvidenceReport => K::EvidenceReport,
+        ObservationType::PatternActionType => K::PatternActionType,
+        ObservationType::PatternCompare => K::PatternCompare,
+        ObservationType::PatternEeDistribution => K::PatternEeDistribution,
+    }
+}
+
+fn to_wit(input: &ToolInput) -> wit::Input {
+    wit::Input {
+        today: input.today,
+        observations: input
+            .observations
+            .iter()
+            .map(|o: &Observation| wit::Observation {
+                kind: kind_to_wit(o.kind),
+                resolution_level: o.resolution_level,
+                subject_agent: o.subject_agent.clone(),
+                first_day: o.first_day,
+                last_day: o.last_day,
+                agents: o.agents,
+                declarations: o.declarations,
+                cells: o
+                    .cells
+                    .iter()
+                    .map(|c: &Cell| wit::Cell { dimension: c.dimension.clone(), value: c.value.clone(), count: c.count })
+                    .collect(),
+                series: o
+                    .series
+                    .iter()
+                    .map(|d: &DayCount| wit::DayCount {
+                        day: d.day,
+                        dimension: d.dimension.clone(),
+                        value: d.value.clone(),
+                        count: d.count,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn from_wit(report: wit::Report) -> Report {
+    Report {
+        metrics: report.metrics.into_iter().map(|m| Metric { name: m.name, value: m.value, scale: m.scale }).collect(),
+        columns: report.columns,
+        rows: report.rows.into_iter().map(|r| Row { label: r.label, values: r.values }).collect(),
+    }
+}

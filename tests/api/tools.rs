@@ -1,0 +1,362 @@
+//! Tools that run: the Rust and the JavaScript example give the same report;
+//! hostile components fail their own runs with a named reason (at the
+//! runtime, and over HTTP while declarations go on); capabilities are refused
+//! at upload; compiled components survive a restart; a bought tool runs on
+//! its buyer's observations, free for its own and paid for another agent's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use anchor_domain::Clock;
+use anchor_domain::tools::{Cell, DayCount, Observation, Rejected, RunFailure, ToolInput, ToolLimits, ToolRuntime};
+use anchor_domain::tsl::ObservationType;
+use anchor_plugins::WasmTools;
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_tests::*;
+use serde_json::{Value, json};
+
+use crate::tsl::buy;
+
+both_backends!(a_tool_is_uploaded_bought_and_run_on_the_buyers_observations, hostile_tools_fail_their_own_runs_while_declarations_go_on);
+
+/// `n` observations of every shape: cells over two dimensions, a series.
+fn input(n: usize) -> ToolInput {
+    let kinds = [ObservationType::EnvironmentSummary, ObservationType::AgentProfile, ObservationType::AgentTimeline];
+    ToolInput {
+        today: 20_500,
+        observations: (0..n)
+            .map(|i| Observation {
+                kind: kinds[i % kinds.len()],
+                resolution_level: 1 + (i % 3) as u8,
+                subject_agent: (i % 2 == 0).then(|| format!("agent-{i}")),
+                first_day: 20_470,
+                last_day: 20_499,
+                agents: (i % 3 != 2).then_some(10 + i as u64),
+                declarations: Some(100),
+                cells: vec![
+                    Cell { dimension: "action_type".into(), value: "execute".into(), count: 7 + i as u64 },
+                    Cell { dimension: "action_type".into(), value: "hold".into(), count: 3 },
+                    Cell { dimension: "ee_retention_period".into(), value: "short".into(), count: 0 },
+                ],
+                series: vec![
+                    DayCount { day: 20_490 + (i % 5) as i32, dimension: "all".into(), value: "declarations".into(), count: 2 },
+                    DayCount { day: 20_498, dimension: "all".into(), value: "déclarations ✓".into(), count: 1 },
+                ],
+            })
+            .collect(),
+    }
+}
+
+fn runtime(dir: &std::path::Path, limits: ToolLimits) -> WasmTools {
+    WasmTools::new(Some(dir), limits).expect("tool runtime")
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("anchor-tools-{name}-{}-{}", std::process::id(), uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_and_the_javascript_tool_give_the_same_report() {
+    let js = tokio::task::spawn_blocking(js_tool_component).await.unwrap();
+    let rust = component_bytes("tool-example");
+    let dir = temp_dir("same");
+    let tools = runtime(&dir, ToolLimits::DEFAULT);
+    let rust_id = tools.accept(&rust).expect("the Rust tool is accepted").sha256;
+    let js_accepted = tools.accept(&js).expect("the JavaScript tool is accepted");
+    assert!(
+        js_accepted.imports.iter().all(|i| i.starts_with("anchor:tool/types@1.0.0") || i == "input" || i == "report"),
+        "the JavaScript tool imports no WASI at all: {:?}",
+        js_accepted.imports
+    );
+    let input = input(30);
+    let (from_rust, rust_stats) = tools.run(&rust_id, None, &input).expect("the Rust tool runs");
+    let (from_js, js_stats) = tools.run(&js_accepted.sha256, None, &input).expect("the JavaScript tool runs");
+    assert_eq!(from_rust, from_js, "the two languages disagree");
+    // What the tool computes, checked by hand on the first observation.
+    assert_eq!(from_rust.columns, ["count", "share_ppm"]);
+    assert_eq!(from_rust.rows[0].label, "environment-summary:action_type=execute");
+    assert_eq!(from_rust.rows[0].values, [7, 700_000]);
+    assert_eq!(from_rust.rows[1].values, [3, 300_000]);
+    assert_eq!(from_rust.rows[2].values, [0, 0]);
+    assert_eq!(from_rust.rows.len(), 90);
+    let metrics: Vec<(&str, i64)> = from_rust.metrics.iter().map(|m| (m.name.as_str(), m.value)).collect();
+    let agents: i64 = (0..30).filter(|i| i % 3 != 2).map(|i| 10 + i).sum();
+    assert_eq!(metrics, [("observations", 30), ("cells", 90), ("agents", agents), ("series_total", 90), ("days", 6)]);
+    assert!(rust_stats.fuel_used > 0 && js_stats.fuel_used > rust_stats.fuel_used, "{rust_stats:?} {js_stats:?}");
+    // Both refuse an empty input with their own error.
+    let empty = ToolInput { today: 0, observations: Vec::new() };
+    assert_eq!(tools.run(&rust_id, None, &empty).unwrap_err(), RunFailure::Refused("no observations".into()));
+    assert_eq!(tools.run(&js_accepted.sha256, None, &empty).unwrap_err(), RunFailure::Refused("no observations".into()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_components_fail_their_own_runs_with_a_named_reason() {
+    let dir = temp_dir("hostile");
+    let tools = runtime(&dir, ToolLimits::DEFAULT);
+    let input = input(3);
+    for (name, expected) in
+        [("tool-spin", "out_of_fuel"), ("tool-grow", "out_of_memory"), ("tool-huge", "output_too_large"), ("tool-trap", "trap")]
+    {
+        let id = tools.accept(&component_bytes(name)).unwrap_or_else(|r| panic!("{name}: {r:?}")).sha256;
+        let failure = tools.run(&id, None, &input).expect_err(name);
+        assert_eq!(failure.kind(), expected, "{name}: {failure:?}");
+    }
+    // A deadline ends what fuel would let run on.
+    let slow = runtime(&dir, ToolLimits { fuel: u64::MAX / 2, wall_ms: 100, ..ToolLimits::DEFAULT });
+    let id = slow.accept(&component_bytes("tool-spin")).unwrap().sha256;
+    let started = std::time::Instant::now();
+    assert_eq!(slow.run(&id, None, &input).unwrap_err(), RunFailure::Deadline);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    // Capabilities are refused before anything runs, by name.
+    match tools.accept(&component_bytes("tool-wasi")) {
+        Err(Rejected::ForbiddenImports(names)) => {
+            assert!(names.iter().any(|n| n.starts_with("wasi:filesystem/")), "{names:?}");
+            assert!(names.iter().any(|n| n.starts_with("wasi:sockets/")), "{names:?}");
+            assert!(names.iter().any(|n| n.starts_with("wasi:clocks/")), "{names:?}");
+        }
+        other => panic!("a component importing WASI filesystem and sockets was not refused: {other:?}"),
+    }
+    assert!(matches!(tools.accept(b"\0asm not really"), Err(Rejected::Invalid(_))));
+    assert!(matches!(tools.accept(&component_bytes("pricing-v1_3_0")), Err(Rejected::WrongWorld(_))));
+    let small = runtime(&dir, ToolLimits { component_bytes: 1000, ..ToolLimits::DEFAULT });
+    assert!(matches!(small.accept(&component_bytes("tool-example")), Err(Rejected::TooLarge { .. })));
+    // The runtime is unharmed: the example still runs.
+    let example = tools.accept(&component_bytes("tool-example")).unwrap().sha256;
+    assert!(tools.run(&example, None, &input).is_ok());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_components_survive_a_restart_and_a_damaged_cache() {
+    let dir = temp_dir("cache");
+    let wasm = component_bytes("tool-example");
+    let id = runtime(&dir, ToolLimits::DEFAULT).accept(&wasm).unwrap().sha256;
+    // A new runtime over the same directory runs it without its bytes.
+    let restarted = runtime(&dir, ToolLimits::DEFAULT);
+    assert!(restarted.ready(&id));
+    assert!(restarted.preload(&id));
+    assert!(restarted.run(&id, None, &input(2)).is_ok());
+    // A damaged artifact is not trusted: without the bytes the run is
+    // unavailable, with them the component is compiled again.
+    let cached: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "cwasm")).collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    // (Replaced, not rewritten in place: the runtime above maps the old file,
+    // and the service itself only ever renames complete files into place.)
+    std::fs::remove_file(&cached[0]).unwrap();
+    std::fs::write(&cached[0], b"not a compiled component").unwrap();
+    let damaged = runtime(&dir, ToolLimits::DEFAULT);
+    assert!(matches!(damaged.run(&id, None, &input(2)), Err(RunFailure::Unavailable(_))));
+    assert!(damaged.run(&id, Some(&wasm), &input(2)).is_ok());
+    // And bytes that are not the component's hash are refused.
+    let other = runtime(&temp_dir("other"), ToolLimits::DEFAULT);
+    assert!(matches!(other.run(&id, Some(&component_bytes("tool-trap")), &input(2)), Err(RunFailure::Unavailable(_))));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+async fn put_component(t: &TestServer, agent: &Agent, tool: &str, wasm: Vec<u8>) -> Reply {
+    let response = t
+        .http
+        .put(t.url(&format!("/v1/tsl/tool/{tool}/component")))
+        .header("authorization", format!("Bearer {}", agent.token))
+        .header("content-type", "application/wasm")
+        .body(wasm)
+        .send()
+        .await
+        .expect("upload reaches the server");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+    contract::check(&t.base, "PUT", &format!("/v1/tsl/tool/{tool}/component"), status.as_u16(), content_type, &text);
+    Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::Null), text }
+}
+
+fn profile_tool(name: &str) -> Value {
+    json!({
+        "tool_name": name,
+        "price_dac": 5,
+        "ara_connections": [{ "observation_type": "agent_profile" }, { "observation_type": "agent_ee_pattern", "resolution_level": 2 }]
+    })
+}
+
+async fn registered(t: &TestServer, seller: &Agent, body: &Value) -> String {
+    let reply = t.post("/v1/tsl/tool/register", Some(&seller.token), body).await;
+    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    reply.json["tool_id"].as_str().unwrap().to_string()
+}
+
+async fn run(t: &TestServer, agent: &Agent, tool: &str, body: &Value, payment: Option<&Value>) -> Reply {
+    let bearer = format!("Bearer {}", agent.token);
+    let signature = payment.map(b64);
+    let mut headers = vec![("authorization", bearer.as_str())];
+    if let Some(signature) = &signature {
+        headers.push(("payment-signature", signature.as_str()));
+    }
+    t.call_with("POST", &format!("/v1/tsl/tool/{tool}/run"), &headers, Some(body)).await
+}
+
+async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: Backend) {
+    let js = tokio::task::spawn_blocking(js_tool_component).await.unwrap();
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let buyer = t.register().await;
+    let tool = registered(&t, &seller, &profile_tool("profile-shares")).await;
+
+    // Refused at upload: not a component, a capability, the wrong world, not the seller.
+    put_component(&t, &seller, &tool, b"\0asm\x0d\0\x01\0garbage".to_vec()).await.assert_error(400, "COMPONENT_INVALID");
+    put_component(&t, &seller, &tool, Vec::new()).await.assert_error(400, "COMPONENT_INVALID");
+    let wasi = put_component(&t, &seller, &tool, component_bytes("tool-wasi")).await;
+    wasi.assert_error(400, "COMPONENT_FORBIDDEN_IMPORT");
+    assert!(wasi.text.contains("wasi:filesystem") && wasi.text.contains("wasi:sockets"), "{}", wasi.text);
+    put_component(&t, &seller, &tool, component_bytes("pricing-v1_3_0")).await.assert_error(400, "COMPONENT_WRONG_WORLD");
+    put_component(&t, &buyer, &tool, component_bytes("tool-example")).await.assert_error(403, "NOT_TOOL_OWNER");
+    t.get(&format!("/v1/tsl/tool/{tool}/component"), None).await.assert_error(409, "TOOL_NOT_RUNNABLE");
+    let uploaded = put_component(&t, &seller, &tool, component_bytes("tool-example")).await;
+    assert_eq!((uploaded.status.as_u16(), uploaded.json["version"].clone()), (201, json!(1)), "{}", uploaded.text);
+    let again = put_component(&t, &seller, &tool, component_bytes("tool-example")).await;
+    assert_eq!((again.status.as_u16(), again.json["version"].clone()), (200, json!(1)), "{}", again.text);
+    let current = t.get(&format!("/v1/tsl/tool/{tool}/component"), None).await;
+    assert_eq!(current.json["sha256"], uploaded.json["sha256"]);
+    // A tool reading observations tools cannot receive yet is refused at upload.
+    let mut unsupported = profile_tool("tsl-reader");
+    unsupported["ara_connections"] = json!([{ "observation_type": "environment_tsl" }]);
+    let unsupported = registered(&t, &seller, &unsupported).await;
+    put_component(&t, &seller, &unsupported, component_bytes("tool-example")).await.assert_error(409, "TOOL_INPUT_UNSUPPORTED");
+    // The same tool in JavaScript.
+    let js_tool = registered(&t, &seller, &profile_tool("profile-shares-js")).await;
+    let uploaded_js = put_component(&t, &seller, &js_tool, js).await;
+    assert_eq!(uploaded_js.status.as_u16(), 201, "{}", uploaded_js.text);
+
+    // Not bought: refused. Bought (both), and with records of its own, the buyer runs them for free.
+    run(&t, &buyer, &tool, &json!({}), None).await.assert_error(403, "TOOL_NOT_PURCHASED");
+    for tool in [&tool, &js_tool] {
+        assert_eq!(buy(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": tool }), "15000").await.status.as_u16(), 201);
+    }
+    for _ in 0..2 {
+        let created = t.create(&buyer, json!({ "ee_preset": "EE_basic" })).await;
+        assert_eq!(t.confirm(&buyer, created["dd_id"].as_str().unwrap()).await.status.as_u16(), 200);
+    }
+    t.wait_for_fold(2).await;
+    let payments = t.scalar("select count(*) from x402_payment").await;
+    let ran = run(&t, &buyer, &tool, &json!({}), None).await;
+    assert_eq!(ran.status.as_u16(), 200, "{}", ran.text);
+    assert!(ran.headers.get("payment-response").is_none(), "free: nothing settled");
+    assert_eq!((ran.json["observations"].clone(), ran.json["dac_charged"].clone()), (json!(2), json!(0)));
+    let rows = ran.json["report"]["rows"].as_array().unwrap();
+    let execute = rows.iter().find(|r| r["label"] == "agent-profile:action_type=execute").expect("the buyer's action types");
+    assert_eq!(execute["values"], json!([2, 1_000_000]), "{}", ran.text);
+    assert!(rows.iter().any(|r| r["label"].as_str().unwrap().starts_with("agent-ee-pattern:integrity=")), "{}", ran.text);
+    let ran_js = run(&t, &buyer, &js_tool, &json!({}), None).await;
+    assert_eq!(ran_js.status.as_u16(), 200, "{}", ran_js.text);
+    assert_eq!(ran_js.json["report"], ran.json["report"], "the JavaScript tool gives the Rust tool's report");
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, payments);
+    // Two free observations per run are logged like ARA's own.
+    assert_eq!(t.scalar("select count(*) from ara_observation where payment_id is null").await, 4);
+
+    // Another agent's profile is paid, as in ARA: the challenge first, and nothing runs.
+    let other = t.register().await;
+    t.call("PUT", "/v1/agent/disclosure", Some(&other.token), Some(&json!({ "disclosure_level": "full" }))).await;
+    let created = t.create(&other, json!({ "ee_preset": "EE_standard" })).await;
+    t.confirm(&other, created["dd_id"].as_str().unwrap()).await;
+    t.wait_for_fold(3).await;
+    let about_other = json!({ "subject_agent_id": other.id });
+    let runs_before = t.scalar("select count(*) from tsl_tool_run").await;
+    let challenge = challenge_of(&run(&t, &buyer, &tool, &about_other, None).await);
+    assert_eq!(t.scalar("select count(*) from tsl_tool_run").await, runs_before, "nothing ran before payment");
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let paid = run(&t, &buyer, &tool, &about_other, Some(&payment)).await;
+    assert_eq!(paid.status.as_u16(), 200, "{}", paid.text);
+    assert!(paid.headers.get("payment-response").is_some());
+    assert!(paid.json["dac_charged"].as_f64().unwrap() > 0.0, "{}", paid.text);
+    assert_eq!(t.scalar("select count(*) from ara_observation where payment_id is not null").await, 2);
+    let hidden = t.register().await;
+    t.call("PUT", "/v1/agent/disclosure", Some(&hidden.token), Some(&json!({ "disclosure_level": "none" }))).await;
+    run(&t, &buyer, &tool, &json!({ "subject_agent_id": hidden.id }), None).await.assert_error(403, "DISCLOSURE_CAP_EXCEEDED");
+
+    // Only metadata is kept, for the runner to see.
+    let runs = t.get("/v1/tsl/runs", Some(&buyer.token)).await;
+    assert_eq!(runs.json["total"], 3, "{}", runs.text);
+    assert_eq!(runs.json["runs"][0]["outcome"], "ok");
+    assert!(runs.json["runs"][0]["fuel_used"].as_i64().unwrap() > 0);
+    let limits = t.get("/v1/tsl/runtime", None).await;
+    assert_eq!(limits.json["fuel_per_run"], json!(ToolLimits::DEFAULT.fuel));
+    assert_eq!(limits.json["world"], "anchor:tool/tool@1.0.0");
+}
+
+async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let created = t.create(&seller, json!({ "ee_preset": "EE_basic" })).await;
+    t.confirm(&seller, created["dd_id"].as_str().unwrap()).await;
+    t.wait_for_fold(1).await;
+    let mut hostile = Vec::new();
+    for (fixture, code) in [
+        ("tool-spin", "TOOL_OUT_OF_FUEL"),
+        ("tool-grow", "TOOL_OUT_OF_MEMORY"),
+        ("tool-huge", "TOOL_OUTPUT_TOO_LARGE"),
+        ("tool-trap", "TOOL_TRAPPED"),
+    ] {
+        let tool = registered(&t, &seller, &profile_tool(fixture)).await;
+        let uploaded = put_component(&t, &seller, &tool, component_bytes(fixture)).await;
+        assert_eq!(uploaded.status.as_u16(), 201, "{fixture}: {}", uploaded.text);
+        hostile.push((tool, code));
+    }
+    let example = registered(&t, &seller, &profile_tool("example")).await;
+    put_component(&t, &seller, &example, component_bytes("tool-example")).await;
+
+    // Declarations keep coming from four agents while the hostile tools run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let agent = t.register().await;
+        let (t, stop, done) = (&t, stop.clone(), done.clone());
+        load.push(async move {
+            let mut failures = Vec::new();
+            // Trial pays 50 declarations of each agent.
+            for _ in 0..40 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let reply = t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_basic" }))).await;
+                if reply.status.as_u16() != 201 {
+                    failures.push(reply.text);
+                    continue;
+                }
+                let confirmed = t.confirm(&agent, reply.json["dd_id"].as_str().unwrap()).await;
+                if confirmed.status.as_u16() != 200 {
+                    failures.push(confirmed.text);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            failures
+        });
+    }
+    let runs = async {
+        let mut answers = Vec::new();
+        for (tool, code) in &hostile {
+            answers.push((run(&t, &seller, tool, &json!({}), None).await, *code));
+        }
+        stop.store(true, Ordering::Relaxed);
+        answers
+    };
+    let (answers, failures) = tokio::join!(runs, futures_util::future::join_all(load));
+    for (reply, code) in &answers {
+        reply.assert_error(422, code);
+        assert!(reply.text.contains("nothing was charged"), "{}", reply.text);
+    }
+    let failures: Vec<String> = failures.into_iter().flatten().collect();
+    assert!(failures.is_empty(), "{} declarations failed while hostile tools ran, the first: {:?}", failures.len(), failures.first());
+    assert!(done.load(Ordering::Relaxed) > 0, "no declaration was made during the runs");
+    // The failures are on record, by reason; the server and the example tool are fine.
+    let mut outcomes = t.strings("select outcome from tsl_tool_run").await;
+    outcomes.sort();
+    assert_eq!(outcomes, ["out_of_fuel", "out_of_memory", "output_too_large", "trap"]);
+    let fine = run(&t, &seller, &example, &json!({}), None).await;
+    assert_eq!(fine.status.as_u16(), 200, "{}", fine.text);
+    let _ = t.clock.now();
+}
