@@ -9,7 +9,10 @@ use anchor_tests::*;
 use chrono::{Duration, Utc};
 use serde_json::json;
 
-both_backends!(the_sdk_observes_and_reports_and_pays_with_the_official_client);
+both_backends!(
+    the_sdk_observes_and_reports_and_pays_with_the_official_client,
+    the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client
+);
 
 async fn the_sdk_observes_and_reports_and_pays_with_the_official_client(backend: Backend) {
     let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/x402");
@@ -59,4 +62,25 @@ async fn the_sdk_observes_and_reports_and_pays_with_the_official_client(backend:
     // settled payment and its usage entry, and nothing charged for the rest.
     assert_eq!(t.scalar("select count(*) from ara_observation where payment_id is not null").await, 5);
     assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'ara_observation'").await, 5);
+}
+
+/// The SDK's `tsl.*` and `earnedDac.*` calls (tests/e2e/x402/sdk-market.test.mjs):
+/// a purchase paid with the official x402 client credits the seller's Earned
+/// DAC by its share, and the revenue share's beneficiary by its own.
+async fn the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client(backend: Backend) {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/x402");
+    assert!(e2e.join("node_modules/@x402/fetch").exists(), "the x402 client is not installed: run `npm ci` in {}", e2e.display());
+    let t = TestServer::start(backend).await;
+    // The x402 client signs its validity window with the wall clock.
+    t.clock.set(Utc::now());
+    let mut node = tokio::process::Command::new("node");
+    node.args(["--test", "sdk-market.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
+    let output = node.output().await.expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("# pass 5\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    // Two purchases, each settled once, each shared in Earned DAC with its record.
+    assert_eq!(t.scalar("select count(*) from tsl_purchase where status = 'completed'").await, 2);
+    assert_eq!(t.scalar("select count(*) from x402_payment where subject_domain = 'tsl_purchase' and status = 'settled'").await, 2);
+    assert_eq!(t.scalar("select count(*) from earned_entry where kind = 'credit' and reference_kind = 'tsl_purchase'").await, 3);
 }

@@ -260,6 +260,38 @@ pub trait ToolRuntime: Send + Sync {
     fn run(&self, sha256: &[u8; 32], wasm: Option<&[u8]>, input: &ToolInput) -> Result<(Report, RunStats), RunFailure>;
 }
 
+/// `n` synthetic observations of every kind a tool can receive, each with
+/// cells over two dimensions and a short series: for trying a tool locally
+/// (`anchor tool run --sample N`) and for measuring runs.
+pub fn sample_input(n: usize) -> ToolInput {
+    let kinds = [
+        ObservationType::EnvironmentSummary,
+        ObservationType::PatternEeDistribution,
+        ObservationType::AgentProfile,
+        ObservationType::AgentTimeline,
+    ];
+    let actions = ["execute", "hold", "reject", "depend", "approve"];
+    ToolInput {
+        today: 20_500,
+        observations: (0..n)
+            .map(|i| Observation {
+                kind: kinds[i % kinds.len()],
+                resolution_level: 1,
+                subject_agent: None,
+                first_day: 20_470,
+                last_day: 20_499,
+                agents: Some(10 + (i % 7) as u64),
+                declarations: Some(40 + i as u64),
+                cells: vec![
+                    Cell { dimension: "action_type".into(), value: actions[i % actions.len()].into(), count: 5 + (i % 11) as u64 },
+                    Cell { dimension: "retention".into(), value: "short".into(), count: 3 },
+                ],
+                series: vec![DayCount { day: 20_470 + (i % 30) as i32, dimension: "all".into(), value: "declarations".into(), count: 2 }],
+            })
+            .collect(),
+    }
+}
+
 /// `ObservationType` by its interface name in JSON (`environment_summary`).
 mod observation_kind {
     use serde::{Deserialize, Deserializer, Serializer};

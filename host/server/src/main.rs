@@ -34,6 +34,34 @@ enum Command {
     /// Check a receipt offline: record hash, leaf, inclusion proof, checkpoint
     /// signature, and (given an earlier checkpoint and a proof) consistency.
     Verify(VerifyArgs),
+    /// Commands for tool authors: run a tool component locally, as the service would.
+    Tool {
+        #[command(subcommand)]
+        command: ToolCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ToolCommand {
+    /// Check a component of anchor:tool@1.0.0 as an upload is checked, run it
+    /// under the service's limits, print its report (JSON) and what it used.
+    Run(ToolRunArgs),
+}
+
+#[derive(clap::Args)]
+struct ToolRunArgs {
+    /// The component (.wasm).
+    file: std::path::PathBuf,
+    /// The observations, as JSON: {"today": DAY, "observations": [...]} (`-` reads stdin).
+    #[arg(long, conflicts_with = "sample")]
+    input: Option<std::path::PathBuf>,
+    /// Instead of --input: N synthetic observations of every shape.
+    #[arg(long)]
+    sample: Option<usize>,
+    /// Run N times (a fresh instance each time) and print the time per run's
+    /// median and 99th percentile.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 #[derive(Subcommand)]
@@ -91,7 +119,75 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Verify(args)) => verify(args),
+        Some(Command::Tool { command: ToolCommand::Run(args) }) => tool_run(args),
     }
+}
+
+fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
+    use anchor_domain::tools::{ToolInput, ToolLimits, ToolRuntime};
+    let wasm = std::fs::read(&args.file).map_err(|e| anyhow::anyhow!("reading {}: {e}", args.file.display()))?;
+    let input: ToolInput = match (&args.input, args.sample) {
+        (_, Some(n)) => anchor_domain::tools::sample_input(n),
+        (Some(path), None) => {
+            let text = if path.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+            };
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("the input is not a tool input: {e}"))?
+        }
+        (None, None) => anyhow::bail!("give the observations with --input FILE (or --sample N)"),
+    };
+    let limits = ToolLimits::DEFAULT;
+    let tools = anchor_plugins::WasmTools::new(None, limits)?;
+    let compiling = std::time::Instant::now();
+    let accepted = match tools.accept(&wasm) {
+        Ok(accepted) => accepted,
+        Err(rejected) => {
+            eprintln!("REFUSED: {}", rejected.detail());
+            std::process::exit(2);
+        }
+    };
+    eprintln!("accepted: {} bytes, sha256 {}, compiled in {:.1?}", accepted.size, hex::encode(accepted.sha256), compiling.elapsed());
+    let mut walls = Vec::with_capacity(args.repeat.max(1));
+    let mut last = None;
+    for _ in 0..args.repeat.max(1) {
+        match tools.run(&accepted.sha256, None, &input) {
+            Ok((report, stats)) => {
+                walls.push(stats.wall);
+                last = Some((report, stats));
+            }
+            Err(failure) => {
+                eprintln!("FAILED ({}): {}", failure.kind(), failure.detail());
+                std::process::exit(1);
+            }
+        }
+    }
+    let (report, stats) = last.expect("at least one run");
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    eprintln!(
+        "ok: {} metrics, {} rows, {} output bytes, {} instructions (fuel) of {}, {:.2?} (limits: {} ms, {} MiB)",
+        report.metrics.len(),
+        report.rows.len(),
+        stats.output_bytes,
+        stats.fuel_used,
+        limits.fuel,
+        stats.wall,
+        limits.wall_ms,
+        limits.memory_bytes >> 20
+    );
+    if walls.len() > 1 {
+        walls.sort();
+        let at = |q: f64| walls[((walls.len() - 1) as f64 * q).round() as usize];
+        eprintln!(
+            "{} runs (instantiate + run): p50 {:.2?}, p99 {:.2?}, max {:.2?}",
+            walls.len(),
+            at(0.5),
+            at(0.99),
+            walls[walls.len() - 1]
+        );
+    }
+    Ok(())
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {

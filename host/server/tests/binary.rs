@@ -107,3 +107,45 @@ fn production_refuses_local_settlement_and_facilitator_mode_needs_a_url() {
     assert!(String::from_utf8_lossy(&no_url.stderr).contains("--facilitator-url"));
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// `anchor tool run`, the tool author's local runner: the example runs on
+/// synthetic and on given observations; a hostile tool fails with its
+/// reason; a component reaching for the filesystem is refused.
+#[test]
+fn tool_run_checks_and_runs_a_component_as_the_service_would() {
+    let plugins = std::path::Path::new(anchor_plugins::PLUGINS_DIR);
+    let run = |file: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_anchor")).args(["tool", "run"]).arg(plugins.join(file)).args(extra).output().unwrap()
+    };
+    let sampled = run("tool_example.wasm", &["--sample", "4", "--repeat", "3"]);
+    let stderr = String::from_utf8_lossy(&sampled.stderr);
+    assert!(sampled.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&sampled.stdout).unwrap();
+    assert_eq!(report["rows"].as_array().unwrap().len(), 8, "{report}");
+    assert_eq!(report["metrics"][0], json!({ "name": "observations", "value": 4, "scale": 0 }));
+    assert!(stderr.contains("instructions (fuel)") && stderr.contains("3 runs"), "{stderr}");
+
+    let input = std::env::temp_dir().join(format!("anchor-tool-input-{}.json", std::process::id()));
+    std::fs::write(
+        &input,
+        json!({ "today": 20500, "observations": [{ "kind": "agent_profile", "resolution_level": 1, "first_day": 20400, "last_day": 20499,
+            "cells": [{ "dimension": "action_type", "value": "hold", "count": 3 }, { "dimension": "action_type", "value": "execute", "count": 1 }] }] })
+        .to_string(),
+    )
+    .unwrap();
+    let given = run("tool_example.wasm", &["--input", input.to_str().unwrap()]);
+    assert!(given.status.success(), "{}", String::from_utf8_lossy(&given.stderr));
+    let report: Value = serde_json::from_slice(&given.stdout).unwrap();
+    assert_eq!(report["rows"][0], json!({ "label": "agent-profile:action_type=hold", "values": [3, 750000] }));
+    std::fs::write(&input, "{\"today\": 1, \"observations\": [{\"kind\": \"weather\"}]}").unwrap();
+    let bad = run("tool_example.wasm", &["--input", input.to_str().unwrap()]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("not a tool input"));
+    let _ = std::fs::remove_file(&input);
+
+    let spin = run("tool_spin.wasm", &["--sample", "1"]);
+    assert_eq!(spin.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&spin.stderr).contains("FAILED (out_of_fuel)"), "{}", String::from_utf8_lossy(&spin.stderr));
+    let wasi = run("tool_wasi.wasm", &["--sample", "1"]);
+    assert_eq!(wasi.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&wasi.stderr).contains("REFUSED") && String::from_utf8_lossy(&wasi.stderr).contains("wasi:filesystem"));
+}

@@ -1,17 +1,20 @@
 // A stand-in for the published JS SDK (decision-anchor-sdk 1.4.0), for
 // machines where that package cannot be installed. It sends what the SDK
-// sends for its ARA and DUR groups, and nothing more:
-// - GET on the same paths, with the same query names; a query value that is
-//   undefined or null is left out;
-// - `Authorization: Bearer <token>` when a token is set; no body on a GET;
+// sends for its ARA, DUR, Earned DAC and TSL groups, and nothing more:
+// - the same methods on the same paths, with the same query names and body
+//   fields; a query value that is undefined or null is left out;
+// - `Authorization: Bearer <token>` when a token is set;
+// - a body only when the call has one (the POSTs of the TSL group), sent as
+//   JSON with `Content-Type: application/json`; no body on a GET;
 // - on 402 it throws PaymentRequiredError carrying the x402 challenge decoded
 //   from the base64 `payment-required` header, and names `X-PAYMENT` as the
 //   header a retry carries the signed payload in;
 // - on another error status it throws an Error with `status` and `data`;
-// - a JSON body is parsed, any other body (a CSV export) returned as text;
-// - `_req(method, path, { query, headers })` is the low-level call both expose.
-// sdk.test.mjs runs against the real package instead when ANCHOR_SDK_PATH
-// names it.
+// - a JSON answer is parsed, any other answer (a CSV export) returned as text;
+// - `_req(method, path, { body, query, headers })` is the low-level call the
+//   groups share.
+// sdk.test.mjs and sdk-market.test.mjs run against the real package instead
+// when ANCHOR_SDK_PATH names it.
 
 export class PaymentRequiredError extends Error {
   constructor(challenge, method, path) {
@@ -67,16 +70,54 @@ export default class Client {
       decisionScale: ({ from, to } = {}) => get("/v1/dur/decision-scale", { from, to }),
       selfClassification: ({ from, to } = {}) => get("/v1/dur/self-classification", { from, to }),
     };
+    this.earnedDac = {
+      balance: () => get("/v1/earned-dac/balance"),
+      ledger: ({ limit, offset } = {}) => get("/v1/earned-dac/ledger", { limit, offset }),
+    };
+    const post = (path, body) => this._req("POST", path, { body });
+    const tool = (toolId) => `/v1/tsl/tool/${toolId}`;
+    this.tsl = {
+      registerTool: (toolData) => post("/v1/tsl/tool/register", toolData),
+      listTools: ({ layer, status, limit, page } = {}) => get("/v1/tsl/tools", { layer, status, limit, page }),
+      getToolDetail: (toolId) => get(tool(toolId)),
+      getDependencies: (toolId) => get(`${tool(toolId)}/dependencies`),
+      purchase: (toolId, requestId) => {
+        const body = { tool_id: toolId };
+        if (requestId) body.request_id = requestId;
+        return post("/v1/tsl/purchase", body);
+      },
+      purchaseLayer2: (toolId) => post("/v1/tsl/purchase/layer2", { tool_id: toolId }),
+      listPurchases: ({ role, limit, offset } = {}) => get("/v1/tsl/purchases", { role, limit, offset }),
+      revenue: () => get("/v1/tsl/revenue"),
+      addDependency: (toolId, dependsOnToolId, purchaseId) => {
+        const body = { depends_on_tool_id: dependsOnToolId };
+        if (purchaseId) body.purchase_id = purchaseId;
+        return post(`${tool(toolId)}/dependency`, body);
+      },
+      createRevenueShare: ({ toolId, componentToolId, beneficiaryAgentId, shareRate }) =>
+        post("/v1/tsl/revenue-share", {
+          tool_id: toolId,
+          component_tool_id: componentToolId,
+          beneficiary_agent_id: beneficiaryAgentId,
+          share_rate: shareRate,
+        }),
+      getRevenueShares: (toolId) => get(`${tool(toolId)}/revenue-shares`),
+    };
   }
 
-  async _req(method, path, { query, headers } = {}) {
+  async _req(method, path, { body, query, headers } = {}) {
     const url = new URL(this.baseUrl + path);
     for (const [name, value] of Object.entries(query ?? {})) {
       if (value !== undefined && value !== null) url.searchParams.set(name, value);
     }
     const sent = { ...headers };
     if (this.token) sent.Authorization = `Bearer ${this.token}`;
-    const res = await fetch(url, { method, headers: sent });
+    const init = { method, headers: sent };
+    if (body !== undefined) {
+      sent["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch(url, init);
     if (res.status === 402) {
       throw new PaymentRequiredError(decodeChallenge(res.headers.get("payment-required")), method, path);
     }
