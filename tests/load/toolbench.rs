@@ -157,8 +157,10 @@ async fn main() -> anyhow::Result<()> {
     let mut tools = Vec::with_capacity(count);
     let uploading = Instant::now();
     for i in 0..count {
-        let body = json!({ "tool_name": format!("bench-{i}"), "price_dac": 1, "ara_connections": [{ "observation_type": "agent_profile" }] });
-        let tool: Value = http.post(format!("{}/v1/tsl/tool/register", server.base)).bearer_auth(&token).json(&body).send().await?.json().await?;
+        let body =
+            json!({ "tool_name": format!("bench-{i}"), "price_dac": 1, "ara_connections": [{ "observation_type": "agent_profile" }] });
+        let tool: Value =
+            http.post(format!("{}/v1/tsl/tool/register", server.base)).bearer_auth(&token).json(&body).send().await?.json().await?;
         let tool_id = tool["tool_id"].as_str().expect("tool_id").to_string();
         let uploaded = http
             .put(format!("{}/v1/tsl/tool/{tool_id}/component", server.base))
@@ -192,11 +194,7 @@ async fn main() -> anyhow::Result<()> {
         let begun = Instant::now();
         let times = run_all(&http, &server, &token, &tools).await;
         let all = begun.elapsed();
-        println!(
-            "| {label} | {ready:.0?} | {loaded} | {:.2?} | {:.2?} | {all:.2?} |",
-            percentile(&times, 0.5),
-            percentile(&times, 0.99)
-        );
+        println!("| {label} | {ready:.0?} | {loaded} | {:.2?} | {:.2?} | {all:.2?} |", percentile(&times, 0.5), percentile(&times, 0.99));
     }
     let _ = std::fs::remove_dir_all(&data);
     Ok(())

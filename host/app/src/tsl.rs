@@ -17,8 +17,9 @@ use anchor_domain::tsl::{
     TRANSFER_DELAY_DAYS, ToolStatus, TransferAction, TransferStatus,
 };
 use anchor_store::{
-    AgentRecord, Connection, DependencyAdded, DependencyRecord, HumanShareRecord, HumanShareSet, NewPurchase, NewShare, NewTool,
-    OwnerRecord, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, TransferRecord,
+    AgentRecord, ComponentRecord, Connection, DependencyAdded, DependencyRecord, EarnedBalance, HumanShareRecord, HumanShareSet,
+    NewPurchase, NewShare, NewTool, OwnerRecord, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter,
+    ToolRecord, ToolSales, TransferRecord,
 };
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -558,4 +559,43 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
 /// GET /dap/tsl/human-shares: the owner's agreements, newest first, with what each accrued.
 pub async fn human_shares(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<HumanShareRecord>> {
     Ok(services.store.human_shares(owner.owner_id).await?)
+}
+
+/// One of an agent's tools, as its owner sees it.
+#[derive(Clone, Debug)]
+pub struct OwnedTool {
+    pub tool: ToolRecord,
+    pub sales: ToolSales,
+    /// The component buyers run, if one was uploaded.
+    pub component: Option<ComponentRecord>,
+}
+
+/// What the market means for one managed agent: its Earned DAC, its tools
+/// and their sales, its latest sales.
+#[derive(Clone, Debug)]
+pub struct AgentMarket {
+    pub agent_id: Uuid,
+    pub earned: EarnedBalance,
+    pub terms: crate::earned::Terms,
+    pub tools: Vec<OwnedTool>,
+    pub recent_sales: Vec<PurchaseRecord>,
+}
+
+/// GET /dap/agent/{agent_id}/market (the portal's view): free, for a managed agent only.
+pub async fn owner_market(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<AgentMarket> {
+    crate::owners::managed(services, owner, agent_id).await?;
+    let store = &services.store;
+    let terms = crate::earned::terms(services)?;
+    let earned = store.earned_balance(agent_id, services.clock.now()).await?;
+    let (tools, _) = store.tools(ToolFilter { seller: Some(agent_id), limit: PAGE_MAX, ..Default::default() }).await?;
+    let sales = store.tool_sales(agent_id).await?;
+    let mut owned = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let sold =
+            sales.iter().find(|s| s.tool_id == tool.tool_id).copied().unwrap_or(ToolSales { tool_id: tool.tool_id, ..Default::default() });
+        let component = store.current_component(tool.tool_id).await?;
+        owned.push(OwnedTool { tool, sales: sold, component });
+    }
+    let (recent_sales, _) = store.purchases(agent_id, PurchaseRole::Seller, 10, 0).await?;
+    Ok(AgentMarket { agent_id, earned, terms, tools: owned, recent_sales })
 }

@@ -26,10 +26,19 @@ async fn an_owner_uses_the_portal_in_chromium() {
 
     let (server, base, data) = common::serve_sqlite("portal", &[]).await;
     let http = reqwest::Client::new();
+    // A tool sale, paid with the official x402 client, for the market section.
+    let x402 = root.join("tests/e2e/x402");
+    assert!(x402.join("node_modules/@x402/fetch").exists(), "the x402 client is not installed: run `npm ci` in {}", x402.display());
+    let seeded = Command::new("node").arg("seed-sale.mjs").current_dir(&x402).env("ANCHOR_BASE_URL", &base).output().expect("node runs");
+    assert!(seeded.status.success(), "seeding a sale failed: {}", String::from_utf8_lossy(&seeded.stderr));
+    let sale: serde_json::Value = serde_json::from_slice(&seeded.stdout).expect("the seeded sale");
     let output = Command::new("node")
         .args(["--test", "portal.test.mjs"])
         .current_dir(&e2e)
         .env("ANCHOR_BASE_URL", &base)
+        .env("ANCHOR_SELLER_ID", sale["seller_id"].as_str().unwrap())
+        .env("ANCHOR_SELLER_TOKEN", sale["seller_token"].as_str().unwrap())
+        .env("ANCHOR_TOOL_ID", sale["tool_id"].as_str().unwrap())
         .env("ANCHOR_ARTIFACTS", &artifacts)
         .env("CHROMIUM_PATH", &chromium)
         .output()
@@ -52,7 +61,7 @@ async fn an_owner_uses_the_portal_in_chromium() {
         .unwrap();
     assert_eq!(dab["budget_limit_dac"], result["ui_dab"]);
     assert_eq!(dab["limit_source"], "owner");
-    for shot in ["02-signed-up", "03-linked", "04-dab", "05-classification", "06-usage-chart", "07-ara-dur", "08-signed-out"] {
+    for shot in ["02-signed-up", "03-linked", "04-dab", "05-classification", "06-usage-chart", "07-ara-dur", "07-market", "08-signed-out"] {
         let path = artifacts.join(format!("portal-{shot}.png"));
         assert!(std::fs::metadata(&path).map(|m| m.len() > 1000).unwrap_or(false), "{} missing", path.display());
     }

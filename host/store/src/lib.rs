@@ -45,7 +45,7 @@ pub use payments::*;
 pub use tsl::{
     ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
     NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded, ShareRecord, ToolComponentStore,
-    ToolFilter, ToolRecord, TransferRecord, TslStore,
+    ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore,
 };
 
 use engine::{Db, Engine, Exec, sql};

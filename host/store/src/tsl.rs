@@ -252,6 +252,17 @@ pub struct TransferRecord {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// What one tool sold, for its seller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ToolSales {
+    pub tool_id: Uuid,
+    pub sales: i64,
+    /// Tool prices of the completed sales.
+    pub gross: MilliDac,
+    /// What the seller earned from them.
+    pub earned: MilliDac,
+}
+
 #[async_trait]
 pub trait TslStore {
     async fn register_tool(&self, tool: &NewTool) -> Result<()>;
@@ -275,6 +286,8 @@ pub trait TslStore {
     /// A page of the agent's purchases and sales, newest first, and how many in all.
     async fn purchases(&self, agent_id: Uuid, role: PurchaseRole, limit: i64, offset: i64) -> Result<(Vec<PurchaseRecord>, i64)>;
     async fn revenue(&self, agent_id: Uuid) -> Result<Revenue>;
+    /// Per tool the agent sold as seller: completed sales and what they earned it.
+    async fn tool_sales(&self, seller: Uuid) -> Result<Vec<ToolSales>>;
     async fn add_revenue_share(&self, share: &NewShare) -> Result<ShareAdded>;
     async fn revenue_shares(&self, tool_id: Uuid) -> Result<Vec<ShareRecord>>;
     /// Sets the owner's human share of the tool, superseding any earlier one.
@@ -520,6 +533,29 @@ impl<E: Engine> TslStore for SqlStore<E> {
             purchases: row.get("purchases")?,
             spent: MilliDac(row.get("spent")?),
         })
+    }
+
+    async fn tool_sales(&self, seller: Uuid) -> Result<Vec<ToolSales>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select p.tool_id, count(*) as sales, cast(sum(p.price_milli) as bigint) as gross, \
+                       cast(coalesce(sum((select sum(d.amount_milli) from tsl_distribution d \
+                         where d.purchase_id = p.purchase_id and d.kind = 'seller' and d.agent_id = $1)), 0) as bigint) as earned \
+                     from tsl_purchase p where p.seller_agent_id = $1 and p.status = 'completed' group by p.tool_id")
+                .bind(seller),
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ToolSales {
+                    tool_id: r.get("tool_id")?,
+                    sales: r.get("sales")?,
+                    gross: MilliDac(r.get("gross")?),
+                    earned: MilliDac(r.get("earned")?),
+                })
+            })
+            .collect()
     }
 
     async fn add_revenue_share(&self, share: &NewShare) -> Result<ShareAdded> {

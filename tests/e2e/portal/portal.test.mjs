@@ -1,7 +1,8 @@
 // The owner portal in a real browser: Debian's headless Chromium driven by
 // playwright-core against a running `anchor` (ANCHOR_BASE_URL). Sign up, link
 // an agent created over the API, set a DAB, add a classification, read the
-// usage chart, the ARA and DUR charts and the CSV download, sign out.
+// usage chart, the ARA and DUR charts and the CSV download, the tool market
+// (a seeded seller's Earned DAC, tool and sale; a human share), sign out.
 // Screenshots go to ANCHOR_ARTIFACTS; the facts the Rust side checks again go
 // to <artifacts>/portal-result.json.
 import { test } from "node:test";
@@ -187,6 +188,33 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.ok(lines.slice(1).every((line) => line.includes(",dd_ee,") && line.includes(",trial,")), csv.text);
     await shot(page, "07-ara-dur");
 
+    // The tool market: a seller that sold one tool (seeded with the official
+    // x402 client, ANCHOR_SELLER_*) is linked; its Earned DAC, tool and sale
+    // show, and the owner takes a human share of the tool's sales.
+    const sellerId = process.env.ANCHOR_SELLER_ID;
+    const toolId = process.env.ANCHOR_TOOL_ID;
+    assert.ok(sellerId && toolId && process.env.ANCHOR_SELLER_TOKEN, "the seeded sale is named");
+    await page.locator("#link-form input[name=agent_id]").fill(sellerId);
+    await page.locator("#link-form input[name=auth_token]").fill(process.env.ANCHOR_SELLER_TOKEN);
+    await page.locator("#link-form button[type=submit]").click();
+    await page.locator(`#agents-table tr[data-agent-id="${sellerId}"]`).waitFor();
+    await page.locator("#market-agent").selectOption(sellerId);
+    const tool = page.locator(`#market-tools tr[data-tool-id="${toolId}"]`);
+    await tool.waitFor();
+    assert.equal(await tool.locator("td.sales").textContent(), "1");
+    assert.equal(await tool.locator("td.earned").textContent(), "20");
+    assert.equal(await page.locator("#market-earned").getAttribute("data-balance"), "20");
+    assert.match(await page.locator("#market-earned").textContent(), /20 DAC expire on /);
+    assert.equal(await page.locator("#market-sales tbody tr").count(), 1);
+    await page.locator("#human-share-form select[name=tool_id]").selectOption(toolId);
+    await page.locator("#human-share-form input[name=human_share_rate]").fill("0.1");
+    await page.locator("#human-share-form button[type=submit]").click();
+    const share = page.locator(`#human-shares tr[data-tool-id="${toolId}"]`);
+    await share.waitFor();
+    assert.equal(await share.locator("td.state").textContent(), "in force");
+    assert.equal(await share.locator("td.accrued").textContent(), "0");
+    await shot(page, "07-market");
+
     // The agent sees the DAB the owner set.
     const dab = await call("GET", "/v1/dab/status", newToken);
     assert.equal(dab.json.budget_limit_dac, 250);
@@ -204,7 +232,7 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.deepEqual(foreign, [], "the portal requested other origins");
     writeFileSync(
       join(artifacts, "portal-result.json"),
-      JSON.stringify({ agent_id: agentId, new_token: newToken, ui_dab: 250, email }, null, 2),
+      JSON.stringify({ agent_id: agentId, new_token: newToken, ui_dab: 250, email, human_share_tool: toolId }, null, 2),
     );
   } finally {
     await browser.close();

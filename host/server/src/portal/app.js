@@ -4,7 +4,7 @@
 
 // `latest` numbers the loads of each view, so that a slower, older answer
 // never draws over a newer one.
-const state = { csrf: null, agents: [], latest: { ara: 0, dur: 0 } };
+const state = { csrf: null, agents: [], latest: { ara: 0, dur: 0, market: 0 } };
 const $ = (selector) => document.querySelector(selector);
 
 function notice(text, isError) {
@@ -75,7 +75,7 @@ async function refresh() {
   await Promise.all([loadAgents(), loadUsage(), loadClassifications(), loadPolicy()]);
   await loadRecent();
   await loadDab();
-  await Promise.all([loadAra(), loadDur()]);
+  await Promise.all([loadAra(), loadDur(), loadMarket()]);
 }
 
 async function loadAgents() {
@@ -315,6 +315,70 @@ async function loadDur() {
   if (agentId) link.href = `/dap/dur/export?agent_id=${encodeURIComponent(agentId)}&format=csv`;
 }
 
+// One agent's Earned DAC, tools and sales; the owner's human shares.
+async function loadMarket() {
+  const load = ++state.latest.market;
+  const agentId = $("#market-agent").value;
+  const shares = await api("GET", "/dap/tsl/human-shares");
+  const view = agentId ? await api("GET", `/dap/agent/${encodeURIComponent(agentId)}/market`) : null;
+  if (load !== state.latest.market) return;
+  const tools = $("#market-tools tbody");
+  const sales = $("#market-sales tbody");
+  tools.replaceChildren();
+  sales.replaceChildren();
+  const choice = $("#human-share-form").elements.tool_id;
+  choice.replaceChildren();
+  if (view) {
+    const e = view.earned;
+    const next = e.next_expiry_dac === null ? "nothing left to expire" : `${e.next_expiry_dac} DAC expire on ${shortDate(e.next_expiry_at)}`;
+    $("#market-earned").textContent =
+      `Earned DAC: ${e.earned_balance} (${e.spendable ? "spendable" : `spendable from ${e.min_spend_threshold}`}); ${next}; ` +
+      `received ${e.received_total}, spent ${e.spent_total}, expired ${e.expired_total}. Each credit lasts ${e.expiry_days} days.`;
+    $("#market-earned").dataset.balance = e.earned_balance;
+    for (const tool of view.tools) {
+      const row = document.createElement("tr");
+      row.dataset.toolId = tool.tool_id;
+      cell(row, tool.tool_name);
+      cell(row, tool.layer);
+      cell(row, tool.price_dac);
+      cell(row, tool.status);
+      cell(row, tool.sales).className = "sales";
+      cell(row, tool.earned_dac).className = "earned";
+      cell(row, tool.component_version === null ? "listing only" : `version ${tool.component_version}`);
+      tools.appendChild(row);
+      const option = document.createElement("option");
+      option.value = tool.tool_id;
+      option.textContent = tool.tool_name;
+      choice.appendChild(option);
+    }
+    for (const sale of view.recent_sales) {
+      const row = document.createElement("tr");
+      cell(row, shortDate(sale.sold_at));
+      cell(row, sale.tool_name);
+      cell(row, sale.price_dac);
+      cell(row, sale.earned_dac);
+      sales.appendChild(row);
+    }
+  } else {
+    $("#market-earned").textContent = "";
+  }
+  $("#market-tools-empty").hidden = Boolean(view && view.tools.length);
+  const body = $("#human-shares tbody");
+  body.replaceChildren();
+  for (const share of shares.human_shares) {
+    const row = document.createElement("tr");
+    row.dataset.toolId = share.tool_id;
+    cell(row, share.tool_name);
+    cell(row, share.agent_id).className = "agent-id";
+    cell(row, share.human_share_rate);
+    cell(row, share.in_force ? "in force" : `ended (${share.end_reason})`).className = "state";
+    cell(row, share.sales);
+    cell(row, share.accrued_dac).className = "accrued";
+    body.appendChild(row);
+  }
+  $("#human-total").textContent = `${shares.accrued_total_dac} DAC accrued to you from human shares.`;
+}
+
 async function loadDab() {
   const agentId = $("#dab-form").elements.agent_id.value;
   if (!agentId) {
@@ -455,6 +519,12 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#ara-agent").addEventListener("change", () => guarded(loadAra));
   $("#ara-level").addEventListener("change", () => guarded(loadAra));
   $("#dur-agent").addEventListener("change", () => guarded(loadDur));
+  $("#market-agent").addEventListener("change", () => guarded(loadMarket));
+  on("#human-share-form", async (f) => {
+    const share = await api("POST", "/dap/tsl/human-share", { tool_id: f.tool_id.value, human_share_rate: Number(f.human_share_rate.value) });
+    notice(`Human share of ${share.human_share_rate} set on ${share.tool_name}.`);
+    await loadMarket();
+  });
   $("#sign-out").addEventListener("click", () => guarded(async () => {
     await api("POST", "/dap/logout");
     state.csrf = null;

@@ -13,7 +13,7 @@ use serde_json::json;
 use anchor_store::HumanShareRecord;
 
 use crate::error::ApiResult;
-use crate::extract::Body;
+use crate::extract::{ApiPath, Body};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
@@ -45,7 +45,118 @@ pub fn operations() -> Vec<Operation> {
             .summary("Your human shares, newest first, with what each accrued")
             .owner()
             .returns::<HumanShareList>(200, "Human shares"),
+        op(Method::GET, "/dap/agent/{agent_id}/market", get(market))
+            .tag("DAP TSL")
+            .summary("A managed agent in the tool market: its Earned DAC and what expires next, its tools, their sales")
+            .describe("For the portal; free. Sales show the tool's price and the agent's part of it; never who bought.")
+            .extension()
+            .owner()
+            .path::<uuid::Uuid>("agent_id")
+            .returns::<MarketView>(200, "The agent's market view")
+            .error(400, "agent_id is not a UUID.", &["INVALID_UUID"])
+            .error(403, "Not an agent of yours.", &["NOT_LINKED"]),
     ]
+}
+
+#[derive(Serialize, JsonSchema)]
+struct EarnedView {
+    earned_balance: Dac,
+    /// The balance reaches min_spend_threshold, so Earned DAC can pay.
+    spendable: bool,
+    min_spend_threshold: Dac,
+    expiry_days: u32,
+    /// What expires next, and when; null when nothing is left.
+    next_expiry_dac: Option<Dac>,
+    next_expiry_at: Option<Time>,
+    received_total: Dac,
+    spent_total: Dac,
+    expired_total: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct OwnedToolView {
+    tool_id: Id,
+    tool_name: String,
+    layer: crate::wire::Named<anchor_domain::tsl::Layer>,
+    price_dac: Dac,
+    status: crate::wire::Named<anchor_domain::tsl::ToolStatus>,
+    sales: i64,
+    gross_sales_dac: Dac,
+    /// What the agent earned from them, after revenue shares and the human share.
+    earned_dac: Dac,
+    /// The version buyers run; null for a listing without a component.
+    component_version: Option<i32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SaleView {
+    purchase_id: Id,
+    tool_id: Id,
+    tool_name: String,
+    price_dac: Dac,
+    /// The agent's part, as seller.
+    earned_dac: Dac,
+    sold_at: Time,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct MarketView {
+    agent_id: Id,
+    earned: EarnedView,
+    tools: Vec<OwnedToolView>,
+    recent_sales: Vec<SaleView>,
+}
+
+async fn market(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<Json<MarketView>> {
+    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let m = anchor_app::tsl::owner_market(&state.app, &owner.owner, agent_id).await?;
+    let e = m.earned;
+    Ok(Json(MarketView {
+        agent_id: Id(m.agent_id),
+        earned: EarnedView {
+            earned_balance: e.balance.into(),
+            spendable: e.balance >= m.terms.threshold && e.balance > anchor_domain::MilliDac::ZERO,
+            min_spend_threshold: m.terms.threshold.into(),
+            expiry_days: m.terms.expiry_days,
+            next_expiry_dac: e.next_expiry.map(|(amount, _)| amount.into()),
+            next_expiry_at: e.next_expiry.map(|(_, at)| at.into()),
+            received_total: e.received.into(),
+            spent_total: e.spent.into(),
+            expired_total: e.expired.into(),
+        },
+        tools: m
+            .tools
+            .iter()
+            .map(|o| OwnedToolView {
+                tool_id: Id(o.tool.tool_id),
+                tool_name: o.tool.name.clone(),
+                layer: crate::wire::Named(o.tool.layer),
+                price_dac: o.tool.price.into(),
+                status: crate::wire::Named(o.tool.status),
+                sales: o.sales.sales,
+                gross_sales_dac: o.sales.gross.into(),
+                earned_dac: o.sales.earned.into(),
+                component_version: o.component.as_ref().map(|c| c.version),
+            })
+            .collect(),
+        recent_sales: m
+            .recent_sales
+            .iter()
+            .map(|p| SaleView {
+                purchase_id: Id(p.purchase_id),
+                tool_id: Id(p.tool_id),
+                tool_name: p.tool_name.clone(),
+                price_dac: p.price.into(),
+                earned_dac: p
+                    .distributions
+                    .iter()
+                    .filter(|d| d.kind == anchor_domain::tsl::ShareKind::Seller && d.agent_id == m.agent_id)
+                    .fold(anchor_domain::MilliDac::ZERO, |sum, d| sum + d.amount)
+                    .into(),
+                sold_at: p.completed_at.unwrap_or(p.created_at).into(),
+            })
+            .collect(),
+    }))
 }
 
 #[derive(Deserialize, JsonSchema)]
