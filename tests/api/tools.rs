@@ -222,8 +222,8 @@ async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: B
     let current = t.get(&format!("/v1/tsl/tool/{tool}/component"), None).await;
     assert_eq!(current.json["sha256"], uploaded.json["sha256"]);
     // A tool reading observations tools cannot receive yet is refused at upload.
-    let mut unsupported = profile_tool("tsl-reader");
-    unsupported["ara_connections"] = json!([{ "observation_type": "environment_tsl" }]);
+    let mut unsupported = profile_tool("anomaly-reader");
+    unsupported["ara_connections"] = json!([{ "observation_type": "anomaly_compare" }]);
     let unsupported = registered(&t, &seller, &unsupported).await;
     put_component(&t, &seller, &unsupported, component_bytes("tool-example")).await.assert_error(409, "TOOL_INPUT_UNSUPPORTED");
     // The same tool in JavaScript.

@@ -19,7 +19,8 @@ both_backends!(
     shares_never_take_more_than_the_price,
     dependencies_never_form_a_cycle,
     transfers_and_retirements_take_effect_after_seven_days,
-    a_purchase_settles_once_or_not_at_all
+    a_purchase_settles_once_or_not_at_all,
+    the_markets_release_counts_tools_and_at_least_ten_buyers
 );
 
 fn tool_body(name: &str, price: f64, layer: &str) -> Value {
@@ -476,4 +477,44 @@ async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
     assert_eq!(statuses, ["completed", "failed"]);
     assert_eq!(t.scalar("select count(*) from tsl_distribution").await, 1);
     let _ = MilliDac::ZERO;
+}
+
+async fn the_markets_release_counts_tools_and_at_least_ten_buyers(backend: Backend) {
+    let t = TestServer::with(backend, Options { privacy: anchor_app::ara::privacy::Privacy::Exact, ..Default::default() }).await;
+    let observer = t.register().await;
+    // Nothing listed: nothing to show, for free.
+    t.get("/v1/ara/environment/tsl", Some(&observer.token)).await.assert_error(404, "DATA_UNAVAILABLE");
+    let seller = t.register().await;
+    let tool = register_tool(&t, &seller, "ee-mix", 1.0, "layer1").await;
+    register_tool(&t, &seller, "composite", 1.0, "layer2").await;
+    // Nine buyers: the tools show the next day, the buyers do not.
+    let mut buyers = Vec::new();
+    for _ in 0..10 {
+        buyers.push(t.register().await);
+    }
+    for buyer in &buyers[..9] {
+        assert_eq!(buy(&t, buyer, "/v1/tsl/purchase", &json!({ "tool_id": tool }), "11000").await.status.as_u16(), 201);
+    }
+    t.clock.advance(Duration::days(1));
+    let seen = paid_market(&t, &observer).await;
+    assert_eq!(seen["distributions"], json!({ "tools_by_layer": { "layer1": 1, "layer2": 1 } }), "{seen}");
+    // Ten buyers: the next day's release counts them, each once.
+    assert_eq!(buy(&t, &buyers[9], "/v1/tsl/purchase", &json!({ "tool_id": tool }), "11000").await.status.as_u16(), 201);
+    t.clock.advance(Duration::days(1));
+    let seen = paid_market(&t, &observer).await;
+    assert_eq!(seen["distributions"]["buyers_by_layer"], json!({ "layer1": 10 }), "{seen}");
+    assert_eq!(seen["distributions"]["tools_by_layer"], json!({ "layer1": 1, "layer2": 1 }), "{seen}");
+    // The release is cut once for the day: asking again shows the same.
+    assert_eq!(paid_market(&t, &observer).await["distributions"], seen["distributions"]);
+}
+
+async fn paid_market(t: &TestServer, agent: &Agent) -> Value {
+    let path = "/v1/ara/environment/tsl";
+    let bearer = format!("Bearer {}", agent.token);
+    let challenge = challenge_of(&t.call_with("GET", path, &[("authorization", &bearer)], None).await);
+    assert_eq!(challenge["accepts"][0]["amount"], "1000");
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let reply = t.call_with("GET", path, &[("authorization", &bearer), ("payment-signature", &payment)], None).await;
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.text);
+    reply.json
 }

@@ -252,6 +252,19 @@ pub struct TransferRecord {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// The market over a window, for its de-identified release.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MarketWindow {
+    /// Active tools registered before the window's end, by layer (public anyway).
+    pub tools_by_layer: Vec<(String, i64)>,
+    /// Distinct buyers of the window, each counted once, in the layer it bought most.
+    pub buyers_by_layer: Vec<(String, i64)>,
+    /// Distinct buyers in the window.
+    pub buyers: i64,
+    /// Completed purchases in the window, each buyer counted at most `cap` times.
+    pub capped_purchases: i64,
+}
+
 /// What one tool sold, for its seller.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ToolSales {
@@ -288,6 +301,8 @@ pub trait TslStore {
     async fn revenue(&self, agent_id: Uuid) -> Result<Revenue>;
     /// Per tool the agent sold as seller: completed sales and what they earned it.
     async fn tool_sales(&self, seller: Uuid) -> Result<Vec<ToolSales>>;
+    /// The market between `from` and `to`, each buyer's purchases counted at most `cap` times.
+    async fn market_window(&self, from: DateTime<Utc>, to: DateTime<Utc>, cap: i64) -> Result<MarketWindow>;
     async fn add_revenue_share(&self, share: &NewShare) -> Result<ShareAdded>;
     async fn revenue_shares(&self, tool_id: Uuid) -> Result<Vec<ShareRecord>>;
     /// Sets the owner's human share of the tool, superseding any earlier one.
@@ -532,6 +547,48 @@ impl<E: Engine> TslStore for SqlStore<E> {
             human_accrued: MilliDac(row.get("human")?),
             purchases: row.get("purchases")?,
             spent: MilliDac(row.get("spent")?),
+        })
+    }
+
+    async fn market_window(&self, from: DateTime<Utc>, to: DateTime<Utc>, cap: i64) -> Result<MarketWindow> {
+        let mut db = self.db();
+        let tools = db
+            .fetch_all(
+                sql("select layer as value, count(*) as n from tsl_tool where status = 'active' and registered_at < $1 \
+                     group by layer order by layer")
+                .bind(to),
+            )
+            .await?;
+        // Each buyer once: the layer it bought most (ties to the first layer).
+        let buyers = db
+            .fetch_all(
+                sql("select layer as value, count(*) as n from ( \
+                       select buyer_agent_id, min(layer) as layer from ( \
+                         select buyer_agent_id, layer, count(*) as bought, \
+                           max(count(*)) over (partition by buyer_agent_id) as most \
+                         from tsl_purchase where status = 'completed' and created_at >= $1 and created_at < $2 \
+                         group by buyer_agent_id, layer) per_layer \
+                       where bought = most group by buyer_agent_id) per_buyer \
+                     group by layer order by layer")
+                .bind(from)
+                .bind(to),
+            )
+            .await?;
+        let totals = db
+            .fetch_one(
+                sql("select count(*) as buyers, cast(coalesce(sum(case when bought > $3 then $3 else bought end), 0) as bigint) as capped from ( \
+                       select buyer_agent_id, count(*) as bought from tsl_purchase \
+                       where status = 'completed' and created_at >= $1 and created_at < $2 group by buyer_agent_id) per_buyer")
+                .bind(from)
+                .bind(to)
+                .bind(cap),
+            )
+            .await?;
+        Ok(MarketWindow {
+            tools_by_layer: value_counts(&tools)?,
+            buyers_by_layer: value_counts(&buyers)?,
+            buyers: totals.get("buyers")?,
+            capped_purchases: totals.get("capped")?,
         })
     }
 
@@ -1238,6 +1295,10 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
             .collect::<Result<Vec<_>>>()?;
         Ok((runs, total))
     }
+}
+
+fn value_counts<R: Row>(rows: &[R]) -> Result<Vec<(String, i64)>> {
+    rows.iter().map(|r| Ok((r.get("value")?, r.get("n")?))).collect()
 }
 
 fn component_of(row: &impl Row) -> Result<ComponentRecord> {

@@ -17,9 +17,10 @@ use super::{price, unavailable};
 use crate::{AppError, AppResult, Services};
 
 /// The observation kinds a tool can receive today.
-pub const SUPPORTED: [ObservationType; 8] = [
+pub const SUPPORTED: [ObservationType; 9] = [
     ObservationType::EnvironmentSummary,
     ObservationType::EnvironmentDensity,
+    ObservationType::EnvironmentTsl,
     ObservationType::EnvironmentAnomaly,
     ObservationType::PatternEeDistribution,
     ObservationType::PatternActionType,
@@ -88,6 +89,7 @@ pub async fn gather(
     let release_kind = match kind {
         ObservationType::EnvironmentSummary => Some((Kind::Environment, ObservationTier::Environment)),
         ObservationType::EnvironmentDensity => Some((Kind::Density, ObservationTier::Environment)),
+        ObservationType::EnvironmentTsl => Some((Kind::Tsl, ObservationTier::Environment)),
         ObservationType::PatternEeDistribution => Some((Kind::EeDistribution, ObservationTier::Pattern)),
         ObservationType::PatternActionType => Some((Kind::ActionType, ObservationTier::Pattern)),
         ObservationType::EnvironmentAnomaly => Some((Kind::EnvironmentAnomaly, ObservationTier::EnvironmentAnomaly)),

@@ -35,6 +35,8 @@ pub enum Kind {
     ActionType,
     /// Agents by where their branch-1 decisions sat in their own pattern, per dimension.
     EnvironmentAnomaly,
+    /// The tool market: tools by layer, buyers by the layer they bought most.
+    Tsl,
 }
 
 /// The band dimensions of an anomaly release, by the name the API uses.
@@ -57,6 +59,7 @@ impl Kind {
             Kind::EeDistribution => "ee_distribution",
             Kind::ActionType => "action_type",
             Kind::EnvironmentAnomaly => "environment_anomaly",
+            Kind::Tsl => "tsl",
         }
     }
 
@@ -82,6 +85,8 @@ impl Kind {
                 Dimension::BandTimeZone,
                 Dimension::BandEeResolution,
             ],
+            // Not from the aggregate model: see `cut_market`.
+            Kind::Tsl => &[],
         }
     }
 
@@ -93,7 +98,8 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Kind; 5] = [Kind::Environment, Kind::Density, Kind::EeDistribution, Kind::ActionType, Kind::EnvironmentAnomaly];
+    pub const ALL: [Kind; 6] =
+        [Kind::Environment, Kind::Density, Kind::EeDistribution, Kind::ActionType, Kind::EnvironmentAnomaly, Kind::Tsl];
 }
 
 /// One release: what it shows, over which window, at what privacy cost.
@@ -139,8 +145,47 @@ fn internal(error: impl Into<anyhow::Error>) -> AppError {
     AppError::Internal(error.into())
 }
 
+/// How many purchases of one buyer a market release counts.
+const PURCHASE_CAP: i64 = 20;
+
+/// Cuts the market's release: tools by layer as listed (public), and, once
+/// at least `K` agents bought in the window, buyers by the layer each bought
+/// most (each agent once), their number and the purchases (each buyer at
+/// most `PURCHASE_CAP` times), protected like every other release.
+async fn cut_market(services: &Services, window: Window, privacy: Privacy) -> anyhow::Result<Release> {
+    let (epsilon, delta) = privacy.per_component();
+    let market = services.store.market_window(window.from(), window.to(), PURCHASE_CAP).await?;
+    let mut distributions = BTreeMap::new();
+    let (mut agents, mut declarations, mut components) = (None, None, 0);
+    if market.buyers >= K {
+        agents = Some(privacy::count(market.buyers, 1, privacy)?);
+        declarations = Some(privacy::count(market.capped_purchases, PURCHASE_CAP, privacy)?);
+        distributions.insert("buyers_by_layer".to_string(), privacy::histogram(&market.buyers_by_layer, privacy)?);
+        components = 3;
+    }
+    if !market.tools_by_layer.is_empty() {
+        distributions.insert("tools_by_layer".to_string(), market.tools_by_layer);
+    }
+    Ok(Release {
+        kind: Kind::Tsl.name().to_string(),
+        window_days: window.days,
+        window_end: window.end,
+        agents,
+        declarations,
+        distributions,
+        activity: Vec::new(),
+        epsilon: epsilon * components as f64,
+        delta: delta * components as f64,
+        exact: privacy == Privacy::Exact,
+        released_at: services.clock.now(),
+    })
+}
+
 /// Cuts a release from the aggregate model.
 async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) -> anyhow::Result<Release> {
+    if kind == Kind::Tsl {
+        return cut_market(services, window, privacy).await;
+    }
     let store = &services.store;
     let (epsilon, delta) = privacy.per_component();
     let mut spent = (0.0, 0.0);
@@ -229,6 +274,7 @@ fn describe(kind: Kind, days: i32) -> String {
         Kind::EeDistribution => format!("EE distribution over the last {days} full days"),
         Kind::ActionType => format!("Action type distribution over the last {days} full days"),
         Kind::EnvironmentAnomaly => format!("Environment anomaly distribution over the last {days} full days"),
+        Kind::Tsl => format!("Tool market activity over the last {days} full days"),
     }
 }
 
@@ -250,7 +296,7 @@ pub async fn observe(
         )));
     }
     let tier = match kind {
-        Kind::Environment | Kind::Density => ObservationTier::Environment,
+        Kind::Environment | Kind::Density | Kind::Tsl => ObservationTier::Environment,
         Kind::EeDistribution | Kind::ActionType => ObservationTier::Pattern,
         Kind::EnvironmentAnomaly => ObservationTier::EnvironmentAnomaly,
     };
@@ -299,9 +345,9 @@ pub async fn environment_anomaly(
     pay(services, agent_id, purchase, offered, release).await
 }
 
-/// GET /v1/ara/environment/tsl: the tool market's activity. The market keeps
-/// no sales yet, so there is nothing to show, for free.
+/// GET /v1/ara/environment/tsl: the tool market's activity over the 30
+/// full days before today (`cut_market`); refused for free while there is
+/// nothing to show.
 pub async fn tsl(services: &Services, agent_id: Uuid, offered: Offered) -> AppResult<Observed<Release>> {
-    let _ = (services, agent_id, offered);
-    Err(unavailable("the tool market has no recorded activity to show yet"))
+    observe(services, agent_id, super::TSL, Kind::Tsl, 30, offered).await
 }

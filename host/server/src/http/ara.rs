@@ -100,10 +100,14 @@ pub fn operations() -> Vec<Operation> {
         paid(
             op(Method::GET, ara::TSL.path, get(tsl))
                 .tag("ARA")
-                .summary("The tool market's activity")
-                .describe("The market keeps no sales yet: this answers 404 DATA_UNAVAILABLE, for free, until it does.")
+                .summary("The tool market's activity: tools by layer, and buyers by the layer they bought most")
+                .describe(
+                    "Over the last 30 full UTC days (the same all day). Tools listed on the market are counted as listed; buyers and \
+                     purchases are shown once at least 10 agents bought, each buyer counted once (in the layer it bought most), with \
+                     the same noise as every other release. Paid per call over x402; 404 DATA_UNAVAILABLE, free, while there is nothing to show.",
+                )
                 .agent()
-                .error(404, "The market has no activity to show.", &["DATA_UNAVAILABLE"]),
+                .error(404, "The market has no activity to show yet.", &["DATA_UNAVAILABLE"]),
         )
         .returns::<PatternView>(200, "TSL market statistics (dac_charged included)"),
         release_operation(ara::EE_DISTRIBUTION, get(ee_distribution), "Agents by the EE values they choose most, axis by axis")
