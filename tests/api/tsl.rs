@@ -198,6 +198,14 @@ async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend
     assert_eq!(revenue.json["human_share_accrued_dac"], json!(10));
     let author_revenue = t.get("/v1/tsl/revenue", Some(&author.token)).await;
     assert_eq!(author_revenue.json["earned_from_revenue_shares_dac"], json!(20));
+    // DUR shows the money both ways: what the buyer paid, what the sale credited.
+    let paid = t.get("/v1/dur/tsl?role=buyer", Some(&buyer.token)).await;
+    assert_eq!((paid.json["total"].clone(), paid.json["transactions"][0]["direction"].clone()), (json!(1), json!("paid")), "{}", paid.text);
+    assert_eq!(paid.json["transactions"][0]["amount_dac"], json!(110));
+    let received = t.get("/v1/dur/tsl?role=seller", Some(&author.token)).await;
+    assert_eq!(received.json["transactions"][0]["amount_dac"], json!(20), "{}", received.text);
+    assert_eq!(received.json["transactions"][0]["purchase_id"], bought.json["purchase_id"]);
+    assert_eq!(t.get("/v1/dur/tsl", Some(&seller.token)).await.json["total"], 1);
     // The usage record counts it under tsl, paid externally.
     assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'tsl_purchase' and payment_source = 'external'").await, 1);
 

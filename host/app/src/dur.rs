@@ -295,3 +295,22 @@ mod tests {
         assert_eq!(Decimal::text(&IBig::from(5), 3), "0.005");
     }
 }
+
+/// GET /v1/dur/tsl: the agent's tool-market money in `range`, newest first:
+/// `buyer` what it paid for purchases, `seller` what sales and revenue
+/// shares credited it (Earned DAC), `all` both.
+pub async fn tsl(
+    services: &Services,
+    agent_id: Uuid,
+    range: Range,
+    role: &str,
+    offset: i64,
+    limit: i64,
+) -> AppResult<(Vec<anchor_store::TslLine>, i64)> {
+    let direction = match role {
+        "buyer" => "paid",
+        "seller" => "received",
+        _ => "all",
+    };
+    Ok(services.store.tsl_lines(agent_id, range.from, range.to, Some(direction), offset, limit).await?)
+}

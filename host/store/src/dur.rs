@@ -88,6 +88,31 @@ pub trait DurStore: Send + Sync {
     async fn template_counts(&self, span: &Span<'_>) -> Result<(Vec<(String, String, i64)>, i64)>;
     /// (unit, value text) of every decision scale in the span's branch-1 decisions.
     async fn scale_values(&self, span: &Span<'_>) -> Result<Vec<(String, String)>>;
+    /// One agent's tool-market money in the span, newest first: what it paid
+    /// for purchases (`paid`: its usage entries) and what its sales and
+    /// revenue shares credited it in Earned DAC (`received`); and how many in all.
+    async fn tsl_lines(
+        &self,
+        agent_id: Uuid,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        direction: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<TslLine>, i64)>;
+}
+
+/// A line of an agent's tool-market money.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TslLine {
+    /// The usage entry or the Earned ledger line.
+    pub line_id: Uuid,
+    /// `paid` (a purchase) or `received` (a sale's or a revenue share's credit).
+    pub direction: String,
+    pub amount: MilliDac,
+    /// The purchase.
+    pub purchase_id: Uuid,
+    pub at: DateTime<Utc>,
 }
 
 /// The template columns DUR counts, by the name the reports use.
@@ -99,8 +124,57 @@ pub const TEMPLATE_COLUMNS: [(&str, &str); 5] = [
     ("self_classification", "tpl_self_classification"),
 ];
 
+/// The union `tsl_lines` pages through.
+const TSL_LINES: &str = "select * from ( \
+       select usage_id as line_id, 'paid' as direction, amount_milli, subject_id as purchase_id, recorded_at as at \
+       from usage_entry where agent_id = $1 and subject_domain = 'tsl_purchase' and recorded_at >= $2 and recorded_at < $3 \
+     union all \
+       select entry_id as line_id, 'received' as direction, amount_milli, reference_id as purchase_id, at \
+       from earned_entry where agent_id = $1 and kind = 'credit' and reference_kind = 'tsl_purchase' and at >= $2 and at < $3 \
+     ) lines where ($4 = 'all' or direction = $4)";
+
 #[async_trait]
 impl<E: Engine> DurStore for SqlStore<E> {
+    async fn tsl_lines(
+        &self,
+        agent_id: Uuid,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        direction: Option<&str>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<TslLine>, i64)> {
+        let mut db = self.db();
+        let direction = direction.unwrap_or("all");
+        let total: i64 = db
+            .scalar(sql(format!("select count(*) from ({TSL_LINES}) counted")).bind(agent_id).bind(from).bind(to).bind(direction))
+            .await?;
+        let rows = db
+            .fetch_all(
+                sql(format!("{TSL_LINES} order by at desc, line_id limit $5 offset $6"))
+                    .bind(agent_id)
+                    .bind(from)
+                    .bind(to)
+                    .bind(direction)
+                    .bind(limit)
+                    .bind(offset),
+            )
+            .await?;
+        let lines = rows
+            .iter()
+            .map(|r| {
+                Ok(TslLine {
+                    line_id: r.get("line_id")?,
+                    direction: r.get("direction")?,
+                    amount: MilliDac(r.get("amount_milli")?),
+                    purchase_id: r.get("purchase_id")?,
+                    at: r.get("at")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((lines, total))
+    }
+
     async fn spend(&self, span: &Span<'_>) -> Result<Vec<SpendLine>> {
         let mut query = sql("select subject_domain, payment_source, count(*) as entries, \
                              cast(coalesce(sum(amount_milli), 0) as bigint) as amount from usage_entry where ");

@@ -366,25 +366,50 @@ enum RoleView {
     All,
 }
 
+/// One movement of tool-market money.
+#[derive(Serialize, JsonSchema)]
+struct TslTransaction {
+    transaction_id: Uuid,
+    /// paid: a purchase (paid over x402); received: a sale's or a revenue share's credit (Earned DAC).
+    direction: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    amount_dac: Dac,
+    purchase_id: Uuid,
+    recorded_at: Time,
+}
+
 #[derive(Serialize, JsonSchema)]
 struct TslView {
     role: RoleView,
-    /// Purchases and sales of tools; the market keeps none yet.
-    transactions: Vec<Transaction>,
+    /// What you paid for tools and what your sales and revenue shares credited you, newest first.
+    transactions: Vec<TslTransaction>,
     page: i64,
     limit: i64,
     total: i64,
 }
 
-async fn tsl(State(state): State<AppState>, AuthAgent(_agent): AuthAgent, ApiQuery(query): ApiQuery<TslQuery>) -> ApiResult<Json<TslView>> {
+async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<TslQuery>) -> ApiResult<Json<TslView>> {
     let (page, limit) = page(query.page, query.limit)?;
-    dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    let role = match query.role.unwrap_or(Role::All) {
-        Role::Buyer => RoleView::Buyer,
-        Role::Seller => RoleView::Seller,
-        Role::All => RoleView::All,
+    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
+    let (role, name) = match query.role.unwrap_or(Role::All) {
+        Role::Buyer => (RoleView::Buyer, "buyer"),
+        Role::Seller => (RoleView::Seller, "seller"),
+        Role::All => (RoleView::All, "all"),
     };
-    Ok(Json(TslView { role, transactions: Vec::new(), page, limit, total: 0 }))
+    let (lines, total) = dur::tsl(&state.app, agent.agent_id, range, name, (page - 1) * limit, limit).await?;
+    let transactions = lines
+        .into_iter()
+        .map(|l| TslTransaction {
+            transaction_id: l.line_id,
+            direction: l.direction,
+            kind: "tsl",
+            amount_dac: l.amount.into(),
+            purchase_id: l.purchase_id,
+            recorded_at: l.at.into(),
+        })
+        .collect();
+    Ok(Json(TslView { role, transactions, page, limit, total }))
 }
 
 #[derive(Clone, Copy, Default, Deserialize, JsonSchema)]
