@@ -33,6 +33,7 @@ async fn discovery_documents_describe_this_server() {
     }
     assert!(llms.text.contains(&t.url("/v1/ara/environment")) && llms.text.contains(&t.url("/v1/dur/summary")), "{}", llms.text);
     assert!(llms.text.contains(&t.url("/v1/earned-dac/balance")), "{}", llms.text);
+    assert!(llms.text.contains(&t.url("/v1/tsl/purchase")) && llms.text.contains(&t.url("/v1/tsl/runtime")), "{}", llms.text);
 
     let x402 = t.get("/.well-known/x402.json", None).await.json;
     assert_eq!(x402["x402_supported"], json!(true));

@@ -1,4 +1,5 @@
 //! `anchor`: the service binary. `anchor serve` (the default) runs the API;
+//! `anchor tool run FILE` runs a tool component locally, as the service would;
 //! `anchor pricing inspect FILE` checks a pricing component before deployment.
 
 use clap::{Parser, Subcommand};
