@@ -280,22 +280,6 @@ pub async fn decision_scale(services: &Services, agent_id: Uuid, range: Range) -
     Ok((range, stats))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimals_are_exact() {
-        let d = Decimal::parse("18446744073709551616.5").unwrap();
-        assert_eq!(Decimal::text(&d.mantissa, d.scale), "18446744073709551616.5");
-        let e = Decimal::parse("1.5E3").unwrap();
-        assert_eq!(Decimal::text(&e.at(0), 0), "1500");
-        let small = Decimal::parse("-0.000125").unwrap();
-        assert_eq!(Decimal::text(&small.mantissa, small.scale), "-0.000125");
-        assert_eq!(Decimal::text(&IBig::from(5), 3), "0.005");
-    }
-}
-
 /// GET /v1/dur/tsl: the agent's tool-market money in `range`, newest first:
 /// `buyer` what it paid for purchases, `seller` what sales and revenue
 /// shares credited it (Earned DAC), `all` both.
@@ -313,4 +297,20 @@ pub async fn tsl(
         _ => "all",
     };
     Ok(services.store.tsl_lines(agent_id, range.from, range.to, Some(direction), offset, limit).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        let d = Decimal::parse("18446744073709551616.5").unwrap();
+        assert_eq!(Decimal::text(&d.mantissa, d.scale), "18446744073709551616.5");
+        let e = Decimal::parse("1.5E3").unwrap();
+        assert_eq!(Decimal::text(&e.at(0), 0), "1500");
+        let small = Decimal::parse("-0.000125").unwrap();
+        assert_eq!(Decimal::text(&small.mantissa, small.scale), "-0.000125");
+        assert_eq!(Decimal::text(&IBig::from(5), 3), "0.005");
+    }
 }

@@ -49,6 +49,9 @@ struct Loaded {
     pre: bindings::ToolPre<CallState>,
 }
 
+/// The tools loaded in memory, and the order they were loaded in (oldest first).
+type LoadedSet = (HashMap<[u8; 32], Arc<Loaded>>, Vec<[u8; 32]>);
+
 /// The most compiled tools one host keeps in memory; beyond it the oldest is
 /// dropped (and deserialized again from the disk cache when it runs).
 const LOADED_MAX: usize = 256;
@@ -59,7 +62,7 @@ pub struct WasmTools {
     engine: PluginEngine,
     limits: ToolLimits,
     cache_dir: Option<PathBuf>,
-    loaded: Mutex<(HashMap<[u8; 32], Arc<Loaded>>, Vec<[u8; 32]>)>,
+    loaded: Mutex<LoadedSet>,
 }
 
 impl WasmTools {

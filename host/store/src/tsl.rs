@@ -914,27 +914,31 @@ pub(crate) async fn complete<X: Exec>(tx: &mut X, for_update: &str, purchase_id:
     let sale = Subject { domain: SubjectDomain::TslPurchase, id: purchase_id };
     // Credits lock agent rows: in one order (by agent), so that two
     // settlements never wait for each other in a circle.
-    let mut credits: Vec<(Uuid, ShareKind, Option<Uuid>, Option<u32>, MilliDac)> = split
+    let mut credits: Vec<Credit> = split
         .shares
         .iter()
         .zip(&rates)
-        .map(|(((share_id, beneficiary), amount), (_, rate))| {
-            (*beneficiary, ShareKind::RevenueShare, Some(*share_id), Some(*rate), *amount)
+        .map(|(((share_id, beneficiary), amount), (_, rate))| Credit {
+            agent_id: *beneficiary,
+            kind: ShareKind::RevenueShare,
+            share: Some((*share_id, *rate)),
+            amount: *amount,
         })
         .collect();
-    credits.push((seller, ShareKind::Seller, None, None, split.seller));
-    credits.sort_by_key(|c| c.0);
-    for (agent_id, kind, share_id, rate, amount) in credits {
-        let entry_id = if amount > MilliDac::ZERO {
-            let reason = match kind {
+    credits.push(Credit { agent_id: seller, kind: ShareKind::Seller, share: None, amount: split.seller });
+    credits.sort_by_key(|c| c.agent_id);
+    for c in credits {
+        let entry_id = if c.amount > MilliDac::ZERO {
+            let reason = match c.kind {
                 ShareKind::Seller => "tool sale",
                 _ => "revenue share of a tool sale",
             };
-            Some(earned::credit(tx, for_update, agent_id, amount, reason, Some(sale), expires_at, now).await?.entry_id)
+            Some(earned::credit(tx, for_update, c.agent_id, c.amount, reason, Some(sale), expires_at, now).await?.entry_id)
         } else {
             None
         };
-        insert_distribution(tx, purchase_id, kind, agent_id, None, share_id, rate, amount, entry_id, now).await?;
+        let (share_id, rate) = (c.share.map(|s| s.0), c.share.map(|s| s.1));
+        insert_distribution(tx, purchase_id, c.kind, c.agent_id, None, share_id, rate, c.amount, entry_id, now).await?;
     }
     if let Some((human_share_id, owner_id, rate)) = human {
         insert_distribution(
@@ -952,6 +956,15 @@ pub(crate) async fn complete<X: Exec>(tx: &mut X, for_update: &str, purchase_id:
         .await?;
     }
     Ok(())
+}
+
+/// One Earned credit of a sale.
+struct Credit {
+    agent_id: Uuid,
+    kind: ShareKind,
+    /// The revenue share and its rate.
+    share: Option<(Uuid, u32)>,
+    amount: MilliDac,
 }
 
 /// Marks a purchase whose payment ended unsettled as failed.

@@ -58,7 +58,7 @@ pub fn interpret(input: &Input) -> Result<Report, String> {
         }
         for cell in &observation.cells {
             let total = totals[cell.dimension.as_str()];
-            let share = if total == 0 { 0 } else { u128::from(cell.count) * 1_000_000 / total };
+            let share = (u128::from(cell.count) * 1_000_000).checked_div(total).unwrap_or(0);
             rows.push(Row {
                 label: format!("{}:{}={}", kind_name(observation.kind), cell.dimension, cell.value),
                 values: vec![value(u128::from(cell.count)), value(share)],
