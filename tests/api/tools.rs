@@ -158,11 +158,15 @@ async fn compiled_components_survive_a_restart_and_a_damaged_cache() {
 }
 
 async fn put_component(t: &TestServer, agent: &Agent, tool: &str, wasm: Vec<u8>) -> Reply {
+    put_as(t, agent, tool, wasm, "application/wasm").await
+}
+
+async fn put_as(t: &TestServer, agent: &Agent, tool: &str, wasm: Vec<u8>, media: &str) -> Reply {
     let response = t
         .http
         .put(t.url(&format!("/v1/tsl/tool/{tool}/component")))
         .header("authorization", format!("Bearer {}", agent.token))
-        .header("content-type", "application/wasm")
+        .header("content-type", media)
         .body(wasm)
         .send()
         .await
@@ -173,6 +177,18 @@ async fn put_component(t: &TestServer, agent: &Agent, tool: &str, wasm: Vec<u8>)
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
     contract::check(&t.base, "PUT", &format!("/v1/tsl/tool/{tool}/component"), status.as_u16(), content_type, &text);
     Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::Null), text }
+}
+
+/// `wasm` with a custom section holding `index`: the same component, another hash.
+fn variant(wasm: &[u8], index: usize) -> Vec<u8> {
+    let mut section = vec![11u8];
+    section.extend_from_slice(b"anchor-test");
+    section.extend_from_slice(index.to_string().as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    out.push(section.len() as u8);
+    out.extend_from_slice(&section);
+    out
 }
 
 fn profile_tool(name: &str) -> Value {
@@ -221,6 +237,18 @@ async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: B
     assert_eq!((again.status.as_u16(), again.json["version"].clone()), (200, json!(1)), "{}", again.text);
     let current = t.get(&format!("/v1/tsl/tool/{tool}/component"), None).await;
     assert_eq!(current.json["sha256"], uploaded.json["sha256"]);
+    put_as(&t, &seller, &tool, component_bytes("tool-example"), "application/json").await.assert_error(415, "UNSUPPORTED_MEDIA_TYPE");
+    // Ten uploads a day per tool; the versions they supersede keep their facts, not their bytes.
+    let busy = registered(&t, &seller, &profile_tool("busy")).await;
+    for i in 0..10 {
+        let reply = put_component(&t, &seller, &busy, variant(&component_bytes("tool-example"), i)).await;
+        assert_eq!((reply.status.as_u16(), reply.json["version"].clone()), (201, json!(i + 1)), "{}", reply.text);
+    }
+    let limited = put_component(&t, &seller, &busy, variant(&component_bytes("tool-example"), 10)).await;
+    limited.assert_error(429, "RATE_LIMITED");
+    assert!(limited.headers.get("retry-after").is_some());
+    let kept = format!("select count(*) from tsl_tool_component where tool_id = {} and length(wasm) > 0", t.uuid_sql(&busy));
+    assert_eq!(t.scalar(&kept).await, 1, "only the current version keeps its bytes");
     // A tool reading observations tools cannot receive yet is refused at upload.
     let mut unsupported = profile_tool("anomaly-reader");
     unsupported["ara_connections"] = json!([{ "observation_type": "anomaly_compare" }]);

@@ -102,6 +102,10 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
         }
         t.post("/v1/tsl/tool/register", Some(&seller.token), &body).await.assert_error(400, code);
     }
+    let mut twice = tool_body("x", 1.0, "layer1");
+    twice["ara_connections"] =
+        json!([{ "observation_type": "agent_profile" }, { "observation_type": "agent_profile", "resolution_level": 1 }]);
+    t.post("/v1/tsl/tool/register", Some(&seller.token), &twice).await.assert_error(400, "INVALID_ARA_CONNECTION");
     let mut nul = tool_body("x", 1.0, "layer1");
     nul["tool_name"] = json!("ee\u{0}mix");
     t.post("/v1/tsl/tool/register", Some(&seller.token), &nul).await.assert_error(400, "INVALID_VALUE");
@@ -126,6 +130,19 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
     assert_eq!(detail.json["tool_name"], "ee-mix");
     t.get(&format!("/v1/tsl/tool/{}", uuid::Uuid::new_v4()), None).await.assert_error(404, "TOOL_NOT_FOUND");
     t.get("/v1/tsl/tool/not-a-uuid", None).await.assert_error(400, "INVALID_UUID");
+
+    // One agent sells at most 100 active tools; a retired one frees its place.
+    for i in 2..100 {
+        register_tool(&t, &seller, &format!("tool {i}"), 1.0, "layer1").await;
+    }
+    t.post("/v1/tsl/tool/register", Some(&seller.token), &tool_body("one more", 1.0, "layer1"))
+        .await
+        .assert_error(409, "TOOL_LIMIT_REACHED");
+    let retire = t.post(&format!("/v1/tsl/tool/{first}/transfer-declaration"), Some(&seller.token), &json!({ "action": "retire" })).await;
+    assert_eq!(retire.status.as_u16(), 201, "{}", retire.text);
+    t.clock.advance(Duration::days(7));
+    anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap();
+    register_tool(&t, &seller, "one more", 1.0, "layer1").await;
 }
 
 async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend: Backend) {
@@ -223,6 +240,10 @@ async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend
         .await
         .assert_error(400, "UNKNOWN_FIELD");
     send(&t, &author, "/v1/tsl/purchase", &json!({ "tool_id": uuid::Uuid::new_v4() }), None).await.assert_error(404, "TOOL_NOT_FOUND");
+    // A request_id answers only the purchase it was made for.
+    send(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": component, "request_id": request_id }), None)
+        .await
+        .assert_error(409, "REQUEST_ID_USED");
     assert_eq!(t.scalar("select count(*) from x402_payment").await, payments);
 
     // A layer 2 tool sells at its own route; with no shares, the seller gets the whole price.
@@ -268,6 +289,7 @@ async fn shares_never_take_more_than_the_price(backend: Backend) {
     t.post("/v1/tsl/revenue-share", Some(&seller.token), &body).await.assert_error(400, "NOT_A_DEPENDENCY");
     t.post("/v1/tsl/revenue-share", Some(&stranger.token), &share(&stranger.id, 0.2)).await.assert_error(403, "NOT_TOOL_OWNER");
     t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 1.5)).await.assert_error(400, "INVALID_VALUE");
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&seller.id, 0.1)).await.assert_error(400, "INVALID_INPUT");
     t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&stranger.id, 0.1234567)).await.assert_error(400, "INVALID_VALUE");
     t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&uuid::Uuid::new_v4().to_string(), 0.1))
         .await

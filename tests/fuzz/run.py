@@ -173,7 +173,8 @@ def run_backend(args, name, database_url):
                   "--report", "ndjson", "--report-ndjson-path", report,
                   "-H", f"Authorization: Bearer {token}",
                   "-H", f"Cookie: {cookie}"] + selection
-            result = subprocess.run(st, capture_output=True, text=True, env=dict(env, NO_COLOR="1"))
+            hooks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hooks.py")
+            result = subprocess.run(st, capture_output=True, text=True, env=dict(env, NO_COLOR="1", SCHEMATHESIS_HOOKS=hooks))
             output = result.stdout + result.stderr
             sys.stdout.write(output)
             requests += count_requests(report) if os.path.exists(report) else 0

@@ -152,7 +152,8 @@ pub fn shared_tools() -> anchor_app::tools::Tools {
         .get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("anchor-test-tool-cache-{}", std::process::id()));
             let runtime = anchor_plugins::WasmTools::new(Some(&dir), anchor_domain::tools::ToolLimits::DEFAULT).expect("tool runtime");
-            anchor_app::tools::Tools::new(Arc::new(runtime))
+            let wait = std::time::Duration::from_secs(300);
+            anchor_app::tools::Tools::with_waits(Arc::new(runtime), wait, wait)
         })
         .clone()
 }

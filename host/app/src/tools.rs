@@ -35,7 +35,9 @@ pub const RUN: Route = Route { method: "POST", path: "/v1/tsl/tool/{tool_id}/run
 /// How long a run waits for a free slot before it is refused.
 const RUN_WAIT: Duration = Duration::from_secs(5);
 /// How long an upload waits for the compiler (one compile at a time per host).
-const COMPILE_WAIT: Duration = Duration::from_secs(60);
+const COMPILE_WAIT: Duration = Duration::from_secs(10);
+/// The most uploads one tool takes in a UTC day.
+pub const UPLOADS_PER_DAY: i64 = 10;
 
 /// The tool runtime and the slots runs and compiles take on this host. Cheap to clone.
 #[derive(Clone)]
@@ -43,6 +45,8 @@ pub struct Tools {
     runtime: Arc<dyn ToolRuntime>,
     runs: Arc<Semaphore>,
     compiles: Arc<Semaphore>,
+    /// How long a run, and a compile, wait for their slot.
+    waits: (Duration, Duration),
 }
 
 /// What a blocking tool task waits for.
@@ -54,8 +58,14 @@ enum Slot {
 
 impl Tools {
     pub fn new(runtime: Arc<dyn ToolRuntime>) -> Tools {
+        Tools::with_waits(runtime, RUN_WAIT, COMPILE_WAIT)
+    }
+
+    /// The same with other waits for a slot (a test process that shares one
+    /// runtime among many servers compiles far more than one host does).
+    pub fn with_waits(runtime: Arc<dyn ToolRuntime>, run_wait: Duration, compile_wait: Duration) -> Tools {
         let runs = Arc::new(Semaphore::new(runtime.limits().concurrent_runs.max(1)));
-        Tools { runtime, runs, compiles: Arc::new(Semaphore::new(1)) }
+        Tools { runtime, runs, compiles: Arc::new(Semaphore::new(1)), waits: (run_wait, compile_wait) }
     }
 
     pub fn limits(&self) -> ToolLimits {
@@ -65,8 +75,8 @@ impl Tools {
     /// Runs `work` on a blocking thread once a slot is free.
     async fn blocking<T: Send + 'static>(&self, slot: Slot, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
         let (slots, wait) = match slot {
-            Slot::Run => (&self.runs, RUN_WAIT),
-            Slot::Compile => (&self.compiles, COMPILE_WAIT),
+            Slot::Run => (&self.runs, self.waits.0),
+            Slot::Compile => (&self.compiles, self.waits.1),
         };
         let permit = tokio::time::timeout(wait, slots.clone().acquire_owned())
             .await
@@ -137,11 +147,24 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
         };
         AppError::invalid(code, rejected.detail())
     })?;
-    let added = services.store.add_component(tool_id, &accepted.sha256, &wasm, agent.agent_id, services.clock.now()).await?;
-    Ok(match added {
+    let now = services.clock.now();
+    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let added = services.store.add_component(tool_id, &accepted.sha256, &wasm, agent.agent_id, now, day_start, UPLOADS_PER_DAY).await?;
+    let uploaded = match added {
         ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
         ComponentAdded::Unchanged(component) => Uploaded { component, unchanged: true, imports: accepted.imports },
-    })
+        ComponentAdded::TooMany => {
+            let tomorrow = day_start + chrono::Duration::days(1);
+            return Err(AppError::RateLimited {
+                message: format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns"),
+                retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64,
+            });
+        }
+    };
+    // The version this one superseded (and anything else no longer current) leaves this host's cache.
+    let current = services.store.current_component_hashes().await?;
+    services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&current)).await?;
+    Ok(uploaded)
 }
 
 /// GET /v1/tsl/tool/{tool_id}/component (public): the current component's facts.
@@ -343,6 +366,8 @@ pub async fn runs(
 /// disk, so their first runs do not wait; returns how many.
 pub async fn warm(services: &Services) -> anyhow::Result<usize> {
     let hashes = services.store.current_component_hashes().await?;
+    let kept = hashes.clone();
+    services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&kept)).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     services
         .tools
         .blocking(Slot::Compile, move |runtime| hashes.iter().filter(|h| runtime.preload(h)).count())

@@ -30,6 +30,8 @@ pub const PURCHASE_LAYER2: Route = Route { method: "POST", path: "/v1/tsl/purcha
 
 /// The most tools or purchases a page holds.
 pub const PAGE_MAX: i64 = 100;
+/// The most active tools one agent may sell.
+pub const TOOLS_PER_AGENT: i64 = 100;
 
 fn tool_not_found(tool_id: Uuid) -> AppError {
     AppError::not_found("TOOL_NOT_FOUND", format!("no tool {tool_id} is registered"))
@@ -93,9 +95,15 @@ pub async fn register(services: &Services, agent: &AgentRecord, registration: Re
             format!("ara_connections holds at most {CONNECTIONS_MAX} entries; got {}", asked.len()),
         ));
     }
-    let mut connections = Vec::with_capacity(asked.len());
+    let mut connections: Vec<Connection> = Vec::with_capacity(asked.len());
     for (index, (observation_type, level)) in asked.into_iter().enumerate() {
         let level = level.unwrap_or(1);
+        if connections.iter().any(|c| c.observation_type == observation_type && c.resolution_level == level) {
+            return Err(AppError::invalid(
+                "INVALID_ARA_CONNECTION",
+                format!("ara_connections[{index}]: {observation_type} at level {level} is declared twice"),
+            ));
+        }
         if level == 0 || level > observation_type.max_level() {
             return Err(AppError::invalid(
                 "INVALID_ARA_CONNECTION",
@@ -117,7 +125,12 @@ pub async fn register(services: &Services, agent: &AgentRecord, registration: Re
         connections,
         registered_at: services.clock.now(),
     };
-    services.store.register_tool(&tool).await?;
+    if !services.store.register_tool(&tool, TOOLS_PER_AGENT).await? {
+        return Err(conflict(
+            "TOOL_LIMIT_REACHED",
+            format!("an agent sells at most {TOOLS_PER_AGENT} active tools; retire one first (transfer-declaration, action retire)"),
+        ));
+    }
     tool_after_write(services, tool.tool_id).await
 }
 
@@ -153,7 +166,7 @@ pub async fn list(
     let limit = page_limit(limit)?;
     let page = page.unwrap_or(1);
     if !(1..=1_000_000).contains(&page) {
-        return Err(AppError::invalid("INVALID_VALUE", format!("page must be 1 or more; got {page}")));
+        return Err(AppError::invalid("INVALID_VALUE", format!("page must be 1 to 1000000; got {page}")));
     }
     let offset = (page - 1) * limit;
     let (items, total) = services.store.tools(ToolFilter { layer, status, seller: None, limit, offset }).await?;
@@ -246,7 +259,13 @@ impl Commit for ReadPurchase<'_> {
 
 /// An earlier purchase under the same request id, answered again (no new
 /// charge), or the reason it cannot be.
-fn replay(earlier: PurchaseRecord) -> AppResult<Purchased> {
+fn replay(earlier: PurchaseRecord, tool_id: Uuid) -> AppResult<Purchased> {
+    if earlier.tool_id != tool_id {
+        return Err(conflict(
+            "REQUEST_ID_USED",
+            format!("this request_id was used for purchase {} of another tool; send a new request_id", earlier.purchase_id),
+        ));
+    }
     match earlier.status {
         PurchaseStatus::Completed => Ok(Purchased { purchase: earlier, settlement: None, replayed: true }),
         PurchaseStatus::Pending => Err(conflict(
@@ -284,7 +303,7 @@ pub async fn purchase(
     if let Some(request_id) = request_id
         && let Some(earlier) = services.store.purchase_by_request(buyer.agent_id, request_id).await?
     {
-        return replay(earlier);
+        return replay(earlier, tool_id);
     }
     if tool.status != ToolStatus::Active {
         return Err(conflict("TOOL_NOT_AVAILABLE", format!("tool {tool_id} is {} and does not sell", tool.status)));
@@ -330,7 +349,7 @@ pub async fn purchase(
             if let Some(request_id) = request_id
                 && let Some(earlier) = services.store.purchase_by_request(buyer.agent_id, request_id).await?
             {
-                return replay(earlier);
+                return replay(earlier, tool_id);
             }
             Err(conflict("ALREADY_PURCHASED", format!("you bought tool {tool_id} already; nothing was charged")))
         }
@@ -389,6 +408,9 @@ pub async fn add_revenue_share(
             "NOT_A_DEPENDENCY",
             format!("tool {component_tool_id} is not a registered dependency of {tool_id} (POST /v1/tsl/tool/{tool_id}/dependency first)"),
         ));
+    }
+    if beneficiary == agent.agent_id {
+        return Err(AppError::invalid("INVALID_INPUT", "the beneficiary is the seller itself, which keeps what no share takes anyway"));
     }
     existing_agent(services, "beneficiary_agent_id", beneficiary).await?;
     if rate_ppm > PPM_ONE {

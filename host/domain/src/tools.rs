@@ -256,6 +256,10 @@ pub trait ToolRuntime: Send + Sync {
     /// Loads the component from this host's compiled cache, if it is there,
     /// so its first run does not wait; whether it is loaded now.
     fn preload(&self, sha256: &[u8; 32]) -> bool;
+    /// Removes every compiled component but `keep` from this host's disk
+    /// cache (superseded versions, retired tools); how many files it removed.
+    /// (Memory holds compiled code within its own budget.)
+    fn retain(&self, keep: &[[u8; 32]]) -> usize;
     /// Runs the component with this hash; `wasm` is needed when it is not ready.
     fn run(&self, sha256: &[u8; 32], wasm: Option<&[u8]>, input: &ToolInput) -> Result<(Report, RunStats), RunFailure>;
 }

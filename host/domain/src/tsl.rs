@@ -125,7 +125,7 @@ pub fn split<K: Copy>(price: MilliDac, shares: &[(K, u32)], human_ppm: u32) -> O
 /// What personal data in free text usually looks like: an e-mail address,
 /// a run of seven or more digits (a phone, card or account number, with
 /// separators allowed), an IPv4 address.
-static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[^\s@]+@[^\s@]+\.[^\s@]+").expect("static pattern"));
+static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[^\s@＠﹫]+[@＠﹫][^\s@＠﹫]+[.．。][^\s@＠﹫]+").expect("static pattern"));
 static IPV4: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b").expect("static pattern"));
 static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d(?:[\s().+_:-]*\d){6,}").expect("static pattern"));
 
@@ -183,7 +183,8 @@ mod tests {
 
     #[test]
     fn personal_data_is_screened_out_of_names() {
-        for text in ["call me at +1 (555) 123-4567", "mail bob@example.com", "from 10.0.0.12", "card 4111 1111 1111 1111"] {
+        for text in ["call me at +1 (555) 123-4567", "mail bob@example.com", "ａ＠ｂ．ｃｏｍ", "from 10.0.0.12", "card 4111 1111 1111 1111"]
+        {
             assert_eq!(check_text("tool_name", text, 100, true).unwrap_err().code, "PII_DETECTED", "{text}");
         }
         for text in ["ee-mix v2", "retention over 30 days, 2026 edition", "outlier ratio 1.5x"] {

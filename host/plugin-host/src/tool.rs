@@ -47,14 +47,23 @@ const ALLOWED_IMPORT_PREFIXES: &[&str] = &["anchor:tool/types@1.0.0", "wasi:cli/
 /// A compiled, pre-linked tool.
 struct Loaded {
     pre: bindings::ToolPre<CallState>,
+    /// The compiled code's size, counted against the memory budget.
+    bytes: usize,
 }
 
 /// The tools loaded in memory, and the order they were loaded in (oldest first).
-type LoadedSet = (HashMap<[u8; 32], Arc<Loaded>>, Vec<[u8; 32]>);
+#[derive(Default)]
+struct LoadedSet {
+    map: HashMap<[u8; 32], Arc<Loaded>>,
+    /// Oldest first.
+    order: Vec<[u8; 32]>,
+    bytes: usize,
+}
 
-/// The most compiled tools one host keeps in memory; beyond it the oldest is
-/// dropped (and deserialized again from the disk cache when it runs).
-const LOADED_MAX: usize = 256;
+/// The compiled code one host keeps in memory; beyond it the oldest tools
+/// are dropped (and deserialized again from the disk cache when they run).
+/// About 5,000 small Rust tools, or 24 JavaScript ones (43 MB compiled each).
+const LOADED_BUDGET: usize = 1 << 30;
 
 /// Runs tool components: the tools' engine, the compiled cache on disk and
 /// the tools loaded in memory.
@@ -112,23 +121,27 @@ impl WasmTools {
         linker.define_unknown_imports_as_traps(component).map_err(|e| Rejected::Invalid(e.to_string()))?;
         let instance_pre = linker.instantiate_pre(component).map_err(|e| Rejected::WrongWorld(e.to_string()))?;
         let pre = bindings::ToolPre::new(instance_pre).map_err(|e| Rejected::WrongWorld(format!("{e:#}")))?;
-        Ok(Arc::new(Loaded { pre }))
+        let range = component.image_range();
+        Ok(Arc::new(Loaded { pre, bytes: (range.end as usize).saturating_sub(range.start as usize) }))
     }
 
     fn remember(&self, sha256: [u8; 32], loaded: Arc<Loaded>) {
-        let mut guard = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, order) = &mut *guard;
-        if map.insert(sha256, loaded).is_none() {
-            order.push(sha256);
-            if order.len() > LOADED_MAX {
-                let oldest = order.remove(0);
-                map.remove(&oldest);
+        let mut set = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = loaded.bytes;
+        if set.map.insert(sha256, loaded).is_none() {
+            set.order.push(sha256);
+            set.bytes += bytes;
+            while set.bytes > LOADED_BUDGET && set.order.len() > 1 {
+                let oldest = set.order.remove(0);
+                if let Some(dropped) = set.map.remove(&oldest) {
+                    set.bytes -= dropped.bytes;
+                }
             }
         }
     }
 
     fn in_memory(&self, sha256: &[u8; 32]) -> Option<Arc<Loaded>> {
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).0.get(sha256).cloned()
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).map.get(sha256).cloned()
     }
 
     /// The loaded tool: from memory, else the disk cache, else compiled from `wasm`.
@@ -246,6 +259,23 @@ impl ToolRuntime for WasmTools {
 
     fn preload(&self, sha256: &[u8; 32]) -> bool {
         self.in_memory(sha256).is_some() || (self.cache_path(sha256).is_some_and(|p| p.exists()) && self.load(sha256, None).is_ok())
+    }
+
+    fn retain(&self, keep: &[[u8; 32]]) -> usize {
+        // Memory is bounded by its own budget; only the disk needs pruning.
+        let Some(dir) = &self.cache_dir else { return 0 };
+        let kept: Vec<String> = keep.iter().map(hex::encode).collect();
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name.ends_with(".cwasm") || name.contains(".partial-");
+            // Unlinking a file a loaded component maps is safe: the mapping keeps it.
+            if ours && !kept.iter().any(|k| name.starts_with(k.as_str())) && std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     fn run(&self, sha256: &[u8; 32], wasm: Option<&[u8]>, input: &ToolInput) -> Result<(Report, RunStats), RunFailure> {

@@ -278,7 +278,9 @@ pub struct ToolSales {
 
 #[async_trait]
 pub trait TslStore {
-    async fn register_tool(&self, tool: &NewTool) -> Result<()>;
+    /// Registers a tool unless its seller sells `max_active` active tools
+    /// already (counted under the seller's lock); whether it was registered.
+    async fn register_tool(&self, tool: &NewTool, max_active: i64) -> Result<bool>;
     async fn tool(&self, tool_id: Uuid) -> Result<Option<ToolRecord>>;
     /// A page of tools, newest first, and how many match in all.
     async fn tools(&self, filter: ToolFilter) -> Result<(Vec<ToolRecord>, i64)>;
@@ -328,8 +330,19 @@ pub trait TslStore {
 
 #[async_trait]
 impl<E: Engine> TslStore for SqlStore<E> {
-    async fn register_tool(&self, tool: &NewTool) -> Result<()> {
+    async fn register_tool(&self, tool: &NewTool, max_active: i64) -> Result<bool> {
         let mut tx = self.begin_write().await?;
+        let _: Option<Uuid> = tx
+            .scalar_optional(
+                sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(tool.seller_agent_id),
+            )
+            .await?;
+        let active: i64 = tx
+            .scalar(sql("select count(*) from tsl_tool where seller_agent_id = $1 and status = 'active'").bind(tool.seller_agent_id))
+            .await?;
+        if active >= max_active {
+            return Ok(false);
+        }
         tx.execute(Query::insert(
             "tsl_tool",
             vec![
@@ -358,7 +371,8 @@ impl<E: Engine> TslStore for SqlStore<E> {
             ))
             .await?;
         }
-        tx.commit().await
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn tool(&self, tool_id: Uuid) -> Result<Option<ToolRecord>> {
@@ -1137,6 +1151,8 @@ pub enum ComponentAdded {
     Added(ComponentRecord),
     /// The tool's current component is this one already.
     Unchanged(ComponentRecord),
+    /// The tool had its day's uploads already; nothing was written.
+    TooMany,
 }
 
 /// One run of a tool: metadata only.
@@ -1159,7 +1175,9 @@ pub struct RunRecord {
 
 #[async_trait]
 pub trait ToolComponentStore {
-    /// Adds a component as the tool's next version (unless it is the current one).
+    /// Adds a component as the tool's next version (unless it is the current
+    /// one, or the tool had `per_day` uploads since `day_start`), and drops
+    /// the bytes of the versions it supersedes (their facts stay).
     async fn add_component(
         &self,
         tool_id: Uuid,
@@ -1167,6 +1185,8 @@ pub trait ToolComponentStore {
         wasm: &[u8],
         uploaded_by: Uuid,
         now: DateTime<Utc>,
+        day_start: DateTime<Utc>,
+        per_day: i64,
     ) -> Result<ComponentAdded>;
     /// The tool's current (latest) component.
     async fn current_component(&self, tool_id: Uuid) -> Result<Option<ComponentRecord>>;
@@ -1188,6 +1208,8 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
         wasm: &[u8],
         uploaded_by: Uuid,
         now: DateTime<Utc>,
+        day_start: DateTime<Utc>,
+        per_day: i64,
     ) -> Result<ComponentAdded> {
         let mut tx = self.begin_write().await?;
         lock_tool(&mut tx, self.db.for_update(), tool_id).await?;
@@ -1201,6 +1223,12 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
         let current = current.as_ref().map(component_of).transpose()?;
         if let Some(current) = current.as_ref().filter(|c| &c.sha256 == sha256) {
             return Ok(ComponentAdded::Unchanged(current.clone()));
+        }
+        let today: i64 = tx
+            .scalar(sql("select count(*) from tsl_tool_component where tool_id = $1 and uploaded_at >= $2").bind(tool_id).bind(day_start))
+            .await?;
+        if today >= per_day {
+            return Ok(ComponentAdded::TooMany);
         }
         let record = ComponentRecord {
             tool_id,
@@ -1224,6 +1252,14 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
         ))
         .await?;
         tx.execute(sql("update tsl_tool set updated_at = $1 where tool_id = $2").bind(now).bind(tool_id)).await?;
+        // Buyers run the latest version only: older ones keep their facts, not their bytes.
+        tx.execute(
+            sql("update tsl_tool_component set wasm = $1 where tool_id = $2 and version < $3")
+                .bind(Vec::<u8>::new())
+                .bind(tool_id)
+                .bind(record.version),
+        )
+        .await?;
         tx.commit().await?;
         Ok(ComponentAdded::Added(record))
     }
@@ -1250,7 +1286,9 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
     }
 
     async fn component_wasm(&self, sha256: &[u8; 32]) -> Result<Option<Vec<u8>>> {
-        self.db().scalar_optional(sql("select wasm from tsl_tool_component where sha256 = $1 limit 1").bind(sha256)).await
+        self.db()
+            .scalar_optional(sql("select wasm from tsl_tool_component where sha256 = $1 and length(wasm) > 0 limit 1").bind(sha256))
+            .await
     }
 
     async fn record_run(&self, run: &RunRecord) -> Result<()> {

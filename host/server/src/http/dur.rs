@@ -60,7 +60,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "A malformed bound, type, page or limit.", &["INVALID_VALUE", "INVALID_ENUM"]),
         op(Method::GET, "/v1/dur/tsl", get(tsl))
             .tag("DUR")
-            .summary("Your tool market transactions (free; empty until the market keeps sales)")
+            .summary("Your tool market money, newest first: what you paid for tools, what sales and revenue shares credited you (free)")
             .agent()
             .query::<TslQuery>()
             .returns::<TslView>(200, "TSL transaction history")

@@ -59,6 +59,8 @@ pub fn operations() -> Vec<Operation> {
                 "The tool is defunct, or declares an observation tools cannot receive yet.",
                 &["TOOL_NOT_AVAILABLE", "TOOL_INPUT_UNSUPPORTED"],
             )
+            .error(415, "The body is not sent as application/wasm (or application/octet-stream).", &["UNSUPPORTED_MEDIA_TYPE"])
+            .error(429, "The tool had its uploads for the day (10); Retry-After says when the day turns.", &["RATE_LIMITED"])
             .error(503, "Another component is compiling on this host; try again shortly.", &["TOOL_RUNNER_BUSY"]),
         op(Method::GET, "/v1/tsl/tool/{tool_id}/component", get(component))
             .tag(TAG)
@@ -174,6 +176,16 @@ impl<S: Send + Sync> FromRequest<S> for WasmBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<WasmBody, ApiError> {
+        let media = request.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let media = media.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        if media != "application/wasm" && media != "application/octet-stream" {
+            return Err(ApiError::Protocol {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                code: "UNSUPPORTED_MEDIA_TYPE",
+                message: "send the component's bytes with Content-Type: application/wasm".into(),
+                allow: None,
+            });
+        }
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::Protocol {

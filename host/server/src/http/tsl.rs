@@ -48,6 +48,7 @@ pub fn operations() -> Vec<Operation> {
                 "ara_connections": [{ "observation_type": "pattern_ee_distribution", "resolution_level": 1 }]
             }))
             .returns::<ToolView>(201, "Tool registered")
+            .error(409, "The agent already sells as many active tools as one agent may (100).", &["TOOL_LIMIT_REACHED"])
             .error(
                 400,
                 "Missing or empty ara_connections, an observation at a level it is not offered at, an empty or long name, a price \
@@ -106,6 +107,11 @@ pub fn operations() -> Vec<Operation> {
             .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
             .error(409, "The dependency is declared already.", &["DEPENDENCY_EXISTS"]),
         purchase_operation(tsl::PURCHASE, post(purchase), "Buy a layer 1 tool: its price plus the service fee, over x402")
+            .error(
+                409,
+                "Or: a purchase with this request_id is settling, failed, or was of another tool.",
+                &["PURCHASE_PENDING", "REQUEST_ID_USED"],
+            )
             .takes::<PurchaseRequest>(
                 json!({ "tool_id": "5b0d4a56-8a57-4e4c-9a3f-2f3c4d5e6f70", "request_id": "0f8e7d6c-5b4a-4938-8271-605f4e3d2c1b" }),
             )
@@ -222,11 +228,7 @@ fn purchase_operation(route: Route, handler: axum::routing::MethodRouter<AppStat
         )
         .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
         .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
-        .error(
-            409,
-            "The tool does not sell, you bought it already, or a purchase with this request_id is settling or failed.",
-            &["TOOL_NOT_AVAILABLE", "ALREADY_PURCHASED", "PURCHASE_PENDING", "REQUEST_ID_USED"],
-        )
+        .error(409, "The tool does not sell, or you bought it already.", &["TOOL_NOT_AVAILABLE", "ALREADY_PURCHASED"])
         .payment_required("No payment came with the request, or it was refused (the reason is in `error`).")
         .error(402, "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.", &["SETTLEMENT_FAILED"])
         .error(
@@ -251,7 +253,7 @@ struct RegisterRequest {
     tool_description: Option<String>,
     #[schemars(extend("default" = "layer1"))]
     layer: Option<Named<Layer>>,
-    #[schemars(extend("exclusiveMinimum" = 0))]
+    #[schemars(extend("exclusiveMinimum" = true))]
     price_dac: Dac,
     /// Required: at least one. Left out or empty, the answer is 400 ARA_CONNECTION_REQUIRED.
     #[schemars(extend("minItems" = 1))]
