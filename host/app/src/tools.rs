@@ -23,7 +23,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, Subject, SubjectDomain};
 use anchor_domain::tools::{Rejected, Report, RunFailure, RunStats, ToolInput, ToolLimits, ToolRuntime};
 use anchor_domain::tsl::{PurchaseStatus, ToolStatus};
-use anchor_store::{AgentRecord, ComponentAdded, ComponentRecord, NewObservation, RunRecord, ToolRecord};
+use anchor_store::{AgentRecord, ComponentAdded, ComponentRecord, NewComponent, NewObservation, RunRecord, ToolRecord};
 use tokio::sync::Semaphore;
 
 use crate::ara::for_tools::{self, Gathered};
@@ -149,7 +149,16 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
     })?;
     let now = services.clock.now();
     let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
-    let added = services.store.add_component(tool_id, &accepted.sha256, &wasm, agent.agent_id, now, day_start, UPLOADS_PER_DAY).await?;
+    let upload = NewComponent {
+        tool_id,
+        sha256: &accepted.sha256,
+        wasm: &wasm,
+        uploaded_by: agent.agent_id,
+        now,
+        day_start,
+        per_day: UPLOADS_PER_DAY,
+    };
+    let added = services.store.add_component(&upload).await?;
     let uploaded = match added {
         ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
         ComponentAdded::Unchanged(component) => Uploaded { component, unchanged: true, imports: accepted.imports },

@@ -47,20 +47,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<JsonBody, ApiError> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                too_large()
-            } else if crate::listener::is_body_timeout(&rejection) {
-                ApiError::Protocol {
-                    status: StatusCode::REQUEST_TIMEOUT,
-                    code: "REQUEST_TIMEOUT",
-                    message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
-                    allow: None,
-                }
-            } else {
-                ApiError::bad("INVALID_INPUT", "the request body could not be read")
-            }
-        })?;
+        let bytes = read_body(request, state, too_large).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody(Value::Null));
         }
@@ -88,6 +75,25 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> 
 }
 
 /// 413 for a body over the configured limit.
+/// The request's body, whole: over the route's limit it is `over` (413), too
+/// slow 408, unreadable 400 `INVALID_INPUT`.
+pub async fn read_body<S: Send + Sync>(request: Request, state: &S, over: impl FnOnce() -> ApiError) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            over()
+        } else if crate::listener::is_body_timeout(&rejection) {
+            ApiError::Protocol {
+                status: StatusCode::REQUEST_TIMEOUT,
+                code: "REQUEST_TIMEOUT",
+                message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
+                allow: None,
+            }
+        } else {
+            ApiError::bad("INVALID_INPUT", "the request body could not be read")
+        }
+    })
+}
+
 pub fn too_large() -> ApiError {
     ApiError::Protocol {
         status: StatusCode::PAYLOAD_TOO_LARGE,

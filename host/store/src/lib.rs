@@ -44,8 +44,8 @@ pub use owners::*;
 pub use payments::*;
 pub use tsl::{
     ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
-    MarketWindow, NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded, ShareRecord,
-    ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore,
+    MarketWindow, NewComponent, NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded,
+    ShareRecord, ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore,
 };
 
 use engine::{Db, Engine, Exec, sql};

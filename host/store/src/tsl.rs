@@ -1145,6 +1145,19 @@ pub struct ComponentRecord {
     pub uploaded_at: DateTime<Utc>,
 }
 
+/// A component to add as a tool's next version.
+#[derive(Clone, Copy, Debug)]
+pub struct NewComponent<'a> {
+    pub tool_id: Uuid,
+    pub sha256: &'a [u8; 32],
+    pub wasm: &'a [u8],
+    pub uploaded_by: Uuid,
+    pub now: DateTime<Utc>,
+    /// The start of the UTC day `now` is in, and how many uploads a tool takes in a day.
+    pub day_start: DateTime<Utc>,
+    pub per_day: i64,
+}
+
 /// What adding a component concluded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ComponentAdded {
@@ -1176,18 +1189,9 @@ pub struct RunRecord {
 #[async_trait]
 pub trait ToolComponentStore {
     /// Adds a component as the tool's next version (unless it is the current
-    /// one, or the tool had `per_day` uploads since `day_start`), and drops
-    /// the bytes of the versions it supersedes (their facts stay).
-    async fn add_component(
-        &self,
-        tool_id: Uuid,
-        sha256: &[u8; 32],
-        wasm: &[u8],
-        uploaded_by: Uuid,
-        now: DateTime<Utc>,
-        day_start: DateTime<Utc>,
-        per_day: i64,
-    ) -> Result<ComponentAdded>;
+    /// one, or the tool had its uploads of the day), and drops the bytes of
+    /// the versions it supersedes (their facts stay).
+    async fn add_component(&self, upload: &NewComponent<'_>) -> Result<ComponentAdded>;
     /// The tool's current (latest) component.
     async fn current_component(&self, tool_id: Uuid) -> Result<Option<ComponentRecord>>;
     /// The hashes of every tool's current component (for warming a host's cache).
@@ -1201,16 +1205,8 @@ pub trait ToolComponentStore {
 
 #[async_trait]
 impl<E: Engine> ToolComponentStore for SqlStore<E> {
-    async fn add_component(
-        &self,
-        tool_id: Uuid,
-        sha256: &[u8; 32],
-        wasm: &[u8],
-        uploaded_by: Uuid,
-        now: DateTime<Utc>,
-        day_start: DateTime<Utc>,
-        per_day: i64,
-    ) -> Result<ComponentAdded> {
+    async fn add_component(&self, upload: &NewComponent<'_>) -> Result<ComponentAdded> {
+        let NewComponent { tool_id, sha256, wasm, uploaded_by, now, day_start, per_day } = *upload;
         let mut tx = self.begin_write().await?;
         lock_tool(&mut tx, self.db.for_update(), tool_id).await?;
         let current = tx

@@ -4,7 +4,6 @@
 //! it declared. The limits every run is held to are public.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -186,25 +185,13 @@ impl<S: Send + Sync> FromRequest<S> for WasmBody {
                 allow: None,
             });
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::Protocol {
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
-                    code: "PAYLOAD_TOO_LARGE",
-                    message: format!("a component is at most {} bytes", ToolLimits::DEFAULT.component_bytes),
-                    allow: None,
-                }
-            } else if crate::listener::is_body_timeout(&rejection) {
-                ApiError::Protocol {
-                    status: StatusCode::REQUEST_TIMEOUT,
-                    code: "REQUEST_TIMEOUT",
-                    message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
-                    allow: None,
-                }
-            } else {
-                ApiError::bad("INVALID_INPUT", "the request body could not be read")
-            }
-        })?;
+        let bytes = crate::extract::read_body(request, state, || ApiError::Protocol {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "PAYLOAD_TOO_LARGE",
+            message: format!("a component is at most {} bytes", ToolLimits::DEFAULT.component_bytes),
+            allow: None,
+        })
+        .await?;
         Ok(WasmBody(bytes.to_vec()))
     }
 }
