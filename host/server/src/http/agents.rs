@@ -64,6 +64,7 @@ pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RegisterRequest {
+    #[serde(default)]
     #[schemars(schema_with = "region_codes")]
     region_code: Option<String>,
     /// Accepted and ignored: registration is never idempotent.
