@@ -38,6 +38,9 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&t.get("/v1/trial/status", Some(&agent.token)).await);
     ok(&t.get("/v1/classification", Some(&agent.token)).await);
     ok(&t.get("/v1/dab/status", Some(&agent.token)).await);
+    ok(&t.post("/v1/ise/enter", Some(&agent.token), &json!({ "payment_mode": "external" })).await);
+    ok(&t.get("/v1/ise/status", Some(&agent.token)).await);
+    ok(&t.post("/v1/ise/exit", Some(&agent.token), &json!({})).await);
     ok(&t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "full" }))).await);
 
     // Declarations: a parent and a child, confirmed, read every way.

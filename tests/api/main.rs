@@ -12,6 +12,7 @@ mod discovery;
 mod dur;
 mod earned;
 mod hardening;
+mod ise;
 mod openapi_contract;
 mod payments;
 mod plugins;

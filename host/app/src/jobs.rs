@@ -144,6 +144,11 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(n) => tracing::info!(lots = n, "ended Earned DAC lots past their expiry"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "Earned expiry failed"),
         }
+        match crate::ise::close_due(services).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(stays = n, "closed ISE stays at their limit"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "closing ISE stays failed"),
+        }
         match crate::tsl::execute_due_transfers(services).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(declarations = n, "carried out tool transfer declarations"),

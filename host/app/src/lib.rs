@@ -19,6 +19,7 @@ pub mod declarations;
 pub mod dur;
 pub mod earned;
 pub mod error;
+pub mod ise;
 pub mod jobs;
 pub mod log;
 pub mod owners;

@@ -13,6 +13,7 @@ pub mod declarations;
 pub mod earned;
 pub mod error;
 pub mod integrity;
+pub mod ise;
 pub mod money;
 pub mod owners;
 pub mod payments;

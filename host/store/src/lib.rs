@@ -20,6 +20,7 @@ mod declarations;
 mod dur;
 pub(crate) mod earned;
 pub mod engine;
+mod ise;
 mod links;
 mod log;
 mod owners;
@@ -38,6 +39,7 @@ pub use attempts::*;
 pub use declarations::*;
 pub use dur::*;
 pub use earned::*;
+pub use ise::*;
 pub use links::*;
 pub use log::*;
 pub use owners::*;
@@ -123,6 +125,7 @@ pub trait Store:
     + LinkStore
     + TslStore
     + ToolComponentStore
+    + IseStore
     + Send
     + Sync
     + 'static

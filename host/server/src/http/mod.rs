@@ -14,6 +14,7 @@ pub mod declarations;
 pub mod discovery;
 pub mod dur;
 pub mod earned;
+pub mod ise;
 pub mod payments;
 pub mod portal;
 pub mod pricing;
@@ -44,6 +45,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(earned::operations());
     all.extend(tsl::operations());
     all.extend(tools::operations());
+    all.extend(ise::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

@@ -1,0 +1,185 @@
+//! ISE over HTTP (`anchor_app::ise`): enter, status, exit.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use anchor_app::ise::{self, Terms};
+use anchor_domain::ise::IseMode;
+use anchor_domain::payments::PaymentSource;
+use anchor_store::IseRecord;
+
+use crate::error::ApiResult;
+use crate::extract::{AuthAgent, Body, PaymentOffer};
+use crate::openapi::*;
+use crate::payment::with_settlement;
+use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Time};
+
+pub fn operations() -> Vec<Operation> {
+    vec![
+        op(Method::POST, "/v1/ise/enter", post(enter))
+            .tag("ISE")
+            .summary("Enter the idle state: declare nothing until you exit (free)")
+            .describe(
+                "payment_mode chooses how the stay is paid, if it costs anything: free (never charged; the stay ends by itself \
+                 after the free seconds), earned_only (from Earned DAC only) or external (Trial first, then x402). A stay up to \
+                 free_seconds costs nothing, a longer one the flat fee. Only entry, exit and duration are kept.",
+            )
+            .agent()
+            .takes::<EnterRequest>(json!({ "payment_mode": "external" }))
+            .returns::<Entered>(201, "ISE session started")
+            .error(400, "A payment_mode outside free, earned_only, external.", &["INVALID_ENUM", "UNKNOWN_FIELD"])
+            .error(409, "The agent is in an ISE session already.", &["SESSION_EXISTS"]),
+        op(Method::GET, "/v1/ise/status", get(status))
+            .tag("ISE")
+            .summary("The agent's open ISE session, if any, and what exiting now would cost (free)")
+            .agent()
+            .returns::<Status>(200, "Session status"),
+        op(Method::POST, ise::EXIT.path, post(exit))
+            .tag("ISE")
+            .summary("Exit the idle state; a stay past the free seconds costs the flat fee")
+            .describe(
+                "earned_only stays are paid from Earned DAC (400 INSUFFICIENT_DAC keeps the session open); external ones from \
+                 Trial, else over x402 (the DAB applies), settled before the answer. A stay past its limit ends at its limit.",
+            )
+            .agent()
+            .returns::<Exited>(200, "Session ended with DAC charge info")
+            .error(400, "Earned DAC cannot pay an earned_only stay; a malformed payment header.", &["INSUFFICIENT_DAC", "INVALID_PAYLOAD"])
+            .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
+            .error(404, "The agent is not in an ISE session.", &["NO_ACTIVE_SESSION"])
+            .payment_required("Trial cannot pay the stay and no payment came, or it was refused (the reason is in `error`).")
+            .error(
+                402,
+                "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.",
+                &["SETTLEMENT_FAILED"],
+            )
+            .error(
+                503,
+                "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
+                &["SETTLEMENT_PENDING"],
+            ),
+    ]
+}
+
+#[derive(Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EnterRequest {
+    /// free (the default), earned_only or external.
+    #[schemars(extend("default" = "free"))]
+    payment_mode: Option<Named<IseMode>>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Entered {
+    session_id: Id,
+    payment_mode: Named<IseMode>,
+    entered_at: Time,
+    /// A stay up to this many seconds costs nothing.
+    free_seconds: i64,
+    /// What a longer stay costs, flat.
+    fee_dac: Dac,
+    /// When the stay ends by itself if not exited.
+    ends_at: Time,
+}
+
+fn ends_at(terms: &Terms, stay: &IseRecord) -> DateTime<Utc> {
+    terms.limit(stay.mode, stay.entered_at)
+}
+
+async fn enter(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Body(request): Body<Option<EnterRequest>>,
+) -> ApiResult<Response> {
+    let mode = request.unwrap_or_default().payment_mode.map(|m| m.0);
+    let (stay, terms) = ise::enter(&state.app, &agent, mode).await?;
+    let view = Entered {
+        session_id: Id(stay.session_id),
+        payment_mode: Named(stay.mode),
+        entered_at: stay.entered_at.into(),
+        free_seconds: terms.free_seconds,
+        fee_dac: terms.fee.into(),
+        ends_at: ends_at(&terms, &stay).into(),
+    };
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Status {
+    active: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<Id>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_mode: Option<Named<IseMode>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entered_at: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    elapsed_seconds: Option<i64>,
+    /// What exiting now would cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dac_if_exited_now: Option<Dac>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_at: Option<Time>,
+}
+
+async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<Status>> {
+    let (open, terms) = ise::status(&state.app, &agent).await?;
+    let now = state.app.clock.now();
+    Ok(Json(match open {
+        None => Status {
+            active: false,
+            session_id: None,
+            payment_mode: None,
+            entered_at: None,
+            elapsed_seconds: None,
+            dac_if_exited_now: None,
+            ends_at: None,
+        },
+        Some(stay) => {
+            let exit = now.min(ends_at(&terms, &stay));
+            Status {
+                active: true,
+                session_id: Some(Id(stay.session_id)),
+                payment_mode: Some(Named(stay.mode)),
+                entered_at: Some(stay.entered_at.into()),
+                elapsed_seconds: Some((now - stay.entered_at).num_seconds().max(0)),
+                dac_if_exited_now: Some(terms.price(stay.mode, stay.entered_at, exit).into()),
+                ends_at: Some(ends_at(&terms, &stay).into()),
+            }
+        }
+    }))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Exited {
+    session_id: Id,
+    payment_mode: Named<IseMode>,
+    entered_at: Time,
+    exited_at: Time,
+    duration_seconds: i64,
+    dac_charged: Dac,
+    /// trial, external or earned; null when nothing was charged.
+    payment_source: Option<Named<PaymentSource>>,
+}
+
+async fn exit(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
+    let (stay, settlement) = ise::exit(&state.app, &agent, offered).await?;
+    let exited_at = stay.exited_at.unwrap_or(stay.entered_at);
+    let view = Exited {
+        session_id: Id(stay.session_id),
+        payment_mode: Named(stay.mode),
+        entered_at: stay.entered_at.into(),
+        exited_at: exited_at.into(),
+        duration_seconds: (exited_at - stay.entered_at).num_seconds(),
+        dac_charged: stay.charged.into(),
+        payment_source: stay.source.map(Named),
+    };
+    Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
+}

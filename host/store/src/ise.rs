@@ -1,0 +1,203 @@
+//! ISE stays: one open per agent (a partial unique index), closed once
+//! (`where exited_at is null`), and paid in the transaction that closes them
+//! (a Trial or Earned debit and its usage entry), or by an inline x402
+//! payment settled just before.
+
+use anchor_domain::MilliDac;
+use anchor_domain::ise::IseMode;
+use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::*;
+
+/// A stay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IseRecord {
+    pub session_id: Uuid,
+    pub agent_id: Uuid,
+    pub mode: IseMode,
+    pub entered_at: DateTime<Utc>,
+    pub exited_at: Option<DateTime<Utc>>,
+    pub charged: MilliDac,
+    pub source: Option<PaymentSource>,
+    pub payment_id: Option<Uuid>,
+    /// `agent` (an exit) or `service` (the stay reached its limit).
+    pub closed_by: Option<String>,
+    /// Closed by the service with nothing able to pay.
+    pub unpaid: bool,
+}
+
+/// How a stay's closing is paid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IseFunding {
+    /// Nothing to pay, or nothing could (`unpaid`).
+    Nothing {
+        unpaid: bool,
+    },
+    Trial,
+    /// Earned DAC, if the unexpired balance reaches the threshold.
+    Earned {
+        threshold: MilliDac,
+    },
+    /// An inline payment that has settled (its usage is recorded).
+    External {
+        payment_id: Uuid,
+    },
+}
+
+/// A stay to close.
+#[derive(Clone, Copy, Debug)]
+pub struct IseClose {
+    pub session_id: Uuid,
+    pub agent_id: Uuid,
+    pub exited_at: DateTime<Utc>,
+    pub charged: MilliDac,
+    pub funding: IseFunding,
+    /// `agent` or `service`.
+    pub closed_by: &'static str,
+    pub now: DateTime<Utc>,
+}
+
+/// What closing concluded; nothing was written unless `Closed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IseClosed {
+    Closed(IseRecord),
+    /// It was closed already.
+    NotOpen,
+    TrialShort {
+        balance: MilliDac,
+        expired: bool,
+    },
+    EarnedShort {
+        balance: MilliDac,
+    },
+}
+
+#[async_trait]
+pub trait IseStore {
+    /// Opens a stay; `false` when the agent has one open already.
+    async fn enter_ise(&self, session_id: Uuid, agent_id: Uuid, mode: IseMode, now: DateTime<Utc>) -> Result<bool>;
+    async fn open_ise(&self, agent_id: Uuid) -> Result<Option<IseRecord>>;
+    async fn close_ise(&self, close: &IseClose) -> Result<IseClosed>;
+    /// Open stays that entered at or before `before` (free ones) or `before_paid` (the others), oldest first.
+    async fn due_ise(&self, before_free: DateTime<Utc>, before_paid: DateTime<Utc>, limit: i64) -> Result<Vec<IseRecord>>;
+}
+
+#[async_trait]
+impl<E: Engine> IseStore for SqlStore<E> {
+    async fn enter_ise(&self, session_id: Uuid, agent_id: Uuid, mode: IseMode, now: DateTime<Utc>) -> Result<bool> {
+        let inserted = self
+            .db()
+            .execute(
+                sql("insert into ise_session (session_id, agent_id, payment_mode, entered_at) values ($1, $2, $3, $4) on conflict do nothing")
+                    .bind(session_id)
+                    .bind(agent_id)
+                    .bind(mode.as_str())
+                    .bind(now),
+            )
+            .await?;
+        Ok(inserted == 1)
+    }
+
+    async fn open_ise(&self, agent_id: Uuid) -> Result<Option<IseRecord>> {
+        let row =
+            self.db().fetch_optional(sql("select * from ise_session where agent_id = $1 and exited_at is null").bind(agent_id)).await?;
+        row.as_ref().map(record_of).transpose()
+    }
+
+    async fn close_ise(&self, close: &IseClose) -> Result<IseClosed> {
+        let mut tx = self.begin_write().await?;
+        let subject = Subject { domain: SubjectDomain::IseSession, id: close.session_id };
+        let source = match close.funding {
+            IseFunding::Nothing { .. } => None,
+            IseFunding::Trial => {
+                if agents::debit_trial(&mut tx, close.agent_id, close.charged, close.now).await?.is_none() {
+                    let row = tx
+                        .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(close.agent_id))
+                        .await?;
+                    let expires: DateTime<Utc> = row.get("trial_expires_at")?;
+                    return Ok(IseClosed::TrialShort { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= close.now });
+                }
+                Some(PaymentSource::Trial)
+            }
+            IseFunding::Earned { threshold } => {
+                let spend = earned::debit(
+                    &mut tx,
+                    self.db.for_update(),
+                    close.agent_id,
+                    close.charged,
+                    threshold,
+                    "ISE stay",
+                    Some(subject),
+                    close.now,
+                )
+                .await?;
+                if let Some(balance) = spend.shortfall() {
+                    return Ok(IseClosed::EarnedShort { balance });
+                }
+                Some(PaymentSource::Earned)
+            }
+            IseFunding::External { .. } => Some(PaymentSource::External),
+        };
+        let payment_id = match close.funding {
+            IseFunding::External { payment_id } => Some(payment_id),
+            _ => None,
+        };
+        let unpaid = matches!(close.funding, IseFunding::Nothing { unpaid: true });
+        let row = tx
+            .fetch_optional(
+                sql("update ise_session set exited_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4, closed_by = $5, unpaid = $6 \
+                     where session_id = $7 and exited_at is null returning *")
+                .bind(close.exited_at)
+                .bind(close.charged.milli())
+                .bind(source.map(|s| s.as_str()))
+                .bind(payment_id)
+                .bind(close.closed_by)
+                .bind(unpaid)
+                .bind(close.session_id),
+            )
+            .await?;
+        let Some(row) = row else { return Ok(IseClosed::NotOpen) };
+        // Trial and Earned are usage now; an external payment recorded its own with its settlement.
+        if let Some(source @ (PaymentSource::Trial | PaymentSource::Earned)) = source {
+            let entry = UsageEntry { cost_component: CostComponent::IseSession, source, amount: close.charged };
+            payments::insert_usage(&mut tx, close.agent_id, subject, None, &entry, close.now).await?;
+        }
+        let record = record_of(&row)?;
+        tx.commit().await?;
+        Ok(IseClosed::Closed(record))
+    }
+
+    async fn due_ise(&self, before_free: DateTime<Utc>, before_paid: DateTime<Utc>, limit: i64) -> Result<Vec<IseRecord>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select * from ise_session where exited_at is null and \
+                       ((payment_mode = 'free' and entered_at <= $1) or (payment_mode <> 'free' and entered_at <= $2)) \
+                     order by entered_at limit $3")
+                .bind(before_free)
+                .bind(before_paid)
+                .bind(limit),
+            )
+            .await?;
+        rows.iter().map(record_of).collect()
+    }
+}
+
+fn record_of(row: &impl Row) -> Result<IseRecord> {
+    Ok(IseRecord {
+        session_id: row.get("session_id")?,
+        agent_id: row.get("agent_id")?,
+        mode: row.named("payment_mode")?,
+        entered_at: row.get("entered_at")?,
+        exited_at: row.get("exited_at")?,
+        charged: MilliDac(row.get("charged_milli")?),
+        source: row.opt_named("payment_source")?,
+        payment_id: row.get("payment_id")?,
+        closed_by: row.get("closed_by")?,
+        unpaid: row.get("unpaid")?,
+    })
+}
