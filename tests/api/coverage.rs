@@ -41,6 +41,12 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&t.post("/v1/ise/enter", Some(&agent.token), &json!({ "payment_mode": "external" })).await);
     ok(&t.get("/v1/ise/status", Some(&agent.token)).await);
     ok(&t.post("/v1/ise/exit", Some(&agent.token), &json!({})).await);
+    let simulating = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await;
+    ok(&simulating);
+    let session = simulating.json["session_id"].as_str().unwrap().to_string();
+    ok(&t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": basic_axes() })).await);
+    ok(&t.get(&format!("/v1/sdac/session/{session}"), Some(&agent.token)).await);
+    ok(&t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": session })).await);
     ok(&t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "full" }))).await);
 
     // Declarations: a parent and a child, confirmed, read every way.

@@ -71,7 +71,7 @@ async fn discovery_documents_describe_this_server() {
     // An agent's Trial status names only the covered routes this server serves.
     let agent = t.register().await;
     let status = t.get("/v1/trial/status", Some(&agent.token)).await.json;
-    assert_eq!(status["trial_covered_routes"], json!(["POST /v1/dd/create", "POST /v1/ise/exit"]));
+    assert_eq!(status["trial_covered_routes"], json!(["POST /v1/dd/create", "POST /v1/sdac/session/end", "POST /v1/ise/exit"]));
 
     let openapi = t.get("/openapi.json", None).await;
     assert_eq!(openapi.headers["x-da-spec-version"], "1.3.42");

@@ -25,6 +25,7 @@ pub mod log;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
+pub mod sdac;
 pub mod status;
 pub mod tools;
 pub mod transparency;

@@ -25,6 +25,7 @@ mod links;
 mod log;
 mod owners;
 mod payments;
+mod sdac;
 pub(crate) mod tsl;
 
 use std::path::Path;
@@ -44,6 +45,7 @@ pub use links::*;
 pub use log::*;
 pub use owners::*;
 pub use payments::*;
+pub use sdac::*;
 pub use tsl::{
     ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
     MarketWindow, NewComponent, NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded,
@@ -126,6 +128,7 @@ pub trait Store:
     + TslStore
     + ToolComponentStore
     + IseStore
+    + SdacStore
     + Send
     + Sync
     + 'static

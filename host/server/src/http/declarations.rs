@@ -157,7 +157,7 @@ struct DdInput {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "EEInput")]
-struct EeRequest {
+pub(crate) struct EeRequest {
     /// A preset from GET /v1/pricing/ee-presets; expands into the four axes and overrides them.
     ee_preset: Option<String>,
     ee_retention_period: Option<Named<ee::Retention>>,
@@ -299,7 +299,12 @@ impl DdInput {
 }
 
 impl EeRequest {
-    fn into_input(self) -> ApiResult<EeInput> {
+    /// Whether a preset was named.
+    pub(crate) fn has_preset(&self) -> bool {
+        self.ee_preset.is_some()
+    }
+
+    pub(crate) fn into_input(self) -> ApiResult<EeInput> {
         if self.ee_preset.is_none() {
             let axes = [
                 ("ee_retention_period", self.ee_retention_period.is_some()),

@@ -19,6 +19,7 @@ pub mod payments;
 pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
+pub mod sdac;
 pub mod tools;
 pub mod transparency;
 pub mod tsl;
@@ -46,6 +47,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(tsl::operations());
     all.extend(tools::operations());
     all.extend(ise::operations());
+    all.extend(sdac::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

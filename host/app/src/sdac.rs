@@ -1,0 +1,130 @@
+//! sDAC: pricing EE combinations with accountability removed. A trial is the
+//! loaded generation's real quote, and nothing else: no declaration, no log
+//! leaf, no payment. Ending a session costs the generation's sDAC base fee
+//! plus its ratio of the simulated totals (rounded half up to a milli-DAC),
+//! and nothing when no trial was run; Trial pays it first, else x402 (the
+//! DAB applies), settled before the answer. Earned DAC never pays sDAC.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use anchor_domain::MilliDac;
+use anchor_domain::payments::{Subject, SubjectDomain};
+use anchor_domain::pricing::Quote;
+use anchor_store::{AgentRecord, SdacEnded, SdacFunding, SdacRecord, SdacTrial};
+
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
+use crate::declarations::{EeInput, resolve_scope};
+use crate::{AppError, AppResult, Services};
+
+pub const END: Route = Route { method: "POST", path: "/v1/sdac/session/end" };
+
+fn no_session(session_id: Uuid) -> AppError {
+    AppError::not_found("SESSION_NOT_FOUND", format!("no open sDAC session {session_id} of this agent"))
+}
+
+/// POST /v1/sdac/session/start: 409 `SESSION_EXISTS` while one is open.
+pub async fn start(services: &Services, agent: &AgentRecord) -> AppResult<SdacRecord> {
+    let session_id = Uuid::new_v4();
+    if !services.store.start_sdac(session_id, agent.agent_id, services.clock.now()).await? {
+        return Err(AppError::Conflict { code: "SESSION_EXISTS", message: "this agent has an open sDAC session; end it first".into() });
+    }
+    services.store.sdac_session(session_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("sDAC session vanished")))
+}
+
+/// POST /v1/sdac/trial: the real quote of the combination, counted in the session.
+pub async fn trial(services: &Services, agent: &AgentRecord, session_id: Uuid, ee: &EeInput) -> AppResult<(Quote, SdacRecord)> {
+    let scope = resolve_scope(services, ee)?;
+    let quote = services.pricing.quote(scope)?;
+    let session = services
+        .store
+        .add_sdac_trial(session_id, agent.agent_id, scope, quote.total, services.clock.now())
+        .await?
+        .ok_or_else(|| no_session(session_id))?;
+    Ok((quote, session))
+}
+
+/// GET /v1/sdac/session/{session_id}: the agent's own session and its trials.
+pub async fn history(services: &Services, agent: &AgentRecord, session_id: Uuid) -> AppResult<(SdacRecord, Vec<SdacTrial>)> {
+    let session = services
+        .store
+        .sdac_session(session_id)
+        .await?
+        .filter(|s| s.agent_id == agent.agent_id)
+        .ok_or_else(|| AppError::not_found("SESSION_NOT_FOUND", format!("no sDAC session {session_id} of this agent")))?;
+    let trials = services.store.sdac_trials(session_id).await?;
+    Ok((session, trials))
+}
+
+/// What ending a session with these trials costs.
+pub fn price(services: &Services, session: &SdacRecord) -> AppResult<MilliDac> {
+    if session.trials == 0 {
+        return Ok(MilliDac::ZERO);
+    }
+    let prices = services.pricing.services()?.ok_or_else(|| AppError::Unavailable {
+        code: "FEATURE_NOT_AVAILABLE",
+        message: "the loaded pricing generation does not price sDAC sessions".into(),
+    })?;
+    let share = (i128::from(session.simulated.milli()) * i128::from(prices.sdac_ratio_permille) + 500) / 1000;
+    Ok(prices.sdac_base_fee + MilliDac(share as i64))
+}
+
+struct EndSession<'a> {
+    services: &'a Services,
+    session: &'a SdacRecord,
+    charged: MilliDac,
+}
+
+#[async_trait]
+impl Commit for EndSession<'_> {
+    type Output = (SdacRecord, Option<(String, String)>);
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
+        let (funding, settlement) = match funding {
+            Funding::Trial => (SdacFunding::Trial, None),
+            Funding::Settled { payment_id, reference, payer } => (SdacFunding::External { payment_id }, Some((reference, payer))),
+            Funding::External { .. } => return Err(AppError::Internal(anyhow::anyhow!("an sDAC session settles inline"))),
+        };
+        let now = self.services.clock.now();
+        match self.services.store.end_sdac(self.session.session_id, self.session.agent_id, self.charged, funding, now).await? {
+            SdacEnded::Ended(record) => Ok(Committed::Done((record, settlement))),
+            SdacEnded::TrialShort { balance, expired } => Ok(Committed::TrialShort { balance, expired }),
+            SdacEnded::NotOpen => Err(no_session(self.session.session_id)),
+        }
+    }
+}
+
+/// POST /v1/sdac/session/end.
+pub async fn end(
+    services: &Services,
+    agent: &AgentRecord,
+    session_id: Uuid,
+    offered: Offered,
+) -> AppResult<(SdacRecord, Option<(String, String)>)> {
+    let session = services
+        .store
+        .sdac_session(session_id)
+        .await?
+        .filter(|s| s.agent_id == agent.agent_id && s.ended_at.is_none())
+        .ok_or_else(|| no_session(session_id))?;
+    let charged = price(services, &session)?;
+    if charged == MilliDac::ZERO {
+        return match services.store.end_sdac(session_id, agent.agent_id, charged, SdacFunding::Nothing, services.clock.now()).await? {
+            SdacEnded::Ended(record) => Ok((record, None)),
+            _ => Err(no_session(session_id)),
+        };
+    }
+    let order = Order {
+        agent_id: agent.agent_id,
+        route: END,
+        path: None,
+        total: charged,
+        description: format!("sDAC session of {} trial(s), {} DAC simulated ({charged} DAC)", session.trials, session.simulated),
+        trial: TrialUse::Whole,
+        earned: MilliDac::ZERO,
+        offered,
+        settle: Settle::Inline(Subject { domain: SubjectDomain::SdacSession, id: session_id }),
+        pending: None,
+    };
+    charge::charge(services, order, &EndSession { services, session: &session, charged }).await
+}

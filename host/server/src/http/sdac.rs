@@ -1,0 +1,202 @@
+//! sDAC over HTTP (`anchor_app::sdac`): session start, trial, history, end.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+use anchor_app::sdac;
+use anchor_domain::payments::PaymentSource;
+use anchor_domain::pricing::Quote;
+use anchor_store::SdacRecord;
+
+use super::body::path_uuid;
+use super::declarations::{AxisCharge, CostBreakdown, EeRequest};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};
+use crate::openapi::*;
+use crate::payment::with_settlement;
+use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Ratio, Time};
+
+pub fn operations() -> Vec<Operation> {
+    vec![
+        op(Method::POST, "/v1/sdac/session/start", post(start))
+            .tag("sDAC")
+            .summary("Start a simulation session: price EE combinations with accountability removed (free)")
+            .agent()
+            .returns::<SessionView>(201, "Session created")
+            .error(409, "The agent has an open sDAC session.", &["SESSION_EXISTS"]),
+        op(Method::POST, "/v1/sdac/trial", post(trial))
+            .tag("sDAC")
+            .summary("What an EE combination would cost, from the real pricing generation (free; no record is made)")
+            .describe("The four axes are required; ee_preset is refused here (presets are for declarations). The trial is counted in the session, whose end costs a share of the simulated totals.")
+            .agent()
+            .takes::<TrialRequest>(json!({
+                "session_id": "3f0c2a91-6d7e-4b8a-9c1d-2e3f4a5b6c7d",
+                "ee": { "ee_retention_period": "long", "ee_integrity_verification_level": "enhanced", "ee_disclosure_format_policy": "public", "ee_responsibility_scope": "extended" }
+            }))
+            .returns::<TrialView>(200, "Simulation result (DAC cost preview)")
+            .error(400, "A malformed session id or EE, or ee_preset.", &["INVALID_UUID", "MISSING_FIELD", "INVALID_ENUM", "INVALID_VALUE", "UNKNOWN_FIELD"])
+            .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"]),
+        op(Method::GET, "/v1/sdac/session/{session_id}", get(history))
+            .tag("sDAC")
+            .summary("A session of yours: its trials, their simulated totals, what it cost (free)")
+            .agent()
+            .path::<Uuid>("session_id")
+            .returns::<HistoryView>(200, "Session history")
+            .error(400, "session_id is not a UUID.", &["INVALID_UUID"])
+            .error(404, "No sDAC session of this agent with that id.", &["SESSION_NOT_FOUND"]),
+        op(Method::POST, sdac::END.path, post(end))
+            .tag("sDAC")
+            .summary("End a session: the sDAC base fee plus a share of the simulated totals (nothing without trials)")
+            .describe("Trial pays first, else x402 (the DAB applies), settled before the answer. Earned DAC never pays sDAC.")
+            .agent()
+            .takes::<EndRequest>(json!({ "session_id": "3f0c2a91-6d7e-4b8a-9c1d-2e3f4a5b6c7d" }))
+            .returns::<SessionView>(200, "Session ended")
+            .error(400, "A malformed session id or payment header.", &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "INVALID_PAYLOAD"])
+            .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
+            .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"])
+            .payment_required("Trial cannot pay and no payment came, or it was refused (the reason is in `error`).")
+            .error(402, "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.", &["SETTLEMENT_FAILED"])
+            .error(503, "The settlement's outcome is unknown; it is settled in the background and charged at most once.", &["SETTLEMENT_PENDING"]),
+    ]
+}
+
+#[derive(Serialize, JsonSchema)]
+struct SessionView {
+    session_id: Id,
+    status: &'static str,
+    started_at: Time,
+    ended_at: Option<Time>,
+    trial_count: i32,
+    /// What the trials would have cost as declarations, together.
+    simulated_total_dac: Dac,
+    /// What ending cost (0 while open).
+    dac_charged: Dac,
+    payment_source: Option<Named<PaymentSource>>,
+}
+
+impl From<&SdacRecord> for SessionView {
+    fn from(s: &SdacRecord) -> SessionView {
+        SessionView {
+            session_id: Id(s.session_id),
+            status: if s.ended_at.is_some() { "ended" } else { "active" },
+            started_at: s.started_at.into(),
+            ended_at: s.ended_at.map(Time::from),
+            trial_count: s.trials,
+            simulated_total_dac: s.simulated.into(),
+            dac_charged: s.charged.into(),
+            payment_source: s.source.map(Named),
+        }
+    }
+}
+
+async fn start(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Response> {
+    let session = sdac::start(&state.app, &agent).await?;
+    Ok((StatusCode::CREATED, Json(SessionView::from(&session))).into_response())
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TrialRequest {
+    session_id: Id,
+    ee: EeRequest,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TrialView {
+    session_id: Id,
+    trial_number: i32,
+    pricing_version: String,
+    /// What a declaration with this EE would cost; nothing is recorded or charged now.
+    cost_breakdown: CostBreakdown,
+    simulated_total_dac: Dac,
+    /// What ending the session now would cost.
+    session_end_dac: Dac,
+}
+
+fn breakdown(quote: &Quote) -> CostBreakdown {
+    CostBreakdown {
+        base_fee: quote.base_fee.into(),
+        base_fee_source: None,
+        premium: quote.premium().into(),
+        premium_source: None,
+        subtotal: quote.subtotal.into(),
+        multiplier: Ratio(quote.multiplier_permille),
+        total_dac: quote.total.into(),
+        axes: Some(quote.charges.iter().map(|c| AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() }).collect()),
+    }
+}
+
+async fn trial(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Body(request): Body<TrialRequest>,
+) -> ApiResult<Json<TrialView>> {
+    if request.ee.has_preset() {
+        return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is accepted on DD creation only; send the four axes"));
+    }
+    let input = request.ee.into_input()?;
+    let (quote, session) = sdac::trial(&state.app, &agent, request.session_id.0, &input).await?;
+    Ok(Json(TrialView {
+        session_id: Id(session.session_id),
+        trial_number: session.trials,
+        pricing_version: state.app.pricing.generation().version.clone(),
+        cost_breakdown: breakdown(&quote),
+        simulated_total_dac: session.simulated.into(),
+        session_end_dac: sdac::price(&state.app, &session)?.into(),
+    }))
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TrialItem {
+    trial_number: i32,
+    /// The combination, by the EE's field names and values.
+    ee: std::collections::BTreeMap<String, String>,
+    total_dac: Dac,
+    at: Time,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct HistoryView {
+    #[serde(flatten)]
+    session: SessionView,
+    trials: Vec<TrialItem>,
+}
+
+async fn history(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(session_id): ApiPath<String>,
+) -> ApiResult<Json<HistoryView>> {
+    let (session, trials) = sdac::history(&state.app, &agent, path_uuid("session_id", &session_id)?).await?;
+    Ok(Json(HistoryView {
+        session: SessionView::from(&session),
+        trials: trials
+            .into_iter()
+            .map(|t| TrialItem { trial_number: t.position, ee: t.axes.into_iter().collect(), total_dac: t.total.into(), at: t.at.into() })
+            .collect(),
+    }))
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EndRequest {
+    session_id: Id,
+}
+
+async fn end(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    Body(request): Body<EndRequest>,
+) -> ApiResult<Response> {
+    let (session, settlement) = sdac::end(&state.app, &agent, request.session_id.0, offered).await?;
+    Ok(with_settlement(Json(SessionView::from(&session)).into_response(), settlement.as_ref()))
+}

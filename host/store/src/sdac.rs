@@ -1,0 +1,228 @@
+//! sDAC sessions: one open per agent, trials counted with the session's
+//! simulated total in one statement, and the end paid in the transaction
+//! that closes the session (a Trial debit and its usage) or by an inline
+//! x402 payment settled just before.
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::ee::Scope;
+use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
+use crate::*;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SdacRecord {
+    pub session_id: Uuid,
+    pub agent_id: Uuid,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub trials: i32,
+    pub simulated: MilliDac,
+    pub charged: MilliDac,
+    pub source: Option<PaymentSource>,
+    pub payment_id: Option<Uuid>,
+}
+
+/// One trial: the combination (by wire names) and what it would cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SdacTrial {
+    pub position: i32,
+    pub axes: [(String, String); 6],
+    pub total: MilliDac,
+    pub at: DateTime<Utc>,
+}
+
+/// How a session's end is paid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SdacFunding {
+    Nothing,
+    Trial,
+    /// An inline payment that has settled (its usage is recorded).
+    External {
+        payment_id: Uuid,
+    },
+}
+
+/// What ending concluded; nothing was written unless `Ended`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SdacEnded {
+    Ended(SdacRecord),
+    NotOpen,
+    TrialShort { balance: MilliDac, expired: bool },
+}
+
+#[async_trait]
+pub trait SdacStore {
+    /// Opens a session; `false` when the agent has one open already.
+    async fn start_sdac(&self, session_id: Uuid, agent_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
+    async fn sdac_session(&self, session_id: Uuid) -> Result<Option<SdacRecord>>;
+    async fn sdac_trials(&self, session_id: Uuid) -> Result<Vec<SdacTrial>>;
+    /// Counts a trial in the agent's open session `session_id`; the session after it, or `None` if it is not open.
+    async fn add_sdac_trial(
+        &self,
+        session_id: Uuid,
+        agent_id: Uuid,
+        scope: Scope,
+        total: MilliDac,
+        now: DateTime<Utc>,
+    ) -> Result<Option<SdacRecord>>;
+    async fn end_sdac(
+        &self,
+        session_id: Uuid,
+        agent_id: Uuid,
+        charged: MilliDac,
+        funding: SdacFunding,
+        now: DateTime<Utc>,
+    ) -> Result<SdacEnded>;
+}
+
+#[async_trait]
+impl<E: Engine> SdacStore for SqlStore<E> {
+    async fn start_sdac(&self, session_id: Uuid, agent_id: Uuid, now: DateTime<Utc>) -> Result<bool> {
+        let inserted = self
+            .db()
+            .execute(
+                sql("insert into sdac_session (session_id, agent_id, started_at) values ($1, $2, $3) on conflict do nothing")
+                    .bind(session_id)
+                    .bind(agent_id)
+                    .bind(now),
+            )
+            .await?;
+        Ok(inserted == 1)
+    }
+
+    async fn sdac_session(&self, session_id: Uuid) -> Result<Option<SdacRecord>> {
+        let row = self.db().fetch_optional(sql("select * from sdac_session where session_id = $1").bind(session_id)).await?;
+        row.as_ref().map(record_of).transpose()
+    }
+
+    async fn sdac_trials(&self, session_id: Uuid) -> Result<Vec<SdacTrial>> {
+        let rows = self.db().fetch_all(sql("select * from sdac_trial where session_id = $1 order by position").bind(session_id)).await?;
+        rows.iter()
+            .map(|r| {
+                let axis = |name: &str, column: &str| -> Result<(String, String)> { Ok((name.to_string(), r.get(column)?)) };
+                Ok(SdacTrial {
+                    position: r.get("position")?,
+                    axes: [
+                        axis("ee_retention_period", "retention")?,
+                        axis("ee_integrity_verification_level", "integrity")?,
+                        axis("ee_disclosure_format_policy", "disclosure")?,
+                        axis("ee_responsibility_scope", "responsibility")?,
+                        axis("content_disclosure_scope", "content_scope")?,
+                        axis("delegation_state", "delegation")?,
+                    ],
+                    total: MilliDac(r.get("total_milli")?),
+                    at: r.get("at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn add_sdac_trial(
+        &self,
+        session_id: Uuid,
+        agent_id: Uuid,
+        scope: Scope,
+        total: MilliDac,
+        now: DateTime<Utc>,
+    ) -> Result<Option<SdacRecord>> {
+        let mut tx = self.begin_write().await?;
+        let row = tx
+            .fetch_optional(
+                sql("update sdac_session set trials = trials + 1, simulated_milli = simulated_milli + $1 \
+                     where session_id = $2 and agent_id = $3 and ended_at is null returning *")
+                .bind(total.milli())
+                .bind(session_id)
+                .bind(agent_id),
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let record = record_of(&row)?;
+        tx.execute(Query::insert(
+            "sdac_trial",
+            vec![
+                ("trial_id", Uuid::new_v4().value()),
+                ("session_id", session_id.value()),
+                ("position", record.trials.value()),
+                ("retention", scope.retention.as_str().value()),
+                ("integrity", scope.integrity.as_str().value()),
+                ("disclosure", scope.disclosure.as_str().value()),
+                ("responsibility", scope.responsibility.as_str().value()),
+                ("content_scope", scope.content_scope.as_str().value()),
+                ("delegation", scope.delegation.as_str().value()),
+                ("total_milli", total.milli().value()),
+                ("at", now.value()),
+            ],
+        ))
+        .await?;
+        tx.commit().await?;
+        Ok(Some(record))
+    }
+
+    async fn end_sdac(
+        &self,
+        session_id: Uuid,
+        agent_id: Uuid,
+        charged: MilliDac,
+        funding: SdacFunding,
+        now: DateTime<Utc>,
+    ) -> Result<SdacEnded> {
+        let mut tx = self.begin_write().await?;
+        let source = match funding {
+            SdacFunding::Nothing => None,
+            SdacFunding::Trial => {
+                if agents::debit_trial(&mut tx, agent_id, charged, now).await?.is_none() {
+                    let row = tx
+                        .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(agent_id))
+                        .await?;
+                    let expires: DateTime<Utc> = row.get("trial_expires_at")?;
+                    return Ok(SdacEnded::TrialShort { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= now });
+                }
+                Some(PaymentSource::Trial)
+            }
+            SdacFunding::External { .. } => Some(PaymentSource::External),
+        };
+        let payment_id = match funding {
+            SdacFunding::External { payment_id } => Some(payment_id),
+            _ => None,
+        };
+        let row = tx
+            .fetch_optional(
+                sql("update sdac_session set ended_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4 \
+                     where session_id = $5 and agent_id = $6 and ended_at is null returning *")
+                .bind(now)
+                .bind(charged.milli())
+                .bind(source.map(|s| s.as_str()))
+                .bind(payment_id)
+                .bind(session_id)
+                .bind(agent_id),
+            )
+            .await?;
+        let Some(row) = row else { return Ok(SdacEnded::NotOpen) };
+        if source == Some(PaymentSource::Trial) {
+            let subject = Subject { domain: SubjectDomain::SdacSession, id: session_id };
+            let entry = UsageEntry { cost_component: CostComponent::SdacSession, source: PaymentSource::Trial, amount: charged };
+            payments::insert_usage(&mut tx, agent_id, subject, None, &entry, now).await?;
+        }
+        let record = record_of(&row)?;
+        tx.commit().await?;
+        Ok(SdacEnded::Ended(record))
+    }
+}
+
+fn record_of(row: &impl Row) -> Result<SdacRecord> {
+    Ok(SdacRecord {
+        session_id: row.get("session_id")?,
+        agent_id: row.get("agent_id")?,
+        started_at: row.get("started_at")?,
+        ended_at: row.get("ended_at")?,
+        trials: row.get("trials")?,
+        simulated: MilliDac(row.get("simulated_milli")?),
+        charged: MilliDac(row.get("charged_milli")?),
+        source: row.opt_named("payment_source")?,
+        payment_id: row.get("payment_id")?,
+    })
+}

@@ -1,0 +1,79 @@
+//! sDAC: trials priced by the real generation and recorded nowhere else;
+//! ending costs the base fee plus a tenth of the simulated totals (nothing
+//! without trials), from Trial, else over x402.
+
+use anchor_domain::Clock;
+use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_tests::*;
+use serde_json::json;
+
+both_backends!(trials_are_priced_for_real_and_the_session_end_pays_a_share);
+
+fn axes(retention: &str) -> serde_json::Value {
+    json!({
+        "ee_retention_period": retention,
+        "ee_integrity_verification_level": "basic",
+        "ee_disclosure_format_policy": "internal",
+        "ee_responsibility_scope": "minimal",
+    })
+}
+
+async fn trials_are_priced_for_real_and_the_session_end_pays_a_share(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let started = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await;
+    assert_eq!(started.status.as_u16(), 201, "{}", started.text);
+    let session = started.json["session_id"].as_str().unwrap().to_string();
+    t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await.assert_error(409, "SESSION_EXISTS");
+
+    // A trial quotes what a declaration would cost, and records no declaration.
+    let created = t.create(&agent, axes("medium")).await;
+    let trial = t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": axes("medium") })).await;
+    assert_eq!(trial.status.as_u16(), 200, "{}", trial.text);
+    assert_eq!(trial.json["cost_breakdown"]["total_dac"], created["cost_breakdown"]["total_dac"], "the real generation's price");
+    let one = trial.json["cost_breakdown"]["total_dac"].as_f64().unwrap();
+    let second = t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": axes("short") })).await;
+    assert_eq!(second.json["trial_number"], 2);
+    let simulated = one + second.json["cost_breakdown"]["total_dac"].as_f64().unwrap();
+    assert_eq!(t.scalar("select count(*) from declaration").await, 1, "only the real declaration");
+    // ee_preset is for declarations only; another agent's session is not yours.
+    let preset = t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": { "ee_preset": "EE_basic" } })).await;
+    preset.assert_error(400, "UNKNOWN_FIELD");
+    let other = t.register().await;
+    t.post("/v1/sdac/trial", Some(&other.token), &json!({ "session_id": session, "ee": axes("short") }))
+        .await
+        .assert_error(404, "SESSION_NOT_FOUND");
+    t.get(&format!("/v1/sdac/session/{session}"), Some(&other.token)).await.assert_error(404, "SESSION_NOT_FOUND");
+    let history = t.get(&format!("/v1/sdac/session/{session}"), Some(&agent.token)).await;
+    assert_eq!((history.json["trial_count"].clone(), history.json["status"].clone()), (json!(2), json!("active")), "{}", history.text);
+    assert_eq!(history.json["trials"][1]["ee"]["ee_retention_period"], "short");
+
+    // The end: 10 DAC plus a tenth of the simulated total, from Trial.
+    let trial_before = t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].as_f64().unwrap();
+    let ended = t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": session })).await;
+    assert_eq!(ended.status.as_u16(), 200, "{}", ended.text);
+    let charged = ended.json["dac_charged"].as_f64().unwrap();
+    assert!((charged - (10.0 + simulated / 10.0)).abs() < 0.001, "{charged} for {simulated} simulated");
+    assert_eq!(ended.json["payment_source"], "trial");
+    let trial_after = t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].as_f64().unwrap();
+    assert!((trial_before - trial_after - charged).abs() < 0.001);
+    t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": session })).await.assert_error(404, "SESSION_NOT_FOUND");
+
+    // No trial, nothing to pay; Trial spent, the x402 challenge and a settled payment.
+    let empty = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
+    let free = t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": empty })).await;
+    assert_eq!((free.json["dac_charged"].clone(), free.json["payment_source"].clone()), (json!(0), json!(null)), "{}", free.text);
+    let broke = t.register().await;
+    t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {}", t.uuid_sql(&broke.id))).await;
+    let paid = t.post("/v1/sdac/session/start", Some(&broke.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
+    t.post("/v1/sdac/trial", Some(&broke.token), &json!({ "session_id": paid, "ee": axes("short") })).await;
+    let bearer = format!("Bearer {}", broke.token);
+    let body = json!({ "session_id": paid });
+    let challenge = challenge_of(&t.call_with("POST", "/v1/sdac/session/end", &[("authorization", &bearer)], Some(&body)).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let settled =
+        t.call_with("POST", "/v1/sdac/session/end", &[("authorization", &bearer), ("payment-signature", &payment)], Some(&body)).await;
+    assert_eq!((settled.status.as_u16(), settled.json["payment_source"].clone()), (200, json!("external")), "{}", settled.text);
+    assert!(settled.headers.get("payment-response").is_some());
+    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'sdac_session'").await, 2);
+}
