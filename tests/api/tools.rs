@@ -179,18 +179,6 @@ async fn put_as(t: &TestServer, agent: &Agent, tool: &str, wasm: Vec<u8>, media:
     Reply { status, headers, json: serde_json::from_str(&text).unwrap_or(Value::Null), text }
 }
 
-/// `wasm` with a custom section holding `index`: the same component, another hash.
-fn variant(wasm: &[u8], index: usize) -> Vec<u8> {
-    let mut section = vec![11u8];
-    section.extend_from_slice(b"anchor-test");
-    section.extend_from_slice(index.to_string().as_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0);
-    out.push(section.len() as u8);
-    out.extend_from_slice(&section);
-    out
-}
-
 fn profile_tool(name: &str) -> Value {
     json!({
         "tool_name": name,
@@ -241,10 +229,10 @@ async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: B
     // Ten uploads a day per tool; the versions they supersede keep their facts, not their bytes.
     let busy = registered(&t, &seller, &profile_tool("busy")).await;
     for i in 0..10 {
-        let reply = put_component(&t, &seller, &busy, variant(&component_bytes("tool-example"), i)).await;
+        let reply = put_component(&t, &seller, &busy, component_variant(&component_bytes("tool-example"), i)).await;
         assert_eq!((reply.status.as_u16(), reply.json["version"].clone()), (201, json!(i + 1)), "{}", reply.text);
     }
-    let limited = put_component(&t, &seller, &busy, variant(&component_bytes("tool-example"), 10)).await;
+    let limited = put_component(&t, &seller, &busy, component_variant(&component_bytes("tool-example"), 10)).await;
     limited.assert_error(429, "RATE_LIMITED");
     assert!(limited.headers.get("retry-after").is_some());
     let kept = format!("select count(*) from tsl_tool_component where tool_id = {} and length(wasm) > 0", t.uuid_sql(&busy));

@@ -92,32 +92,6 @@ fn preloaded(server: &Server, n: usize) -> Option<Duration> {
     None
 }
 
-/// `wasm` with a custom section `anchor-bench` holding `index`: the same
-/// component, another hash.
-fn variant(wasm: &[u8], index: usize) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            out.push(if n == 0 { byte } else { byte | 0x80 });
-            if n == 0 {
-                break;
-            }
-        }
-    }
-    let name = b"anchor-bench";
-    let payload = index.to_string().into_bytes();
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.extend_from_slice(&payload);
-    let mut out = wasm.to_vec();
-    out.push(0);
-    leb(body.len(), &mut out);
-    out.extend_from_slice(&body);
-    out
-}
-
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
@@ -166,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
             .put(format!("{}/v1/tsl/tool/{tool_id}/component", server.base))
             .bearer_auth(&token)
             .header("content-type", "application/wasm")
-            .body(variant(&wasm, i))
+            .body(anchor_tests::component_variant(&wasm, i))
             .send()
             .await?;
         assert_eq!(uploaded.status().as_u16(), 201, "{}", uploaded.text().await?);

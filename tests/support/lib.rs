@@ -88,6 +88,31 @@ pub fn js_tool_component() -> Vec<u8> {
         .clone()
 }
 
+/// `wasm` with a custom section `anchor-variant` holding `index`: the same
+/// component, another hash (distinct uploads, each compiled on its own).
+pub fn component_variant(wasm: &[u8], index: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let name = b"anchor-variant";
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.extend_from_slice(index.to_string().as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
 pub fn load_component(name: &str) -> Arc<WasmPricing> {
     WasmPricing::load(engine(), &component_bytes(name), Limits::PRICING).expect("component loads")
 }

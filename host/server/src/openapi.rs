@@ -230,6 +230,15 @@ impl Operation {
         self.responses.push(Response::json(status, description, SchemaSource::of::<ErrorBody>()));
         self
     }
+    /// The 402s of a route settled before its answer: the challenge, or a
+    /// payment refused at settlement (`SETTLEMENT_FAILED`, with PAYMENT-RESPONSE).
+    pub fn paid_inline(self, description: &str) -> Self {
+        self.payment_required(description).error(
+            402,
+            "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.",
+            &["SETTLEMENT_FAILED"],
+        )
+    }
     pub fn payment_required(mut self, description: &str) -> Self {
         self.responses.push(Response::json(
             402,

@@ -223,6 +223,14 @@ impl<E: Engine> SqlStore<E> {
 /// Debits Trial by `amount` if it holds that much and has not expired; the
 /// balance left, or `None`. The debit and its condition are one statement:
 /// concurrent debits cannot take the balance below zero.
+/// Why Trial could not pay: the agent's balance, and whether its Trial has
+/// expired (read after `debit_trial` refused, in the same transaction).
+pub(crate) async fn trial_shortfall<X: Exec>(tx: &mut X, agent_id: Uuid, now: DateTime<Utc>) -> Result<(MilliDac, bool)> {
+    let row = tx.fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(agent_id)).await?;
+    let expires: DateTime<Utc> = row.get("trial_expires_at")?;
+    Ok((MilliDac(row.get("trial_balance_milli")?), expires <= now))
+}
+
 pub(crate) async fn debit_trial<X: Exec>(tx: &mut X, agent_id: Uuid, amount: MilliDac, now: DateTime<Utc>) -> Result<Option<i64>> {
     tx.scalar_optional(
         sql("update agent set trial_balance_milli = trial_balance_milli - $1 \

@@ -165,11 +165,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         } else {
             let earned_part = new.earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
             let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount - earned_part, now).await? else {
-                let row = tx
-                    .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(d.agent_id))
-                    .await?;
-                let expires: DateTime<Utc> = row.get("trial_expires_at")?;
-                return Ok(Created::TrialCannotPay { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= now });
+                let (balance, expired) = agents::trial_shortfall(&mut tx, d.agent_id, now).await?;
+                return Ok(Created::TrialCannotPay { balance, expired });
             };
             Some(trial_remaining)
         };

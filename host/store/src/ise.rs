@@ -115,11 +115,8 @@ impl<E: Engine> IseStore for SqlStore<E> {
             IseFunding::Nothing { .. } => None,
             IseFunding::Trial => {
                 if agents::debit_trial(&mut tx, close.agent_id, close.charged, close.now).await?.is_none() {
-                    let row = tx
-                        .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(close.agent_id))
-                        .await?;
-                    let expires: DateTime<Utc> = row.get("trial_expires_at")?;
-                    return Ok(IseClosed::TrialShort { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= close.now });
+                    let (balance, expired) = agents::trial_shortfall(&mut tx, close.agent_id, close.now).await?;
+                    return Ok(IseClosed::TrialShort { balance, expired });
                 }
                 Some(PaymentSource::Trial)
             }

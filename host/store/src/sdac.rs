@@ -175,11 +175,8 @@ impl<E: Engine> SdacStore for SqlStore<E> {
             SdacFunding::Nothing => None,
             SdacFunding::Trial => {
                 if agents::debit_trial(&mut tx, agent_id, charged, now).await?.is_none() {
-                    let row = tx
-                        .fetch_one(sql("select trial_balance_milli, trial_expires_at from agent where agent_id = $1").bind(agent_id))
-                        .await?;
-                    let expires: DateTime<Utc> = row.get("trial_expires_at")?;
-                    return Ok(SdacEnded::TrialShort { balance: MilliDac(row.get("trial_balance_milli")?), expired: expires <= now });
+                    let (balance, expired) = agents::trial_shortfall(&mut tx, agent_id, now).await?;
+                    return Ok(SdacEnded::TrialShort { balance, expired });
                 }
                 Some(PaymentSource::Trial)
             }

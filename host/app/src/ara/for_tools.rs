@@ -52,12 +52,8 @@ fn cells(distributions: impl IntoIterator<Item = (String, Vec<(String, i64)>)>) 
 
 fn release_observation(kind: ObservationType, release: &Release) -> Observation {
     let window = release.window();
-    let mut cells = cells(release.distributions.iter().map(|(d, v)| (d.clone(), v.clone())));
-    cells.extend(release.activity.iter().map(|(value, n)| Cell {
-        dimension: "activity".into(),
-        value: value.clone(),
-        count: (*n).max(0) as u64,
-    }));
+    let activity = std::iter::once(("activity".to_string(), release.activity.clone()));
+    let cells = cells(release.distributions.iter().map(|(d, v)| (d.clone(), v.clone())).chain(activity));
     Observation {
         kind,
         resolution_level: 1,
@@ -177,12 +173,8 @@ pub async fn gather(
         }
         _ => {
             let pattern = agents::ee_pattern_of(target);
-            let mut cells = cells(named(&pattern.distributions));
-            cells.extend(pattern.combinations.iter().map(|(value, n)| Cell {
-                dimension: "ee_combination".into(),
-                value: value.clone(),
-                count: (*n).max(0) as u64,
-            }));
+            let combinations = std::iter::once(("ee_combination".to_string(), pattern.combinations.clone()));
+            let cells = cells(named(&pattern.distributions).into_iter().chain(combinations));
             Observation {
                 kind,
                 resolution_level: level,

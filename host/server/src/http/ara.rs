@@ -45,8 +45,7 @@ fn paid(operation: Operation) -> Operation {
     operation
         .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
         .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-        .payment_required(PAID)
-        .error(402, "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.", &["SETTLEMENT_FAILED"])
+        .paid_inline(PAID)
         .error(503, SETTLING, &["SETTLEMENT_PENDING"])
 }
 

@@ -54,12 +54,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "Earned DAC cannot pay an earned_only stay; a malformed payment header.", &["INSUFFICIENT_DAC", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
             .error(404, "The agent is not in an ISE session.", &["NO_ACTIVE_SESSION"])
-            .payment_required("Trial cannot pay the stay and no payment came, or it was refused (the reason is in `error`).")
-            .error(
-                402,
-                "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.",
-                &["SETTLEMENT_FAILED"],
-            )
+            .paid_inline("Trial cannot pay the stay and no payment came, or it was refused (the reason is in `error`).")
             .error(
                 503,
                 "The settlement's outcome is unknown; it is settled in the background and charged at most once.",

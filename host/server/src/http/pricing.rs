@@ -267,7 +267,7 @@ async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
 
 impl super::declarations::CostBreakdown {
     /// A quote's breakdown, with every axis add (no payment sources: nothing is paid yet).
-    fn of_quote(quote: &Quote) -> super::declarations::CostBreakdown {
+    pub(crate) fn of_quote(quote: &Quote) -> super::declarations::CostBreakdown {
         super::declarations::CostBreakdown {
             base_fee: quote.base_fee.into(),
             base_fee_source: None,

@@ -12,17 +12,16 @@ use uuid::Uuid;
 
 use anchor_app::sdac;
 use anchor_domain::payments::PaymentSource;
-use anchor_domain::pricing::Quote;
 use anchor_store::SdacRecord;
 
 use super::body::path_uuid;
-use super::declarations::{AxisCharge, CostBreakdown, EeRequest};
+use super::declarations::{CostBreakdown, EeRequest};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Ratio, Time};
+use crate::wire::{Dac, Id, Named, Time};
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -62,8 +61,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "A malformed session id or payment header.", &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
             .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"])
-            .payment_required("Trial cannot pay and no payment came, or it was refused (the reason is in `error`).")
-            .error(402, "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.", &["SETTLEMENT_FAILED"])
+            .paid_inline("Trial cannot pay and no payment came, or it was refused (the reason is in `error`).")
             .error(503, "The settlement's outcome is unknown; it is settled in the background and charged at most once.", &["SETTLEMENT_PENDING"]),
     ]
 }
@@ -121,19 +119,6 @@ struct TrialView {
     session_end_dac: Dac,
 }
 
-fn breakdown(quote: &Quote) -> CostBreakdown {
-    CostBreakdown {
-        base_fee: quote.base_fee.into(),
-        base_fee_source: None,
-        premium: quote.premium().into(),
-        premium_source: None,
-        subtotal: quote.subtotal.into(),
-        multiplier: Ratio(quote.multiplier_permille),
-        total_dac: quote.total.into(),
-        axes: Some(quote.charges.iter().map(|c| AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() }).collect()),
-    }
-}
-
 async fn trial(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -148,7 +133,7 @@ async fn trial(
         session_id: Id(session.session_id),
         trial_number: session.trials,
         pricing_version: state.app.pricing.generation().version.clone(),
-        cost_breakdown: breakdown(&quote),
+        cost_breakdown: CostBreakdown::of_quote(&quote),
         simulated_total_dac: session.simulated.into(),
         session_end_dac: sdac::price(&state.app, &session)?.into(),
     }))

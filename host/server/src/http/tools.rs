@@ -115,12 +115,7 @@ pub fn operations() -> Vec<Operation> {
                     "TOOL_UNAVAILABLE",
                 ],
             )
-            .payment_required("The run's observations cost something and no payment came, or it was refused (the reason is in `error`).")
-            .error(
-                402,
-                "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.",
-                &["SETTLEMENT_FAILED"],
-            )
+            .paid_inline("The run's observations cost something and no payment came, or it was refused (the reason is in `error`).")
             .error(
                 503,
                 "Every tool slot of this host is busy, or the settlement's outcome is unknown.",

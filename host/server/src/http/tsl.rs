@@ -229,8 +229,7 @@ fn purchase_operation(route: Route, handler: axum::routing::MethodRouter<AppStat
         .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
         .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
         .error(409, "The tool does not sell, or you bought it already.", &["TOOL_NOT_AVAILABLE", "ALREADY_PURCHASED"])
-        .payment_required("No payment came with the request, or it was refused (the reason is in `error`).")
-        .error(402, "Or: the payment was refused at settlement; nothing was charged, PAYMENT-RESPONSE says why.", &["SETTLEMENT_FAILED"])
+        .paid_inline("No payment came with the request, or it was refused (the reason is in `error`).")
         .error(
             503,
             "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
