@@ -82,7 +82,7 @@ pub trait IseStore {
     async fn enter_ise(&self, session_id: Uuid, agent_id: Uuid, mode: IseMode, now: DateTime<Utc>) -> Result<bool>;
     async fn open_ise(&self, agent_id: Uuid) -> Result<Option<IseRecord>>;
     async fn close_ise(&self, close: &IseClose) -> Result<IseClosed>;
-    /// Open stays that entered at or before `before` (free ones) or `before_paid` (the others), oldest first.
+    /// Open stays that entered at or before `before_free` (free ones) or `before_paid` (the others), oldest first.
     async fn due_ise(&self, before_free: DateTime<Utc>, before_paid: DateTime<Utc>, limit: i64) -> Result<Vec<IseRecord>>;
 }
 
