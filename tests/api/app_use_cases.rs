@@ -62,6 +62,7 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
             dab_default: MilliDac::from_dac(1000),
             owners: Default::default(),
             privacy: Default::default(),
+            features: Default::default(),
         }),
         tools: shared_tools(),
     };

@@ -16,6 +16,7 @@ mod ise;
 mod openapi_contract;
 mod payments;
 mod plugins;
+mod retention;
 mod sdac;
 mod sdk;
 mod store_conformance;

@@ -197,6 +197,8 @@ pub struct Options {
     /// Run the background jobs (log integration, the ARA fold); off, the
     /// caller drives them itself.
     pub jobs: bool,
+    /// What the operator switched off.
+    pub features: anchor_app::Features,
 }
 
 impl Default for Options {
@@ -209,6 +211,7 @@ impl Default for Options {
             http: Default::default(),
             privacy: Default::default(),
             jobs: true,
+            features: Default::default(),
         }
     }
 }
@@ -259,6 +262,7 @@ impl TestServer {
             dap: Default::default(),
             http: options.http,
             privacy: options.privacy,
+            features: options.features,
         };
         let log_key = Arc::new(anchor_app::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);

@@ -171,11 +171,7 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         }
     }
     if scope.retention == ee::Retention::Indefinite {
-        // Subscriptions to indefinite retention do not exist yet, so no agent holds one.
-        return Err(AppError::forbidden(
-            "INDEFINITE_SUBSCRIPTION_REQUIRED",
-            "ee_retention_period indefinite needs an active indefinite-retention subscription; this agent has none",
-        ));
+        crate::retention::require_active(services, agent.agent_id).await?;
     }
 
     let quote = services.pricing.quote(scope)?;

@@ -49,6 +49,12 @@ pub enum AppError {
         code: &'static str,
         message: String,
     },
+    /// A balance could not pay a debit that has no x402 alternative (402,
+    /// no challenge), such as a subscription's month from Earned DAC.
+    Unpaid {
+        code: &'static str,
+        message: String,
+    },
     /// Nothing that may pay for this has paid: the typed challenge.
     PaymentRequired(Box<PaymentRequired>),
     /// The payment was refused at settlement; nothing moved.
@@ -86,6 +92,7 @@ impl AppError {
             | AppError::Conflict { code, .. }
             | AppError::Unprocessable { code, .. }
             | AppError::Gone { code, .. }
+            | AppError::Unpaid { code, .. }
             | AppError::Unavailable { code, .. } => code,
             AppError::Unauthenticated { .. } => "UNAUTHORIZED",
             AppError::TokenRefused => "INVALID_TOKEN",
@@ -106,6 +113,7 @@ impl std::fmt::Display for AppError {
             | AppError::Conflict { message, .. }
             | AppError::Unprocessable { message, .. }
             | AppError::Gone { message, .. }
+            | AppError::Unpaid { message, .. }
             | AppError::Unavailable { message, .. }
             | AppError::Unauthenticated { message }
             | AppError::RateLimited { message, .. } => write!(f, "{}: {message}", self.code()),

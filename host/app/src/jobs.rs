@@ -12,6 +12,7 @@
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
+//! | expire | 60 s | end Earned lots, close ISE stays at their limit, bill indefinite retention and end its grace periods, carry out tool transfers |
 //!
 //! Jobs call use cases like any front end; a failed job is logged and the
 //! next round tries again.
@@ -148,6 +149,18 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(0) => {}
             Ok(n) => tracing::info!(stays = n, "closed ISE stays at their limit"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "closing ISE stays failed"),
+        }
+        if services.config.features.retention {
+            match crate::retention::run_due(services).await {
+                Ok((billed, expired)) if billed.charged + billed.to_grace + expired == 0 => {}
+                Ok((billed, expired)) => tracing::info!(
+                    charged = billed.charged,
+                    to_grace = billed.to_grace,
+                    expired,
+                    "indefinite-retention subscriptions billed and ended"
+                ),
+                Err(error) => tracing::warn!(error = format!("{error:#}"), "indefinite-retention billing failed"),
+            }
         }
         match crate::tsl::execute_due_transfers(services).await {
             Ok(0) => {}

@@ -25,6 +25,7 @@ pub mod log;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
+pub mod retention;
 pub mod sdac;
 pub mod status;
 pub mod tools;
@@ -55,6 +56,44 @@ pub struct Config {
     pub owners: owners::OwnerSettings,
     /// How cross-agent statistics are protected.
     pub privacy: ara::privacy::Privacy,
+    /// What the operator switched off.
+    pub features: Features,
+}
+
+/// Areas an operator can switch off; switched off, their routes answer 503
+/// `FEATURE_NOT_AVAILABLE`. Everything is on by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Indefinite-retention subscriptions (`/v1/retention/indefinite/*`);
+    /// with them off, no declaration can be created with indefinite retention.
+    pub retention: bool,
+    /// Owners cancelling an agent's ASA subscription (`DELETE /dap/asa/subscription/{agent_id}`).
+    pub dap_asa_cancel: bool,
+}
+
+impl Default for Features {
+    fn default() -> Features {
+        Features { retention: true, dap_asa_cancel: true }
+    }
+}
+
+impl Features {
+    /// The names `--features-off` takes.
+    pub const NAMES: [&'static str; 2] = ["retention", "dap_asa_cancel"];
+
+    /// Everything on except the named areas; an unknown name is refused.
+    pub fn without(names: &[String]) -> Result<Features, String> {
+        let mut features = Features::default();
+        for name in names {
+            match name.trim() {
+                "retention" => features.retention = false,
+                "dap_asa_cancel" => features.dap_asa_cancel = false,
+                "" => {}
+                other => return Err(format!("unknown feature {other:?}; the features are {}", Features::NAMES.join(", "))),
+            }
+        }
+        Ok(features)
+    }
 }
 
 /// Everything a use case reaches. Cheap to clone.

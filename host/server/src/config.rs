@@ -83,6 +83,12 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAP_NO_AGENT_OWNERS", default_value_t = false)]
     pub dap_no_agent_owners: bool,
 
+    /// Areas to switch off, comma-separated: retention (indefinite-retention
+    /// subscriptions), dap_asa_cancel (owners cancelling an agent's ASA
+    /// subscription). Their routes answer 503 FEATURE_NOT_AVAILABLE.
+    #[arg(long, env = "ANCHOR_FEATURES_OFF", value_delimiter = ',')]
+    pub features_off: Vec<String>,
+
     /// The differential-privacy budget (epsilon) each histogram and count of
     /// a cross-agent ARA release spends; a release states its total.
     #[arg(long, env = "ANCHOR_ARA_EPSILON", default_value_t = 1.0, value_parser = positive)]

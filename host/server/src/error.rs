@@ -83,7 +83,7 @@ impl ApiError {
                 AppError::Conflict { .. } => StatusCode::CONFLICT,
                 AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 AppError::Gone { .. } => StatusCode::GONE,
-                AppError::PaymentRequired(_) | AppError::SettlementFailed { .. } => StatusCode::PAYMENT_REQUIRED,
+                AppError::PaymentRequired(_) | AppError::SettlementFailed { .. } | AppError::Unpaid { .. } => StatusCode::PAYMENT_REQUIRED,
                 AppError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
@@ -242,6 +242,7 @@ impl IntoResponse for ApiError {
                 | AppError::Conflict { code, message }
                 | AppError::Unprocessable { code, message }
                 | AppError::Gone { code, message }
+                | AppError::Unpaid { code, message }
                 | AppError::Unavailable { code, message },
             ) => (status, body(code, &message)).into_response(),
             ApiError::App(AppError::PaymentRequired(required)) => crate::payment::challenge_response(required.challenge()),

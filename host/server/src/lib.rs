@@ -82,6 +82,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         },
         http: config.http_limits(),
         privacy: anchor_app::ara::privacy::Privacy::Noisy { epsilon: config.ara_epsilon, delta: config.ara_delta },
+        features: anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?,
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,

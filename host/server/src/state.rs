@@ -27,6 +27,8 @@ pub struct Settings {
     pub http: crate::listener::HttpLimits,
     /// How cross-agent ARA statistics are protected.
     pub privacy: anchor_app::ara::privacy::Privacy,
+    /// What the operator switched off.
+    pub features: anchor_app::Features,
 }
 
 /// The owner portal's settings.
@@ -73,6 +75,7 @@ impl AppState {
                 dab_default: settings.dab_default,
                 owners: settings.dap.clone(),
                 privacy: settings.privacy,
+                features: settings.features,
             }),
             // Compiled tools stay in memory only; `serve` gives a disk cache.
             tools: anchor_app::tools::Tools::new(Arc::new(

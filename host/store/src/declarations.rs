@@ -51,6 +51,10 @@ pub struct StoredDeclaration {
     pub direct_access_expires_at: DateTime<Utc>,
     /// Externally paid: confirm before this, or the reservation is released.
     pub payment_deadline: Option<DateTime<Utc>>,
+    /// When the record stops being kept; `None` while indefinite retention holds.
+    pub retention_expires_at: Option<DateTime<Utc>>,
+    /// When an ended indefinite-retention subscription demoted it to short.
+    pub retention_demoted_at: Option<DateTime<Utc>>,
 }
 
 impl StoredDeclaration {
@@ -228,6 +232,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
                     ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
                     ("anchored_at", d.anchored_at.value()),
+                    ("retention_expires_at", anchor_domain::retention::retention_end(d.ee.scope.retention, d.anchored_at).value()),
                     ("salt", d.salt.as_slice().value()),
                     ("pricing_version", d.pricing_version.as_str().value()),
                     ("pricing_sha256", d.pricing_sha256.as_str().value()),
@@ -460,5 +465,7 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         direct_reads_used: row.get("direct_reads_used")?,
         direct_access_expires_at: row.get("direct_access_expires_at")?,
         payment_deadline: row.get("payment_deadline")?,
+        retention_expires_at: row.get("retention_expires_at")?,
+        retention_demoted_at: row.get("retention_demoted_at")?,
     })
 }

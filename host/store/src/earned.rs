@@ -424,7 +424,7 @@ pub(crate) async fn debit_for<X: Exec>(tx: &mut X, subject: Subject) -> Result<O
     row.map(|row| Ok((row.get("entry_id")?, MilliDac(row.get("amount_milli")?)))).transpose()
 }
 
-async fn lock_agent<X: Exec>(tx: &mut X, for_update: &str, agent_id: Uuid) -> Result<()> {
+pub(crate) async fn lock_agent<X: Exec>(tx: &mut X, for_update: &str, agent_id: Uuid) -> Result<()> {
     let found: Option<Uuid> =
         tx.scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
     found.map(|_| ()).ok_or_else(|| StoreError::Database(sqlx::Error::RowNotFound))

@@ -25,6 +25,7 @@ mod links;
 mod log;
 mod owners;
 mod payments;
+mod retention;
 mod sdac;
 pub(crate) mod tsl;
 
@@ -45,6 +46,7 @@ pub use links::*;
 pub use log::*;
 pub use owners::*;
 pub use payments::*;
+pub use retention::*;
 pub use sdac::*;
 pub use tsl::{
     ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
@@ -129,6 +131,7 @@ pub trait Store:
     + ToolComponentStore
     + IseStore
     + SdacStore
+    + RetentionStore
     + Send
     + Sync
     + 'static

@@ -716,6 +716,7 @@ struct Detail {
     payment: DetailPayment,
     direct_access: DirectAccess,
     integrity: IntegrityInfo,
+    retention: RetentionInfo,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -800,6 +801,17 @@ struct DirectAccess {
     direct_access_expires_at: Time,
 }
 
+/// How long the record is kept. The declared ee_retention_period stays as
+/// anchored; an indefinite record whose subscription ended is kept as a
+/// short one from its demotion.
+#[derive(Serialize, JsonSchema)]
+struct RetentionInfo {
+    effective_retention_period: Named<ee::Retention>,
+    /// Null while indefinite retention holds.
+    retention_expires_at: Option<Time>,
+    retention_demoted_at: Option<Time>,
+}
+
 #[derive(Serialize, JsonSchema)]
 struct IntegrityInfo {
     /// The canonical encoding hashed into integrity_hash.
@@ -859,6 +871,14 @@ async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiP
             direct_access_expires_at: stored.direct_access_expires_at.into(),
         },
         integrity: IntegrityInfo { encoding: ENCODING_NAME, salt: hex::encode(d.salt) },
+        retention: RetentionInfo {
+            effective_retention_period: Named(match stored.retention_demoted_at {
+                Some(_) => ee::Retention::Short,
+                None => d.ee.scope.retention,
+            }),
+            retention_expires_at: stored.retention_expires_at.map(Time),
+            retention_demoted_at: stored.retention_demoted_at.map(Time),
+        },
     }))
 }
 

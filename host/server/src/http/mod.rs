@@ -19,6 +19,7 @@ pub mod payments;
 pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
+pub mod retention;
 pub mod sdac;
 pub mod tools;
 pub mod transparency;
@@ -48,6 +49,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(tools::operations());
     all.extend(ise::operations());
     all.extend(sdac::operations());
+    all.extend(retention::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());

@@ -1,0 +1,121 @@
+//! Indefinite retention: subscribe, status, cancel, and the jobs that bill
+//! each month and carry out ended grace periods (demoting the agent's
+//! indefinite records to short, for good).
+//!
+//! The month (the generation's `retention_monthly`, 50 DAC in the bundled
+//! one) is debited from Earned DAC: it is a resolution surcharge, which
+//! Earned pays, Trial never and x402 has no route for. A debit that cannot be
+//! made answers a plain 402 `INSUFFICIENT_DAC`; one that fails in the monthly
+//! job starts the grace period.
+
+use chrono::Duration;
+
+use anchor_domain::MilliDac;
+use anchor_domain::retention::{RetentionStatus, Subscription};
+use anchor_store::{AgentRecord, Billed, RetentionTerms, Subscribed};
+
+use crate::{AppError, AppResult, Services};
+
+/// Subscriptions per job run.
+const JOB_BATCH: i64 = 100;
+
+pub fn enabled(services: &Services) -> AppResult<()> {
+    if services.config.features.retention {
+        return Ok(());
+    }
+    Err(AppError::Unavailable { code: "FEATURE_NOT_AVAILABLE", message: "indefinite retention is switched off on this service".into() })
+}
+
+pub fn terms(services: &Services) -> AppResult<RetentionTerms> {
+    let prices = services.pricing.services()?.ok_or_else(|| AppError::Unavailable {
+        code: "FEATURE_NOT_AVAILABLE",
+        message: "the loaded pricing generation does not price indefinite retention".into(),
+    })?;
+    Ok(RetentionTerms {
+        monthly: prices.retention_monthly,
+        grace: Duration::days(i64::from(prices.retention_grace_days)),
+        threshold: crate::earned::terms(services)?.threshold,
+    })
+}
+
+/// An agent's subscription as the status route shows it.
+#[derive(Clone, Debug)]
+pub struct View {
+    pub status: RetentionStatus,
+    pub subscription: Option<Subscription>,
+    pub terms: RetentionTerms,
+    /// Records kept indefinitely now.
+    pub indefinite_records: i64,
+}
+
+/// GET /v1/retention/indefinite/status.
+pub async fn status(services: &Services, agent: &AgentRecord) -> AppResult<View> {
+    enabled(services)?;
+    let terms = terms(services)?;
+    let subscription = services.store.retention_subscription(agent.agent_id).await?;
+    let status = anchor_domain::retention::status_of(subscription.as_ref(), services.clock.now());
+    let indefinite_records = services.store.indefinite_declarations(agent.agent_id).await?;
+    Ok(View { status, subscription, terms, indefinite_records })
+}
+
+/// POST /v1/retention/indefinite/subscribe: the subscription, whether it was
+/// reactivated within its grace, and what was charged now.
+pub async fn subscribe(services: &Services, agent: &AgentRecord) -> AppResult<(Subscription, bool, MilliDac, RetentionTerms)> {
+    enabled(services)?;
+    let terms = terms(services)?;
+    match services.store.subscribe_retention(agent.agent_id, terms, services.clock.now()).await? {
+        Subscribed::Active { subscription, reactivated, charged } => Ok((subscription, reactivated, charged, terms)),
+        Subscribed::AlreadyActive(_) => Err(AppError::Conflict {
+            code: "ALREADY_SUBSCRIBED",
+            message: "this agent's indefinite-retention subscription is active already".into(),
+        }),
+        Subscribed::EarnedShort { balance } => Err(AppError::Unpaid {
+            code: "INSUFFICIENT_DAC",
+            message: format!(
+                "the month costs {} DAC from Earned DAC, which holds {balance} unexpired (it pays from {}); nothing changed",
+                terms.monthly, terms.threshold
+            ),
+        }),
+    }
+}
+
+/// POST /v1/retention/indefinite/cancel: active -> grace.
+pub async fn cancel(services: &Services, agent: &AgentRecord) -> AppResult<Subscription> {
+    enabled(services)?;
+    let terms = terms(services)?;
+    services.store.cancel_retention(agent.agent_id, terms.grace, services.clock.now()).await?.ok_or_else(|| {
+        AppError::not_found("NO_ACTIVE_SUBSCRIPTION", "this agent has no active indefinite-retention subscription to cancel")
+    })
+}
+
+/// DD create (and a bilateral proposal) with indefinite retention needs an
+/// active subscription: a grace period does not count.
+pub async fn require_active(services: &Services, agent_id: uuid::Uuid) -> AppResult<()> {
+    let refused = |why: &str| {
+        Err(AppError::forbidden(
+            "INDEFINITE_SUBSCRIPTION_REQUIRED",
+            format!("ee_retention_period indefinite needs an active indefinite-retention subscription; {why}"),
+        ))
+    };
+    if !services.config.features.retention {
+        return refused("indefinite retention is switched off on this service");
+    }
+    let subscription = services.store.retention_subscription(agent_id).await?;
+    match anchor_domain::retention::status_of(subscription.as_ref(), services.clock.now()) {
+        RetentionStatus::Active => Ok(()),
+        RetentionStatus::None => refused("this agent has none (POST /v1/retention/indefinite/subscribe)"),
+        RetentionStatus::Grace => refused("this agent's is in its grace period (subscribe again to reactivate it)"),
+        RetentionStatus::Expired => refused("this agent's has expired (subscribe again)"),
+    }
+}
+
+/// The jobs: the months due are charged (or the subscription enters its
+/// grace), then ended grace periods are carried out. Each subscription is
+/// one transaction; a run takes bounded batches.
+pub async fn run_due(services: &Services) -> anyhow::Result<(Billed, usize)> {
+    let terms = terms(services).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let now = services.clock.now();
+    let billed = services.store.bill_due_retention(terms, now, JOB_BATCH).await?;
+    let expired = services.store.expire_due_retention(now, JOB_BATCH).await?;
+    Ok((billed, expired))
+}
