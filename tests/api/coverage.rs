@@ -200,6 +200,30 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&dap("GET", "/dap/policy/content-inclusion".into(), None).await);
     ok(&dap("PUT", "/dap/policy/content-inclusion".into(), Some(json!({ "content_inclusion_policy": "agent_choice" }))).await);
 
+    // ASA: periods paid over x402, a snapshot, the owner's views; cancelled by the owner, then by the agent.
+    let agent_bearer = format!("Bearer {}", agent.token);
+    for (path, body) in [("/v1/asa/subscribe", json!({ "periods": 1 })), ("/v1/asa/extend", json!({ "periods": 1 }))] {
+        let challenge = challenge_of(&t.call_with("POST", path, &[("authorization", &agent_bearer)], Some(&body)).await);
+        let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+        ok(&t.call_with("POST", path, &[("authorization", &agent_bearer), ("payment-signature", &payment)], Some(&body)).await);
+    }
+    ok(&t.call("PATCH", "/v1/asa/subscription", Some(&agent.token), Some(&json!({ "next_payment_source": "external" }))).await);
+    ok(&t.get("/v1/asa/subscription", Some(&agent.token)).await);
+    let blob = json!({ "blob_hash": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "label": "nightly" });
+    ok(&t.post("/v1/asa/register", Some(&agent.token), &blob).await);
+    ok(&t.get("/v1/asa/snapshot", Some(&agent.token)).await);
+    ok(&t.post("/v1/asa/verify", Some(&agent.token), &json!({ "blob_hash": blob["blob_hash"] })).await);
+    ok(&dap("GET", format!("/dap/asa/subscription/{id}"), None).await);
+    ok(&dap("GET", format!("/dap/asa/snapshot/{id}"), None).await);
+    ok(&dap("POST", format!("/dap/asa/verify/{id}"), Some(json!({ "blob_hash": blob["blob_hash"] }))).await);
+    ok(&dap("DELETE", format!("/dap/asa/subscription/{id}"), None).await);
+    let challenge = challenge_of(&t.call_with("POST", "/v1/asa/subscribe", &[("authorization", &agent_bearer)], Some(&json!({}))).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    ok(&t
+        .call_with("POST", "/v1/asa/subscribe", &[("authorization", &agent_bearer), ("payment-signature", &payment)], Some(&json!({})))
+        .await);
+    ok(&t.call("DELETE", "/v1/asa/subscribe", Some(&agent.token), None).await);
+
     // The tool market: the linked agent sells, another agent buys at both
     // layers, the owner takes a human share.
     let seller = agent.token.clone();

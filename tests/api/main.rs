@@ -4,6 +4,7 @@
 mod agents;
 mod app_use_cases;
 mod ara;
+mod asa;
 mod concurrency;
 mod coverage;
 mod dap;

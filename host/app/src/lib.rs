@@ -13,6 +13,7 @@
 
 pub mod agents;
 pub mod ara;
+pub mod asa;
 pub mod catalog;
 pub mod charge;
 pub mod declarations;

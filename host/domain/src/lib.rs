@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod ara;
+pub mod asa;
 pub mod clock;
 pub mod dab;
 pub mod declarations;

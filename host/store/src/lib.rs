@@ -15,6 +15,7 @@
 
 mod agents;
 mod ara;
+pub(crate) mod asa;
 mod attempts;
 mod declarations;
 mod dur;
@@ -37,6 +38,7 @@ use sqlx::{Postgres, Sqlite};
 
 pub use agents::*;
 pub use ara::*;
+pub use asa::*;
 pub use attempts::*;
 pub use declarations::*;
 pub use dur::*;
@@ -132,6 +134,7 @@ pub trait Store:
     + IseStore
     + SdacStore
     + RetentionStore
+    + AsaStore
     + Send
     + Sync
     + 'static

@@ -183,6 +183,9 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             Some(Pending::Purchase(purchase)) if !tsl::insert_pending(&mut tx, purchase, payment.payment_id, now).await? => {
                 return Ok(Reservation::Duplicate);
             }
+            Some(Pending::Asa(purchase)) if !asa::insert_pending(&mut tx, purchase, payment.payment_id, now).await? => {
+                return Ok(Reservation::Duplicate);
+            }
             _ => {}
         }
         if let Some(part) = earned {
@@ -218,6 +221,9 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         if subject.domain == SubjectDomain::TslPurchase {
             tsl::complete(&mut tx, self.db.for_update(), subject.id, now).await?;
         }
+        if subject.domain == SubjectDomain::AsaSubscription {
+            asa::complete(&mut tx, subject.id, now).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -234,6 +240,9 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         }
         if let Some(subject) = moved.as_ref().and_then(|m| m.subject).filter(|s| ended && s.domain == SubjectDomain::TslPurchase) {
             tsl::fail(&mut tx, subject.id).await?;
+        }
+        if let Some(subject) = moved.as_ref().and_then(|m| m.subject).filter(|s| ended && s.domain == SubjectDomain::AsaSubscription) {
+            asa::fail(&mut tx, subject.id).await?;
         }
         tx.commit().await?;
         Ok(moved.is_some())

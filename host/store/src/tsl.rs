@@ -108,6 +108,7 @@ pub struct NewPurchase {
 #[derive(Clone, Debug)]
 pub enum Pending {
     Purchase(NewPurchase),
+    Asa(crate::asa::NewAsaPurchase),
 }
 
 /// One part of a sale's price.

@@ -8,6 +8,7 @@
 pub mod account;
 pub mod agents;
 pub mod ara;
+pub mod asa;
 pub mod body;
 pub mod dap;
 pub mod declarations;
@@ -50,6 +51,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(ise::operations());
     all.extend(sdac::operations());
     all.extend(retention::operations());
+    all.extend(asa::operations());
     all.extend(declarations::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());
