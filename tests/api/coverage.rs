@@ -61,6 +61,24 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&t.get("/v1/retention/indefinite/status", Some(&agent.token)).await);
     ok(&t.call("POST", "/v1/retention/indefinite/cancel", Some(&agent.token), None).await);
 
+    // A bilateral proposal, paid over x402, accepted by its counterparty.
+    let partner = t.register().await;
+    let mut bilateral_dd = dd();
+    bilateral_dd["dd_declaration_mode"] = json!("bilateral");
+    let proposal = json!({ "counterparty_agent_id": partner.id, "dd": bilateral_dd, "ee": basic_axes() });
+    let bearer_now = format!("Bearer {}", agent.token);
+    let challenge =
+        challenge_of(&t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer_now)], Some(&proposal)).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let proposed = t
+        .call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer_now), ("payment-signature", &payment)], Some(&proposal))
+        .await;
+    ok(&proposed);
+    ok(&t.get("/v1/dd/bilateral/received?all=false", Some(&partner.token)).await);
+    ok(&t.get("/v1/dd/bilateral/sent", Some(&agent.token)).await);
+    let agreement = proposed.json["agreement_id"].as_str().unwrap().to_string();
+    ok(&t.post(&format!("/v1/dd/bilateral/{agreement}/respond"), Some(&partner.token), &json!({ "accept": true })).await);
+
     // Declarations: a parent and a child, confirmed, read every way.
     let parent = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
     let parent_id = parent["dd_id"].as_str().unwrap().to_string();

@@ -5,6 +5,7 @@ mod agents;
 mod app_use_cases;
 mod ara;
 mod asa;
+mod bilateral;
 mod concurrency;
 mod coverage;
 mod dap;

@@ -81,6 +81,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
         external: None,
         base_from_trial: false,
         earned_premium: None,
+        agreement: None,
     }
 }
 

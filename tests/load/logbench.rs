@@ -89,5 +89,6 @@ fn declaration(agent_id: Uuid, now: chrono::DateTime<Utc>) -> NewDeclaration {
         external: None,
         base_from_trial: false,
         earned_premium: None,
+        agreement: None,
     }
 }

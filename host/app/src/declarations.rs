@@ -15,7 +15,7 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
-    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewDeclaration, PaymentSource, PaymentStatus,
+    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentSource, PaymentStatus,
     SettlementStatus, StoredDeclaration, UsageEntry,
 };
 use anchor_x402::settlement::Settled;
@@ -155,6 +155,18 @@ impl Commit for RecordDeclaration<'_> {
 /// the EE, takes payment and records the declaration. A request_id used before
 /// returns the earlier record.
 pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput, offered: Offered) -> AppResult<StoredDeclaration> {
+    record(services, agent, input, offered, None).await
+}
+
+/// DD create, or a bilateral proposal (`agreement`): the proposal is paid
+/// over x402 alone, reserved with the record and settled when it is confirmed.
+pub(crate) async fn record(
+    services: &Services,
+    agent: &AgentRecord,
+    input: CreateInput,
+    offered: Offered,
+    agreement: Option<NewAgreement>,
+) -> AppResult<StoredDeclaration> {
     let now = services.clock.now();
     let scope = resolve_scope(services, &input.ee)?;
     enforce_policy(services, agent.agent_id, input.content_inclusion).await?;
@@ -219,22 +231,31 @@ pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput
         external: None,
         base_from_trial: false,
         earned_premium,
+        agreement,
     };
     // premium_payment_source external: Trial pays the base fee, x402 the premium.
     let split = input.premium_source == Some(PremiumSource::External) && quote.premium() > MilliDac::ZERO;
     let order = Order {
         agent_id: agent.agent_id,
-        route: CREATE,
+        route: if agreement.is_some() { crate::bilateral::PROPOSE } else { CREATE },
         path: None,
         total: quote.total,
-        description: if split {
+        description: if agreement.is_some() {
+            format!("Bilateral decision declaration of {} DAC (paid over x402; settled when you confirm after acceptance)", quote.total)
+        } else if split {
             format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
         } else if earned {
             format!("Base fee of a decision declaration ({} DAC); Earned DAC pays its {} DAC premium", quote.base_fee, quote.premium())
         } else {
             format!("Decision declaration of {} DAC", quote.total)
         },
-        trial: if split { TrialUse::Part(quote.base_fee) } else { TrialUse::Whole },
+        trial: if agreement.is_some() {
+            TrialUse::None
+        } else if split {
+            TrialUse::Part(quote.base_fee)
+        } else {
+            TrialUse::Whole
+        },
         earned: earned_premium.map_or(MilliDac::ZERO, |e| e.amount),
         offered,
         settle: Settle::AtConfirm,
@@ -301,6 +322,10 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     let stored = owned(services, agent_id, dd_id).await?;
     if stored.confirmed_at.is_some() {
         return Err(already_confirmed());
+    }
+    // A bilateral proposal says why it cannot be confirmed (pending, rejected) before its payment's state does.
+    if let Some(agreement_id) = stored.agreement_id {
+        crate::bilateral::may_confirm(services, agreement_id, &stored).await?;
     }
     if stored.settlement_status == SettlementStatus::Released {
         return Err(payment_expired());

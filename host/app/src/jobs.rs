@@ -162,6 +162,11 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
                 Err(error) => tracing::warn!(error = format!("{error:#}"), "indefinite-retention billing failed"),
             }
         }
+        match crate::bilateral::expire_due(services).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(proposals = n, "expired unanswered bilateral proposals"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "expiring bilateral proposals failed"),
+        }
         match crate::tsl::execute_due_transfers(services).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(declarations = n, "carried out tool transfer declarations"),

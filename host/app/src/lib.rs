@@ -14,6 +14,7 @@
 pub mod agents;
 pub mod ara;
 pub mod asa;
+pub mod bilateral;
 pub mod catalog;
 pub mod charge;
 pub mod declarations;

@@ -8,6 +8,7 @@
 pub mod agents;
 pub mod ara;
 pub mod asa;
+pub mod bilateral;
 pub mod clock;
 pub mod dab;
 pub mod declarations;

@@ -29,6 +29,16 @@ pub struct NewDeclaration {
     /// The premium paid from Earned DAC (`premium_payment_source: earned`),
     /// debited with the record; Trial or the payment covers the rest.
     pub earned_premium: Option<EarnedPart>,
+    /// A bilateral proposal: the agreement written with the record.
+    pub agreement: Option<NewAgreement>,
+}
+
+/// The agreement a bilateral proposal writes with its record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewAgreement {
+    pub agreement_id: Uuid,
+    pub counterparty_agent_id: Uuid,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// A recorded declaration with its payment and confirmation state.
@@ -55,6 +65,8 @@ pub struct StoredDeclaration {
     pub retention_expires_at: Option<DateTime<Utc>>,
     /// When an ended indefinite-retention subscription demoted it to short.
     pub retention_demoted_at: Option<DateTime<Utc>>,
+    /// The bilateral agreement it belongs to (either side's record).
+    pub agreement_id: Option<Uuid>,
 }
 
 impl StoredDeclaration {
@@ -108,6 +120,8 @@ pub trait DeclarationStore: Send + Sync {
     /// returns the earlier record for a reused request_id.
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
+    /// The agent's declaration recorded under `request_id`, if any.
+    async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// Settles a declaration once and queues its log leaf, in one transaction:
     /// false if it was already confirmed or released. `settlement_ref`, for an
     /// externally paid declaration, marks its payment settled in the same
@@ -191,66 +205,21 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             premium_source = PaymentSource::Earned;
         }
         let settlement = if new.external.is_some() { SettlementStatus::Pending } else { SettlementStatus::Unreserved };
-        let t = d.template.as_ref();
-        let inserted = tx
-            .execute(Query::insert(
-                "declaration",
-                vec![
-                    ("dd_id", d.dd_id.value()),
-                    ("ee_id", d.ee_id.value()),
-                    ("agent_id", d.agent_id.value()),
-                    ("request_id", new.request_id.value()),
-                    ("lineage_group_id", lineage_group_id.value()),
-                    ("parent_dd_id", d.dd.parent_dd_id.value()),
-                    ("dd_unit_type", d.dd.unit_type.as_str().value()),
-                    ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
-                    ("decision_type", d.dd.decision_type.as_str().value()),
-                    ("decision_action_type", d.dd.action_type.as_str().value()),
-                    ("origin_context_type", d.dd.origin_context.as_str().value()),
-                    ("selection_state", d.dd.selection_state.as_str().value()),
-                    ("selection_scope", d.dd.selection_scope.map(|s| s.as_str()).value()),
-                    ("decision_at", d.dd.decision_at.value()),
-                    ("ee_preset", d.ee.preset.as_deref().value()),
-                    ("ee_retention_period", d.ee.scope.retention.as_str().value()),
-                    ("ee_integrity_verification_level", d.ee.scope.integrity.as_str().value()),
-                    ("ee_disclosure_format_policy", d.ee.scope.disclosure.as_str().value()),
-                    ("ee_responsibility_scope", d.ee.scope.responsibility.as_str().value()),
-                    ("content_disclosure_scope", d.ee.scope.content_scope.as_str().value()),
-                    ("delegation_state", d.ee.scope.delegation.as_str().value()),
-                    ("ee_direct_access_period", d.ee.direct_access_period.to_string().value()),
-                    ("ee_direct_access_quota", d.ee.direct_access_quota.value()),
-                    ("access_class", d.ee.access_class.as_str().value()),
-                    ("direct_access_expires_at", new.direct_access_expires_at.value()),
-                    ("direct_reads_used", 0i64.value()),
-                    ("content_inclusion", d.content_inclusion.value()),
-                    ("tpl_decision_class", t.and_then(|t| t.decision_class).map(|v| v.as_str()).value()),
-                    ("tpl_decision_scale_value", t.and_then(|t| t.decision_scale_value.as_deref()).value()),
-                    ("tpl_decision_scale_unit", t.and_then(|t| t.decision_scale_unit.as_deref()).value()),
-                    ("tpl_target_class", t.and_then(|t| t.target_class).map(|v| v.as_str()).value()),
-                    ("tpl_call_chain", t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")).value()),
-                    ("tpl_self_classification", t.and_then(|t| t.self_classification.as_deref()).value()),
-                    ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
-                    ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
-                    ("anchored_at", d.anchored_at.value()),
-                    ("retention_expires_at", anchor_domain::retention::retention_end(d.ee.scope.retention, d.anchored_at).value()),
-                    ("salt", d.salt.as_slice().value()),
-                    ("pricing_version", d.pricing_version.as_str().value()),
-                    ("pricing_sha256", d.pricing_sha256.as_str().value()),
-                    ("dac_amount_milli", d.dac_amount.milli().value()),
-                    ("base_fee_milli", new.base_fee.milli().value()),
-                    ("subtotal_milli", new.subtotal.milli().value()),
-                    ("multiplier_permille", i64::from(new.multiplier_permille).value()),
-                    ("monthly_milli", new.monthly.milli().value()),
-                    ("base_fee_source", base_source.as_str().value()),
-                    ("premium_source", premium_source.as_str().value()),
-                    ("trial_remaining_after_milli", trial_remaining.value()),
-                    ("settlement_status", settlement.as_str().value()),
-                    ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
-                ],
-            ))
-            .await;
+        let row = DeclarationRow {
+            new,
+            lineage_group_id,
+            trial_remaining,
+            base_source,
+            premium_source,
+            settlement,
+            agreement_id: new.agreement.map(|a| a.agreement_id),
+        };
+        let inserted = tx.execute(row.query()).await;
         match inserted {
             Ok(_) => {
+                if let Some(agreement) = &new.agreement {
+                    bilateral::insert(&mut tx, agreement, d, now).await?;
+                }
                 if let Some(payment) = &new.external {
                     tx.execute(sql("update x402_payment set dd_id = $1 where payment_id = $2").bind(d.dd_id).bind(payment.payment_id))
                         .await?;
@@ -269,6 +238,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             }
             Err(error) => Err(error),
         }
+    }
+
+    async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
+        self.declaration_for_request(agent_id, request_id).await
     }
 
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
@@ -389,6 +362,82 @@ impl<E: Engine> SqlStore<E> {
     }
 }
 
+/// The declaration row of a record to insert.
+pub(crate) struct DeclarationRow<'a> {
+    pub new: &'a NewDeclaration,
+    pub lineage_group_id: Uuid,
+    pub trial_remaining: Option<i64>,
+    pub base_source: PaymentSource,
+    pub premium_source: PaymentSource,
+    pub settlement: SettlementStatus,
+    pub agreement_id: Option<Uuid>,
+}
+
+impl<'a> DeclarationRow<'a> {
+    pub(crate) fn query(&self) -> Query<'a> {
+        let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
+        let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
+        let d = &new.declaration;
+        let t = d.template.as_ref();
+        Query::insert(
+            "declaration",
+            vec![
+                ("dd_id", d.dd_id.value()),
+                ("ee_id", d.ee_id.value()),
+                ("agent_id", d.agent_id.value()),
+                ("request_id", new.request_id.value()),
+                ("lineage_group_id", lineage_group_id.value()),
+                ("parent_dd_id", d.dd.parent_dd_id.value()),
+                ("dd_unit_type", d.dd.unit_type.as_str().value()),
+                ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
+                ("decision_type", d.dd.decision_type.as_str().value()),
+                ("decision_action_type", d.dd.action_type.as_str().value()),
+                ("origin_context_type", d.dd.origin_context.as_str().value()),
+                ("selection_state", d.dd.selection_state.as_str().value()),
+                ("selection_scope", d.dd.selection_scope.map(|s| s.as_str()).value()),
+                ("decision_at", d.dd.decision_at.value()),
+                ("ee_preset", d.ee.preset.as_deref().value()),
+                ("ee_retention_period", d.ee.scope.retention.as_str().value()),
+                ("ee_integrity_verification_level", d.ee.scope.integrity.as_str().value()),
+                ("ee_disclosure_format_policy", d.ee.scope.disclosure.as_str().value()),
+                ("ee_responsibility_scope", d.ee.scope.responsibility.as_str().value()),
+                ("content_disclosure_scope", d.ee.scope.content_scope.as_str().value()),
+                ("delegation_state", d.ee.scope.delegation.as_str().value()),
+                ("ee_direct_access_period", d.ee.direct_access_period.to_string().value()),
+                ("ee_direct_access_quota", d.ee.direct_access_quota.value()),
+                ("access_class", d.ee.access_class.as_str().value()),
+                ("direct_access_expires_at", new.direct_access_expires_at.value()),
+                ("direct_reads_used", 0i64.value()),
+                ("content_inclusion", d.content_inclusion.value()),
+                ("tpl_decision_class", t.and_then(|t| t.decision_class).map(|v| v.as_str()).value()),
+                ("tpl_decision_scale_value", t.and_then(|t| t.decision_scale_value.as_deref()).value()),
+                ("tpl_decision_scale_unit", t.and_then(|t| t.decision_scale_unit.as_deref()).value()),
+                ("tpl_target_class", t.and_then(|t| t.target_class).map(|v| v.as_str()).value()),
+                ("tpl_call_chain", t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")).value()),
+                ("tpl_self_classification", t.and_then(|t| t.self_classification.as_deref()).value()),
+                ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
+                ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
+                ("anchored_at", d.anchored_at.value()),
+                ("retention_expires_at", anchor_domain::retention::retention_end(d.ee.scope.retention, d.anchored_at).value()),
+                ("salt", d.salt.as_slice().value()),
+                ("pricing_version", d.pricing_version.as_str().value()),
+                ("pricing_sha256", d.pricing_sha256.as_str().value()),
+                ("dac_amount_milli", d.dac_amount.milli().value()),
+                ("base_fee_milli", new.base_fee.milli().value()),
+                ("subtotal_milli", new.subtotal.milli().value()),
+                ("multiplier_permille", i64::from(new.multiplier_permille).value()),
+                ("monthly_milli", new.monthly.milli().value()),
+                ("base_fee_source", base_source.as_str().value()),
+                ("premium_source", premium_source.as_str().value()),
+                ("trial_remaining_after_milli", trial_remaining.value()),
+                ("settlement_status", settlement.as_str().value()),
+                ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
+                ("agreement_id", self.agreement_id.value()),
+            ],
+        )
+    }
+}
+
 pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
     let content_inclusion: bool = row.get("content_inclusion")?;
     let template = if content_inclusion {
@@ -467,5 +516,6 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         payment_deadline: row.get("payment_deadline")?,
         retention_expires_at: row.get("retention_expires_at")?,
         retention_demoted_at: row.get("retention_demoted_at")?,
+        agreement_id: row.get("agreement_id")?,
     })
 }

@@ -17,6 +17,7 @@ mod agents;
 mod ara;
 pub(crate) mod asa;
 mod attempts;
+mod bilateral;
 mod declarations;
 mod dur;
 pub(crate) mod earned;
@@ -40,6 +41,7 @@ pub use agents::*;
 pub use ara::*;
 pub use asa::*;
 pub use attempts::*;
+pub use bilateral::*;
 pub use declarations::*;
 pub use dur::*;
 pub use earned::*;
@@ -135,6 +137,7 @@ pub trait Store:
     + SdacStore
     + RetentionStore
     + AsaStore
+    + BilateralStore
     + Send
     + Sync
     + 'static

@@ -139,9 +139,9 @@ struct CreateRequest {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "DDInput")]
-struct DdInput {
+pub(crate) struct DdInput {
     dd_unit_type: Named<dd::UnitType>,
-    /// Only self_declared is accepted on POST /v1/dd/create.
+    /// self_declared on POST /v1/dd/create; bilateral on POST /v1/dd/bilateral/propose.
     dd_declaration_mode: Named<dd::DeclarationMode>,
     decision_type: Named<dd::DecisionType>,
     decision_action_type: Named<dd::ActionType>,
@@ -178,8 +178,8 @@ pub(crate) struct EeRequest {
 
 /// Where the declaration continues from; other keys are ignored.
 #[derive(Deserialize, JsonSchema)]
-struct Continuity {
-    parent_dd_id: Option<Id>,
+pub(crate) struct Continuity {
+    pub(crate) parent_dd_id: Option<Id>,
 }
 
 #[derive(Clone, Copy, Deserialize, JsonSchema)]
@@ -226,7 +226,7 @@ struct TemplateInput {
 impl CreateRequest {
     /// The rules a request must meet before anything is looked up.
     fn into_input(self, now: DateTime<Utc>) -> ApiResult<CreateInput> {
-        let mut dd = self.dd.into_fields(now)?;
+        let mut dd = self.dd.into_fields(now, dd::DeclarationMode::SelfDeclared)?;
         if let Some(parent) = self.continuity.and_then(|c| c.parent_dd_id) {
             match dd.parent_dd_id {
                 Some(other) if other != parent.0 => {
@@ -268,13 +268,15 @@ impl CreateRequest {
 }
 
 impl DdInput {
-    fn into_fields(self, now: DateTime<Utc>) -> ApiResult<DdFields> {
+    /// The fields, if the declaration mode is the one the route records
+    /// (DD create: self_declared, else `DECLARATION_MODE_NOT_ALLOWED`; a
+    /// bilateral proposal: bilateral, else `DECLARATION_MODE_MISMATCH`).
+    pub(crate) fn into_fields(self, now: DateTime<Utc>, expected: dd::DeclarationMode) -> ApiResult<DdFields> {
         let mode = self.dd_declaration_mode.0;
-        if mode != dd::DeclarationMode::SelfDeclared {
-            return Err(ApiError::bad(
-                "DECLARATION_MODE_NOT_ALLOWED",
-                format!("this route records self_declared decisions only; got dd.dd_declaration_mode {mode}"),
-            ));
+        if mode != expected {
+            let code =
+                if expected == dd::DeclarationMode::SelfDeclared { "DECLARATION_MODE_NOT_ALLOWED" } else { "DECLARATION_MODE_MISMATCH" };
+            return Err(ApiError::bad(code, format!("this route records {expected} decisions only; got dd.dd_declaration_mode {mode}")));
         }
         if let Some(Time(at)) = self.decision_at
             && at > now

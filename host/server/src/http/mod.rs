@@ -9,6 +9,7 @@ pub mod account;
 pub mod agents;
 pub mod ara;
 pub mod asa;
+pub mod bilateral;
 pub mod body;
 pub mod dap;
 pub mod declarations;
@@ -53,6 +54,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(retention::operations());
     all.extend(asa::operations());
     all.extend(declarations::operations());
+    all.extend(bilateral::operations());
     all.extend(payments::operations());
     all.extend(pricing::operations());
     all.extend(account::operations());

@@ -1,0 +1,282 @@
+//! Bilateral declarations over HTTP (`anchor_app::bilateral`): propose,
+//! respond, and the received and sent lists.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::routing::{get, post};
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use anchor_app::bilateral;
+use anchor_app::declarations::CreateInput;
+use anchor_domain::bilateral::{Agreement, AgreementStatus};
+use anchor_domain::declarations::dd;
+use anchor_domain::payments::SettlementStatus;
+use anchor_store::{AgreementListing, StoredDeclaration};
+
+use super::body::path_uuid;
+use super::declarations::{Continuity, DdInput, EeRequest};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
+use crate::openapi::*;
+use crate::state::AppState;
+use crate::wire::{Dac, Id, Named, Time};
+
+pub fn operations() -> Vec<Operation> {
+    vec![
+        op(Method::POST, bilateral::PROPOSE.path, post(propose))
+            .tag("Bilateral")
+            .summary("Propose a decision you and another agent took part in; it is recorded for both once accepted")
+            .describe(
+                "Priced like DD create (the EE quote) and paid over x402 alone (no Trial, no Earned DAC; the DAB applies): the \
+                 authorization is reserved with your record and settled when you confirm it, after the counterparty accepts, within \
+                 the payment window. Accepting creates the counterparty's own record of the decision at no charge; rejecting, or no \
+                 answer within the window, releases the reservation. ee_preset is not accepted here: send the four axes.",
+            )
+            .agent()
+            .takes::<ProposeRequest>(json!({
+                "counterparty_agent_id": "00000000-0000-4000-8000-000000000001",
+                "dd": {
+                    "dd_unit_type": "single", "dd_declaration_mode": "bilateral",
+                    "decision_type": "external_interaction", "decision_action_type": "approve",
+                    "origin_context_type": "external", "selection_state": "SELECTED",
+                },
+                "ee": {
+                    "ee_retention_period": "short", "ee_integrity_verification_level": "basic",
+                    "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "minimal",
+                },
+            }))
+            .returns::<Proposed>(201, "Proposal created")
+            .error(
+                400,
+                "Validation failed: a mode other than bilateral, ee_preset sent, the counterparty is yourself, a malformed payment header.",
+                &[
+                    "MISSING_FIELD",
+                    "INVALID_ENUM",
+                    "UNKNOWN_FIELD",
+                    "INVALID_UUID",
+                    "INVALID_VALUE",
+                    "DECLARATION_MODE_MISMATCH",
+                    "DECISION_AT_IN_FUTURE",
+                    "INVALID_PAYLOAD",
+                ],
+            )
+            .error(
+                403,
+                "Another agent's parent, a content-inclusion policy, indefinite retention without subscriptions on both sides, the DAB.",
+                &["FORBIDDEN", "CONTENT_INCLUSION_POLICY", "INDEFINITE_SUBSCRIPTION_REQUIRED", "DAB_LIMIT_REACHED"],
+            )
+            .error(404, "No such counterparty or parent.", &["AGENT_NOT_FOUND", "DD_NOT_FOUND"])
+            .error(409, "The request_id was used for another declaration.", &["REQUEST_ID_USED"])
+            .payment_required("No payment came with the proposal, or it was refused.")
+            .error(503, "The pricing generation could not price the request.", &["PRICING_UNAVAILABLE"]),
+        op(Method::POST, "/v1/dd/bilateral/{agreement_id}/respond", post(respond))
+            .tag("Bilateral")
+            .summary("Accept or reject a proposal you received (free)")
+            .agent()
+            .path::<uuid::Uuid>("agreement_id")
+            .takes::<RespondRequest>(json!({ "accept": true }))
+            .returns::<AgreementView>(200, "Response recorded")
+            .error(
+                400,
+                "agreement_id is not a UUID; accept is missing or not a boolean.",
+                &["INVALID_UUID", "MISSING_FIELD", "INVALID_VALUE", "UNKNOWN_FIELD"],
+            )
+            .error(
+                403,
+                "You are not the counterparty; indefinite retention without a subscription.",
+                &["FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED"],
+            )
+            .error(404, "No such agreement.", &["AGREEMENT_NOT_FOUND"])
+            .error(409, "Answered already, or its window ended.", &["AGREEMENT_NOT_PENDING"]),
+        op(Method::GET, "/v1/dd/bilateral/received", get(received))
+            .tag("Bilateral")
+            .summary("Proposals sent to you: pending ones, or all with all=true")
+            .agent()
+            .query::<ReceivedQuery>()
+            .returns::<AgreementList>(200, "Proposal list")
+            .error(400, "all is neither true nor false.", &["INVALID_ENUM", "INVALID_VALUE"]),
+        op(Method::GET, "/v1/dd/bilateral/sent", get(sent))
+            .tag("Bilateral")
+            .summary("Proposals you sent, with their state")
+            .agent()
+            .returns::<AgreementList>(200, "Proposal list"),
+    ]
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ProposeRequest {
+    counterparty_agent_id: Id,
+    dd: DdInput,
+    /// The four axes (ee_preset is refused here).
+    ee: EeRequest,
+    continuity: Option<Continuity>,
+    /// Idempotency key, scoped to the agent.
+    request_id: Option<Id>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Proposed {
+    agreement_id: Id,
+    status: Named<AgreementStatus>,
+    dd_id: Id,
+    counterparty_agent_id: Id,
+    dac_amount: Dac,
+    settlement_status: Named<SettlementStatus>,
+    /// Confirm your record after acceptance and before this; unanswered by then, the proposal expires.
+    expires_at: Time,
+    pricing_version: String,
+}
+
+async fn propose(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    PaymentOffer(offered): PaymentOffer,
+    Body(request): Body<ProposeRequest>,
+) -> ApiResult<(StatusCode, Json<Proposed>)> {
+    if request.ee.has_preset() {
+        return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is not accepted on a bilateral proposal; send the four EE axes"));
+    }
+    let mut dd = request.dd.into_fields(state.clock.now(), dd::DeclarationMode::Bilateral)?;
+    if let Some(parent) = request.continuity.and_then(|c| c.parent_dd_id) {
+        match dd.parent_dd_id {
+            Some(other) if other != parent.0 => {
+                return Err(ApiError::bad("INVALID_VALUE", "dd.parent_dd_id and continuity.parent_dd_id name different parents; send one"));
+            }
+            _ => dd.parent_dd_id = Some(parent.0),
+        }
+    }
+    let input = CreateInput {
+        request_id: request.request_id.map_or_else(uuid::Uuid::new_v4, |r| r.0),
+        dd,
+        ee: request.ee.into_input()?,
+        content_inclusion: false,
+        template: None,
+        premium_source: None,
+    };
+    let (stored, agreement) = bilateral::propose(&state.app, &agent, request.counterparty_agent_id.0, input, offered).await?;
+    Ok((StatusCode::CREATED, Json(proposed(&stored, &agreement))))
+}
+
+fn proposed(stored: &StoredDeclaration, agreement: &Agreement) -> Proposed {
+    Proposed {
+        agreement_id: Id(agreement.agreement_id),
+        status: Named(agreement.status),
+        dd_id: Id(stored.declaration.dd_id),
+        counterparty_agent_id: Id(agreement.counterparty_agent_id),
+        dac_amount: stored.declaration.dac_amount.into(),
+        settlement_status: Named(stored.settlement_status),
+        expires_at: agreement.expires_at.into(),
+        pricing_version: stored.declaration.pricing_version.clone(),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RespondRequest {
+    accept: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AgreementView {
+    agreement_id: Id,
+    status: Named<AgreementStatus>,
+    proposer_agent_id: Id,
+    counterparty_agent_id: Id,
+    proposer_dd_id: Id,
+    /// Your record of the decision, once accepted: confirm it to anchor it.
+    counterparty_dd_id: Option<Id>,
+    proposed_at: Time,
+    expires_at: Time,
+    responded_at: Option<Time>,
+}
+
+fn time(at: Option<DateTime<Utc>>) -> Option<Time> {
+    at.map(Time)
+}
+
+fn agreement_view(a: &Agreement) -> AgreementView {
+    AgreementView {
+        agreement_id: Id(a.agreement_id),
+        status: Named(a.status),
+        proposer_agent_id: Id(a.proposer_agent_id),
+        counterparty_agent_id: Id(a.counterparty_agent_id),
+        proposer_dd_id: Id(a.proposer_dd_id),
+        counterparty_dd_id: a.counterparty_dd_id.map(Id),
+        proposed_at: a.proposed_at.into(),
+        expires_at: a.expires_at.into(),
+        responded_at: time(a.responded_at),
+    }
+}
+
+async fn respond(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(agreement_id): ApiPath<String>,
+    Body(request): Body<RespondRequest>,
+) -> ApiResult<Json<AgreementView>> {
+    let agreement_id = path_uuid("agreement_id", &agreement_id)?;
+    let agreement = bilateral::respond(&state.app, &agent, agreement_id, request.accept).await?;
+    Ok(Json(agreement_view(&agreement)))
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReceivedQuery {
+    /// true: answered and expired proposals too; false (the default): pending ones.
+    all: Option<TrueFalse>,
+}
+
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum TrueFalse {
+    True,
+    False,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Listed {
+    #[serde(flatten)]
+    agreement: AgreementView,
+    decision_type: String,
+    decision_action_type: String,
+    ee_retention_period: String,
+    dac_amount: Dac,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AgreementList {
+    agreements: Vec<Listed>,
+    count: usize,
+}
+
+fn list_view(found: Vec<AgreementListing>) -> AgreementList {
+    let agreements: Vec<Listed> = found
+        .into_iter()
+        .map(|l| Listed {
+            agreement: agreement_view(&l.agreement),
+            decision_type: l.decision_type,
+            decision_action_type: l.decision_action_type,
+            ee_retention_period: l.ee_retention_period,
+            dac_amount: l.dac_amount.into(),
+        })
+        .collect();
+    AgreementList { count: agreements.len(), agreements }
+}
+
+async fn received(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiQuery(query): ApiQuery<ReceivedQuery>,
+) -> ApiResult<Json<AgreementList>> {
+    let all = matches!(query.all, Some(TrueFalse::True));
+    Ok(Json(list_view(bilateral::list(&state.app, &agent, false, all).await?)))
+}
+
+async fn sent(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<AgreementList>> {
+    Ok(Json(list_view(bilateral::list(&state.app, &agent, true, true).await?)))
+}
