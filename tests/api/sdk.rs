@@ -11,7 +11,8 @@ use serde_json::json;
 
 both_backends!(
     the_sdk_observes_and_reports_and_pays_with_the_official_client,
-    the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client
+    the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client,
+    the_sdk_subscribes_stays_simulates_archives_and_agrees
 );
 
 async fn the_sdk_observes_and_reports_and_pays_with_the_official_client(backend: Backend) {
@@ -83,4 +84,25 @@ async fn the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client
     assert_eq!(t.scalar("select count(*) from tsl_purchase where status = 'completed'").await, 2);
     assert_eq!(t.scalar("select count(*) from x402_payment where subject_domain = 'tsl_purchase' and status = 'settled'").await, 2);
     assert_eq!(t.scalar("select count(*) from earned_entry where kind = 'credit' and reference_kind = 'tsl_purchase'").await, 3);
+}
+
+/// The SDK's `retention.*`, `ise.*`, `sdac.*`, `asa.*` and `bilateral.*`
+/// calls (tests/e2e/x402/sdk-services.test.mjs), what costs money paid with
+/// the official x402 client.
+async fn the_sdk_subscribes_stays_simulates_archives_and_agrees(backend: Backend) {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/x402");
+    assert!(e2e.join("node_modules/@x402/fetch").exists(), "the x402 client is not installed: run `npm ci` in {}", e2e.display());
+    let t = TestServer::start(backend).await;
+    t.clock.set(Utc::now());
+    let mut node = tokio::process::Command::new("node");
+    node.args(["--test", "sdk-services.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
+    let output = node.output().await.expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("# pass 5\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    // What was paid is on record, once each.
+    assert_eq!(t.scalar("select count(*) from retention_subscription").await, 1);
+    assert_eq!(t.scalar("select count(*) from asa_purchase where status = 'completed' and payment_source = 'external'").await, 1);
+    assert_eq!(t.scalar("select count(*) from bilateral_agreement where status = 'accepted' and counterparty_dd_id is not null").await, 1);
+    assert_eq!(t.scalar("select count(*) from x402_payment where subject_domain = 'declaration' and status = 'settled'").await, 1);
 }

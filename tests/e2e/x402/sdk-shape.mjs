@@ -1,11 +1,13 @@
 // A stand-in for the published JS SDK (decision-anchor-sdk 1.4.0), for
 // machines where that package cannot be installed. It sends what the SDK
-// sends for its ARA, DUR, Earned DAC and TSL groups, and nothing more:
+// sends for its ARA, DUR, Earned DAC, TSL, retention, ISE, sDAC, ASA and
+// bilateral groups, and nothing more:
 // - the same methods on the same paths, with the same query names and body
 //   fields; a query value that is undefined or null is left out;
 // - `Authorization: Bearer <token>` when a token is set;
-// - a body only when the call has one (the POSTs of the TSL group), sent as
-//   JSON with `Content-Type: application/json`; no body on a GET;
+// - a body only when the call has one, sent as JSON with
+//   `Content-Type: application/json`; no body on a GET nor on the POSTs that
+//   take none (retention subscribe and cancel, ISE exit, sDAC session start);
 // - on 402 it throws PaymentRequiredError carrying the x402 challenge decoded
 //   from the base64 `payment-required` header, and names `X-PAYMENT` as the
 //   header a retry carries the signed payload in;
@@ -102,6 +104,46 @@ export default class Client {
           share_rate: shareRate,
         }),
       getRevenueShares: (toolId) => get(`${tool(toolId)}/revenue-shares`),
+    };
+    const bare = (path) => this._req("POST", path);
+    this.retention = {
+      subscribeIndefinite: () => bare("/v1/retention/indefinite/subscribe"),
+      getIndefiniteStatus: () => get("/v1/retention/indefinite/status"),
+      cancelIndefiniteSubscription: () => bare("/v1/retention/indefinite/cancel"),
+    };
+    this.ise = {
+      enter: (paymentMode) => post("/v1/ise/enter", paymentMode ? { payment_mode: paymentMode } : {}),
+      status: () => get("/v1/ise/status"),
+      exit: () => bare("/v1/ise/exit"),
+    };
+    this.sdac = {
+      startSession: () => bare("/v1/sdac/session/start"),
+      trial: (sessionId, ee) => post("/v1/sdac/trial", { session_id: sessionId, ee }),
+      getSession: (sessionId) => get(`/v1/sdac/session/${sessionId}`),
+      endSession: (sessionId) => post("/v1/sdac/session/end", { session_id: sessionId }),
+    };
+    this.asa = {
+      register: ({ blobHash, blobUrl, blobSizeBytes, encryptedKey, label }) => {
+        const body = { blob_hash: blobHash };
+        if (blobUrl) body.blob_url = blobUrl;
+        if (blobSizeBytes) body.blob_size_bytes = blobSizeBytes;
+        if (encryptedKey) body.encrypted_key = encryptedKey;
+        if (label) body.label = label;
+        return post("/v1/asa/register", body);
+      },
+      snapshot: () => get("/v1/asa/snapshot"),
+      verify: (blobHash) => post("/v1/asa/verify", { blob_hash: blobHash }),
+    };
+    this.bilateral = {
+      propose: ({ counterpartyAgentId, dd, ee, continuity, requestId }) => {
+        const body = { counterparty_agent_id: counterpartyAgentId, dd, ee };
+        if (continuity) body.continuity = continuity;
+        if (requestId) body.request_id = requestId;
+        return post("/v1/dd/bilateral/propose", body);
+      },
+      respond: (agreementId, accept) => post(`/v1/dd/bilateral/${agreementId}/respond`, { accept }),
+      received: (all) => get("/v1/dd/bilateral/received", all !== undefined ? { all: String(all) } : {}),
+      sent: () => get("/v1/dd/bilateral/sent"),
     };
   }
 
