@@ -264,6 +264,7 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&dap("POST", "/dap/tsl/human-share".into(), Some(json!({ "tool_id": composite, "human_share_rate": 0.05 }))).await);
     ok(&dap("GET", "/dap/tsl/human-shares".into(), None).await);
     ok(&dap("GET", format!("/dap/agent/{id}/market"), None).await);
+    ok(&dap("GET", format!("/dap/agent/{id}/subscriptions"), None).await);
     for (path, tool) in [("/v1/tsl/purchase", composite), ("/v1/tsl/purchase/layer2", upper)] {
         let body = json!({ "tool_id": tool });
         let challenge = challenge_of(&t.call_with("POST", path, &[("authorization", &buyer)], Some(&body)).await);

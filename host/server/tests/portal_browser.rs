@@ -61,7 +61,17 @@ async fn an_owner_uses_the_portal_in_chromium() {
         .unwrap();
     assert_eq!(dab["budget_limit_dac"], result["ui_dab"]);
     assert_eq!(dab["limit_source"], "owner");
-    for shot in ["02-signed-up", "03-linked", "04-dab", "05-classification", "06-usage-chart", "07-ara-dur", "07-market", "08-signed-out"] {
+    for shot in [
+        "02-signed-up",
+        "03-linked",
+        "04-dab",
+        "05-classification",
+        "06-usage-chart",
+        "07-ara-dur",
+        "07-market",
+        "07-subscriptions",
+        "08-signed-out",
+    ] {
         let path = artifacts.join(format!("portal-{shot}.png"));
         assert!(std::fs::metadata(&path).map(|m| m.len() > 1000).unwrap_or(false), "{} missing", path.display());
     }

@@ -215,6 +215,15 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.equal(await share.locator("td.accrued").textContent(), "0");
     await shot(page, "07-market");
 
+    // Its subscriptions: no indefinite retention, one ASA period (seeded), and what comes next.
+    await page.locator("#subs-agent").selectOption(sellerId);
+    await page.locator(`#subs-upcoming tr[data-event="asa_period_end"]`).waitFor();
+    assert.equal(await page.locator("#subs-asa").getAttribute("data-status"), "active");
+    assert.match(await page.locator("#subs-asa").textContent(), /90 days left of 1 period/);
+    assert.equal(await page.locator("#subs-retention").getAttribute("data-status"), "none");
+    assert.equal(await page.locator("#subs-upcoming tbody tr").count(), 2);
+    await shot(page, "07-subscriptions");
+
     // The agent sees the DAB the owner set.
     const dab = await call("GET", "/v1/dab/status", newToken);
     assert.equal(dab.json.budget_limit_dac, 250);

@@ -1,6 +1,6 @@
 // Seeds a tool sale for the owner portal's browser test: a seller registers a
-// tool and a buyer buys it, paid with the official x402 client (local
-// settlement). Prints one JSON line: the seller's id and token, the tool.
+// tool and a buyer buys it, and the seller subscribes to ASA, paid with the
+// official x402 client (local settlement). Prints one JSON line: the seller's id and token, the tool.
 //   ANCHOR_BASE_URL=http://127.0.0.1:PORT node seed-sale.mjs
 import { wrapFetchWithPayment, x402Client } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm/exact/client";
@@ -31,4 +31,7 @@ const tool = await call(fetch, "POST", "/v1/tsl/tool/register", seller.auth_toke
 });
 const bought = await call(paying, "POST", "/v1/tsl/purchase", buyer.auth_token, { tool_id: tool.tool_id });
 if (bought.status !== "completed") throw new Error(`the purchase did not complete: ${JSON.stringify(bought)}`);
+// The seller archives its state too: one ASA period, paid over x402.
+const archived = await call(paying, "POST", "/v1/asa/subscribe", seller.auth_token, { periods: 1 });
+if (archived.status !== "active") throw new Error(`the ASA subscription is not active: ${JSON.stringify(archived)}`);
 process.stdout.write(`${JSON.stringify({ seller_id: seller.agent_id, seller_token: seller.auth_token, tool_id: tool.tool_id })}\n`);

@@ -4,7 +4,7 @@
 
 // `latest` numbers the loads of each view, so that a slower, older answer
 // never draws over a newer one.
-const state = { csrf: null, agents: [], latest: { ara: 0, dur: 0, market: 0 } };
+const state = { csrf: null, agents: [], latest: { ara: 0, dur: 0, market: 0, subs: 0 } };
 const $ = (selector) => document.querySelector(selector);
 
 function notice(text, isError) {
@@ -75,7 +75,7 @@ async function refresh() {
   await Promise.all([loadAgents(), loadUsage(), loadClassifications(), loadPolicy()]);
   await loadRecent();
   await loadDab();
-  await Promise.all([loadAra(), loadDur(), loadMarket()]);
+  await Promise.all([loadAra(), loadDur(), loadMarket(), loadSubscriptions()]);
 }
 
 async function loadAgents() {
@@ -315,6 +315,41 @@ async function loadDur() {
   if (agentId) link.href = `/dap/dur/export?agent_id=${encodeURIComponent(agentId)}&format=csv`;
 }
 
+const EVENTS = {
+  retention_charge: "Indefinite retention: the month is debited from Earned DAC",
+  retention_demotion: "Indefinite retention ends: its records become short ones",
+  asa_period_end: "ASA: the paid periods end (grace follows)",
+  asa_grace_end: "ASA: the grace ends",
+};
+
+// One agent's subscriptions: retention and ASA, and what happens next.
+async function loadSubscriptions() {
+  const load = ++state.latest.subs;
+  const agentId = $("#subs-agent").value;
+  const view = agentId ? await api("GET", `/dap/agent/${encodeURIComponent(agentId)}/subscriptions`) : null;
+  if (load !== state.latest.subs) return;
+  const body = $("#subs-upcoming tbody");
+  body.replaceChildren();
+  const r = view && view.retention;
+  $("#subs-retention").dataset.status = r ? r.status : "";
+  $("#subs-retention").textContent = !view ? "" : !r ? "Indefinite retention is switched off on this service."
+    : `Indefinite retention: ${r.status} (${r.monthly_dac} DAC a month); ${r.indefinite_dd_count} records kept indefinitely, ${r.demoted_dd_count} demoted.`;
+  const a = view && view.asa;
+  $("#subs-asa").dataset.status = a ? a.status : "none";
+  $("#subs-asa").textContent = !view ? "" : !a ? "ASA: never subscribed."
+    : `ASA: ${a.status}, ${a.days_remaining} days left of ${a.periods} period(s), paid until ${shortDate(a.expires_at)}.`;
+  for (const next of view ? view.upcoming : []) {
+    const row = document.createElement("tr");
+    row.dataset.event = next.event;
+    cell(row, shortDate(next.at));
+    cell(row, EVENTS[next.event] || next.event);
+    cell(row, next.dac === null ? "" : next.dac);
+    cell(row, next.records === null ? "" : next.records);
+    body.appendChild(row);
+  }
+  $("#subs-upcoming-empty").hidden = Boolean(view && view.upcoming.length);
+}
+
 // One agent's Earned DAC, tools and sales; the owner's human shares.
 async function loadMarket() {
   const load = ++state.latest.market;
@@ -520,6 +555,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#ara-level").addEventListener("change", () => guarded(loadAra));
   $("#dur-agent").addEventListener("change", () => guarded(loadDur));
   $("#market-agent").addEventListener("change", () => guarded(loadMarket));
+  $("#subs-agent").addEventListener("change", () => guarded(loadSubscriptions));
   on("#human-share-form", async (f) => {
     const share = await api("POST", "/dap/tsl/human-share", { tool_id: f.tool_id.value, human_share_rate: Number(f.human_share_rate.value) });
     notice(`Human share of ${share.human_share_rate} set on ${share.tool_name}.`);

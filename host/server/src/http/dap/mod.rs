@@ -13,6 +13,7 @@ pub mod agents;
 pub mod auth;
 pub mod registry;
 pub mod reports;
+pub mod subscriptions;
 pub mod tsl;
 
 use schemars::JsonSchema;
@@ -28,6 +29,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(reports::operations());
     all.extend(registry::operations());
     all.extend(tsl::operations());
+    all.extend(subscriptions::operations());
     all
 }
 
