@@ -247,4 +247,14 @@ async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
     let mut statuses = t.strings("select status from asa_purchase").await;
     statuses.sort();
     assert_eq!(statuses, ["completed", "failed"]);
+
+    // While an extension's settlement is unknown the subscription cannot be
+    // cancelled (its settlement would bring it back); once it is settled it can.
+    script.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
+    paid(&t, &agent, "/v1/asa/extend", &json!({}), "100000").await.assert_error(503, "SETTLEMENT_PENDING");
+    t.call("DELETE", "/v1/asa/subscribe", Some(&agent.token), None).await.assert_error(409, "PURCHASE_PENDING");
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 1);
+    assert_eq!(t.get("/v1/asa/subscription", Some(&agent.token)).await.json["periods"], json!(2));
+    let cancelled = t.call("DELETE", "/v1/asa/subscribe", Some(&agent.token), None).await;
+    assert_eq!(cancelled.status.as_u16(), 200, "{}", cancelled.text);
 }

@@ -95,7 +95,8 @@ async fn accepted_both_records_are_anchored_and_verify(backend: Backend) {
     assert_eq!((mirror["dac"]["dac_amount"].clone(), mirror["ee"]["ee_retention_period"].clone()), (json!(0), json!("short")), "{mirror}");
     assert_eq!(t.received_all(&counterparty).await, 1);
 
-    // Each side confirms its own: the proposer's settles its payment, the counterparty's is free.
+    // Each side confirms its own: the proposer's first (it settles the payment), then the counterparty's, free.
+    t.confirm(&counterparty, &counterparty_dd).await.assert_error(409, "AGREEMENT_UNPAID");
     let confirmed = t.confirm(&proposer, &proposer_dd).await;
     assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
     assert!(confirmed.headers.get("payment-response").is_some(), "settled at the proposer's confirmation");

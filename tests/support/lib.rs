@@ -292,7 +292,14 @@ impl TestServer {
                 let _ = anchor_server::serve_listener(listener, state).await;
             })
         };
-        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
+        // Idle connections are dropped before the server's header timeout
+        // (10 s) closes them: a request sent on a connection the server is
+        // closing at that moment fails with IncompleteMessage.
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .pool_idle_timeout(std::time::Duration::from_secs(5))
+            .build()
+            .expect("http client");
         TestServer { base, clock, store, http, backend, log_key, state, _cleanup: cleanup, _server: server, _integrator: integrator }
     }
 

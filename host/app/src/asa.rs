@@ -211,6 +211,10 @@ pub async fn cancel(services: &Services, agent_id: Uuid, by_owner: bool) -> AppR
     match services.store.cancel_asa(agent_id, by_owner, services.clock.now()).await? {
         AsaCancelled::Cancelled(subscription) => Ok(subscription),
         AsaCancelled::NoneLive => Err(no_subscription()),
+        AsaCancelled::PurchasePending => Err(AppError::Conflict {
+            code: "PURCHASE_PENDING",
+            message: "a purchase of periods for this subscription is being paid; cancel once it has settled".into(),
+        }),
         AsaCancelled::EarnedPaid => Err(AppError::forbidden(
             "EARNED_SUBSCRIPTION_OWNER_CANNOT_CANCEL",
             "a period of this subscription was paid from the agent's Earned DAC and has not ended; the owner cannot cancel it",
@@ -263,11 +267,11 @@ pub async fn register(services: &Services, agent: &AgentRecord, input: SnapshotI
         label: input.label,
         registered_at: services.clock.now(),
     };
-    if !services.store.register_asa_snapshot(&snapshot, snapshot.registered_at).await? {
-        return Err(AppError::forbidden("ASA_SUBSCRIPTION_REQUIRED", "registering a snapshot needs an active ASA subscription"));
-    }
-    let latest = services.store.latest_asa_snapshot(agent.agent_id).await?;
-    latest.filter(|s| s.snapshot_id == snapshot.snapshot_id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("snapshot vanished")))
+    services
+        .store
+        .register_asa_snapshot(&snapshot, snapshot.registered_at)
+        .await?
+        .ok_or_else(|| AppError::forbidden("ASA_SUBSCRIPTION_REQUIRED", "registering a snapshot needs an active ASA subscription"))
 }
 
 /// Snapshot and verify need an active or grace subscription (agents; owners need none).

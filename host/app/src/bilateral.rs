@@ -167,11 +167,20 @@ pub async fn respond(services: &Services, agent: &AgentRecord, agreement_id: Uui
 }
 
 /// Whether a record of an agreement may be confirmed now: the proposer's
-/// only once accepted; the counterparty's always.
+/// only once accepted; the counterparty's once the proposer's is confirmed
+/// (and so paid): a proposal nobody pays for anchors nothing.
 pub(crate) async fn may_confirm(services: &Services, agreement_id: Uuid, stored: &StoredDeclaration) -> AppResult<()> {
     let agreement = services.store.agreement(agreement_id).await?.ok_or_else(|| not_found(agreement_id))?;
     if stored.declaration.dd_id != agreement.proposer_dd_id {
-        return Ok(());
+        let proposal = services.store.declaration(agreement.proposer_dd_id).await?;
+        return match proposal {
+            Some(p) if p.confirmed_at.is_some() => Ok(()),
+            _ => Err(AppError::Conflict {
+                code: "AGREEMENT_UNPAID",
+                message: "the proposer has not confirmed (and paid for) its record of this agreement yet; confirm yours after it has"
+                    .into(),
+            }),
+        };
     }
     match agreement.status_at(services.clock.now()) {
         AgreementStatus::Accepted => Ok(()),
@@ -179,10 +188,14 @@ pub(crate) async fn may_confirm(services: &Services, agreement_id: Uuid, stored:
             code: "AGREEMENT_PENDING",
             message: "the counterparty has not accepted this proposal yet; confirm once it has (within the payment window)".into(),
         }),
-        AgreementStatus::Rejected => Err(AppError::Conflict {
-            code: "AGREEMENT_REJECTED",
-            message: "the counterparty rejected this proposal; its reservation was released and nothing was charged".into(),
-        }),
+        AgreementStatus::Rejected => {
+            // Released when it was rejected; released again here if that failed.
+            release(services, &agreement, "bilateral proposal rejected").await?;
+            Err(AppError::Conflict {
+                code: "AGREEMENT_REJECTED",
+                message: "the counterparty rejected this proposal; its reservation was released and nothing was charged".into(),
+            })
+        }
         AgreementStatus::Expired => {
             release(services, &agreement, "bilateral proposal expired").await?;
             Err(AppError::Gone {
@@ -209,7 +222,10 @@ pub async fn list(services: &Services, agent: &AgentRecord, sent: bool, all: boo
 pub async fn expire_due(services: &Services) -> anyhow::Result<usize> {
     let expired = services.store.expire_agreements(services.clock.now(), 100).await?;
     for agreement in &expired {
-        release(services, agreement, "bilateral proposal expired").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        // A release that fails here is made again by the proposer's confirm (past its window).
+        if let Err(error) = release(services, agreement, "bilateral proposal expired").await {
+            tracing::warn!(agreement_id = %agreement.agreement_id, error = %error, "releasing an expired proposal failed");
+        }
     }
     Ok(expired.len())
 }

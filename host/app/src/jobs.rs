@@ -150,7 +150,9 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(n) => tracing::info!(stays = n, "closed ISE stays at their limit"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "closing ISE stays failed"),
         }
-        if services.config.features.retention {
+        // Billing and expiry go on with the routes switched off: a subscription
+        // keeps its terms (and is not free) whatever the operator switches.
+        {
             match crate::retention::run_due(services).await {
                 Ok((billed, expired)) if billed.charged + billed.to_grace + expired == 0 => {}
                 Ok((billed, expired)) => tracing::info!(

@@ -53,6 +53,8 @@ pub enum AsaCancelled {
     NoneLive,
     /// An owner may not cancel a period the agent paid from Earned DAC.
     EarnedPaid,
+    /// A purchase is being paid: cancelling now could be undone by its settlement.
+    PurchasePending,
 }
 
 #[async_trait]
@@ -65,8 +67,8 @@ pub trait AsaStore {
     async fn cancel_asa(&self, agent_id: Uuid, by_owner: bool, now: DateTime<Utc>) -> Result<AsaCancelled>;
     /// Stores the informational next payment source; `None` unless active.
     async fn set_asa_next_source(&self, agent_id: Uuid, source: Option<AsaSource>, now: DateTime<Utc>) -> Result<Option<AsaSubscription>>;
-    /// Registers a snapshot under the active subscription; false if there is none.
-    async fn register_asa_snapshot(&self, snapshot: &AsaSnapshot, now: DateTime<Utc>) -> Result<bool>;
+    /// Registers a snapshot under the active subscription; `None` if there is none.
+    async fn register_asa_snapshot(&self, snapshot: &AsaSnapshot, now: DateTime<Utc>) -> Result<Option<AsaSnapshot>>;
     async fn latest_asa_snapshot(&self, agent_id: Uuid) -> Result<Option<AsaSnapshot>>;
     /// The latest of the agent's snapshots with this hash.
     async fn asa_snapshot_by_hash(&self, agent_id: Uuid, blob_hash: &str) -> Result<Option<AsaSnapshot>>;
@@ -256,6 +258,11 @@ impl<E: Engine> AsaStore for SqlStore<E> {
         if by_owner && current.earned_until.is_some_and(|until| until > now) {
             return Ok(AsaCancelled::EarnedPaid);
         }
+        let pending: i64 =
+            tx.scalar(sql("select count(*) from asa_purchase where agent_id = $1 and status = 'pending'").bind(agent_id)).await?;
+        if pending > 0 {
+            return Ok(AsaCancelled::PurchasePending);
+        }
         let by = if by_owner { "owner" } else { "agent" };
         tx.execute(
             sql("update asa_subscription set cancelled_at = $1, cancelled_by = $2, ended_at = $1 where subscription_id = $3")
@@ -284,14 +291,14 @@ impl<E: Engine> AsaStore for SqlStore<E> {
         row.as_ref().map(subscription_of).transpose()
     }
 
-    async fn register_asa_snapshot(&self, s: &AsaSnapshot, now: DateTime<Utc>) -> Result<bool> {
-        let inserted = self
+    async fn register_asa_snapshot(&self, s: &AsaSnapshot, now: DateTime<Utc>) -> Result<Option<AsaSnapshot>> {
+        let row = self
             .db()
-            .execute(
+            .fetch_optional(
                 sql("insert into asa_snapshot (snapshot_id, agent_id, subscription_id, blob_hash, blob_url, blob_size_bytes, \
                        encrypted_key, label, registered_at) \
                      select $1, $2, subscription_id, $3, $4, $5, $6, $7, $8 from asa_subscription \
-                     where agent_id = $2 and ended_at is null and expires_at > $8")
+                     where agent_id = $2 and ended_at is null and expires_at > $8 returning *")
                 .bind(s.snapshot_id)
                 .bind(s.agent_id)
                 .bind(s.blob_hash.as_str())
@@ -302,7 +309,7 @@ impl<E: Engine> AsaStore for SqlStore<E> {
                 .bind(now),
             )
             .await?;
-        Ok(inserted == 1)
+        row.as_ref().map(snapshot_of).transpose()
     }
 
     async fn latest_asa_snapshot(&self, agent_id: Uuid) -> Result<Option<AsaSnapshot>> {

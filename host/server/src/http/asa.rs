@@ -68,7 +68,8 @@ pub fn operations() -> Vec<Operation> {
             .summary("Cancel the ASA subscription: final, and not refunded")
             .agent()
             .returns::<Cancelled>(200, "Subscription cancelled (non-refundable)")
-            .error(404, "No active or grace subscription.", &["NO_ACTIVE_SUBSCRIPTION"]),
+            .error(404, "No active or grace subscription.", &["NO_ACTIVE_SUBSCRIPTION"])
+            .error(409, "A purchase of periods is being paid; cancel once it has settled.", &["PURCHASE_PENDING"]),
         op(Method::GET, "/v1/asa/subscription", get(subscription))
             .tag("ASA")
             .summary("The agent's ASA subscription: status, days remaining, periods, extensions")
@@ -136,6 +137,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "agent_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "A period the agent paid from its Earned DAC has not ended.", &["EARNED_SUBSCRIPTION_OWNER_CANNOT_CANCEL"])
             .error(404, "Not an agent of yours, or no active or grace subscription.", &["NOT_LINKED", "NO_ACTIVE_SUBSCRIPTION"])
+            .error(409, "A purchase of periods is being paid; cancel once it has settled.", &["PURCHASE_PENDING"])
             .error(503, "Switched off by the operator (--features-off dap_asa_cancel).", &["FEATURE_NOT_AVAILABLE"]),
         op(Method::GET, "/dap/asa/snapshot/{agent_id}", get(owner_snapshot))
             .tag("DAP ASA")

@@ -79,7 +79,9 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
             .error(403, "The record belongs to another agent.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"])
-            .error(409, "Already confirmed, or the payment failed to settle earlier.", &["ALREADY_CONFIRMED", "PAYMENT_FAILED"])
+            .error(409, "Already confirmed, or the payment failed to settle earlier; a bilateral record before acceptance, after rejection, or (the counterparty's) before the proposer's is confirmed.", &[
+                "ALREADY_CONFIRMED", "PAYMENT_FAILED", "AGREEMENT_PENDING", "AGREEMENT_REJECTED", "AGREEMENT_UNPAID",
+            ])
             .error(410, "The external payment window closed.", &["PAYMENT_EXPIRED"])
             .returns::<crate::error::ErrorBody>(402, "Settlement failed: nothing was charged or anchored; PAYMENT-RESPONSE says why. Code: SETTLEMENT_FAILED.")
             .error(503, "The settlement's outcome is unknown; confirm again to reconcile.", &["SETTLEMENT_PENDING"]),
