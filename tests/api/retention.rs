@@ -16,7 +16,8 @@ both_backends!(
     the_subscription_table_with_the_clock_moved,
     months_are_billed_from_earned_and_an_unpaid_one_starts_the_grace,
     parallel_subscribes_charge_once,
-    switched_off_it_answers_503
+    switched_off_it_answers_503,
+    the_agents_own_profile_counts_its_demoted_records
 );
 
 async fn credit(t: &TestServer, agent: &Agent, dac: i64) {
@@ -224,4 +225,29 @@ async fn switched_off_it_answers_503(backend: Backend) {
     assert_eq!(earned(&t, &agent).await, json!(100), "nothing charged");
     let short = t.create(&agent, basic_axes()).await;
     assert!(short["dd_id"].is_string(), "other retentions are unaffected: {short}");
+}
+
+async fn the_agents_own_profile_counts_its_demoted_records(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    credit(&t, &agent, 100).await;
+    assert_eq!(subscribe(&t, &agent).await.status.as_u16(), 200);
+    for _ in 0..2 {
+        let kept = indefinite(&t, &agent).await;
+        assert_eq!(t.confirm(&agent, kept.json["dd_id"].as_str().unwrap()).await.status.as_u16(), 200);
+    }
+    t.create(&agent, basic_axes()).await;
+    t.wait_for_fold(2).await;
+    let path = format!("/v1/ara/agent/{}/profile", agent.id);
+    let before = t.get(&path, Some(&agent.token)).await;
+    assert_eq!(before.status.as_u16(), 200, "{}", before.text);
+    assert_eq!(before.json["demotion_stats"]["demoted_dd_count"], json!(0), "{}", before.text);
+    t.call("POST", "/v1/retention/indefinite/cancel", Some(&agent.token), None).await;
+    let grace_end = t.clock.now() + Duration::days(14);
+    t.clock.advance(Duration::days(15));
+    // The job (this test's call, or a background round before it) demotes both records.
+    jobs(&t).await;
+    let after = t.get(&path, Some(&agent.token)).await.json;
+    assert_eq!(after["demotion_stats"]["demoted_dd_count"], json!(2), "{after}");
+    assert_eq!(after["demotion_stats"]["last_demoted_on"], json!(grace_end.format("%Y-%m-%d").to_string()), "{after}");
 }

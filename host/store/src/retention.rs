@@ -60,6 +60,8 @@ pub trait RetentionStore {
     async fn expire_due_retention(&self, now: DateTime<Utc>, limit: i64) -> Result<usize>;
     /// How many of the agent's records are kept indefinitely now.
     async fn indefinite_declarations(&self, agent_id: Uuid) -> Result<i64>;
+    /// How many of the agent's records were demoted, and the last demotion.
+    async fn demotions(&self, agent_id: Uuid) -> Result<(i64, Option<DateTime<Utc>>)>;
 }
 
 fn subject(agent_id: Uuid) -> Subject {
@@ -267,6 +269,21 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
             expired += 1;
         }
         Ok(expired)
+    }
+
+    async fn demotions(&self, agent_id: Uuid) -> Result<(i64, Option<DateTime<Utc>>)> {
+        let row = self
+            .db()
+            .fetch_optional(
+                sql("select count(*) as n, max(retention_demoted_at) as last from declaration \
+                     where agent_id = $1 and retention_demoted_at is not null")
+                .bind(agent_id),
+            )
+            .await?;
+        match row {
+            Some(row) => Ok((row.get("n")?, row.get("last")?)),
+            None => Ok((0, None)),
+        }
     }
 
     async fn indefinite_declarations(&self, agent_id: Uuid) -> Result<i64> {

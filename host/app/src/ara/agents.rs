@@ -50,8 +50,8 @@ impl Target {
 }
 
 /// How an agent's retention was demoted after an indefinite-retention
-/// subscription ended (shown to the agent itself only). Subscriptions do not
-/// exist yet, so nothing has been demoted.
+/// subscription ended (shown to the agent itself only): the records its
+/// expiries demoted, and the day of the last one that demoted any.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Demotion {
     pub demoted_declarations: i64,
@@ -232,12 +232,19 @@ pub(crate) async fn profile_of(services: &Services, target: Target) -> AppResult
     let today = day_of(services.clock.now());
     let recent = services.store.agent_days(target.agent_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
     let all = target.totals.iter().find(|c| c.dimension == Dimension::All);
+    let demotion = match target.own {
+        true => {
+            let (demoted, last) = services.store.demotions(target.agent_id).await?;
+            Some(Demotion { demoted_declarations: demoted, last_demoted_day: last.map(day_of) })
+        }
+        false => None,
+    };
     Ok(Profile {
         first_day: all.map(|c| c.first_day),
         last_day: all.map(|c| c.last_day),
         active_days_30: recent.iter().filter(|c| c.n > 0).count() as i64,
         distributions: target.distributions(&up_to(&PROFILE_DIMENSIONS, level)),
-        demotion: target.own.then(Demotion::default),
+        demotion,
         target,
     })
 }
