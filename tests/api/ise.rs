@@ -3,8 +3,7 @@
 //! (earned_only) or never (free); one open stay per agent; stays closed by
 //! the job at their limit.
 
-use anchor_domain::payments::{Subject, SubjectDomain};
-use anchor_domain::{Clock, MilliDac};
+use anchor_domain::Clock;
 use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use chrono::Duration;
@@ -27,7 +26,9 @@ async fn trial(t: &TestServer, agent: &Agent) -> serde_json::Value {
 }
 
 async fn stays_cost_nothing_then_the_fee_paid_as_their_mode_says(backend: Backend) {
-    let t = TestServer::start(backend).await;
+    // No background jobs: a round that ran after a clock move would close the
+    // free stay at its limit before the test's own exit.
+    let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
     let agent = t.register().await;
     assert_eq!(t.get("/v1/ise/status", Some(&agent.token)).await.json, json!({ "active": false }));
     exit(&t, &agent).await.assert_error(404, "NO_ACTIVE_SESSION");
@@ -63,10 +64,7 @@ async fn stays_cost_nothing_then_the_fee_paid_as_their_mode_says(backend: Backen
     t.clock.advance(Duration::minutes(20));
     exit(&t, &agent).await.assert_error(400, "INSUFFICIENT_DAC");
     assert_eq!(t.get("/v1/ise/status", Some(&agent.token)).await.json["active"], true);
-    let id = uuid::Uuid::parse_str(&agent.id).unwrap();
-    let now = t.clock.now();
-    let sale = Subject { domain: SubjectDomain::TslPurchase, id: uuid::Uuid::new_v4() };
-    t.store.credit_earned(id, MilliDac::from_dac(40), "tool sale", Some(sale), now + Duration::days(365), now).await.unwrap();
+    t.credit_earned(&agent, 40).await;
     let earned = exit(&t, &agent).await;
     assert_eq!(
         (earned.json["dac_charged"].clone(), earned.json["payment_source"].clone()),
