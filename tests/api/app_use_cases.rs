@@ -17,7 +17,7 @@ use anchor_x402::settlement::{Settled, Settler};
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
-use anchor_tests::x402::{Twist, pay};
+use anchor_tests::x402::{Scripted, Twist, pay};
 
 both_backends!(
     create_and_confirm_through_the_use_cases,
@@ -141,23 +141,6 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     assert_eq!(total, 5);
 }
 
-/// A settler that answers from a script, then settles like the local one.
-struct ScriptedSettler(std::sync::Mutex<Vec<Settled>>);
-
-#[async_trait::async_trait]
-impl Settler for ScriptedSettler {
-    fn mode(&self) -> &'static str {
-        "scripted"
-    }
-    async fn verify(&self, _payload: &serde_json::Value, _requirements: &serde_json::Value) -> Result<(), String> {
-        Ok(())
-    }
-    async fn settle(&self, _payload: &serde_json::Value, _requirements: &serde_json::Value, local: &str) -> Settled {
-        let next = self.0.lock().unwrap().pop();
-        next.unwrap_or_else(|| Settled::Yes { reference: local.to_string() })
-    }
-}
-
 /// Records what the pipeline asked it to, and how often.
 #[derive(Default)]
 struct Observe(std::sync::Mutex<Vec<String>>);
@@ -173,7 +156,7 @@ impl Commit for Observe {
 }
 
 async fn inline_payments_settle_before_the_answer(backend: Backend) {
-    let settler = Arc::new(ScriptedSettler(std::sync::Mutex::new(Vec::new())));
+    let settler = Scripted::new(Vec::new());
     let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
     let store = services.store.clone();
     let now = clock.now();
@@ -258,7 +241,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
 /// while the outcome is unknown; and refused before any challenge when the
 /// balance cannot pay.
 async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend: Backend) {
-    let settler = Arc::new(ScriptedSettler(std::sync::Mutex::new(Vec::new())));
+    let settler = Scripted::new(Vec::new());
     let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
     let store = services.store.clone();
     let now = clock.now();

@@ -4,27 +4,16 @@
 //! views (404 NOT_LINKED), one purchase at a time, and settlement refused or
 //! unknown.
 
-use std::sync::{Arc, Mutex};
-
-use anchor_domain::payments::{Subject, SubjectDomain};
-use anchor_domain::{Clock, MilliDac};
-use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_domain::Clock;
+use anchor_tests::x402::{Scripted, Twist, b64, challenge_of, pay};
 use anchor_tests::*;
-use anchor_x402::settlement::{Settled, Settler};
+use anchor_x402::settlement::Settled;
 use chrono::Duration;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 both_backends!(periods_states_and_snapshots, earned_periods_the_owner_and_parallel_purchases, a_purchase_settles_once_or_not_at_all);
 
 const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
-
-async fn credit(t: &TestServer, agent: &Agent, dac: i64) {
-    let now = t.clock.now();
-    let sale = Subject { domain: SubjectDomain::TslPurchase, id: Uuid::new_v4() };
-    let id = Uuid::parse_str(&agent.id).unwrap();
-    t.store.credit_earned(id, MilliDac::from_dac(dac), "tool sale", Some(sale), now + Duration::days(365), now).await.unwrap();
-}
 
 async fn earned(t: &TestServer, agent: &Agent) -> Value {
     t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json["earned_balance"].clone()
@@ -151,9 +140,9 @@ async fn earned_periods_the_owner_and_parallel_purchases(backend: Backend) {
     let stranger = t.register().await;
 
     // Earned pays from its threshold up; short, nothing changes.
-    credit(&t, &agent, 20).await;
+    t.credit_earned(&agent, 20).await;
     t.post("/v1/asa/subscribe", Some(&agent.token), &json!({ "payment_source": "earned" })).await.assert_error(400, "INSUFFICIENT_DAC");
-    credit(&t, &agent, 330).await;
+    t.credit_earned(&agent, 330).await;
     // Eight parallel subscribes: one is paid.
     let body = json!({ "payment_source": "earned", "periods": 2 });
     let replies = futures_util::future::join_all((0..8).map(|_| t.post("/v1/asa/subscribe", Some(&agent.token), &body))).await;
@@ -208,27 +197,11 @@ async fn earned_periods_the_owner_and_parallel_purchases(backend: Backend) {
     off.as_owner(&owner, "DELETE", &format!("/dap/asa/subscription/{}", agent.id), None).await.assert_error(503, "FEATURE_NOT_AVAILABLE");
 }
 
-/// A settler that answers from a script (last first), then settles like the local one.
-struct Scripted(Mutex<Vec<Settled>>);
-
-#[async_trait::async_trait]
-impl Settler for Scripted {
-    fn mode(&self) -> &'static str {
-        "scripted"
-    }
-    async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
-        Ok(())
-    }
-    async fn settle(&self, _payload: &Value, _requirements: &Value, local: &str) -> Settled {
-        self.0.lock().unwrap().pop().unwrap_or_else(|| Settled::Yes { reference: local.to_string() })
-    }
-}
-
 async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
-    let script = Arc::new(Scripted(Mutex::new(vec![
+    let script = Scripted::new(vec![
         Settled::Unknown { detail: "facilitator timed out".into() },
         Settled::No { reason: "insufficient_funds".into() },
-    ])));
+    ]);
     // Reconciliation is driven by the test alone.
     let t = TestServer::with(backend, Options { settler: Some(script.clone()), jobs: false, ..Default::default() }).await;
     let agent = t.register().await;

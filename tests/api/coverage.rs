@@ -50,13 +50,7 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&t.call("PUT", "/v1/agent/disclosure", Some(&agent.token), Some(&json!({ "disclosure_level": "full" }))).await);
 
     // Indefinite retention, paid from Earned DAC (credited as a sale would).
-    let now = t.clock.now();
-    let sale = anchor_domain::payments::Subject { domain: anchor_domain::payments::SubjectDomain::TslPurchase, id: uuid::Uuid::new_v4() };
-    let agent_uuid = uuid::Uuid::parse_str(&id).unwrap();
-    t.store
-        .credit_earned(agent_uuid, anchor_domain::MilliDac::from_dac(100), "tool sale", Some(sale), now + chrono::Duration::days(365), now)
-        .await
-        .unwrap();
+    t.credit_earned(&agent, 100).await;
     ok(&t.call("POST", "/v1/retention/indefinite/subscribe", Some(&agent.token), None).await);
     ok(&t.get("/v1/retention/indefinite/status", Some(&agent.token)).await);
     ok(&t.call("POST", "/v1/retention/indefinite/cancel", Some(&agent.token), None).await);

@@ -5,12 +5,9 @@
 //! subscribes charging once.
 
 use anchor_domain::Clock;
-use anchor_domain::MilliDac;
-use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_tests::*;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 both_backends!(
     the_subscription_table_with_the_clock_moved,
@@ -19,13 +16,6 @@ both_backends!(
     switched_off_it_answers_503,
     the_agents_own_profile_counts_its_demoted_records
 );
-
-async fn credit(t: &TestServer, agent: &Agent, dac: i64) {
-    let now = t.clock.now();
-    let sale = Subject { domain: SubjectDomain::TslPurchase, id: Uuid::new_v4() };
-    let id = Uuid::parse_str(&agent.id).unwrap();
-    t.store.credit_earned(id, MilliDac::from_dac(dac), "tool sale", Some(sale), now + Duration::days(365), now).await.unwrap();
-}
 
 async fn earned(t: &TestServer, agent: &Agent) -> Value {
     t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json["earned_balance"].clone()
@@ -79,7 +69,7 @@ async fn the_subscription_table_with_the_clock_moved(backend: Backend) {
     let refused = subscribe(&t, &agent).await;
     refused.assert_error(402, "INSUFFICIENT_DAC");
     assert!(refused.headers.get("payment-required").is_none(), "no x402 challenge on this route");
-    credit(&t, &agent, 120).await;
+    t.credit_earned(&agent, 120).await;
     let active = subscribe(&t, &agent).await;
     assert_eq!(active.status.as_u16(), 200, "{}", active.text);
     assert_eq!((active.json["status"].clone(), active.json["reactivated"].clone()), (json!("active"), json!(false)));
@@ -151,7 +141,7 @@ async fn the_subscription_table_with_the_clock_moved(backend: Backend) {
 
     // A grace that ran out while no job ran is carried out by the next subscribe before anything else.
     let other = t.register().await;
-    credit(&t, &other, 200).await;
+    t.credit_earned(&other, 200).await;
     assert_eq!(subscribe(&t, &other).await.status.as_u16(), 200);
     let early = indefinite(&t, &other).await.json["dd_id"].as_str().unwrap().to_string();
     t.call("POST", "/v1/retention/indefinite/cancel", Some(&other.token), None).await;
@@ -171,7 +161,7 @@ async fn the_subscription_table_with_the_clock_moved(backend: Backend) {
 async fn months_are_billed_from_earned_and_an_unpaid_one_starts_the_grace(backend: Backend) {
     let t = server(backend).await;
     let agent = t.register().await;
-    credit(&t, &agent, 130).await;
+    t.credit_earned(&agent, 130).await;
     let first = subscribe(&t, &agent).await.json;
     let due = at(&first["next_billing_at"]);
     assert_eq!(jobs(&t).await.0, anchor_store::Billed::default(), "nothing due yet");
@@ -191,7 +181,7 @@ async fn months_are_billed_from_earned_and_an_unpaid_one_starts_the_grace(backen
 
     // Reactivating in the grace pays the month that fell due, from now.
     subscribe(&t, &agent).await.assert_error(402, "INSUFFICIENT_DAC");
-    credit(&t, &agent, 40).await;
+    t.credit_earned(&agent, 40).await;
     let back = subscribe(&t, &agent).await;
     assert_eq!((back.json["reactivated"].clone(), back.json["charged_dac"].clone()), (json!(true), json!(50)), "{}", back.text);
     assert_eq!(at(&back.json["next_billing_at"]), t.clock.now() + chrono::Months::new(1));
@@ -201,7 +191,7 @@ async fn months_are_billed_from_earned_and_an_unpaid_one_starts_the_grace(backen
 async fn parallel_subscribes_charge_once(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
-    credit(&t, &agent, 500).await;
+    t.credit_earned(&agent, 500).await;
     let replies = futures_util::future::join_all((0..10).map(|_| subscribe(&t, &agent))).await;
     let mut statuses: Vec<u16> = replies.iter().map(|r| r.status.as_u16()).collect();
     statuses.sort();
@@ -213,7 +203,7 @@ async fn switched_off_it_answers_503(backend: Backend) {
     let features = anchor_app::Features { retention: false, ..Default::default() };
     let t = TestServer::with(backend, Options { features, ..Default::default() }).await;
     let agent = t.register().await;
-    credit(&t, &agent, 100).await;
+    t.credit_earned(&agent, 100).await;
     for (method, path) in [
         ("POST", "/v1/retention/indefinite/subscribe"),
         ("GET", "/v1/retention/indefinite/status"),
@@ -230,7 +220,7 @@ async fn switched_off_it_answers_503(backend: Backend) {
 async fn the_agents_own_profile_counts_its_demoted_records(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
-    credit(&t, &agent, 100).await;
+    t.credit_earned(&agent, 100).await;
     assert_eq!(subscribe(&t, &agent).await.status.as_u16(), 200);
     for _ in 0..2 {
         let kept = indefinite(&t, &agent).await;

@@ -4,12 +4,10 @@
 //! dependencies without cycles, transfers after seven days, and a purchase
 //! whose settlement fails or is unknown.
 
-use std::sync::{Arc, Mutex};
-
 use anchor_domain::{Clock, MilliDac};
-use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_tests::x402::{Scripted, Twist, b64, challenge_of, pay};
 use anchor_tests::*;
-use anchor_x402::settlement::{Settled, Settler};
+use anchor_x402::settlement::Settled;
 use chrono::Duration;
 use serde_json::{Value, json};
 
@@ -457,27 +455,11 @@ async fn transfers_and_retirements_take_effect_after_seven_days(backend: Backend
     t.post(&path, Some(&target.token), &json!({ "action": "retire" })).await.assert_error(409, "TOOL_NOT_AVAILABLE");
 }
 
-/// A settler that answers from a script (last first), then settles like the local one.
-struct Scripted(Mutex<Vec<Settled>>);
-
-#[async_trait::async_trait]
-impl Settler for Scripted {
-    fn mode(&self) -> &'static str {
-        "scripted"
-    }
-    async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
-        Ok(())
-    }
-    async fn settle(&self, _payload: &Value, _requirements: &Value, local: &str) -> Settled {
-        self.0.lock().unwrap().pop().unwrap_or_else(|| Settled::Yes { reference: local.to_string() })
-    }
-}
-
 async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
-    let script = Arc::new(Scripted(Mutex::new(vec![
+    let script = Scripted::new(vec![
         Settled::Unknown { detail: "facilitator timed out".into() },
         Settled::No { reason: "insufficient_funds".into() },
-    ])));
+    ]);
     let t = TestServer::with(backend, Options { settler: Some(script.clone()), ..Default::default() }).await;
     let seller = t.register().await;
     let buyer = t.register().await;

@@ -417,6 +417,16 @@ impl TestServer {
     }
 
     /// Registers an agent and returns it.
+    /// Credits `dac` of Earned DAC to the agent, as a tool sale would, for 365 days.
+    pub async fn credit_earned(&self, agent: &Agent, dac: i64) {
+        let now = self.clock.now();
+        let sale =
+            anchor_domain::payments::Subject { domain: anchor_domain::payments::SubjectDomain::TslPurchase, id: uuid::Uuid::new_v4() };
+        let id = uuid::Uuid::parse_str(&agent.id).expect("agent id");
+        let expires = now + chrono::Duration::days(365);
+        self.store.credit_earned(id, anchor_domain::MilliDac::from_dac(dac), "tool sale", Some(sale), expires, now).await.expect("credit");
+    }
+
     pub async fn register(&self) -> Agent {
         let reply = self.post("/v1/agent/register", None, &json!({})).await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);

@@ -85,3 +85,27 @@ pub fn challenge_of(reply: &Reply) -> Value {
     assert_eq!(reply.headers["cache-control"], "no-store");
     decoded
 }
+
+/// A settler that answers from a script (last first), then settles like the
+/// local one; it verifies everything. Tests push outcomes onto `0`.
+pub struct Scripted(pub std::sync::Mutex<Vec<anchor_x402::settlement::Settled>>);
+
+impl Scripted {
+    pub fn new(script: Vec<anchor_x402::settlement::Settled>) -> std::sync::Arc<Scripted> {
+        std::sync::Arc::new(Scripted(std::sync::Mutex::new(script)))
+    }
+}
+
+#[async_trait::async_trait]
+impl anchor_x402::settlement::Settler for Scripted {
+    fn mode(&self) -> &'static str {
+        "scripted"
+    }
+    async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
+        Ok(())
+    }
+    async fn settle(&self, _payload: &Value, _requirements: &Value, local: &str) -> anchor_x402::settlement::Settled {
+        let next = self.0.lock().unwrap().pop();
+        next.unwrap_or_else(|| anchor_x402::settlement::Settled::Yes { reference: local.to_string() })
+    }
+}
