@@ -119,12 +119,8 @@ pub async fn buy(
     let source = source.unwrap_or(AsaSource::External);
     let now = services.clock.now();
     // Checked first for the documented answers; checked again where the purchase is written.
-    let live =
-        services.store.asa_subscription(agent.agent_id).await?.filter(|s| matches!(s.status(now), AsaStatus::Active | AsaStatus::Grace));
-    match kind {
-        AsaPurchaseKind::Subscribe if live.is_some() => return Err(refused(AsaRefusal::Live)),
-        AsaPurchaseKind::Extend if live.is_none() => return Err(refused(AsaRefusal::NoneLive)),
-        _ => {}
+    if let Some(refusal) = state_refusal(services, agent.agent_id, kind).await? {
+        return Err(refused(refusal));
     }
     let amount = MilliDac(terms.period.milli() * periods);
     let purchase = NewAsaPurchase {
@@ -168,20 +164,26 @@ pub async fn buy(
         Ok((subscription, settlement)) => Ok(Bought { subscription, charged: amount, source, settlement: Some(settlement), terms }),
         // The state changed between the check and the reservation: read why.
         Err(AppError::Conflict { code: "DUPLICATE_REQUEST", .. }) => {
-            let now = services.clock.now();
-            let live = services
-                .store
-                .asa_subscription(agent.agent_id)
-                .await?
-                .filter(|s| matches!(s.status(now), AsaStatus::Active | AsaStatus::Grace));
-            Err(refused(match (kind, live) {
-                (AsaPurchaseKind::Subscribe, Some(_)) => AsaRefusal::Live,
-                (AsaPurchaseKind::Extend, None) => AsaRefusal::NoneLive,
-                _ => AsaRefusal::InFlight,
-            }))
+            Err(refused(state_refusal(services, agent.agent_id, kind).await?.unwrap_or(AsaRefusal::InFlight)))
         }
         Err(other) => Err(other),
     }
+}
+
+/// The agent's live (active or grace) subscription, if any.
+async fn live(services: &Services, agent_id: Uuid) -> AppResult<Option<AsaSubscription>> {
+    let now = services.clock.now();
+    Ok(services.store.asa_subscription(agent_id).await?.filter(|s| s.is_live(now)))
+}
+
+/// Why the subscription's state refuses a purchase of `kind` now, if it does.
+async fn state_refusal(services: &Services, agent_id: Uuid, kind: AsaPurchaseKind) -> AppResult<Option<AsaRefusal>> {
+    let live = live(services, agent_id).await?;
+    Ok(match kind {
+        AsaPurchaseKind::Subscribe if live.is_some() => Some(AsaRefusal::Live),
+        AsaPurchaseKind::Extend if live.is_none() => Some(AsaRefusal::NoneLive),
+        _ => None,
+    })
 }
 
 /// GET /v1/asa/subscription: the latest subscription, live or ended.
@@ -276,9 +278,7 @@ pub async fn register(services: &Services, agent: &AgentRecord, input: SnapshotI
 
 /// Snapshot and verify need an active or grace subscription (agents; owners need none).
 async fn require_live(services: &Services, agent_id: Uuid) -> AppResult<AsaSubscription> {
-    let now = services.clock.now();
-    let found = services.store.asa_subscription(agent_id).await?;
-    found.filter(|s| matches!(s.status(now), AsaStatus::Active | AsaStatus::Grace)).ok_or_else(|| {
+    live(services, agent_id).await?.ok_or_else(|| {
         AppError::forbidden("ASA_SUBSCRIPTION_REQUIRED", "reading snapshots needs an active ASA subscription or one in its grace period")
     })
 }

@@ -51,6 +51,11 @@ impl AsaSubscription {
         }
     }
 
+    /// Active or in its grace: extendable, and its snapshots readable.
+    pub fn is_live(&self, now: DateTime<Utc>) -> bool {
+        matches!(self.status(now), AsaStatus::Active | AsaStatus::Grace)
+    }
+
     /// Whole days of paid time left (a part of a day counts as one).
     pub fn days_remaining(&self, now: DateTime<Utc>) -> i64 {
         let left = self.expires_at - now;

@@ -6,7 +6,7 @@
 //! settlement.
 
 use anchor_domain::MilliDac;
-use anchor_domain::asa::{AsaPurchaseKind, AsaSnapshot, AsaSource, AsaStatus, AsaSubscription};
+use anchor_domain::asa::{AsaPurchaseKind, AsaSnapshot, AsaSource, AsaSubscription};
 use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -86,8 +86,7 @@ async fn refusal<X: Exec>(tx: &mut X, purchase: &NewAsaPurchase, now: DateTime<U
     if pending > 0 {
         return Ok(Some(AsaRefusal::InFlight));
     }
-    let status = live(tx, purchase.agent_id).await?.map(|s| s.status(now));
-    let live_now = matches!(status, Some(AsaStatus::Active | AsaStatus::Grace));
+    let live_now = live(tx, purchase.agent_id).await?.is_some_and(|s| s.is_live(now));
     Ok(match purchase.kind {
         AsaPurchaseKind::Subscribe if live_now => Some(AsaRefusal::Live),
         AsaPurchaseKind::Extend if !live_now => Some(AsaRefusal::NoneLive),
@@ -252,7 +251,7 @@ impl<E: Engine> AsaStore for SqlStore<E> {
     async fn cancel_asa(&self, agent_id: Uuid, by_owner: bool, now: DateTime<Utc>) -> Result<AsaCancelled> {
         let mut tx = self.begin_write().await?;
         earned::lock_agent(&mut tx, self.db.for_update(), agent_id).await?;
-        let Some(current) = live(&mut tx, agent_id).await?.filter(|s| matches!(s.status(now), AsaStatus::Active | AsaStatus::Grace)) else {
+        let Some(current) = live(&mut tx, agent_id).await?.filter(|s| s.is_live(now)) else {
             return Ok(AsaCancelled::NoneLive);
         };
         if by_owner && current.earned_until.is_some_and(|until| until > now) {

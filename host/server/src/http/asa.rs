@@ -24,9 +24,12 @@ use crate::wire::{Dac, Id, Named, Time};
 const EXAMPLE_HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
 pub fn operations() -> Vec<Operation> {
-    let buy = |method: Method, route: anchor_app::charge::Route, summary: &'static str, status: u16, answer: &'static str| {
-        let handler = if route.path == asa::SUBSCRIBE.path { post(subscribe) } else { post(extend) };
-        op(method, route.path, handler)
+    let buy = |route: anchor_app::charge::Route,
+               handler: axum::routing::MethodRouter<AppState>,
+               summary: &'static str,
+               status: u16,
+               answer: &'static str| {
+        op(Method::POST, route.path, handler)
             .tag("ASA")
             .summary(summary)
             .describe(
@@ -49,8 +52,8 @@ pub fn operations() -> Vec<Operation> {
     };
     vec![
         buy(
-            Method::POST,
             asa::SUBSCRIBE,
+            post(subscribe),
             "Subscribe to ASA: periods of snapshot registration and verification",
             201,
             "Subscription created",
@@ -60,7 +63,7 @@ pub fn operations() -> Vec<Operation> {
             "A subscription is active or in its grace period, or another purchase is being paid.",
             &["ALREADY_SUBSCRIBED", "DUPLICATE_REQUEST"],
         ),
-        buy(Method::POST, asa::EXTEND, "Add periods to the active (or grace) ASA subscription", 200, "Subscription extended")
+        buy(asa::EXTEND, post(extend), "Add periods to the active (or grace) ASA subscription", 200, "Subscription extended")
             .error(404, "No active or grace subscription to extend.", &["NO_ACTIVE_SUBSCRIPTION"])
             .error(409, "Another purchase is being paid.", &["DUPLICATE_REQUEST"]),
         op(Method::DELETE, "/v1/asa/subscribe", delete(cancel))

@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -195,10 +194,6 @@ struct AgreementView {
     responded_at: Option<Time>,
 }
 
-fn time(at: Option<DateTime<Utc>>) -> Option<Time> {
-    at.map(Time)
-}
-
 fn agreement_view(a: &Agreement) -> AgreementView {
     AgreementView {
         agreement_id: Id(a.agreement_id),
@@ -209,7 +204,7 @@ fn agreement_view(a: &Agreement) -> AgreementView {
         counterparty_dd_id: a.counterparty_dd_id.map(Id),
         proposed_at: a.proposed_at.into(),
         expires_at: a.expires_at.into(),
-        responded_at: time(a.responded_at),
+        responded_at: a.responded_at.map(Time),
     }
 }
 

@@ -97,10 +97,6 @@ struct Status {
     demoted_dd_count: i64,
 }
 
-fn time(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<Time> {
-    at.map(Time::from)
-}
-
 fn status_view(view: View) -> Status {
     let View { status, subscription, terms, indefinite_records } = view;
     let s = subscription.as_ref();
@@ -110,13 +106,13 @@ fn status_view(view: View) -> Status {
         status: Named(status),
         monthly_dac: terms.monthly.into(),
         grace_days: terms.grace.num_days(),
-        next_billing_at: time(s.filter(|_| live).map(|s| s.next_billing_at)),
-        grace_started_at: time(s.filter(|_| in_grace).and_then(|s| s.grace_started_at)),
-        grace_ends_at: time(s.filter(|_| in_grace).and_then(|s| s.grace_ends_at)),
-        subscribed_at: time(s.map(|s| s.subscribed_at)),
-        cancelled_at: time(s.and_then(|s| s.cancelled_at)),
+        next_billing_at: s.filter(|_| live).map(|s| Time(s.next_billing_at)),
+        grace_started_at: s.filter(|_| in_grace).and_then(|s| s.grace_started_at).map(Time),
+        grace_ends_at: s.filter(|_| in_grace).and_then(|s| s.grace_ends_at).map(Time),
+        subscribed_at: s.map(|s| Time(s.subscribed_at)),
+        cancelled_at: s.and_then(|s| s.cancelled_at).map(Time),
         // An ended grace period is expired at its end, whether or not the job has run.
-        expired_at: time(s.filter(|_| status == RetentionStatus::Expired).and_then(|s| s.expired_at.or(s.grace_ends_at))),
+        expired_at: s.filter(|_| status == RetentionStatus::Expired).and_then(|s| s.expired_at.or(s.grace_ends_at)).map(Time),
         indefinite_dd_count: indefinite_records,
         demoted_dd_count: s.map_or(0, |s| s.demoted_count),
     }
@@ -138,8 +134,8 @@ struct Cancelled {
 fn cancelled(subscription: &Subscription) -> Cancelled {
     Cancelled {
         status: Named(RetentionStatus::Grace),
-        grace_started_at: time(subscription.grace_started_at),
-        grace_ends_at: time(subscription.grace_ends_at),
+        grace_started_at: subscription.grace_started_at.map(Time),
+        grace_ends_at: subscription.grace_ends_at.map(Time),
         next_billing_at: subscription.next_billing_at.into(),
     }
 }

@@ -116,7 +116,7 @@ async fn subscriptions(
         if status == AsaStatus::Active {
             upcoming.push((s.expires_at, Upcoming { at: s.expires_at.into(), event: "asa_period_end", dac: None, records: None }));
         }
-        if matches!(status, AsaStatus::Active | AsaStatus::Grace) {
+        if s.is_live(now) {
             let end = s.grace_ends_at();
             upcoming.push((end, Upcoming { at: end.into(), event: "asa_grace_end", dac: None, records: None }));
         }
