@@ -165,7 +165,10 @@ def run_backend(args, name, database_url):
                   "--checks", CHECKS,
                   "--max-examples", str(args.max_examples),
                   "--seed", str(args.seed),
-                  "--workers", "2",
+                  # One worker: with two threads, hypothesis's ast.parse hits a
+                  # CPython 3.11 recursion-counter race ("AST constructor recursion
+                  # depth mismatch") while building the coverage phase's cases.
+                  "--workers", "1",
                   "--phases", "examples,coverage,fuzzing",
                   "--suppress-health-check", "all",
                   "--request-timeout", "20",
