@@ -10,6 +10,7 @@ mod concurrency;
 mod coverage;
 mod dap;
 mod declarations;
+mod deidentification;
 mod discovery;
 mod dur;
 mod earned;

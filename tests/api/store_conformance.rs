@@ -204,10 +204,10 @@ async fn the_fold_counts_each_declaration_once(backend: Backend) {
     };
     let counts = vec![day(20_390, 2), day(20_391, 1)];
     // Two hosts fold the same batch at once: exactly one of them counts it.
-    let (a, b) = tokio::join!(store.fold(0, 3, &counts), store.fold(0, 3, &counts));
+    let (a, b) = tokio::join!(store.fold(0, 3, &counts, &[]), store.fold(0, 3, &counts, &[]));
     assert!(a.unwrap() ^ b.unwrap(), "one fold wins");
     // A retry of the batch after it was folded changes nothing.
-    assert!(!store.fold(0, 3, &counts).await.unwrap());
+    assert!(!store.fold(0, 3, &counts, &[]).await.unwrap());
     assert_eq!(store.fold_progress().await.unwrap(), (3, 3));
 
     let totals = store.agent_totals(agent, false).await.unwrap();

@@ -199,6 +199,7 @@ pub(crate) async fn record(
     let mut salt = [0u8; 32];
     rand::rng().fill_bytes(&mut salt);
     let dd_id = Uuid::new_v4();
+    let parent_dd_id = input.dd.parent_dd_id;
     let declaration = Declaration {
         dd_id,
         ee_id: Uuid::new_v4(),
@@ -269,7 +270,10 @@ pub(crate) async fn record(
             .await?
             .ok_or_else(|| AppError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create"))),
         Created::Replayed(earlier) => Ok(*earlier),
-        Created::ParentNotFound => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),
+        Created::ParentNotFound => match parent_dd_id {
+            Some(parent) if services.store.is_deidentified(parent).await? => Err(deidentified(parent)),
+            _ => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),
+        },
         Created::ParentForeign => {
             Err(AppError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent"))
         }
@@ -279,10 +283,29 @@ pub(crate) async fn record(
     }
 }
 
-/// The declaration, if it exists and belongs to `agent`.
+/// 410 `RECORD_DEIDENTIFIED`: the record's retention ended and it was
+/// converted to statistics; only its log leaf is left of it.
+pub fn deidentified(dd_id: Uuid) -> AppError {
+    AppError::Gone {
+        code: "RECORD_DEIDENTIFIED",
+        message: format!(
+            "declaration {dd_id} is past its retention period and was de-identified; its log leaf remains, so a receipt saved earlier still verifies"
+        ),
+    }
+}
+
+/// The declaration: 404 `DD_NOT_FOUND` if there is none, 410 once de-identified.
+pub async fn stored(services: &Services, dd_id: Uuid) -> AppResult<StoredDeclaration> {
+    match services.store.declaration(dd_id).await? {
+        Some(stored) => Ok(stored),
+        None if services.store.is_deidentified(dd_id).await? => Err(deidentified(dd_id)),
+        None => Err(AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}"))),
+    }
+}
+
+/// The declaration, if it exists and belongs to `agent` (410 once de-identified).
 pub async fn owned(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<StoredDeclaration> {
-    let stored =
-        services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    let stored = stored(services, dd_id).await?;
     if stored.declaration.agent_id != agent_id {
         return Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
     }

@@ -12,6 +12,7 @@
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
+//! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
 //! | expire | 60 s | end Earned lots, close ISE stays at their limit, bill indefinite retention and end its grace periods, carry out tool transfers |
 //!
 //! Jobs call use cases like any front end; a failed job is logged and the
@@ -44,6 +45,10 @@ pub struct Schedule {
     pub expire_every: Duration,
     /// Batches of declarations the ARA fold takes per round.
     pub fold_batches: usize,
+    /// How often records past their retention are looked for, and how many
+    /// batches a run takes (a run that found more goes on the next round).
+    pub deidentify_every: Duration,
+    pub deidentify_batches: usize,
     pub releases_every: Duration,
 }
 
@@ -58,6 +63,8 @@ impl Default for Schedule {
             erase_every: Duration::from_secs(30),
             expire_every: Duration::from_secs(60),
             fold_batches: 5,
+            deidentify_every: Duration::from_secs(5),
+            deidentify_batches: 4,
             releases_every: Duration::from_secs(60),
         }
     }
@@ -70,6 +77,7 @@ pub struct Runs {
     reconcile: Option<Instant>,
     erase: Option<Instant>,
     expire: Option<Instant>,
+    deidentify: Option<Instant>,
     releases: Option<Instant>,
 }
 
@@ -111,6 +119,18 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
     match ara::fold::round(services, schedule.fold_batches).await {
         Ok(_) => {}
         Err(error) => tracing::warn!(error = format!("{error:#}"), "ARA fold failed"),
+    }
+    if due(&mut runs.deidentify, schedule.deidentify_every) {
+        match crate::retention::deidentify_due(services, schedule.deidentify_batches).await {
+            Ok((0, _)) => {}
+            Ok((n, more)) => {
+                tracing::info!(records = n, "de-identified records past their retention end");
+                if more {
+                    runs.deidentify = None;
+                }
+            }
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "de-identification failed"),
+        }
     }
     if due(&mut runs.releases, schedule.releases_every) {
         let cut = async {

@@ -138,3 +138,21 @@ pub async fn run_due(services: &Services) -> anyhow::Result<(Billed, usize)> {
     let expired = services.store.expire_due_retention(now, JOB_BATCH).await?;
     Ok((billed, expired))
 }
+
+/// Records de-identified per transaction.
+pub const DEIDENTIFY_BATCH: i64 = 500;
+
+/// De-identifies the records whose retention ended, in up to `max_batches`
+/// transactions of [`DEIDENTIFY_BATCH`]; returns how many, and whether more
+/// may be due (the last batch was full).
+pub async fn deidentify_due(services: &Services, max_batches: usize) -> anyhow::Result<(usize, bool)> {
+    let mut records = 0;
+    for _ in 0..max_batches {
+        let batch = services.store.deidentify_due(services.clock.now(), DEIDENTIFY_BATCH).await?;
+        records += batch.records;
+        if (batch.records as i64) < DEIDENTIFY_BATCH {
+            return Ok((records, false));
+        }
+    }
+    Ok((records, true))
+}

@@ -59,6 +59,14 @@ impl Visibility {
     pub fn code(self) -> i32 {
         self as i32
     }
+
+    pub fn from_code(code: i32) -> Option<Visibility> {
+        match code {
+            0 => Some(Visibility::Shared),
+            1 => Some(Visibility::Own),
+            _ => None,
+        }
+    }
 }
 
 /// One count a declaration adds.

@@ -74,6 +74,18 @@ pub fn demoted_end(demoted_at: DateTime<Utc>) -> DateTime<Utc> {
     retention_end(Retention::Short, demoted_at).unwrap_or(demoted_at)
 }
 
+/// The key a de-identified record is kept under instead of its id: derived
+/// from the id by a one-way hash, so the id is found nowhere any more, while
+/// whoever holds it can still be told the record was de-identified (410).
+/// A version-8 (custom) UUID.
+pub fn deidentified_key(dd_id: uuid::Uuid) -> uuid::Uuid {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new().chain_update(b"anchor-deidentified/1\0").chain_update(dd_id.as_bytes()).finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -120,5 +132,14 @@ mod tests {
         assert_eq!(retention_end(Retention::Indefinite, jan31), None);
         assert_eq!(retention_end(Retention::Medium, jan31), Some(jan31 + Duration::days(365)));
         assert_eq!(demoted_end(jan31), jan31 + Duration::days(90));
+    }
+
+    #[test]
+    fn a_deidentified_key_is_fixed_per_id_and_never_the_id() {
+        let id = uuid::Uuid::new_v4();
+        assert_eq!(deidentified_key(id), deidentified_key(id));
+        assert_ne!(deidentified_key(id), id);
+        assert_ne!(deidentified_key(id), deidentified_key(uuid::Uuid::new_v4()));
+        assert_eq!(deidentified_key(id).get_version_num(), 8);
     }
 }

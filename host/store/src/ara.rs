@@ -55,6 +55,15 @@ pub struct DayCount {
     pub n: i64,
 }
 
+/// What a branch-1 declaration's band positions added when it was folded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BandCount {
+    pub dd_id: Uuid,
+    pub dimension: Dimension,
+    pub value: String,
+    pub visibility: Visibility,
+}
+
 /// A branch-1 declaration as an anomaly comparison sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SampleRow {
@@ -96,9 +105,10 @@ pub trait AraStore: Send + Sync {
 
     /// The next confirmed declarations to fold (in leaf order, at most `limit`).
     async fn unfolded(&self, limit: i64) -> Result<Vec<Unfolded>>;
-    /// Adds `counts` and moves the watermark from `from_leaf` to `to_leaf`, in one
-    /// transaction; false (and nothing written) if another host folded them first.
-    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount]) -> Result<bool>;
+    /// Adds `counts`, keeps `bands` (to be taken back at de-identification) and
+    /// moves the watermark from `from_leaf` to `to_leaf`, in one transaction;
+    /// false (and nothing written) if another host folded them first.
+    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount], bands: &[BandCount]) -> Result<bool>;
     /// The next leaf index to fold, and the log's size: equal when caught up.
     async fn fold_progress(&self) -> Result<(i64, i64)>;
 
@@ -169,7 +179,7 @@ impl<E: Engine> AraStore for SqlStore<E> {
         rows.iter().map(|row| Ok(Unfolded { leaf_index: row.get("leaf_index")?, declaration: decode_declaration(row)? })).collect()
     }
 
-    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount]) -> Result<bool> {
+    async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount], bands: &[BandCount]) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let moved = tx
             .execute(sql("update ara_fold set next_leaf = $1 where ara_fold_id = 0 and next_leaf = $2").bind(to_leaf).bind(from_leaf))
@@ -178,38 +188,15 @@ impl<E: Engine> AraStore for SqlStore<E> {
             tx.rollback().await?;
             return Ok(false);
         }
-        for chunk in counts.chunks(self.db.rows_per_statement(6)) {
-            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
-            for (i, c) in chunk.iter().enumerate() {
-                days.push(if i == 0 { "(" } else { ", (" });
-                days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
-                days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
-            }
-            days.push(" on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n");
-            tx.execute(days).await?;
-        }
-        // One row per all-time key: a statement may not update a row twice
-        // (PostgreSQL refuses it), and a batch counts one key on several days.
-        let mut totals: BTreeMap<(Uuid, &str, &str, i32), (i64, i32, i32)> = BTreeMap::new();
-        for c in counts {
-            let total =
-                totals.entry((c.agent_id, c.dimension.as_str(), c.value.as_str(), c.visibility.code())).or_insert((0, c.day, c.day));
-            *total = (total.0 + c.n, total.1.min(c.day), total.2.max(c.day));
-        }
-        let totals: Vec<_> = totals.into_iter().collect();
-        for chunk in totals.chunks(self.db.rows_per_statement(7)) {
-            let mut insert = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
-            for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
+        add_counts(&mut tx, self.db.rows_per_statement(7), counts).await?;
+        for chunk in bands.chunks(self.db.rows_per_statement(4)) {
+            let mut insert = sql("insert into ara_band (dd_id, dimension, value, visibility) values ");
+            for (i, b) in chunk.iter().enumerate() {
                 insert.push(if i == 0 { "(" } else { ", (" });
-                insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
-                insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
-                insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+                insert.push_bind(b.dd_id).push(", ").push_bind(b.dimension.as_str()).push(", ").push_bind(b.value.as_str());
+                insert.push(", ").push_bind(b.visibility.code()).push(")");
             }
-            insert.push(
-                " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
-                 first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
-                 last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
-            );
+            insert.push(" on conflict (dd_id, dimension) do nothing");
             tx.execute(insert).await?;
         }
         tx.commit().await?;
@@ -372,6 +359,48 @@ impl<E: Engine> AraStore for SqlStore<E> {
 
 /// A count row; a dimension this version does not know (a newer host folded
 /// it) is skipped, not an error.
+/// Adds `counts` (negative ones take counts back) to the agents' daily and
+/// all-time rows, a multi-row statement per chunk of `rows` keys.
+/// An all-time row's key: agent, dimension, value, visibility.
+type TotalKey<'a> = (Uuid, &'a str, &'a str, i32);
+
+pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, counts: &[DayCount]) -> Result<()> {
+    for chunk in counts.chunks(rows) {
+        let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
+        for (i, c) in chunk.iter().enumerate() {
+            days.push(if i == 0 { "(" } else { ", (" });
+            days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
+            days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
+        }
+        days.push(" on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n");
+        tx.execute(days).await?;
+    }
+    // One row per all-time key: a statement may not update a row twice
+    // (PostgreSQL refuses it), and a batch counts one key on several days.
+    let mut totals: BTreeMap<TotalKey, (i64, i32, i32)> = BTreeMap::new();
+    for c in counts {
+        let total = totals.entry((c.agent_id, c.dimension.as_str(), c.value.as_str(), c.visibility.code())).or_insert((0, c.day, c.day));
+        *total = (total.0 + c.n, total.1.min(c.day), total.2.max(c.day));
+    }
+    let totals: Vec<_> = totals.into_iter().collect();
+    for chunk in totals.chunks(rows) {
+        let mut insert = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
+        for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
+            insert.push(if i == 0 { "(" } else { ", (" });
+            insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
+            insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
+            insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+        }
+        insert.push(
+                " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
+                 first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
+                 last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
+            );
+        tx.execute(insert).await?;
+    }
+    Ok(())
+}
+
 fn decode_count(row: &impl Row) -> Result<Option<AgentCount>> {
     let dimension: String = row.get("dimension")?;
     let Some(dimension) = Dimension::parse(&dimension) else { return Ok(None) };

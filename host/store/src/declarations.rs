@@ -83,7 +83,7 @@ pub enum Created {
     Replayed(Box<StoredDeclaration>),
     /// Trial cannot pay: too little left, or expired.
     TrialCannotPay { balance: MilliDac, expired: bool },
-    /// `parent_dd_id` names no declaration.
+    /// `parent_dd_id` names no declaration (or one de-identified).
     ParentNotFound,
     /// `parent_dd_id` names another agent's declaration.
     ParentForeign,
@@ -245,7 +245,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
     }
 
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
-        let row = self.db().fetch_optional(sql("select * from declaration where dd_id = $1").bind(dd_id)).await?;
+        let row =
+            self.db().fetch_optional(sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id)).await?;
         row.as_ref().map(decode_declaration).transpose()
     }
 

@@ -113,6 +113,13 @@ impl<'q> Query<'q> {
         self
     }
 
+    /// Binds the next parameter and returns its placeholder, for SQL that
+    /// names it once or more (both engines read `$n` as the same value).
+    pub fn placeholder(&mut self, value: impl Bind<'q>) -> String {
+        self.args.push(value.value());
+        format!("${}", self.args.len())
+    }
+
     /// `insert into TABLE (c1, c2, …) values ($1, $2, …)`, each column named
     /// beside its value.
     pub fn insert(table: &str, columns: Vec<(&'static str, Value<'q>)>) -> Query<'q> {

@@ -19,6 +19,7 @@ pub(crate) mod asa;
 mod attempts;
 mod bilateral;
 mod declarations;
+mod deidentify;
 mod dur;
 pub(crate) mod earned;
 pub mod engine;
@@ -43,6 +44,7 @@ pub use asa::*;
 pub use attempts::*;
 pub use bilateral::*;
 pub use declarations::*;
+pub use deidentify::*;
 pub use dur::*;
 pub use earned::*;
 pub use ise::*;
@@ -125,6 +127,7 @@ pub trait Store:
     + AraStore
     + AttemptStore
     + DeclarationStore
+    + DeidentifyStore
     + DurStore
     + EarnedStore
     + PaymentStore

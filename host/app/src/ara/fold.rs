@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use anchor_domain::ara::{Dimension, Visibility, contributions, day_of, positions};
 use anchor_domain::declarations::ee;
-use anchor_store::{DayCount, StoredDeclaration};
+use anchor_store::{BandCount, DayCount, StoredDeclaration};
 
 use super::meta::{point, point_of};
 use crate::Services;
@@ -67,6 +67,7 @@ pub async fn round(services: &Services, max_batches: usize) -> anyhow::Result<us
         let Some(last) = batch.last() else { break };
         let to_leaf = last.leaf_index + 1;
         let mut counts: HashMap<Key, i64> = HashMap::new();
+        let mut kept = Vec::new();
         for unfolded in &batch {
             let stored = &unfolded.declaration;
             let d = &stored.declaration;
@@ -76,6 +77,7 @@ pub async fn round(services: &Services, max_batches: usize) -> anyhow::Result<us
             }
             if d.content_inclusion {
                 for (dimension, value, visibility) in bands(services, stored).await? {
+                    kept.push(BandCount { dd_id: d.dd_id, dimension, value: value.clone(), visibility });
                     *counts.entry((d.agent_id, day, dimension, value, visibility)).or_default() += 1;
                 }
             }
@@ -84,7 +86,7 @@ pub async fn round(services: &Services, max_batches: usize) -> anyhow::Result<us
             .into_iter()
             .map(|((agent_id, day, dimension, value, visibility), n)| DayCount { agent_id, day, dimension, value, visibility, n })
             .collect();
-        if !services.store.fold(next_leaf, to_leaf, &counts).await? {
+        if !services.store.fold(next_leaf, to_leaf, &counts, &kept).await? {
             // Another host folded this batch first.
             break;
         }

@@ -59,8 +59,7 @@ pub fn point_of(stored: &StoredDeclaration) -> Point {
 
 /// The declaration, if it exists and is the agent's own.
 async fn own(services: &Services, agent: &AgentRecord, dd_id: Uuid) -> AppResult<StoredDeclaration> {
-    let stored =
-        services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    let stored = crate::declarations::stored(services, dd_id).await?;
     if stored.declaration.agent_id != agent.agent_id {
         return Err(AppError::forbidden("FORBIDDEN", "meta-observation covers your own decisions only; this one is another agent's"));
     }

@@ -139,8 +139,7 @@ pub async fn export(
 
 /// The evidence report of a managed agent's decision (free for its owner).
 pub async fn evidence(services: &Services, owner: &OwnerRecord, dd_id: Uuid) -> AppResult<Evidence> {
-    let stored =
-        services.store.declaration(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")))?;
+    let stored = crate::declarations::stored(services, dd_id).await?;
     managed(services, owner, stored.declaration.agent_id).await?;
     crate::declarations::evidence(services, stored).await
 }

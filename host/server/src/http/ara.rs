@@ -156,7 +156,8 @@ pub fn operations() -> Vec<Operation> {
                 .returns::<EvidenceReport>(200, "Evidence report (dac_charged included)")
                 .error(400, "dd_id missing or malformed.", &["MISSING_FIELD", "INVALID_UUID"])
                 .error(403, "Not your own decision.", &["FORBIDDEN"])
-                .error(404, "No such decision.", &["DD_NOT_FOUND"]),
+                .error(404, "No such decision.", &["DD_NOT_FOUND"])
+                .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         ),
         paid(
             op(Method::GET, ara::ENVIRONMENT_ANOMALY.path, get(environment_anomaly))

@@ -67,6 +67,7 @@ pub fn operations() -> Vec<Operation> {
                 "FORBIDDEN", "CONTENT_INCLUSION_POLICY", "INDEFINITE_SUBSCRIPTION_REQUIRED", "DAB_LIMIT_REACHED",
             ])
             .error(404, "parent_dd_id names no declaration.", &["DD_NOT_FOUND"])
+            .error(410, "parent_dd_id names a record past its retention period, de-identified.", &["RECORD_DEIDENTIFIED"])
             .payment_required("Trial cannot pay (spent or expired) and no payment came with the request, or the payment was refused.")
             .error(503, "The pricing generation could not price the request; nothing was recorded or charged.", &["PRICING_UNAVAILABLE"]),
         op(Method::POST, "/v1/dd/confirm", post(confirm))
@@ -82,7 +83,7 @@ pub fn operations() -> Vec<Operation> {
             .error(409, "Already confirmed, or the payment failed to settle earlier; a bilateral record before acceptance, after rejection, or (the counterparty's) before the proposer's is confirmed.", &[
                 "ALREADY_CONFIRMED", "PAYMENT_FAILED", "AGREEMENT_PENDING", "AGREEMENT_REJECTED", "AGREEMENT_UNPAID",
             ])
-            .error(410, "The external payment window closed.", &["PAYMENT_EXPIRED"])
+            .error(410, "The external payment window closed, or the record is past its retention period and was de-identified.", &["PAYMENT_EXPIRED", "RECORD_DEIDENTIFIED"])
             .returns::<crate::error::ErrorBody>(402, "Settlement failed: nothing was charged or anchored; PAYMENT-RESPONSE says why. Code: SETTLEMENT_FAILED.")
             .error(503, "The settlement's outcome is unknown; confirm again to reconcile.", &["SETTLEMENT_PENDING"]),
         op(Method::GET, "/v1/dd/list", get(list))
@@ -102,7 +103,8 @@ pub fn operations() -> Vec<Operation> {
             .error(403, "Another agent's record, or direct access spent, expired or not permitted.", &[
                 "FORBIDDEN", "DIRECT_ACCESS_EXHAUSTED", "DIRECT_ACCESS_EXPIRED", "DIRECT_ACCESS_NOT_PERMITTED",
             ])
-            .error(404, "No such record.", &["DD_NOT_FOUND"]),
+            .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         op(Method::GET, "/v1/dd/{dd_id}/lineage", get(lineage))
             .tag("DD")
             .summary("The lineage tree a declaration belongs to")
@@ -111,7 +113,8 @@ pub fn operations() -> Vec<Operation> {
             .returns::<LineageView>(200, "Lineage tree")
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
-            .error(404, "No such record.", &["DD_NOT_FOUND"]),
+            .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         op(Method::GET, "/v1/dd/lineage-group/{group_id}", get(lineage_group))
             .tag("DD")
             .summary("Every declaration of one lineage group")

@@ -31,7 +31,8 @@ pub fn operations() -> Vec<Operation> {
             .returns::<PaymentStatusView>(200, "Status, aggregated over the rows (pending > unreserved > failed > released > settled)")
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
-            .error(404, "No such record.", &["DD_NOT_FOUND"]),
+            .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         op(Method::GET, "/v1/dab/status", get(dab_status))
             .tag("DAB")
             .summary("The agent's DAB: its external spending cap this month and what is used")

@@ -36,6 +36,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"])
             .error(409, "Not confirmed, or not yet in a signed checkpoint (retry shortly).", &["NOT_CONFIRMED", "NOT_YET_IN_LOG"]),
         op(Method::GET, "/v1/log/checkpoint", get(latest_checkpoint))
             .tag("Log")

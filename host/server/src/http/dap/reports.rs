@@ -79,7 +79,8 @@ pub fn operations() -> Vec<Operation> {
             .returns::<EvidenceReport>(200, "Sections: report, decision, ee_resolution, responsibility, accountability_record, transparency_log")
             .error(400, "dd_id missing or not a UUID", &["MISSING_FIELD", "INVALID_UUID"])
             .error(403, "The decision's agent is not managed by this owner", &["NOT_LINKED"])
-            .error(404, "No such decision", &["DD_NOT_FOUND"]),
+            .error(404, "No such decision", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         op(Method::GET, "/dap/usage/daily", get(usage_daily))
             .tag("DAP Dashboard")
             .summary("Declarations and DAC per UTC day, for the portal's chart")
