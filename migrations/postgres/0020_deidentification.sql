@@ -43,3 +43,7 @@ create table ara_deidentified_month (
 -- the foreign keys that point at it are checked at its commit.
 alter table log_entry alter constraint log_entry_dd_id_fkey deferrable initially immediate;
 alter table declaration alter constraint declaration_parent_dd_id_fkey deferrable initially immediate;
+
+-- What a batch looks up by a record's id besides the record itself.
+create index declaration_by_parent on declaration (parent_dd_id) where parent_dd_id is not null;
+create index earned_entry_by_reference on earned_entry (reference_kind, reference_id) where reference_id is not null;

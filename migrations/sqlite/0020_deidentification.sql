@@ -40,3 +40,7 @@ create table ara_deidentified_month (
 
 -- The record's links are moved to its new key in the batch's transaction,
 -- with the foreign keys checked at its commit (pragma defer_foreign_keys).
+
+-- What a batch looks up by a record's id besides the record itself.
+create index declaration_by_parent on declaration (parent_dd_id) where parent_dd_id is not null;
+create index earned_entry_by_reference on earned_entry (reference_kind, reference_id) where reference_id is not null;

@@ -16,6 +16,7 @@ mod dur;
 mod earned;
 mod hardening;
 mod ise;
+mod mcp;
 mod openapi_contract;
 mod payments;
 mod plugins;

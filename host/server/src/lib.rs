@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod listener;
+pub mod mcp;
 use anchor_app::log;
 pub mod openapi;
 pub mod owner;
@@ -23,7 +24,11 @@ use anchor_domain::{Clock, SystemClock};
 use anchor_plugins::{Limits, PluginEngine, WasmPricing};
 use anchor_x402::settlement::{FacilitatorSettler, LocalSettler, Settler, StaticHeader};
 
-pub use http::app;
+/// The whole application: the REST routes and the portal, with the MCP
+/// endpoint beside them under the same layers.
+pub fn app(state: AppState) -> axum::Router {
+    http::app(state.clone(), mcp::router(state))
+}
 pub use state::{AppState, Settings};
 
 /// Loads the pricing component: the operator's file if given, else the bundled v1.3.0.

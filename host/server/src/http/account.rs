@@ -65,7 +65,7 @@ async fn trial_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Classifications {
+pub(crate) struct Classifications {
     classifications: Vec<ClassificationEntry>,
     count: usize,
 }
@@ -88,6 +88,11 @@ enum CategorySource {
 }
 
 async fn classifications(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<Classifications>> {
+    Ok(Json(classifications_of(&state, &agent).await?))
+}
+
+/// The classification keys an agent may use, as REST and the MCP tool list_classifications answer them.
+pub(crate) async fn classifications_of(state: &AppState, agent: &anchor_store::AgentRecord) -> ApiResult<Classifications> {
     let list = agents::classifications(&state.app, agent.agent_id).await?;
     let classifications: Vec<ClassificationEntry> = list
         .into_iter()
@@ -99,5 +104,5 @@ async fn classifications(State(state): State<AppState>, AuthAgent(agent): AuthAg
             description: c.description,
         })
         .collect();
-    Ok(Json(Classifications { count: classifications.len(), classifications }))
+    Ok(Classifications { count: classifications.len(), classifications })
 }

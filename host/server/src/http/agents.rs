@@ -63,7 +63,7 @@ pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RegisterRequest {
+pub(crate) struct RegisterRequest {
     #[serde(default)]
     #[schemars(schema_with = "region_codes")]
     region_code: Option<String>,
@@ -77,7 +77,7 @@ fn region_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Registered {
+pub(crate) struct Registered {
     agent_id: Uuid,
     /// da_tk_ followed by 64 hex digits; shown once.
     auth_token: String,
@@ -108,6 +108,11 @@ async fn register(
     State(state): State<AppState>,
     Body(request): Body<Option<RegisterRequest>>,
 ) -> ApiResult<(StatusCode, [(HeaderName, &'static str); 1], Json<Registered>)> {
+    Ok((StatusCode::CREATED, NO_STORE, Json(register_agent(&state, request).await?)))
+}
+
+/// Registration, as REST and the MCP tool register_agent answer it.
+pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterRequest>) -> ApiResult<Registered> {
     let region = match request.and_then(|r| r.region_code) {
         Some(code) => Some(REGION_CODES.iter().copied().find(|r| *r == code).ok_or_else(|| {
             ApiError::bad(
@@ -120,31 +125,27 @@ async fn register(
     let registered = agents::register(&state.app, region).await?;
     let base = &state.settings.public_url;
     let c = registered.credentials;
-    Ok((
-        StatusCode::CREATED,
-        NO_STORE,
-        Json(Registered {
-            agent_id: c.agent_id,
-            auth_token: c.token,
-            recovery_key: c.recovery_key,
-            registered_at: c.at.into(),
-            trial_dac_amount: TRIAL_DAC.into(),
-            trial_period_days: TRIAL_DAYS,
-            trial_expires_at: registered.trial_expires_at.into(),
-            message: "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
-            next_steps: NextSteps {
-                first_record: Step {
-                    call: format!("POST {base}/v1/dd/create"),
-                    note: "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
-                },
-                then_confirm: Step {
-                    call: format!("POST {base}/v1/dd/confirm"),
-                    note: "confirm after the action is carried out; free; returns the integrity hash",
-                },
-                check_trial: Step { call: format!("GET {base}/v1/trial/status"), note: "free" },
+    Ok(Registered {
+        agent_id: c.agent_id,
+        auth_token: c.token,
+        recovery_key: c.recovery_key,
+        registered_at: c.at.into(),
+        trial_dac_amount: TRIAL_DAC.into(),
+        trial_period_days: TRIAL_DAYS,
+        trial_expires_at: registered.trial_expires_at.into(),
+        message: "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
+        next_steps: NextSteps {
+            first_record: Step {
+                call: format!("POST {base}/v1/dd/create"),
+                note: "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
             },
-        }),
-    ))
+            then_confirm: Step {
+                call: format!("POST {base}/v1/dd/confirm"),
+                note: "confirm after the action is carried out; free; returns the integrity hash",
+            },
+            check_trial: Step { call: format!("GET {base}/v1/trial/status"), note: "free" },
+        },
+    })
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -130,7 +130,7 @@ pub fn operations() -> Vec<Operation> {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateRequest {
+pub(crate) struct CreateRequest {
     /// Idempotency key, scoped to the agent.
     request_id: Id,
     dd: DdInput,
@@ -515,7 +515,7 @@ enum CreateStatus {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct CreateResponse {
+pub(crate) struct CreateResponse {
     dd_id: Uuid,
     ee_id: Uuid,
     request_id: Uuid,
@@ -607,9 +607,19 @@ async fn create(
     PaymentOffer(offered): PaymentOffer,
     Body(request): Body<CreateRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateResponse>)> {
+    Ok((StatusCode::CREATED, Json(create_decision(&state, &agent, offered, request).await?)))
+}
+
+/// DD create, as REST and the MCP tool create_decision answer it.
+pub(crate) async fn create_decision(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    request: CreateRequest,
+) -> ApiResult<CreateResponse> {
     let input = request.into_input(state.clock.now())?;
-    let stored = declarations::create(&state.app, &agent, input, offered).await?;
-    Ok((StatusCode::CREATED, Json(CreateResponse::new(&stored, &agent, &state.settings.pay_to))))
+    let stored = declarations::create(&state.app, agent, input, offered).await?;
+    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to))
 }
 
 // ---- confirm ----
@@ -621,7 +631,7 @@ struct ConfirmRequest {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct ConfirmResponse {
+pub(crate) struct ConfirmResponse {
     dd_id: Uuid,
     settlement_status: Named<SettlementStatus>,
     anchored_at: Time,
@@ -653,7 +663,18 @@ async fn confirm(
     AuthAgent(agent): AuthAgent,
     Body(request): Body<ConfirmRequest>,
 ) -> ApiResult<axum::response::Response> {
-    let confirmed = declarations::confirm(&state.app, agent.agent_id, request.dd_id.0).await?;
+    let (body, settlement) = confirm_decision(&state, &agent, request.dd_id.0).await?;
+    Ok(payment::with_settlement(Json(body).into_response(), settlement.as_ref()))
+}
+
+/// DD confirm, as REST and the MCP tool confirm_decision answer it, with the
+/// settlement (reference, payer) an external payment got.
+pub(crate) async fn confirm_decision(
+    state: &AppState,
+    agent: &AgentRecord,
+    dd_id: Uuid,
+) -> ApiResult<(ConfirmResponse, Option<(String, String)>)> {
+    let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id).await?;
     let mut sources: Vec<Named<PaymentSource>> = confirmed.usage.iter().map(|u| Named(u.source)).collect();
     sources.dedup();
     let external = confirmed.settlement.is_some();
@@ -669,14 +690,14 @@ async fn confirm(
         exchange_rate_timestamp: external.then_some(Time(confirmed.confirmed_at)),
         sync_reward: None,
     };
-    Ok(payment::with_settlement(Json(body).into_response(), confirmed.settlement.as_ref()))
+    Ok((body, confirmed.settlement))
 }
 
 // ---- reads ----
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     from: Option<Time>,
     to: Option<Time>,
     #[schemars(range(min = 1, max = 200), extend("default" = 50))]
@@ -686,7 +707,7 @@ struct ListQuery {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct ListResponse {
+pub(crate) struct ListResponse {
     dds: Vec<Summary>,
     total: i64,
     limit: i64,
@@ -698,6 +719,11 @@ async fn list(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> ApiResult<Json<ListResponse>> {
+    Ok(Json(list_decisions(&state, &agent, query).await?))
+}
+
+/// DD list, as REST and the MCP tool list_decisions answer it.
+pub(crate) async fn list_decisions(state: &AppState, agent: &AgentRecord, query: ListQuery) -> ApiResult<ListResponse> {
     let bounded = |name: &str, value: Option<i64>, default: i64, max: i64, min: i64| -> ApiResult<i64> {
         match value {
             None => Ok(default),
@@ -712,11 +738,11 @@ async fn list(
         offset: bounded("offset", query.offset, 0, i64::from(i32::MAX), 0)?,
     };
     let (rows, total) = declarations::list(&state.app, agent.agent_id, filter).await?;
-    Ok(Json(ListResponse { dds: rows.iter().map(Summary::from).collect(), total, limit: filter.limit, offset: filter.offset }))
+    Ok(ListResponse { dds: rows.iter().map(Summary::from).collect(), total, limit: filter.limit, offset: filter.offset })
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Detail {
+pub(crate) struct Detail {
     dd: DetailDd,
     ee: DetailEe,
     dac: DetailDac,
@@ -829,13 +855,18 @@ struct IntegrityInfo {
 
 async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Json<Detail>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
+    Ok(Json(decision_detail(&state, &agent, dd_id).await?))
+}
+
+/// A record read through direct access, as REST and the MCP tool get_decision answer it.
+pub(crate) async fn decision_detail(state: &AppState, agent: &AgentRecord, dd_id: Uuid) -> ApiResult<Detail> {
     let declarations::Original { stored, remaining } = declarations::read_original(&state.app, agent.agent_id, dd_id).await?;
     let d = &stored.declaration;
     let mut sources = vec![Named(stored.base_fee_source)];
     if stored.premium() > MilliDac::ZERO && stored.premium_source != stored.base_fee_source {
         sources.push(Named(stored.premium_source));
     }
-    Ok(Json(Detail {
+    Ok(Detail {
         dd: DetailDd {
             dd_id: d.dd_id,
             agent_id: d.agent_id,
@@ -886,7 +917,7 @@ async fn detail(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiP
             retention_expires_at: stored.retention_expires_at.map(Time),
             retention_demoted_at: stored.retention_demoted_at.map(Time),
         },
-    }))
+    })
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -137,10 +137,19 @@ async fn openapi_json(State(state): State<AppState>) -> Response {
 }
 
 async fn llms_txt(State(state): State<AppState>) -> Response {
+    let mut response = llms_text(&state).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// The guide for agents (llms.txt), also served by the MCP tool get_documentation.
+pub(crate) fn llms_text(state: &AppState) -> String {
     let base = &state.settings.public_url;
-    let text = format!(
+    format!(
         "# anchor\n\n\
 > An accountability anchoring service for software agents. An agent declares a decision (DD) together with the scope of accountability it accepts for it (EE); the service fixes when and at what scope, outside the agent's own logs. It keeps metadata only: never what was decided, and it never judges the decision.\n\n\
+## MCP\n\
+- {base}/mcp serves MCP over streamable HTTP (stateless; protocol versions up to the current one, initialize accepted): the reference MCP server's 30 tools with the same names and arguments. Authenticate with an auth_token argument or Authorization: Bearer on the MCP request. Served so far: register_agent, create_decision, confirm_decision, get_decision, list_decisions, get_trial_status, list_classifications, get_documentation; the others answer a NOT_AVAILABLE_YET tool error naming their REST route.\n\n\
 ## First calls\n\
 1. POST {base}/v1/agent/register (no body needed). Keep auth_token and recovery_key: they are shown once.\n\
 2. POST {base}/v1/dd/create with Authorization: Bearer <auth_token>, a fresh request_id (UUID), a dd object and an ee object (or ee.ee_preset EE_basic).\n\
@@ -162,6 +171,7 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 - Tools can run here: the seller uploads a WebAssembly component (PUT {base}/v1/tsl/tool/<tool_id>/component, world anchor:tool@1.0.0), and a buyer runs it (POST {base}/v1/tsl/tool/<tool_id>/run) on the observations it declared, made for the buyer with ARA's own gates and prices, paid only if the run succeeds. Nothing the tool receives or returns is stored. GET {base}/v1/tsl/runtime gives the limits.\n\n\
 ## Keeping records longer, archiving state, agreeing with another agent\n\
 - Indefinite retention: POST {base}/v1/retention/indefinite/subscribe debits a month from your Earned DAC; while the subscription is active, DD create accepts ee_retention_period indefinite. Cancelled or unpaid, it keeps going for a grace period; after that your indefinite records are kept as short ones. GET /v1/retention/indefinite/status shows where it stands.\n\
+- Past its retention period a record is converted to statistics that name neither you nor it: reading its dd_id answers 410 RECORD_DEIDENTIFIED. Its log leaf stays, so keep the receipt (GET {base}/v1/dd/{{dd_id}}/receipt) if you want to prove it later; the receipt still verifies offline.\n\
 - State archive (ASA): POST {base}/v1/asa/subscribe buys periods (x402, or payment_source earned); then POST /v1/asa/register records the SHA-256 of a snapshot you keep yourself, and POST /v1/asa/verify tells whether a hash is one you registered. Only the hash is kept.\n\
 - Bilateral: POST {base}/v1/dd/bilateral/propose records a decision you took with another agent (dd_declaration_mode bilateral, the four EE axes, paid over x402). It accepts or rejects at POST /v1/dd/bilateral/<agreement_id>/respond (GET /v1/dd/bilateral/received lists what waits); once accepted, you confirm yours within 30 minutes and it confirms its own copy, free.\n\
 - Idle state (ISE) and simulation (sDAC): POST {base}/v1/ise/enter and /v1/sdac/session/start; both end routes are paid by Trial first.\n\n\
@@ -177,10 +187,7 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 - Errors are JSON: {{\"error_code\": \"UPPER_SNAKE\", \"message\": \"…\"}}. Unknown fields are refused with UNKNOWN_FIELD.\n\
 - request_id makes DD create idempotent per agent: sending it again returns the first result.\n\
 - Every response carries RateLimit-* headers.\n"
-    );
-    let mut response = text.into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    response
+    )
 }
 
 /// An A2A agent card.
@@ -250,6 +257,8 @@ struct CardExtension {
     key_endpoints: Vec<KeyEndpoint>,
     openapi: String,
     x402: String,
+    /// The MCP endpoint (streamable HTTP, stateless): the reference MCP server's tools.
+    mcp: String,
     log: CardLog,
 }
 
@@ -336,6 +345,7 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
             ],
             openapi: format!("{base}/openapi.json"),
             x402: format!("{base}/.well-known/x402.json"),
+            mcp: format!("{base}/mcp"),
             log: CardLog {
                 origin: state.log_key.origin.clone(),
                 public_key: state.log_key.vkey.clone(),

@@ -74,8 +74,9 @@ pub fn implements(route: &anchor_app::charge::Route) -> bool {
 }
 
 /// The whole application: routes, guidance for GET on POST-only routes, JSON
-/// 404 and 405, and the rate limit.
-pub fn app(state: AppState) -> Router {
+/// 404 and 405, and the rate limit; `others` (other front ends, such as
+/// MCP) get the same layers.
+pub fn app(state: AppState, others: Router<AppState>) -> Router {
     /// Per path: its methods, their merged router, and the guide for a GET on it.
     type Route = (Vec<Method>, MethodRouter<AppState>, Option<Guide>);
     let mut by_path: BTreeMap<&'static str, Route> = BTreeMap::new();
@@ -101,6 +102,7 @@ pub fn app(state: AppState) -> Router {
     let limits = state.settings.http;
     router
         .merge(portal::router())
+        .merge(others)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))

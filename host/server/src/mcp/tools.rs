@@ -1,0 +1,233 @@
+//! What each tool does: its arguments read into the REST route's request
+//! type, the route's own function called, its body answered.
+
+use axum::response::IntoResponse;
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use anchor_app::charge::Offered;
+use anchor_store::AgentRecord;
+
+use crate::error::{ApiError, AuthFailure};
+use crate::http::{account, agents, declarations, discovery};
+use crate::state::AppState;
+
+/// Why a tool call produced no result.
+pub enum Failure {
+    /// What the REST route would have answered instead of its body.
+    Refused(ApiError),
+    /// A tool this server does not serve over MCP yet (its REST route works).
+    NotServed(&'static str),
+}
+
+impl From<ApiError> for Failure {
+    fn from(error: ApiError) -> Failure {
+        Failure::Refused(error)
+    }
+}
+
+impl From<anchor_app::AppError> for Failure {
+    fn from(error: anchor_app::AppError) -> Failure {
+        Failure::Refused(ApiError::App(error))
+    }
+}
+
+impl From<crate::http::body::ReadError> for Failure {
+    fn from(error: crate::http::body::ReadError) -> Failure {
+        Failure::Refused(error.into())
+    }
+}
+
+type Outcome = Result<Value, Failure>;
+
+fn body(value: impl Serialize) -> Outcome {
+    serde_json::to_value(value).map_err(|e| Failure::Refused(ApiError::App(anchor_app::AppError::Internal(e.into()))))
+}
+
+/// The REST route each tool the server does not serve yet stands for.
+const NOT_SERVED: &[(&str, &str)] = &[
+    ("get_agent_profile", "GET /v1/ara/agent/{agent_id}/profile"),
+    ("propose_bilateral", "POST /v1/dd/bilateral/propose"),
+    ("observe_environment", "GET /v1/ara/environment"),
+    ("observe_pattern", "GET /v1/ara/pattern/{type}"),
+    ("list_tools", "GET /v1/tsl/tools"),
+    ("register_tool", "POST /v1/tsl/tool/register"),
+    ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
+    ("create_ise_session", "POST /v1/ise/enter"),
+    ("get_ise_status", "GET /v1/ise/status"),
+    ("exit_ise_session", "POST /v1/ise/exit"),
+    ("get_dac_balance", "GET /v1/earned-dac/balance"),
+    ("get_dac_ur", "GET /v1/dur/summary"),
+    ("create_sdac_session", "POST /v1/sdac/session/start"),
+    ("run_sdac_trial", "POST /v1/sdac/trial"),
+    ("get_sdac_session", "GET /v1/sdac/session/{session_id}"),
+    ("end_sdac_session", "POST /v1/sdac/session/{session_id}/end"),
+    ("compare_anomaly", "GET /v1/ara/anomaly-compare"),
+    ("get_evidence_report", "GET /v1/ara/evidence-report"),
+    ("get_environment_anomaly", "GET /v1/ara/environment-anomaly"),
+    ("get_decision_metadata_distribution", "GET /v1/dur/decision-metadata"),
+    ("get_self_classification_distribution", "GET /v1/dur/self-classification"),
+    ("submit_feedback", "none"),
+];
+
+/// Runs one tool whose arguments fit its schema.
+pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value>, bearer: Option<String>) -> Outcome {
+    match tool {
+        "register_agent" => return body(agents::register_agent(state, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "get_documentation" => {
+            return Ok(json!({ "format": "text/markdown", "documentation": discovery::llms_text(state) }));
+        }
+        _ => {}
+    }
+    if let Some((name, _)) = NOT_SERVED.iter().find(|(name, _)| *name == tool) {
+        return Err(Failure::NotServed(name));
+    }
+    let agent = authenticate(state, &mut arguments, bearer).await?;
+    match tool {
+        "create_decision" => {
+            let offered = offer(&mut arguments);
+            let request = create_request(arguments, "self_declared");
+            body(declarations::create_decision(state, &agent, offered, crate::http::body::read(&request)?).await?)
+        }
+        "confirm_decision" => {
+            let dd_id = uuid_argument(&arguments, "dd_id")?;
+            body(declarations::confirm_decision(state, &agent, dd_id).await?.0)
+        }
+        "get_decision" => {
+            let dd_id = uuid_argument(&arguments, "dd_id")?;
+            body(declarations::decision_detail(state, &agent, dd_id).await?)
+        }
+        "list_decisions" => body(declarations::list_decisions(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "get_trial_status" => body(account::TrialStatus::from(anchor_app::agents::trial(&state.app, &agent))),
+        "list_classifications" => body(account::classifications_of(state, &agent).await?),
+        other => Err(Failure::Refused(ApiError::bad("INVALID_VALUE", format!("no tool named {}", anchor_domain::brief(other))))),
+    }
+}
+
+/// The agent an `auth_token` argument (which wins) or the MCP request's
+/// bearer token names.
+async fn authenticate(state: &AppState, arguments: &mut Map<String, Value>, bearer: Option<String>) -> Result<AgentRecord, Failure> {
+    let fail = |failure| Failure::Refused(ApiError::Unauthorized { failure, base_url: state.settings.public_url.clone() });
+    let token = match arguments.remove("auth_token") {
+        Some(Value::String(token)) => token,
+        _ => bearer.ok_or_else(|| fail(AuthFailure::Missing))?,
+    };
+    match anchor_app::agents::authenticate(&state.app, token.trim()).await? {
+        Some(agent) => Ok(agent),
+        None => Err(fail(AuthFailure::InvalidToken)),
+    }
+}
+
+/// The payment a `payment_signature` argument carries (what a
+/// PAYMENT-SIGNATURE header would).
+fn offer(arguments: &mut Map<String, Value>) -> Offered {
+    match arguments.remove("payment_signature") {
+        Some(Value::String(text)) => match anchor_x402::decode_payload("payment_signature", &text) {
+            Ok(payload) => Offered::Payload(payload),
+            Err(message) => Offered::Malformed(message),
+        },
+        _ => Offered::None,
+    }
+}
+
+fn uuid_argument(arguments: &Map<String, Value>, name: &str) -> Result<uuid::Uuid, Failure> {
+    let text = arguments.get(name).and_then(Value::as_str).unwrap_or_default();
+    crate::http::body::path_uuid(name, text).map_err(Failure::Refused)
+}
+
+const DD_FIELDS: &[&str] = &[
+    "dd_unit_type",
+    "decision_type",
+    "decision_action_type",
+    "origin_context_type",
+    "selection_state",
+    "selection_scope",
+    "decision_at",
+    "parent_dd_id",
+];
+const EE_AXES: &[(&str, &str)] = &[
+    ("ee_retention_period", "medium"),
+    ("ee_integrity_verification_level", "basic"),
+    ("ee_disclosure_format_policy", "internal"),
+    ("ee_responsibility_scope", "standard"),
+];
+const EE_FIELDS: &[&str] =
+    &["ee_preset", "ee_direct_access_period", "ee_direct_access_quota", "access_class", "content_disclosure_scope", "delegation_state"];
+
+/// The body POST /v1/dd/create (or bilateral/propose) would receive for the
+/// tool's flat arguments: the dd and ee objects, the schema's defaults for
+/// what is left out (the EE axes only without a preset), and a request_id
+/// made up when none is given.
+pub fn create_request(mut arguments: Map<String, Value>, mode: &str) -> Value {
+    let mut dd = Map::new();
+    dd.insert("dd_unit_type".into(), json!("single"));
+    dd.insert("selection_state".into(), json!("SELECTED"));
+    for name in DD_FIELDS {
+        if let Some(value) = arguments.remove(*name) {
+            dd.insert(name.to_string(), value);
+        }
+    }
+    dd.insert("dd_declaration_mode".into(), json!(mode));
+    let mut ee = Map::new();
+    for name in EE_FIELDS {
+        if let Some(value) = arguments.remove(*name) {
+            ee.insert(name.to_string(), value);
+        }
+    }
+    let preset = ee.contains_key("ee_preset");
+    for (name, default) in EE_AXES {
+        match arguments.remove(*name) {
+            Some(value) => {
+                ee.insert(name.to_string(), value);
+            }
+            None if !preset => {
+                ee.insert(name.to_string(), json!(default));
+            }
+            None => {}
+        }
+    }
+    let request_id = arguments.remove("request_id").unwrap_or_else(|| json!(uuid::Uuid::new_v4()));
+    let mut request = arguments;
+    request.insert("request_id".into(), request_id);
+    request.insert("dd".into(), Value::Object(dd));
+    request.insert("ee".into(), Value::Object(ee));
+    Value::Object(request)
+}
+
+/// The tool's answer: the route's body as structured content, or a tool
+/// error with the route's status and error (a payment requirement with its
+/// challenge and how to pay).
+pub async fn render(outcome: Outcome) -> CallToolResult {
+    match outcome {
+        Ok(value) => CallToolResult::structured(value),
+        Err(Failure::NotServed(name)) => {
+            let route = NOT_SERVED.iter().find(|(n, _)| *n == name).map_or("", |(_, route)| *route);
+            let message = format!("{name} is not served over MCP by this server yet; its REST route is {route}");
+            CallToolResult::structured_error(json!({ "status": 501, "error_code": "NOT_AVAILABLE_YET", "message": message }))
+        }
+        Err(Failure::Refused(error)) => {
+            let response = error.into_response();
+            let status = response.status().as_u16();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap_or_default();
+            let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if status == 402 && answer.get("accepts").is_some() {
+                let how = "Sign one of accepts with an x402 client and call this tool again with its base64 payload as payment_signature.";
+                let mut result = CallToolResult::structured_error(json!({
+                    "status": 402,
+                    "error_code": "PAYMENT_REQUIRED",
+                    "message": how,
+                    "payment_required": answer,
+                }));
+                result.content.push(ContentBlock::text(how));
+                return result;
+            }
+            let mut refusal = match answer {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            };
+            refusal.insert("status".into(), json!(status));
+            CallToolResult::structured_error(Value::Object(refusal))
+        }
+    }
+}

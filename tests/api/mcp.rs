@@ -1,0 +1,127 @@
+//! The MCP endpoint: the official MCP client drives it (tests/e2e/mcp,
+//! `scripts/test` installs its package), create and confirm over MCP answer
+//! exactly what the REST routes answer for the same input, and a foreign
+//! Host header is refused.
+
+use std::path::Path;
+
+use anchor_tests::*;
+use serde_json::{Map, Value, json};
+
+both_backends!(
+    the_official_mcp_client_lists_registers_declares_and_reads,
+    create_and_confirm_over_mcp_answer_what_rest_answers,
+    a_foreign_host_header_is_refused
+);
+
+async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/mcp");
+    assert!(
+        e2e.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        "the MCP client is not installed: run `npm ci` in {} (scripts/test does)",
+        e2e.display()
+    );
+    let t = TestServer::start(backend).await;
+    let mut node = tokio::process::Command::new("node");
+    node.args(["--test", "mcp.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
+    let output = node.output().await.expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("# pass 4\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    // What the client declared over MCP is on record like any declaration.
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 1);
+}
+
+/// One MCP tool call (stateless: no session, no initialize needed), with its result.
+async fn tool(t: &TestServer, name: &str, arguments: Value) -> Value {
+    let reply = t
+        .http
+        .post(t.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } }))
+        .send()
+        .await
+        .expect("mcp request");
+    assert_eq!(reply.status().as_u16(), 200);
+    let body: Value = reply.json().await.expect("JSON-RPC answer");
+    let result = body["result"].clone();
+    assert_ne!(result["isError"], json!(true), "{name}: {body}");
+    result["structuredContent"].clone()
+}
+
+/// `value` without what differs between two records by nature: their ids,
+/// salts and hashes.
+fn comparable(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !(k.ends_with("_id") || matches!(k.as_str(), "salt" | "integrity_hash" | "payment_instructions")))
+                .map(|(k, v)| (k.clone(), comparable(v)))
+                .collect::<Map<String, Value>>(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
+        other => other.clone(),
+    }
+}
+
+async fn create_and_confirm_over_mcp_answer_what_rest_answers(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (rest_agent, mcp_agent) = (t.register().await, t.register().await);
+    let dd = json!({
+        "dd_unit_type": "single",
+        "dd_declaration_mode": "self_declared",
+        "decision_type": "external_interaction",
+        "decision_action_type": "approve",
+        "origin_context_type": "mixed",
+        "selection_state": "SELECTED",
+        "selection_scope": "multi_target",
+    });
+    let ee = json!({
+        "ee_retention_period": "long",
+        "ee_integrity_verification_level": "enhanced",
+        "ee_disclosure_format_policy": "internal",
+        "ee_responsibility_scope": "extended",
+        "ee_direct_access_quota": 3,
+    });
+    let rest = t.post("/v1/dd/create", Some(&rest_agent.token), &json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd, "ee": ee })).await;
+    assert_eq!(rest.status.as_u16(), 201, "{}", rest.text);
+    let mut arguments: Map<String, Value> = dd.as_object().unwrap().clone();
+    arguments.remove("dd_declaration_mode");
+    arguments.extend(ee.as_object().unwrap().clone());
+    arguments.insert("auth_token".into(), json!(mcp_agent.token));
+    let over_mcp = tool(&t, "create_decision", Value::Object(arguments)).await;
+    assert_eq!(comparable(&over_mcp), comparable(&rest.json), "create: MCP and REST answer the same fields and values");
+    assert!(rest.json["dac_amount"].as_f64().unwrap() > 10.0, "a priced EE: {}", rest.text);
+
+    let rest_dd = rest.json["dd_id"].as_str().unwrap();
+    let mcp_dd = over_mcp["dd_id"].as_str().unwrap();
+    let confirmed = t.confirm(&rest_agent, rest_dd).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    let mcp_confirmed = tool(&t, "confirm_decision", json!({ "auth_token": mcp_agent.token, "dd_id": mcp_dd })).await;
+    assert_eq!(comparable(&mcp_confirmed), comparable(&confirmed.json), "confirm: the same fields and values");
+
+    // The records themselves: the same price, pricing version and fields.
+    let rest_record = t.get(&format!("/v1/dd/{rest_dd}"), Some(&rest_agent.token)).await;
+    let mcp_record = tool(&t, "get_decision", json!({ "auth_token": mcp_agent.token, "dd_id": mcp_dd })).await;
+    assert_eq!(comparable(&mcp_record), comparable(&rest_record.json));
+    assert_eq!(mcp_record["dac"], rest_record.json["dac"]);
+    assert!(mcp_record.to_string().contains("pricing_version") || mcp_record["dac"].is_object(), "{mcp_record}");
+}
+
+async fn a_foreign_host_header_is_refused(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+    let send = |host: &'static str| {
+        t.http.post(t.url("/mcp")).header("host", host).header("accept", "application/json, text/event-stream").json(&list).send()
+    };
+    let foreign = send("evil.example").await.expect("answer");
+    assert_eq!(foreign.status().as_u16(), 403, "a foreign Host is refused");
+    let own = send("127.0.0.1").await.expect("answer");
+    assert_eq!(own.status().as_u16(), 200, "the public URL's host is served");
+    let listed: Value = own.json().await.unwrap();
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(30));
+    // Which hosts are the public URL's: its host, with or without its port.
+    let hosts = anchor_server::mcp::allowed_hosts("https://anchor.example.org:8443");
+    assert!(hosts.contains(&"anchor.example.org".to_string()) && hosts.contains(&"anchor.example.org:8443".to_string()));
+    assert!(!hosts.iter().any(|h| h.contains("evil")));
+}

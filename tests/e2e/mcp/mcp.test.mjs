@@ -1,0 +1,137 @@
+// Drives the service's MCP endpoint with the official MCP client
+// (@modelcontextprotocol/sdk, streamable HTTP), as an agent's MCP host would.
+//
+//   ANCHOR_BASE_URL=http://127.0.0.1:PORT node --test mcp.test.mjs
+//
+// The reference MCP server's tool names and required arguments come from
+// tests/data/reference-mcp-tools.json (facts extracted from its tool list).
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const base = process.env.ANCHOR_BASE_URL;
+assert.ok(base, "ANCHOR_BASE_URL is required");
+const reference = JSON.parse(readFileSync(new URL("../../data/reference-mcp-tools.json", import.meta.url))).tools;
+
+async function connect(headers = {}) {
+  const client = new Client({ name: "anchor-e2e", version: "1.0.0" });
+  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers } });
+  await client.connect(transport);
+  return client;
+}
+
+async function call(client, name, args = {}) {
+  return client.callTool({ name, arguments: args });
+}
+
+function ok(result, name) {
+  assert.notEqual(result.isError, true, `${name}: ${JSON.stringify(result)}`);
+  assert.ok(result.structuredContent, `${name} answers structured content`);
+  return result.structuredContent;
+}
+
+test("the tool list is the reference's: names and required arguments", async () => {
+  const client = await connect();
+  const { tools } = await client.listTools();
+  assert.equal(tools.length, 30);
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  for (const expected of reference) {
+    const tool = byName.get(expected.name);
+    assert.ok(tool, `tool ${expected.name} is listed`);
+    assert.deepEqual([...(tool.inputSchema.required ?? [])].sort(), [...(expected.inputSchema.required ?? [])].sort(), expected.name);
+    assert.deepEqual(
+      Object.keys(tool.inputSchema.properties ?? {}).sort(),
+      Object.keys(expected.inputSchema.properties ?? {}).sort(),
+      `${expected.name}: argument names`,
+    );
+    assert.ok(tool.description && tool.description.length > 10, `${expected.name} has a description`);
+  }
+  await client.close();
+});
+
+test("an agent registers, declares, confirms and reads back over MCP", async () => {
+  const client = await connect();
+  const registered = ok(await call(client, "register_agent", {}), "register_agent");
+  assert.match(registered.agent_id, /^[0-9a-f-]{36}$/);
+  const token = registered.auth_token;
+
+  const created = ok(
+    await call(client, "create_decision", {
+      auth_token: token,
+      decision_type: "external_interaction",
+      decision_action_type: "execute",
+      origin_context_type: "external",
+      ee_preset: "EE_basic",
+    }),
+    "create_decision",
+  );
+  assert.match(created.dd_id, /^[0-9a-f-]{36}$/);
+  const confirmed = ok(await call(client, "confirm_decision", { auth_token: token, dd_id: created.dd_id }), "confirm_decision");
+  assert.equal(confirmed.dd_id, created.dd_id);
+  assert.match(confirmed.integrity_hash, /^sha256:[0-9a-f]{64}$/);
+
+  const read = ok(await call(client, "get_decision", { auth_token: token, dd_id: created.dd_id }), "get_decision");
+  assert.equal(read.dd.dd_id, created.dd_id);
+  assert.equal(read.dd.decision_type, "external_interaction");
+  const listed = ok(await call(client, "list_decisions", { auth_token: token, limit: 10 }), "list_decisions");
+  assert.deepEqual(listed.dds.map((d) => d.dd_id), [created.dd_id]);
+  const trial = ok(await call(client, "get_trial_status", { auth_token: token }), "get_trial_status");
+  assert.ok(typeof trial === "object");
+  const classes = ok(await call(client, "list_classifications", { auth_token: token }), "list_classifications");
+  assert.ok(classes.count > 0 && classes.classifications.length === classes.count);
+  const docs = ok(await call(client, "get_documentation"), "get_documentation");
+  assert.match(docs.documentation, /\/v1\/dd\/create/);
+
+  // Without a token the tool refuses, as the route would (401).
+  const anonymous = await call(client, "get_trial_status", {});
+  assert.equal(anonymous.isError, true);
+  assert.equal(anonymous.structuredContent.status, 401);
+  await client.close();
+
+  // The token may come as the MCP request's bearer header instead.
+  const bearer = await connect({ Authorization: `Bearer ${token}` });
+  const again = ok(await call(bearer, "list_decisions", {}), "list_decisions (bearer)");
+  assert.equal(again.total, 1);
+  await bearer.close();
+});
+
+test("every other tool answers its result or says it is not served yet", async () => {
+  const client = await connect();
+  const token = ok(await call(client, "register_agent", {}), "register_agent").auth_token;
+  const served = new Set([
+    "register_agent", "create_decision", "confirm_decision", "get_decision", "list_decisions",
+    "get_trial_status", "list_classifications", "get_documentation",
+  ]);
+  for (const tool of reference) {
+    if (served.has(tool.name)) continue;
+    const args = { auth_token: token };
+    for (const name of tool.inputSchema.required ?? []) {
+      const schema = tool.inputSchema.properties[name];
+      args[name] = schema.enum ? schema.enum[0] : schema.type === "array" ? [] : schema.type === "number" ? 1 : "00000000-0000-4000-8000-000000000000";
+    }
+    if (!("auth_token" in (tool.inputSchema.properties ?? {}))) delete args.auth_token;
+    const result = await call(client, tool.name, args);
+    if (result.isError) {
+      assert.equal(result.structuredContent.error_code, "NOT_AVAILABLE_YET", `${tool.name}: ${JSON.stringify(result)}`);
+      assert.match(result.structuredContent.message, /not served over MCP/);
+    } else {
+      assert.ok(result.structuredContent, tool.name);
+    }
+  }
+  await client.close();
+});
+
+test("a call that does not fit the tool's schema is a JSON-RPC error", async () => {
+  const client = await connect();
+  await assert.rejects(call(client, "no_such_tool", {}), /-32602|no tool/);
+  await assert.rejects(call(client, "confirm_decision", { dd_id: "x", surprise: 1 }), /-32602|unknown argument/);
+  await assert.rejects(call(client, "confirm_decision", {}), /-32602|missing required/);
+  await assert.rejects(
+    call(client, "create_decision", { decision_type: "nonsense", decision_action_type: "execute", origin_context_type: "internal" }),
+    /-32602|must be one of/,
+  );
+  await client.close();
+});

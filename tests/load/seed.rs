@@ -1,0 +1,142 @@
+//! Writing many agents and declarations directly in SQL (load programs).
+
+use anchor_domain::MilliDac;
+use anchor_store::NewAgent;
+use anchor_tests::*;
+use uuid::Uuid;
+
+/// `agents - 1` agents besides the ones the program registered, numbered in
+/// the table `bench_agent` (k, agent_id) with every agent.
+pub async fn agents(t: &TestServer, agents: usize, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+    for _ in 1..agents {
+        let agent = NewAgent {
+            agent_id: Uuid::new_v4(),
+            token_hash: *Uuid::new_v4().as_bytes().repeat(2).first_chunk::<32>().expect("32 bytes"),
+            recovery_hash: [0; 32],
+            region_code: None,
+            registered_at: now - chrono::Duration::days(120),
+            trial_granted: MilliDac::ZERO,
+            trial_expires_at: now - chrono::Duration::days(90),
+        };
+        t.store.insert_agent(&agent).await?;
+    }
+    t.tamper("update agent set disclosure_level = 'full'").await;
+    // The nil agent (the owner of de-identified records) is no bench agent.
+    let nil = t.uuid_sql(&Uuid::nil().to_string());
+    t.tamper(&format!(
+        "create table bench_agent as select row_number() over (order by agent_id) - 1 as k, agent_id from agent where agent_id <> {nil}"
+    ))
+    .await;
+    t.tamper("create index bench_agent_k on bench_agent (k)").await;
+    Ok(())
+}
+
+/// Clones `declarations` declarations from the two templates (one in five
+/// from `branch_one`), confirmed, with a log entry each and the log's size
+/// set, as if the integrator had taken them.
+pub async fn declarations(
+    t: &TestServer,
+    backend: Backend,
+    declarations: usize,
+    agents: usize,
+    now: chrono::DateTime<chrono::Utc>,
+    plain: &str,
+    branch_one: &str,
+) {
+    let columns = match backend {
+        Backend::Sqlite => t.strings("select name from pragma_table_info('declaration') order by cid").await,
+        Backend::Postgres => {
+            t.strings(
+                "select column_name::text from information_schema.columns \
+                 where table_schema = current_schema() and table_name = 'declaration' order by ordinal_position",
+            )
+            .await
+        }
+    };
+    let chunk = 100_000;
+    let mut lo = 0;
+    while lo < declarations {
+        let hi = (lo + chunk).min(declarations);
+        t.tamper(&clone_statement(backend, t, &columns, lo, hi, agents, now, plain, branch_one)).await;
+        lo = hi;
+    }
+    let stamp = match backend {
+        Backend::Sqlite => format!("'{}'", now.to_rfc3339()),
+        Backend::Postgres => format!("timestamptz '{}'", now.to_rfc3339()),
+    };
+    let zero = match backend {
+        Backend::Sqlite => "x'00'",
+        Backend::Postgres => "decode('00', 'hex')",
+    };
+    t.tamper(&format!(
+        "insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) \
+         select row_number() over (order by anchored_at, dd_id) - 1, dd_id, {zero}, {stamp} from declaration where confirmed_at is not null"
+    ))
+    .await;
+    t.tamper("delete from log_pending").await;
+    t.tamper("update log_state set size = (select count(*) from log_entry) where log_state_id = 0").await;
+    t.tamper("analyze").await;
+}
+
+/// `insert into declaration … select` cloning declarations `lo..hi` from the
+/// two templates: a random id, an agent by ordinal, an anchoring time on one
+/// of the agent's 20 active days, and a few varied axes.
+#[allow(clippy::too_many_arguments)]
+fn clone_statement(
+    backend: Backend,
+    t: &TestServer,
+    columns: &[String],
+    lo: usize,
+    hi: usize,
+    agents: usize,
+    now: chrono::DateTime<chrono::Utc>,
+    plain: &str,
+    branch_one: &str,
+) -> String {
+    // Whole days before today's start, and seconds into the day.
+    let day = format!("(1 + ((g.i / {agents}) % 20) * 4 + (a.k % 4))");
+    let second = "((g.i * 7919) % 86000)";
+    let today = now.timestamp() - now.timestamp() % 86_400;
+    let (random_id, time, series) = match backend {
+        Backend::Sqlite => (
+            "randomblob(16)".to_string(),
+            format!("strftime('%Y-%m-%dT%H:%M:%S+00:00', {today} - {day} * 86400 + {second}, 'unixepoch')"),
+            format!("with recursive g(i) as (select {lo} union all select i + 1 from g where i < {}) ", hi - 1),
+        ),
+        Backend::Postgres => ("gen_random_uuid()".to_string(), format!("to_timestamp({today} - {day} * 86400 + {second})"), String::new()),
+    };
+    let from = match backend {
+        Backend::Sqlite => "g".to_string(),
+        Backend::Postgres => format!("generate_series(cast({lo} as bigint), {}) as g(i)", hi - 1),
+    };
+    let value = |column: &str| -> String {
+        match column {
+            "dd_id" | "ee_id" | "request_id" | "lineage_group_id" => random_id.clone(),
+            "agent_id" => "a.agent_id".into(),
+            "anchored_at" | "confirmed_at" => time.clone(),
+            "decision_action_type" => {
+                "case g.i % 7 when 0 then 'hold' when 1 then 'reject' when 2 then 'approve' else 'execute' end".into()
+            }
+            "tpl_decision_scale_value" => "case when t.content_inclusion then cast(g.i % 1000 as text) else null end".into(),
+            other => format!("t.{other}"),
+        }
+    };
+    let names = columns.join(", ");
+    let values: Vec<String> = columns.iter().map(|c| value(c)).collect();
+    format!(
+        "{series}insert into declaration ({names}) select {} from {from} \
+         join bench_agent a on a.k = g.i % {agents} \
+         join declaration t on t.dd_id = (case when g.i % 5 = 0 then {} else {} end)",
+        values.join(", "),
+        uuid_literal(backend, t, branch_one),
+        uuid_literal(backend, t, plain),
+    )
+}
+
+/// A UUID literal that compares with the id column on both engines.
+fn uuid_literal(backend: Backend, t: &TestServer, id: &str) -> String {
+    match backend {
+        Backend::Sqlite => t.uuid_sql(id),
+        Backend::Postgres => format!("cast('{id}' as uuid)"),
+    }
+}
