@@ -103,7 +103,9 @@ test("every other tool answers its result or says it is not served yet", async (
   const token = ok(await call(client, "register_agent", {}), "register_agent").auth_token;
   const served = new Set([
     "register_agent", "create_decision", "confirm_decision", "get_decision", "list_decisions",
-    "get_trial_status", "list_classifications", "get_documentation",
+    "get_trial_status", "list_classifications", "get_documentation", "get_dac_balance",
+    "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
+    "get_sdac_session", "end_sdac_session", "propose_bilateral",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -121,6 +123,60 @@ test("every other tool answers its result or says it is not served yet", async (
       assert.ok(result.structuredContent, tool.name);
     }
   }
+  await client.close();
+});
+
+test("idle state, simulation, Earned balance and a bilateral proposal over MCP", async () => {
+  const client = await connect();
+  const me = ok(await call(client, "register_agent", {}), "register_agent");
+  const other = ok(await call(client, "register_agent", {}), "register_agent");
+  const token = me.auth_token;
+
+  const entered = ok(await call(client, "create_ise_session", { auth_token: token }), "create_ise_session");
+  assert.equal(entered.payment_mode, "free");
+  const status = ok(await call(client, "get_ise_status", { auth_token: token }), "get_ise_status");
+  assert.equal(status.active, true);
+  assert.equal(status.session_id, entered.session_id);
+  const exited = ok(await call(client, "exit_ise_session", { auth_token: token }), "exit_ise_session");
+  assert.equal(exited.session_id, entered.session_id);
+  assert.equal(ok(await call(client, "get_ise_status", { auth_token: token }), "get_ise_status").active, false);
+
+  const session = ok(await call(client, "create_sdac_session", { auth_token: token }), "create_sdac_session");
+  const trial = ok(
+    await call(client, "run_sdac_trial", {
+      auth_token: token,
+      session_id: session.session_id,
+      ee_retention_period: "long",
+      ee_integrity_verification_level: "enhanced",
+      ee_disclosure_format_policy: "internal",
+      ee_responsibility_scope: "standard",
+    }),
+    "run_sdac_trial",
+  );
+  assert.equal(trial.trial_number, 1);
+  assert.ok(trial.simulated_total_dac > 10, JSON.stringify(trial));
+  const history = ok(await call(client, "get_sdac_session", { auth_token: token, session_id: session.session_id }), "get_sdac_session");
+  assert.equal(history.trials.length, 1);
+  const ended = ok(await call(client, "end_sdac_session", { auth_token: token, session_id: session.session_id }), "end_sdac_session");
+  assert.equal(ended.session_id, session.session_id);
+
+  const balance = ok(await call(client, "get_dac_balance", { auth_token: token }), "get_dac_balance");
+  assert.equal(balance.earned_balance, 0);
+
+  // A proposal is paid over x402 only: the tool answers the payment requirement.
+  const proposal = await call(client, "propose_bilateral", {
+    auth_token: token,
+    counterparty_agent_id: other.agent_id,
+    decision_type: "external_interaction",
+    decision_action_type: "approve",
+    origin_context_type: "external",
+  });
+  assert.equal(proposal.isError, true, JSON.stringify(proposal));
+  assert.equal(proposal.structuredContent.status, 402);
+  const challenge = proposal.structuredContent.payment_required;
+  assert.equal(challenge.x402Version, 2);
+  assert.ok(challenge.accepts[0].amount && challenge.accepts[0].payTo && challenge.accepts[0].network && challenge.accepts[0].asset);
+  assert.match(proposal.structuredContent.message, /payment_signature/);
   await client.close();
 });
 

@@ -1,6 +1,7 @@
 //! Bilateral declarations over HTTP (`anchor_app::bilateral`): propose,
 //! respond, and the received and sent lists.
 
+use anchor_store::AgentRecord;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
@@ -108,7 +109,7 @@ pub fn operations() -> Vec<Operation> {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ProposeRequest {
+pub(crate) struct ProposeRequest {
     counterparty_agent_id: Id,
     dd: DdInput,
     /// The four axes (ee_preset is refused here).
@@ -119,7 +120,7 @@ struct ProposeRequest {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Proposed {
+pub(crate) struct Proposed {
     agreement_id: Id,
     status: Named<AgreementStatus>,
     dd_id: Id,
@@ -137,6 +138,16 @@ async fn propose(
     PaymentOffer(offered): PaymentOffer,
     Body(request): Body<ProposeRequest>,
 ) -> ApiResult<(StatusCode, Json<Proposed>)> {
+    Ok((StatusCode::CREATED, Json(propose_agreement(&state, &agent, offered, request).await?)))
+}
+
+/// A bilateral proposal, as REST and the MCP tool propose_bilateral answer it.
+pub(crate) async fn propose_agreement(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    request: ProposeRequest,
+) -> ApiResult<Proposed> {
     if request.ee.has_preset() {
         return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is not accepted on a bilateral proposal; send the four EE axes"));
     }
@@ -157,8 +168,8 @@ async fn propose(
         template: None,
         premium_source: None,
     };
-    let (stored, agreement) = bilateral::propose(&state.app, &agent, request.counterparty_agent_id.0, input, offered).await?;
-    Ok((StatusCode::CREATED, Json(proposed(&stored, &agreement))))
+    let (stored, agreement) = bilateral::propose(&state.app, agent, request.counterparty_agent_id.0, input, offered).await?;
+    Ok(proposed(&stored, &agreement))
 }
 
 fn proposed(stored: &StoredDeclaration, agreement: &Agreement) -> Proposed {

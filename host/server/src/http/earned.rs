@@ -49,7 +49,7 @@ struct NextExpiry {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct BalanceView {
+pub(crate) struct BalanceView {
     /// Unexpired and unspent.
     earned_balance: Dac,
     /// Whether earned_balance reaches min_spend_threshold, so that Earned can pay.
@@ -65,8 +65,13 @@ struct BalanceView {
 }
 
 async fn balance(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<BalanceView>> {
-    let b = earned::balance(&state.app, &agent).await?;
-    Ok(Json(BalanceView {
+    Ok(Json(balance_of(&state, &agent).await?))
+}
+
+/// The Earned DAC balance, as REST and the MCP tool get_dac_balance answer it.
+pub(crate) async fn balance_of(state: &AppState, agent: &anchor_store::AgentRecord) -> ApiResult<BalanceView> {
+    let b = earned::balance(&state.app, agent).await?;
+    Ok(BalanceView {
         earned_balance: b.totals.balance.into(),
         spendable: b.spendable,
         min_spend_threshold: b.terms.threshold.into(),
@@ -75,7 +80,7 @@ async fn balance(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> 
         received_total: b.totals.received.into(),
         spent_total: b.totals.spent.into(),
         expired_total: b.totals.expired.into(),
-    }))
+    })
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -1,5 +1,6 @@
 //! ISE over HTTP (`anchor_app::ise`): enter, status, exit.
 
+use anchor_store::AgentRecord;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
@@ -65,14 +66,14 @@ pub fn operations() -> Vec<Operation> {
 
 #[derive(Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct EnterRequest {
+pub(crate) struct EnterRequest {
     /// free (the default), earned_only or external.
     #[schemars(extend("default" = "free"))]
     payment_mode: Option<Named<IseMode>>,
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Entered {
+pub(crate) struct Entered {
     session_id: Id,
     payment_mode: Named<IseMode>,
     entered_at: Time,
@@ -93,8 +94,13 @@ async fn enter(
     AuthAgent(agent): AuthAgent,
     Body(request): Body<Option<EnterRequest>>,
 ) -> ApiResult<Response> {
+    Ok((StatusCode::CREATED, Json(enter_stay(&state, &agent, request).await?)).into_response())
+}
+
+/// ISE enter, as REST and the MCP tool create_ise_session answer it.
+pub(crate) async fn enter_stay(state: &AppState, agent: &AgentRecord, request: Option<EnterRequest>) -> ApiResult<Entered> {
     let mode = request.unwrap_or_default().payment_mode.map(|m| m.0);
-    let (stay, terms) = ise::enter(&state.app, &agent, mode).await?;
+    let (stay, terms) = ise::enter(&state.app, agent, mode).await?;
     let view = Entered {
         session_id: Id(stay.session_id),
         payment_mode: Named(stay.mode),
@@ -103,11 +109,11 @@ async fn enter(
         fee_dac: terms.fee.into(),
         ends_at: ends_at(&terms, &stay).into(),
     };
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    Ok(view)
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Status {
+pub(crate) struct Status {
     active: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<Id>,
@@ -125,9 +131,14 @@ struct Status {
 }
 
 async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<Status>> {
-    let (open, terms) = ise::status(&state.app, &agent).await?;
+    Ok(Json(stay_status(&state, &agent).await?))
+}
+
+/// ISE status, as REST and the MCP tool get_ise_status answer it.
+pub(crate) async fn stay_status(state: &AppState, agent: &AgentRecord) -> ApiResult<Status> {
+    let (open, terms) = ise::status(&state.app, agent).await?;
     let now = state.app.clock.now();
-    Ok(Json(match open {
+    Ok(match open {
         None => Status {
             active: false,
             session_id: None,
@@ -149,11 +160,11 @@ async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> A
                 ends_at: Some(ends_at(&terms, &stay).into()),
             }
         }
-    }))
+    })
 }
 
 #[derive(Serialize, JsonSchema)]
-struct Exited {
+pub(crate) struct Exited {
     session_id: Id,
     payment_mode: Named<IseMode>,
     entered_at: Time,
@@ -165,7 +176,18 @@ struct Exited {
 }
 
 async fn exit(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
-    let (stay, settlement) = ise::exit(&state.app, &agent, offered).await?;
+    let (view, settlement) = exit_stay(&state, &agent, offered).await?;
+    Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
+}
+
+/// ISE exit, as REST and the MCP tool exit_ise_session answer it, with the
+/// settlement (reference, payer) an external payment got.
+pub(crate) async fn exit_stay(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+) -> ApiResult<(Exited, Option<(String, String)>)> {
+    let (stay, settlement) = ise::exit(&state.app, agent, offered).await?;
     let exited_at = stay.exited_at.unwrap_or(stay.entered_at);
     let view = Exited {
         session_id: Id(stay.session_id),
@@ -176,5 +198,5 @@ async fn exit(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Paymen
         dac_charged: stay.charged.into(),
         payment_source: stay.source.map(Named),
     };
-    Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
+    Ok((view, settlement))
 }

@@ -1,5 +1,6 @@
 //! sDAC over HTTP (`anchor_app::sdac`): session start, trial, history, end.
 
+use anchor_store::AgentRecord;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
@@ -67,7 +68,7 @@ pub fn operations() -> Vec<Operation> {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct SessionView {
+pub(crate) struct SessionView {
     session_id: Id,
     status: &'static str,
     started_at: Time,
@@ -96,19 +97,23 @@ impl From<&SdacRecord> for SessionView {
 }
 
 async fn start(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Response> {
-    let session = sdac::start(&state.app, &agent).await?;
-    Ok((StatusCode::CREATED, Json(SessionView::from(&session))).into_response())
+    Ok((StatusCode::CREATED, Json(start_session(&state, &agent).await?)).into_response())
+}
+
+/// sDAC session start, as REST and the MCP tool create_sdac_session answer it.
+pub(crate) async fn start_session(state: &AppState, agent: &AgentRecord) -> ApiResult<SessionView> {
+    Ok(SessionView::from(&sdac::start(&state.app, agent).await?))
 }
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TrialRequest {
+pub(crate) struct TrialRequest {
     session_id: Id,
     ee: EeRequest,
 }
 
 #[derive(Serialize, JsonSchema)]
-struct TrialView {
+pub(crate) struct TrialView {
     session_id: Id,
     trial_number: i32,
     pricing_version: String,
@@ -124,19 +129,24 @@ async fn trial(
     AuthAgent(agent): AuthAgent,
     Body(request): Body<TrialRequest>,
 ) -> ApiResult<Json<TrialView>> {
+    Ok(Json(run_trial(&state, &agent, request).await?))
+}
+
+/// An sDAC trial, as REST and the MCP tool run_sdac_trial answer it.
+pub(crate) async fn run_trial(state: &AppState, agent: &AgentRecord, request: TrialRequest) -> ApiResult<TrialView> {
     if request.ee.has_preset() {
         return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is accepted on DD creation only; send the four axes"));
     }
     let input = request.ee.into_input()?;
-    let (quote, session) = sdac::trial(&state.app, &agent, request.session_id.0, &input).await?;
-    Ok(Json(TrialView {
+    let (quote, session) = sdac::trial(&state.app, agent, request.session_id.0, &input).await?;
+    Ok(TrialView {
         session_id: Id(session.session_id),
         trial_number: session.trials,
         pricing_version: state.app.pricing.generation().version.clone(),
         cost_breakdown: CostBreakdown::of_quote(&quote),
         simulated_total_dac: session.simulated.into(),
         session_end_dac: sdac::price(&state.app, &session)?.into(),
-    }))
+    })
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -149,7 +159,7 @@ struct TrialItem {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct HistoryView {
+pub(crate) struct HistoryView {
     #[serde(flatten)]
     session: SessionView,
     trials: Vec<TrialItem>,
@@ -160,14 +170,19 @@ async fn history(
     AuthAgent(agent): AuthAgent,
     ApiPath(session_id): ApiPath<String>,
 ) -> ApiResult<Json<HistoryView>> {
-    let (session, trials) = sdac::history(&state.app, &agent, path_uuid("session_id", &session_id)?).await?;
-    Ok(Json(HistoryView {
+    Ok(Json(session_history(&state, &agent, path_uuid("session_id", &session_id)?).await?))
+}
+
+/// An sDAC session's history, as REST and the MCP tool get_sdac_session answer it.
+pub(crate) async fn session_history(state: &AppState, agent: &AgentRecord, session_id: uuid::Uuid) -> ApiResult<HistoryView> {
+    let (session, trials) = sdac::history(&state.app, agent, session_id).await?;
+    Ok(HistoryView {
         session: SessionView::from(&session),
         trials: trials
             .into_iter()
             .map(|t| TrialItem { trial_number: t.position, ee: t.axes.into_iter().collect(), total_dac: t.total.into(), at: t.at.into() })
             .collect(),
-    }))
+    })
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -182,6 +197,18 @@ async fn end(
     PaymentOffer(offered): PaymentOffer,
     Body(request): Body<EndRequest>,
 ) -> ApiResult<Response> {
-    let (session, settlement) = sdac::end(&state.app, &agent, request.session_id.0, offered).await?;
-    Ok(with_settlement(Json(SessionView::from(&session)).into_response(), settlement.as_ref()))
+    let (view, settlement) = end_session(&state, &agent, request.session_id.0, offered).await?;
+    Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
+}
+
+/// An sDAC session's end, as REST and the MCP tool end_sdac_session answer
+/// it, with the settlement (reference, payer) an external payment got.
+pub(crate) async fn end_session(
+    state: &AppState,
+    agent: &AgentRecord,
+    session_id: uuid::Uuid,
+    offered: anchor_app::charge::Offered,
+) -> ApiResult<(SessionView, Option<(String, String)>)> {
+    let (session, settlement) = sdac::end(&state.app, agent, session_id, offered).await?;
+    Ok((SessionView::from(&session), settlement))
 }

@@ -10,7 +10,7 @@ use anchor_app::charge::Offered;
 use anchor_store::AgentRecord;
 
 use crate::error::{ApiError, AuthFailure};
-use crate::http::{account, agents, declarations, discovery};
+use crate::http::{account, agents, bilateral, declarations, discovery, earned, ise, sdac};
 use crate::state::AppState;
 
 /// Why a tool call produced no result.
@@ -48,21 +48,12 @@ fn body(value: impl Serialize) -> Outcome {
 /// The REST route each tool the server does not serve yet stands for.
 const NOT_SERVED: &[(&str, &str)] = &[
     ("get_agent_profile", "GET /v1/ara/agent/{agent_id}/profile"),
-    ("propose_bilateral", "POST /v1/dd/bilateral/propose"),
     ("observe_environment", "GET /v1/ara/environment"),
     ("observe_pattern", "GET /v1/ara/pattern/{type}"),
     ("list_tools", "GET /v1/tsl/tools"),
     ("register_tool", "POST /v1/tsl/tool/register"),
     ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
-    ("create_ise_session", "POST /v1/ise/enter"),
-    ("get_ise_status", "GET /v1/ise/status"),
-    ("exit_ise_session", "POST /v1/ise/exit"),
-    ("get_dac_balance", "GET /v1/earned-dac/balance"),
     ("get_dac_ur", "GET /v1/dur/summary"),
-    ("create_sdac_session", "POST /v1/sdac/session/start"),
-    ("run_sdac_trial", "POST /v1/sdac/trial"),
-    ("get_sdac_session", "GET /v1/sdac/session/{session_id}"),
-    ("end_sdac_session", "POST /v1/sdac/session/{session_id}/end"),
     ("compare_anomaly", "GET /v1/ara/anomaly-compare"),
     ("get_evidence_report", "GET /v1/ara/evidence-report"),
     ("get_environment_anomaly", "GET /v1/ara/environment-anomaly"),
@@ -99,6 +90,34 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             body(declarations::decision_detail(state, &agent, dd_id).await?)
         }
         "list_decisions" => body(declarations::list_decisions(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "propose_bilateral" => {
+            let offered = offer(&mut arguments);
+            // counterparty_agent_id stays at the top, beside dd and ee.
+            let request = create_request(arguments, "bilateral");
+            body(bilateral::propose_agreement(state, &agent, offered, crate::http::body::read(&request)?).await?)
+        }
+        "create_ise_session" => body(ise::enter_stay(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "get_ise_status" => body(ise::stay_status(state, &agent).await?),
+        "exit_ise_session" => {
+            let offered = offer(&mut arguments);
+            body(ise::exit_stay(state, &agent, offered).await?.0)
+        }
+        "get_dac_balance" => body(earned::balance_of(state, &agent).await?),
+        "create_sdac_session" => body(sdac::start_session(state, &agent).await?),
+        "run_sdac_trial" => {
+            let session_id = arguments.remove("session_id").unwrap_or(Value::Null);
+            let request = json!({ "session_id": session_id, "ee": Value::Object(arguments) });
+            body(sdac::run_trial(state, &agent, crate::http::body::read(&request)?).await?)
+        }
+        "get_sdac_session" => {
+            let session_id = uuid_argument(&arguments, "session_id")?;
+            body(sdac::session_history(state, &agent, session_id).await?)
+        }
+        "end_sdac_session" => {
+            let offered = offer(&mut arguments);
+            let session_id = uuid_argument(&arguments, "session_id")?;
+            body(sdac::end_session(state, &agent, session_id, offered).await?.0)
+        }
         "get_trial_status" => body(account::TrialStatus::from(anchor_app::agents::trial(&state.app, &agent))),
         "list_classifications" => body(account::classifications_of(state, &agent).await?),
         other => Err(Failure::Refused(ApiError::bad("INVALID_VALUE", format!("no tool named {}", anchor_domain::brief(other))))),
