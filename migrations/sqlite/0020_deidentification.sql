@@ -44,3 +44,6 @@ create table ara_deidentified_month (
 -- What a batch looks up by a record's id besides the record itself.
 create index declaration_by_parent on declaration (parent_dd_id) where parent_dd_id is not null;
 create index earned_entry_by_reference on earned_entry (reference_kind, reference_id) where reference_id is not null;
+
+-- An agent's demoted records by anchoring time (its own ARA timeline counts them).
+create index declaration_demoted on declaration (agent_id, anchored_at) where retention_demoted_at is not null;

@@ -240,4 +240,21 @@ async fn the_agents_own_profile_counts_its_demoted_records(backend: Backend) {
     let after = t.get(&path, Some(&agent.token)).await.json;
     assert_eq!(after["demotion_stats"]["demoted_dd_count"], json!(2), "{after}");
     assert_eq!(after["demotion_stats"]["last_demoted_on"], json!(grace_end.format("%Y-%m-%d").to_string()), "{after}");
+
+    // The timeline counts them in the bucket they were anchored in, and the
+    // EE pattern's effective retention shows them as short ones.
+    let timeline = t.get(&format!("/v1/ara/agent/{}/timeline?resolution_level=3", agent.id), Some(&agent.token)).await;
+    assert_eq!(timeline.status.as_u16(), 200, "{}", timeline.text);
+    let demoted: Vec<i64> = timeline.json["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("items: {}", timeline.text))
+        .iter()
+        .map(|b| b["retention_demotion"]["demoted_dd_count"].as_i64().unwrap_or_else(|| panic!("{b}")))
+        .collect();
+    assert_eq!(demoted.iter().sum::<i64>(), 2, "{}", timeline.text);
+    let pattern = t.get(&format!("/v1/ara/agent/{}/ee-pattern?resolution_level=3", agent.id), Some(&agent.token)).await;
+    assert_eq!(pattern.status.as_u16(), 200, "{}", pattern.text);
+    // (the third, short record was never confirmed, so ARA does not count it)
+    assert_eq!(pattern.json["retention_distribution_effective"], json!({ "short": 2 }), "{}", pattern.text);
+    assert_eq!(pattern.json["distributions"]["retention"], json!({ "indefinite": 2 }), "declared as it was");
 }

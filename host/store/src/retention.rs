@@ -62,6 +62,8 @@ pub trait RetentionStore {
     async fn indefinite_declarations(&self, agent_id: Uuid) -> Result<i64>;
     /// How many of the agent's records were demoted, and the last demotion.
     async fn demotions(&self, agent_id: Uuid) -> Result<(i64, Option<DateTime<Utc>>)>;
+    /// When each of the agent's demoted records anchored in `[from, to)` was anchored.
+    async fn demoted_anchorings(&self, agent_id: Uuid, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>>;
 }
 
 fn subject(agent_id: Uuid) -> Subject {
@@ -284,6 +286,18 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
             Some(row) => Ok((row.get("n")?, row.get("last")?)),
             None => Ok((0, None)),
         }
+    }
+
+    async fn demoted_anchorings(&self, agent_id: Uuid, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<DateTime<Utc>>> {
+        self.db()
+            .scalar_all(
+                sql("select anchored_at from declaration where agent_id = $1 and retention_demoted_at is not null \
+                     and anchored_at >= $2 and anchored_at < $3")
+                .bind(agent_id)
+                .bind(from)
+                .bind(to),
+            )
+            .await
     }
 
     async fn indefinite_declarations(&self, agent_id: Uuid) -> Result<i64> {

@@ -316,29 +316,51 @@ pub(crate) async fn timeline_of(services: &Services, target: Target) -> AppResul
             values.push((value, n));
         }
     }
+    if target.own {
+        // Each bucket's records that an ended indefinite-retention subscription demoted.
+        let anchored = services.store.demoted_anchorings(target.agent_id, day_start(starts[0]), day_start(today + 1)).await?;
+        for at in anchored {
+            if let Some(i) = bucket_of(day_of(at)) {
+                buckets[i].demoted = Some(buckets[i].demoted.unwrap_or(0) + 1);
+            }
+        }
+    }
     Ok(Timeline { target, granularity, buckets })
 }
 
 /// GET /v1/ara/agent/{agent_id}/ee-pattern.
 pub async fn ee_pattern(services: &Services, observer: &AgentRecord, ask: Ask) -> AppResult<Observed<EePattern>> {
     let target = target(services, observer, ask.target_id, ask.level).await?;
-    let pattern = ee_pattern_of(target);
+    let demoted = if target.own { services.store.demotions(target.agent_id).await?.0 } else { 0 };
+    let pattern = ee_pattern_of(target, demoted);
     let purchase = purchase(Via::Route(super::EE_PATTERN), &pattern.target, ask.premium_source, "EE pattern");
     pay(services, observer.agent_id, purchase, ask.offered, pattern).await
 }
 
-/// The EE distributions at the target's resolution level.
-pub(crate) fn ee_pattern_of(target: Target) -> EePattern {
+/// The EE distributions at the target's resolution level; `demoted` of the
+/// agent's indefinite records were demoted to short (its own view only).
+pub(crate) fn ee_pattern_of(target: Target, demoted: i64) -> EePattern {
     let mut combinations = if target.level >= 3 { target.distribution(Dimension::EeCombination) } else { Vec::new() };
     combinations.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     combinations.truncate(20);
     EePattern {
         distributions: target.distributions(&up_to(&EE_DIMENSIONS, target.level)),
         combinations,
-        // No subscription has ended yet, so retention stands as declared.
-        retention_effective: target.own.then(|| target.distribution(Dimension::Retention)),
+        retention_effective: target.own.then(|| effective_retention(target.distribution(Dimension::Retention), demoted)),
         target,
     }
+}
+
+/// The retention distribution as it stands: `demoted` records declared
+/// indefinite are kept as short ones.
+fn effective_retention(declared: Vec<(String, i64)>, demoted: i64) -> Vec<(String, i64)> {
+    let mut counts: BTreeMap<String, i64> = declared.into_iter().collect();
+    let moved = demoted.min(counts.get("indefinite").copied().unwrap_or(0)).max(0);
+    if moved > 0 {
+        *counts.entry("indefinite".into()).or_default() -= moved;
+        *counts.entry("short".into()).or_default() += moved;
+    }
+    counts.into_iter().filter(|(_, n)| *n > 0).collect()
 }
 
 /// What ARA shows an agent about itself, as its owner sees it in the portal.
@@ -361,7 +383,8 @@ pub async fn for_owner(services: &Services, owner: &OwnerRecord, agent_id: Uuid,
     // the timeline at the level asked.
     let full = target(services, &agent, agent_id, 3).await?;
     let timeline = timeline_of(services, Target { level, ..full.clone() }).await?;
-    Ok(OwnerView { timeline, pattern: ee_pattern_of(full) })
+    let demoted = services.store.demotions(agent_id).await?.0;
+    Ok(OwnerView { timeline, pattern: ee_pattern_of(full, demoted) })
 }
 
 /// One agent of a comparison.

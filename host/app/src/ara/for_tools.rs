@@ -172,7 +172,8 @@ pub async fn gather(
             }
         }
         _ => {
-            let pattern = agents::ee_pattern_of(target);
+            // A tool's observation carries no effective-retention figures.
+            let pattern = agents::ee_pattern_of(target, 0);
             let combinations = std::iter::once(("ee_combination".to_string(), pattern.combinations.clone()));
             let cells = cells(named(&pattern.distributions).into_iter().chain(combinations));
             Observation {
