@@ -105,7 +105,8 @@ test("every other tool answers its result or says it is not served yet", async (
     "register_agent", "create_decision", "confirm_decision", "get_decision", "list_decisions",
     "get_trial_status", "list_classifications", "get_documentation", "get_dac_balance",
     "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
-    "get_sdac_session", "end_sdac_session", "propose_bilateral",
+    "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
+    "get_decision_metadata_distribution", "get_self_classification_distribution",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -126,7 +127,7 @@ test("every other tool answers its result or says it is not served yet", async (
   await client.close();
 });
 
-test("idle state, simulation, Earned balance and a bilateral proposal over MCP", async () => {
+test("idle state, simulation, Earned balance, a bilateral proposal, observations and reports over MCP", async () => {
   const client = await connect();
   const me = ok(await call(client, "register_agent", {}), "register_agent");
   const other = ok(await call(client, "register_agent", {}), "register_agent");
@@ -177,6 +178,19 @@ test("idle state, simulation, Earned balance and a bilateral proposal over MCP",
   assert.equal(challenge.x402Version, 2);
   assert.ok(challenge.accepts[0].amount && challenge.accepts[0].payTo && challenge.accepts[0].network && challenge.accepts[0].asset);
   assert.match(proposal.structuredContent.message, /payment_signature/);
+
+  // Observations and reports answer as their routes do.
+  const environment = await call(client, "observe_environment", { auth_token: token });
+  assert.equal(environment.isError, true, "too few agents for a release");
+  assert.equal(environment.structuredContent.status, 404);
+  assert.equal(environment.structuredContent.error_code, "DATA_UNAVAILABLE");
+  const market = ok(await call(client, "list_tools", { limit: 5 }), "list_tools");
+  assert.equal(market.total, 0);
+  assert.deepEqual(market.tools, []);
+  const metadata = ok(await call(client, "get_decision_metadata_distribution", { auth_token: token }), "get_decision_metadata_distribution");
+  assert.equal(metadata.dd_count, 0);
+  const classified = ok(await call(client, "get_self_classification_distribution", { auth_token: token }), "get_self_classification_distribution");
+  assert.equal(classified.classified_count, 0);
   await client.close();
 });
 

@@ -253,7 +253,7 @@ fn map(values: &[(String, i64)]) -> BTreeMap<String, i64> {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct EnvironmentView {
+pub(crate) struct EnvironmentView {
     observation: &'static str,
     period: Period,
     /// Distinct agents with a declaration in the window.
@@ -287,8 +287,19 @@ async fn environment(
     AuthAgent(agent): AuthAgent,
     PaymentOffer(offered): PaymentOffer,
 ) -> ApiResult<Response> {
+    let (view, settlement) = observe_environment(&state, &agent, offered).await?;
+    Ok(answer(view, settlement.as_ref()))
+}
+
+/// The environment observation, as REST and the MCP tool observe_environment
+/// answer it, with the settlement (reference, payer) its payment got.
+pub(crate) async fn observe_environment(
+    state: &AppState,
+    agent: &anchor_store::AgentRecord,
+    offered: anchor_app::charge::Offered,
+) -> ApiResult<(EnvironmentView, Option<(String, String)>)> {
     let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT, Kind::Environment, 30, offered).await?;
-    Ok(answer(environment_view(&observed), observed.settlement.as_ref()))
+    Ok((environment_view(&observed), observed.settlement))
 }
 
 async fn environment_summary(

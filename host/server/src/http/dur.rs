@@ -475,7 +475,7 @@ async fn export(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQ
 }
 
 #[derive(Deserialize, JsonSchema)]
-struct DecisionQuery {
+pub(crate) struct DecisionQuery {
     /// Your own id, or left out: other agents' decisions are not reported.
     agent_id: Option<Id>,
     from: Option<String>,
@@ -483,7 +483,7 @@ struct DecisionQuery {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct MetadataView {
+pub(crate) struct MetadataView {
     agent_id: Uuid,
     period: ReportPeriod,
     /// Branch-1 decisions in the range.
@@ -504,10 +504,20 @@ async fn decision_metadata(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<DecisionQuery>,
 ) -> ApiResult<Json<MetadataView>> {
+    Ok(Json(metadata_distribution(&state, &agent, query).await?))
+}
+
+/// The decision-metadata report, as REST and the MCP tool
+/// get_decision_metadata_distribution answer it.
+pub(crate) async fn metadata_distribution(
+    state: &AppState,
+    agent: &anchor_store::AgentRecord,
+    query: DecisionQuery,
+) -> ApiResult<MetadataView> {
     dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
-    Ok(Json(MetadataView {
+    Ok(MetadataView {
         agent_id: agent.agent_id,
         period: range.into(),
         dd_count: counts.decisions,
@@ -516,7 +526,7 @@ async fn decision_metadata(
         decision_trigger: counts_of(&counts, "decision_trigger"),
         human_involvement: counts_of(&counts, "human_involvement"),
         dac_charged: MilliDac::ZERO.into(),
-    }))
+    })
 }
 
 /// The decision scales of one unit.
@@ -558,7 +568,7 @@ async fn decision_scale(
 }
 
 #[derive(Serialize, JsonSchema)]
-struct ClassificationView {
+pub(crate) struct ClassificationView {
     agent_id: Uuid,
     period: ReportPeriod,
     /// Branch-1 decisions in the range.
@@ -574,18 +584,28 @@ async fn self_classification(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<DecisionQuery>,
 ) -> ApiResult<Json<ClassificationView>> {
+    Ok(Json(classification_distribution(&state, &agent, query).await?))
+}
+
+/// The self-classification report, as REST and the MCP tool
+/// get_self_classification_distribution answer it.
+pub(crate) async fn classification_distribution(
+    state: &AppState,
+    agent: &anchor_store::AgentRecord,
+    query: DecisionQuery,
+) -> ApiResult<ClassificationView> {
     dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
     let distribution = counts_of(&counts, "self_classification");
-    Ok(Json(ClassificationView {
+    Ok(ClassificationView {
         agent_id: agent.agent_id,
         period: range.into(),
         dd_count: counts.decisions,
         classified_count: distribution.values().sum(),
         distribution,
         dac_charged: MilliDac::ZERO.into(),
-    }))
+    })
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -314,7 +314,7 @@ async fn register(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Bo
 }
 
 #[derive(Deserialize, JsonSchema)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     layer: Option<Named<Layer>>,
     status: Option<Named<ToolStatus>>,
     #[schemars(extend("default" = 20, "minimum" = 1, "maximum" = 100))]
@@ -324,7 +324,7 @@ struct ListQuery {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct ToolList {
+pub(crate) struct ToolList {
     tools: Vec<ToolView>,
     /// Tools matching the filter, on every page.
     total: i64,
@@ -333,13 +333,18 @@ struct ToolList {
 }
 
 async fn list(State(state): State<AppState>, ApiQuery(query): ApiQuery<ListQuery>) -> ApiResult<Json<ToolList>> {
+    Ok(Json(list_tools(&state, query).await?))
+}
+
+/// The market's tools, as REST and the MCP tool list_tools answer them.
+pub(crate) async fn list_tools(state: &AppState, query: ListQuery) -> ApiResult<ToolList> {
     let page = tsl::list(&state.app, query.layer.map(|l| l.0), query.status.map(|s| s.0), query.limit, query.page).await?;
-    Ok(Json(ToolList {
+    Ok(ToolList {
         tools: page.items.iter().map(ToolView::from).collect(),
         total: page.total,
         page: page.offset / page.limit + 1,
         limit: page.limit,
-    }))
+    })
 }
 
 async fn detail(State(state): State<AppState>, ApiPath(tool_id): ApiPath<String>) -> ApiResult<Json<ToolView>> {

@@ -10,7 +10,7 @@ use anchor_app::charge::Offered;
 use anchor_store::AgentRecord;
 
 use crate::error::{ApiError, AuthFailure};
-use crate::http::{account, agents, bilateral, declarations, discovery, earned, ise, sdac};
+use crate::http::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::state::AppState;
 
 /// Why a tool call produced no result.
@@ -48,17 +48,13 @@ fn body(value: impl Serialize) -> Outcome {
 /// The REST route each tool the server does not serve yet stands for.
 const NOT_SERVED: &[(&str, &str)] = &[
     ("get_agent_profile", "GET /v1/ara/agent/{agent_id}/profile"),
-    ("observe_environment", "GET /v1/ara/environment"),
     ("observe_pattern", "GET /v1/ara/pattern/{type}"),
-    ("list_tools", "GET /v1/tsl/tools"),
     ("register_tool", "POST /v1/tsl/tool/register"),
     ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
     ("get_dac_ur", "GET /v1/dur/summary"),
     ("compare_anomaly", "GET /v1/ara/anomaly-compare"),
     ("get_evidence_report", "GET /v1/ara/evidence-report"),
     ("get_environment_anomaly", "GET /v1/ara/environment-anomaly"),
-    ("get_decision_metadata_distribution", "GET /v1/dur/decision-metadata"),
-    ("get_self_classification_distribution", "GET /v1/dur/self-classification"),
     ("submit_feedback", "none"),
 ];
 
@@ -69,6 +65,8 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "get_documentation" => {
             return Ok(json!({ "format": "text/markdown", "documentation": discovery::llms_text(state) }));
         }
+        // The market's list is public, as its route is.
+        "list_tools" => return body(tsl::list_tools(state, crate::http::body::read(&Value::Object(arguments))?).await?),
         _ => {}
     }
     if let Some((name, _)) = NOT_SERVED.iter().find(|(name, _)| *name == tool) {
@@ -117,6 +115,18 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             let offered = offer(&mut arguments);
             let session_id = uuid_argument(&arguments, "session_id")?;
             body(sdac::end_session(state, &agent, session_id, offered).await?.0)
+        }
+        "observe_environment" => {
+            let offered = offer(&mut arguments);
+            body(ara::observe_environment(state, &agent, offered).await?.0)
+        }
+        "get_decision_metadata_distribution" => {
+            // Free, as its route is: a payment offered for it is not needed.
+            arguments.remove("payment_signature");
+            body(dur::metadata_distribution(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?)
+        }
+        "get_self_classification_distribution" => {
+            body(dur::classification_distribution(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?)
         }
         "get_trial_status" => body(account::TrialStatus::from(anchor_app::agents::trial(&state.app, &agent))),
         "list_classifications" => body(account::classifications_of(state, &agent).await?),
