@@ -106,7 +106,7 @@ test("every other tool answers its result or says it is not served yet", async (
     "get_trial_status", "list_classifications", "get_documentation", "get_dac_balance",
     "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
     "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
-    "get_decision_metadata_distribution", "get_self_classification_distribution",
+    "get_decision_metadata_distribution", "get_self_classification_distribution", "get_agent_profile",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -184,6 +184,9 @@ test("idle state, simulation, Earned balance, a bilateral proposal, observations
   assert.equal(environment.isError, true, "too few agents for a release");
   assert.equal(environment.structuredContent.status, 404);
   assert.equal(environment.structuredContent.error_code, "DATA_UNAVAILABLE");
+  const profile = ok(await call(client, "get_agent_profile", { auth_token: token, agent_id: me.agent_id }), "get_agent_profile");
+  assert.equal(profile.agent_id, me.agent_id);
+  assert.equal(profile.observed_as, "self");
   const market = ok(await call(client, "list_tools", { limit: 5 }), "list_tools");
   assert.equal(market.total, 0);
   assert.deepEqual(market.tools, []);

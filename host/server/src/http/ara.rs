@@ -533,7 +533,7 @@ struct DemotionStats {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct ProfileView {
+pub(crate) struct ProfileView {
     #[serde(flatten)]
     subject: Subject,
     dd_count: i64,
@@ -568,8 +568,19 @@ fn profile_view(observed: &Observed<agent_level::Profile>) -> ProfileView {
 }
 
 async fn profile(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
-    let observed = agent_level::profile(&state.app, &agent, ask).await?;
-    Ok(answer(profile_view(&observed), observed.settlement.as_ref()))
+    let (view, settlement) = agent_profile(&state, &agent, ask).await?;
+    Ok(answer(view, settlement.as_ref()))
+}
+
+/// An agent's profile, as REST and the MCP tool get_agent_profile answer
+/// it, with the settlement (reference, payer) its payment got.
+pub(crate) async fn agent_profile(
+    state: &AppState,
+    agent: &AgentRecord,
+    ask: agent_level::Ask,
+) -> ApiResult<(ProfileView, Option<(String, String)>)> {
+    let observed = agent_level::profile(&state.app, agent, ask).await?;
+    Ok((profile_view(&observed), observed.settlement))
 }
 
 #[derive(Serialize, JsonSchema)]

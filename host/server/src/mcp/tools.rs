@@ -47,7 +47,6 @@ fn body(value: impl Serialize) -> Outcome {
 
 /// The REST route each tool the server does not serve yet stands for.
 const NOT_SERVED: &[(&str, &str)] = &[
-    ("get_agent_profile", "GET /v1/ara/agent/{agent_id}/profile"),
     ("observe_pattern", "GET /v1/ara/pattern/{type}"),
     ("register_tool", "POST /v1/tsl/tool/register"),
     ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
@@ -115,6 +114,18 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             let offered = offer(&mut arguments);
             let session_id = uuid_argument(&arguments, "session_id")?;
             body(sdac::end_session(state, &agent, session_id, offered).await?.0)
+        }
+        "get_agent_profile" => {
+            let offered = offer(&mut arguments);
+            // The reference's tool asks for level 1, surcharge-free.
+            let ask = anchor_app::ara::agents::Ask {
+                target_id: uuid_argument(&arguments, "agent_id")?,
+                level: 1,
+                premium_source: anchor_app::ara::PremiumSource::External,
+                offered,
+            };
+            let (view, _) = ara::agent_profile(state, &agent, ask).await?;
+            body(view)
         }
         "observe_environment" => {
             let offered = offer(&mut arguments);
