@@ -28,8 +28,9 @@ async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Bac
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("# pass 5\n") && stdout.contains("# fail 0\n"), "{stdout}");
-    // What the client declared over MCP is on record like any declaration.
-    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 1);
+    // What the client declared over MCP (two declarations, by two agents) is
+    // on record like any declaration.
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 2);
 }
 
 /// One MCP tool call (stateless: no session, no initialize needed), with its result.

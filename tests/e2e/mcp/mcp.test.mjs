@@ -107,6 +107,7 @@ test("every other tool answers its result or says it is not served yet", async (
     "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
     "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
     "get_decision_metadata_distribution", "get_self_classification_distribution", "get_agent_profile",
+    "get_dac_ur", "compare_anomaly", "get_evidence_report", "get_environment_anomaly",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -187,6 +188,25 @@ test("idle state, simulation, Earned balance, a bilateral proposal, observations
   const profile = ok(await call(client, "get_agent_profile", { auth_token: token, agent_id: me.agent_id }), "get_agent_profile");
   assert.equal(profile.agent_id, me.agent_id);
   assert.equal(profile.observed_as, "self");
+  const usage = ok(await call(client, "get_dac_ur", { auth_token: token }), "get_dac_ur");
+  assert.ok(typeof usage === "object" && Object.keys(usage).length > 0);
+  const band = await call(client, "get_environment_anomaly", { auth_token: token, period_days: 30 });
+  assert.equal(band.isError, true, "too few agents for a release");
+  assert.equal(band.structuredContent.error_code, "DATA_UNAVAILABLE");
+  // A decision to compare and report on: paid observations answer their challenge.
+  const decided = ok(
+    await call(client, "create_decision", {
+      auth_token: token, decision_type: "internal_service", decision_action_type: "execute", origin_context_type: "internal",
+    }),
+    "create_decision",
+  );
+  ok(await call(client, "confirm_decision", { auth_token: token, dd_id: decided.dd_id }), "confirm_decision");
+  for (const name of ["compare_anomaly", "get_evidence_report"]) {
+    const answer = await call(client, name, { auth_token: token, dd_id: decided.dd_id });
+    assert.equal(answer.isError, true, `${name}: ${JSON.stringify(answer)}`);
+    assert.ok([402, 404, 409].includes(answer.structuredContent.status), `${name}: ${JSON.stringify(answer.structuredContent)}`);
+    assert.ok(answer.structuredContent.error_code, name);
+  }
   const market = ok(await call(client, "list_tools", { limit: 5 }), "list_tools");
   assert.equal(market.total, 0);
   assert.deepEqual(market.tools, []);

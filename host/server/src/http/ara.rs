@@ -390,7 +390,7 @@ async fn action_type(
 }
 
 #[derive(Deserialize, JsonSchema)]
-struct EnvironmentAnomalyQuery {
+pub(crate) struct EnvironmentAnomalyQuery {
     /// A fixed window: 7, 30 or 90 full days.
     #[schemars(extend("enum" = [7, 30, 90], "default" = 30))]
     period_days: Option<i32>,
@@ -400,7 +400,7 @@ struct EnvironmentAnomalyQuery {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct EnvironmentAnomalyView {
+pub(crate) struct EnvironmentAnomalyView {
     observation: &'static str,
     period: Period,
     /// Per dimension: agents by where their decisions mostly sat (within_band, outlier).
@@ -415,6 +415,18 @@ async fn environment_anomaly(
     PaymentOffer(offered): PaymentOffer,
     ApiQuery(query): ApiQuery<EnvironmentAnomalyQuery>,
 ) -> ApiResult<Response> {
+    let (body, settlement) = environment_anomaly_of(&state, &agent, offered, query).await?;
+    Ok(answer(body, settlement.as_ref()))
+}
+
+/// The environment anomaly observation, as REST and the MCP tool
+/// get_environment_anomaly answer it, with its payment's settlement.
+pub(crate) async fn environment_anomaly_of(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    query: EnvironmentAnomalyQuery,
+) -> ApiResult<(EnvironmentAnomalyView, Option<(String, String)>)> {
     let days = query.period_days.unwrap_or(30);
     let observed = releases::environment_anomaly(&state.app, agent.agent_id, days, query.dimension.as_deref(), offered).await?;
     let r = &observed.result;
@@ -431,7 +443,7 @@ async fn environment_anomaly(
         privacy: privacy_of(r),
         dac_charged: observed.charged.into(),
     };
-    Ok(answer(body, observed.settlement.as_ref()))
+    Ok((body, observed.settlement))
 }
 
 // ---- agent level ----
@@ -836,7 +848,7 @@ async fn query(
 // ---- meta-observation ----
 
 #[derive(Deserialize, JsonSchema)]
-struct AnomalyQuery {
+pub(crate) struct AnomalyQuery {
     dd_id: Id,
     #[schemars(range(min = 1, max = 365), extend("default" = 90))]
     period_days: Option<i32>,
@@ -888,7 +900,7 @@ struct Bands {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct AnomalyView {
+pub(crate) struct AnomalyView {
     dd_id: Uuid,
     period_days: i32,
     /// Your branch-1 decisions compared with.
@@ -904,7 +916,19 @@ async fn anomaly_compare(
     PaymentOffer(offered): PaymentOffer,
     ApiQuery(query): ApiQuery<AnomalyQuery>,
 ) -> ApiResult<Response> {
-    let observed = meta::anomaly_compare(&state.app, &agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
+    let (body, settlement) = anomaly_compare_of(&state, &agent, offered, query).await?;
+    Ok(answer(body, settlement.as_ref()))
+}
+
+/// The anomaly comparison, as REST and the MCP tool compare_anomaly answer
+/// it, with its payment's settlement.
+pub(crate) async fn anomaly_compare_of(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    query: AnomalyQuery,
+) -> ApiResult<(AnomalyView, Option<(String, String)>)> {
+    let observed = meta::anomaly_compare(&state.app, agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
     let c = &observed.result;
     let p = c.positions;
     let body = AnomalyView {
@@ -924,7 +948,7 @@ async fn anomaly_compare(
         },
         dac_charged: observed.charged.into(),
     };
-    Ok(answer(body, observed.settlement.as_ref()))
+    Ok((body, observed.settlement))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -938,7 +962,19 @@ async fn evidence_report(
     PaymentOffer(offered): PaymentOffer,
     ApiQuery(query): ApiQuery<DdQuery>,
 ) -> ApiResult<Response> {
-    let observed = meta::evidence_report(&state.app, &agent, query.dd_id.0, offered).await?;
+    let (body, settlement) = evidence_report_of(&state, &agent, offered, query.dd_id.0).await?;
+    Ok(answer(body, settlement.as_ref()))
+}
+
+/// The evidence report, as REST and the MCP tool get_evidence_report answer
+/// it, with its payment's settlement.
+pub(crate) async fn evidence_report_of(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    dd_id: uuid::Uuid,
+) -> ApiResult<(EvidenceReport, Option<(String, String)>)> {
+    let observed = meta::evidence_report(&state.app, agent, dd_id, offered).await?;
     let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.public_url);
-    Ok(answer(body, observed.settlement.as_ref()))
+    Ok((body, observed.settlement))
 }

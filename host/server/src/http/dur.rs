@@ -117,7 +117,7 @@ pub fn operations() -> Vec<Operation> {
 }
 
 #[derive(Deserialize, JsonSchema)]
-struct RangeQuery {
+pub(crate) struct RangeQuery {
     /// Start (inclusive): a date or an ISO 8601 time.
     from: Option<String>,
     /// End: a date (that whole day included) or an ISO 8601 time (exclusive).
@@ -195,7 +195,7 @@ struct Settlements {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct SummaryView {
+pub(crate) struct SummaryView {
     period: ReportPeriod,
     /// Declarations anchored in the range and on record.
     dd_count: i64,
@@ -259,9 +259,14 @@ async fn summary(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<RangeQuery>,
 ) -> ApiResult<Json<SummaryView>> {
+    Ok(Json(usage_summary(&state, &agent, query).await?))
+}
+
+/// The usage summary (DAC-UR), as REST and the MCP tool get_dac_ur answer it.
+pub(crate) async fn usage_summary(state: &AppState, agent: &anchor_store::AgentRecord, query: RangeQuery) -> ApiResult<SummaryView> {
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let summary = dur::summary(&state.app, &[agent.agent_id], range).await?;
-    Ok(Json(SummaryView::from(&summary)))
+    Ok(SummaryView::from(&summary))
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -50,10 +50,6 @@ const NOT_SERVED: &[(&str, &str)] = &[
     ("observe_pattern", "GET /v1/ara/pattern/{type}"),
     ("register_tool", "POST /v1/tsl/tool/register"),
     ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
-    ("get_dac_ur", "GET /v1/dur/summary"),
-    ("compare_anomaly", "GET /v1/ara/anomaly-compare"),
-    ("get_evidence_report", "GET /v1/ara/evidence-report"),
-    ("get_environment_anomaly", "GET /v1/ara/environment-anomaly"),
     ("submit_feedback", "none"),
 ];
 
@@ -126,6 +122,20 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             };
             let (view, _) = ara::agent_profile(state, &agent, ask).await?;
             body(view)
+        }
+        "get_dac_ur" => body(dur::usage_summary(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "compare_anomaly" => {
+            let offered = offer(&mut arguments);
+            body(ara::anomaly_compare_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
+        }
+        "get_evidence_report" => {
+            let offered = offer(&mut arguments);
+            let dd_id = uuid_argument(&arguments, "dd_id")?;
+            body(ara::evidence_report_of(state, &agent, offered, dd_id).await?.0)
+        }
+        "get_environment_anomaly" => {
+            let offered = offer(&mut arguments);
+            body(ara::environment_anomaly_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
         }
         "observe_environment" => {
             let offered = offer(&mut arguments);
