@@ -107,7 +107,7 @@ test("every other tool answers its result or says it is not served yet", async (
     "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
     "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
     "get_decision_metadata_distribution", "get_self_classification_distribution", "get_agent_profile",
-    "get_dac_ur", "compare_anomaly", "get_evidence_report", "get_environment_anomaly",
+    "get_dac_ur", "compare_anomaly", "get_evidence_report", "get_environment_anomaly", "observe_pattern",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -190,6 +190,10 @@ test("idle state, simulation, Earned balance, a bilateral proposal, observations
   assert.equal(profile.observed_as, "self");
   const usage = ok(await call(client, "get_dac_ur", { auth_token: token }), "get_dac_ur");
   assert.ok(typeof usage === "object" && Object.keys(usage).length > 0);
+  for (const type of ["ee-distribution", "action-type"]) {
+    const pattern = await call(client, "observe_pattern", { auth_token: token, type });
+    assert.equal(pattern.structuredContent.error_code, "DATA_UNAVAILABLE", `${type}: too few agents for a release`);
+  }
   const band = await call(client, "get_environment_anomaly", { auth_token: token, period_days: 30 });
   assert.equal(band.isError, true, "too few agents for a release");
   assert.equal(band.structuredContent.error_code, "DATA_UNAVAILABLE");

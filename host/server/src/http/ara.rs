@@ -346,7 +346,7 @@ async fn density(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Pay
 
 /// Distributions of agents, by dimension.
 #[derive(Serialize, JsonSchema)]
-struct PatternView {
+pub(crate) struct PatternView {
     observation: &'static str,
     period: Period,
     /// Per dimension: agents by the value they declared most.
@@ -376,8 +376,24 @@ async fn ee_distribution(
     AuthAgent(agent): AuthAgent,
     PaymentOffer(offered): PaymentOffer,
 ) -> ApiResult<Response> {
-    let observed = releases::observe(&state.app, agent.agent_id, ara::EE_DISTRIBUTION, Kind::EeDistribution, 30, offered).await?;
-    Ok(answer(pattern_view("ee_distribution", &observed), observed.settlement.as_ref()))
+    let (view, settlement) = observe_pattern(&state, &agent, offered, Kind::EeDistribution).await?;
+    Ok(answer(view, settlement.as_ref()))
+}
+
+/// A pattern observation (ee-distribution or action-type), as REST and the
+/// MCP tool observe_pattern answer it, with its payment's settlement.
+pub(crate) async fn observe_pattern(
+    state: &AppState,
+    agent: &AgentRecord,
+    offered: anchor_app::charge::Offered,
+    kind: Kind,
+) -> ApiResult<(PatternView, Option<(String, String)>)> {
+    let (route, kind, name) = match kind {
+        Kind::ActionType => (ara::ACTION_TYPE, Kind::ActionType, "action_type"),
+        _ => (ara::EE_DISTRIBUTION, Kind::EeDistribution, "ee_distribution"),
+    };
+    let observed = releases::observe(&state.app, agent.agent_id, route, kind, 30, offered).await?;
+    Ok((pattern_view(name, &observed), observed.settlement))
 }
 
 async fn action_type(
@@ -385,8 +401,8 @@ async fn action_type(
     AuthAgent(agent): AuthAgent,
     PaymentOffer(offered): PaymentOffer,
 ) -> ApiResult<Response> {
-    let observed = releases::observe(&state.app, agent.agent_id, ara::ACTION_TYPE, Kind::ActionType, 30, offered).await?;
-    Ok(answer(pattern_view("action_type", &observed), observed.settlement.as_ref()))
+    let (view, settlement) = observe_pattern(&state, &agent, offered, Kind::ActionType).await?;
+    Ok(answer(view, settlement.as_ref()))
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -47,7 +47,6 @@ fn body(value: impl Serialize) -> Outcome {
 
 /// The REST route each tool the server does not serve yet stands for.
 const NOT_SERVED: &[(&str, &str)] = &[
-    ("observe_pattern", "GET /v1/ara/pattern/{type}"),
     ("register_tool", "POST /v1/tsl/tool/register"),
     ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
     ("submit_feedback", "none"),
@@ -136,6 +135,14 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "get_environment_anomaly" => {
             let offered = offer(&mut arguments);
             body(ara::environment_anomaly_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
+        }
+        "observe_pattern" => {
+            let offered = offer(&mut arguments);
+            let kind = match arguments.get("type").and_then(Value::as_str) {
+                Some("action-type") => anchor_app::ara::releases::Kind::ActionType,
+                _ => anchor_app::ara::releases::Kind::EeDistribution,
+            };
+            body(ara::observe_pattern(state, &agent, offered, kind).await?.0)
         }
         "observe_environment" => {
             let offered = offer(&mut arguments);
