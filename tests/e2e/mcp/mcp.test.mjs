@@ -108,6 +108,7 @@ test("every other tool answers its result or says it is not served yet", async (
     "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
     "get_decision_metadata_distribution", "get_self_classification_distribution", "get_agent_profile",
     "get_dac_ur", "compare_anomaly", "get_evidence_report", "get_environment_anomaly", "observe_pattern",
+    "register_tool", "purchase_tool",
   ]);
   for (const tool of reference) {
     if (served.has(tool.name)) continue;
@@ -214,6 +215,21 @@ test("idle state, simulation, Earned balance, a bilateral proposal, observations
   const market = ok(await call(client, "list_tools", { limit: 5 }), "list_tools");
   assert.equal(market.total, 0);
   assert.deepEqual(market.tools, []);
+  const tool = ok(
+    await call(client, "register_tool", {
+      auth_token: other.auth_token,
+      tool_name: "density reader",
+      price_dac: 5,
+      ara_connections: [{ observation_type: "environment_density" }],
+    }),
+    "register_tool",
+  );
+  assert.match(tool.tool_id, /^[0-9a-f-]{36}$/);
+  // A purchase is paid over x402 only: the tool answers the payment requirement.
+  const bought = await call(client, "purchase_tool", { auth_token: token, tool_id: tool.tool_id });
+  assert.equal(bought.isError, true, JSON.stringify(bought));
+  assert.equal(bought.structuredContent.status, 402);
+  assert.ok(bought.structuredContent.payment_required.accepts.length > 0);
   const metadata = ok(await call(client, "get_decision_metadata_distribution", { auth_token: token }), "get_decision_metadata_distribution");
   assert.equal(metadata.dd_count, 0);
   const classified = ok(await call(client, "get_self_classification_distribution", { auth_token: token }), "get_self_classification_distribution");

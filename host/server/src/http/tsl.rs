@@ -247,7 +247,7 @@ struct ConnectionRequest {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RegisterRequest {
+pub(crate) struct RegisterRequest {
     tool_name: String,
     tool_description: Option<String>,
     #[schemars(extend("default" = "layer1"))]
@@ -302,6 +302,11 @@ impl From<&ToolRecord> for ToolView {
 }
 
 async fn register(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Body(request): Body<RegisterRequest>) -> ApiResult<Response> {
+    Ok((StatusCode::CREATED, Json(register_tool(&state, &agent, request).await?)).into_response())
+}
+
+/// A tool's registration, as REST and the MCP tool register_tool answer it.
+pub(crate) async fn register_tool(state: &AppState, agent: &anchor_store::AgentRecord, request: RegisterRequest) -> ApiResult<ToolView> {
     let registration = Registration {
         name: request.tool_name,
         description: request.tool_description,
@@ -309,8 +314,8 @@ async fn register(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Bo
         price: request.price_dac.0,
         connections: request.ara_connections.map(|cs| cs.into_iter().map(|c| (c.observation_type.0, c.resolution_level)).collect()),
     };
-    let tool = tsl::register(&state.app, &agent, registration).await?;
-    Ok((StatusCode::CREATED, Json(ToolView::from(&tool))).into_response())
+    let tool = tsl::register(&state.app, agent, registration).await?;
+    Ok(ToolView::from(&tool))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -413,7 +418,7 @@ async fn add_dependency(
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct PurchaseRequest {
+pub(crate) struct PurchaseRequest {
     tool_id: Id,
     /// Idempotency key: a value you used before answers that purchase again.
     request_id: Option<Id>,
@@ -438,7 +443,7 @@ struct ShareOfSale {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct PurchaseView {
+pub(crate) struct PurchaseView {
     purchase_id: Id,
     tool_id: Id,
     tool_name: String,
@@ -494,8 +499,22 @@ async fn purchase(
     PaymentOffer(offered): PaymentOffer,
     Body(request): Body<PurchaseRequest>,
 ) -> ApiResult<Response> {
-    let done = tsl::purchase(&state.app, &agent, tsl::PURCHASE, request.tool_id.0, request.request_id.map(|r| r.0), offered).await?;
-    Ok(purchased(done))
+    Ok(purchased(buy_tool(&state, &agent, offered, request).await?))
+}
+
+/// A layer-1 tool's purchase, as REST and the MCP tool purchase_tool carry it out.
+pub(crate) async fn buy_tool(
+    state: &AppState,
+    agent: &anchor_store::AgentRecord,
+    offered: anchor_app::charge::Offered,
+    request: PurchaseRequest,
+) -> ApiResult<Purchased> {
+    Ok(tsl::purchase(&state.app, agent, tsl::PURCHASE, request.tool_id.0, request.request_id.map(|r| r.0), offered).await?)
+}
+
+/// A purchase as its route answers it.
+pub(crate) fn purchase_view(done: &Purchased) -> PurchaseView {
+    PurchaseView::of(&done.purchase, done.replayed)
 }
 
 async fn purchase_layer2(

@@ -46,11 +46,7 @@ fn body(value: impl Serialize) -> Outcome {
 }
 
 /// The REST route each tool the server does not serve yet stands for.
-const NOT_SERVED: &[(&str, &str)] = &[
-    ("register_tool", "POST /v1/tsl/tool/register"),
-    ("purchase_tool", "POST /v1/tsl/tool/{tool_id}/purchase"),
-    ("submit_feedback", "none"),
-];
+const NOT_SERVED: &[(&str, &str)] = &[("submit_feedback", "none")];
 
 /// Runs one tool whose arguments fit its schema.
 pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value>, bearer: Option<String>) -> Outcome {
@@ -135,6 +131,11 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "get_environment_anomaly" => {
             let offered = offer(&mut arguments);
             body(ara::environment_anomaly_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
+        }
+        "register_tool" => body(tsl::register_tool(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "purchase_tool" => {
+            let offered = offer(&mut arguments);
+            body(tsl::purchase_view(&tsl::buy_tool(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?))
         }
         "observe_pattern" => {
             let offered = offer(&mut arguments);
