@@ -45,7 +45,8 @@ fn body(value: impl Serialize) -> Outcome {
     serde_json::to_value(value).map_err(|e| Failure::Refused(ApiError::App(anchor_app::AppError::Internal(e.into()))))
 }
 
-/// The REST route each tool the server does not serve yet stands for.
+/// The REST route each tool the server does not serve yet stands for
+/// (`none`: nothing in this server takes what it sends).
 const NOT_SERVED: &[(&str, &str)] = &[("submit_feedback", "none")];
 
 /// Runs one tool whose arguments fit its schema.
@@ -260,8 +261,12 @@ pub async fn render(outcome: Outcome) -> CallToolResult {
     match outcome {
         Ok(value) => CallToolResult::structured(value),
         Err(Failure::NotServed(name)) => {
-            let route = NOT_SERVED.iter().find(|(n, _)| *n == name).map_or("", |(_, route)| *route);
-            let message = format!("{name} is not served over MCP by this server yet; its REST route is {route}");
+            let message = match NOT_SERVED.iter().find(|(n, _)| *n == name) {
+                Some((_, route)) if *route != "none" => {
+                    format!("{name} is not served over MCP by this server yet; its REST route is {route}")
+                }
+                _ => format!("{name} is not served over MCP by this server yet: it collects no such input"),
+            };
             CallToolResult::structured_error(json!({ "status": 501, "error_code": "NOT_AVAILABLE_YET", "message": message }))
         }
         Err(Failure::Refused(error)) => {
