@@ -11,7 +11,8 @@ use serde_json::{Map, Value, json};
 both_backends!(
     the_official_mcp_client_lists_registers_declares_and_reads,
     create_and_confirm_over_mcp_answer_what_rest_answers,
-    a_foreign_host_header_is_refused
+    a_foreign_host_header_is_refused,
+    malformed_mcp_requests_get_clear_refusals_never_5xx
 );
 
 async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
@@ -125,4 +126,55 @@ async fn a_foreign_host_header_is_refused(backend: Backend) {
     let hosts = anchor_server::mcp::allowed_hosts("https://anchor.example.org:8443");
     assert!(hosts.contains(&"anchor.example.org".to_string()) && hosts.contains(&"anchor.example.org:8443".to_string()));
     assert!(!hosts.iter().any(|h| h.contains("evil")));
+}
+
+async fn malformed_mcp_requests_get_clear_refusals_never_5xx(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let accept = "application/json, text/event-stream";
+    let post = |body: Vec<u8>, content_type: &'static str| {
+        t.http.post(t.url("/mcp")).header("accept", accept).header("content-type", content_type).body(body).send()
+    };
+    let huge = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{{\"x\":\"{}\"}}}}", "a".repeat(2 << 20));
+    let cases: Vec<(&str, Vec<u8>, &'static str)> = vec![
+        ("not JSON", b"{not json".to_vec(), "application/json"),
+        ("not JSON-RPC", b"[1, 2, 3]".to_vec(), "application/json"),
+        ("no method", br#"{"jsonrpc":"2.0","id":1}"#.to_vec(), "application/json"),
+        ("unknown method", br#"{"jsonrpc":"2.0","id":1,"method":"tools/explode"}"#.to_vec(), "application/json"),
+        (
+            "a NUL in a tool name",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\\u0000b\"}}".to_vec(),
+            "application/json",
+        ),
+        (
+            "arguments not an object",
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_decision","arguments":[1]}}"#.to_vec(),
+            "application/json",
+        ),
+        (
+            "multibyte junk",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"é€😀\",\"method\":\"tools/call\",\"params\":{\"name\":\"😀\"}}".as_bytes().to_vec(),
+            "application/json",
+        ),
+        ("not JSON content", b"hello".to_vec(), "text/plain"),
+        ("over the body limit", huge.into_bytes(), "application/json"),
+    ];
+    for (label, body, content_type) in cases {
+        let reply = post(body, content_type).await.unwrap_or_else(|e| panic!("{label}: the connection failed: {e}"));
+        let status = reply.status().as_u16();
+        let text = reply.text().await.unwrap_or_default();
+        assert!((200..500).contains(&status), "{label}: {status} {}", anchor_domain::brief(&text));
+        if status == 200 {
+            let answer: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{label}: {text}"));
+            assert!(answer["error"]["code"].is_i64(), "{label}: a JSON-RPC error: {text}");
+        }
+    }
+    // The service still answers.
+    let list = t
+        .http
+        .post(t.url("/mcp"))
+        .header("accept", accept)
+        .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }))
+        .send()
+        .await;
+    assert_eq!(list.expect("answer").status().as_u16(), 200);
 }

@@ -84,6 +84,8 @@ pub fn service(state: AppState) -> StreamableHttpService<Mcp, NeverSessionManage
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
+        // The router's body limit does not reach a mounted service: the SDK keeps its own.
+        .with_max_request_body_bytes(state.settings.http.max_body_bytes)
         .with_allowed_hosts(allowed_hosts(&state.settings.public_url));
     StreamableHttpService::new(
         move || Ok(Mcp { state: state.clone(), tools: tools.clone() }),
