@@ -12,7 +12,8 @@ both_backends!(
     the_official_mcp_client_lists_registers_declares_and_reads,
     create_and_confirm_over_mcp_answer_what_rest_answers,
     a_foreign_host_header_is_refused,
-    malformed_mcp_requests_get_clear_refusals_never_5xx
+    malformed_mcp_requests_get_clear_refusals_never_5xx,
+    initialize_agrees_on_the_current_and_the_previous_protocol_version
 );
 
 async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
@@ -177,4 +178,29 @@ async fn malformed_mcp_requests_get_clear_refusals_never_5xx(backend: Backend) {
         .send()
         .await;
     assert_eq!(list.expect("answer").status().as_u16(), 200);
+}
+
+async fn initialize_agrees_on_the_current_and_the_previous_protocol_version(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    for version in ["2025-11-25", "2025-06-18"] {
+        let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": { "name": "anchor-test", "version": "1.0.0" },
+        } });
+        let reply = t
+            .http
+            .post(t.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(reply.status().as_u16(), 200);
+        assert!(reply.headers().get("mcp-session-id").is_none(), "stateless: no session is issued");
+        let answer: Value = reply.json().await.expect("JSON-RPC answer");
+        assert_eq!(answer["result"]["protocolVersion"], json!(version), "{answer}");
+        assert_eq!(answer["result"]["serverInfo"]["name"], json!("anchor"));
+        assert!(answer["result"]["capabilities"]["tools"].is_object(), "{answer}");
+    }
 }
