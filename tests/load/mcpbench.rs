@@ -20,7 +20,8 @@ async fn main() -> anyhow::Result<()> {
     let per_front: usize = std::env::args().nth(1).map_or(5_000, |n| n.parse().expect("REQUESTS_PER_FRONT is a number"));
     let clients: usize = std::env::var("MCPBENCH_CLIENTS").ok().map_or(4, |n| n.parse().expect("MCPBENCH_CLIENTS"));
     let backend = if postgres_url().is_some() { Backend::Postgres } else { Backend::Sqlite };
-    let t = TestServer::with(backend, Options { dab_default: MilliDac::from_dac(1_000_000_000), ..Default::default() }).await;
+    let options = Options { rate_limit: u32::MAX, dab_default: MilliDac::from_dac(1_000_000_000), ..Default::default() };
+    let t = TestServer::with(backend, options).await;
     let mut tokens = Vec::new();
     for _ in 0..clients {
         tokens.push(t.register().await.token);
