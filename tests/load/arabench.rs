@@ -85,14 +85,7 @@ async fn run(backend: Backend, declarations: usize, agents: usize, requests: usi
     eprintln!("{}: {stored} declarations of {agents} agents written in {:.1} s", name(backend), started.elapsed().as_secs_f64());
 
     let fold_started = Instant::now();
-    let mut folded = 0;
-    loop {
-        let n = anchor_app::ara::fold::round(&t.state.app, 50).await?;
-        if n == 0 {
-            break;
-        }
-        folded += n;
-    }
+    let folded = seed::fold_all(&t).await?;
     let fold = fold_started.elapsed();
     t.tamper("analyze").await;
     let day_rows = t.scalar("select count(*) from ara_agent_day").await;

@@ -67,14 +67,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("{stored} declarations of {agents} agents written in {:.1} s", started.elapsed().as_secs_f64());
 
     let fold_started = Instant::now();
-    let mut folded = 0;
-    loop {
-        let n = anchor_app::ara::fold::round(&t.state.app, 50).await?;
-        if n == 0 {
-            break;
-        }
-        folded += n;
-    }
+    let folded = seed::fold_all(&t).await?;
     eprintln!("folded {folded} in {:.1} s", fold_started.elapsed().as_secs_f64());
     match backend {
         Backend::Sqlite => t.tamper("pragma wal_checkpoint(truncate)").await,

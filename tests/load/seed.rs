@@ -31,6 +31,18 @@ pub async fn agents(t: &TestServer, agents: usize, now: chrono::DateTime<chrono:
     Ok(())
 }
 
+/// Folds everything the log holds into ARA, as the job would; how many.
+pub async fn fold_all(t: &TestServer) -> anyhow::Result<usize> {
+    let mut folded = 0;
+    loop {
+        let n = anchor_app::ara::fold::round(&t.state.app, 50).await?;
+        if n == 0 {
+            return Ok(folded);
+        }
+        folded += n;
+    }
+}
+
 /// Clones `declarations` declarations from the two templates (one in five
 /// from `branch_one`), confirmed, with a log entry each and the log's size
 /// set, as if the integrator had taken them.

@@ -86,18 +86,6 @@ pub fn month_of(t: DateTime<Utc>) -> i32 {
     t.year() * 12 + t.month0() as i32
 }
 
-/// `column in ($a, $b, …)` over `ids`, appended to `query`.
-fn push_in<'q>(query: &mut Query<'q>, column: &str, ids: &[Uuid]) {
-    query.push(column).push(" in (");
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            query.push(", ");
-        }
-        query.push_bind(*id);
-    }
-    query.push(")");
-}
-
 const DUE: &str = "d.retention_expires_at is not null and d.retention_expires_at <= $1 and d.deidentified_at is null \
      and ((d.confirmed_at is null and (d.payment_deadline is null or d.payment_deadline < $1)) \
           or exists (select 1 from log_entry l where l.dd_id = d.dd_id \
@@ -139,7 +127,7 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
         if !confirmed.is_empty() {
             let mut select = sql("select dd_id, dimension, value, visibility from ara_band where ");
             let folded_ids: Vec<Uuid> = confirmed.iter().map(|s| s.declaration.dd_id).collect();
-            push_in(&mut select, "dd_id", &folded_ids);
+            select.push_in("dd_id", &folded_ids);
             for row in tx.fetch_all(select).await? {
                 let dimension: String = row.get("dimension")?;
                 let visibility: i32 = row.get("visibility")?;
@@ -173,7 +161,7 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
         for table in ["ara_agent_day", "ara_agent_total"] {
             for chunk in agents.chunks(self.db.rows_per_statement(1)) {
                 let mut delete = sql(format!("delete from {table} where n <= 0 and "));
-                push_in(&mut delete, "agent_id", chunk);
+                delete.push_in("agent_id", chunk);
                 tx.execute(delete).await?;
             }
         }
@@ -189,21 +177,21 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
             tx.execute(insert).await?;
         }
         let mut delete = sql("delete from ara_band where ");
-        push_in(&mut delete, "dd_id", &ids);
+        delete.push_in("dd_id", &ids);
         tx.execute(delete).await?;
 
         // Money keeps its amounts and loses the record's id.
         let domain = SubjectDomain::Declaration.as_str();
         let mut usage =
             sql("update usage_entry set dd_id = null, subject_id = $1 where subject_domain = $2 and ").bind(Uuid::nil()).bind(domain);
-        push_in(&mut usage, "subject_id", &ids);
+        usage.push_in("subject_id", &ids);
         tx.execute(usage).await?;
         let mut payments =
             sql("update x402_payment set dd_id = null, subject_id = $1 where subject_domain = $2 and ").bind(Uuid::nil()).bind(domain);
-        push_in(&mut payments, "subject_id", &ids);
+        payments.push_in("subject_id", &ids);
         tx.execute(payments).await?;
         let mut ledger = sql("update earned_entry set reference_id = $1 where reference_kind = $2 and ").bind(Uuid::nil()).bind(domain);
-        push_in(&mut ledger, "reference_id", &ids);
+        ledger.push_in("reference_id", &ids);
         tx.execute(ledger).await?;
 
         // An agreement pairs two agents: it goes with either of its records.
@@ -211,10 +199,10 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
         agreements.dedup();
         if !agreements.is_empty() {
             let mut detach = sql("update declaration set agreement_id = null where ");
-            push_in(&mut detach, "agreement_id", &agreements);
+            detach.push_in("agreement_id", &agreements);
             tx.execute(detach).await?;
             let mut delete = sql("delete from bilateral_agreement where ");
-            push_in(&mut delete, "agreement_id", &agreements);
+            delete.push_in("agreement_id", &agreements);
             tx.execute(delete).await?;
         }
         // Last, the rows themselves, re-keyed (see `deidentified_key`) with

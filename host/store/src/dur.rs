@@ -54,17 +54,8 @@ pub struct Span<'a> {
 impl Span<'_> {
     /// Appends `column in (…) and time >= from and time < to`.
     fn filter<'q>(&self, query: &mut Query<'q>, agent_column: &str, time_column: &str) {
-        query.push(agent_column).push(" in (");
-        if self.agents.is_empty() {
-            query.push("null");
-        }
-        for (i, agent) in self.agents.iter().enumerate() {
-            if i > 0 {
-                query.push(", ");
-            }
-            query.push_bind(*agent);
-        }
-        query.push(") and ").push(time_column).push(" >= ").push_bind(self.from);
+        query.push_in(agent_column, self.agents);
+        query.push(" and ").push(time_column).push(" >= ").push_bind(self.from);
         query.push(" and ").push(time_column).push(" < ").push_bind(self.to);
     }
 }

@@ -113,6 +113,22 @@ impl<'q> Query<'q> {
         self
     }
 
+    /// Appends `column in ($a, $b, …)` over `ids` (`in (null)`, matching
+    /// nothing, when there are none).
+    pub fn push_in(&mut self, column: &str, ids: &[Uuid]) -> &mut Self {
+        self.push(column).push(" in (");
+        if ids.is_empty() {
+            self.push("null");
+        }
+        for (i, id) in ids.iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.push_bind(*id);
+        }
+        self.push(")")
+    }
+
     /// Binds the next parameter and returns its placeholder, for SQL that
     /// names it once or more (both engines read `$n` as the same value).
     pub fn placeholder(&mut self, value: impl Bind<'q>) -> String {
