@@ -52,12 +52,12 @@ const NOT_SERVED: &[(&str, &str)] = &[("submit_feedback", "none")];
 /// Runs one tool whose arguments fit its schema.
 pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value>, bearer: Option<String>) -> Outcome {
     match tool {
-        "register_agent" => return body(agents::register_agent(state, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "register_agent" => return body(agents::register_agent(state, read(arguments)?).await?),
         "get_documentation" => {
             return Ok(json!({ "format": "text/markdown", "documentation": discovery::llms_text(state) }));
         }
         // The market's list is public, as its route is.
-        "list_tools" => return body(tsl::list_tools(state, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "list_tools" => return body(tsl::list_tools(state, read(arguments)?).await?),
         _ => {}
     }
     if let Some((name, _)) = NOT_SERVED.iter().find(|(name, _)| *name == tool) {
@@ -78,14 +78,14 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             let dd_id = uuid_argument(&arguments, "dd_id")?;
             body(declarations::decision_detail(state, &agent, dd_id).await?)
         }
-        "list_decisions" => body(declarations::list_decisions(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "list_decisions" => body(declarations::list_decisions(state, &agent, read(arguments)?).await?),
         "propose_bilateral" => {
             let offered = offer(&mut arguments);
             // counterparty_agent_id stays at the top, beside dd and ee.
             let request = create_request(arguments, "bilateral");
             body(bilateral::propose_agreement(state, &agent, offered, crate::http::body::read(&request)?).await?)
         }
-        "create_ise_session" => body(ise::enter_stay(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "create_ise_session" => body(ise::enter_stay(state, &agent, read(arguments)?).await?),
         "get_ise_status" => body(ise::stay_status(state, &agent).await?),
         "exit_ise_session" => {
             let offered = offer(&mut arguments);
@@ -119,10 +119,10 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             let (view, _) = ara::agent_profile(state, &agent, ask).await?;
             body(view)
         }
-        "get_dac_ur" => body(dur::usage_summary(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "get_dac_ur" => body(dur::usage_summary(state, &agent, read(arguments)?).await?),
         "compare_anomaly" => {
             let offered = offer(&mut arguments);
-            body(ara::anomaly_compare_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
+            body(ara::anomaly_compare_of(state, &agent, offered, read(arguments)?).await?.0)
         }
         "get_evidence_report" => {
             let offered = offer(&mut arguments);
@@ -131,12 +131,12 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         }
         "get_environment_anomaly" => {
             let offered = offer(&mut arguments);
-            body(ara::environment_anomaly_of(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?.0)
+            body(ara::environment_anomaly_of(state, &agent, offered, read(arguments)?).await?.0)
         }
-        "register_tool" => body(tsl::register_tool(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?),
+        "register_tool" => body(tsl::register_tool(state, &agent, read(arguments)?).await?),
         "purchase_tool" => {
             let offered = offer(&mut arguments);
-            body(tsl::purchase_view(&tsl::buy_tool(state, &agent, offered, crate::http::body::read(&Value::Object(arguments))?).await?))
+            body(tsl::purchase_view(&tsl::buy_tool(state, &agent, offered, read(arguments)?).await?))
         }
         "observe_pattern" => {
             let offered = offer(&mut arguments);
@@ -153,15 +153,18 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "get_decision_metadata_distribution" => {
             // Free, as its route is: a payment offered for it is not needed.
             arguments.remove("payment_signature");
-            body(dur::metadata_distribution(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?)
+            body(dur::metadata_distribution(state, &agent, read(arguments)?).await?)
         }
-        "get_self_classification_distribution" => {
-            body(dur::classification_distribution(state, &agent, crate::http::body::read(&Value::Object(arguments))?).await?)
-        }
+        "get_self_classification_distribution" => body(dur::classification_distribution(state, &agent, read(arguments)?).await?),
         "get_trial_status" => body(account::TrialStatus::from(anchor_app::agents::trial(&state.app, &agent))),
         "list_classifications" => body(account::classifications_of(state, &agent).await?),
         other => Err(Failure::Refused(ApiError::bad("INVALID_VALUE", format!("no tool named {}", anchor_domain::brief(other))))),
     }
+}
+
+/// The tool's arguments read as its REST route reads its body (or query).
+fn read<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> Result<T, Failure> {
+    Ok(crate::http::body::read(&Value::Object(arguments))?)
 }
 
 /// The agent an `auth_token` argument (which wins) or the MCP request's
