@@ -65,6 +65,10 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
             features: Default::default(),
         }),
         tools: shared_tools(),
+        metrics: Arc::new(anchor_app::metrics::Metrics::new(store.as_ref())),
+        replica: Default::default(),
+        switches: anchor_app::features::Switches::new(Default::default()),
+        schedule: anchor_app::pricing::Schedule::new(default_pricing(), clock.clone()),
     };
     let now = clock.now();
     let agent_id = Uuid::new_v4();

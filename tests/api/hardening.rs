@@ -229,10 +229,19 @@ async fn protocol_refusals_are_json_with_their_status() {
     let agent = t.register().await;
     // Over the body limit: 413.
     let big = format!("{{\"region_code\":\"{}\"}}", "a".repeat(anchor_server::listener::HttpLimits::default().max_body_bytes));
-    let reply = t.http.post(t.url("/v1/agent/register")).header("content-type", "application/json").body(big).send().await.unwrap();
+    let reply = t.http.post(t.url("/v1/agent/register")).header("content-type", "application/json").body(big.clone()).send().await.unwrap();
     assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The unread body ends the connection, and the answer says so, so that a
+    // client never reuses it for its next request (which would be cut).
+    assert_eq!(reply.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
     let body: Value = reply.json().await.unwrap();
     assert_eq!(body["error_code"], "PAYLOAD_TOO_LARGE");
+    for round in 0..20 {
+        let over = t.http.post(t.url("/mcp")).header("content-type", "application/json").body(big.clone()).send().await;
+        assert_eq!(over.unwrap_or_else(|e| panic!("round {round}: {e}")).status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let next = t.http.get(t.url("/health")).send().await.unwrap_or_else(|e| panic!("round {round}: the next request was cut: {e}"));
+        assert_eq!(next.status(), StatusCode::OK);
+    }
     // A path parameter that is not UTF-8 once decoded: 400 JSON.
     t.get("/v1/dd/%FF%FE", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
     t.get("/v1/payment/%C3%28/status", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");

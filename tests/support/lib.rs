@@ -5,6 +5,7 @@
 //! gets a schema of its own, dropped when the server is dropped.
 
 pub mod contract;
+pub mod logs;
 pub mod x402;
 
 use std::sync::{Arc, OnceLock};
@@ -246,8 +247,7 @@ impl TestServer {
     }
 
     pub async fn with(backend: Backend, options: Options) -> TestServer {
-        // Server-side errors show in a failing test's output.
-        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,sqlx=error").try_init();
+        logs::init();
         let (store, cleanup) = fresh_store(backend).await;
         let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
@@ -263,6 +263,7 @@ impl TestServer {
             http: options.http,
             privacy: options.privacy,
             features: options.features,
+            metrics_on_api: true,
         };
         let log_key = Arc::new(anchor_app::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);
@@ -284,6 +285,7 @@ impl TestServer {
                     erase_every: std::time::Duration::from_secs(3600),
                     ..Default::default()
                 },
+                tokio::sync::watch::channel(false).1,
             ))
         });
         let server = {
@@ -473,10 +475,12 @@ impl TestServer {
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body.to_string());
         }
+        logs::remember_request(headers, body);
         let response = request.send().await.expect("request reaches the server");
         let status = response.status();
         let headers = response.headers().clone();
         let text = response.text().await.expect("body");
+        logs::remember_response(&headers, &text);
         let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
         contract::check(&self.base, method_name, path, status.as_u16(), content_type, &text);
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -136,7 +136,10 @@ pub async fn buy(
     if source == AsaSource::Earned {
         let threshold = crate::earned::terms(services)?.threshold;
         return match services.store.buy_asa_with_earned(&purchase, threshold, now).await? {
-            AsaBought::Done(subscription) => Ok(Bought { subscription, charged: amount, source, settlement: None, terms }),
+            AsaBought::Done(subscription) => {
+                services.metrics.debit("earned", amount);
+                Ok(Bought { subscription, charged: amount, source, settlement: None, terms })
+            }
             AsaBought::Refused(refusal) => Err(refused(refusal)),
             AsaBought::EarnedShort { balance } => Err(AppError::invalid(
                 "INSUFFICIENT_DAC",
@@ -326,7 +329,7 @@ pub async fn managed(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -
 
 /// DELETE /dap/asa/subscription/{agent_id}: switched by `dap_asa_cancel`.
 pub async fn owner_cancel(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<AsaSubscription> {
-    if !services.config.features.dap_asa_cancel {
+    if !services.features().dap_asa_cancel {
         return Err(AppError::Unavailable {
             code: "FEATURE_NOT_AVAILABLE",
             message: "owners cancelling ASA subscriptions is switched off on this service".into(),

@@ -155,6 +155,11 @@ pub enum Committed<T> {
 pub trait Commit: Send + Sync {
     type Output: Send;
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>>;
+    /// Whether a `Done` with this output debited what it was asked to (a
+    /// replayed request, answered with the earlier record, debited nothing).
+    fn debited(_output: &Self::Output) -> bool {
+        true
+    }
 }
 
 /// The typed "payment required" outcome.
@@ -239,10 +244,17 @@ pub(crate) async fn settle(
     local: &str,
     reconciling: bool,
 ) -> Settled {
-    match services.settler.settle(payload, requirement, local).await {
+    let settled = match services.settler.settle(payload, requirement, local).await {
         Settled::No { reason } if reconciling && reason == NONCE_USED => Settled::Yes { reference: format!("reconciled:{payment_id}") },
         other => other,
-    }
+    };
+    let outcome = match &settled {
+        Settled::Yes { .. } => "settled",
+        Settled::No { .. } => "refused",
+        Settled::Unknown { .. } => "unknown",
+    };
+    services.metrics.x402_settlements.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    settled
 }
 
 /// Settles a reserved inline payment and records its usage; a failure ends
@@ -301,7 +313,13 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
     let short = |balance| earned_short(order.earned, balance, earned.map(|e: EarnedPart| e.threshold));
     let trial_part = match order.trial {
         TrialUse::Whole => match commit.commit(Funding::Trial).await? {
-            Committed::Done(output) => return Ok(output),
+            Committed::Done(output) => {
+                if C::debited(&output) {
+                    services.metrics.debit("trial", order.total - order.earned);
+                    services.metrics.debit("earned", order.earned);
+                }
+                return Ok(output);
+            }
             Committed::TrialShort { balance, expired } => {
                 let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
                 description = format!("{description}; {why}");
@@ -346,10 +364,16 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         Offered::Malformed(message) => return Err(AppError::invalid("INVALID_PAYLOAD", message)),
         Offered::Payload(payload) => payload,
     };
-    let verified = anchor_x402::verify(&payload, &requirement, now.timestamp()).map_err(|r| required(Some(r.as_str().into())))?;
+    let verification = |outcome| services.metrics.x402_verifications.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    let verified = anchor_x402::verify(&payload, &requirement, now.timestamp()).map_err(|r| {
+        verification("refused");
+        required(Some(r.as_str().into()))
+    })?;
     if let Err(reason) = services.settler.verify(&payload, &requirement).await {
+        verification("refused_by_settler");
         return Err(required(Some(reason)));
     }
+    verification("verified");
     let payment = NewPayment {
         payment_id: Uuid::new_v4(),
         network: anchor_x402::NETWORK.into(),
@@ -383,12 +407,23 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
         let settled = Funding::Settled { payment_id: payment.payment_id, reference, payer: payment.payer.clone() };
         return match commit.commit(settled).await? {
-            Committed::Done(output) => Ok(output),
+            Committed::Done(output) => {
+                if C::debited(&output) {
+                    services.metrics.debit("earned", order.earned);
+                }
+                Ok(output)
+            }
             _ => Err(AppError::Internal(anyhow::anyhow!("a commit refused a payment that had already settled"))),
         };
     }
     match commit.commit(Funding::External { payment: Box::new(payment), trial_part }).await? {
-        Committed::Done(output) => Ok(output),
+        Committed::Done(output) => {
+            if C::debited(&output) {
+                services.metrics.debit("trial", trial_part);
+                services.metrics.debit("earned", order.earned);
+            }
+            Ok(output)
+        }
         Committed::NonceUsed => Err(required(Some(Reason::NonceUsed.as_str().into()))),
         Committed::DabReached { limit, spent } => Err(dab_reached(limit, spent, amount, resets)),
         Committed::EarnedShort { balance } => Err(short(balance)),

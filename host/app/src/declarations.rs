@@ -149,6 +149,10 @@ impl Commit for RecordDeclaration<'_> {
             done => Committed::Done(done),
         })
     }
+
+    fn debited(output: &Created) -> bool {
+        matches!(output, Created::New { .. })
+    }
 }
 
 /// DD create: validates what needs the store or the pricing generation, prices
@@ -264,11 +268,14 @@ pub(crate) async fn record(
     };
     let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
     match created {
-        Created::New { .. } => services
-            .store
-            .declaration(dd_id)
-            .await?
-            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create"))),
+        Created::New { .. } => {
+            services.metrics.declarations_created.inc();
+            services
+                .store
+                .declaration(dd_id)
+                .await?
+                .ok_or_else(|| AppError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create")))
+        }
         Created::Replayed(earlier) => Ok(*earlier),
         Created::ParentNotFound => match parent_dd_id {
             Some(parent) if services.store.is_deidentified(parent).await? => Err(deidentified(parent)),
@@ -421,6 +428,7 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
             _ => already_confirmed(),
         });
     }
+    services.metrics.declarations_confirmed.inc();
     Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
 }
 

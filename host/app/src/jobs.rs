@@ -89,12 +89,24 @@ fn due(last: &mut Option<Instant>, every: Duration) -> bool {
     true
 }
 
-/// Runs rounds until the task is dropped.
-pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: Schedule) {
+/// Runs rounds until the task is dropped, or until `stop` says true: then
+/// it finishes the round under way and gives up the lease, so another host
+/// takes the log over at its next round instead of when the lease runs out.
+pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: Schedule, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut runs = Runs::default();
     loop {
-        round(&services, &key, host_id, &schedule, &mut runs).await;
-        tokio::time::sleep(schedule.round).await;
+        // Each round prices with one generation, as a request does.
+        services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs)).await;
+        tokio::select! {
+            () = tokio::time::sleep(schedule.round) => {}
+            // A dropped sender never asks to stop.
+            Ok(_) = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+    match services.store.release_log_lease(host_id).await {
+        Ok(true) => tracing::info!("released the integrator lease"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(error = %error, "releasing the integrator lease failed; it runs out on its own"),
     }
 }
 
@@ -111,17 +123,23 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
         }
     }
     let store = services.store.as_ref();
-    if let Err(error) =
-        log::integrate(store, key, services.clock.as_ref(), schedule.log_batch, schedule.checkpoint_every, &mut runs.checkpoint).await
-    {
-        tracing::warn!(error = format!("{error:#}"), "log integration failed");
+    let metrics = &services.metrics;
+    match metrics.job(
+        "log",
+        log::integrate(store, key, services.clock.as_ref(), schedule.log_batch, schedule.checkpoint_every, &mut runs.checkpoint).await,
+    ) {
+        Ok(Some(_)) => {
+            metrics.checkpoints_signed.inc();
+        }
+        Ok(None) => {}
+        Err(error) => tracing::warn!(error = format!("{error:#}"), "log integration failed"),
     }
-    match ara::fold::round(services, schedule.fold_batches).await {
+    match metrics.job("ara_fold", ara::fold::round(services, schedule.fold_batches).await) {
         Ok(_) => {}
         Err(error) => tracing::warn!(error = format!("{error:#}"), "ARA fold failed"),
     }
     if due(&mut runs.deidentify, schedule.deidentify_every) {
-        match crate::retention::deidentify_due(services, schedule.deidentify_batches).await {
+        match metrics.job("deidentify", crate::retention::deidentify_due(services, schedule.deidentify_batches).await) {
             Ok((0, _)) => {}
             Ok((n, more)) => {
                 tracing::info!(records = n, "de-identified records past their retention end");
@@ -139,33 +157,33 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             }
             Ok::<usize, anyhow::Error>(ara::releases::cut_due(services).await?)
         };
-        match cut.await {
+        match metrics.job("ara_releases", cut.await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(releases = n, "cut the day's de-identified ARA releases"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "cutting ARA releases failed"),
         }
     }
     if due(&mut runs.reconcile, schedule.reconcile_every) {
-        match reconcile_unknown_settlements(services).await {
+        match metrics.job("reconcile", reconcile_unknown_settlements(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(payments = n, "reconciled payments whose settlement was unknown"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "settlement reconciliation failed"),
         }
     }
     if due(&mut runs.erase, schedule.erase_every) {
-        match erase_due_owners(services).await {
+        match metrics.job("erase", erase_due_owners(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(owners = n, "erased owner accounts after their grace period"),
             Err(error) => tracing::warn!(error = %error, "owner erasure failed"),
         }
     }
     if due(&mut runs.expire, schedule.expire_every) {
-        match crate::earned::expire_due(services).await {
+        match metrics.job("earned_expiry", crate::earned::expire_due(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(lots = n, "ended Earned DAC lots past their expiry"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "Earned expiry failed"),
         }
-        match crate::ise::close_due(services).await {
+        match metrics.job("ise_close", crate::ise::close_due(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(stays = n, "closed ISE stays at their limit"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "closing ISE stays failed"),
@@ -173,7 +191,7 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
         // Billing and expiry go on with the routes switched off: a subscription
         // keeps its terms (and is not free) whatever the operator switches.
         {
-            match crate::retention::run_due(services).await {
+            match metrics.job("retention_billing", crate::retention::run_due(services).await) {
                 Ok((billed, expired)) if billed.charged + billed.to_grace + expired == 0 => {}
                 Ok((billed, expired)) => tracing::info!(
                     charged = billed.charged,
@@ -184,12 +202,12 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
                 Err(error) => tracing::warn!(error = format!("{error:#}"), "indefinite-retention billing failed"),
             }
         }
-        match crate::bilateral::expire_due(services).await {
+        match metrics.job("bilateral_expiry", crate::bilateral::expire_due(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(proposals = n, "expired unanswered bilateral proposals"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "expiring bilateral proposals failed"),
         }
-        match crate::tsl::execute_due_transfers(services).await {
+        match metrics.job("tool_transfers", crate::tsl::execute_due_transfers(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(declarations = n, "carried out tool transfer declarations"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "tool transfers failed"),

@@ -14,6 +14,7 @@
 pub mod agents;
 pub mod ara;
 pub mod asa;
+pub mod backup;
 pub mod bilateral;
 pub mod catalog;
 pub mod charge;
@@ -21,9 +22,11 @@ pub mod declarations;
 pub mod dur;
 pub mod earned;
 pub mod error;
+pub mod features;
 pub mod ise;
 pub mod jobs;
 pub mod log;
+pub mod metrics;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
@@ -63,7 +66,9 @@ pub struct Config {
 }
 
 /// Areas an operator can switch off; switched off, their routes answer 503
-/// `FEATURE_NOT_AVAILABLE`. Everything is on by default.
+/// `FEATURE_NOT_AVAILABLE`. Everything is on by default. A host starts with
+/// its flags' values (`--features-off`); switches stored in the database
+/// (`anchor feature off NAME`) override them on every host ([`features`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Features {
     /// Indefinite-retention subscriptions (`/v1/retention/indefinite/*`);
@@ -71,30 +76,70 @@ pub struct Features {
     pub retention: bool,
     /// Owners cancelling an agent's ASA subscription (`DELETE /dap/asa/subscription/{agent_id}`).
     pub dap_asa_cancel: bool,
+    /// Agent-type owners (`/dap/owner/register-agent`, `/dap/auth/agent-login`).
+    pub agent_owners: bool,
 }
 
 impl Default for Features {
     fn default() -> Features {
-        Features { retention: true, dap_asa_cancel: true }
+        Features { retention: true, dap_asa_cancel: true, agent_owners: true }
     }
 }
 
 impl Features {
-    /// The names `--features-off` takes.
-    pub const NAMES: [&'static str; 2] = ["retention", "dap_asa_cancel"];
+    /// The names `--features-off` and `anchor feature` take.
+    pub const NAMES: [&'static str; 3] = ["retention", "dap_asa_cancel", "agent_owners"];
 
     /// Everything on except the named areas; an unknown name is refused.
     pub fn without(names: &[String]) -> Result<Features, String> {
         let mut features = Features::default();
         for name in names {
             match name.trim() {
-                "retention" => features.retention = false,
-                "dap_asa_cancel" => features.dap_asa_cancel = false,
                 "" => {}
-                other => return Err(format!("unknown feature {other:?}; the features are {}", Features::NAMES.join(", "))),
+                other => features.set(other, false)?,
             }
         }
         Ok(features)
+    }
+
+    /// Switches the named area; an unknown name is refused.
+    pub fn set(&mut self, name: &str, enabled: bool) -> Result<(), String> {
+        let switch = match name {
+            "retention" => &mut self.retention,
+            "dap_asa_cancel" => &mut self.dap_asa_cancel,
+            "agent_owners" => &mut self.agent_owners,
+            other => return Err(format!("unknown feature {other:?}; the features are {}", Features::NAMES.join(", "))),
+        };
+        *switch = enabled;
+        Ok(())
+    }
+
+    pub fn is_on(&self, name: &str) -> Option<bool> {
+        match name {
+            "retention" => Some(self.retention),
+            "dap_asa_cancel" => Some(self.dap_asa_cancel),
+            "agent_owners" => Some(self.agent_owners),
+            _ => None,
+        }
+    }
+
+    /// The area a route belongs to, if it can be switched off, and whether it is off.
+    pub fn route_off(&self, path: &str) -> Option<&'static str> {
+        let area = if path.starts_with("/v1/retention/indefinite") {
+            "retention"
+        } else if path.starts_with("/dap/asa/subscription") {
+            "dap_asa_cancel"
+        } else if path.starts_with("/dap/owner/register-agent") || path.starts_with("/dap/auth/agent-login") {
+            "agent_owners"
+        } else {
+            return None;
+        };
+        (self.is_on(area) == Some(false)).then_some(area)
+    }
+
+    /// The names of the areas switched off.
+    pub fn off(&self) -> Vec<&'static str> {
+        Features::NAMES.into_iter().filter(|name| self.is_on(name) == Some(false)).collect()
     }
 }
 
@@ -108,4 +153,114 @@ pub struct Services {
     pub config: Arc<Config>,
     /// Where sellers' tools run.
     pub tools: tools::Tools,
+    /// This host's numbers (`GET /metrics`).
+    pub metrics: Arc<metrics::Metrics>,
+    /// A read-only replica for observation reads, if the operator gave one.
+    pub replica: Replica,
+    /// What is switched on now (the flags, overridden by the database's switches).
+    pub switches: features::Switches,
+    /// The pricing generations and when each is in force; `pricing` answers
+    /// with the one a request started with.
+    pub schedule: Arc<pricing::Schedule>,
 }
+
+impl Services {
+    /// The areas switched on at this moment.
+    pub fn features(&self) -> Features {
+        self.switches.get()
+    }
+}
+
+/// Where observation reads go: a streaming replica of the primary when one
+/// is set (`--database-read-url`), else the primary. Set once at start (or
+/// by a test once its replica runs); every clone of the services sees it.
+/// After a failed read the replica is left alone for [`Replica::REST`], so a
+/// replica that is down costs one slow read, not one per request.
+#[derive(Clone, Default)]
+pub struct Replica(Arc<ReplicaState>);
+
+#[derive(Default)]
+struct ReplicaState {
+    store: std::sync::RwLock<Option<Arc<dyn Store>>>,
+    resting_until: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Replica {
+    /// How long one read may take on the replica before the primary answers instead.
+    pub const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+    /// How long the replica is left alone after a failure.
+    pub const REST: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn set(&self, store: Option<Arc<dyn Store>>) {
+        *self.0.store.write().unwrap_or_else(|p| p.into_inner()) = store;
+        *self.0.resting_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The replica, unless there is none or it is resting after a failure.
+    pub fn get(&self) -> Option<Arc<dyn Store>> {
+        let resting = self.0.resting_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|until| std::time::Instant::now() < until);
+        if resting {
+            return None;
+        }
+        self.0.store.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn failed(&self) {
+        *self.0.resting_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now() + Replica::REST);
+    }
+}
+
+impl Services {
+    /// Counts a read the replica served, or one it failed (then
+    /// [`observation_read!`] reads the primary, and the replica rests).
+    pub fn replica_outcome(&self, failure: Option<String>) {
+        let outcome = match failure {
+            None => "replica",
+            Some(error) => {
+                self.replica.failed();
+                tracing::warn!(%error, rest_secs = Replica::REST.as_secs(), "the read replica failed; reading from the primary");
+                "fell_back_to_primary"
+            }
+        };
+        self.metrics.replica_reads.get_or_create(&metrics::OutcomeLabels { outcome }).inc();
+    }
+}
+
+/// Runs a read that may trail the primary (an ARA observation's) on the
+/// replica, within [`Replica::TIMEOUT`]; if there is none, or it fails
+/// (stopped, unreachable, slow, recovering), on the primary. Never for a read
+/// that must see this request's own writes. `$s` names the store in
+/// `$read`, a store call to await.
+macro_rules! observation_read {
+    ($services:expr, |$s:ident| $read:expr) => {{
+        let services: &$crate::Services = $services;
+        let on_replica = match services.replica.get() {
+            Some(replica) => {
+                let $s: &dyn anchor_store::Store = replica.as_ref();
+                match tokio::time::timeout($crate::Replica::TIMEOUT, $read).await {
+                    Ok(Ok(value)) => {
+                        services.replica_outcome(None);
+                        Some(value)
+                    }
+                    Ok(Err(error)) => {
+                        services.replica_outcome(Some(error.to_string()));
+                        None
+                    }
+                    Err(_) => {
+                        services.replica_outcome(Some(format!("no answer within {:?}", $crate::Replica::TIMEOUT)));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        match on_replica {
+            Some(value) => Ok(value),
+            None => {
+                let $s: &dyn anchor_store::Store = services.store.as_ref();
+                $read.await
+            }
+        }
+    }};
+}
+pub(crate) use observation_read;

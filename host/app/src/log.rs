@@ -74,7 +74,7 @@ impl LogKey {
             std::fs::create_dir_all(dir)?;
         }
         write_private(file, &key.skey)?;
-        println!("log signing key created in {}; its public key (publish it to verifiers):\n{}", file.display(), key.vkey);
+        tracing::info!(file = %file.display(), public_key = %key.vkey, "created the log signing key; publish its public key to verifiers");
         Ok(key)
     }
 

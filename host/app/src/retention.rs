@@ -20,7 +20,7 @@ use crate::{AppError, AppResult, Services};
 const JOB_BATCH: i64 = 100;
 
 pub fn enabled(services: &Services) -> AppResult<()> {
-    if services.config.features.retention {
+    if services.features().retention {
         return Ok(());
     }
     Err(AppError::Unavailable { code: "FEATURE_NOT_AVAILABLE", message: "indefinite retention is switched off on this service".into() })
@@ -70,7 +70,7 @@ pub async fn owner_view(
     agent_id: uuid::Uuid,
 ) -> AppResult<(Option<View>, Option<anchor_domain::asa::AsaSubscription>)> {
     crate::owners::managed(services, owner, agent_id).await?;
-    let retention = match services.config.features.retention {
+    let retention = match services.features().retention {
         true => Some(view(services, agent_id).await?),
         false => None,
     };
@@ -83,7 +83,10 @@ pub async fn subscribe(services: &Services, agent: &AgentRecord) -> AppResult<(S
     enabled(services)?;
     let terms = terms(services)?;
     match services.store.subscribe_retention(agent.agent_id, terms, services.clock.now()).await? {
-        Subscribed::Active { subscription, reactivated, charged } => Ok((subscription, reactivated, charged, terms)),
+        Subscribed::Active { subscription, reactivated, charged } => {
+            services.metrics.debit("earned", charged);
+            Ok((subscription, reactivated, charged, terms))
+        }
         Subscribed::AlreadyActive(_) => Err(AppError::Conflict {
             code: "ALREADY_SUBSCRIBED",
             message: "this agent's indefinite-retention subscription is active already".into(),
@@ -116,7 +119,7 @@ pub async fn require_active(services: &Services, agent_id: uuid::Uuid) -> AppRes
             format!("ee_retention_period indefinite needs an active indefinite-retention subscription; {why}"),
         ))
     };
-    if !services.config.features.retention {
+    if !services.features().retention {
         return refused("indefinite retention is switched off on this service");
     }
     let subscription = services.store.retention_subscription(agent_id).await?;
@@ -135,6 +138,9 @@ pub async fn run_due(services: &Services) -> anyhow::Result<(Billed, usize)> {
     let terms = terms(services).map_err(|e| anyhow::anyhow!("{e}"))?;
     let now = services.clock.now();
     let billed = services.store.bill_due_retention(terms, now, JOB_BATCH).await?;
+    for _ in 0..billed.charged {
+        services.metrics.debit("earned", terms.monthly);
+    }
     let expired = services.store.expire_due_retention(now, JOB_BATCH).await?;
     Ok((billed, expired))
 }

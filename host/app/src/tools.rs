@@ -297,7 +297,13 @@ pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: 
         ToolInput { today: anchor_domain::ara::day_of(now), observations: gathered.iter().map(|g| g.observation.clone()).collect() };
     let sha256 = component.sha256;
     let wasm = if services.tools.runtime.ready(&sha256) { None } else { services.store.component_wasm(&sha256).await? };
-    let outcome = services.tools.blocking(Slot::Run, move |runtime| runtime.run(&sha256, wasm.as_deref(), &input)).await?;
+    let metrics = services.metrics.clone();
+    let outcome = services
+        .tools
+        .blocking(Slot::Run, move |runtime| {
+            metrics.guest("tool", "run", crate::metrics::tool_reason, || runtime.run(&sha256, wasm.as_deref(), &input))
+        })
+        .await?;
     let mut record = RunRecord {
         run_id,
         tool_id,

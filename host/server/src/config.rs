@@ -17,8 +17,14 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
 
     /// `postgres://…` selects PostgreSQL; unset means SQLite under --data-dir.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// A PostgreSQL streaming replica (hot standby) of the primary: ARA
+    /// observation reads go there, and fall back to the primary while it
+    /// fails. They may trail the primary by the replica's replay lag.
+    #[arg(long, env = "DATABASE_READ_URL", hide_env_values = true)]
+    pub database_read_url: Option<String>,
 
     /// The URL clients reach this service at; used in links, x402 resources and
     /// discovery documents. Defaults to http://<listen>.
@@ -78,14 +84,17 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAP_SESSION_HOURS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=720))]
     pub dap_session_hours: u32,
 
-    /// Turns agent-type owners off: /dap/owner/register-agent and
-    /// /dap/auth/agent-login then answer 503 FEATURE_NOT_AVAILABLE.
+    /// Turns agent-type owners off (the same as `--features-off agent_owners`):
+    /// /dap/owner/register-agent and /dap/auth/agent-login then answer 503
+    /// FEATURE_NOT_AVAILABLE.
     #[arg(long, env = "ANCHOR_DAP_NO_AGENT_OWNERS", default_value_t = false)]
     pub dap_no_agent_owners: bool,
 
-    /// Areas to switch off, comma-separated: retention (indefinite-retention
-    /// subscriptions), dap_asa_cancel (owners cancelling an agent's ASA
-    /// subscription). Their routes answer 503 FEATURE_NOT_AVAILABLE.
+    /// Areas to switch off at start, comma-separated: retention
+    /// (indefinite-retention subscriptions), dap_asa_cancel (owners cancelling
+    /// an agent's ASA subscription), agent_owners (agent-type owners). Their
+    /// routes answer 503 FEATURE_NOT_AVAILABLE. `anchor feature on|off NAME`
+    /// overrides this on every host sharing the database.
     #[arg(long, env = "ANCHOR_FEATURES_OFF", value_delimiter = ',')]
     pub features_off: Vec<String>,
 
@@ -116,6 +125,27 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_MAX_BODY_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u32).range(1024..))]
     pub max_body_bytes: u32,
 
+    /// Also serve `GET /metrics` on a listener of its own at this address
+    /// (for example 127.0.0.1:9464), for a Prometheus that reaches the host
+    /// privately.
+    #[arg(long, env = "ANCHOR_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Serve `GET /metrics` on the API's listener too. Off by default: the
+    /// counters tell business volumes (records anchored, DAC debited, payment
+    /// outcomes) that are the operator's, not the agents'.
+    #[arg(long, env = "ANCHOR_METRICS_ON_API", default_value_t = false)]
+    pub metrics_on_api: bool,
+
+    /// On SIGTERM or SIGINT: seconds requests in flight get to finish after
+    /// the listener closes; connections still open then are dropped.
+    #[arg(long, env = "ANCHOR_SHUTDOWN_GRACE_SECS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub shutdown_grace_secs: u32,
+
+    /// `text` (for a terminal) or `json` (one object per line, for log shippers).
+    #[arg(long, env = "ANCHOR_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+
     /// The address that receives x402 payments (USDC on Base).
     #[arg(long, env = "ANCHOR_PAY_TO", default_value = "0x0000000000000000000000000000000000000000")]
     pub pay_to: String,
@@ -128,6 +158,7 @@ impl ServeConfig {
             header_read_timeout: std::time::Duration::from_secs(u64::from(self.header_timeout_secs)),
             body_read_timeout: std::time::Duration::from_secs(u64::from(self.body_timeout_secs)),
             max_body_bytes: self.max_body_bytes as usize,
+            shutdown_grace: std::time::Duration::from_secs(u64::from(self.shutdown_grace_secs)),
         }
     }
 

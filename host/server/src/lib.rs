@@ -11,6 +11,7 @@ pub mod listener;
 pub mod mcp;
 use anchor_app::log;
 pub mod openapi;
+pub mod operate;
 pub mod owner;
 pub mod payment;
 pub mod ratelimit;
@@ -70,6 +71,12 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         Arc::new(LocalSettler)
     };
     let url = config.database_url();
+    // On the embedded database, a shared lock says a server runs on it (restore refuses then).
+    let _serving = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        None
+    } else {
+        Some(operate::Embedded::new(url.strip_prefix("sqlite://").unwrap_or(&url).into()).serving_lock()?)
+    };
     let store = anchor_store::open(&url).await?;
     let engine = PluginEngine::new()?;
     let pricing = load_pricing(&engine, config.pricing_component.as_deref())?;
@@ -82,12 +89,16 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         dap: state::DapSettings {
             dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),
             session_ttl: chrono::Duration::hours(i64::from(config.dap_session_hours)),
-            agent_owners: !config.dap_no_agent_owners,
             ..Default::default()
         },
         http: config.http_limits(),
         privacy: anchor_app::ara::privacy::Privacy::Noisy { epsilon: config.ara_epsilon, delta: config.ara_delta },
-        features: anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?,
+        features: {
+            let mut features = anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?;
+            features.agent_owners &= !config.dap_no_agent_owners;
+            features
+        },
+        metrics_on_api: config.metrics_on_api,
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,
@@ -99,6 +110,30 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings)
         .with_settler(settler.clone())
         .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));
+    if let Some(read_url) = config.database_read_url.as_deref().filter(|u| !u.is_empty()) {
+        state.app.replica.set(Some(anchor_store::open_replica(read_url, None).await?));
+        tracing::info!("ARA observation reads go to the read replica");
+    }
+    // Published pricing generations, loaded before the first request, then watched.
+    let loader: anchor_app::pricing::Loader = {
+        let engine = engine.clone();
+        Arc::new(move |wasm: &[u8]| Ok(WasmPricing::load(&engine, wasm, Limits::PRICING)? as Arc<dyn Pricing>))
+    };
+    let published = match state.app.schedule.refresh(store.as_ref(), &loader).await {
+        Ok(n) => n,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "reading published pricing generations failed; retrying in the background");
+            0
+        }
+    };
+    if let Some((at, next)) = state.app.schedule.next_after(clock.now()) {
+        tracing::info!(version = %next.version, activate_at = %at, "a published pricing generation is scheduled");
+    }
+    tracing::info!(in_force = %state.app.schedule.at(clock.now()).generation().version, published, "pricing generations");
+    tokio::spawn(anchor_app::pricing::watch(state.app.clone(), loader));
+    // The operator's stored switches, in force before the first request, then watched.
+    anchor_app::features::refresh(&state.app).await?;
+    tokio::spawn(anchor_app::features::watch(state.app.clone()));
     // Tools compiled on this host before load from its disk cache, off the start-up path.
     let warming = state.app.clone();
     tokio::spawn(async move {
@@ -110,8 +145,25 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     });
     // Background work (the log, reconciliation, erasure) runs in one loop on
     // the host holding the lease, so one host does it at a time.
-    let jobs = tokio::spawn(anchor_app::jobs::run(state.app.clone(), key.clone(), state.host_id, anchor_app::jobs::Schedule::default()));
+    let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
+    let jobs = tokio::spawn(anchor_app::jobs::run(
+        state.app.clone(),
+        key.clone(),
+        state.host_id,
+        anchor_app::jobs::Schedule::default(),
+        jobs_stopped,
+    ));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let limits = state.settings.http;
+    let metrics_server = match config.metrics_listen {
+        Some(addr) => {
+            let metrics_listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(listen = %metrics_listener.local_addr()?, "serving /metrics");
+            let router = http::observe::metrics_router(state.clone());
+            Some(tokio::spawn(listener::serve(metrics_listener, router, limits, std::future::pending())))
+        }
+        None => None,
+    };
     tracing::info!(
         listen = %listener.local_addr()?,
         storage = store.backend(),
@@ -119,15 +171,51 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         pricing_sha256 = %generation.sha256,
         log_key = %key.vkey,
         x402_settlement = settler.mode(),
+        host_id = %state.host_id,
         "anchor is serving"
     );
-    let limits = state.settings.http;
-    listener::serve(listener, app(state), limits, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    jobs.abort();
+    listener::serve(listener, app(state), limits, shutdown_signal()).await?;
+    // Requests are done: the jobs finish their round and give up the lease,
+    // then the pool closes (SQLite checkpoints its write-ahead log).
+    let _ = stop_jobs.send(true);
+    let abort = jobs.abort_handle();
+    if tokio::time::timeout(std::time::Duration::from_secs(10), jobs).await.is_err() {
+        abort.abort();
+        tracing::warn!("the background jobs did not stop within 10 s; the lease runs out on its own");
+    }
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
+    }
+    if tokio::time::timeout(std::time::Duration::from_secs(10), store.close()).await.is_err() {
+        tracing::warn!("database connections were still busy after 10 s");
+    }
+    tracing::info!("anchor stopped");
     Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+                "SIGTERM"
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<&str>();
+    let signal = tokio::select! {
+        signal = interrupt => signal,
+        signal = terminate => signal,
+    };
+    tracing::info!(signal, "shutting down");
 }
 
 /// Serves `state` on an already-bound listener with its connection limits

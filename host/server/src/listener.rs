@@ -17,8 +17,10 @@
 //! no handler runs for bytes that are not an HTTP request.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,6 +50,8 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub max_body_bytes: usize,
+    /// At shutdown, how long requests in flight get to finish.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for HttpLimits {
@@ -57,13 +61,24 @@ impl Default for HttpLimits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
+            shutdown_grace: Duration::from_secs(20),
         }
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets open
-/// requests finish. Every connection carries its peer address
-/// (`ConnectInfo<SocketAddr>`), which the rate limit reads.
+/// Serves `router` on `listener` until `shutdown` completes, then stops in
+/// three steps, within `limits.shutdown_grace` in all:
+///
+/// 1. connections the kernel already took (the accept queue) are accepted
+///    and served, then the listening socket closes: later connections are
+///    refused, which a client can retry elsewhere safely;
+/// 2. for up to [`LINGER`] open connections go on serving what their clients
+///    already sent, each response saying `Connection: close`;
+/// 3. then each connection finishes the request under way and closes; idle
+///    ones close at once.
+///
+/// Every connection carries its peer address (`ConnectInfo<SocketAddr>`),
+/// which the rate limit reads.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -72,8 +87,36 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let draining = Arc::new(AtomicBool::new(false));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(PARSER_BUFFER_BYTES).keep_alive(true);
+    let connection = |stream: tokio::net::TcpStream, peer: SocketAddr, slot: Option<tokio::sync::OwnedSemaphorePermit>| {
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let draining = draining.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let mut router = router.clone();
+            let draining = draining.clone();
+            async move {
+                let mut response = tower::Service::call(&mut router, request.map(Body::new)).await?;
+                // A refusal that leaves the request's body unread (413) ends
+                // the connection: the unread bytes cannot be told from the
+                // next request, so a client must not reuse it.
+                if draining.load(Ordering::Relaxed) || response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, %peer, "connection closed with an error");
+            }
+            drop(slot);
+        });
+    };
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -92,25 +135,42 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            let mut router = router.clone();
-            async move { tower::Service::call(&mut router, request.map(Body::new)).await }
-        });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, %peer, "connection closed with an error");
-            }
-            drop(slot);
-        });
+        connection(stream, peer, Some(slot));
     }
-    drop(listener);
-    graceful.shutdown().await;
+    let stopping = tokio::time::Instant::now();
+    draining.store(true, Ordering::Relaxed);
+    // The accept queue: these clients connected before the close, and may
+    // have sent their request already; they are served, not reset.
+    // Asked of the socket itself, not of the reactor's cached readiness.
+    let mut queued = 0;
+    if let Ok(listener) = listener.into_std() {
+        let _ = listener.set_nonblocking(true);
+        while let Ok((stream, peer)) = listener.accept() {
+            let Ok(stream) = stream.set_nonblocking(true).and_then(|()| tokio::net::TcpStream::from_std(stream)) else { continue };
+            connection(stream, peer, None);
+            queued += 1;
+        }
+    }
+    tracing::info!(
+        connections = graceful.count(),
+        from_queue = queued,
+        grace_secs = limits.shutdown_grace.as_secs_f64(),
+        "stopped accepting; finishing requests in flight"
+    );
+    let linger = LINGER.min(limits.shutdown_grace);
+    while graceful.count() > 0 && stopping.elapsed() < linger {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = limits.shutdown_grace.saturating_sub(stopping.elapsed());
+    if tokio::time::timeout(left, graceful.shutdown()).await.is_err() {
+        tracing::warn!("requests were still in flight when the shutdown grace ran out; their connections are dropped");
+    }
     Ok(())
 }
+
+/// How long, at shutdown, open connections keep serving requests their
+/// clients already sent before idle ones are closed.
+pub const LINGER: Duration = Duration::from_secs(1);
 
 /// Refuses, as JSON, requests whose URL or header section is over the limits
 /// (414, 431), before any handler reads them.

@@ -1,6 +1,7 @@
 //! `anchor`: the service binary. `anchor serve` (the default) runs the API;
 //! `anchor tool run FILE` runs a tool component locally, as the service would;
-//! `anchor pricing inspect FILE` checks a pricing component before deployment.
+//! `anchor pricing inspect FILE` checks a pricing component before deployment;
+//! `anchor backup`, `anchor restore` and `anchor feature` are for operators.
 
 use clap::{Parser, Subcommand};
 
@@ -35,11 +36,233 @@ enum Command {
     /// Check a receipt offline: record hash, leaf, inclusion proof, checkpoint
     /// signature, and (given an earlier checkpoint and a proof) consistency.
     Verify(VerifyArgs),
+    /// Copy the embedded SQLite database while the server runs (`anchor
+    /// backup DEST`), or check a copy or a restored database (`--check`).
+    Backup(BackupArgs),
+    /// Put a backup in place of the embedded database, after checking it;
+    /// refused while a server runs on it.
+    Restore(RestoreArgs),
+    /// Switch an area off or on for every host sharing the database, while
+    /// they run (in force within about a second), or list the switches.
+    Feature {
+        #[command(subcommand)]
+        command: FeatureCommand,
+    },
     /// Commands for tool authors: run a tool component locally, as the service would.
     Tool {
         #[command(subcommand)]
         command: ToolCommand,
     },
+}
+
+/// Where the database is, as `anchor serve` finds it.
+#[derive(clap::Args)]
+struct DatabaseArgs {
+    #[command(flatten)]
+    location: DbLocation,
+    /// The log's public key (`<origin>+<id>+<base64>`, or a file holding it)
+    /// to check checkpoint signatures with; defaults to the key of
+    /// `<data-dir>/log-signing.key` when that file exists.
+    #[arg(long)]
+    key: Option<String>,
+}
+
+impl DatabaseArgs {
+    fn url(&self) -> String {
+        self.location.url()
+    }
+
+    fn embedded(&self) -> anyhow::Result<anchor_server::operate::Embedded> {
+        let url = self.url();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            anyhow::bail!(
+                "the database is PostgreSQL: back it up with pg_dump or pg_basebackup, restore it with its own tools, \
+                 then check the result with `anchor backup --check postgres://…`"
+            );
+        }
+        Ok(anchor_server::operate::Embedded::new(url.strip_prefix("sqlite://").unwrap_or(&url).into()))
+    }
+
+    fn vkey(&self) -> anyhow::Result<Option<String>> {
+        if let Some(key) = &self.key {
+            return Ok(Some(std::fs::read_to_string(key).map(|k| k.trim().to_string()).unwrap_or_else(|_| key.clone())));
+        }
+        let file = self.location.data_dir.join("log-signing.key");
+        if !file.is_file() {
+            return Ok(None);
+        }
+        let skey = std::fs::read_to_string(&file)?;
+        Ok(Some(anchor_app::log::LogKey::from_skey(skey.trim())?.vkey))
+    }
+}
+
+/// Where the database is, as `anchor serve` finds it.
+#[derive(clap::Args)]
+struct DbLocation {
+    /// The data directory whose `anchor.db` is meant.
+    #[arg(long, env = "ANCHOR_DATA_DIR", default_value = "./data")]
+    data_dir: std::path::PathBuf,
+    /// The database, if not `<data-dir>/anchor.db` (a SQLite path or a `postgres://` URL).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+impl DbLocation {
+    fn url(&self) -> String {
+        match &self.database_url {
+            Some(url) if !url.is_empty() => url.clone(),
+            _ => self.data_dir.join("anchor.db").to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// The store of an existing database whose schema is this build's: an
+/// operator command never creates a database (a mistyped path would) nor
+/// migrates one the hosts have not.
+async fn ensure_existing(url: &str) -> anyhow::Result<()> {
+    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    if !postgres && !std::path::Path::new(url.strip_prefix("sqlite://").unwrap_or(url)).is_file() {
+        anyhow::bail!("there is no database at {url}; give the server's --data-dir or DATABASE_URL");
+    }
+    let inspected = anchor_store::inspect(url).await?;
+    let checked = anchor_app::backup::check_migrations(inspected.as_ref(), &anchor_store::expected_migrations(url)).await;
+    inspected.close().await;
+    checked.map_err(|e| anyhow::anyhow!("{e:#} (run the same version as the hosts)"))?;
+    Ok(())
+}
+
+async fn publish(file: &std::path::Path, activate_at: Option<&str>, allow_no_services: bool, database: &DbLocation) -> anyhow::Result<()> {
+    let wasm = std::fs::read(file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+    // The checks a host would make loading it, and a quote of every preset.
+    let engine = PluginEngine::new()?;
+    let pricing = anchor_plugins::WasmPricing::load(&engine, &wasm, anchor_plugins::Limits::PRICING)?;
+    let presets = anchor_app::pricing::check_publishable(pricing.as_ref(), allow_no_services)?;
+    let now = chrono::Utc::now();
+    let at = match activate_at {
+        None => now,
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .map_err(|e| anyhow::anyhow!("--activate-at {text}: {e} (write e.g. 2026-12-01T00:00:00Z)"))?
+            .with_timezone(&chrono::Utc),
+    };
+    // Hosts read publications every half second and compile them before their time.
+    if activate_at.is_some() {
+        anyhow::ensure!(
+            at >= now + chrono::Duration::seconds(2),
+            "--activate-at {at} leaves the hosts less than 2 s to load it; give a later time, or --now (in force within about a second)"
+        );
+    }
+    use anchor_domain::pricing::Pricing as _;
+    let generation = pricing.generation().clone();
+    let url = database.url();
+    ensure_existing(&url).await?;
+    let store = anchor_store::open(&url).await?;
+    let added = anchor_app::pricing::publish(store.as_ref(), pricing.as_ref(), &wasm, at, now).await;
+    store.close().await;
+    anyhow::ensure!(added?, "another generation is published for exactly {at}; choose another time");
+    println!(
+        "ok: {} (sha256 {}, {}, {} presets quoted) is published; every host prices with it from {at}",
+        generation.version, generation.sha256, generation.interface, presets
+    );
+    Ok(())
+}
+
+async fn list(database: &DbLocation) -> anyhow::Result<()> {
+    let url = database.url();
+    ensure_existing(&url).await?;
+    let store = anchor_store::open(&url).await?;
+    let activations = anchor_app::pricing::publications(store.as_ref()).await;
+    store.close().await;
+    let activations = activations?;
+    let now = chrono::Utc::now();
+    let current = activations.iter().rposition(|a| a.activate_at <= now);
+    if activations.is_empty() {
+        println!("nothing published: each host prices with its --pricing-component, or the bundled generation");
+    }
+    for (i, a) in activations.iter().enumerate() {
+        let state = match current {
+            Some(c) if i == c => "in force",
+            Some(c) if i < c => "past",
+            _ => "scheduled",
+        };
+        println!(
+            "{:<10} from {}  {} (sha256 {}, {}), published {}",
+            state, a.activate_at, a.version, a.sha256, a.interface, a.published_at
+        );
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+enum FeatureCommand {
+    /// Every area, whether it is on, and whether a stored switch says so.
+    List(FeatureArgs),
+    /// Switch an area on: retention, dap_asa_cancel, agent_owners.
+    On(FeatureArgs),
+    /// Switch an area off: its routes answer 503 FEATURE_NOT_AVAILABLE.
+    Off(FeatureArgs),
+}
+
+#[derive(clap::Args)]
+struct FeatureArgs {
+    /// The area (not for list).
+    name: Option<String>,
+    #[command(flatten)]
+    database: DbLocation,
+}
+
+async fn feature(command: FeatureCommand) -> anyhow::Result<()> {
+    let (args, switch) = match command {
+        FeatureCommand::List(args) => (args, None),
+        FeatureCommand::On(args) => (args, Some(true)),
+        FeatureCommand::Off(args) => (args, Some(false)),
+    };
+    let url = args.database.url();
+    ensure_existing(&url).await?;
+    let store = anchor_store::open(&url).await?;
+    if let Some(enabled) = switch {
+        let name = args.name.as_deref().ok_or_else(|| anyhow::anyhow!("name the area: {}", anchor_app::Features::NAMES.join(", ")))?;
+        anchor_app::features::switch(store.as_ref(), name, enabled, chrono::Utc::now()).await?;
+        println!(
+            "ok: {name} switched {}; every host serving this database applies it within about a second",
+            if enabled { "on" } else { "off" }
+        );
+    }
+    let stored = anchor_app::features::stored_switches(store.as_ref()).await?;
+    for name in anchor_app::Features::NAMES {
+        match stored.iter().find(|(n, _)| n == name) {
+            Some((_, on)) => println!("{name:<16} {:<4} (switched by the operator)", if *on { "on" } else { "off" }),
+            None => println!("{name:<16} {:<4} (each host's start flags decide; on unless --features-off names it)", "-"),
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// The file to write the copy to (never overwritten).
+    #[arg(required_unless_present = "check")]
+    dest: Option<std::path::PathBuf>,
+    /// Check the copy once it is written.
+    #[arg(long, requires = "dest")]
+    verify: bool,
+    /// Check this copy (a file) or restored database (a `postgres://` URL) instead of taking one.
+    #[arg(long, conflicts_with_all = ["dest", "verify"])]
+    check: Option<String>,
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// The copy to restore (a file `anchor backup` wrote).
+    source: std::path::PathBuf,
+    /// Restore even if the database there published checkpoints past the
+    /// copy's log (the log then forks: its verifiers must be told).
+    #[arg(long)]
+    accept_log_fork: bool,
+    #[command(flatten)]
+    database: DatabaseArgs,
 }
 
 #[derive(Subcommand)]
@@ -100,26 +323,92 @@ enum PricingCommand {
         /// A .wasm component; omit for the bundled v1.3.0.
         file: Option<std::path::PathBuf>,
     },
+    /// Check a pricing component and publish it: every host sharing the
+    /// database prices with it from the activation time (rolling back is
+    /// publishing the earlier one again).
+    Publish {
+        /// The component (.wasm).
+        file: std::path::PathBuf,
+        /// When it comes into force (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+        #[arg(long, required_unless_present = "now", conflicts_with = "now")]
+        activate_at: Option<String>,
+        /// In force at once (within about a second, the hosts' refresh and load).
+        #[arg(long)]
+        now: bool,
+        /// Publish a generation that prices no services (`anchor:pricing@1.0.0`):
+        /// every paid route but DD create then answers 503.
+        #[arg(long)]
+        allow_no_services: bool,
+        #[command(flatten)]
+        database: DbLocation,
+    },
+    /// The published generations: past, in force, and scheduled.
+    List {
+        #[command(flatten)]
+        database: DbLocation,
+    },
+    /// How prices change from one generation to another: every combination
+    /// of the six EE axes (the largest changes, or all with --all), every
+    /// preset and every service price.
+    Diff {
+        /// The generation prices move from: a .wasm component, or `bundled`.
+        from: String,
+        /// The generation prices move to: a .wasm component, or `bundled`.
+        to: String,
+        /// List every combination whose price changes.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()))
-        .init();
     let cli = Cli::parse();
+    let json = match &cli.command {
+        Some(Command::Serve(config)) => config.log_format == "json",
+        None => cli.serve.log_format == "json",
+        _ => false,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
+    if json {
+        // One JSON object per line; a request's lines carry its span (request id, route).
+        tracing_subscriber::fmt().json().with_current_span(true).with_span_list(false).with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
     match cli.command {
         Some(Command::Serve(config)) => anchor_server::serve(*config).await,
         None => anchor_server::serve(cli.serve).await,
         Some(Command::Pricing { command: PricingCommand::Inspect { file } }) => inspect(file.as_deref()),
+        Some(Command::Pricing { command: PricingCommand::Publish { file, activate_at, now: _, allow_no_services, database } }) => {
+            publish(&file, activate_at.as_deref(), allow_no_services, &database).await
+        }
+        Some(Command::Pricing { command: PricingCommand::List { database } }) => list(&database).await,
+        Some(Command::Pricing { command: PricingCommand::Diff { from, to, all } }) => {
+            let engine = PluginEngine::new()?;
+            let load = |name: &str| {
+                let file = (name != "bundled").then(|| std::path::Path::new(name));
+                anchor_server::load_pricing(&engine, file)
+            };
+            let (from, to) = (load(&from)?, load(&to)?);
+            print!("{}", anchor_app::pricing::diff(from.as_ref(), to.as_ref())?.render(all));
+            Ok(())
+        }
         Some(Command::Log { command: LogCommand::Keygen { origin, file } }) => {
             if file.exists() {
                 anyhow::bail!("{} exists; refusing to overwrite a signing key", file.display());
             }
-            anchor_app::log::LogKey::load_or_create(&file, &origin)?;
+            let key = anchor_app::log::LogKey::load_or_create(&file, &origin)?;
+            println!("log signing key written to {}; its public key (publish it to verifiers):\n{}", file.display(), key.vkey);
             Ok(())
         }
         Some(Command::Verify(args)) => verify(args),
+        Some(Command::Backup(args)) => backup(args).await,
+        Some(Command::Feature { command }) => feature(command).await,
+        Some(Command::Restore(args)) => {
+            let vkey = args.database.vkey()?;
+            anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await
+        }
         Some(Command::Tool { command: ToolCommand::Run(args) }) => tool_run(args),
     }
 }
@@ -189,6 +478,31 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let vkey = args.database.vkey()?;
+    let target = match (&args.check, &args.dest) {
+        (Some(target), _) => target.clone(),
+        (None, Some(dest)) => {
+            anchor_server::operate::backup(&args.database.embedded()?, dest).await?;
+            if !args.verify {
+                return Ok(());
+            }
+            dest.to_string_lossy().into_owned()
+        }
+        (None, None) => anyhow::bail!("give a destination file, or --check TARGET"),
+    };
+    match anchor_server::operate::check(&target, vkey.as_deref()).await {
+        Ok(checked) => {
+            anchor_server::operate::report(&target, &checked);
+            Ok(())
+        }
+        Err(error) => {
+            eprintln!("FAILED: {error:#}");
+            std::process::exit(1);
+        }
+    }
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {

@@ -29,6 +29,8 @@ pub struct Settings {
     pub privacy: anchor_app::ara::privacy::Privacy,
     /// What the operator switched off.
     pub features: anchor_app::Features,
+    /// Whether `GET /metrics` is served on the API's own listener.
+    pub metrics_on_api: bool,
 }
 
 /// The owner portal's settings.
@@ -64,7 +66,15 @@ impl AppState {
     ) -> AppState {
         let limiter = Arc::new(RateLimiter::new(settings.rate_limit, settings.rate_window_secs));
         let settler: Arc<dyn Settler> = Arc::new(LocalSettler);
+        let metrics = Arc::new(anchor_app::metrics::Metrics::new(store.as_ref()));
+        let schedule = anchor_app::pricing::Schedule::new(pricing, clock.clone());
+        let scheduled: Arc<dyn Pricing> = Arc::new(anchor_app::pricing::Scheduled(schedule.clone()));
+        let pricing = anchor_app::metrics::MeteredPricing::wrap(scheduled, metrics.clone());
         let app = anchor_app::Services {
+            metrics,
+            replica: Default::default(),
+            switches: anchor_app::features::Switches::new(settings.features),
+            schedule,
             store: store.clone(),
             pricing: pricing.clone(),
             settler: settler.clone(),

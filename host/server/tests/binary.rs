@@ -149,3 +149,29 @@ fn tool_run_checks_and_runs_a_component_as_the_service_would() {
     assert_eq!(wasi.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&wasi.stderr).contains("REFUSED") && String::from_utf8_lossy(&wasi.stderr).contains("wasi:filesystem"));
 }
+
+/// `anchor pricing diff` between the bundled generation and a test one whose
+/// base fee is 20 DAC instead of 10 and which prices no services
+/// (`plugins/fixtures/pricing-alt`, of `anchor:pricing@1.0.0`).
+#[test]
+fn pricing_diff_reports_the_grid_the_presets_and_the_services() {
+    let alt = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_alt.wasm");
+    let output = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["pricing", "diff", "bundled"]).arg(&alt).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.starts_with("from v1.3.0 ") && text.contains("\nto   v9.0.0-test "), "{text}");
+    // 5 retentions x 3^5: all 1,215 combinations are quoted by both.
+    assert!(text.contains("EE grid: 1215 combinations of the six axes;"), "{text}");
+    assert!(text.contains("  EE_basic: 10 DAC -> 20 DAC (+10, +100.0%)"), "{text}");
+    // The test generation prices no services: each bundled one goes.
+    assert!(text.contains("  retention monthly: 50 DAC -> not priced"), "{text}");
+    assert!(text.contains("  observation agent_other level 1: 3 DAC + surcharge 0 DAC -> not priced"), "{text}");
+    assert!(text.contains("0 of "), "no service price stays: {text}");
+    // The same generation on both sides changes nothing.
+    let same = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["pricing", "diff", "bundled", "bundled", "--all"]).output().unwrap();
+    let text = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success());
+    assert!(text.contains("; 0 change, 1215 do not"), "{text}");
+    assert!(!text.contains("every change"), "{text}");
+    assert!(text.contains("(unchanged)") && !text.contains(" -> not priced"), "{text}");
+}

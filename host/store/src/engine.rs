@@ -10,7 +10,9 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -19,6 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Postgres, Sqlite, Type};
 use uuid::Uuid;
 
+use crate::metrics::{PoolState, StoreMetrics};
 use crate::{Result, StoreError};
 
 /// One value bound to a query parameter.
@@ -299,6 +302,11 @@ pub trait Engine: Send + Sync + 'static {
     fn rows_per_statement(&self, columns: usize) -> usize;
     fn pool(&self) -> Self::Pool<'_>;
     async fn begin_write(&self) -> Result<Self::Tx>;
+    fn metrics(&self) -> &StoreMetrics;
+    fn pool_state(&self) -> PoolState;
+    /// Closes the pool once its connections are returned (SQLite checkpoints
+    /// its write-ahead log as the last one closes).
+    async fn close(&self);
 }
 
 /// What differs per engine.
@@ -336,19 +344,13 @@ impl Dialect for Postgres {
     }
 }
 
-/// Where a statement runs.
-pub enum Conn<'a, DB: sqlx::Database> {
-    Pool(&'a Pool<DB>),
-    Tx(&'a mut DB::Connection),
-}
-
 /// A sqlx driver as the store uses it. Every sqlx bound is stated once, on
 /// the blanket implementation below; the rest of the store sees only this.
 #[async_trait]
 pub trait Driver: Dialect {
-    async fn run(conn: Conn<'_, Self>, query: Query<'_>) -> Result<u64>;
-    async fn fetch_all(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Vec<Self::Row>>;
-    async fn fetch_optional(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Option<Self::Row>>;
+    async fn run(conn: &mut Self::Connection, query: Query<'_>) -> Result<u64>;
+    async fn fetch_all(conn: &mut Self::Connection, query: Query<'_>) -> Result<Vec<Self::Row>>;
+    async fn fetch_optional(conn: &mut Self::Connection, query: Query<'_>) -> Result<Option<Self::Row>>;
     fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>>;
     fn read_i32(row: &Self::Row, col: Col<'_>) -> Result<Option<i32>>;
     fn read_bool(row: &Self::Row, col: Col<'_>) -> Result<Option<bool>>;
@@ -417,26 +419,17 @@ where
     for<'n> &'n str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
-    async fn run(conn: Conn<'_, Self>, query: Query<'_>) -> Result<u64> {
-        let done = match conn {
-            Conn::Pool(pool) => bind::<DB>(query).execute(pool).await?,
-            Conn::Tx(tx) => bind::<DB>(query).execute(tx).await?,
-        };
+    async fn run(conn: &mut Self::Connection, query: Query<'_>) -> Result<u64> {
+        let done = bind::<DB>(query).execute(conn).await?;
         Ok(DB::rows_affected(&done))
     }
 
-    async fn fetch_all(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Vec<Self::Row>> {
-        Ok(match conn {
-            Conn::Pool(pool) => bind::<DB>(query).fetch_all(pool).await?,
-            Conn::Tx(tx) => bind::<DB>(query).fetch_all(tx).await?,
-        })
+    async fn fetch_all(conn: &mut Self::Connection, query: Query<'_>) -> Result<Vec<Self::Row>> {
+        Ok(bind::<DB>(query).fetch_all(conn).await?)
     }
 
-    async fn fetch_optional(conn: Conn<'_, Self>, query: Query<'_>) -> Result<Option<Self::Row>> {
-        Ok(match conn {
-            Conn::Pool(pool) => bind::<DB>(query).fetch_optional(pool).await?,
-            Conn::Tx(tx) => bind::<DB>(query).fetch_optional(tx).await?,
-        })
+    async fn fetch_optional(conn: &mut Self::Connection, query: Query<'_>) -> Result<Option<Self::Row>> {
+        Ok(bind::<DB>(query).fetch_optional(conn).await?)
     }
 
     fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>> {
@@ -489,32 +482,64 @@ impl<DB: Driver> Row for DbRow<DB> {
     }
 }
 
-/// A sqlx pool as an [`Engine`].
+/// A sqlx pool as an [`Engine`], with what it measures of itself.
 pub struct Db<DB: sqlx::Database> {
     pool: Pool<DB>,
+    metrics: Arc<StoreMetrics>,
 }
 
 /// The pool, lent for one statement at a time.
-pub struct PoolRef<'a, DB: sqlx::Database>(&'a Pool<DB>);
+pub struct PoolRef<'a, DB: sqlx::Database>(&'a Pool<DB>, &'a StoreMetrics);
 
 /// A write transaction on a sqlx pool.
-pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>);
+pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>, Arc<StoreMetrics>);
 
 fn rows<DB: sqlx::Database>(rows: Vec<DB::Row>) -> Vec<DbRow<DB>> {
     rows.into_iter().map(DbRow).collect()
+}
+
+/// Whether a request for a connection now has to wait for one to be
+/// returned: none is idle and the pool is at its maximum.
+fn must_wait<DB: sqlx::Database>(pool: &Pool<DB>) -> bool {
+    pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections()
+}
+
+/// A connection from the pool (checked by sqlx as usual); a request that
+/// found the pool exhausted is counted as a wait, with its duration.
+async fn acquire<DB: sqlx::Database>(pool: &Pool<DB>, metrics: &StoreMetrics) -> Result<sqlx::pool::PoolConnection<DB>> {
+    if !must_wait(pool) {
+        return Ok(pool.acquire().await?);
+    }
+    metrics.acquire_waits.inc();
+    let started = Instant::now();
+    let connection = pool.acquire().await?;
+    metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
+    Ok(connection)
+}
+
+/// Runs `f` on `query`, timing it under the statement's label.
+async fn timed<T>(metrics: &StoreMetrics, query: Query<'_>, f: impl AsyncFnOnce(Query<'_>) -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let (operation, table) = crate::metrics::classify(&query.sql);
+    let result = f(query).await;
+    metrics.statements.get_or_create(&crate::metrics::StatementLabels { operation, table }).observe(started.elapsed().as_secs_f64());
+    result
 }
 
 #[async_trait]
 impl<DB: Driver> Exec for PoolRef<'_, DB> {
     type Row = DbRow<DB>;
     async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        DB::run(Conn::Pool(self.0), query).await
+        let (pool, metrics) = (self.0, self.1);
+        timed(metrics, query, async |q| DB::run(&mut *acquire(pool, metrics).await?, q).await).await
     }
     async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
-        Ok(rows::<DB>(DB::fetch_all(Conn::Pool(self.0), query).await?))
+        let (pool, metrics) = (self.0, self.1);
+        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *acquire(pool, metrics).await?, q).await).await?))
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
-        Ok(DB::fetch_optional(Conn::Pool(self.0), query).await?.map(DbRow))
+        let (pool, metrics) = (self.0, self.1);
+        Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *acquire(pool, metrics).await?, q).await).await?.map(DbRow))
     }
 }
 
@@ -522,20 +547,27 @@ impl<DB: Driver> Exec for PoolRef<'_, DB> {
 impl<DB: Driver> Exec for Tx<DB> {
     type Row = DbRow<DB>;
     async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        DB::run(Conn::Tx(&mut *self.0), query).await
+        let Tx(tx, metrics) = self;
+        timed(metrics, query, async |q| DB::run(&mut *tx, q).await).await
     }
     async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
-        Ok(rows::<DB>(DB::fetch_all(Conn::Tx(&mut *self.0), query).await?))
+        let Tx(tx, metrics) = self;
+        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *tx, q).await).await?))
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
-        Ok(DB::fetch_optional(Conn::Tx(&mut *self.0), query).await?.map(DbRow))
+        let Tx(tx, metrics) = self;
+        Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *tx, q).await).await?.map(DbRow))
     }
 }
 
 #[async_trait]
 impl<DB: Driver> Transaction for Tx<DB> {
     async fn commit(self) -> Result<()> {
-        Ok(self.0.commit().await?)
+        let started = Instant::now();
+        let Tx(tx, metrics) = self;
+        let result = tx.commit().await;
+        metrics.observe_step("commit", started.elapsed().as_secs_f64());
+        Ok(result?)
     }
     async fn rollback(self) -> Result<()> {
         Ok(self.0.rollback().await?)
@@ -558,10 +590,28 @@ impl<DB: Driver> Engine for Db<DB> {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
     }
     fn pool(&self) -> PoolRef<'_, DB> {
-        PoolRef(&self.pool)
+        PoolRef(&self.pool, &self.metrics)
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
-        Ok(Tx(self.pool.begin_with(DB::BEGIN_WRITE).await?))
+        let started = Instant::now();
+        let waits = must_wait(&self.pool);
+        let tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        if waits {
+            self.metrics.acquire_waits.inc();
+            self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
+        }
+        self.metrics.observe_step("begin", started.elapsed().as_secs_f64());
+        Ok(Tx(tx, self.metrics.clone()))
+    }
+    fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
+    }
+    fn pool_state(&self) -> PoolState {
+        let size = self.pool.size();
+        PoolState { size, idle: (self.pool.num_idle() as u32).min(size), max: self.pool.options().get_max_connections() }
+    }
+    async fn close(&self) {
+        self.pool.close().await;
     }
 }
 
@@ -580,8 +630,8 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
         .busy_timeout(StdDuration::from_secs(30))
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
-    sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
-    Ok(Db { pool })
+    sqlite_migrator().run(&pool).await?;
+    Ok(Db { pool, metrics: Arc::default() })
 }
 
 /// Connects to PostgreSQL and runs the migrations. `schema`, when given, is
@@ -597,6 +647,42 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
         options = options.options([("search_path", schema)]);
     }
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
-    sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
-    Ok(Db { pool })
+    postgres_migrator().run(&pool).await?;
+    Ok(Db { pool, metrics: Arc::default() })
+}
+
+pub fn sqlite_migrator() -> sqlx::migrate::Migrator {
+    sqlx::migrate!("../../migrations/sqlite")
+}
+
+pub fn postgres_migrator() -> sqlx::migrate::Migrator {
+    sqlx::migrate!("../../migrations/postgres")
+}
+
+/// An existing SQLite file, read-only, as it is (no migration, not created).
+pub async fn open_sqlite_read_only(path: &Path) -> Result<Db<Sqlite>> {
+    let options =
+        SqliteConnectOptions::new().filename(path).read_only(true).create_if_missing(false).busy_timeout(StdDuration::from_secs(30));
+    let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await?;
+    Ok(Db { pool, metrics: Arc::default() })
+}
+
+/// A PostgreSQL standby, read-only, as it is. The pool connects lazily, so a
+/// replica that is down at start is tried again at the next read.
+pub async fn connect_postgres_replica(url: &str, schema: Option<&str>) -> Result<Db<Postgres>> {
+    let mut options: PgConnectOptions = url.parse()?;
+    options = options.options([("default_transaction_read_only", "on"), ("statement_timeout", "2000")]);
+    if let Some(schema) = schema {
+        options = options.options([("search_path", schema)]);
+    }
+    let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(StdDuration::from_millis(500)).connect_lazy_with(options);
+    Ok(Db { pool, metrics: Arc::default() })
+}
+
+/// A PostgreSQL database as it is (no migration): a restored copy, or a
+/// read-only standby.
+pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
+    let options: PgConnectOptions = url.parse()?;
+    let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
+    Ok(Db { pool, metrics: Arc::default() })
 }

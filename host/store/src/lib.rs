@@ -23,11 +23,14 @@ mod deidentify;
 mod dur;
 pub(crate) mod earned;
 pub mod engine;
+mod features;
 mod ise;
 mod links;
 mod log;
+pub mod metrics;
 mod owners;
 mod payments;
+mod pricing;
 mod retention;
 mod sdac;
 pub(crate) mod tsl;
@@ -47,11 +50,13 @@ pub use declarations::*;
 pub use deidentify::*;
 pub use dur::*;
 pub use earned::*;
+pub use features::*;
 pub use ise::*;
 pub use links::*;
 pub use log::*;
 pub use owners::*;
 pub use payments::*;
+pub use pricing::*;
 pub use retention::*;
 pub use sdac::*;
 pub use tsl::{
@@ -60,7 +65,7 @@ pub use tsl::{
     ShareRecord, ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore,
 };
 
-use engine::{Db, Engine, Exec, sql};
+use engine::{Db, Engine, Exec, Row, sql};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -71,6 +76,8 @@ pub enum StoreError {
     /// A stored value no longer parses: the database was changed outside the service.
     #[error("stored data is not readable: {0}")]
     Corrupt(String),
+    #[error("not supported here: {0}")]
+    Unsupported(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -130,6 +137,8 @@ pub trait Store:
     + DeidentifyStore
     + DurStore
     + EarnedStore
+    + FeatureStore
+    + PricingStore
     + PaymentStore
     + LogStore
     + OwnerStore
@@ -148,6 +157,17 @@ pub trait Store:
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     async fn ping(&self) -> Result<()>;
+    /// What the store measures of its statements and connections.
+    fn metrics(&self) -> &metrics::StoreMetrics;
+    fn pool_state(&self) -> metrics::PoolState;
+    /// Waits for the connections in use, then closes them all (at shutdown).
+    async fn close(&self);
+    /// Writes a consistent copy of the whole database to `dest` while it
+    /// serves (SQLite's `VACUUM INTO`); PostgreSQL has its own tools for that.
+    async fn backup_into(&self, dest: &Path) -> Result<()>;
+    /// The migrations the database records (version, checksum, whether it
+    /// succeeded), in order.
+    async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>>;
 }
 
 #[async_trait]
@@ -160,13 +180,70 @@ impl<E: Engine> Store for SqlStore<E> {
         self.db().execute(sql("select 1")).await?;
         Ok(())
     }
+
+    fn metrics(&self) -> &metrics::StoreMetrics {
+        self.db.metrics()
+    }
+
+    fn pool_state(&self) -> metrics::PoolState {
+        self.db.pool_state()
+    }
+
+    async fn close(&self) {
+        self.db.close().await
+    }
+
+    async fn backup_into(&self, dest: &Path) -> Result<()> {
+        if self.db.name() != "sqlite" {
+            return Err(StoreError::Unsupported("an online copy is taken by PostgreSQL's own tools (pg_dump, pg_basebackup)".into()));
+        }
+        let dest = dest.to_str().ok_or_else(|| StoreError::Unsupported("the backup path is not UTF-8".into()))?;
+        self.db().execute(sql("vacuum into $1").bind(dest)).await?;
+        Ok(())
+    }
+
+    async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>> {
+        let rows = self.db().fetch_all(sql("select version, checksum, success from _sqlx_migrations order by version")).await?;
+        rows.iter().map(|r| Ok((r.get("version")?, r.get("checksum")?, r.get("success")?))).collect()
+    }
+}
+
+/// The migrations this build carries (version, checksum), for the engine a URL names.
+pub fn expected_migrations(url: &str) -> Vec<(i64, Vec<u8>)> {
+    let migrator = if is_postgres(url) { engine::postgres_migrator() } else { engine::sqlite_migrator() };
+    migrator.iter().map(|m| (m.version, m.checksum.to_vec())).collect()
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Connects to a PostgreSQL streaming replica (a hot standby) of the
+/// primary, for reads only: no migration runs, and connections are set
+/// read-only. `schema` as for [`PostgresStore::connect`].
+pub async fn open_replica(url: &str, schema: Option<&str>) -> Result<Arc<dyn Store>> {
+    if !is_postgres(url) {
+        return Err(StoreError::Unsupported("a read replica is a PostgreSQL standby: give a postgres:// URL".into()));
+    }
+    Ok(Arc::new(PostgresStore { db: engine::connect_postgres_replica(url, schema).await? }))
+}
+
+/// Opens an existing database as it is, read-only where the engine allows,
+/// running no migration: for checking a backup or a restored database.
+pub async fn inspect(url: &str) -> Result<Arc<dyn Store>> {
+    if is_postgres(url) {
+        Ok(Arc::new(PostgresStore { db: engine::connect_postgres_as_is(url).await? }))
+    } else {
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        Ok(Arc::new(SqliteStore { db: engine::open_sqlite_read_only(Path::new(path)).await? }))
+    }
 }
 
 /// Opens the store a URL names: `postgres://…` (or `postgresql://…`) for
 /// PostgreSQL, anything else is a SQLite file path (or `sqlite://…`).
 /// Migrations run before this returns.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if is_postgres(url) {
         Ok(Arc::new(PostgresStore::connect(url, None).await?))
     } else {
         let path = url.strip_prefix("sqlite://").unwrap_or(url);

@@ -48,6 +48,9 @@ pub trait LogStore: Send + Sync {
     /// Takes or renews the integrator lease for `holder` until `now + ttl`;
     /// false while another holder's lease runs.
     async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool>;
+    /// Gives the lease up if `holder` has it, so another host takes it at its
+    /// next round; whether it held it.
+    async fn release_log_lease(&self, holder: Uuid) -> Result<bool>;
     /// Integrates up to `max` pending leaves in one transaction under the head's
     /// lock: `planner` sees the head as stored and the batch, and what it
     /// returns is written. `None` when nothing was pending.
@@ -63,6 +66,8 @@ pub trait LogStore: Send + Sync {
     async fn insert_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
     async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
+    /// Up to `limit` checkpoints of size over `after`, smallest first.
+    async fn checkpoints_after(&self, after: i64, limit: i64) -> Result<Vec<CheckpointRecord>>;
 }
 
 #[async_trait]
@@ -78,6 +83,11 @@ impl<E: Engine> LogStore for SqlStore<E> {
                 .bind(now),
             )
             .await?;
+        Ok(done == 1)
+    }
+
+    async fn release_log_lease(&self, holder: Uuid) -> Result<bool> {
+        let done = self.db().execute(sql("update log_lease set holder = null where log_lease_id = 0 and holder = $1").bind(holder)).await?;
         Ok(done == 1)
     }
 
@@ -199,6 +209,18 @@ impl<E: Engine> LogStore for SqlStore<E> {
         let row =
             self.db().fetch_optional(sql("select size, root, note, published_at from log_checkpoint order by size desc limit 1")).await?;
         row.as_ref().map(decode_checkpoint).transpose()
+    }
+
+    async fn checkpoints_after(&self, after: i64, limit: i64) -> Result<Vec<CheckpointRecord>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select size, root, note, published_at from log_checkpoint where size > $1 order by size limit $2")
+                    .bind(after)
+                    .bind(limit),
+            )
+            .await?;
+        rows.iter().map(decode_checkpoint).collect()
     }
 
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>> {

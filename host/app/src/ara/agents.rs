@@ -172,7 +172,7 @@ pub async fn target(services: &Services, observer: &AgentRecord, target_id: Uuid
             Some(_) => target.disclosure_level,
         }
     };
-    let totals = services.store.agent_totals(target_id, own).await?;
+    let totals = crate::observation_read!(services, |s| s.agent_totals(target_id, own))?;
     let target = Target { agent_id: target_id, own, level, disclosure, totals };
     if !own && target.declarations() == 0 {
         return Err(unavailable(format!("agent {target_id} has no anchored declaration others may observe")));
@@ -230,7 +230,8 @@ async fn profile_via(services: &Services, observer: &AgentRecord, ask: Ask, via:
 pub(crate) async fn profile_of(services: &Services, target: Target) -> AppResult<Profile> {
     let level = target.level;
     let today = day_of(services.clock.now());
-    let recent = services.store.agent_days(target.agent_id, today - 29, today + 1, &[Dimension::All], target.own).await?;
+    let recent =
+        crate::observation_read!(services, |s| s.agent_days(target.agent_id, today - 29, today + 1, &[Dimension::All], target.own))?;
     let all = target.totals.iter().find(|c| c.dimension == Dimension::All);
     let demotion = match target.own {
         true => {
@@ -291,7 +292,7 @@ pub(crate) async fn timeline_of(services: &Services, target: Target) -> AppResul
     };
     let mut dimensions = vec![Dimension::All];
     dimensions.extend_from_slice(breakdown);
-    let rows = services.store.agent_days(target.agent_id, starts[0], today + 1, &dimensions, target.own).await?;
+    let rows = crate::observation_read!(services, |s| s.agent_days(target.agent_id, starts[0], today + 1, &dimensions, target.own))?;
     let bucket_of = |day: i32| starts.iter().rposition(|start| *start <= day);
     let mut buckets: Vec<Bucket> = starts
         .iter()

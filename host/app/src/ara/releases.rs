@@ -240,6 +240,12 @@ async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) 
 /// The release of `kind` for `window`: the stored one, or cut and stored now
 /// (when two hosts cut one at once, the first stored wins and both serve it).
 pub async fn release(services: &Services, kind: Kind, window: Window) -> AppResult<Release> {
+    // A release, once cut, never changes: the replica serves it when it has it.
+    if services.replica.get().is_some()
+        && let Some(body) = crate::observation_read!(services, |s| s.release(kind.name(), window))?
+    {
+        return serde_json::from_str(&body).map_err(internal);
+    }
     let store = &services.store;
     if let Some(body) = store.release(kind.name(), window).await? {
         return serde_json::from_str(&body).map_err(internal);

@@ -96,7 +96,7 @@ pub async fn change_password(services: &Services, owner: &OwnerRecord, session_h
 }
 
 fn agent_owners_enabled(services: &Services) -> AppResult<()> {
-    if services.config.owners.agent_owners {
+    if services.features().agent_owners {
         Ok(())
     } else {
         Err(AppError::Unavailable { code: "FEATURE_NOT_AVAILABLE", message: "agent-type owners are turned off on this service".into() })

@@ -33,8 +33,6 @@ pub struct OwnerSettings {
     pub session_ttl: Duration,
     /// Agents one owner may link.
     pub max_agents_per_owner: i64,
-    /// Agent-type owners (`/dap/owner/register-agent`, `/dap/auth/agent-login`).
-    pub agent_owners: bool,
     /// Days between a deletion request and the erasure of the account.
     pub deletion_grace_days: i64,
 }
@@ -45,7 +43,6 @@ impl Default for OwnerSettings {
             dab_floor: MilliDac::from_dac(100),
             session_ttl: Duration::hours(12),
             max_agents_per_owner: 100,
-            agent_owners: true,
             deletion_grace_days: 30,
         }
     }

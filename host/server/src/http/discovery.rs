@@ -260,6 +260,8 @@ struct CardExtension {
     /// The MCP endpoint (streamable HTTP, stateless): the reference MCP server's tools.
     mcp: String,
     log: CardLog,
+    /// Areas the operator switched off (their routes answer 503 FEATURE_NOT_AVAILABLE).
+    features_off: Vec<&'static str>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -346,6 +348,7 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
             openapi: format!("{base}/openapi.json"),
             x402: format!("{base}/.well-known/x402.json"),
             mcp: format!("{base}/mcp"),
+            features_off: state.app.features().off(),
             log: CardLog {
                 origin: state.log_key.origin.clone(),
                 public_key: state.log_key.vkey.clone(),
@@ -424,10 +427,13 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
         let digits = fraction.trim_end_matches('0').len().max(2);
         format!("${}.{}", micro / 1_000_000, &fraction[..digits])
     };
+    let features = state.app.features();
     let paid_endpoints = catalog::PAID_ROUTES
         .iter()
         .map(|paid| {
-            let available = crate::http::implements(&paid.route);
+            let served = crate::http::implements(&paid.route);
+            let switched_off = features.route_off(paid.route.path).is_some();
+            let available = served && !switched_off;
             PaidEndpoint {
                 endpoint: paid.route.to_string(),
                 priced_by: paid.priced_by(),
@@ -436,7 +442,11 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
                 available,
                 price_base: policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())).map(usd),
                 earned_pays: (paid.earned == catalog::EarnedUse::Surcharge).then_some("the resolution surcharge only"),
-                note: (!available).then_some("not served by this version yet: the route answers 404"),
+                note: match (served, switched_off) {
+                    (false, _) => Some("not served by this version yet: the route answers 404"),
+                    (true, true) => Some("switched off by the operator: the route answers 503 FEATURE_NOT_AVAILABLE"),
+                    (true, false) => None,
+                },
             }
         })
         .collect();

@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod dur;
 pub mod earned;
 pub mod ise;
+pub mod observe;
 pub mod payments;
 pub mod portal;
 pub mod pricing;
@@ -100,6 +101,9 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         router = router.route(path, answer_other_methods(method_router, &methods, has_get));
     }
     let limits = state.settings.http;
+    if state.settings.metrics_on_api {
+        router = router.route("/metrics", get(observe::metrics));
+    }
     router
         .merge(portal::router())
         .merge(others)
@@ -110,6 +114,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .layer(axum::middleware::from_fn(move |request, next| listener::body_deadline(limits.body_read_timeout, request, next)))
         .layer(axum::middleware::from_fn(listener::protocol_limits))
         .layer(axum::middleware::from_fn(listener::catch_panic))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware))
         .with_state(state)
 }
 

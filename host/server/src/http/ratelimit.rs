@@ -19,6 +19,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
     let mut response = if verdict.allowed {
         next.run(request).await
     } else {
+        state.app.metrics.rate_limited.inc();
         ApiError::TooManyRequests {
             message: format!(
                 "more than {} requests in {} seconds from this client; retry after {} seconds",

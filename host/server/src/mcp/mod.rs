@@ -130,7 +130,8 @@ impl ServerHandler for Mcp {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(|token| token.trim().to_string());
-        let outcome = tools::call(&self.state, &tool.name, arguments, bearer).await;
+        // The SDK runs the call on a task of its own: it gets its own one-generation scope.
+        let outcome = self.state.app.schedule.in_one_generation(tools::call(&self.state, &tool.name, arguments, bearer)).await;
         Ok(tools::render(outcome).await.into())
     }
 }

@@ -1,0 +1,310 @@
+//! The service's numbers, for an operator's Prometheus: one registry per
+//! host (per `Services`), filled by the use cases, the jobs and the front
+//! ends, and read by [`render`] in the OpenMetrics text format.
+//!
+//! Counters count what this host did since it started; the log's gauges and
+//! the pool's are read when scraped. Every family is listed in the README's
+//! "Operating" section.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use anchor_domain::MilliDac;
+use anchor_domain::declarations::ee::Scope;
+use anchor_domain::pricing::{Generation, Policy, Preset, Pricing, PricingError, Quote, ServicePrices};
+use anchor_store::Store;
+
+use crate::Services;
+
+/// A request's route template (`/v1/dd/{dd_id}`, or `unmatched`), method and status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+    pub method: String,
+}
+
+/// A guest call: which plugin (`pricing`, `tool`) and which call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: &'static str,
+    pub call: &'static str,
+}
+
+/// Why a guest call failed: `fuel`, `deadline`, `memory`, `trap`, or what
+/// the guest itself refused (`refused`, `output_too_large`, `unavailable`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub plugin: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub job: &'static str,
+}
+
+/// Where a debit came from: `trial` or `earned`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub state: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+}
+
+fn guest_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_005, 3.0, 14))
+}
+
+/// Every metric of one host.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_seconds: Histograms<RouteLabels>,
+    pub rate_limited: Counter,
+    pub plugin_seconds: Histograms<PluginLabels>,
+    pub plugin_failures: Family<FailureLabels, Counter>,
+    pub x402_verifications: Family<OutcomeLabels, Counter>,
+    pub x402_settlements: Family<OutcomeLabels, Counter>,
+    pub job_runs: Family<JobLabels, Counter>,
+    pub job_failures: Family<JobLabels, Counter>,
+    pub debits: Family<SourceLabels, Counter>,
+    pub debited_millidac: Family<SourceLabels, Counter>,
+    pub declarations_created: Counter,
+    pub declarations_confirmed: Counter,
+    pub checkpoints_signed: Counter,
+    pub replica_reads: Family<OutcomeLabels, Counter>,
+    log_size: Gauge,
+    log_pending: Gauge,
+    checkpoint_age: Gauge<f64, AtomicU64>,
+    pool: Family<PoolLabels, Gauge>,
+}
+
+impl Metrics {
+    /// A registry with every family, and the store's own registered in it.
+    pub fn new(store: &dyn Store) -> Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("anchor"),
+            http_requests: Family::default(),
+            http_seconds: Family::new_with_constructor(request_histogram),
+            rate_limited: Counter::default(),
+            plugin_seconds: Family::new_with_constructor(guest_histogram),
+            plugin_failures: Family::default(),
+            x402_verifications: Family::default(),
+            x402_settlements: Family::default(),
+            job_runs: Family::default(),
+            job_failures: Family::default(),
+            debits: Family::default(),
+            debited_millidac: Family::default(),
+            declarations_created: Counter::default(),
+            declarations_confirmed: Counter::default(),
+            checkpoints_signed: Counter::default(),
+            replica_reads: Family::default(),
+            log_size: Gauge::default(),
+            log_pending: Gauge::default(),
+            checkpoint_age: Gauge::default(),
+            pool: Family::default(),
+        };
+        let r = &mut m.registry;
+        r.register("http_requests", "Requests answered, by route template, method and status", m.http_requests.clone());
+        r.register("http_request_duration_seconds", "Time from request head to response head", m.http_seconds.clone());
+        r.register("rate_limit_refusals", "Requests refused with 429 by the per-client limit", m.rate_limited.clone());
+        r.register("plugin_call_duration_seconds", "Time of each call into a WebAssembly guest", m.plugin_seconds.clone());
+        r.register("plugin_call_failures", "Guest calls that failed, by plugin and reason", m.plugin_failures.clone());
+        r.register("x402_verifications", "x402 payment verifications, by outcome", m.x402_verifications.clone());
+        r.register("x402_settlements", "x402 settlements, by outcome", m.x402_settlements.clone());
+        r.register("job_runs", "Background job runs on this host", m.job_runs.clone());
+        r.register("job_failures", "Background job runs that failed", m.job_failures.clone());
+        r.register("dac_debits", "Debits of internal DAC, by source", m.debits.clone());
+        r.register("dac_debited_millidac", "Internal DAC debited, in milli-DAC, by source", m.debited_millidac.clone());
+        r.register("declarations_created", "Decision declarations created on this host", m.declarations_created.clone());
+        r.register("declarations_confirmed", "Decision declarations confirmed (anchored) on this host", m.declarations_confirmed.clone());
+        r.register("log_checkpoints_signed", "Checkpoints this host signed", m.checkpoints_signed.clone());
+        r.register(
+            "replica_reads",
+            "Observation reads on the read replica, and those that fell back to the primary",
+            m.replica_reads.clone(),
+        );
+        r.register("log_size", "Leaves in the verifiable log", m.log_size.clone());
+        r.register("log_pending_leaves", "Confirmed declarations waiting for a log index", m.log_pending.clone());
+        r.register("log_seconds_since_checkpoint", "Seconds since the latest signed checkpoint", m.checkpoint_age.clone());
+        r.register("db_pool_connections", "Database connections by state (in_use, idle, max)", m.pool.clone());
+        let store_metrics = store.metrics();
+        r.register("store_statement_duration_seconds", "Database statements, by verb and first table", store_metrics.statements.clone());
+        r.register(
+            "db_pool_acquire_waits",
+            "Statements and transactions that found no idle connection",
+            store_metrics.acquire_waits.clone(),
+        );
+        r.register(
+            "db_pool_acquire_wait_seconds",
+            "How long those waits for a connection lasted",
+            store_metrics.acquire_wait_seconds.clone(),
+        );
+        m
+    }
+
+    /// Counts an internal debit of `amount` from `source` (`trial`, `earned`).
+    pub fn debit(&self, source: &'static str, amount: MilliDac) {
+        if amount > MilliDac::ZERO {
+            self.debits.get_or_create(&SourceLabels { source }).inc();
+            self.debited_millidac.get_or_create(&SourceLabels { source }).inc_by(amount.milli().max(0) as u64);
+        }
+    }
+
+    /// Counts a job run and, if it failed, its failure.
+    pub fn job<T, E>(&self, job: &'static str, result: Result<T, E>) -> Result<T, E> {
+        self.job_runs.get_or_create(&JobLabels { job }).inc();
+        if result.is_err() {
+            self.job_failures.get_or_create(&JobLabels { job }).inc();
+        }
+        result
+    }
+
+    /// Times one guest call and counts its failure.
+    pub fn guest<T, E>(
+        &self,
+        plugin: &'static str,
+        call: &'static str,
+        reason: impl Fn(&E) -> &'static str,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let started = Instant::now();
+        let result = f();
+        self.plugin_seconds.get_or_create(&PluginLabels { plugin, call }).observe(started.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            self.plugin_failures.get_or_create(&FailureLabels { plugin, reason: reason(error) }).inc();
+        }
+        result
+    }
+}
+
+/// The text Prometheus scrapes: the log's and the pool's gauges are read now.
+pub async fn render(services: &Services) -> String {
+    let m = &services.metrics;
+    let store = services.store.as_ref();
+    if let Ok(state) = store.log_state().await {
+        m.log_size.set(state.size);
+    }
+    if let Ok(pending) = store.log_pending_count().await {
+        m.log_pending.set(pending);
+    }
+    if let Ok(Some(latest)) = store.latest_checkpoint().await {
+        let age = services.clock.now() - latest.published_at;
+        m.checkpoint_age.set(age.num_milliseconds().max(0) as f64 / 1000.0);
+    }
+    let pool = store.pool_state();
+    m.pool.get_or_create(&PoolLabels { state: "in_use" }).set(i64::from(pool.size - pool.idle));
+    m.pool.get_or_create(&PoolLabels { state: "idle" }).set(i64::from(pool.idle));
+    m.pool.get_or_create(&PoolLabels { state: "max" }).set(i64::from(pool.max));
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &m.registry);
+    text
+}
+
+/// Why a pricing call failed, as a label.
+fn pricing_reason(error: &PricingError) -> &'static str {
+    match error {
+        PricingError::Refused { .. } => "refused",
+        PricingError::Failed { reason, .. } => {
+            let reason = reason.to_ascii_lowercase();
+            if reason.contains("fuel") {
+                "fuel"
+            } else if reason.contains("deadline") {
+                "deadline"
+            } else if reason.contains("memory") {
+                "memory"
+            } else {
+                "trap"
+            }
+        }
+    }
+}
+
+/// Why a tool run failed, as a label.
+pub fn tool_reason(failure: &anchor_domain::tools::RunFailure) -> &'static str {
+    use anchor_domain::tools::RunFailure;
+    match failure {
+        RunFailure::OutOfFuel => "fuel",
+        RunFailure::Deadline => "deadline",
+        RunFailure::OutOfMemory(_) => "memory",
+        RunFailure::Trap(_) => "trap",
+        RunFailure::OutputTooLarge(_) => "output_too_large",
+        RunFailure::Refused(_) => "refused",
+        RunFailure::Unavailable(_) => "unavailable",
+    }
+}
+
+/// A pricing generation whose every call is timed and whose failures are counted.
+pub struct MeteredPricing {
+    inner: Arc<dyn Pricing>,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredPricing {
+    pub fn wrap(inner: Arc<dyn Pricing>, metrics: Arc<Metrics>) -> Arc<dyn Pricing> {
+        Arc::new(MeteredPricing { inner, metrics })
+    }
+}
+
+impl Pricing for MeteredPricing {
+    fn generation(&self) -> &Generation {
+        self.inner.generation()
+    }
+    fn quote(&self, scope: Scope) -> Result<Quote, PricingError> {
+        self.metrics.guest("pricing", "quote", pricing_reason, || self.inner.quote(scope))
+    }
+    fn presets(&self) -> Result<Vec<Preset>, PricingError> {
+        self.metrics.guest("pricing", "presets", pricing_reason, || self.inner.presets())
+    }
+    fn policy(&self) -> Result<Policy, PricingError> {
+        self.metrics.guest("pricing", "policy", pricing_reason, || self.inner.policy())
+    }
+    fn services(&self) -> Result<Option<ServicePrices>, PricingError> {
+        self.metrics.guest("pricing", "services", pricing_reason, || self.inner.services())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pricing_failures_are_named_by_their_bound() {
+        let failed = |reason: &str| PricingError::Failed { version: "v".into(), reason: reason.into() };
+        assert_eq!(pricing_reason(&failed("CPU budget (fuel) exhausted")), "fuel");
+        assert_eq!(pricing_reason(&failed("wall-clock deadline passed")), "deadline");
+        assert_eq!(pricing_reason(&failed("memory bound reached: growing memory")), "memory");
+        assert_eq!(pricing_reason(&failed("trap: unreachable")), "trap");
+        assert_eq!(pricing_reason(&PricingError::Refused { version: "v".into(), reason: "no".into() }), "refused");
+    }
+}
