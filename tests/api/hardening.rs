@@ -237,7 +237,14 @@ async fn protocol_refusals_are_json_with_their_status() {
     let body: Value = reply.json().await.unwrap();
     assert_eq!(body["error_code"], "PAYLOAD_TOO_LARGE");
     for round in 0..20 {
-        let over = t.http.post(t.url("/mcp")).header("content-type", "application/json").body(big.clone()).send().await;
+        let over = t
+            .http
+            .post(t.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(big.clone())
+            .send()
+            .await;
         assert_eq!(over.unwrap_or_else(|e| panic!("round {round}: {e}")).status(), StatusCode::PAYLOAD_TOO_LARGE);
         let next = t.http.get(t.url("/health")).send().await.unwrap_or_else(|e| panic!("round {round}: the next request was cut: {e}"));
         assert_eq!(next.status(), StatusCode::OK);
