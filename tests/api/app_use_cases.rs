@@ -199,8 +199,16 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     let usage = store.usage_for(first).await.unwrap();
     assert_eq!(
         usage,
-        vec![UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::External, amount: MilliDac(1000) }]
+        vec![UsageEntry {
+            cost_component: CostComponent::AraObservation,
+            source: PaymentSource::External,
+            amount: MilliDac(1000),
+            priced_by: Some(services.priced_by()),
+        }]
     );
+    // The charge names the generation that priced it.
+    assert_eq!(services.priced_by().sha256, services.pricing.generation().sha256);
+    assert_eq!(services.priced_by().sha256.len(), 64);
 
     // The same authorization again: refused before anything is written or settled.
     let second = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
@@ -285,8 +293,18 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     assert_eq!(
         usage,
         vec![
-            UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::Earned, amount: MilliDac::from_dac(2) },
-            UsageEntry { cost_component: CostComponent::AraObservation, source: PaymentSource::External, amount: MilliDac::from_dac(3) },
+            UsageEntry {
+                cost_component: CostComponent::AraObservation,
+                source: PaymentSource::Earned,
+                amount: MilliDac::from_dac(2),
+                priced_by: Some(services.priced_by()),
+            },
+            UsageEntry {
+                cost_component: CostComponent::AraObservation,
+                source: PaymentSource::External,
+                amount: MilliDac::from_dac(3),
+                priced_by: Some(services.priced_by()),
+            },
         ]
     );
     assert_eq!(balance().await, MilliDac::from_dac(38));

@@ -200,6 +200,21 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     let pricing = t.state.app.pricing.clone();
     let scope = pricing.presets().unwrap()[0].scope();
     assert_eq!(pricing.generation().version, "v1.3.0");
+    // Operators and agents see what is in force and what comes next.
+    let at_text = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let current = t.get("/v1/pricing/current", None).await.json;
+    assert_eq!(current["pricing_version"], "v1.3.0");
+    assert_eq!(current["next"]["pricing_version"], "v9.0.0-test");
+    assert_eq!(current["next"]["component_sha256"], alt.generation().sha256.as_str());
+    assert_eq!(current["next"]["effective_from"], at_text.as_str());
+    let health = t.get("/health", None).await.json;
+    assert_eq!(health["pricing"]["pricing_version"], "v1.3.0");
+    assert_eq!(health["pricing"]["effective_from"], serde_json::Value::Null, "the host's own generation");
+    assert_eq!(health["pricing"]["next"], current["next"]);
+    // A declaration created before the switch and confirmed after it.
+    let early_agent = t.register().await;
+    let early = t.create(&early_agent, json!({ "ee_preset": "EE_basic" })).await;
+    let early_id = early["dd_id"].as_str().unwrap().to_string();
     let inside = t
         .state
         .app
@@ -216,9 +231,34 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     assert_eq!(pricing.generation().version, "v9.0.0-test");
     // Over HTTP, a create now records the new generation and its price.
     let agent = t.register().await;
-    t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
-    assert_eq!(t.strings("select pricing_version from declaration").await, vec!["v9.0.0-test".to_string()]);
-    assert_eq!(t.scalar("select dac_amount_milli from declaration").await, 20_000);
+    let late = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+    let late_id = late["dd_id"].as_str().unwrap().to_string();
+    let recorded = "select pricing_version || ' ' || dac_amount_milli from declaration order by anchored_at";
+    assert_eq!(t.strings(recorded).await, vec!["v1.3.0 10000".to_string(), "v9.0.0-test 20000".to_string()]);
+    let current = t.get("/v1/pricing/current", None).await.json;
+    assert_eq!((current["pricing_version"].as_str(), current["effective_from"].as_str()), (Some("v9.0.0-test"), Some(at_text.as_str())));
+    assert_eq!(current["next"], serde_json::Value::Null, "the broken publication never loaded, so nothing is next");
+    // Confirmed after the switch, the early one keeps its price and its
+    // generation, and so does the charge its confirmation records.
+    for (agent, id) in [(&early_agent, &early_id), (&agent, &late_id)] {
+        assert_eq!(t.confirm(agent, id).await.status, StatusCode::OK);
+    }
+    assert_eq!(t.strings(recorded).await, vec!["v1.3.0 10000".to_string(), "v9.0.0-test 20000".to_string()]);
+    let priced_by = |id: &str| {
+        let subject = anchor_store::Subject::declaration(uuid::Uuid::parse_str(id).unwrap());
+        let store = t.store.clone();
+        async move { store.usage_for(subject).await.unwrap().into_iter().map(|u| (u.amount.milli(), u.priced_by.unwrap())).collect::<Vec<_>>() }
+    };
+    let bundled =
+        anchor_plugins::WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, anchor_plugins::Limits::PRICING).unwrap();
+    assert_eq!(
+        priced_by(&early_id).await,
+        vec![(10_000, anchor_store::PricedBy { version: "v1.3.0".into(), sha256: bundled.generation().sha256.clone() })]
+    );
+    assert_eq!(
+        priced_by(&late_id).await,
+        vec![(20_000, anchor_store::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() })]
+    );
 }
 
 both_backends!(

@@ -38,7 +38,53 @@ anchor_tests::both_backends!(
     the_dab_caps_external_spending_but_not_trial,
     facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures,
     an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee,
+    a_payment_signed_before_a_price_switch_is_refused_and_never_charged,
 );
+
+/// The rule at a pricing switch: a request is priced by the generation in
+/// force when it arrives, and its payment must be for that price. A payment
+/// signed against the previous generation's challenge a moment before the
+/// switch names the old amount: it is refused with a fresh challenge at the
+/// new price, and nothing is reserved or settled, so the client's retry with
+/// the new challenge is the only charge. (Where the switch leaves the route's
+/// price as it was, the payment matches and is taken; the record names the
+/// generation in force.)
+async fn a_payment_signed_before_a_price_switch_is_refused_and_never_charged(backend: Backend) {
+    use anchor_domain::pricing::Pricing;
+    let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
+    let wasm = component_bytes("pricing-alt");
+    let alt = load_component("pricing-alt");
+    let switch_at = t.clock.now() + chrono::Duration::days(31) + chrono::Duration::seconds(10);
+    assert!(anchor_app::pricing::publish(t.store.as_ref(), alt.as_ref(), &wasm, switch_at, t.clock.now()).await.unwrap());
+    let loader: anchor_app::pricing::Loader = std::sync::Arc::new(|wasm: &[u8]| {
+        Ok(anchor_plugins::WasmPricing::load(engine(), wasm, anchor_plugins::Limits::PRICING)? as std::sync::Arc<dyn Pricing>)
+    });
+    assert_eq!(t.state.app.schedule.refresh(t.store.as_ref(), &loader).await.unwrap(), 1);
+    let (agent, body, old_challenge) = spent(&t).await;
+    assert_eq!(old_challenge["accepts"][0]["amount"], "10000", "v1.3.0's base fee");
+    let signed_before = pay(&old_challenge, t.clock.now().timestamp(), Twist::default());
+    // One second later the switch happened; then the payment arrives.
+    t.clock.advance(chrono::Duration::seconds(11));
+    let refused = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&signed_before)))).await;
+    let new_challenge = challenge_of(&refused);
+    assert_eq!(new_challenge["accepts"][0]["amount"], "20000", "a fresh challenge at the new generation's price");
+    assert_eq!(new_challenge["error"], "No matching payment requirements");
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, 0, "nothing reserved");
+    assert_eq!(t.scalar("select count(*) from declaration").await, 0, "nothing recorded");
+    // The retry with the new challenge is the one charge.
+    let paid =
+        send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&new_challenge, t.clock.now().timestamp(), Twist::default()))))).await;
+    assert_eq!(paid.status.as_u16(), 201, "{}", paid.text);
+    let dd_id = paid.json["dd_id"].as_str().unwrap().to_string();
+    assert_eq!(t.confirm(&agent, &dd_id).await.status.as_u16(), 200);
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, 1);
+    assert_eq!(t.scalar("select amount_units from x402_payment").await, 20_000);
+    assert_eq!(t.strings("select pricing_version from x402_payment").await, vec!["v9.0.0-test".to_string()]);
+    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0].amount.milli(), 20_000);
+    assert_eq!(usage[0].priced_by, Some(anchor_store::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() }));
+}
 
 async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(backend: Backend) {
     let t = TestServer::start(backend).await;

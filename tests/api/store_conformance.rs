@@ -133,13 +133,19 @@ async fn store_conforms(backend: Backend) {
     ));
 
     // Confirmation happens once and writes the usage entries once.
-    let usage = [UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::Trial, amount: MilliDac(10_000) }];
+    let priced_by = Some(PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) });
+    let usage = [UsageEntry {
+        cost_component: CostComponent::BaseFee,
+        source: PaymentSource::Trial,
+        amount: MilliDac(10_000),
+        priced_by: priced_by.clone(),
+    }];
     assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf", None).await.unwrap());
     assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf", None).await.unwrap());
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
     assert_eq!(confirmed.settlement_status.as_str(), "settled");
-    assert_eq!(store.usage_for(anchor_store::Subject::declaration(first.declaration.dd_id)).await.unwrap().len(), 1);
+    assert_eq!(store.usage_for(anchor_store::Subject::declaration(first.declaration.dd_id)).await.unwrap(), usage.to_vec());
     assert_eq!(store.log_pending_count().await.unwrap(), 1, "the leaf is queued with the confirmation, once");
 
     // Direct reads: two, then exhausted; past the period, expired.
@@ -262,7 +268,16 @@ async fn the_payment_subject_migration_keeps_existing_usage_rows() {
     // Opening the store runs the rest of the migrations.
     let store = SqliteStore::open(&path).await.unwrap();
     let usage = store.usage_for(Subject::declaration(dd_id)).await.unwrap();
-    assert_eq!(usage, vec![UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::Trial, amount: MilliDac(10_000) }]);
+    assert_eq!(
+        usage,
+        // Recorded before charges named their generation.
+        vec![UsageEntry {
+            cost_component: CostComponent::BaseFee,
+            source: PaymentSource::Trial,
+            amount: MilliDac(10_000),
+            priced_by: None
+        }]
+    );
     assert_eq!(store.declaration(dd_id).await.unwrap().unwrap().settlement_status, SettlementStatus::Settled);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -7,6 +7,11 @@
 //! declarations from its Trial, so the run registers pairs / 50 agents. The
 //! server must allow the request rate (`--rate-limit`). Bounded in count: it
 //! sends exactly `pairs` creates and `pairs` confirms, then stops.
+//!
+//! `--rate R` paces the pairs to R per second (pair k starts no earlier than
+//! k / R seconds after the start), to measure latency below the peak; without
+//! it every worker sends as fast as it is answered. Latency is reported per
+//! pair and for the confirm alone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,10 +27,12 @@ struct Args {
     log: bool,
     /// Pay every declaration with x402 (after spending each agent's Trial).
     paid: bool,
+    /// Pairs per second to pace to (open loop); unpaced when absent.
+    rate: Option<f64>,
 }
 
 fn args() -> Args {
-    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false, paid: false };
+    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false, paid: false, rate: None };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--log" {
@@ -41,7 +48,8 @@ fn args() -> Args {
             "--url" => args.url = value,
             "--pairs" => args.pairs = value.parse().expect("--pairs takes a number"),
             "--concurrency" => args.concurrency = value.parse().expect("--concurrency takes a number"),
-            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency"),
+            "--rate" => args.rate = Some(value.parse().expect("--rate takes a number of pairs per second")),
+            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid"),
         }
     }
     assert!(args.url.contains("127.0.0.1") || args.url.contains("localhost") || args.url.contains("[::1]"), "loopback only");
@@ -71,6 +79,8 @@ async fn main() -> anyhow::Result<()> {
     let work: Vec<String> = tokens.iter().flat_map(|t| std::iter::repeat_n(t.clone(), 50)).take(args.pairs).collect();
     let queue = Arc::new(Mutex::new(work));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
+    let confirm_latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
+    let next_pair = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let confirmed_at = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
     let started = Instant::now();
     // Watches the published checkpoint: when each size was first seen.
@@ -97,9 +107,14 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..args.concurrency {
         let (http, queue, latencies, url, confirmed_at, paid) =
             (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone(), args.paid);
+        let (confirm_latencies, next_pair, rate) = (confirm_latencies.clone(), next_pair.clone(), args.rate);
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().await.pop() else { break };
+                if let Some(rate) = rate {
+                    let k = next_pair.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep_until((started + Duration::from_secs_f64(k as f64 / rate)).into()).await;
+                }
                 let t0 = Instant::now();
                 let preset = if paid { "EE_standard" } else { "EE_basic" };
                 let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
@@ -119,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 assert_eq!(created.status().as_u16(), 201, "create failed");
                 let created: Value = created.json().await.expect("create body");
+                let confirm_started = Instant::now();
                 let confirmed = http
                     .post(format!("{url}/v1/dd/confirm"))
                     .bearer_auth(&token)
@@ -127,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
                     .await
                     .expect("confirm");
                 assert_eq!(confirmed.status().as_u16(), 200, "confirm failed");
+                confirm_latencies.lock().await.push(confirm_started.elapsed());
                 latencies.lock().await.push(t0.elapsed());
                 confirmed_at.lock().await.push((token.clone(), created["dd_id"].as_str().unwrap_or_default().to_string(), Instant::now()));
             }
@@ -138,16 +155,25 @@ async fn main() -> anyhow::Result<()> {
     let elapsed = started.elapsed();
     let mut latencies = latencies.lock().await.clone();
     latencies.sort();
-    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)).copied().unwrap_or(Duration::ZERO);
+    let mut confirms = confirm_latencies.lock().await.clone();
+    confirms.sort();
+    let pct = |values: &[Duration], p: f64| {
+        values.get(((values.len() as f64 * p) as usize).min(values.len().saturating_sub(1))).copied().unwrap_or(Duration::ZERO)
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "anchored {} {}DDs (create + confirm) in {:.2} s with concurrency {}: {:.0} DDs/s; per pair p50 {:.2} ms, p99 {:.2} ms",
+        "anchored {} {}DDs (create + confirm) in {:.2} s with concurrency {}{}: {:.0} DDs/s; per pair p50 {:.2} ms, p99 {:.2} ms; \
+         confirm p50 {:.2} ms, p99 {:.2} ms",
         latencies.len(),
         if args.paid { "x402-paid " } else { "" },
         elapsed.as_secs_f64(),
         args.concurrency,
+        args.rate.map(|r| format!(" paced to {r:.0} pairs/s")).unwrap_or_default(),
         latencies.len() as f64 / elapsed.as_secs_f64(),
-        pct(0.50).as_secs_f64() * 1e3,
-        pct(0.99).as_secs_f64() * 1e3,
+        ms(pct(&latencies, 0.50)),
+        ms(pct(&latencies, 0.99)),
+        ms(pct(&confirms, 0.50)),
+        ms(pct(&confirms, 0.99)),
     );
     if let Some(watcher) = watcher {
         log_report(&http, &args.url, &confirmed_at.lock().await, &seen, &stop, watcher).await?;

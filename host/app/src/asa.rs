@@ -132,6 +132,7 @@ pub async fn buy(
         grace_days: terms.grace_days,
         amount,
         source,
+        priced_by: services.priced_by(),
     };
     if source == AsaSource::Earned {
         let threshold = crate::earned::terms(services)?.threshold;

@@ -389,6 +389,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         deadline: now + Duration::seconds(PAYMENT_WINDOW_SECS as i64),
         dab_default: services.config.dab_default,
         period_start,
+        priced_by: services.priced_by(),
     };
     if let Settle::Inline(subject) = order.settle {
         match services.store.reserve_payment(&payment, order.agent_id, subject, earned, order.pending.as_ref(), now).await? {

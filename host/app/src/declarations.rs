@@ -414,9 +414,24 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
         None
     };
     let hash = integrity_hash(&stored.declaration);
-    let mut usage = vec![UsageEntry { cost_component: CostComponent::BaseFee, source: stored.base_fee_source, amount: stored.base_fee }];
+    // The price it was created with, by the generation that set it.
+    let priced_by = Some(anchor_store::PricedBy {
+        version: stored.declaration.pricing_version.clone(),
+        sha256: stored.declaration.pricing_sha256.clone(),
+    });
+    let mut usage = vec![UsageEntry {
+        cost_component: CostComponent::BaseFee,
+        source: stored.base_fee_source,
+        amount: stored.base_fee,
+        priced_by: priced_by.clone(),
+    }];
     if stored.premium() > MilliDac::ZERO {
-        usage.push(UsageEntry { cost_component: CostComponent::Premium, source: stored.premium_source, amount: stored.premium() });
+        usage.push(UsageEntry {
+            cost_component: CostComponent::Premium,
+            source: stored.premium_source,
+            amount: stored.premium(),
+            priced_by,
+        });
     }
     let anchored_at = stored.declaration.anchored_at;
     let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));

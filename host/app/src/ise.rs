@@ -122,6 +122,7 @@ async fn close(
         funding,
         closed_by,
         now: services.clock.now(),
+        priced_by: services.priced_by(),
     };
     Ok(services.store.close_ise(&close).await?)
 }

@@ -169,6 +169,13 @@ impl Services {
     pub fn features(&self) -> Features {
         self.switches.get()
     }
+
+    /// The generation pricing this request (or, outside one, the one in
+    /// force), as every charge records it.
+    pub fn priced_by(&self) -> anchor_store::PricedBy {
+        let generation = self.pricing.generation();
+        anchor_store::PricedBy { version: generation.version.clone(), sha256: generation.sha256.clone() }
+    }
 }
 
 /// Where observation reads go: a streaming replica of the primary when one

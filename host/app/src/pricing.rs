@@ -18,6 +18,8 @@ pub struct Published {
     pub policy: Policy,
     /// `None` for generations of `anchor:pricing@1.0.0`, which price declarations only.
     pub services: Option<ServicePrices>,
+    /// Since when it is in force, and the next one published.
+    pub standing: Standing,
 }
 
 pub fn current(services: &Services) -> AppResult<Published> {
@@ -25,6 +27,7 @@ pub fn current(services: &Services) -> AppResult<Published> {
         generation: services.pricing.generation().clone(),
         policy: services.pricing.policy()?,
         services: services.pricing.services()?,
+        standing: services.schedule.standing(),
     })
 }
 
@@ -297,8 +300,17 @@ fn keep(pricing: Arc<dyn Pricing>) -> &'static dyn Pricing {
 }
 
 tokio::task_local! {
-    /// The generation a request started with.
-    static REQUEST_GENERATION: &'static dyn Pricing;
+    /// When a request started, and the generation in force then.
+    static REQUEST_GENERATION: (DateTime<Utc>, &'static dyn Pricing);
+}
+
+/// Where the schedule stands for a request: since when its generation is in
+/// force (`None`: the host's own, in force from its start), and the next
+/// published one with its activation time.
+#[derive(Clone, Debug)]
+pub struct Standing {
+    pub since: Option<DateTime<Utc>>,
+    pub next: Option<(DateTime<Utc>, Generation)>,
 }
 
 impl Schedule {
@@ -320,13 +332,25 @@ impl Schedule {
 
     /// The generation of this request (the one it started with), or the one in force now.
     fn current(&self) -> &'static dyn Pricing {
-        REQUEST_GENERATION.try_with(|pricing| *pricing).unwrap_or_else(|_| self.at(self.clock.now()))
+        REQUEST_GENERATION.try_with(|(_, pricing)| *pricing).unwrap_or_else(|_| self.at(self.clock.now()))
+    }
+
+    /// Since when the request's generation is in force, and what comes next,
+    /// as of the request's start (or now, outside a request).
+    pub fn standing(&self) -> Standing {
+        let at = REQUEST_GENERATION.try_with(|(at, _)| *at).unwrap_or_else(|_| self.clock.now());
+        let since = {
+            let timeline = self.timeline.read().unwrap_or_else(|p| p.into_inner());
+            timeline.iter().rev().find(|(from, _)| *from <= at).map(|(from, _)| *from)
+        };
+        Standing { since, next: self.next_after(at) }
     }
 
     /// Runs `work` (one request) priced by one generation throughout: the one
     /// in force when it starts, even if another comes into force meanwhile.
     pub async fn in_one_generation<F: std::future::Future>(&self, work: F) -> F::Output {
-        REQUEST_GENERATION.scope(self.at(self.clock.now()), work).await
+        let now = self.clock.now();
+        REQUEST_GENERATION.scope((now, self.at(now)), work).await
     }
 
     /// Loads the publications not loaded yet and puts the timeline in force;

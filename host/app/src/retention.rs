@@ -35,6 +35,7 @@ pub fn terms(services: &Services) -> AppResult<RetentionTerms> {
         monthly: prices.retention_monthly,
         grace: Duration::days(i64::from(prices.retention_grace_days)),
         threshold: crate::earned::terms(services)?.threshold,
+        priced_by: services.priced_by(),
     })
 }
 
@@ -82,7 +83,7 @@ pub async fn owner_view(
 pub async fn subscribe(services: &Services, agent: &AgentRecord) -> AppResult<(Subscription, bool, MilliDac, RetentionTerms)> {
     enabled(services)?;
     let terms = terms(services)?;
-    match services.store.subscribe_retention(agent.agent_id, terms, services.clock.now()).await? {
+    match services.store.subscribe_retention(agent.agent_id, terms.clone(), services.clock.now()).await? {
         Subscribed::Active { subscription, reactivated, charged } => {
             services.metrics.debit("earned", charged);
             Ok((subscription, reactivated, charged, terms))
@@ -137,7 +138,7 @@ pub async fn require_active(services: &Services, agent_id: uuid::Uuid) -> AppRes
 pub async fn run_due(services: &Services) -> anyhow::Result<(Billed, usize)> {
     let terms = terms(services).map_err(|e| anyhow::anyhow!("{e}"))?;
     let now = services.clock.now();
-    let billed = services.store.bill_due_retention(terms, now, JOB_BATCH).await?;
+    let billed = services.store.bill_due_retention(terms.clone(), now, JOB_BATCH).await?;
     for _ in 0..billed.charged {
         services.metrics.debit("earned", terms.monthly);
     }

@@ -86,7 +86,12 @@ impl Commit for EndSession<'_> {
             Funding::External { .. } => return Err(AppError::Internal(anyhow::anyhow!("an sDAC session settles inline"))),
         };
         let now = self.services.clock.now();
-        match self.services.store.end_sdac(self.session.session_id, self.session.agent_id, self.charged, funding, now).await? {
+        match self
+            .services
+            .store
+            .end_sdac(self.session.session_id, self.session.agent_id, self.charged, funding, &self.services.priced_by(), now)
+            .await?
+        {
             SdacEnded::Ended(record) => Ok(Committed::Done((record, settlement))),
             SdacEnded::TrialShort { balance, expired } => Ok(Committed::TrialShort { balance, expired }),
             SdacEnded::NotOpen => Err(no_session(self.session.session_id)),
@@ -109,7 +114,11 @@ pub async fn end(
         .ok_or_else(|| no_session(session_id))?;
     let charged = price(services, &session)?;
     if charged == MilliDac::ZERO {
-        return match services.store.end_sdac(session_id, agent.agent_id, charged, SdacFunding::Nothing, services.clock.now()).await? {
+        return match services
+            .store
+            .end_sdac(session_id, agent.agent_id, charged, SdacFunding::Nothing, &services.priced_by(), services.clock.now())
+            .await?
+        {
             SdacEnded::Ended(record) => Ok((record, None)),
             _ => Err(no_session(session_id)),
         };

@@ -9,6 +9,8 @@ pub struct Status {
     pub storage: &'static str,
     pub storage_reachable: bool,
     pub pricing_version: String,
+    pub pricing_sha256: String,
+    pub pricing: crate::pricing::Standing,
     /// The size of the latest signed checkpoint, if one exists and storage answers.
     pub checkpoint_size: Option<i64>,
 }
@@ -20,6 +22,8 @@ pub async fn status(services: &Services) -> Status {
         storage: services.store.backend(),
         storage_reachable,
         pricing_version: services.pricing.generation().version.clone(),
+        pricing_sha256: services.pricing.generation().sha256.clone(),
+        pricing: services.schedule.standing(),
         checkpoint_size,
     }
 }

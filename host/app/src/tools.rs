@@ -285,6 +285,7 @@ pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: 
             premium_source: (g.surcharge > MilliDac::ZERO).then_some(PaymentSource::External),
             payment_id: None,
             observed_at: now,
+            priced_by: services.priced_by(),
         })
         .collect();
     // Nothing offered for a paid run: the challenge, before anything runs.

@@ -7,10 +7,12 @@
 //! capabilities at all: any import a component declares is linked to a trap.
 //! A guest that traps, spins or grows fails its own call and nothing else.
 
+pub mod cache;
 pub mod engine;
 pub mod pricing;
 pub mod tool;
 
+pub use cache::CompiledCache;
 pub use engine::{Limits, PluginEngine, Profile};
 pub use pricing::{WarmQuoter, WasmPricing};
 pub use tool::WasmTools;

@@ -15,8 +15,7 @@
 //! Generated WIT types never leave this module.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 
+use crate::cache::CompiledCache;
 use crate::engine::{CallState, EPOCH_TICK, Limits, PluginEngine, Profile};
 
 mod bindings {
@@ -70,7 +70,7 @@ const LOADED_BUDGET: usize = 1 << 30;
 pub struct WasmTools {
     engine: PluginEngine,
     limits: ToolLimits,
-    cache_dir: Option<PathBuf>,
+    cache: Option<CompiledCache>,
     loaded: Mutex<LoadedSet>,
 }
 
@@ -78,13 +78,10 @@ impl WasmTools {
     /// A runtime over the tools' engine; `cache_dir`, when given, keeps
     /// compiled components across restarts (created if missing).
     pub fn new(cache_dir: Option<&Path>, limits: ToolLimits) -> anyhow::Result<WasmTools> {
-        if let Some(dir) = cache_dir {
-            std::fs::create_dir_all(dir)?;
-        }
         Ok(WasmTools {
             engine: PluginEngine::with_profile(Profile::Tools)?,
             limits,
-            cache_dir: cache_dir.map(Path::to_path_buf),
+            cache: cache_dir.map(CompiledCache::new).transpose()?,
             loaded: Mutex::default(),
         })
     }
@@ -93,27 +90,16 @@ impl WasmTools {
         self.engine.engine()
     }
 
-    /// Where the compiled form of `sha256` lives for this engine.
-    fn cache_path(&self, sha256: &[u8; 32]) -> Option<PathBuf> {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.engine().precompile_compatibility_hash().hash(&mut hasher);
-        let compat = hasher.finish();
-        self.cache_dir.as_ref().map(|dir| dir.join(format!("{}-{compat:016x}.cwasm", hex::encode(sha256))))
+    fn cached(&self, sha256: &[u8; 32]) -> bool {
+        self.cache.as_ref().is_some_and(|cache| cache.contains(self.engine(), sha256))
     }
 
-    /// Compiles `wasm` once: the serialized artifact is written to the cache
-    /// (atomically) and deserialized into the component.
+    /// Compiles `wasm` once, through the disk cache when there is one.
     fn compile(&self, sha256: &[u8; 32], wasm: &[u8]) -> wasmtime::Result<Component> {
-        let compiled = self.engine().precompile_component(wasm)?;
-        if let Some(path) = self.cache_path(sha256) {
-            let partial = path.with_extension(format!("partial-{}", unique_suffix()));
-            let written = std::fs::write(&partial, &compiled).and_then(|()| std::fs::rename(&partial, &path));
-            if let Err(error) = written {
-                let _ = std::fs::remove_file(&partial);
-                tracing::warn!(%error, path = %path.display(), "could not keep a compiled tool on disk");
-            }
+        match &self.cache {
+            Some(cache) => cache.compile(self.engine(), sha256, wasm),
+            None => Component::new(self.engine(), wasm),
         }
-        deserialize(self.engine(), &compiled)
     }
 
     fn link(&self, component: &Component) -> Result<Arc<Loaded>, Rejected> {
@@ -149,13 +135,7 @@ impl WasmTools {
         if let Some(loaded) = self.in_memory(sha256) {
             return Ok(loaded);
         }
-        let from_disk = self.cache_path(sha256).filter(|p| p.exists()).and_then(|path| match deserialize_file(self.engine(), &path) {
-            Ok(component) => Some(component),
-            Err(error) => {
-                tracing::warn!(%error, path = %path.display(), "a cached compiled tool no longer loads; compiling it again");
-                None
-            }
-        });
+        let from_disk = self.cache.as_ref().and_then(|cache| cache.read(self.engine(), sha256));
         let component = match (from_disk, wasm) {
             (Some(component), _) => component,
             (None, Some(wasm)) => {
@@ -175,30 +155,6 @@ impl WasmTools {
         let ticks = (self.limits.wall_ms as u128).div_ceil(EPOCH_TICK.as_millis().max(1)) as u64;
         Limits { fuel: self.limits.fuel, deadline_ticks: ticks.max(1), memory_bytes: self.limits.memory_bytes, instances: 64 }
     }
-}
-
-/// Deserializes an artifact this host compiled a moment ago.
-#[allow(unsafe_code)]
-fn deserialize(engine: &wasmtime::Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
-    // SAFETY: `compiled` was produced by `precompile_component` on this very
-    // engine in the same call; it never came from outside the process.
-    unsafe { Component::deserialize(engine, compiled) }
-}
-
-/// Deserializes an artifact from the tool cache.
-#[allow(unsafe_code)]
-fn deserialize_file(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: the cache directory holds only what this runtime wrote
-    // (complete files, renamed into place, never rewritten: a mapped file is
-    // never truncated under a loaded component), named by the component's
-    // hash and this engine's compatibility hash; wasmtime also checks the
-    // artifact's header against the engine and refuses a mismatch.
-    unsafe { Component::deserialize_file(engine, path) }
-}
-
-fn unique_suffix() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
-    format!("{}-{nanos}", std::process::id())
 }
 
 /// The component's imports outside its world's types and the trapped
@@ -236,46 +192,25 @@ impl ToolRuntime for WasmTools {
         }
         let imports: Vec<String> = component.component_type().imports(self.engine()).map(|(name, _)| name.to_string()).collect();
         let loaded = self.link(&component)?;
-        if let Some(path) = self.cache_path(&sha256).filter(|p| !p.exists()) {
+        if let Some(cache) = &self.cache {
             // The component compiled already; its serialized form is what restarts read.
-            match component.serialize() {
-                Ok(bytes) => {
-                    let partial = path.with_extension(format!("partial-{}", unique_suffix()));
-                    if let Err(error) = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, &path)) {
-                        let _ = std::fs::remove_file(&partial);
-                        tracing::warn!(%error, "could not keep a compiled tool on disk");
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "could not serialize a compiled tool"),
-            }
+            cache.keep(self.engine(), &sha256, &component);
         }
         self.remember(sha256, loaded);
         Ok(Accepted { sha256, size: wasm.len(), imports })
     }
 
     fn ready(&self, sha256: &[u8; 32]) -> bool {
-        self.in_memory(sha256).is_some() || self.cache_path(sha256).is_some_and(|p| p.exists())
+        self.in_memory(sha256).is_some() || self.cached(sha256)
     }
 
     fn preload(&self, sha256: &[u8; 32]) -> bool {
-        self.in_memory(sha256).is_some() || (self.cache_path(sha256).is_some_and(|p| p.exists()) && self.load(sha256, None).is_ok())
+        self.in_memory(sha256).is_some() || (self.cached(sha256) && self.load(sha256, None).is_ok())
     }
 
     fn retain(&self, keep: &[[u8; 32]]) -> usize {
         // Memory is bounded by its own budget; only the disk needs pruning.
-        let Some(dir) = &self.cache_dir else { return 0 };
-        let kept: Vec<String> = keep.iter().map(hex::encode).collect();
-        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-        let mut removed = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(".cwasm") || name.contains(".partial-");
-            // Unlinking a file a loaded component maps is safe: the mapping keeps it.
-            if ours && !kept.iter().any(|k| name.starts_with(k.as_str())) && std::fs::remove_file(entry.path()).is_ok() {
-                removed += 1;
-            }
-        }
-        removed
+        self.cache.as_ref().map_or(0, |cache| cache.retain(keep))
     }
 
     fn run(&self, sha256: &[u8; 32], wasm: Option<&[u8]>, input: &ToolInput) -> Result<(Report, RunStats), RunFailure> {

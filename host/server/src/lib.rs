@@ -32,20 +32,26 @@ pub fn app(state: AppState) -> axum::Router {
 }
 pub use state::{AppState, Settings};
 
-/// Loads the pricing component: the operator's file if given, else the bundled v1.3.0.
-pub fn load_pricing(engine: &PluginEngine, path: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn Pricing>> {
+/// Loads the pricing component: the operator's file if given, else the
+/// bundled v1.3.0; through `cache` (compiled components on disk) when given.
+pub fn load_pricing(
+    engine: &PluginEngine,
+    path: Option<&std::path::Path>,
+    cache: Option<&anchor_plugins::CompiledCache>,
+) -> anyhow::Result<Arc<dyn Pricing>> {
     let pricing: Arc<dyn Pricing> = match path {
         Some(path) => {
             let wasm = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading pricing component {}: {e}", path.display()))?;
-            WasmPricing::load(engine, &wasm, Limits::PRICING)?
+            WasmPricing::load_cached(engine, &wasm, Limits::PRICING, cache)?
         }
-        None => WasmPricing::load(engine, anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING)?,
+        None => WasmPricing::load_cached(engine, anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING, cache)?,
     };
     Ok(pricing)
 }
 
 /// Opens storage, loads pricing and serves until Ctrl-C.
 pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
+    let starting = std::time::Instant::now();
     if config.production && config.x402_mode == "local" {
         anyhow::bail!(
             "this deployment is marked production, but x402 settlement is local (signatures checked, no money moved); \
@@ -79,7 +85,10 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     };
     let store = anchor_store::open(&url).await?;
     let engine = PluginEngine::new()?;
-    let pricing = load_pricing(&engine, config.pricing_component.as_deref())?;
+    // Compiled pricing components, kept across restarts: a start or a switch
+    // deserializes what this host (or another sharing the directory) compiled.
+    let pricing_cache = anchor_plugins::CompiledCache::new(&config.data_dir.join("pricing-cache"))?;
+    let pricing = load_pricing(&engine, config.pricing_component.as_deref(), Some(&pricing_cache))?;
     let settings = Settings {
         public_url: config.public_url(),
         pay_to: config.pay_to.clone(),
@@ -117,7 +126,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     // Published pricing generations, loaded before the first request, then watched.
     let loader: anchor_app::pricing::Loader = {
         let engine = engine.clone();
-        Arc::new(move |wasm: &[u8]| Ok(WasmPricing::load(&engine, wasm, Limits::PRICING)? as Arc<dyn Pricing>))
+        Arc::new(move |wasm: &[u8]| Ok(WasmPricing::load_cached(&engine, wasm, Limits::PRICING, Some(&pricing_cache))? as Arc<dyn Pricing>))
     };
     let published = match state.app.schedule.refresh(store.as_ref(), &loader).await {
         Ok(n) => n,
@@ -172,6 +181,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         log_key = %key.vkey,
         x402_settlement = settler.mode(),
         host_id = %state.host_id,
+        start_ms = starting.elapsed().as_millis() as u64,
         "anchor is serving"
     );
     listener::serve(listener, app(state), limits, shutdown_signal()).await?;

@@ -388,7 +388,7 @@ async fn main() -> anyhow::Result<()> {
             let engine = PluginEngine::new()?;
             let load = |name: &str| {
                 let file = (name != "bundled").then(|| std::path::Path::new(name));
-                anchor_server::load_pricing(&engine, file)
+                anchor_server::load_pricing(&engine, file, None)
             };
             let (from, to) = (load(&from)?, load(&to)?);
             print!("{}", anchor_app::pricing::diff(from.as_ref(), to.as_ref())?.render(all));
@@ -539,7 +539,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
 
 fn inspect(file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let engine = PluginEngine::new()?;
-    let pricing = anchor_server::load_pricing(&engine, file)?;
+    let pricing = anchor_server::load_pricing(&engine, file, None)?;
     let generation = pricing.generation();
     println!("generation {} (sha256 {}, {})", generation.version, generation.sha256, generation.interface);
     for preset in pricing.presets()? {

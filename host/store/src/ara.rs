@@ -35,6 +35,7 @@ pub struct NewObservation {
     pub premium_source: Option<PaymentSource>,
     pub payment_id: Option<Uuid>,
     pub observed_at: DateTime<Utc>,
+    pub priced_by: PricedBy,
 }
 
 /// A confirmed declaration waiting to be folded, with its leaf index.
@@ -160,6 +161,8 @@ impl<E: Engine> AraStore for SqlStore<E> {
                     ("premium_source", o.premium_source.map(|s| s.as_str()).value()),
                     ("payment_id", o.payment_id.value()),
                     ("observed_at", o.observed_at.value()),
+                    ("pricing_version", o.priced_by.version.as_str().value()),
+                    ("pricing_sha256", o.priced_by.sha256.as_str().value()),
                 ],
             ))
             .await?;

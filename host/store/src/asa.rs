@@ -26,6 +26,7 @@ pub struct NewAsaPurchase {
     pub grace_days: i64,
     pub amount: MilliDac,
     pub source: AsaSource,
+    pub priced_by: PricedBy,
 }
 
 /// Why the subscription's state refuses a purchase.
@@ -241,7 +242,12 @@ impl<E: Engine> AsaStore for SqlStore<E> {
         }
         insert_purchase(&mut tx, purchase, None, "pending", now).await?;
         complete(&mut tx, purchase.purchase_id, now).await?;
-        let entry = UsageEntry { cost_component: CostComponent::AsaSubscribe, source: PaymentSource::Earned, amount: purchase.amount };
+        let entry = UsageEntry {
+            cost_component: CostComponent::AsaSubscribe,
+            source: PaymentSource::Earned,
+            amount: purchase.amount,
+            priced_by: Some(purchase.priced_by.clone()),
+        };
         payments::insert_usage(&mut tx, purchase.agent_id, subject, None, &entry, now).await?;
         let subscription = live(&mut tx, purchase.agent_id).await?.ok_or(StoreError::Database(sqlx::Error::RowNotFound))?;
         tx.commit().await?;
@@ -360,6 +366,9 @@ fn purchase_of(row: &impl Row) -> Result<NewAsaPurchase> {
         grace_days: row.get("grace_days")?,
         amount: MilliDac(row.get("amount_milli")?),
         source: row.named("payment_source")?,
+        // A pending purchase is paid over x402: its usage is the payment's,
+        // which names the generation.
+        priced_by: PricedBy::default(),
     })
 }
 

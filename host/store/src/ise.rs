@@ -49,7 +49,7 @@ pub enum IseFunding {
 }
 
 /// A stay to close.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct IseClose {
     pub session_id: Uuid,
     pub agent_id: Uuid,
@@ -59,6 +59,8 @@ pub struct IseClose {
     /// `agent` or `service`.
     pub closed_by: &'static str,
     pub now: DateTime<Utc>,
+    /// The generation that set the fee.
+    pub priced_by: PricedBy,
 }
 
 /// What closing concluded; nothing was written unless `Closed`.
@@ -160,7 +162,12 @@ impl<E: Engine> IseStore for SqlStore<E> {
         let Some(row) = row else { return Ok(IseClosed::NotOpen) };
         // Trial and Earned are usage now; an external payment recorded its own with its settlement.
         if let Some(source @ (PaymentSource::Trial | PaymentSource::Earned)) = source {
-            let entry = UsageEntry { cost_component: CostComponent::IseSession, source, amount: close.charged };
+            let entry = UsageEntry {
+                cost_component: CostComponent::IseSession,
+                source,
+                amount: close.charged,
+                priced_by: Some(close.priced_by.clone()),
+            };
             payments::insert_usage(&mut tx, close.agent_id, subject, None, &entry, close.now).await?;
         }
         let record = record_of(&row)?;

@@ -30,6 +30,8 @@ pub struct NewPayment {
     /// the current budget period.
     pub dab_default: MilliDac,
     pub period_start: DateTime<Utc>,
+    /// The generation that set `amount_units`: the usage its settlement records names it.
+    pub priced_by: PricedBy,
 }
 
 /// An agent's budget and what it spent externally in the current period.
@@ -94,12 +96,31 @@ pub struct EarnedPart {
     pub threshold: MilliDac,
 }
 
-/// One row of the usage record: what was paid for, by whom, how much.
+/// One row of the usage record: what was paid for, by whom, how much, and
+/// which pricing generation set the price.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageEntry {
     pub cost_component: CostComponent,
     pub source: PaymentSource,
     pub amount: MilliDac,
+    /// `None` only on rows recorded before charges named their generation.
+    pub priced_by: Option<PricedBy>,
+}
+
+/// The pricing generation that priced a charge: its version and its
+/// component's SHA-256 (hex).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PricedBy {
+    pub version: String,
+    pub sha256: String,
+}
+
+impl PricedBy {
+    fn read(row: &impl Row) -> Result<Option<PricedBy>> {
+        let version: Option<String> = row.get("pricing_version")?;
+        let sha256: Option<String> = row.get("pricing_sha256")?;
+        Ok(version.zip(sha256).map(|(version, sha256)| PricedBy { version, sha256 }))
+    }
 }
 
 /// A payment whose settlement outcome is not known yet.
@@ -210,11 +231,16 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             .domain
             .cost_component()
             .ok_or_else(|| StoreError::Corrupt(format!("payment {payment_id} is a declaration's, which settles with its confirmation")))?;
-        let entry = UsageEntry { cost_component: component, source: PaymentSource::External, amount: MilliDac(moved.amount_units) };
+        let entry = UsageEntry {
+            cost_component: component,
+            source: PaymentSource::External,
+            amount: MilliDac(moved.amount_units),
+            priced_by: moved.priced_by.clone(),
+        };
         insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
         // The part Earned DAC paid, debited with the reservation, is usage now too.
         if let Some((_, amount)) = earned::debit_for(&mut tx, subject).await? {
-            let entry = UsageEntry { cost_component: component, source: PaymentSource::Earned, amount };
+            let entry = UsageEntry { cost_component: component, source: PaymentSource::Earned, amount, priced_by: moved.priced_by };
             insert_usage(&mut tx, moved.agent_id, subject, Some(payment_id), &entry, now).await?;
         }
         // What the payment bought is completed with it.
@@ -313,7 +339,7 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         let rows = self
             .db()
             .fetch_all(
-                sql("select cost_component, payment_source, amount_milli from usage_entry \
+                sql("select cost_component, payment_source, amount_milli, pricing_version, pricing_sha256 from usage_entry \
                      where subject_domain = $1 and subject_id = $2 order by cost_component")
                 .bind(subject.domain.as_str())
                 .bind(subject.id),
@@ -325,6 +351,7 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
                     cost_component: row.named("cost_component")?,
                     source: row.named("payment_source")?,
                     amount: MilliDac(row.get("amount_milli")?),
+                    priced_by: PricedBy::read(row)?,
                 })
             })
             .collect()
@@ -395,6 +422,8 @@ pub(crate) async fn reserve<X: Exec>(
                 ("valid_after", payment.valid_after.value()),
                 ("valid_before", payment.valid_before.value()),
                 ("route", payment.route.as_str().value()),
+                ("pricing_version", payment.priced_by.version.as_str().value()),
+                ("pricing_sha256", payment.priced_by.sha256.as_str().value()),
                 ("agent_id", agent_id.value()),
                 ("subject_domain", subject.domain.as_str().value()),
                 ("subject_id", subject.id.value()),
@@ -420,6 +449,7 @@ pub(crate) struct Moved {
     pub agent_id: Uuid,
     pub amount_units: i64,
     pub subject: Option<Subject>,
+    pub priced_by: Option<PricedBy>,
 }
 
 /// Moves a reserved (or unknown) payment to `status`, with its event: the
@@ -438,7 +468,7 @@ pub(crate) async fn move_payment<X: Exec>(
                 "update x402_payment set status = $1, error_reason = coalesce($2, error_reason), \
                  settlement_ref = coalesce($3, settlement_ref), updated_at = $4 \
                  where {} = $5 and status in ('reserved', 'settle_unknown') \
-                 returning payment_id, agent_id, amount_units, subject_domain, subject_id",
+                 returning payment_id, agent_id, amount_units, subject_domain, subject_id, pricing_version, pricing_sha256",
                 key.column()
             ))
             .bind(status.as_str())
@@ -454,6 +484,7 @@ pub(crate) async fn move_payment<X: Exec>(
         agent_id: row.get("agent_id")?,
         amount_units: row.get("amount_units")?,
         subject: subject(&row)?,
+        priced_by: PricedBy::read(&row)?,
     };
     insert_event(tx, moved.payment_id, status, reason, now).await?;
     Ok(Some(moved))
@@ -499,6 +530,8 @@ pub(crate) async fn insert_usage<X: Exec>(
             ("cost_component", entry.cost_component.as_str().value()),
             ("payment_source", entry.source.as_str().value()),
             ("amount_milli", entry.amount.milli().value()),
+            ("pricing_version", entry.priced_by.as_ref().map(|p| p.version.as_str()).value()),
+            ("pricing_sha256", entry.priced_by.as_ref().map(|p| p.sha256.as_str()).value()),
             ("recorded_at", now.value()),
         ],
     ))

@@ -15,12 +15,14 @@ use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
 
 /// The terms the loaded generation sets.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RetentionTerms {
     pub monthly: MilliDac,
     pub grace: Duration,
     /// Earned DAC pays from this unexpired balance up.
     pub threshold: MilliDac,
+    /// The generation that set them.
+    pub priced_by: PricedBy,
 }
 
 /// What subscribing concluded; nothing was written unless `Active`.
@@ -82,7 +84,7 @@ async fn charge<X: Exec>(
     tx: &mut X,
     for_update: &str,
     agent_id: Uuid,
-    terms: RetentionTerms,
+    terms: &RetentionTerms,
     now: DateTime<Utc>,
 ) -> Result<Result<(), MilliDac>> {
     let spend =
@@ -91,7 +93,12 @@ async fn charge<X: Exec>(
     if let Some(balance) = spend.shortfall() {
         return Ok(Err(balance));
     }
-    let entry = UsageEntry { cost_component: CostComponent::RetentionSub, source: PaymentSource::Earned, amount: terms.monthly };
+    let entry = UsageEntry {
+        cost_component: CostComponent::RetentionSub,
+        source: PaymentSource::Earned,
+        amount: terms.monthly,
+        priced_by: Some(terms.priced_by.clone()),
+    };
     payments::insert_usage(tx, agent_id, subject(agent_id), None, &entry, now).await?;
     Ok(Ok(()))
 }
@@ -143,7 +150,7 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
             (RetentionStatus::Grace, Some(s)) => {
                 // Reactivated: the month already paid runs on; a month that fell due during the grace is charged now.
                 let due = s.next_billing_at <= now;
-                if due && let Err(balance) = charge(&mut tx, for_update, agent_id, terms, now).await? {
+                if due && let Err(balance) = charge(&mut tx, for_update, agent_id, &terms, now).await? {
                     return Ok(Subscribed::EarnedShort { balance });
                 }
                 let next = if due { retention::next_month(now) } else { s.next_billing_at };
@@ -159,7 +166,7 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
                 (true, if due { terms.monthly } else { MilliDac::ZERO })
             }
             _ => {
-                if let Err(balance) = charge(&mut tx, for_update, agent_id, terms, now).await? {
+                if let Err(balance) = charge(&mut tx, for_update, agent_id, &terms, now).await? {
                     return Ok(Subscribed::EarnedShort { balance });
                 }
                 tx.execute(
@@ -220,7 +227,7 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
             if current.status(now) != RetentionStatus::Active || current.next_billing_at > now {
                 continue;
             }
-            match charge(&mut tx, for_update, agent_id, terms, now).await? {
+            match charge(&mut tx, for_update, agent_id, &terms, now).await? {
                 Ok(()) => {
                     tx.execute(
                         sql(

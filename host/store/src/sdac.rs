@@ -75,6 +75,7 @@ pub trait SdacStore {
         agent_id: Uuid,
         charged: MilliDac,
         funding: SdacFunding,
+        priced_by: &PricedBy,
         now: DateTime<Utc>,
     ) -> Result<SdacEnded>;
 }
@@ -168,6 +169,7 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         agent_id: Uuid,
         charged: MilliDac,
         funding: SdacFunding,
+        priced_by: &PricedBy,
         now: DateTime<Utc>,
     ) -> Result<SdacEnded> {
         let mut tx = self.begin_write().await?;
@@ -201,7 +203,12 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         let Some(row) = row else { return Ok(SdacEnded::NotOpen) };
         if source == Some(PaymentSource::Trial) {
             let subject = Subject { domain: SubjectDomain::SdacSession, id: session_id };
-            let entry = UsageEntry { cost_component: CostComponent::SdacSession, source: PaymentSource::Trial, amount: charged };
+            let entry = UsageEntry {
+                cost_component: CostComponent::SdacSession,
+                source: PaymentSource::Trial,
+                amount: charged,
+                priced_by: Some(priced_by.clone()),
+            };
             payments::insert_usage(&mut tx, agent_id, subject, None, &entry, now).await?;
         }
         let record = record_of(&row)?;

@@ -296,3 +296,101 @@ fn to_envelope(s: Scope) -> wit::Envelope {
         },
     }
 }
+
+/// What a generation built without the standard library (`#![no_std]`)
+/// needs: an allocator and a panic handler. Without `std` a component
+/// imports nothing at all (no WASI interfaces bound to traps), is a single
+/// core module with a small memory, and so costs little to instantiate,
+/// which the host does for every call. Write `anchor_pricing_core::bare_runtime!();`
+/// once in the generation's crate.
+#[macro_export]
+macro_rules! bare_runtime {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::guest::Bump = $crate::guest::Bump;
+
+        #[panic_handler]
+        fn panic(_: &::core::panic::PanicInfo) -> ! {
+            ::core::arch::wasm32::unreachable()
+        }
+    };
+}
+
+/// A bump allocator. An instance of a pricing component lives for one call
+/// (the host makes a fresh one each time), so its memory is dropped with it;
+/// the allocator only counts the blocks alive, and when none is (between
+/// calls of an instance kept warm, as the benchmarks do) it starts over at
+/// the arena's beginning. It hands out a static arena first (part of the
+/// instance's initial memory: no growth, no host call), then memory grown
+/// for it.
+#[cfg(target_arch = "wasm32")]
+pub struct Bump;
+
+#[cfg(target_arch = "wasm32")]
+const ARENA_BYTES: usize = 32 * 1024;
+
+#[cfg(target_arch = "wasm32")]
+#[repr(C, align(16))]
+struct Arena(core::cell::UnsafeCell<[u8; ARENA_BYTES]>);
+
+// SAFETY: a component instance runs on one thread; the arena's bytes are
+// only reached through blocks `Bump` hands out, which never overlap.
+#[cfg(target_arch = "wasm32")]
+unsafe impl Sync for Arena {}
+
+#[cfg(target_arch = "wasm32")]
+static ARENA: Arena = Arena(core::cell::UnsafeCell::new([0; ARENA_BYTES]));
+
+/// Blocks handed out and not freed yet.
+#[cfg(target_arch = "wasm32")]
+static LIVE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// The next free byte and the end of the current region (0: not started).
+#[cfg(target_arch = "wasm32")]
+static NEXT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+#[cfg(target_arch = "wasm32")]
+static END: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+#[cfg(target_arch = "wasm32")]
+const PAGE: usize = 65_536;
+
+// SAFETY: `alloc` returns a block of at least `layout.size()` bytes aligned
+// to `layout.align()` that no other block overlaps (the bump pointer only
+// moves forward, over the arena and then over memory grown for it), or null
+// when memory cannot grow. A block is reused only once every block was
+// freed (`LIVE` back to 0), when no block can overlap it any more.
+#[cfg(target_arch = "wasm32")]
+unsafe impl core::alloc::GlobalAlloc for Bump {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        use core::sync::atomic::Ordering::Relaxed;
+        let (size, align) = (layout.size(), layout.align());
+        let (mut next, mut end) = (NEXT.load(Relaxed), END.load(Relaxed));
+        if next == 0 {
+            next = ARENA.0.get() as usize;
+            end = next + ARENA_BYTES;
+        }
+        let mut start = next.wrapping_add(align - 1) & !(align - 1);
+        if start.checked_add(size).is_none_or(|last| last > end) {
+            let pages = size.saturating_add(align).div_ceil(PAGE).max(1);
+            let previous = core::arch::wasm32::memory_grow(0, pages);
+            if previous == usize::MAX {
+                return core::ptr::null_mut();
+            }
+            end = (previous + pages) * PAGE;
+            start = (previous * PAGE).wrapping_add(align - 1) & !(align - 1);
+        }
+        NEXT.store(start + size, Relaxed);
+        END.store(end, Relaxed);
+        LIVE.fetch_add(1, Relaxed);
+        start as *mut u8
+    }
+
+    unsafe fn dealloc(&self, _block: *mut u8, _layout: core::alloc::Layout) {
+        use core::sync::atomic::Ordering::Relaxed;
+        if LIVE.fetch_sub(1, Relaxed) == 1 {
+            // Nothing is alive: start over (memory grown beyond the arena
+            // is left behind; a quote never needs any).
+            NEXT.store(0, Relaxed);
+        }
+    }
+}

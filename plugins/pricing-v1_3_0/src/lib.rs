@@ -2,6 +2,8 @@
 //! its service prices (`V1_3_0_SERVICES`), as an `anchor:pricing@1.1.0`
 //! component.
 
+#![no_std]
+
 use anchor_pricing_core::guest::{Generation, ServiceGeneration};
 use anchor_pricing_core::{Services, Table, V1_3_0, V1_3_0_SERVICES, export_service_generation};
 
@@ -16,3 +18,4 @@ impl ServiceGeneration for V130 {
 }
 
 export_service_generation!(V130);
+anchor_pricing_core::bare_runtime!();

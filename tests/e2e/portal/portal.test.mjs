@@ -90,6 +90,13 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     await page.locator("#signed-in").waitFor({ state: "visible" });
     assert.equal(await page.locator("#who-email").textContent(), email);
     assert.equal(await page.locator("#agents-empty").isVisible(), true);
+    // The pricing generation in force, from /v1/pricing/current (none is scheduled here).
+    const pricing = (await call("GET", "/v1/pricing/current")).json;
+    await page.waitForFunction(() => document.querySelector("#pricing").textContent.length > 0);
+    assert.equal(
+      await page.locator("#pricing").textContent(),
+      `Prices: generation ${pricing.pricing_version}, in force since ${pricing.effective_from.replace("T", " ").slice(0, 16)}.`,
+    );
     await shot(page, "02-signed-up");
 
     // Link the agent: the page shows the replacement token, and the old one dies.

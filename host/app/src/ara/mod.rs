@@ -155,6 +155,7 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         }),
         payment_id: None,
         observed_at: services.clock.now(),
+        priced_by: services.priced_by(),
     };
     if total == MilliDac::ZERO {
         services.store.record_observation(&observation).await?;

@@ -16,6 +16,7 @@ use anchor_domain::pricing::{Generation, Policy, Preset, Pricing, PricingError, 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 
+use crate::cache::CompiledCache;
 use crate::engine::{CallState, Limits, PluginEngine, describe_failure};
 use v1_0_0 as types;
 
@@ -86,8 +87,27 @@ impl WasmPricing {
     /// Compiles and checks a component: its exports must match `anchor:pricing`,
     /// and it must answer `generation()` within its bounds.
     pub fn load(engine: &PluginEngine, wasm: &[u8], limits: Limits) -> anyhow::Result<Arc<WasmPricing>> {
-        let sha256 = hex::encode(Sha256::digest(wasm));
-        let component = Component::new(engine.engine(), wasm)?;
+        WasmPricing::load_cached(engine, wasm, limits, None)
+    }
+
+    /// [`WasmPricing::load`], through a disk cache of compiled components:
+    /// a component compiled once (by this host before, or by another host
+    /// sharing the directory) is deserialized instead of compiled.
+    pub fn load_cached(
+        engine: &PluginEngine,
+        wasm: &[u8],
+        limits: Limits,
+        cache: Option<&CompiledCache>,
+    ) -> anyhow::Result<Arc<WasmPricing>> {
+        let digest: [u8; 32] = Sha256::digest(wasm).into();
+        let sha256 = hex::encode(digest);
+        let component = match cache {
+            Some(cache) => match cache.read(engine.engine(), &digest) {
+                Some(component) => component,
+                None => cache.compile(engine.engine(), &digest, wasm)?,
+            },
+            None => Component::new(engine.engine(), wasm)?,
+        };
         let mut linker: Linker<CallState> = Linker::new(engine.engine());
         // No capabilities: whatever the component imports traps when called.
         linker.define_unknown_imports_as_traps(&component)?;

@@ -75,8 +75,19 @@ struct Health {
     storage: &'static str,
     storage_reachable: bool,
     pricing_version: String,
+    /// The pricing generation in force on this host, and the next one scheduled.
+    pricing: PricingInfo,
     host_id: Uuid,
     log: LogInfo,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct PricingInfo {
+    pricing_version: String,
+    component_sha256: String,
+    /// Its publication's activation time; null for the generation the host started with.
+    effective_from: Option<String>,
+    next: Option<super::pricing::NextGeneration>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -95,6 +106,12 @@ async fn health(State(state): State<AppState>) -> Response {
         uptime_seconds: state.started.elapsed().as_secs(),
         storage: status.storage,
         storage_reachable: status.storage_reachable,
+        pricing: PricingInfo {
+            pricing_version: status.pricing_version.clone(),
+            component_sha256: status.pricing_sha256,
+            effective_from: status.pricing.since.map(|at| crate::wire::Time(at).text()),
+            next: super::pricing::NextGeneration::of(&status.pricing),
+        },
         pricing_version: status.pricing_version,
         host_id: state.host_id,
         log: LogInfo {

@@ -37,8 +37,14 @@ pub fn operations() -> Vec<Operation> {
 #[derive(Serialize, JsonSchema)]
 struct PricingCurrent {
     pricing_version: String,
+    /// When this generation came into force on this service (its publication's
+    /// activation time), or, for the generation a host starts with, the date
+    /// the generation itself states.
     effective_from: String,
     component_sha256: String,
+    /// The next generation an operator published, and when it comes into force
+    /// (null when none is scheduled).
+    next: Option<NextGeneration>,
     /// The WIT package the pricing component implements.
     wit_package: String,
     currency: &'static str,
@@ -53,6 +59,25 @@ struct PricingCurrent {
     payment_window_minutes: u64,
     #[serde(flatten)]
     services: Option<Services>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct NextGeneration {
+    pricing_version: String,
+    component_sha256: String,
+    wit_package: String,
+    effective_from: String,
+}
+
+impl NextGeneration {
+    pub(crate) fn of(standing: &pricing::Standing) -> Option<NextGeneration> {
+        standing.next.as_ref().map(|(at, generation)| NextGeneration {
+            pricing_version: generation.version.clone(),
+            component_sha256: generation.sha256.clone(),
+            wit_package: generation.interface.clone(),
+            effective_from: crate::wire::Time(*at).text(),
+        })
+    }
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -204,8 +229,9 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
     }
     Ok(Json(PricingCurrent {
         pricing_version: policy.version,
-        effective_from: policy.effective_from,
+        effective_from: published.standing.since.map_or(policy.effective_from, |at| crate::wire::Time(at).text()),
         component_sha256: published.generation.sha256,
+        next: NextGeneration::of(&published.standing),
         wit_package: published.generation.interface,
         currency: "DAC",
         unit: Unit { dac_in_usd: "0.001", usdc_base_units_per_dac: 1000 },

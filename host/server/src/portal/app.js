@@ -53,7 +53,17 @@ function show(signedIn) {
   $("#who").hidden = !signedIn;
 }
 
+// The pricing generation in force and the next one scheduled (public: shown
+// signed in or out).
+async function loadPricing() {
+  const current = await api("GET", "/v1/pricing/current");
+  let text = `Prices: generation ${current.pricing_version}, in force since ${shortDate(current.effective_from)}.`;
+  if (current.next) text += ` Next: ${current.next.pricing_version} from ${shortDate(current.next.effective_from)} UTC.`;
+  $("#pricing").textContent = text;
+}
+
 async function start() {
+  loadPricing().catch((error) => notice(error.message, true));
   try {
     const me = await api("GET", "/dap/account/me");
     await enter(me);
