@@ -24,7 +24,9 @@ async fn an_owner_uses_the_portal_in_chromium() {
     std::fs::create_dir_all(&artifacts).unwrap();
     let _ = std::fs::remove_file(artifacts.join("portal-result.json"));
 
-    let (server, base, data) = common::serve_sqlite("portal", &[]).await;
+    // Browser, seeding and checks all come from 127.0.0.1: more than the
+    // default 100 requests a minute, which this test is not about.
+    let (server, base, data) = common::serve_sqlite("portal", &["--rate-limit", "100000"]).await;
     let http = reqwest::Client::new();
     // A tool sale, paid with the official x402 client, for the market section.
     let x402 = root.join("tests/e2e/x402");
