@@ -6,7 +6,11 @@ use std::collections::HashSet;
 use anchor_tests::*;
 use serde_json::{Value, json};
 
-anchor_tests::both_backends!(hundred_parallel_creates_with_one_request_id_make_one_dd, sixty_parallel_creates_debit_exactly_the_trial);
+anchor_tests::both_backends!(
+    hundred_parallel_creates_with_one_request_id_make_one_dd,
+    sixty_parallel_creates_debit_exactly_the_trial,
+    fifty_request_ids_sent_twice_at_once_spend_the_trial_once
+);
 
 async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Value)> {
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(bodies.len()));
@@ -64,4 +68,31 @@ async fn sixty_parallel_creates_debit_exactly_the_trial(backend: Backend) {
     assert_eq!(status.json["trial_dac_remaining"], json!(0));
     assert_eq!(status.json["trial_dac_used"], json!(500));
     assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(50));
+}
+
+/// 50 request_ids, each sent twice at once, on an agent whose Trial pays
+/// exactly 50: every reply is a 201, each pair names one record, and Trial is
+/// spent once per record. A copy that arrives when Trial is empty is still
+/// answered with its record: a replay is looked for before any refusal.
+async fn fifty_request_ids_sent_twice_at_once_spend_the_trial_once(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let mut bodies: Vec<Value> = (0..50).map(|_| create_body(basic_axes())).collect();
+    bodies.extend(bodies.clone());
+    let replies = fire(&t, &agent, bodies.clone()).await;
+    assert!(replies.iter().all(|(s, _)| *s == 201), "{:?}", replies.iter().find(|(s, _)| *s != 201));
+    for (n, body) in bodies.iter().enumerate().take(50) {
+        let (first, second) = (&replies[n].1, &replies[n + 50].1);
+        assert_eq!(first["dd_id"], second["dd_id"], "request {} answered with one record", body["request_id"]);
+    }
+    let ids: HashSet<&str> = replies.iter().map(|(_, b)| b["dd_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 50);
+    let status = t.get("/v1/trial/status", Some(&agent.token)).await;
+    assert_eq!((status.json["trial_dac_remaining"].clone(), status.json["trial_dac_used"].clone()), (json!(0), json!(500)));
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(50));
+    // Sent again now, with Trial empty, each is still its record.
+    let again = fire(&t, &agent, bodies[..10].to_vec()).await;
+    for (n, (status, body)) in again.iter().enumerate() {
+        assert_eq!((*status, &body["dd_id"]), (201, &replies[n].1["dd_id"]));
+    }
 }

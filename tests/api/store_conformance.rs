@@ -92,9 +92,8 @@ async fn store_conforms(backend: Backend) {
 
     // A declaration round-trips field for field.
     let first = declaration(agent, 95_000, None);
-    assert!(
-        matches!(store.create_declaration(&first, now()).await.unwrap(), Created::New { trial_remaining } if trial_remaining.milli() == 5_000)
-    );
+    assert!(matches!(store.create_declaration(&first, now()).await.unwrap(), Created::New { trial_remaining, record }
+            if trial_remaining.milli() == 5_000 && record.declaration == first.declaration && record.confirmed_at.is_none()));
     let stored = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(stored.declaration, first.declaration);
     assert_eq!(stored.settlement_status.as_str(), "unreserved");
@@ -107,6 +106,17 @@ async fn store_conforms(backend: Backend) {
         Created::Replayed(earlier) => assert_eq!(earlier.declaration.dd_id, first.declaration.dd_id),
         other => panic!("expected a replay, got {other:?}"),
     }
+    // Also when the replay's price is more than Trial holds now, or its parent is gone.
+    let mut dearer = declaration(agent, 99_000, Some(Uuid::new_v4()));
+    dearer.request_id = first.request_id;
+    match store.create_declaration(&dearer, now()).await.unwrap() {
+        Created::Replayed(earlier) => assert_eq!(earlier.declaration.dd_id, first.declaration.dd_id),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    let mut dearer = declaration(agent, 99_000, None);
+    dearer.request_id = first.request_id;
+    assert!(matches!(store.create_declaration(&dearer, now()).await.unwrap(), Created::Replayed(_)));
+    assert_eq!(store.agent(agent).await.unwrap().unwrap().trial_balance, MilliDac(5_000), "replays debit nothing");
     // Trial cannot go below zero.
     match store.create_declaration(&declaration(agent, 5_001, None), now()).await.unwrap() {
         Created::TrialCannotPay { balance, expired } => assert_eq!((balance.milli(), expired), (5_000, false)),

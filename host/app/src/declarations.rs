@@ -107,8 +107,8 @@ pub fn resolve_scope(services: &Services, input: &EeInput) -> AppResult<Scope> {
 /// Refuses a declaration its agent's owner's content-inclusion policy forbids.
 /// The service records what the agent declared or refuses it; it never
 /// rewrites a declaration.
-pub async fn enforce_policy(services: &Services, agent_id: Uuid, content_inclusion: bool) -> AppResult<()> {
-    let Some(required) = services.store.agent_policy(agent_id).await?.and_then(|p| p.required_flag()) else {
+pub fn enforce_policy(agent: &AgentRecord, content_inclusion: bool) -> AppResult<()> {
+    let Some(required) = agent.owner_policy.and_then(|p| p.required_flag()) else {
         return Ok(());
     };
     if content_inclusion != required {
@@ -173,7 +173,7 @@ pub(crate) async fn record(
 ) -> AppResult<StoredDeclaration> {
     let now = services.clock.now();
     let scope = resolve_scope(services, &input.ee)?;
-    enforce_policy(services, agent.agent_id, input.content_inclusion).await?;
+    enforce_policy(agent, input.content_inclusion)?;
     if let Some(key) = input.template.as_ref().and_then(|t| t.self_classification.as_ref()) {
         let known = services.store.classifications_for_agent(agent.agent_id).await?;
         if !known.iter().any(|c| &c.key == key) {
@@ -268,13 +268,9 @@ pub(crate) async fn record(
     };
     let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
     match created {
-        Created::New { .. } => {
+        Created::New { record, .. } => {
             services.metrics.declarations_created.inc();
-            services
-                .store
-                .declaration(dd_id)
-                .await?
-                .ok_or_else(|| AppError::Internal(anyhow::anyhow!("declaration {dd_id} vanished after create")))
+            Ok(*record)
         }
         Created::Replayed(earlier) => Ok(*earlier),
         Created::ParentNotFound => match parent_dd_id {

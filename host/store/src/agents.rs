@@ -2,6 +2,7 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::owners::ContentPolicy;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -31,7 +32,15 @@ pub struct AgentRecord {
     pub trial_granted: MilliDac,
     pub trial_balance: MilliDac,
     pub trial_expires_at: DateTime<Utc>,
+    /// The content-inclusion policy of the agent's owner, if it has one:
+    /// read in the same statement as the agent, so DD create needs no
+    /// lookup of its own.
+    pub owner_policy: Option<ContentPolicy>,
 }
+
+/// An agent's row with its owner's content-inclusion policy, in one statement.
+pub(crate) const AGENT_SELECT: &str = "select a.*, o.content_inclusion_policy as owner_policy from agent a \
+     left join owner o on o.owner_id = a.owner_id and o.deleted_at is null";
 
 /// The outcome of a recovery attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,12 +112,12 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>> {
-        let row = self.db().fetch_optional(sql("select * from agent where agent_id = $1").bind(agent_id)).await?;
+        let row = self.db().fetch_optional(sql(format!("{AGENT_SELECT} where a.agent_id = $1")).bind(agent_id)).await?;
         row.as_ref().map(decode_agent).transpose()
     }
 
     async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
-        let row = self.db().fetch_optional(sql("select * from agent where token_hash = $1").bind(token_hash)).await?;
+        let row = self.db().fetch_optional(sql(format!("{AGENT_SELECT} where a.token_hash = $1")).bind(token_hash)).await?;
         row.as_ref().map(decode_agent).transpose()
     }
 
@@ -184,6 +193,10 @@ pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
         trial_granted: MilliDac(row.get("trial_granted_milli")?),
         trial_balance: MilliDac(row.get("trial_balance_milli")?),
         trial_expires_at: row.get("trial_expires_at")?,
+        owner_policy: row
+            .get::<Option<String>>("owner_policy")?
+            .map(|p| ContentPolicy::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("content_inclusion_policy = {p:?}"))))
+            .transpose()?,
     })
 }
 

@@ -77,8 +77,9 @@ impl StoredDeclaration {
 
 #[derive(Clone, Debug)]
 pub enum Created {
-    /// Recorded now; the Trial balance after the debit.
-    New { trial_remaining: MilliDac },
+    /// Recorded now: the Trial balance after the debit, and the record as
+    /// stored (returned by the insert itself: no read-back).
+    New { trial_remaining: MilliDac, record: Box<StoredDeclaration> },
     /// The agent already used this request_id: the earlier record.
     Replayed(Box<StoredDeclaration>),
     /// Trial cannot pay: too little left, or expired.
@@ -147,17 +148,35 @@ pub trait DeclarationStore: Send + Sync {
 impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
         let d = &new.declaration;
-        if let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await? {
+        // A request_id used before is answered with its record. Paid over x402,
+        // that is looked up first: a retried request carries the same
+        // authorization, whose nonce would otherwise refuse it. Otherwise the
+        // unique (agent, request_id) key finds it with no lookup of its own:
+        // the insert fails, the transaction (and its debit) is dropped, and
+        // every refusal below is checked against an earlier record first.
+        if new.external.is_some()
+            && let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await?
+        {
             return Ok(Created::Replayed(Box::new(earlier)));
         }
+        let refused = |outcome: Created| async move {
+            Ok::<_, StoreError>(match self.declaration_for_request(d.agent_id, new.request_id).await? {
+                Some(earlier) => Created::Replayed(Box::new(earlier)),
+                None => outcome,
+            })
+        };
         let mut tx = self.begin_write().await?;
         let mut lineage_group_id = d.lineage_group_id;
         if let Some(parent) = d.dd.parent_dd_id {
             let row = tx.fetch_optional(sql("select agent_id, lineage_group_id from declaration where dd_id = $1").bind(parent)).await?;
-            let Some(row) = row else { return Ok(Created::ParentNotFound) };
+            let Some(row) = row else {
+                drop(tx);
+                return refused(Created::ParentNotFound).await;
+            };
             let parent_agent: Uuid = row.get("agent_id")?;
             if parent_agent != d.agent_id {
-                return Ok(Created::ParentForeign);
+                drop(tx);
+                return refused(Created::ParentForeign).await;
             }
             lineage_group_id = row.get("lineage_group_id")?;
         }
@@ -184,7 +203,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             let earned_part = new.earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
             let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount - earned_part, now).await? else {
                 let (balance, expired) = agents::trial_shortfall(&mut tx, d.agent_id, now).await?;
-                return Ok(Created::TrialCannotPay { balance, expired });
+                drop(tx);
+                return refused(Created::TrialCannotPay { balance, expired }).await;
             };
             Some(trial_remaining)
         };
@@ -193,7 +213,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             let spend =
                 earned::debit(&mut tx, self.db.for_update(), d.agent_id, part.amount, part.threshold, "declaration premium", subject, now);
             if let Some(balance) = spend.await?.shortfall() {
-                return Ok(Created::EarnedShort { balance });
+                drop(tx);
+                return refused(Created::EarnedShort { balance }).await;
             }
         }
         let (base_source, mut premium_source) = match (&new.external, new.base_from_trial) {
@@ -214,9 +235,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             settlement,
             agreement_id: new.agreement.map(|a| a.agreement_id),
         };
-        let inserted = tx.execute(row.query()).await;
+        let mut insert = row.query();
+        insert.push(" returning *");
+        let inserted = tx.fetch_one(insert).await;
         match inserted {
-            Ok(_) => {
+            Ok(stored) => {
+                let record = Box::new(decode_declaration(&stored)?);
                 if let Some(agreement) = &new.agreement {
                     bilateral::insert(&mut tx, agreement, d, now).await?;
                 }
@@ -225,7 +249,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                         .await?;
                 }
                 tx.commit().await?;
-                Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)) })
+                Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)), record })
             }
             // A concurrent request with the same request_id won: drop our
             // debit with the transaction and answer with its record.

@@ -485,11 +485,37 @@ impl<DB: Driver> Row for DbRow<DB> {
 /// A sqlx pool as an [`Engine`], with what it measures of itself.
 pub struct Db<DB: sqlx::Database> {
     pool: Pool<DB>,
+    /// Where write transactions run, when not on `pool`: SQLite's one writer
+    /// connection. SQLite takes one writer at a time; with every pooled
+    /// connection free to begin a write, the others wait in SQLite's busy
+    /// handler, which sleeps (1, 2, 5, 10 … 100 ms) instead of queueing, so
+    /// writes queue here, in order, for the one connection instead.
+    writer: Option<Pool<DB>>,
     metrics: Arc<StoreMetrics>,
 }
 
-/// The pool, lent for one statement at a time.
-pub struct PoolRef<'a, DB: sqlx::Database>(&'a Pool<DB>, &'a StoreMetrics);
+impl<DB: sqlx::Database> Db<DB> {
+    fn new(pool: Pool<DB>) -> Db<DB> {
+        Db { pool, writer: None, metrics: Arc::default() }
+    }
+
+    fn write_pool(&self) -> &Pool<DB> {
+        self.writer.as_ref().unwrap_or(&self.pool)
+    }
+}
+
+/// The pool, lent for one statement at a time; a statement that may write
+/// (anything but a `select`) runs on the writer connection when there is one.
+pub struct PoolRef<'a, DB: sqlx::Database>(&'a Pool<DB>, Option<&'a Pool<DB>>, &'a StoreMetrics);
+
+impl<'a, DB: sqlx::Database> PoolRef<'a, DB> {
+    fn for_statement(&self, query: &Query<'_>) -> (&'a Pool<DB>, &'a StoreMetrics) {
+        // `vacuum into` (a backup) only reads: on the writer it would hold up every write.
+        let verb = query.sql.trim_start().get(..6);
+        let reads = verb.is_some_and(|verb| verb.eq_ignore_ascii_case("select") || verb.eq_ignore_ascii_case("vacuum"));
+        (if reads { self.0 } else { self.1.unwrap_or(self.0) }, self.2)
+    }
+}
 
 /// A write transaction on a sqlx pool.
 pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>, Arc<StoreMetrics>);
@@ -530,15 +556,15 @@ async fn timed<T>(metrics: &StoreMetrics, query: Query<'_>, f: impl AsyncFnOnce(
 impl<DB: Driver> Exec for PoolRef<'_, DB> {
     type Row = DbRow<DB>;
     async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        let (pool, metrics) = (self.0, self.1);
+        let (pool, metrics) = self.for_statement(&query);
         timed(metrics, query, async |q| DB::run(&mut *acquire(pool, metrics).await?, q).await).await
     }
     async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
-        let (pool, metrics) = (self.0, self.1);
+        let (pool, metrics) = self.for_statement(&query);
         Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *acquire(pool, metrics).await?, q).await).await?))
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
-        let (pool, metrics) = (self.0, self.1);
+        let (pool, metrics) = self.for_statement(&query);
         Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *acquire(pool, metrics).await?, q).await).await?.map(DbRow))
     }
 }
@@ -590,12 +616,13 @@ impl<DB: Driver> Engine for Db<DB> {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
     }
     fn pool(&self) -> PoolRef<'_, DB> {
-        PoolRef(&self.pool, &self.metrics)
+        PoolRef(&self.pool, self.writer.as_ref(), &self.metrics)
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
         let started = Instant::now();
-        let waits = must_wait(&self.pool);
-        let tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let pool = self.write_pool();
+        let waits = must_wait(pool);
+        let tx = pool.begin_with(DB::BEGIN_WRITE).await?;
         if waits {
             self.metrics.acquire_waits.inc();
             self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
@@ -611,6 +638,9 @@ impl<DB: Driver> Engine for Db<DB> {
         PoolState { size, idle: (self.pool.num_idle() as u32).min(size), max: self.pool.options().get_max_connections() }
     }
     async fn close(&self) {
+        if let Some(writer) = &self.writer {
+            writer.close().await;
+        }
         self.pool.close().await;
     }
 }
@@ -622,16 +652,19 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
     }
+    // Full sync: a commit is on disk (the write-ahead log synced) before it
+    // is acknowledged, so a power loss loses nothing answered.
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        .synchronous(SqliteSynchronous::Full)
         .busy_timeout(StdDuration::from_secs(30))
         .foreign_keys(true);
+    let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+    sqlite_migrator().run(&writer).await?;
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
-    sqlite_migrator().run(&pool).await?;
-    Ok(Db { pool, metrics: Arc::default() })
+    Ok(Db { writer: Some(writer), ..Db::new(pool) })
 }
 
 /// Connects to PostgreSQL and runs the migrations. `schema`, when given, is
@@ -648,7 +681,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
     }
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
     postgres_migrator().run(&pool).await?;
-    Ok(Db { pool, metrics: Arc::default() })
+    Ok(Db::new(pool))
 }
 
 pub fn sqlite_migrator() -> sqlx::migrate::Migrator {
@@ -664,7 +697,7 @@ pub async fn open_sqlite_read_only(path: &Path) -> Result<Db<Sqlite>> {
     let options =
         SqliteConnectOptions::new().filename(path).read_only(true).create_if_missing(false).busy_timeout(StdDuration::from_secs(30));
     let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await?;
-    Ok(Db { pool, metrics: Arc::default() })
+    Ok(Db::new(pool))
 }
 
 /// A PostgreSQL standby, read-only, as it is. The pool connects lazily, so a
@@ -676,7 +709,7 @@ pub async fn connect_postgres_replica(url: &str, schema: Option<&str>) -> Result
         options = options.options([("search_path", schema)]);
     }
     let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(StdDuration::from_millis(500)).connect_lazy_with(options);
-    Ok(Db { pool, metrics: Arc::default() })
+    Ok(Db::new(pool))
 }
 
 /// A PostgreSQL database as it is (no migration): a restored copy, or a
@@ -684,5 +717,5 @@ pub async fn connect_postgres_replica(url: &str, schema: Option<&str>) -> Result
 pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
     let options: PgConnectOptions = url.parse()?;
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
-    Ok(Db { pool, metrics: Arc::default() })
+    Ok(Db::new(pool))
 }

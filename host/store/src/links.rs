@@ -132,9 +132,7 @@ impl<E: Engine> LinkStore for SqlStore<E> {
         let rows = self
             .db()
             .fetch_all(
-                sql("select * from agent where owner_id = $1 \
-             order by linked_at, agent_id")
-                .bind(owner_id),
+                sql(format!("{} where a.owner_id = $1 order by a.linked_at, a.agent_id", super::agents::AGENT_SELECT)).bind(owner_id),
             )
             .await?;
         rows.iter().map(decode_linked).collect()
@@ -143,7 +141,9 @@ impl<E: Engine> LinkStore for SqlStore<E> {
     async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>> {
         let row = self
             .db()
-            .fetch_optional(sql("select * from agent where owner_id = $1 and agent_id = $2").bind(owner_id).bind(agent_id))
+            .fetch_optional(
+                sql(format!("{} where a.owner_id = $1 and a.agent_id = $2", super::agents::AGENT_SELECT)).bind(owner_id).bind(agent_id),
+            )
             .await?;
         row.as_ref().map(decode_linked).transpose()
     }
