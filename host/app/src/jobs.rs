@@ -96,7 +96,8 @@ pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: 
     let mut runs = Runs::default();
     loop {
         // Each round prices with one generation, as a request does.
-        services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs)).await;
+        // Its writes go to the jobs' own writer connection where the store has one.
+        anchor_store::in_background(services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs))).await;
         tokio::select! {
             () = tokio::time::sleep(schedule.round) => {}
             // A dropped sender never asks to stop.

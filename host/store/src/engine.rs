@@ -489,19 +489,38 @@ pub struct Db<DB: sqlx::Database> {
     /// connection. SQLite takes one writer at a time; with every pooled
     /// connection free to begin a write, the others wait in SQLite's busy
     /// handler, which sleeps (1, 2, 5, 10 … 100 ms) instead of queueing, so
-    /// writes queue here, in order, for the one connection instead.
+    /// requests' writes queue here, in order, for the one connection instead.
     writer: Option<Pool<DB>>,
+    /// The background jobs' own writer connection (SQLite): queued behind
+    /// every request, the log integrator's rounds fell seconds behind under
+    /// load; beside them, it meets at most one other writer.
+    background: Option<Pool<DB>>,
     metrics: Arc<StoreMetrics>,
 }
 
 impl<DB: sqlx::Database> Db<DB> {
     fn new(pool: Pool<DB>) -> Db<DB> {
-        Db { pool, writer: None, metrics: Arc::default() }
+        Db { pool, writer: None, background: None, metrics: Arc::default() }
     }
 
     fn write_pool(&self) -> &Pool<DB> {
-        self.writer.as_ref().unwrap_or(&self.pool)
+        let background = BACKGROUND.try_with(|b| *b).unwrap_or(false);
+        match (&self.background, &self.writer) {
+            (Some(pool), _) if background => pool,
+            (_, Some(pool)) => pool,
+            _ => &self.pool,
+        }
     }
+}
+
+tokio::task_local! {
+    static BACKGROUND: bool;
+}
+
+/// Runs `work` (a round of the background jobs) with its writes on the
+/// jobs' own writer connection, where the store has one.
+pub async fn in_background<F: std::future::Future>(work: F) -> F::Output {
+    BACKGROUND.scope(true, work).await
 }
 
 /// The pool, lent for one statement at a time; a statement that may write
@@ -616,7 +635,8 @@ impl<DB: Driver> Engine for Db<DB> {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
     }
     fn pool(&self) -> PoolRef<'_, DB> {
-        PoolRef(&self.pool, self.writer.as_ref(), &self.metrics)
+        let writer = self.writer.as_ref().map(|_| self.write_pool());
+        PoolRef(&self.pool, writer, &self.metrics)
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
         let started = Instant::now();
@@ -638,7 +658,7 @@ impl<DB: Driver> Engine for Db<DB> {
         PoolState { size, idle: (self.pool.num_idle() as u32).min(size), max: self.pool.options().get_max_connections() }
     }
     async fn close(&self) {
-        if let Some(writer) = &self.writer {
+        for writer in [&self.writer, &self.background].into_iter().flatten() {
             writer.close().await;
         }
         self.pool.close().await;
@@ -663,8 +683,9 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
         .foreign_keys(true);
     let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
     sqlite_migrator().run(&writer).await?;
+    let background = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
-    Ok(Db { writer: Some(writer), ..Db::new(pool) })
+    Ok(Db { writer: Some(writer), background: Some(background), ..Db::new(pool) })
 }
 
 /// Connects to PostgreSQL and runs the migrations. `schema`, when given, is

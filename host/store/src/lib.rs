@@ -50,6 +50,7 @@ pub use declarations::*;
 pub use deidentify::*;
 pub use dur::*;
 pub use earned::*;
+pub use engine::in_background;
 pub use features::*;
 pub use ise::*;
 pub use links::*;
