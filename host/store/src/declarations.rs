@@ -165,6 +165,34 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 None => outcome,
             })
         };
+        // Paid wholly from Trial, with no parent, on PostgreSQL: one statement.
+        let trial_only = new.external.is_none() && new.earned_premium.is_none() && new.agreement.is_none();
+        if self.db.writes_in_with() && trial_only && d.dd.parent_dd_id.is_none() {
+            let row = DeclarationRow {
+                new,
+                lineage_group_id: d.lineage_group_id,
+                trial_remaining: None,
+                base_source: PaymentSource::Trial,
+                premium_source: PaymentSource::Trial,
+                settlement: SettlementStatus::Unreserved,
+                agreement_id: None,
+            };
+            return match self.db().fetch_optional(row.debit_and_insert(d.dac_amount, now)).await {
+                Ok(Some(stored)) => {
+                    let record = Box::new(decode_declaration(&stored)?);
+                    Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record })
+                }
+                Ok(None) => {
+                    let (balance, expired) = agents::trial_shortfall(&mut self.db(), d.agent_id, now).await?;
+                    refused(Created::TrialCannotPay { balance, expired }).await
+                }
+                Err(error) if is_unique_violation(&error) => match self.declaration_for_request(d.agent_id, new.request_id).await? {
+                    Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),
+                    None => Err(error),
+                },
+                Err(error) => Err(error),
+            };
+        }
         let mut tx = self.begin_write().await?;
         let mut lineage_group_id = d.lineage_group_id;
         if let Some(parent) = d.dd.parent_dd_id {
@@ -283,6 +311,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
     ) -> Result<bool> {
+        // Paid from Trial or Earned DAC, on PostgreSQL: one statement.
+        if settlement_ref.is_none() && self.db.writes_in_with() {
+            let agent_id: Option<Uuid> = self.db().scalar_optional(confirm_in_one(dd_id, integrity_hash, now, usage, leaf_data)).await?;
+            return Ok(agent_id.is_some());
+        }
         let mut tx = self.begin_write().await?;
         let agent_id: Option<Uuid> = tx
             .scalar_optional(
@@ -400,66 +433,90 @@ pub(crate) struct DeclarationRow<'a> {
 
 impl<'a> DeclarationRow<'a> {
     pub(crate) fn query(&self) -> Query<'a> {
+        Query::insert("declaration", self.columns())
+    }
+
+    /// Every column with its value.
+    fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
         let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
         let d = &new.declaration;
         let t = d.template.as_ref();
-        Query::insert(
-            "declaration",
-            vec![
-                ("dd_id", d.dd_id.value()),
-                ("ee_id", d.ee_id.value()),
-                ("agent_id", d.agent_id.value()),
-                ("request_id", new.request_id.value()),
-                ("lineage_group_id", lineage_group_id.value()),
-                ("parent_dd_id", d.dd.parent_dd_id.value()),
-                ("dd_unit_type", d.dd.unit_type.as_str().value()),
-                ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
-                ("decision_type", d.dd.decision_type.as_str().value()),
-                ("decision_action_type", d.dd.action_type.as_str().value()),
-                ("origin_context_type", d.dd.origin_context.as_str().value()),
-                ("selection_state", d.dd.selection_state.as_str().value()),
-                ("selection_scope", d.dd.selection_scope.map(|s| s.as_str()).value()),
-                ("decision_at", d.dd.decision_at.value()),
-                ("ee_preset", d.ee.preset.as_deref().value()),
-                ("ee_retention_period", d.ee.scope.retention.as_str().value()),
-                ("ee_integrity_verification_level", d.ee.scope.integrity.as_str().value()),
-                ("ee_disclosure_format_policy", d.ee.scope.disclosure.as_str().value()),
-                ("ee_responsibility_scope", d.ee.scope.responsibility.as_str().value()),
-                ("content_disclosure_scope", d.ee.scope.content_scope.as_str().value()),
-                ("delegation_state", d.ee.scope.delegation.as_str().value()),
-                ("ee_direct_access_period", d.ee.direct_access_period.to_string().value()),
-                ("ee_direct_access_quota", d.ee.direct_access_quota.value()),
-                ("access_class", d.ee.access_class.as_str().value()),
-                ("direct_access_expires_at", new.direct_access_expires_at.value()),
-                ("direct_reads_used", 0i64.value()),
-                ("content_inclusion", d.content_inclusion.value()),
-                ("tpl_decision_class", t.and_then(|t| t.decision_class).map(|v| v.as_str()).value()),
-                ("tpl_decision_scale_value", t.and_then(|t| t.decision_scale_value.as_deref()).value()),
-                ("tpl_decision_scale_unit", t.and_then(|t| t.decision_scale_unit.as_deref()).value()),
-                ("tpl_target_class", t.and_then(|t| t.target_class).map(|v| v.as_str()).value()),
-                ("tpl_call_chain", t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")).value()),
-                ("tpl_self_classification", t.and_then(|t| t.self_classification.as_deref()).value()),
-                ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
-                ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
-                ("anchored_at", d.anchored_at.value()),
-                ("retention_expires_at", anchor_domain::retention::retention_end(d.ee.scope.retention, d.anchored_at).value()),
-                ("salt", d.salt.as_slice().value()),
-                ("pricing_version", d.pricing_version.as_str().value()),
-                ("pricing_sha256", d.pricing_sha256.as_str().value()),
-                ("dac_amount_milli", d.dac_amount.milli().value()),
-                ("base_fee_milli", new.base_fee.milli().value()),
-                ("subtotal_milli", new.subtotal.milli().value()),
-                ("multiplier_permille", i64::from(new.multiplier_permille).value()),
-                ("monthly_milli", new.monthly.milli().value()),
-                ("base_fee_source", base_source.as_str().value()),
-                ("premium_source", premium_source.as_str().value()),
-                ("trial_remaining_after_milli", trial_remaining.value()),
-                ("settlement_status", settlement.as_str().value()),
-                ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
-                ("agreement_id", self.agreement_id.value()),
-            ],
-        )
+        vec![
+            ("dd_id", d.dd_id.value()),
+            ("ee_id", d.ee_id.value()),
+            ("agent_id", d.agent_id.value()),
+            ("request_id", new.request_id.value()),
+            ("lineage_group_id", lineage_group_id.value()),
+            ("parent_dd_id", d.dd.parent_dd_id.value()),
+            ("dd_unit_type", d.dd.unit_type.as_str().value()),
+            ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
+            ("decision_type", d.dd.decision_type.as_str().value()),
+            ("decision_action_type", d.dd.action_type.as_str().value()),
+            ("origin_context_type", d.dd.origin_context.as_str().value()),
+            ("selection_state", d.dd.selection_state.as_str().value()),
+            ("selection_scope", d.dd.selection_scope.map(|s| s.as_str()).value()),
+            ("decision_at", d.dd.decision_at.value()),
+            ("ee_preset", d.ee.preset.as_deref().value()),
+            ("ee_retention_period", d.ee.scope.retention.as_str().value()),
+            ("ee_integrity_verification_level", d.ee.scope.integrity.as_str().value()),
+            ("ee_disclosure_format_policy", d.ee.scope.disclosure.as_str().value()),
+            ("ee_responsibility_scope", d.ee.scope.responsibility.as_str().value()),
+            ("content_disclosure_scope", d.ee.scope.content_scope.as_str().value()),
+            ("delegation_state", d.ee.scope.delegation.as_str().value()),
+            ("ee_direct_access_period", d.ee.direct_access_period.to_string().value()),
+            ("ee_direct_access_quota", d.ee.direct_access_quota.value()),
+            ("access_class", d.ee.access_class.as_str().value()),
+            ("direct_access_expires_at", new.direct_access_expires_at.value()),
+            ("direct_reads_used", 0i64.value()),
+            ("content_inclusion", d.content_inclusion.value()),
+            ("tpl_decision_class", t.and_then(|t| t.decision_class).map(|v| v.as_str()).value()),
+            ("tpl_decision_scale_value", t.and_then(|t| t.decision_scale_value.as_deref()).value()),
+            ("tpl_decision_scale_unit", t.and_then(|t| t.decision_scale_unit.as_deref()).value()),
+            ("tpl_target_class", t.and_then(|t| t.target_class).map(|v| v.as_str()).value()),
+            ("tpl_call_chain", t.and_then(|t| t.call_chain.as_ref()).map(|c| c.join(",")).value()),
+            ("tpl_self_classification", t.and_then(|t| t.self_classification.as_deref()).value()),
+            ("tpl_decision_trigger", t.and_then(|t| t.decision_trigger).map(|v| v.as_str()).value()),
+            ("tpl_human_involvement", t.and_then(|t| t.human_involvement).map(|v| v.as_str()).value()),
+            ("anchored_at", d.anchored_at.value()),
+            ("retention_expires_at", anchor_domain::retention::retention_end(d.ee.scope.retention, d.anchored_at).value()),
+            ("salt", d.salt.as_slice().value()),
+            ("pricing_version", d.pricing_version.as_str().value()),
+            ("pricing_sha256", d.pricing_sha256.as_str().value()),
+            ("dac_amount_milli", d.dac_amount.milli().value()),
+            ("base_fee_milli", new.base_fee.milli().value()),
+            ("subtotal_milli", new.subtotal.milli().value()),
+            ("multiplier_permille", i64::from(new.multiplier_permille).value()),
+            ("monthly_milli", new.monthly.milli().value()),
+            ("base_fee_source", base_source.as_str().value()),
+            ("premium_source", premium_source.as_str().value()),
+            ("trial_remaining_after_milli", trial_remaining.value()),
+            ("settlement_status", settlement.as_str().value()),
+            ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
+            ("agreement_id", self.agreement_id.value()),
+        ]
+    }
+
+    /// A Trial-paid record as one statement (PostgreSQL): the debit and the
+    /// insert, which takes the balance the debit left; no row if Trial
+    /// cannot pay, a unique violation if the request_id was used.
+    fn debit_and_insert(&self, amount: MilliDac, now: DateTime<Utc>) -> Query<'a> {
+        let d = &self.new.declaration;
+        let mut q = sql("with t as (update agent set trial_balance_milli = trial_balance_milli - ");
+        let amount_p = q.placeholder(amount.milli());
+        q.push(&amount_p).push(" where agent_id = ").push_bind(d.agent_id);
+        q.push(" and trial_balance_milli >= ").push(&amount_p).push(" and trial_expires_at > ").push_bind(now);
+        q.push(" returning trial_balance_milli) insert into declaration (");
+        let columns: Vec<_> = self.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        q.push(&columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ")).push(", trial_remaining_after_milli) select ");
+        for (n, (_, value)) in columns.into_iter().enumerate() {
+            if n > 0 {
+                q.push(", ");
+            }
+            q.push_value(value);
+        }
+        q.push(", t.trial_balance_milli from t returning *");
+        q
     }
 }
 
@@ -543,4 +600,30 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         retention_demoted_at: row.get("retention_demoted_at")?,
         agreement_id: row.get("agreement_id")?,
     })
+}
+
+/// A confirmation as one statement (PostgreSQL, no payment to settle): the
+/// record's update, its usage rows and its log leaf, each written only if the
+/// update matched; the agent's id if it did.
+fn confirm_in_one<'q>(dd_id: Uuid, integrity_hash: &'q str, now: DateTime<Utc>, usage: &'q [UsageEntry], leaf_data: &'q [u8]) -> Query<'q> {
+    let mut q = sql("with d as (update declaration set confirmed_at = ");
+    let (now_p, id_p) = (q.placeholder(now), q.placeholder(dd_id));
+    q.push(&now_p).push(", integrity_hash = ").push_bind(integrity_hash);
+    q.push(", settlement_status = 'settled' where dd_id = ").push(&id_p);
+    q.push(" and confirmed_at is null and settlement_status <> 'released' returning agent_id)");
+    for (n, entry) in usage.iter().enumerate() {
+        q.push(&format!(
+            ", u{n} as (insert into usage_entry (usage_id, agent_id, dd_id, subject_domain, subject_id, cost_component, \
+             payment_source, amount_milli, pricing_version, pricing_sha256, recorded_at) select "
+        ));
+        q.push_bind(Uuid::new_v4()).push(", d.agent_id, ").push(&id_p).push(", ").push_bind(SubjectDomain::Declaration.as_str());
+        q.push(", ").push(&id_p).push(", ").push_bind(entry.cost_component.as_str()).push(", ").push_bind(entry.source.as_str());
+        q.push(", ").push_bind(entry.amount.milli());
+        q.push(", ").push_bind(entry.priced_by.as_ref().map(|p| p.version.as_str()));
+        q.push(", ").push_bind(entry.priced_by.as_ref().map(|p| p.sha256.as_str()));
+        q.push(", ").push(&now_p).push(" from d)");
+    }
+    q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select ").push(&id_p).push(", ").push_bind(leaf_data);
+    q.push(", ").push(&now_p).push(" from d) select agent_id from d");
+    q
 }

@@ -108,6 +108,14 @@ impl<'q> Query<'q> {
         self
     }
 
+    /// Appends the next parameter's placeholder and binds a value made already.
+    pub fn push_value(&mut self, value: Value<'q>) -> &mut Self {
+        self.args.push(value);
+        let placeholder = format!("${}", self.args.len());
+        self.sql.to_mut().push_str(&placeholder);
+        self
+    }
+
     /// Appends the next parameter's placeholder and binds it.
     pub fn push_bind(&mut self, value: impl Bind<'q>) -> &mut Self {
         self.args.push(value.value());
@@ -298,6 +306,9 @@ pub trait Engine: Send + Sync + 'static {
     /// Appended to a `select` that must lock the rows it reads until commit
     /// (empty where the engine has a single writer anyway).
     fn for_update(&self) -> &'static str;
+    /// Whether a `with` clause may hold `insert`/`update` statements
+    /// (PostgreSQL), so several writes can be one statement.
+    fn writes_in_with(&self) -> bool;
     /// How many rows of `columns` values one multi-row statement should carry.
     fn rows_per_statement(&self, columns: usize) -> usize;
     fn pool(&self) -> Self::Pool<'_>;
@@ -316,6 +327,8 @@ pub trait Dialect: sqlx::Database {
     /// lock up front instead of failing when a reader later wants to write.
     const BEGIN_WRITE: &'static str;
     const FOR_UPDATE: &'static str;
+    /// Whether `with` may hold data-modifying statements.
+    const WRITES_IN_WITH: bool;
     /// The values one statement should bind. SQLite's driver finds each
     /// parameter's name by a linear scan, so binding costs the square of a
     /// statement's values there: many small statements (they cost no round
@@ -328,6 +341,7 @@ impl Dialect for Sqlite {
     const NAME: &'static str = "sqlite";
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const FOR_UPDATE: &'static str = "";
+    const WRITES_IN_WITH: bool = false;
     const BINDS_PER_STATEMENT: usize = 256;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
@@ -338,6 +352,7 @@ impl Dialect for Postgres {
     const NAME: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const FOR_UPDATE: &'static str = " for update";
+    const WRITES_IN_WITH: bool = true;
     const BINDS_PER_STATEMENT: usize = 4096;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
@@ -630,6 +645,9 @@ impl<DB: Driver> Engine for Db<DB> {
     }
     fn for_update(&self) -> &'static str {
         DB::FOR_UPDATE
+    }
+    fn writes_in_with(&self) -> bool {
+        DB::WRITES_IN_WITH
     }
     fn rows_per_statement(&self, columns: usize) -> usize {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)

@@ -67,11 +67,45 @@ impl StoreMetrics {
 }
 
 /// The verb of a statement and the first table it names: `insert into t`,
-/// `update t`, `delete from t`, `select … from t`; a `with` statement is
-/// labelled by its first common table expression. The label stays short and
+/// `update t`, `delete from t`, `select … from t`; a `with` statement that
+/// writes is labelled by its write (the final statement's, else the first
+/// inside the clause: PostgreSQL's one-statement create and confirm), one
+/// that only reads by its first common table expression. The label stays short and
 /// made of identifier characters, so a statement cannot grow the label set
 /// beyond the schema's names.
 pub fn classify(sql: &str) -> (&'static str, String) {
+    // A `with` statement that writes is labelled by its write: the final
+    // statement's if it is one, else the first one inside the clause.
+    if sql.trim_start().get(..4).is_some_and(|w| w.eq_ignore_ascii_case("with")) {
+        let (mut depth, mut first_inner, mut outer) = (0usize, None, None);
+        for (i, c) in sql.char_indices() {
+            match c {
+                '(' => {
+                    depth += 1;
+                    if depth == 1 && first_inner.is_none() {
+                        first_inner = Some(i + 1);
+                    }
+                }
+                ')' => depth = depth.saturating_sub(1),
+                _ if depth == 0 && first_inner.is_some() && outer.is_none() => {
+                    let rest = sql[i..].trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+                    let word = rest.split_whitespace().next().unwrap_or("");
+                    if ["insert", "update", "delete", "select"].iter().any(|v| word.eq_ignore_ascii_case(v)) {
+                        outer = Some(sql.len() - rest.len());
+                    }
+                }
+                _ => {}
+            }
+        }
+        let labelled = |at: Option<usize>| at.map(|at| classify_plain(&sql[at..])).filter(|(op, _)| *op != "select" && *op != "other");
+        if let Some(label) = labelled(outer).or_else(|| labelled(first_inner)) {
+            return label;
+        }
+    }
+    classify_plain(sql)
+}
+
+fn classify_plain(sql: &str) -> (&'static str, String) {
     let mut words = sql.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',' || c == ';').filter(|w| !w.is_empty());
     let verb = words.next().unwrap_or("");
     let operation = ["select", "insert", "update", "delete", "with", "pragma"]
@@ -109,7 +143,18 @@ mod tests {
         assert_eq!(classify("insert into log_entry (a) values ($1)"), ("insert", "log_entry".into()));
         assert_eq!(classify("  UPDATE trial_account set x = 1"), ("update", "trial_account".into()));
         assert_eq!(classify("delete from agreement where id = $1"), ("delete", "agreement".into()));
-        assert_eq!(classify("with fresh as (select 1) insert into x select * from fresh"), ("with", "fresh".into()));
+        assert_eq!(classify("with fresh as (select 1) insert into x select * from fresh"), ("insert", "x".into()));
+        assert_eq!(
+            classify("with t as (update agent set a = 1 returning b) insert into declaration (a) select t.b from t"),
+            ("insert", "declaration".into())
+        );
+        assert_eq!(
+            classify(
+                "with d as (update declaration set a = (1) returning c), l as (insert into log_pending (x) select 1 from d) select c from d"
+            ),
+            ("update", "declaration".into())
+        );
+        assert_eq!(classify("with q as (select 1) select * from q"), ("with", "q".into()));
         assert_eq!(classify("select 1"), ("select", String::new()));
         assert_eq!(classify("select count(*) from (select 1) q"), ("select", "select".into()));
         assert_eq!(classify("vacuum"), ("other", String::new()));
