@@ -106,6 +106,17 @@ impl PgDatabase {
     }
 }
 
+/// Two hosts on one fresh PostgreSQL database, signing one log with a shared
+/// key: the database, the hosts' data directory, and the hosts. `None` (the
+/// test then returns, saying so) when no PostgreSQL is configured.
+async fn two_hosts_on_postgres(name: &str) -> Option<(PgDatabase, PathBuf, Vec<Host>)> {
+    let pg = PgDatabase::create(&format!("anchor_{name}")).await?;
+    let data = scratch(name);
+    let skey = shared_key(&data, &format!("{name}.test/log"));
+    let env = [("DATABASE_URL", pg.url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
+    let hosts = vec![start(&data.join("a"), &env, &[]).await, start(&data.join("b"), &env, &[]).await];
+    Some((pg, data, hosts))
+}
 /// A log signing key for hosts that share a database (`anchor log keygen`), written under `data`.
 fn shared_key(data: &Path, origin: &str) -> String {
     let file = data.join("shared.key");
@@ -290,12 +301,8 @@ async fn sigterm_under_load_loses_nothing_on_sqlite() {
 /// lease within a second of that exit; nothing acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_hands_the_log_over_at_once_on_postgres() {
-    let Some(pg) = PgDatabase::create("anchor_sigterm").await else { return };
+    let Some((pg, data, mut hosts)) = two_hosts_on_postgres("handover").await else { return };
     let db_url = pg.url.clone();
-    let data = scratch("handover");
-    let skey = shared_key(&data, "handover.test/log");
-    let env = [("DATABASE_URL", db_url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
-    let mut hosts = vec![start(&data.join("a"), &env, &[]).await, start(&data.join("b"), &env, &[]).await];
     let http = client();
     let mut tokens = Vec::new();
     for _ in 0..8 {
@@ -522,12 +529,8 @@ async fn json_logs_name_the_request_on_every_line() {
 /// both hosts answer 503; a second after `anchor feature on`, 200 again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_feature_switched_under_load_reaches_every_host_within_a_second() {
-    let Some(pg) = PgDatabase::create("anchor_switch").await else { return };
+    let Some((pg, data, hosts)) = two_hosts_on_postgres("switch").await else { return };
     let db_url = pg.url.clone();
-    let data = scratch("switch");
-    let skey = shared_key(&data, "switch.test/log");
-    let env = [("DATABASE_URL", db_url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
-    let hosts = [start(&data.join("a"), &env, &[]).await, start(&data.join("b"), &env, &[]).await];
     let http = reqwest::Client::new();
     let token = register(&http, &hosts[0].base).await;
 
@@ -637,12 +640,8 @@ async fn kill_9_loses_nothing_acknowledged_on_postgres() {
 /// the new one, on both hosts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_published_generation_takes_over_on_every_host_at_its_time() {
-    let Some(pg) = PgDatabase::create("anchor_publish").await else { return };
+    let Some((pg, data, hosts)) = two_hosts_on_postgres("publish").await else { return };
     let db_url = pg.url.clone();
-    let data = scratch("publish");
-    let skey = shared_key(&data, "publish.test/log");
-    let env = [("DATABASE_URL", db_url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
-    let hosts = [start(&data.join("a"), &env, &[]).await, start(&data.join("b"), &env, &[]).await];
     let http = reqwest::Client::new();
 
     let stop = Arc::new(AtomicBool::new(false));
