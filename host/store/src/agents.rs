@@ -193,10 +193,7 @@ pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
         trial_granted: MilliDac(row.get("trial_granted_milli")?),
         trial_balance: MilliDac(row.get("trial_balance_milli")?),
         trial_expires_at: row.get("trial_expires_at")?,
-        owner_policy: row
-            .get::<Option<String>>("owner_policy")?
-            .map(|p| ContentPolicy::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("content_inclusion_policy = {p:?}"))))
-            .transpose()?,
+        owner_policy: row.opt_named("owner_policy")?,
     })
 }
 

@@ -612,16 +612,13 @@ fn confirm_in_one<'q>(dd_id: Uuid, integrity_hash: &'q str, now: DateTime<Utc>, 
     q.push(", settlement_status = 'settled' where dd_id = ").push(&id_p);
     q.push(" and confirmed_at is null and settlement_status <> 'released' returning agent_id)");
     for (n, entry) in usage.iter().enumerate() {
-        q.push(&format!(
-            ", u{n} as (insert into usage_entry (usage_id, agent_id, dd_id, subject_domain, subject_id, cost_component, \
-             payment_source, amount_milli, pricing_version, pricing_sha256, recorded_at) select "
-        ));
-        q.push_bind(Uuid::new_v4()).push(", d.agent_id, ").push(&id_p).push(", ").push_bind(SubjectDomain::Declaration.as_str());
-        q.push(", ").push(&id_p).push(", ").push_bind(entry.cost_component.as_str()).push(", ").push_bind(entry.source.as_str());
-        q.push(", ").push_bind(entry.amount.milli());
-        q.push(", ").push_bind(entry.priced_by.as_ref().map(|p| p.version.as_str()));
-        q.push(", ").push_bind(entry.priced_by.as_ref().map(|p| p.sha256.as_str()));
-        q.push(", ").push(&now_p).push(" from d)");
+        let columns = payments::usage_columns(Subject::declaration(dd_id), None, entry, now);
+        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+        q.push(&format!(", u{n} as (insert into usage_entry (agent_id, {}) select d.agent_id", names.join(", ")));
+        for (_, value) in columns {
+            q.push(", ").push_value(value);
+        }
+        q.push(" from d)");
     }
     q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select ").push(&id_p).push(", ").push_bind(leaf_data);
     q.push(", ").push(&now_p).push(" from d) select agent_id from d");

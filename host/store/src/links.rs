@@ -1,7 +1,6 @@
 //! Agents as their owner sees them: linking, unlinking, the owner-set DAB, the content-inclusion policy, totals for reports.
 
 use anchor_domain::MilliDac;
-use anchor_domain::owners::ContentPolicy;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -62,8 +61,6 @@ pub trait LinkStore: Send + Sync {
     async fn managed_agent(&self, owner_id: Uuid, agent_id: Uuid) -> Result<Option<LinkedAgent>>;
     /// Sets or clears the owner-set DAB; false if the owner does not manage the agent.
     async fn set_agent_dab(&self, agent_id: Uuid, owner_id: Uuid, limit: Option<MilliDac>) -> Result<bool>;
-    /// The content-inclusion policy of the agent's owner (`None`: no owner).
-    async fn agent_policy(&self, agent_id: Uuid) -> Result<Option<ContentPolicy>>;
     /// Declarations on record (not released or failed) anchored in `[from, to)`.
     async fn declaration_totals(&self, agent_id: Uuid, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Totals>;
 }
@@ -159,18 +156,6 @@ impl<E: Engine> LinkStore for SqlStore<E> {
             )
             .await?;
         Ok(done == 1)
-    }
-
-    async fn agent_policy(&self, agent_id: Uuid) -> Result<Option<ContentPolicy>> {
-        let policy: Option<String> = self
-            .db()
-            .scalar_optional(
-                sql("select o.content_inclusion_policy from agent a join owner o on o.owner_id = a.owner_id \
-             where a.agent_id = $1 and o.deleted_at is null")
-                .bind(agent_id),
-            )
-            .await?;
-        policy.map(|p| ContentPolicy::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("content_inclusion_policy = {p:?}")))).transpose()
     }
 
     async fn declaration_totals(&self, agent_id: Uuid, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Totals> {

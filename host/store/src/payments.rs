@@ -517,26 +517,34 @@ pub(crate) async fn insert_usage<X: Exec>(
     entry: &UsageEntry,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let dd_id = (subject.domain == SubjectDomain::Declaration).then_some(subject.id);
-    tx.execute(Query::insert(
-        "usage_entry",
-        vec![
-            ("usage_id", Uuid::new_v4().value()),
-            ("agent_id", agent_id.value()),
-            ("dd_id", dd_id.value()),
-            ("subject_domain", subject.domain.as_str().value()),
-            ("subject_id", subject.id.value()),
-            ("payment_id", payment_id.value()),
-            ("cost_component", entry.cost_component.as_str().value()),
-            ("payment_source", entry.source.as_str().value()),
-            ("amount_milli", entry.amount.milli().value()),
-            ("pricing_version", entry.priced_by.as_ref().map(|p| p.version.as_str()).value()),
-            ("pricing_sha256", entry.priced_by.as_ref().map(|p| p.sha256.as_str()).value()),
-            ("recorded_at", now.value()),
-        ],
-    ))
-    .await?;
+    let mut columns = usage_columns(subject, payment_id, entry, now);
+    columns.insert(1, ("agent_id", agent_id.value()));
+    tx.execute(Query::insert("usage_entry", columns)).await?;
     Ok(())
+}
+
+/// A usage row's columns but its agent's (which a caller may take from the
+/// statement itself).
+pub(crate) fn usage_columns<'q>(
+    subject: Subject,
+    payment_id: Option<Uuid>,
+    entry: &'q UsageEntry,
+    now: DateTime<Utc>,
+) -> Vec<(&'static str, crate::engine::Value<'q>)> {
+    let dd_id = (subject.domain == SubjectDomain::Declaration).then_some(subject.id);
+    vec![
+        ("usage_id", Uuid::new_v4().value()),
+        ("dd_id", dd_id.value()),
+        ("subject_domain", subject.domain.as_str().value()),
+        ("subject_id", subject.id.value()),
+        ("payment_id", payment_id.value()),
+        ("cost_component", entry.cost_component.as_str().value()),
+        ("payment_source", entry.source.as_str().value()),
+        ("amount_milli", entry.amount.milli().value()),
+        ("pricing_version", entry.priced_by.as_ref().map(|p| p.version.as_str()).value()),
+        ("pricing_sha256", entry.priced_by.as_ref().map(|p| p.sha256.as_str()).value()),
+        ("recorded_at", now.value()),
+    ]
 }
 
 fn subject(row: &impl Row) -> Result<Option<Subject>> {
