@@ -9,14 +9,21 @@ use serde_json::{Value, json};
 anchor_tests::both_backends!(
     hundred_parallel_creates_with_one_request_id_make_one_dd,
     sixty_parallel_creates_debit_exactly_the_trial,
-    fifty_request_ids_sent_twice_at_once_spend_the_trial_once
+    fifty_request_ids_sent_twice_at_once_spend_the_trial_once,
+    batched_writes_of_eight_agents_keep_each_trial_and_request_id
 );
 
 async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Value)> {
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(bodies.len()));
+    let calls = bodies.into_iter().map(|body| (agent, "/v1/dd/create", body)).collect();
+    fire_all(t, calls).await
+}
+
+/// Sends every call (agent, path, body) at once, answers in the same order.
+async fn fire_all(t: &TestServer, calls: Vec<(&Agent, &str, Value)>) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(calls.len()));
     let mut handles = Vec::new();
-    for body in bodies {
-        let (http, url, token, barrier) = (t.http.clone(), t.url("/v1/dd/create"), agent.token.clone(), barrier.clone());
+    for (agent, path, body) in calls {
+        let (http, url, token, barrier) = (t.http.clone(), t.url(path), agent.token.clone(), barrier.clone());
         handles.push(tokio::spawn(async move {
             barrier.wait().await;
             let response = http
@@ -95,4 +102,58 @@ async fn fifty_request_ids_sent_twice_at_once_spend_the_trial_once(backend: Back
     for (n, (status, body)) in again.iter().enumerate() {
         assert_eq!((*status, &body["dd_id"]), (201, &replies[n].1["dd_id"]));
     }
+}
+
+/// The group committer's variant: eight agents, each sending 60 creates at
+/// once (the first ten request_ids twice) on a Trial that pays 50, then every
+/// record confirmed twice at once. Many writes share each commit; still each
+/// agent's Trial pays exactly 50 records, both copies of a request_id get
+/// the same answer, and each record is confirmed once, with one log leaf and
+/// one usage row.
+async fn batched_writes_of_eight_agents_keep_each_trial_and_request_id(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut agents = Vec::new();
+    for _ in 0..8 {
+        agents.push(t.register().await);
+    }
+    let shared_before = t.store.metrics().shared_batches.get();
+    let mut calls = Vec::new();
+    for agent in &agents {
+        let bodies: Vec<Value> = (0..60).map(|_| create_body(basic_axes())).collect();
+        for body in bodies.iter().chain(&bodies[..10]) {
+            calls.push((agent, "/v1/dd/create", body.clone()));
+        }
+    }
+    let replies = fire_all(&t, calls.clone()).await;
+    let mut records = Vec::new();
+    for (a, agent) in agents.iter().enumerate() {
+        let mine = &replies[a * 70..(a + 1) * 70];
+        let created: HashSet<&str> = mine.iter().filter(|(s, _)| *s == 201).map(|(_, b)| b["dd_id"].as_str().unwrap()).collect();
+        assert_eq!(created.len(), 50, "agent {a}: {:?}", mine.iter().find(|(s, _)| *s != 201 && *s != 402));
+        assert!(mine.iter().all(|(s, _)| *s == 201 || *s == 402), "{:?}", mine.iter().find(|(s, _)| *s != 201 && *s != 402));
+        for n in 0..10 {
+            let (first, copy) = (&mine[n], &mine[60 + n]);
+            assert_eq!((first.0, &first.1["dd_id"]), (copy.0, &copy.1["dd_id"]), "agent {a}, request {n}: both copies answered alike");
+        }
+        let status = t.get("/v1/trial/status", Some(&agent.token)).await;
+        assert_eq!((status.json["trial_dac_remaining"].clone(), status.json["trial_dac_used"].clone()), (json!(0), json!(500)));
+        assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(50));
+        records.extend(created.into_iter().map(|id| (agent, id.to_string())));
+    }
+    let mut confirms = Vec::new();
+    for (agent, dd_id) in records.iter().chain(&records) {
+        confirms.push((*agent, "/v1/dd/confirm", json!({ "dd_id": dd_id })));
+    }
+    let replies = fire_all(&t, confirms).await;
+    let (first, second) = replies.split_at(records.len());
+    for (n, (dd_id_reply, copy)) in first.iter().zip(second).enumerate() {
+        let mut statuses = [dd_id_reply.0, copy.0];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "record {}: one confirmation, one ALREADY_CONFIRMED: {:?} {:?}", records[n].1, dd_id_reply, copy);
+    }
+    let one_each = |table: &str| format!("select count(*) from (select dd_id from {table} group by dd_id having count(*) = 1) x");
+    assert_eq!(t.scalar(&one_each("usage_entry")).await, 400, "one usage row per record");
+    let leaves = t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await;
+    assert_eq!(leaves, 400, "one log leaf per record");
+    assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
 }

@@ -169,6 +169,12 @@ impl Metrics {
             "How long those waits for a connection lasted",
             store_metrics.acquire_wait_seconds.clone(),
         );
+        r.register(
+            "store_batch_writes",
+            "Writes per group commit (creates and confirmations sharing one commit)",
+            store_metrics.batch_size.clone(),
+        );
+        r.register("store_shared_batches", "Group commits that carried more than one write", store_metrics.shared_batches.clone());
         m
     }
 

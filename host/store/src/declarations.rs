@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::agents;
+use crate::batch;
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::payments::{self, Key};
 use crate::*;
@@ -165,8 +166,23 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 None => outcome,
             })
         };
-        // Paid wholly from Trial, with no parent, on PostgreSQL: one statement.
         let trial_only = new.external.is_none() && new.earned_premium.is_none() && new.agreement.is_none();
+        // Paid wholly from Trial, with no parent: handed to the group
+        // committer, which answers once its batch has committed.
+        if trial_only
+            && d.dd.parent_dd_id.is_none()
+            && let Some(batcher) = self.batcher()
+        {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let job = batch::Job::Create(Box::new(batch::CreateJob { new: new.clone(), now, reply }));
+            if batcher.submit(job).await
+                && let Ok(Some(record)) = answer.await
+            {
+                let record = Box::new(record);
+                return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
+            }
+        }
+        // Not taken by a batch (or none runs here), on PostgreSQL: one statement.
         if self.db.writes_in_with() && trial_only && d.dd.parent_dd_id.is_none() {
             let row = DeclarationRow {
                 new,
@@ -311,39 +327,36 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
     ) -> Result<bool> {
-        // Paid from Trial or Earned DAC, on PostgreSQL: one statement.
+        // Paid from Trial or Earned DAC: handed to the group committer.
+        if settlement_ref.is_none()
+            && let Some(batcher) = self.batcher()
+        {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
+                dd_id,
+                integrity_hash: integrity_hash.to_owned(),
+                now,
+                usage: usage.to_vec(),
+                leaf_data: leaf_data.to_vec(),
+                reply,
+            }));
+            if batcher.submit(job).await
+                && let Ok(Some(confirmed)) = answer.await
+            {
+                return Ok(confirmed);
+            }
+        }
+        // Not taken by a batch, on PostgreSQL: one statement.
         if settlement_ref.is_none() && self.db.writes_in_with() {
             let agent_id: Option<Uuid> = self.db().scalar_optional(confirm_in_one(dd_id, integrity_hash, now, usage, leaf_data)).await?;
             return Ok(agent_id.is_some());
         }
         let mut tx = self.begin_write().await?;
-        let agent_id: Option<Uuid> = tx
-            .scalar_optional(
-                sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
-             where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
-                .bind(now)
-                .bind(integrity_hash)
-                .bind(dd_id),
-            )
-            .await?;
-        let Some(agent_id) = agent_id else { return Ok(false) };
-        let mut payment_id = None;
-        if let Some(reference) = settlement_ref {
-            let moved =
-                payments::move_payment(&mut tx, Key::Declaration(dd_id), PaymentStatus::Settled, None, Some(reference), now).await?;
-            let Some(moved) = moved else { return Ok(false) };
-            payment_id = Some(moved.payment_id);
+        let confirmed = confirm_steps(&mut tx, dd_id, integrity_hash, now, usage, leaf_data, settlement_ref).await?;
+        if confirmed {
+            tx.commit().await?;
         }
-        for entry in usage {
-            let paid_by = if entry.source == PaymentSource::External { payment_id } else { None };
-            payments::insert_usage(&mut tx, agent_id, Subject::declaration(dd_id), paid_by, entry, now).await?;
-        }
-        tx.execute(
-            sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+        Ok(confirmed)
     }
 
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead> {
@@ -437,7 +450,7 @@ impl<'a> DeclarationRow<'a> {
     }
 
     /// Every column with its value.
-    fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+    pub(crate) fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
         let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
         let d = &new.declaration;
@@ -623,4 +636,42 @@ fn confirm_in_one<'q>(dd_id: Uuid, integrity_hash: &'q str, now: DateTime<Utc>, 
     q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select ").push(&id_p).push(", ").push_bind(leaf_data);
     q.push(", ").push(&now_p).push(" from d) select agent_id from d");
     q
+}
+
+/// A confirmation's writes in a transaction: the record's update, the
+/// payment's settlement (when `settlement_ref` names one), the usage rows and
+/// the log leaf; `false`, with nothing written worth keeping, if the record
+/// was not open to confirmation (the caller then drops the transaction).
+pub(crate) async fn confirm_steps<X: Exec>(
+    tx: &mut X,
+    dd_id: Uuid,
+    integrity_hash: &str,
+    now: DateTime<Utc>,
+    usage: &[UsageEntry],
+    leaf_data: &[u8],
+    settlement_ref: Option<&str>,
+) -> Result<bool> {
+    let agent_id: Option<Uuid> = tx
+        .scalar_optional(
+            sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+             where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
+            .bind(now)
+            .bind(integrity_hash)
+            .bind(dd_id),
+        )
+        .await?;
+    let Some(agent_id) = agent_id else { return Ok(false) };
+    let mut payment_id = None;
+    if let Some(reference) = settlement_ref {
+        let moved = payments::move_payment(tx, Key::Declaration(dd_id), PaymentStatus::Settled, None, Some(reference), now).await?;
+        let Some(moved) = moved else { return Ok(false) };
+        payment_id = Some(moved.payment_id);
+    }
+    for entry in usage {
+        let paid_by = if entry.source == PaymentSource::External { payment_id } else { None };
+        payments::insert_usage(tx, agent_id, Subject::declaration(dd_id), paid_by, entry, now).await?;
+    }
+    tx.execute(sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now))
+        .await?;
+    Ok(true)
 }

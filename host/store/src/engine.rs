@@ -294,7 +294,7 @@ pub trait Transaction: Exec + Sized {
 
 /// A database: its pool and how it opens write transactions.
 #[async_trait]
-pub trait Engine: Send + Sync + 'static {
+pub trait Engine: Send + Sync + Clone + 'static {
     type Row: Row;
     type Pool<'a>: Exec<Row = Self::Row>
     where
@@ -513,13 +513,19 @@ pub struct Db<DB: sqlx::Database> {
     metrics: Arc<StoreMetrics>,
 }
 
+impl<DB: sqlx::Database> Clone for Db<DB> {
+    fn clone(&self) -> Db<DB> {
+        Db { pool: self.pool.clone(), writer: self.writer.clone(), background: self.background.clone(), metrics: self.metrics.clone() }
+    }
+}
+
 impl<DB: sqlx::Database> Db<DB> {
     fn new(pool: Pool<DB>) -> Db<DB> {
         Db { pool, writer: None, background: None, metrics: Arc::default() }
     }
 
     fn write_pool(&self) -> &Pool<DB> {
-        let background = BACKGROUND.try_with(|b| *b).unwrap_or(false);
+        let background = is_background();
         match (&self.background, &self.writer) {
             (Some(pool), _) if background => pool,
             (_, Some(pool)) => pool,
@@ -530,6 +536,11 @@ impl<DB: sqlx::Database> Db<DB> {
 
 tokio::task_local! {
     static BACKGROUND: bool;
+}
+
+/// Whether this task is a round of the background jobs.
+pub(crate) fn is_background() -> bool {
+    BACKGROUND.try_with(|b| *b).unwrap_or(false)
 }
 
 /// Runs `work` (a round of the background jobs) with its writes on the

@@ -17,6 +17,7 @@ mod agents;
 mod ara;
 pub(crate) mod asa;
 mod attempts;
+mod batch;
 mod bilateral;
 mod declarations;
 mod deidentify;
@@ -86,6 +87,9 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// The store over one engine.
 pub struct SqlStore<E: Engine> {
     db: E,
+    /// The group committer of the hot path's writes, started with the
+    /// first of them on the runtime that serves it.
+    batch: std::sync::OnceLock<batch::Batcher>,
 }
 
 /// The embedded default: one SQLite file in WAL mode.
@@ -96,7 +100,7 @@ pub type PostgresStore = SqlStore<Db<Postgres>>;
 impl SqliteStore {
     /// Opens (creating if needed) the database file and runs the migrations.
     pub async fn open(path: &Path) -> Result<SqliteStore> {
-        Ok(SqlStore { db: engine::open_sqlite(path).await? })
+        Ok(SqlStore::new(engine::open_sqlite(path).await?))
     }
 }
 
@@ -104,11 +108,24 @@ impl PostgresStore {
     /// Connects and runs the migrations. `schema`, when given, is created if
     /// missing and used as the search path (tests isolate themselves this way).
     pub async fn connect(url: &str, schema: Option<&str>) -> Result<PostgresStore> {
-        Ok(SqlStore { db: engine::connect_postgres(url, schema).await? })
+        Ok(SqlStore::new(engine::connect_postgres(url, schema).await?))
     }
 }
 
 impl<E: Engine> SqlStore<E> {
+    fn new(db: E) -> SqlStore<E> {
+        SqlStore { db, batch: std::sync::OnceLock::new() }
+    }
+
+    /// The group committer, started if it is not yet; `None` in a round of
+    /// the background jobs, whose writes have their own connection.
+    fn batcher(&self) -> Option<&batch::Batcher> {
+        if engine::is_background() {
+            return None;
+        }
+        Some(self.batch.get_or_init(|| batch::Batcher::start(&self.db)))
+    }
+
     /// The pool, for one statement.
     fn db(&self) -> E::Pool<'_> {
         self.db.pool()
@@ -226,17 +243,17 @@ pub async fn open_replica(url: &str, schema: Option<&str>) -> Result<Arc<dyn Sto
     if !is_postgres(url) {
         return Err(StoreError::Unsupported("a read replica is a PostgreSQL standby: give a postgres:// URL".into()));
     }
-    Ok(Arc::new(PostgresStore { db: engine::connect_postgres_replica(url, schema).await? }))
+    Ok(Arc::new(PostgresStore::new(engine::connect_postgres_replica(url, schema).await?)))
 }
 
 /// Opens an existing database as it is, read-only where the engine allows,
 /// running no migration: for checking a backup or a restored database.
 pub async fn inspect(url: &str) -> Result<Arc<dyn Store>> {
     if is_postgres(url) {
-        Ok(Arc::new(PostgresStore { db: engine::connect_postgres_as_is(url).await? }))
+        Ok(Arc::new(PostgresStore::new(engine::connect_postgres_as_is(url).await?)))
     } else {
         let path = url.strip_prefix("sqlite://").unwrap_or(url);
-        Ok(Arc::new(SqliteStore { db: engine::open_sqlite_read_only(Path::new(path)).await? }))
+        Ok(Arc::new(SqliteStore::new(engine::open_sqlite_read_only(Path::new(path)).await?)))
     }
 }
 

@@ -31,6 +31,10 @@ pub struct StoreMetrics {
     pub acquire_waits: Counter,
     /// How long those waits lasted.
     pub acquire_wait_seconds: Histogram,
+    /// Writes per batch of the group committer.
+    pub batch_size: Histogram,
+    /// Batches that carried more than one write (shared commits).
+    pub shared_batches: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -39,6 +43,8 @@ impl Default for StoreMetrics {
             statements: Family::new_with_constructor(statement_histogram),
             acquire_waits: Counter::default(),
             acquire_wait_seconds: statement_histogram(),
+            batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            shared_batches: Counter::default(),
         }
     }
 }

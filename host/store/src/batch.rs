@@ -1,0 +1,342 @@
+//! Group commit of the hot path: Trial-paid creates with no parent, and
+//! confirmations with no payment to settle.
+//!
+//! A request hands its write to a committer and waits for the answer, which
+//! comes only once the transaction holding the write has committed. A
+//! committer takes whatever is queued when it is free (up to
+//! [`MAX_BATCH`]): alone, a request waits for no one; under load, the
+//! writes that queued while the previous batch ran share one commit.
+//!
+//! - PostgreSQL: the batch's creates are one statement and its confirmations
+//!   another (each its own transaction), whatever their number.
+//! - SQLite: the batch is one transaction on the writer connection (one sync
+//!   of the write-ahead log), each write its own statements.
+//!
+//! A write the batch did not take (a replayed request_id, a Trial that cannot
+//! pay, a record confirmed twice in one batch, or a batch that failed as a
+//! whole: a race with another host, a lost connection) is answered "not
+//! taken", and its request then runs alone on the ordinary path, which finds
+//! the reason and answers it. So a failing write never fails or loses the
+//! others, and nothing is decided here that the ordinary path does not
+//! decide again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::declarations::{DeclarationRow, decode_declaration};
+use crate::engine::{Engine, Exec, Query, Transaction, sql};
+use crate::payments::{self, UsageEntry};
+use crate::{NewDeclaration, PaymentSource, Result, SettlementStatus, StoredDeclaration, Subject};
+
+/// The most writes one batch carries.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A create the batch may take.
+pub(crate) struct CreateJob {
+    pub new: NewDeclaration,
+    pub now: DateTime<Utc>,
+    /// The stored record, or `None`: not taken.
+    pub reply: oneshot::Sender<Option<StoredDeclaration>>,
+}
+
+/// A confirmation the batch may take.
+pub(crate) struct ConfirmJob {
+    pub dd_id: Uuid,
+    pub integrity_hash: String,
+    pub now: DateTime<Utc>,
+    pub usage: Vec<UsageEntry>,
+    pub leaf_data: Vec<u8>,
+    /// Whether the record was confirmed by this write, or `None`: not taken.
+    pub reply: oneshot::Sender<Option<bool>>,
+}
+
+pub(crate) enum Job {
+    Create(Box<CreateJob>),
+    Confirm(Box<ConfirmJob>),
+}
+
+/// The queue the committers take from.
+pub(crate) struct Batcher {
+    queue: mpsc::Sender<Job>,
+}
+
+impl Batcher {
+    /// Starts the committers on the current runtime: one on SQLite (one
+    /// writer), two on PostgreSQL (a batch in flight while the next gathers).
+    pub(crate) fn start<E: Engine + Clone>(db: &E) -> Batcher {
+        let (queue, jobs) = mpsc::channel(4 * MAX_BATCH);
+        let jobs = Arc::new(Mutex::new(jobs));
+        let committers = if db.writes_in_with() { 2 } else { 1 };
+        for _ in 0..committers {
+            let (db, jobs) = (db.clone(), jobs.clone());
+            tokio::spawn(async move { commit_loop(db, jobs).await });
+        }
+        Batcher { queue }
+    }
+
+    /// Hands a job over; `false` if no committer is running any more.
+    pub(crate) async fn submit(&self, job: Job) -> bool {
+        self.queue.send(job).await.is_ok()
+    }
+}
+
+async fn commit_loop<E: Engine>(db: E, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut jobs = jobs.lock().await;
+            let Some(first) = jobs.recv().await else { return };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        db.metrics().batch_size.observe(batch.len() as f64);
+        if batch.len() > 1 {
+            db.metrics().shared_batches.inc();
+        }
+        let (mut creates, mut confirms) = (Vec::new(), Vec::new());
+        for job in batch {
+            match job {
+                Job::Create(job) => creates.push(*job),
+                Job::Confirm(job) => confirms.push(*job),
+            }
+        }
+        if db.writes_in_with() {
+            // Each kind is its own statement, hence its own transaction: a
+            // confirmation's commit does not wait for the creates'.
+            tokio::join!(pg_creates(&db, creates), pg_confirms(&db, confirms));
+        } else {
+            sqlite_batch(&db, creates, confirms).await;
+        }
+    }
+}
+
+/// The columns of a Trial-paid record with no parent, but the Trial left.
+fn create_row(new: &NewDeclaration) -> DeclarationRow<'_> {
+    DeclarationRow {
+        new,
+        lineage_group_id: new.declaration.lineage_group_id,
+        trial_remaining: None,
+        base_source: PaymentSource::Trial,
+        premium_source: PaymentSource::Trial,
+        settlement: SettlementStatus::Unreserved,
+        agreement_id: None,
+    }
+}
+
+/// Answers every job of `creates` with the record stored under its dd_id,
+/// or "not taken".
+fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>) {
+    for job in creates {
+        let _ = job.reply.send(stored.remove(&job.new.declaration.dd_id));
+    }
+}
+
+/// PostgreSQL: the batch's creates as one statement. Duplicated request_ids
+/// and those already recorded are left out; each agent's Trial is debited
+/// once, by the sum of its records that fit in order (a record that does
+/// not fit, and every later one of that agent, is left out); the debit
+/// checks the balance again under the row lock, so a concurrent debit
+/// elsewhere leaves the agent's records out rather than overspend.
+async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
+    if creates.is_empty() {
+        return;
+    }
+    // Rows in agent order: concurrent batches lock agents in one order.
+    creates.sort_by_key(|job| job.new.declaration.agent_id);
+    let rows: Vec<_> = creates.iter().map(|job| create_row(&job.new)).collect();
+    let stored = match db.pool().fetch_all(pg_create_statement(&rows, &creates)).await {
+        Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
+        Err(error) => {
+            tracing::debug!(%error, "a batch of creates failed as a whole; each runs alone");
+            HashMap::new()
+        }
+    };
+    drop(rows);
+    answer_creates(creates, stored);
+}
+
+fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -> Query<'q> {
+    let mut q = sql("with input (b_i, b_amount, b_now");
+    let mut names = Vec::new();
+    for (n, (row, job)) in rows.iter().zip(jobs).enumerate() {
+        let columns: Vec<_> = row.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        if n == 0 {
+            names = columns.iter().map(|(name, _)| *name).collect();
+            q.push(", ").push(&names.join(", ")).push(") as (values ");
+        } else {
+            q.push(", ");
+        }
+        q.push("(").push_bind(n as i64).push(", ").push_bind(job.new.declaration.dac_amount.milli()).push(", ").push_bind(job.now);
+        for (_, value) in columns {
+            q.push(", ").push_value(value);
+        }
+        q.push(")");
+    }
+    q.push(
+        "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
+         where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \
+         order by input.agent_id, input.request_id, input.b_i), \
+         running as (select fresh.*, sum(fresh.b_amount) over (partition by fresh.agent_id order by fresh.b_i) as b_spent from fresh), \
+         fits as (select running.* from running join agent a on a.agent_id = running.agent_id \
+         where a.trial_balance_milli >= running.b_spent and a.trial_expires_at > running.b_now), \
+         debit as (select agent_id, sum(b_amount) as total, max(b_now) as latest from fits group by agent_id), \
+         t as (update agent a set trial_balance_milli = a.trial_balance_milli - debit.total from debit \
+         where a.agent_id = debit.agent_id and a.trial_balance_milli >= debit.total and a.trial_expires_at > debit.latest \
+         returning a.agent_id, a.trial_balance_milli + debit.total as before) \
+         insert into declaration (",
+    );
+    q.push(&names.join(", ")).push(", trial_remaining_after_milli) select ");
+    for name in &names {
+        q.push("fits.").push(name).push(", ");
+    }
+    q.push("t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *");
+    q
+}
+
+/// PostgreSQL: the batch's confirmations as one statement: the records'
+/// updates, their usage rows and their log leaves, each written only for a
+/// record the update matched. A record named twice is confirmed by its
+/// first job; the other is not taken (and, alone, finds it confirmed).
+async fn pg_confirms<E: Engine>(db: &E, confirms: Vec<ConfirmJob>) {
+    if confirms.is_empty() {
+        return;
+    }
+    let confirmed: HashMap<i64, bool> = match db.pool().scalar_all::<i64>(pg_confirm_statement(&confirms)).await {
+        Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
+        Err(error) => {
+            tracing::debug!(%error, "a batch of confirmations failed as a whole; each runs alone");
+            for job in confirms {
+                let _ = job.reply.send(None);
+            }
+            return;
+        }
+    };
+    let mut first = HashMap::new();
+    for (i, job) in confirms.into_iter().enumerate() {
+        let answer = if confirmed.contains_key(&(i as i64)) {
+            Some(true)
+        } else if first.contains_key(&job.dd_id) {
+            None
+        } else {
+            // Matched nothing: already confirmed, released, or not there.
+            Some(false)
+        };
+        first.entry(job.dd_id).or_insert(i);
+        let _ = job.reply.send(answer);
+    }
+}
+
+fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Query<'_> {
+    let mut q = sql("with input (b_i, b_dd_id, b_hash, b_now, b_leaf) as (values ");
+    for (n, job) in confirms.iter().enumerate() {
+        if n > 0 {
+            q.push(", ");
+        }
+        q.push("(").push_bind(n as i64).push(", ").push_bind(job.dd_id).push(", ").push_bind(job.integrity_hash.as_str());
+        q.push(", ").push_bind(job.now).push(", ").push_bind(job.leaf_data.as_slice()).push(")");
+    }
+    q.push(
+        "), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i), \
+         d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
+         from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
+         and declaration.settlement_status <> 'released' returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
+    );
+    let entries: Vec<(usize, &UsageEntry)> =
+        confirms.iter().enumerate().flat_map(|(n, job)| job.usage.iter().map(move |entry| (n, entry))).collect();
+    if !entries.is_empty() {
+        q.push(", usage_input (b_i");
+        let mut names: Vec<&str> = Vec::new();
+        for (k, (n, entry)) in entries.iter().enumerate() {
+            let job = &confirms[*n];
+            let columns = payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now);
+            if k == 0 {
+                names = columns.iter().map(|(name, _)| *name).collect();
+                q.push(", ").push(&names.join(", ")).push(") as (values ");
+            } else {
+                q.push(", ");
+            }
+            q.push("(").push_bind(*n as i64);
+            for (_, value) in columns {
+                q.push(", ").push_value(value);
+            }
+            q.push(")");
+        }
+        q.push("), u as (insert into usage_entry (agent_id, ");
+        q.push(&names.join(", ")).push(") select d.agent_id");
+        for name in &names {
+            q.push(", usage_input.").push(name);
+        }
+        q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
+    }
+    q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) select b_i from d");
+    q
+}
+
+/// SQLite: the whole batch in one transaction on the writer connection.
+async fn sqlite_batch<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+    match sqlite_run(db, &creates, &confirms).await {
+        Ok((stored, confirmed)) => {
+            answer_creates(creates, stored);
+            for (job, answer) in confirms.into_iter().zip(confirmed) {
+                let _ = job.reply.send(Some(answer));
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, "a batch failed as a whole; each write runs alone");
+            answer_creates(creates, HashMap::new());
+            for job in confirms {
+                let _ = job.reply.send(None);
+            }
+        }
+    }
+}
+
+async fn sqlite_run<E: Engine>(
+    db: &E,
+    creates: &[CreateJob],
+    confirms: &[ConfirmJob],
+) -> Result<(HashMap<Uuid, StoredDeclaration>, Vec<bool>)> {
+    let mut tx = db.begin_write().await?;
+    let mut stored = HashMap::new();
+    for job in creates {
+        let d = &job.new.declaration;
+        let amount = d.dac_amount.milli();
+        // One writer: the balance read here is the one the update below
+        // changes. A request_id used before inserts nothing (not taken).
+        let columns: Vec<_> =
+            create_row(&job.new).columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+        let mut q = sql(format!("insert into declaration ({}, trial_remaining_after_milli) select ", names.join(", ")));
+        for (_, value) in columns {
+            q.push_value(value).push(", ");
+        }
+        let amount_p = q.placeholder(amount);
+        q.push("a.trial_balance_milli - ").push(&amount_p).push(" from agent a where a.agent_id = ").push_bind(d.agent_id);
+        q.push(" and a.trial_balance_milli >= ").push(&amount_p).push(" and a.trial_expires_at > ").push_bind(job.now);
+        q.push(" on conflict do nothing returning *");
+        let Some(row) = tx.fetch_optional(q).await? else { continue };
+        let record = decode_declaration(&row)?;
+        tx.execute(
+            sql("update agent set trial_balance_milli = trial_balance_milli - $1 where agent_id = $2").bind(amount).bind(d.agent_id),
+        )
+        .await?;
+        stored.insert(d.dd_id, record);
+    }
+    let mut confirmed = Vec::with_capacity(confirms.len());
+    for job in confirms {
+        let done =
+            crate::declarations::confirm_steps(&mut tx, job.dd_id, &job.integrity_hash, job.now, &job.usage, &job.leaf_data, None).await?;
+        confirmed.push(done);
+    }
+    tx.commit().await?;
+    Ok((stored, confirmed))
+}
