@@ -9,8 +9,9 @@
 //!
 //! - PostgreSQL: the batch's creates are one statement and its confirmations
 //!   another (each its own transaction), whatever their number.
-//! - SQLite: the batch is one transaction on the writer connection (one sync
-//!   of the write-ahead log), each write its own statements.
+//! - SQLite: the batch is one transaction (one sync of the write-ahead log)
+//!   on the committer thread's own writer connection, each write its own
+//!   statements, run back to back on that thread ([`crate::direct`]).
 //!
 //! A write the batch did not take (a replayed request_id, a Trial that cannot
 //! pay, a record confirmed twice in one batch, or a batch that failed as a
@@ -28,7 +29,9 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::declarations::{DeclarationRow, decode_declaration};
-use crate::engine::{Engine, Exec, Query, Transaction, sql};
+use crate::direct::{DirectTx, run_now};
+use crate::engine::{Engine, Exec, Query, sql};
+use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
 use crate::{NewDeclaration, PaymentSource, Result, SettlementStatus, StoredDeclaration, Subject};
 
@@ -57,6 +60,8 @@ pub(crate) struct ConfirmJob {
 pub(crate) enum Job {
     Create(Box<CreateJob>),
     Confirm(Box<ConfirmJob>),
+    /// Stop the committer (answered once it has).
+    Stop(oneshot::Sender<()>),
 }
 
 /// The queue the committers take from.
@@ -65,15 +70,23 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the committers on the current runtime: one on SQLite (one
-    /// writer), two on PostgreSQL (a batch in flight while the next gathers).
-    pub(crate) fn start<E: Engine + Clone>(db: &E) -> Batcher {
+    /// Starts the committers: on SQLite, one thread with a writer connection
+    /// of its own (one writer at a time anyway); on PostgreSQL, two tasks on
+    /// the current runtime (a batch in flight while the next gathers).
+    pub(crate) fn start<E: Engine>(db: &E) -> Batcher {
         let (queue, jobs) = mpsc::channel(4 * MAX_BATCH);
+        if let Some(file) = db.sqlite_file() {
+            let (db, file) = (db.clone(), file.to_path_buf());
+            let started = std::thread::Builder::new().name("sqlite-committer".into()).spawn(move || sqlite_thread(db, &file, jobs));
+            if let Err(error) = started {
+                tracing::warn!(%error, "the SQLite committer did not start; every write runs alone");
+            }
+            return Batcher { queue };
+        }
         let jobs = Arc::new(Mutex::new(jobs));
-        let committers = if db.writes_in_with() { 2 } else { 1 };
-        for _ in 0..committers {
+        for _ in 0..2 {
             let (db, jobs) = (db.clone(), jobs.clone());
-            tokio::spawn(async move { commit_loop(db, jobs).await });
+            tokio::spawn(async move { pg_loop(db, jobs).await });
         }
         Batcher { queue }
     }
@@ -82,39 +95,82 @@ impl Batcher {
     pub(crate) async fn submit(&self, job: Job) -> bool {
         self.queue.send(job).await.is_ok()
     }
+
+    /// Stops the SQLite committer once the jobs before this call are done,
+    /// closing its connection (writes after it run alone).
+    pub(crate) async fn stop(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.queue.send(Job::Stop(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
 }
 
-async fn commit_loop<E: Engine>(db: E, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+/// Takes the jobs queued now (the first waited for), up to [`MAX_BATCH`].
+fn gather(first: Job, jobs: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match jobs.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// A batch split by kind; the stop request, if it holds one.
+fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>, Option<oneshot::Sender<()>>) {
+    let writes = batch.iter().filter(|job| !matches!(job, Job::Stop(_))).count();
+    db.metrics().batch_size.observe(writes as f64);
+    if writes > 1 {
+        db.metrics().shared_batches.inc();
+    }
+    let (mut creates, mut confirms, mut stop) = (Vec::new(), Vec::new(), None);
+    for job in batch {
+        match job {
+            Job::Create(job) => creates.push(*job),
+            Job::Confirm(job) => confirms.push(*job),
+            Job::Stop(reply) => stop = Some(reply),
+        }
+    }
+    (creates, confirms, stop)
+}
+
+async fn pg_loop<E: Engine>(db: E, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
-        let mut batch = Vec::new();
-        {
+        let batch = {
             let mut jobs = jobs.lock().await;
             let Some(first) = jobs.recv().await else { return };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
+            gather(first, &mut jobs)
+        };
+        let (creates, confirms, stop) = split(&db, batch);
+        // Each kind is its own statement, hence its own transaction: a
+        // confirmation's commit does not wait for the creates'.
+        tokio::join!(pg_creates(&db, creates), pg_confirms(&db, confirms));
+        if let Some(stop) = stop {
+            let _ = stop.send(());
         }
-        db.metrics().batch_size.observe(batch.len() as f64);
-        if batch.len() > 1 {
-            db.metrics().shared_batches.inc();
+    }
+}
+
+fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Receiver<Job>) {
+    let mut conn = match crate::direct::open_writer(file) {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::warn!(%error, "the SQLite committer could not open its connection; every write runs alone");
+            return;
         }
-        let (mut creates, mut confirms) = (Vec::new(), Vec::new());
-        for job in batch {
-            match job {
-                Job::Create(job) => creates.push(*job),
-                Job::Confirm(job) => confirms.push(*job),
-            }
+    };
+    while let Some(first) = jobs.blocking_recv() {
+        let batch = gather(first, &mut jobs);
+        let (creates, confirms, stop) = split(&db, batch);
+        if !creates.is_empty() || !confirms.is_empty() {
+            sqlite_batch(&mut conn, db.metrics(), creates, confirms);
         }
-        if db.writes_in_with() {
-            // Each kind is its own statement, hence its own transaction: a
-            // confirmation's commit does not wait for the creates'.
-            tokio::join!(pg_creates(&db, creates), pg_confirms(&db, confirms));
-        } else {
-            sqlite_batch(&db, creates, confirms).await;
+        if let Some(stop) = stop {
+            drop(conn);
+            let _ = stop.send(());
+            return;
         }
     }
 }
@@ -281,9 +337,15 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Query<'_> {
     q
 }
 
-/// SQLite: the whole batch in one transaction on the writer connection.
-async fn sqlite_batch<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
-    match sqlite_run(db, &creates, &confirms).await {
+/// SQLite: the whole batch in one transaction on the committer's connection.
+fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+    let mut run = || -> Result<_> {
+        let mut tx = DirectTx::begin(conn, metrics)?;
+        let done = run_now(sqlite_writes(&mut tx, &creates, &confirms))?;
+        tx.commit()?;
+        Ok(done)
+    };
+    match run() {
         Ok((stored, confirmed)) => {
             answer_creates(creates, stored);
             for (job, answer) in confirms.into_iter().zip(confirmed) {
@@ -300,18 +362,18 @@ async fn sqlite_batch<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<
     }
 }
 
-async fn sqlite_run<E: Engine>(
-    db: &E,
+/// The batch's writes, each its own statements (one writer: the balance a
+/// create reads is the one its debit changes).
+async fn sqlite_writes<X: Exec>(
+    tx: &mut X,
     creates: &[CreateJob],
     confirms: &[ConfirmJob],
 ) -> Result<(HashMap<Uuid, StoredDeclaration>, Vec<bool>)> {
-    let mut tx = db.begin_write().await?;
     let mut stored = HashMap::new();
     for job in creates {
         let d = &job.new.declaration;
         let amount = d.dac_amount.milli();
-        // One writer: the balance read here is the one the update below
-        // changes. A request_id used before inserts nothing (not taken).
+        // A request_id used before inserts nothing (not taken).
         let columns: Vec<_> =
             create_row(&job.new).columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
         let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
@@ -333,10 +395,8 @@ async fn sqlite_run<E: Engine>(
     }
     let mut confirmed = Vec::with_capacity(confirms.len());
     for job in confirms {
-        let done =
-            crate::declarations::confirm_steps(&mut tx, job.dd_id, &job.integrity_hash, job.now, &job.usage, &job.leaf_data, None).await?;
-        confirmed.push(done);
+        let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
+        confirmed.push(crate::declarations::confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?);
     }
-    tx.commit().await?;
     Ok((stored, confirmed))
 }

@@ -96,6 +96,16 @@ pub fn sql<'q>(text: impl Into<Cow<'static, str>>) -> Query<'q> {
 }
 
 impl<'q> Query<'q> {
+    /// The SQL text.
+    pub(crate) fn text(&self) -> &str {
+        &self.sql
+    }
+
+    /// The SQL text and the values of its parameters.
+    pub(crate) fn into_parts(self) -> (Cow<'static, str>, Vec<Value<'q>>) {
+        (self.sql, self.args)
+    }
+
     /// Binds the next parameter.
     pub fn bind(mut self, value: impl Bind<'q>) -> Self {
         self.args.push(value.value());
@@ -312,6 +322,9 @@ pub trait Engine: Send + Sync + Clone + 'static {
     /// How many rows of `columns` values one multi-row statement should carry.
     fn rows_per_statement(&self, columns: usize) -> usize;
     fn pool(&self) -> Self::Pool<'_>;
+    /// The SQLite file this store writes, for a connection of its own
+    /// (`None` on PostgreSQL and for a read-only copy).
+    fn sqlite_file(&self) -> Option<&Path>;
     async fn begin_write(&self) -> Result<Self::Tx>;
     fn metrics(&self) -> &StoreMetrics;
     fn pool_state(&self) -> PoolState;
@@ -510,18 +523,26 @@ pub struct Db<DB: sqlx::Database> {
     /// every request, the log integrator's rounds fell seconds behind under
     /// load; beside them, it meets at most one other writer.
     background: Option<Pool<DB>>,
+    /// The SQLite file, for the group committer's own connection.
+    file: Option<std::path::PathBuf>,
     metrics: Arc<StoreMetrics>,
 }
 
 impl<DB: sqlx::Database> Clone for Db<DB> {
     fn clone(&self) -> Db<DB> {
-        Db { pool: self.pool.clone(), writer: self.writer.clone(), background: self.background.clone(), metrics: self.metrics.clone() }
+        Db {
+            pool: self.pool.clone(),
+            writer: self.writer.clone(),
+            background: self.background.clone(),
+            file: self.file.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 }
 
 impl<DB: sqlx::Database> Db<DB> {
     fn new(pool: Pool<DB>) -> Db<DB> {
-        Db { pool, writer: None, background: None, metrics: Arc::default() }
+        Db { pool, writer: None, background: None, file: None, metrics: Arc::default() }
     }
 
     fn write_pool(&self) -> &Pool<DB> {
@@ -663,6 +684,9 @@ impl<DB: Driver> Engine for Db<DB> {
     fn rows_per_statement(&self, columns: usize) -> usize {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
     }
+    fn sqlite_file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
     fn pool(&self) -> PoolRef<'_, DB> {
         let writer = self.writer.as_ref().map(|_| self.write_pool());
         PoolRef(&self.pool, writer, &self.metrics)
@@ -714,7 +738,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     sqlite_migrator().run(&writer).await?;
     let background = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
-    Ok(Db { writer: Some(writer), background: Some(background), ..Db::new(pool) })
+    Ok(Db { writer: Some(writer), background: Some(background), file: Some(path.to_path_buf()), ..Db::new(pool) })
 }
 
 /// Connects to PostgreSQL and runs the migrations. `schema`, when given, is

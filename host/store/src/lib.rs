@@ -21,6 +21,7 @@ mod batch;
 mod bilateral;
 mod declarations;
 mod deidentify;
+mod direct;
 mod dur;
 pub(crate) mod earned;
 pub mod engine;
@@ -208,6 +209,9 @@ impl<E: Engine> Store for SqlStore<E> {
     }
 
     async fn close(&self) {
+        if let Some(batcher) = self.batch.get() {
+            batcher.stop().await;
+        }
         self.db.close().await
     }
 
