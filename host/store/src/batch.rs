@@ -33,7 +33,7 @@ use crate::direct::{DirectTx, run_now};
 use crate::engine::{Engine, Exec, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
-use crate::{NewDeclaration, PaymentSource, Result, SettlementStatus, StoredDeclaration, Subject};
+use crate::{NewDeclaration, Result, StoredDeclaration, Subject};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -175,19 +175,6 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
     }
 }
 
-/// The columns of a Trial-paid record with no parent, but the Trial left.
-fn create_row(new: &NewDeclaration) -> DeclarationRow<'_> {
-    DeclarationRow {
-        new,
-        lineage_group_id: new.declaration.lineage_group_id,
-        trial_remaining: None,
-        base_source: PaymentSource::Trial,
-        premium_source: PaymentSource::Trial,
-        settlement: SettlementStatus::Unreserved,
-        agreement_id: None,
-    }
-}
-
 /// Answers every job of `creates` with the record stored under its dd_id,
 /// or "not taken".
 fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>) {
@@ -208,7 +195,7 @@ async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
     }
     // Rows in agent order: concurrent batches lock agents in one order.
     creates.sort_by_key(|job| job.new.declaration.agent_id);
-    let rows: Vec<_> = creates.iter().map(|job| create_row(&job.new)).collect();
+    let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let stored = match db.pool().fetch_all(pg_create_statement(&rows, &creates)).await {
         Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
         Err(error) => {
@@ -224,7 +211,7 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
     let mut q = sql("with input (b_i, b_amount, b_now");
     let mut names = Vec::new();
     for (n, (row, job)) in rows.iter().zip(jobs).enumerate() {
-        let columns: Vec<_> = row.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        let columns = row.columns_but_trial_left();
         if n == 0 {
             names = columns.iter().map(|(name, _)| *name).collect();
             q.push(", ").push(&names.join(", ")).push(") as (values ");
@@ -374,8 +361,7 @@ async fn sqlite_writes<X: Exec>(
         let d = &job.new.declaration;
         let amount = d.dac_amount.milli();
         // A request_id used before inserts nothing (not taken).
-        let columns: Vec<_> =
-            create_row(&job.new).columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        let columns = DeclarationRow::trial_paid(&job.new).columns_but_trial_left();
         let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
         let mut q = sql(format!("insert into declaration ({}, trial_remaining_after_milli) select ", names.join(", ")));
         for (_, value) in columns {

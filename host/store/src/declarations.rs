@@ -184,16 +184,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         }
         // Not taken by a batch (or none runs here), on PostgreSQL: one statement.
         if self.db.writes_in_with() && trial_only && d.dd.parent_dd_id.is_none() {
-            let row = DeclarationRow {
-                new,
-                lineage_group_id: d.lineage_group_id,
-                trial_remaining: None,
-                base_source: PaymentSource::Trial,
-                premium_source: PaymentSource::Trial,
-                settlement: SettlementStatus::Unreserved,
-                agreement_id: None,
-            };
-            return match self.db().fetch_optional(row.debit_and_insert(d.dac_amount, now)).await {
+            return match self.db().fetch_optional(DeclarationRow::trial_paid(new).debit_and_insert(d.dac_amount, now)).await {
                 Ok(Some(stored)) => {
                     let record = Box::new(decode_declaration(&stored)?);
                     Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record })
@@ -445,12 +436,26 @@ pub(crate) struct DeclarationRow<'a> {
 }
 
 impl<'a> DeclarationRow<'a> {
+    /// A record paid wholly from Trial, with no parent (its own lineage
+    /// group), before the Trial it leaves is known.
+    pub(crate) fn trial_paid(new: &'a NewDeclaration) -> DeclarationRow<'a> {
+        DeclarationRow {
+            new,
+            lineage_group_id: new.declaration.lineage_group_id,
+            trial_remaining: None,
+            base_source: PaymentSource::Trial,
+            premium_source: PaymentSource::Trial,
+            settlement: SettlementStatus::Unreserved,
+            agreement_id: None,
+        }
+    }
+
     pub(crate) fn query(&self) -> Query<'a> {
         Query::insert("declaration", self.columns())
     }
 
     /// Every column with its value.
-    pub(crate) fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+    fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
         let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
         let d = &new.declaration;
@@ -510,6 +515,12 @@ impl<'a> DeclarationRow<'a> {
         ]
     }
 
+    /// Every column but `trial_remaining_after_milli`, for statements that
+    /// compute the Trial left from the agent's balance as they debit it.
+    pub(crate) fn columns_but_trial_left(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+        self.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect()
+    }
+
     /// A Trial-paid record as one statement (PostgreSQL): the debit and the
     /// insert, which takes the balance the debit left; no row if Trial
     /// cannot pay, a unique violation if the request_id was used.
@@ -520,7 +531,7 @@ impl<'a> DeclarationRow<'a> {
         q.push(&amount_p).push(" where agent_id = ").push_bind(d.agent_id);
         q.push(" and trial_balance_milli >= ").push(&amount_p).push(" and trial_expires_at > ").push_bind(now);
         q.push(" returning trial_balance_milli) insert into declaration (");
-        let columns: Vec<_> = self.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect();
+        let columns = self.columns_but_trial_left();
         q.push(&columns.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ")).push(", trial_remaining_after_milli) select ");
         for (n, (_, value)) in columns.into_iter().enumerate() {
             if n > 0 {
