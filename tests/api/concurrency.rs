@@ -10,7 +10,8 @@ anchor_tests::both_backends!(
     hundred_parallel_creates_with_one_request_id_make_one_dd,
     sixty_parallel_creates_debit_exactly_the_trial,
     fifty_request_ids_sent_twice_at_once_spend_the_trial_once,
-    batched_writes_of_eight_agents_keep_each_trial_and_request_id
+    batched_writes_of_eight_agents_keep_each_trial_and_request_id,
+    gathered_reads_answer_each_request_with_its_own_agent_and_record
 );
 
 async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Value)> {
@@ -156,4 +157,66 @@ async fn batched_writes_of_eight_agents_keep_each_trial_and_request_id(backend: 
     let leaves = t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await;
     assert_eq!(leaves, 400, "one log leaf per record");
     assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
+}
+
+/// Eight agents, four of them with a rotated token, send creates at once
+/// with their tokens (the rotated four also with the old one), then confirm
+/// every record at once, each agent also one record of the next agent's. On
+/// PostgreSQL the token lookups and the confirmations' reads share
+/// statements; still every request is answered for its own agent: an old
+/// token is refused, every record is its creator's, and another agent's
+/// record is refused.
+async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let mut agents = Vec::new();
+    let mut old_tokens = Vec::new();
+    for n in 0..8 {
+        let mut agent = t.register().await;
+        if n % 2 == 0 {
+            let rotated = t.post("/v1/agent/token/rotate", Some(&agent.token), &json!({ "agent_id": agent.id })).await;
+            assert_eq!(rotated.status.as_u16(), 200, "{}", rotated.text);
+            let old = Agent { id: agent.id.clone(), token: agent.token.clone(), recovery: agent.recovery.clone() };
+            agent.token = rotated.json["auth_token"].as_str().unwrap().to_string();
+            old_tokens.push(old);
+        }
+        agents.push(agent);
+    }
+    let shared_before = t.store.metrics().shared_reads.get();
+    let mut calls = Vec::new();
+    for agent in &agents {
+        calls.extend((0..20).map(|_| (agent, "/v1/dd/create", create_body(basic_axes()))));
+    }
+    for old in &old_tokens {
+        calls.extend((0..10).map(|_| (old, "/v1/dd/create", create_body(basic_axes()))));
+    }
+    let replies = fire_all(&t, calls).await;
+    let (current, old) = replies.split_at(8 * 20);
+    assert!(current.iter().all(|(s, _)| *s == 201), "{:?}", current.iter().find(|(s, _)| *s != 201));
+    assert!(old.iter().all(|(s, b)| *s == 401 && b["error_code"] == "INVALID_TOKEN"), "{:?}", old.iter().find(|(s, _)| *s != 401));
+    let mut records: Vec<Vec<String>> = Vec::new();
+    for agent in &agents {
+        let list = t.get("/v1/dd/list?limit=100", Some(&agent.token)).await;
+        assert_eq!(list.json["total"], json!(20), "{}", list.text);
+        records.push(list.json["dds"].as_array().unwrap().iter().map(|d| d["dd_id"].as_str().unwrap().to_string()).collect());
+    }
+    let created: HashSet<&str> = current.iter().map(|(_, b)| b["dd_id"].as_str().unwrap()).collect();
+    let listed: HashSet<&str> = records.iter().flatten().map(String::as_str).collect();
+    assert_eq!(created, listed, "every record listed by the agent that created it");
+    let mut confirms = Vec::new();
+    for (a, agent) in agents.iter().enumerate() {
+        confirms.extend(records[a].iter().map(|dd_id| (agent, "/v1/dd/confirm", json!({ "dd_id": dd_id }))));
+    }
+    for (a, agent) in agents.iter().enumerate() {
+        confirms.push((agent, "/v1/dd/confirm", json!({ "dd_id": records[(a + 1) % 8][0] })));
+    }
+    let replies = fire_all(&t, confirms).await;
+    let (own, foreign) = replies.split_at(8 * 20);
+    assert!(own.iter().all(|(s, _)| *s == 200), "{:?}", own.iter().find(|(s, _)| *s != 200));
+    assert!(foreign.iter().all(|(s, b)| *s == 403 && b["error_code"] == "FORBIDDEN"), "{foreign:?}");
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 160);
+    if backend == Backend::Postgres {
+        assert!(t.store.metrics().shared_reads.get() > shared_before, "some reads shared a statement");
+    } else {
+        assert_eq!(t.store.metrics().shared_reads.get(), 0, "SQLite reads no gathered statement");
+    }
 }

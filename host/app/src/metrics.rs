@@ -175,6 +175,12 @@ impl Metrics {
             store_metrics.batch_size.clone(),
         );
         r.register("store_shared_batches", "Group commits that carried more than one write", store_metrics.shared_batches.clone());
+        r.register(
+            "store_batch_reads",
+            "Reads per gathered statement (token lookups and declaration reads sharing one round trip)",
+            store_metrics.read_batch_size.clone(),
+        );
+        r.register("store_shared_reads", "Gathered statements that answered more than one read", store_metrics.shared_reads.clone());
         m
     }
 

@@ -21,11 +21,9 @@
 //! others, and nothing is decided here that the ordinary path does not
 //! decide again.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use std::collections::HashMap;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::declarations::{DeclarationRow, decode_declaration};
@@ -64,15 +62,18 @@ pub(crate) enum Job {
     Stop(oneshot::Sender<()>),
 }
 
-/// The queue the committers take from.
+/// The queue the committer takes from.
 pub(crate) struct Batcher {
     queue: mpsc::Sender<Job>,
 }
 
 impl Batcher {
-    /// Starts the committers: on SQLite, one thread with a writer connection
-    /// of its own (one writer at a time anyway); on PostgreSQL, two tasks on
-    /// the current runtime (a batch in flight while the next gathers).
+    /// Starts the committer: on SQLite, a thread with a writer connection of
+    /// its own (one writer at a time anyway); on PostgreSQL, a task on the
+    /// current runtime. One committer, not several: the writes that queue
+    /// while a batch runs make the next batch larger, and most of a batch
+    /// statement's cost is paid once per statement (two committers halved
+    /// the batches and cost 7 % of the throughput, BENCHMARKS.md).
     pub(crate) fn start<E: Engine>(db: &E) -> Batcher {
         let (queue, jobs) = mpsc::channel(4 * MAX_BATCH);
         if let Some(file) = db.sqlite_file() {
@@ -83,11 +84,7 @@ impl Batcher {
             }
             return Batcher { queue };
         }
-        let jobs = Arc::new(Mutex::new(jobs));
-        for _ in 0..2 {
-            let (db, jobs) = (db.clone(), jobs.clone());
-            tokio::spawn(async move { pg_loop(db, jobs).await });
-        }
+        tokio::spawn(pg_loop(db.clone(), jobs));
         Batcher { queue }
     }
 
@@ -136,13 +133,9 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
     (creates, confirms, stop)
 }
 
-async fn pg_loop<E: Engine>(db: E, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
-    loop {
-        let batch = {
-            let mut jobs = jobs.lock().await;
-            let Some(first) = jobs.recv().await else { return };
-            gather(first, &mut jobs)
-        };
+async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let batch = gather(first, &mut jobs);
         let (creates, confirms, stop) = split(&db, batch);
         // Each kind is its own statement, hence its own transaction: a
         // confirmation's commit does not wait for the creates'.

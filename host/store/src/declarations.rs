@@ -304,6 +304,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
     }
 
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
+        if let Some(found) = match self.reader() {
+            Some(reader) => reader.declaration(dd_id).await,
+            None => None,
+        } {
+            return Ok(found);
+        }
         let row =
             self.db().fetch_optional(sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id)).await?;
         row.as_ref().map(decode_declaration).transpose()

@@ -321,6 +321,9 @@ pub trait Engine: Send + Sync + Clone + 'static {
     fn writes_in_with(&self) -> bool;
     /// How many rows of `columns` values one multi-row statement should carry.
     fn rows_per_statement(&self, columns: usize) -> usize;
+    /// Whether each statement is a round trip to a server (PostgreSQL), so
+    /// that concurrent reads are worth gathering into one.
+    fn round_trips(&self) -> bool;
     fn pool(&self) -> Self::Pool<'_>;
     /// The SQLite file this store writes, for a connection of its own
     /// (`None` on PostgreSQL and for a read-only copy).
@@ -347,6 +350,8 @@ pub trait Dialect: sqlx::Database {
     /// statement's values there: many small statements (they cost no round
     /// trip in process) beat one large one. PostgreSQL pays per round trip.
     const BINDS_PER_STATEMENT: usize;
+    /// Whether each statement is a round trip to a server.
+    const ROUND_TRIPS: bool;
     fn rows_affected(result: &Self::QueryResult) -> u64;
 }
 
@@ -356,6 +361,7 @@ impl Dialect for Sqlite {
     const FOR_UPDATE: &'static str = "";
     const WRITES_IN_WITH: bool = false;
     const BINDS_PER_STATEMENT: usize = 256;
+    const ROUND_TRIPS: bool = false;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -367,6 +373,7 @@ impl Dialect for Postgres {
     const FOR_UPDATE: &'static str = " for update";
     const WRITES_IN_WITH: bool = true;
     const BINDS_PER_STATEMENT: usize = 4096;
+    const ROUND_TRIPS: bool = true;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -680,6 +687,9 @@ impl<DB: Driver> Engine for Db<DB> {
     }
     fn writes_in_with(&self) -> bool {
         DB::WRITES_IN_WITH
+    }
+    fn round_trips(&self) -> bool {
+        DB::ROUND_TRIPS
     }
     fn rows_per_statement(&self, columns: usize) -> usize {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)

@@ -29,6 +29,7 @@ mod features;
 mod ise;
 mod links;
 mod log;
+mod lookup;
 pub mod metrics;
 mod owners;
 mod payments;
@@ -91,6 +92,8 @@ pub struct SqlStore<E: Engine> {
     /// The group committer of the hot path's writes, started with the
     /// first of them on the runtime that serves it.
     batch: std::sync::OnceLock<batch::Batcher>,
+    /// The hot path's gathered reads, likewise (PostgreSQL only).
+    reader: std::sync::OnceLock<lookup::Reader>,
 }
 
 /// The embedded default: one SQLite file in WAL mode.
@@ -115,7 +118,7 @@ impl PostgresStore {
 
 impl<E: Engine> SqlStore<E> {
     fn new(db: E) -> SqlStore<E> {
-        SqlStore { db, batch: std::sync::OnceLock::new() }
+        SqlStore { db, batch: std::sync::OnceLock::new(), reader: std::sync::OnceLock::new() }
     }
 
     /// The group committer, started if it is not yet; `None` in a round of
@@ -125,6 +128,16 @@ impl<E: Engine> SqlStore<E> {
             return None;
         }
         Some(self.batch.get_or_init(|| batch::Batcher::start(&self.db)))
+    }
+
+    /// The gathered reads of the hot path, where a statement is a round
+    /// trip (PostgreSQL), started if they are not yet; `None` on SQLite and
+    /// in a round of the background jobs.
+    fn reader(&self) -> Option<&lookup::Reader> {
+        if !self.db.round_trips() || engine::is_background() {
+            return None;
+        }
+        Some(self.reader.get_or_init(|| lookup::Reader::start(&self.db)))
     }
 
     /// The pool, for one statement.

@@ -35,6 +35,10 @@ pub struct StoreMetrics {
     pub batch_size: Histogram,
     /// Batches that carried more than one write (shared commits).
     pub shared_batches: Counter,
+    /// Reads per gathered statement of the hot path (PostgreSQL).
+    pub read_batch_size: Histogram,
+    /// Gathered statements that answered more than one read.
+    pub shared_reads: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -45,6 +49,8 @@ impl Default for StoreMetrics {
             acquire_wait_seconds: statement_histogram(),
             batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
             shared_batches: Counter::default(),
+            read_batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            shared_reads: Counter::default(),
         }
     }
 }

@@ -1,0 +1,155 @@
+//! Gathered reads of the hot path, where every statement is a round trip to
+//! a server (PostgreSQL): the agent a bearer token names (every
+//! authenticated request) and a declaration by dd_id (every confirmation).
+//!
+//! A read hands its key to a reader task and waits. A reader takes whatever
+//! is queued when it is free (up to [`MAX_READS`]) and runs one statement
+//! per kind for all of them: alone, a read waits for no one; under load, the
+//! reads that queued during the previous statement share the next one.
+//!
+//! Nothing is cached: each statement starts after every read it answers was
+//! queued, so it sees every commit made before the request asked (a rotated
+//! or recovered token is refused on every host from its commit on, as with a
+//! read of its own). A batch that fails answers "not read", and each of its
+//! reads then runs alone, which reports its own error.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
+use crate::declarations::decode_declaration;
+use crate::engine::{Engine, Exec, sql};
+use crate::{Result, StoredDeclaration};
+
+/// The most reads one statement answers.
+pub(crate) const MAX_READS: usize = 64;
+
+/// One read: its key, and where the answer goes (`None`: not read).
+pub(crate) struct Read<K, T> {
+    key: K,
+    reply: oneshot::Sender<Option<Option<T>>>,
+}
+
+pub(crate) enum Lookup {
+    Agent(Read<[u8; 32], AgentRecord>),
+    Declaration(Read<Uuid, StoredDeclaration>),
+}
+
+/// The queue the reader tasks take from.
+pub(crate) struct Reader {
+    queue: mpsc::Sender<Lookup>,
+}
+
+impl Reader {
+    /// Starts two reader tasks on the current runtime (a statement in flight
+    /// while the next gathers).
+    pub(crate) fn start<E: Engine>(db: &E) -> Reader {
+        let (queue, reads) = mpsc::channel(4 * MAX_READS);
+        let reads = Arc::new(Mutex::new(reads));
+        for _ in 0..2 {
+            let (db, reads) = (db.clone(), reads.clone());
+            tokio::spawn(async move { read_loop(db, reads).await });
+        }
+        Reader { queue }
+    }
+
+    /// The agent holding this token hash; `None` if it was not read here.
+    pub(crate) async fn agent(&self, token_hash: [u8; 32]) -> Option<Option<AgentRecord>> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Lookup::Agent(Read { key: token_hash, reply })).await.ok()?;
+        answer.await.ok()?
+    }
+
+    /// The declaration (not de-identified); `None` if it was not read here.
+    pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Option<StoredDeclaration>> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Lookup::Declaration(Read { key: dd_id, reply })).await.ok()?;
+        answer.await.ok()?
+    }
+}
+
+async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) {
+    loop {
+        let batch = {
+            let mut reads = reads.lock().await;
+            let Some(first) = reads.recv().await else { return };
+            let mut batch = vec![first];
+            while batch.len() < MAX_READS {
+                match reads.try_recv() {
+                    Ok(read) => batch.push(read),
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        db.metrics().read_batch_size.observe(batch.len() as f64);
+        if batch.len() > 1 {
+            db.metrics().shared_reads.inc();
+        }
+        let (mut agents, mut declarations) = (Vec::new(), Vec::new());
+        for read in batch {
+            match read {
+                Lookup::Agent(read) => agents.push(read),
+                Lookup::Declaration(read) => declarations.push(read),
+            }
+        }
+        tokio::join!(read_agents(&db, agents), read_declarations(&db, declarations));
+    }
+}
+
+/// Answers each read with the row found under its key (or none), every read
+/// with "not read" if the statement failed.
+fn answer<K: Eq + std::hash::Hash, T: Clone>(reads: Vec<Read<K, T>>, found: Result<Vec<(K, T)>>) {
+    match found {
+        Ok(found) => {
+            let found: HashMap<K, T> = found.into_iter().collect();
+            for read in reads {
+                let _ = read.reply.send(Some(found.get(&read.key).cloned()));
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, "a gathered read failed; each runs alone");
+            for read in reads {
+                let _ = read.reply.send(None);
+            }
+        }
+    }
+}
+
+async fn read_agents<E: Engine>(db: &E, reads: Vec<Read<[u8; 32], AgentRecord>>) {
+    if reads.is_empty() {
+        return;
+    }
+    let found = async {
+        let mut q = sql(format!("{AGENT_SELECT} where a.token_hash in ("));
+        for (n, read) in reads.iter().enumerate() {
+            if n > 0 {
+                q.push(", ");
+            }
+            q.push_bind(&read.key[..]);
+        }
+        q.push(")");
+        let rows = db.pool().fetch_all(q).await?;
+        rows.iter().map(|row| decode_agent(row).map(|agent| (agent.token_hash, agent))).collect::<Result<Vec<_>>>()
+    }
+    .await;
+    answer(reads, found);
+}
+
+async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclaration>>) {
+    if reads.is_empty() {
+        return;
+    }
+    let found = async {
+        let ids: Vec<Uuid> = reads.iter().map(|read| read.key).collect();
+        let mut q = sql("select * from declaration where deidentified_at is null and ");
+        q.push_in("dd_id", &ids);
+        let rows = db.pool().fetch_all(q).await?;
+        rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
+    }
+    .await;
+    answer(reads, found);
+}
