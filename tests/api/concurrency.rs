@@ -212,6 +212,8 @@ async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backen
     let replies = fire_all(&t, confirms).await;
     let (own, foreign) = replies.split_at(8 * 20);
     assert!(own.iter().all(|(s, _)| *s == 200), "{:?}", own.iter().find(|(s, _)| *s != 200));
+    let asked = records.iter().flatten();
+    assert!(own.iter().zip(asked).all(|((_, b), dd_id)| b["dd_id"] == json!(dd_id)), "each confirm answers for the record it named");
     assert!(foreign.iter().all(|(s, b)| *s == 403 && b["error_code"] == "FORBIDDEN"), "{foreign:?}");
     assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 160);
     if backend == Backend::Postgres {
