@@ -103,12 +103,13 @@ impl Batcher {
     }
 }
 
-/// Takes the jobs queued now (the first waited for), up to [`MAX_BATCH`].
-fn gather(first: Job, jobs: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+/// Takes what is queued now (the first waited for), up to `max`: the
+/// committers' batches and the readers' alike.
+pub(crate) fn gather<T>(first: T, queue: &mut mpsc::Receiver<T>, max: usize) -> Vec<T> {
     let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        match jobs.try_recv() {
-            Ok(job) => batch.push(job),
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(item) => batch.push(item),
             Err(_) => break,
         }
     }
@@ -135,7 +136,7 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
     while let Some(first) = jobs.recv().await {
-        let batch = gather(first, &mut jobs);
+        let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
         // Each kind is its own statement, hence its own transaction: a
         // confirmation's commit does not wait for the creates'.
@@ -155,7 +156,7 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
         }
     };
     while let Some(first) = jobs.blocking_recv() {
-        let batch = gather(first, &mut jobs);
+        let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
         if !creates.is_empty() || !confirms.is_empty() {
             sqlite_batch(&mut conn, db.metrics(), creates, confirms);

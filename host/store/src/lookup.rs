@@ -76,14 +76,7 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
         let batch = {
             let mut reads = reads.lock().await;
             let Some(first) = reads.recv().await else { return };
-            let mut batch = vec![first];
-            while batch.len() < MAX_READS {
-                match reads.try_recv() {
-                    Ok(read) => batch.push(read),
-                    Err(_) => break,
-                }
-            }
-            batch
+            crate::batch::gather(first, &mut reads, MAX_READS)
         };
         db.metrics().read_batch_size.observe(batch.len() as f64);
         if batch.len() > 1 {
