@@ -157,6 +157,7 @@ async fn batched_writes_of_eight_agents_keep_each_trial_and_request_id(backend: 
     let leaves = t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await;
     assert_eq!(leaves, 400, "one log leaf per record");
     assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
+    assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole (each write would then run alone)");
 }
 
 /// Eight agents, four of them with a rotated token, send creates at once
@@ -221,4 +222,6 @@ async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backen
     } else {
         assert_eq!(t.store.metrics().shared_reads.get(), 0, "SQLite reads no gathered statement");
     }
+    assert_eq!(t.store.metrics().failed_reads.get(), 0, "no gathered read failed as a whole (each would then run alone)");
+    assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole");
 }

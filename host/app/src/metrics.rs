@@ -181,6 +181,16 @@ impl Metrics {
             store_metrics.read_batch_size.clone(),
         );
         r.register("store_shared_reads", "Gathered statements that answered more than one read", store_metrics.shared_reads.clone());
+        r.register(
+            "store_failed_batches",
+            "Group commits that failed as a whole, whose writes then ran one by one",
+            store_metrics.failed_batches.clone(),
+        );
+        r.register(
+            "store_failed_reads",
+            "Gathered reads that failed as a whole, whose reads then ran one by one",
+            store_metrics.failed_reads.clone(),
+        );
         m
     }
 

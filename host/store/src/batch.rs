@@ -8,7 +8,10 @@
 //! writes that queued while the previous batch ran share one commit.
 //!
 //! - PostgreSQL: the batch's creates are one statement and its confirmations
-//!   another (each its own transaction), whatever their number.
+//!   another (each its own transaction), whatever their number. Each column
+//!   of the batch is one array parameter (`unnest`), so a statement's text
+//!   does not depend on its number of rows: each connection prepares it
+//!   once, and PostgreSQL keeps one plan for it.
 //! - SQLite: the batch is one transaction (one sync of the write-ahead log)
 //!   on the committer thread's own writer connection, each write its own
 //!   statements, run back to back on that thread ([`crate::direct`]).
@@ -28,10 +31,10 @@ use uuid::Uuid;
 
 use crate::declarations::{DeclarationRow, decode_declaration};
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Engine, Exec, Query, sql};
+use crate::engine::{Bind, Engine, Exec, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
-use crate::{NewDeclaration, Result, StoredDeclaration, Subject};
+use crate::{NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -190,9 +193,11 @@ async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
     // Rows in agent order: concurrent batches lock agents in one order.
     creates.sort_by_key(|job| job.new.declaration.agent_id);
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
-    let stored = match db.pool().fetch_all(pg_create_statement(&rows, &creates)).await {
+    let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
+    let stored = match async { db.pool().fetch_all(statement?).await }.await {
         Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
         Err(error) => {
+            db.metrics().failed_batches.inc();
             tracing::debug!(%error, "a batch of creates failed as a whole; each runs alone");
             HashMap::new()
         }
@@ -201,23 +206,23 @@ async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
     answer_creates(creates, stored);
 }
 
-fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -> Query<'q> {
-    let mut q = sql("with input (b_i, b_amount, b_now");
-    let mut names = Vec::new();
-    for (n, (row, job)) in rows.iter().zip(jobs).enumerate() {
-        let columns = row.columns_but_trial_left();
-        if n == 0 {
-            names = columns.iter().map(|(name, _)| *name).collect();
-            q.push(", ").push(&names.join(", ")).push(") as (values ");
-        } else {
-            q.push(", ");
-        }
-        q.push("(").push_bind(n as i64).push(", ").push_bind(job.new.declaration.dac_amount.milli()).push(", ").push_bind(job.now);
-        for (_, value) in columns {
-            q.push(", ").push_value(value);
-        }
-        q.push(")");
-    }
+/// The batch's creates as one statement of one text whatever their number:
+/// each column one array parameter (`None` if the rows cannot be so put).
+fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -> Option<Query<'q>> {
+    let input: Vec<_> = rows
+        .iter()
+        .zip(jobs)
+        .enumerate()
+        .map(|(n, (row, job))| {
+            let mut columns =
+                vec![("b_i", (n as i64).value()), ("b_amount", job.new.declaration.dac_amount.milli().value()), ("b_now", job.now.value())];
+            columns.extend(row.columns_but_trial_left());
+            columns
+        })
+        .collect();
+    let names: Vec<&str> = input.first()?.iter().skip(3).map(|(name, _)| *name).collect();
+    let mut q = sql("with input as (select * from ");
+    q.push_unnest("input", input)?;
     q.push(
         "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
          where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \
@@ -236,7 +241,7 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
         q.push("fits.").push(name).push(", ");
     }
     q.push("t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *");
-    q
+    Some(q)
 }
 
 /// PostgreSQL: the batch's confirmations as one statement: the records'
@@ -247,9 +252,11 @@ async fn pg_confirms<E: Engine>(db: &E, confirms: Vec<ConfirmJob>) {
     if confirms.is_empty() {
         return;
     }
-    let confirmed: HashMap<i64, bool> = match db.pool().scalar_all::<i64>(pg_confirm_statement(&confirms)).await {
+    let statement = pg_confirm_statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
+    let confirmed: HashMap<i64, bool> = match async { db.pool().scalar_all::<i64>(statement?).await }.await {
         Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
         Err(error) => {
+            db.metrics().failed_batches.inc();
             tracing::debug!(%error, "a batch of confirmations failed as a whole; each runs alone");
             for job in confirms {
                 let _ = job.reply.send(None);
@@ -272,41 +279,46 @@ async fn pg_confirms<E: Engine>(db: &E, confirms: Vec<ConfirmJob>) {
     }
 }
 
-fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Query<'_> {
-    let mut q = sql("with input (b_i, b_dd_id, b_hash, b_now, b_leaf) as (values ");
-    for (n, job) in confirms.iter().enumerate() {
-        if n > 0 {
-            q.push(", ");
-        }
-        q.push("(").push_bind(n as i64).push(", ").push_bind(job.dd_id).push(", ").push_bind(job.integrity_hash.as_str());
-        q.push(", ").push_bind(job.now).push(", ").push_bind(job.leaf_data.as_slice()).push(")");
-    }
+/// The batch's confirmations as one statement of one text whatever their
+/// number (two texts: with usage rows and without); `None` if the rows
+/// cannot be put as array parameters.
+fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
+    let input = confirms
+        .iter()
+        .enumerate()
+        .map(|(n, job)| {
+            vec![
+                ("b_i", (n as i64).value()),
+                ("b_dd_id", job.dd_id.value()),
+                ("b_hash", job.integrity_hash.as_str().value()),
+                ("b_now", job.now.value()),
+                ("b_leaf", job.leaf_data.as_slice().value()),
+            ]
+        })
+        .collect();
+    let mut q = sql("with input as (select * from ");
+    q.push_unnest("input", input)?;
     q.push(
         "), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i), \
          d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
          from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
          and declaration.settlement_status <> 'released' returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
     );
-    let entries: Vec<(usize, &UsageEntry)> =
-        confirms.iter().enumerate().flat_map(|(n, job)| job.usage.iter().map(move |entry| (n, entry))).collect();
-    if !entries.is_empty() {
-        q.push(", usage_input (b_i");
-        let mut names: Vec<&str> = Vec::new();
-        for (k, (n, entry)) in entries.iter().enumerate() {
-            let job = &confirms[*n];
-            let columns = payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now);
-            if k == 0 {
-                names = columns.iter().map(|(name, _)| *name).collect();
-                q.push(", ").push(&names.join(", ")).push(") as (values ");
-            } else {
-                q.push(", ");
-            }
-            q.push("(").push_bind(*n as i64);
-            for (_, value) in columns {
-                q.push(", ").push_value(value);
-            }
-            q.push(")");
-        }
+    let usage: Vec<_> = confirms
+        .iter()
+        .enumerate()
+        .flat_map(|(n, job)| {
+            job.usage.iter().map(move |entry| {
+                let mut columns = vec![("b_i", (n as i64).value())];
+                columns.extend(payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now));
+                columns
+            })
+        })
+        .collect();
+    if let Some(first) = usage.first() {
+        let names: Vec<&str> = first.iter().skip(1).map(|(name, _)| *name).collect();
+        q.push(", usage_input as (select * from ");
+        q.push_unnest("usage_input", usage)?;
         q.push("), u as (insert into usage_entry (agent_id, ");
         q.push(&names.join(", ")).push(") select d.agent_id");
         for name in &names {
@@ -315,7 +327,7 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Query<'_> {
         q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
     }
     q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) select b_i from d");
-    q
+    Some(q)
 }
 
 /// SQLite: the whole batch in one transaction on the committer's connection.
@@ -334,6 +346,7 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
             }
         }
         Err(error) => {
+            metrics.failed_batches.inc();
             tracing::debug!(%error, "a batch failed as a whole; each write runs alone");
             answer_creates(creates, HashMap::new());
             for job in confirms {

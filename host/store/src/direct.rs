@@ -108,7 +108,7 @@ fn run_statement(conn: &rusqlite::Connection, query: Query<'_>, want_rows: bool)
         let name = statement.parameter_name(index).unwrap_or_default();
         let n: usize = name.strip_prefix('$').and_then(|n| n.parse().ok()).unwrap_or(0);
         let value = n.checked_sub(1).and_then(|n| args.get(n)).ok_or_else(|| StoreError::Corrupt(format!("parameter {name:?} unbound")))?;
-        statement.raw_bind_parameter(index, to_sql(value)).map_err(direct)?;
+        statement.raw_bind_parameter(index, to_sql(value)?).map_err(direct)?;
     }
     if statement.column_count() == 0 {
         let changed = statement.raw_execute().map_err(direct)?;
@@ -126,9 +126,9 @@ fn run_statement(conn: &rusqlite::Connection, query: Query<'_>, want_rows: bool)
     Ok((out.len() as u64, out))
 }
 
-/// A value bound as sqlx binds it to SQLite.
-fn to_sql(value: &Value<'_>) -> SqlValue {
-    match value {
+/// A value bound as sqlx binds it to SQLite (which has no arrays).
+fn to_sql(value: &Value<'_>) -> Result<SqlValue> {
+    Ok(match value {
         Value::Int(v) => v.map_or(SqlValue::Null, SqlValue::Integer),
         Value::Int4(v) => v.map_or(SqlValue::Null, |v| SqlValue::Integer(v.into())),
         Value::Bool(v) => v.map_or(SqlValue::Null, |v| SqlValue::Integer(v.into())),
@@ -136,7 +136,8 @@ fn to_sql(value: &Value<'_>) -> SqlValue {
         Value::Bytes(v) => v.as_ref().map_or(SqlValue::Null, |v| SqlValue::Blob(v.to_vec())),
         Value::Uuid(v) => v.map_or(SqlValue::Null, |v| SqlValue::Blob(v.as_bytes().to_vec())),
         Value::Time(v) => v.map_or(SqlValue::Null, |v| SqlValue::Text(v.to_rfc3339_opts(SecondsFormat::AutoSi, false))),
-    }
+        Value::Array(array) => return Err(StoreError::Unsupported(format!("SQLite has no {} parameters", array.sql_type()))),
+    })
 }
 
 /// A row read off the direct connection.

@@ -34,6 +34,61 @@ pub enum Value<'q> {
     Bytes(Option<Cow<'q, [u8]>>),
     Uuid(Option<Uuid>),
     Time(Option<DateTime<Utc>>),
+    /// A column of values, one parameter (PostgreSQL only).
+    Array(Box<Array<'q>>),
+}
+
+/// A column of values of one kind, bound as one array parameter: a batch
+/// statement names each column once (`unnest($1::uuid[], …)`), so its text,
+/// and the plan PostgreSQL keeps for it, do not depend on its number of rows.
+/// SQLite has no arrays: a query holding one fails there.
+#[derive(Clone, Debug)]
+pub enum Array<'q> {
+    Int(Vec<Option<i64>>),
+    Int4(Vec<Option<i32>>),
+    Bool(Vec<Option<bool>>),
+    Text(Vec<Option<Cow<'q, str>>>),
+    Bytes(Vec<Option<Cow<'q, [u8]>>>),
+    Uuid(Vec<Option<Uuid>>),
+    Time(Vec<Option<DateTime<Utc>>>),
+}
+
+impl<'q> Array<'q> {
+    /// The column holding `values`, which must all be of one kind (typed
+    /// NULLs included); `None` if there are none or they are of several.
+    pub fn of(values: impl IntoIterator<Item = Value<'q>>) -> Option<Array<'q>> {
+        let mut values = values.into_iter();
+        let first = values.next()?;
+        macro_rules! column {
+            ($($variant:ident),*) => {
+                match first {
+                    $(Value::$variant(v) => {
+                        let mut all = vec![v];
+                        for value in values {
+                            let Value::$variant(v) = value else { return None };
+                            all.push(v);
+                        }
+                        Array::$variant(all)
+                    })*
+                    Value::Array(_) => return None,
+                }
+            };
+        }
+        Some(column!(Int, Int4, Bool, Text, Bytes, Uuid, Time))
+    }
+
+    /// PostgreSQL's name of the array's type.
+    pub fn sql_type(&self) -> &'static str {
+        match self {
+            Array::Int(_) => "int8[]",
+            Array::Int4(_) => "int4[]",
+            Array::Bool(_) => "bool[]",
+            Array::Text(_) => "text[]",
+            Array::Bytes(_) => "bytea[]",
+            Array::Uuid(_) => "uuid[]",
+            Array::Time(_) => "timestamptz[]",
+        }
+    }
 }
 
 /// A Rust value that can be bound to a parameter.
@@ -132,6 +187,42 @@ impl<'q> Query<'q> {
         let placeholder = format!("${}", self.args.len());
         self.sql.to_mut().push_str(&placeholder);
         self
+    }
+
+    /// Appends the next parameter's placeholder, cast to the array's type,
+    /// and binds the array.
+    pub fn push_array(&mut self, array: Array<'q>) -> &mut Self {
+        let cast = array.sql_type();
+        self.push_value(Value::Array(Box::new(array))).push("::").push(cast)
+    }
+
+    /// Appends `unnest($1::t[], $2::t[], …) as alias (c1, c2, …)`: the rows
+    /// turned into columns, each one array parameter, so the text is the
+    /// same whatever the number of rows. `None`, with nothing appended, if
+    /// there are no rows or they differ in their columns or kinds.
+    pub fn push_unnest(&mut self, alias: &str, rows: Vec<Vec<(&'static str, Value<'q>)>>) -> Option<&mut Self> {
+        let names: Vec<&'static str> = rows.first()?.iter().map(|(name, _)| *name).collect();
+        let mut columns: Vec<Vec<Value<'q>>> = names.iter().map(|_| Vec::with_capacity(rows.len())).collect();
+        for row in rows {
+            if row.len() != names.len() {
+                return None;
+            }
+            for ((column, (name, value)), expected) in columns.iter_mut().zip(row).zip(&names) {
+                if name != *expected {
+                    return None;
+                }
+                column.push(value);
+            }
+        }
+        let arrays = columns.into_iter().map(Array::of).collect::<Option<Vec<_>>>()?;
+        self.push("unnest(");
+        for (n, array) in arrays.into_iter().enumerate() {
+            if n > 0 {
+                self.push(", ");
+            }
+            self.push_array(array);
+        }
+        Some(self.push(") as ").push(alias).push(" (").push(&names.join(", ")).push(")"))
     }
 
     /// Appends `column in ($a, $b, …)` over `ids` (`in (null)`, matching
@@ -353,6 +444,11 @@ pub trait Dialect: sqlx::Database {
     /// Whether each statement is a round trip to a server.
     const ROUND_TRIPS: bool;
     fn rows_affected(result: &Self::QueryResult) -> u64;
+    /// Binds a column of values as one array parameter.
+    fn bind_array<'q>(
+        query: sqlx::query::Query<'q, Self, Self::Arguments>,
+        array: Array<'_>,
+    ) -> Result<sqlx::query::Query<'q, Self, Self::Arguments>>;
 }
 
 impl Dialect for Sqlite {
@@ -365,6 +461,12 @@ impl Dialect for Sqlite {
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
+    fn bind_array<'q>(
+        _: sqlx::query::Query<'q, Self, Self::Arguments>,
+        array: Array<'_>,
+    ) -> Result<sqlx::query::Query<'q, Self, Self::Arguments>> {
+        Err(StoreError::Unsupported(format!("SQLite has no {} parameters", array.sql_type())))
+    }
 }
 
 impl Dialect for Postgres {
@@ -376,6 +478,23 @@ impl Dialect for Postgres {
     const ROUND_TRIPS: bool = true;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
+    }
+    fn bind_array<'q>(
+        query: sqlx::query::Query<'q, Self, Self::Arguments>,
+        array: Array<'_>,
+    ) -> Result<sqlx::query::Query<'q, Self, Self::Arguments>> {
+        fn borrowed<'a, T: ?Sized + ToOwned>(column: &'a [Option<Cow<'_, T>>]) -> Vec<Option<&'a T>> {
+            column.iter().map(|v| v.as_deref()).collect()
+        }
+        Ok(match array {
+            Array::Int(v) => query.bind(v),
+            Array::Int4(v) => query.bind(v),
+            Array::Bool(v) => query.bind(v),
+            Array::Text(v) => query.bind(borrowed(&v)),
+            Array::Bytes(v) => query.bind(borrowed(&v)),
+            Array::Uuid(v) => query.bind(v),
+            Array::Time(v) => query.bind(v),
+        })
     }
 }
 
@@ -408,9 +527,9 @@ where
     })
 }
 
-fn bind<'q, DB>(query: Query<'q>) -> sqlx::query::Query<'q, DB, DB::Arguments>
+fn bind<'q, DB>(query: Query<'q>) -> Result<sqlx::query::Query<'q, DB, DB::Arguments>>
 where
-    DB: sqlx::Database,
+    DB: Dialect,
     for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
     for<'t> Option<i32>: Encode<'t, DB> + Type<DB>,
     for<'t> Option<bool>: Encode<'t, DB> + Type<DB>,
@@ -430,9 +549,10 @@ where
             Value::Bytes(v) => q.bind(v.as_deref()),
             Value::Uuid(v) => q.bind(v),
             Value::Time(v) => q.bind(v),
+            Value::Array(array) => DB::bind_array(q, *array)?,
         };
     }
-    q
+    Ok(q)
 }
 
 #[async_trait]
@@ -455,16 +575,16 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     async fn run(conn: &mut Self::Connection, query: Query<'_>) -> Result<u64> {
-        let done = bind::<DB>(query).execute(conn).await?;
+        let done = bind::<DB>(query)?.execute(conn).await?;
         Ok(DB::rows_affected(&done))
     }
 
     async fn fetch_all(conn: &mut Self::Connection, query: Query<'_>) -> Result<Vec<Self::Row>> {
-        Ok(bind::<DB>(query).fetch_all(conn).await?)
+        Ok(bind::<DB>(query)?.fetch_all(conn).await?)
     }
 
     async fn fetch_optional(conn: &mut Self::Connection, query: Query<'_>) -> Result<Option<Self::Row>> {
-        Ok(bind::<DB>(query).fetch_optional(conn).await?)
+        Ok(bind::<DB>(query)?.fetch_optional(conn).await?)
     }
 
     fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>> {
@@ -802,4 +922,46 @@ pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
     let options: PgConnectOptions = url.parse()?;
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
     Ok(Db::new(pool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Array, Bind, Value, sql};
+    use uuid::Uuid;
+
+    #[test]
+    fn rows_become_one_array_parameter_per_column_and_one_text_whatever_their_number() {
+        let row = |n: i64, hash: Option<&'static str>| vec![("b_i", n.value()), ("b_hash", hash.value()), ("b_id", Uuid::nil().value())];
+        let text = |rows: Vec<Vec<(&'static str, Value<'static>)>>| {
+            let mut q = sql("select * from ");
+            q.push_unnest("input", rows).expect("rows of one shape").push(" where true");
+            let (text, args) = q.into_parts();
+            (text.into_owned(), args)
+        };
+        let (one, args) = text(vec![row(0, Some("a"))]);
+        let (three, three_args) = text(vec![row(0, Some("a")), row(1, None), row(2, Some("c"))]);
+        assert_eq!(one, "select * from unnest($1::int8[], $2::text[], $3::uuid[]) as input (b_i, b_hash, b_id) where true");
+        assert_eq!(three, one);
+        assert_eq!(args.len(), 3);
+        match &three_args[..] {
+            [Value::Array(ints), Value::Array(texts), Value::Array(_)] => {
+                assert!(matches!(&**ints, Array::Int(v) if *v == [Some(0), Some(1), Some(2)]));
+                assert!(matches!(&**texts, Array::Text(v) if v.len() == 3 && v[1].is_none() && v[2].as_deref() == Some("c")));
+            }
+            other => panic!("three arrays expected, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rows_that_differ_in_columns_or_kinds_are_refused_and_nothing_is_appended() {
+        let mut q = sql("x");
+        assert!(q.push_unnest("input", vec![]).is_none());
+        assert!(q.push_unnest("input", vec![vec![("a", 1i64.value())], vec![("b", 1i64.value())]]).is_none());
+        assert!(q.push_unnest("input", vec![vec![("a", 1i64.value())], vec![("a", "one".value())]]).is_none());
+        assert!(q.push_unnest("input", vec![vec![("a", 1i64.value())], vec![("a", 1i64.value()), ("b", 2i64.value())]]).is_none());
+        let (text, args) = q.into_parts();
+        assert_eq!((text.as_ref(), args.len()), ("x", 0));
+        assert!(Array::of([1i64.value(), Option::<i64>::None.value()]).is_some());
+        assert!(Array::of([1i64.value(), 1i32.value()]).is_none());
+    }
 }

@@ -5,7 +5,9 @@
 //! A read hands its key to a reader task and waits. A reader takes whatever
 //! is queued when it is free (up to [`MAX_READS`]) and runs one statement
 //! per kind for all of them: alone, a read waits for no one; under load, the
-//! reads that queued during the previous statement share the next one.
+//! reads that queued during the previous statement share the next one. The
+//! keys are one array parameter, so each kind is one statement text (one
+//! plan kept per connection) whatever the number of reads.
 //!
 //! Nothing is cached: each statement starts after every read it answers was
 //! queued, so it sees every commit made before the request asked (a rotated
@@ -13,6 +15,7 @@
 //! read of its own). A batch that fails answers "not read", and each of its
 //! reads then runs alone, which reports its own error.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,7 +24,8 @@ use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
 use crate::declarations::decode_declaration;
-use crate::engine::{Engine, Exec, sql};
+use crate::engine::{Array, Engine, Exec, sql};
+use crate::metrics::StoreMetrics;
 use crate::{Result, StoredDeclaration};
 
 /// The most reads one statement answers.
@@ -95,7 +99,7 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
 
 /// Answers each read with the row found under its key (or none), every read
 /// with "not read" if the statement failed.
-fn answer<K: Eq + std::hash::Hash, T: Clone>(reads: Vec<Read<K, T>>, found: Result<Vec<(K, T)>>) {
+fn answer<K: Eq + std::hash::Hash, T: Clone>(metrics: &StoreMetrics, reads: Vec<Read<K, T>>, found: Result<Vec<(K, T)>>) {
     match found {
         Ok(found) => {
             let found: HashMap<K, T> = found.into_iter().collect();
@@ -104,6 +108,7 @@ fn answer<K: Eq + std::hash::Hash, T: Clone>(reads: Vec<Read<K, T>>, found: Resu
             }
         }
         Err(error) => {
+            metrics.failed_reads.inc();
             tracing::debug!(%error, "a gathered read failed; each runs alone");
             for read in reads {
                 let _ = read.reply.send(None);
@@ -117,19 +122,14 @@ async fn read_agents<E: Engine>(db: &E, reads: Vec<Read<[u8; 32], AgentRecord>>)
         return;
     }
     let found = async {
-        let mut q = sql(format!("{AGENT_SELECT} where a.token_hash in ("));
-        for (n, read) in reads.iter().enumerate() {
-            if n > 0 {
-                q.push(", ");
-            }
-            q.push_bind(&read.key[..]);
-        }
-        q.push(")");
+        let hashes = Array::Bytes(reads.iter().map(|read| Some(Cow::Borrowed(&read.key[..]))).collect());
+        let mut q = sql(format!("{AGENT_SELECT} where a.token_hash = any("));
+        q.push_array(hashes).push(")");
         let rows = db.pool().fetch_all(q).await?;
         rows.iter().map(|row| decode_agent(row).map(|agent| (agent.token_hash, agent))).collect::<Result<Vec<_>>>()
     }
     .await;
-    answer(reads, found);
+    answer(db.metrics(), reads, found);
 }
 
 async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclaration>>) {
@@ -137,12 +137,12 @@ async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclar
         return;
     }
     let found = async {
-        let ids: Vec<Uuid> = reads.iter().map(|read| read.key).collect();
-        let mut q = sql("select * from declaration where deidentified_at is null and ");
-        q.push_in("dd_id", &ids);
+        let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
+        let mut q = sql("select * from declaration where deidentified_at is null and dd_id = any(");
+        q.push_array(ids).push(")");
         let rows = db.pool().fetch_all(q).await?;
         rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
     }
     .await;
-    answer(reads, found);
+    answer(db.metrics(), reads, found);
 }

@@ -39,6 +39,11 @@ pub struct StoreMetrics {
     pub read_batch_size: Histogram,
     /// Gathered statements that answered more than one read.
     pub shared_reads: Counter,
+    /// Group commits that failed as a whole (their writes then ran alone):
+    /// a race with another host, a lost connection, or a defect.
+    pub failed_batches: Counter,
+    /// Gathered reads that failed as a whole (each read then ran alone).
+    pub failed_reads: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -51,6 +56,8 @@ impl Default for StoreMetrics {
             shared_batches: Counter::default(),
             read_batch_size: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
             shared_reads: Counter::default(),
+            failed_batches: Counter::default(),
+            failed_reads: Counter::default(),
         }
     }
 }
@@ -81,7 +88,7 @@ impl StoreMetrics {
 /// The verb of a statement and the first table it names: `insert into t`,
 /// `update t`, `delete from t`, `select … from t`; a `with` statement that
 /// writes is labelled by its write (the final statement's, else the first
-/// inside the clause: PostgreSQL's one-statement create and confirm), one
+/// write inside the clause: PostgreSQL's one-statement create and confirm), one
 /// that only reads by its first common table expression. The label stays short and
 /// made of identifier characters, so a statement cannot grow the label set
 /// beyond the schema's names.
@@ -89,17 +96,17 @@ pub fn classify(sql: &str) -> (&'static str, String) {
     // A `with` statement that writes is labelled by its write: the final
     // statement's if it is one, else the first one inside the clause.
     if sql.trim_start().get(..4).is_some_and(|w| w.eq_ignore_ascii_case("with")) {
-        let (mut depth, mut first_inner, mut outer) = (0usize, None, None);
+        let (mut depth, mut inner, mut outer) = (0usize, Vec::new(), None);
         for (i, c) in sql.char_indices() {
             match c {
                 '(' => {
                     depth += 1;
-                    if depth == 1 && first_inner.is_none() {
-                        first_inner = Some(i + 1);
+                    if depth == 1 {
+                        inner.push(i + 1);
                     }
                 }
                 ')' => depth = depth.saturating_sub(1),
-                _ if depth == 0 && first_inner.is_some() && outer.is_none() => {
+                _ if depth == 0 && !inner.is_empty() && outer.is_none() => {
                     let rest = sql[i..].trim_start_matches(|c: char| c.is_whitespace() || c == ',');
                     let word = rest.split_whitespace().next().unwrap_or("");
                     if ["insert", "update", "delete", "select"].iter().any(|v| word.eq_ignore_ascii_case(v)) {
@@ -110,7 +117,7 @@ pub fn classify(sql: &str) -> (&'static str, String) {
             }
         }
         let labelled = |at: Option<usize>| at.map(|at| classify_plain(&sql[at..])).filter(|(op, _)| *op != "select" && *op != "other");
-        if let Some(label) = labelled(outer).or_else(|| labelled(first_inner)) {
+        if let Some(label) = labelled(outer).or_else(|| inner.iter().find_map(|at| labelled(Some(*at)))) {
             return label;
         }
     }
@@ -163,6 +170,13 @@ mod tests {
         assert_eq!(
             classify(
                 "with d as (update declaration set a = (1) returning c), l as (insert into log_pending (x) select 1 from d) select c from d"
+            ),
+            ("update", "declaration".into())
+        );
+        assert_eq!(
+            classify(
+                "with input as (select * from unnest($1::uuid[]) as input (b_id)), d as (update declaration set a = 1 from input \
+                 returning c) select c from d"
             ),
             ("update", "declaration".into())
         );
