@@ -194,7 +194,7 @@ async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
     creates.sort_by_key(|job| job.new.declaration.agent_id);
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
-    let stored = match async { db.pool().fetch_all(statement?).await }.await {
+    let stored = match async { db.hot_pool().fetch_all(statement?).await }.await {
         Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
@@ -253,7 +253,7 @@ async fn pg_confirms<E: Engine>(db: &E, confirms: Vec<ConfirmJob>) {
         return;
     }
     let statement = pg_confirm_statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
-    let confirmed: HashMap<i64, bool> = match async { db.pool().scalar_all::<i64>(statement?).await }.await {
+    let confirmed: HashMap<i64, bool> = match async { db.hot_pool().scalar_all::<i64>(statement?).await }.await {
         Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();

@@ -416,6 +416,9 @@ pub trait Engine: Send + Sync + Clone + 'static {
     /// that concurrent reads are worth gathering into one.
     fn round_trips(&self) -> bool;
     fn pool(&self) -> Self::Pool<'_>;
+    /// The hot path's own pool, for the group committer's and the gathered
+    /// reads' statements (PostgreSQL; elsewhere the ordinary pool).
+    fn hot_pool(&self) -> Self::Pool<'_>;
     /// The SQLite file this store writes, for a connection of its own
     /// (`None` on PostgreSQL and for a read-only copy).
     fn sqlite_file(&self) -> Option<&Path>;
@@ -652,6 +655,9 @@ pub struct Db<DB: sqlx::Database> {
     background: Option<Pool<DB>>,
     /// The SQLite file, for the group committer's own connection.
     file: Option<std::path::PathBuf>,
+    /// PostgreSQL: the connections of the hot path's batch statements and
+    /// gathered reads (see [`hot_pool_options`]).
+    hot: Option<Pool<DB>>,
     metrics: Arc<StoreMetrics>,
 }
 
@@ -662,6 +668,7 @@ impl<DB: sqlx::Database> Clone for Db<DB> {
             writer: self.writer.clone(),
             background: self.background.clone(),
             file: self.file.clone(),
+            hot: self.hot.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -669,7 +676,7 @@ impl<DB: sqlx::Database> Clone for Db<DB> {
 
 impl<DB: sqlx::Database> Db<DB> {
     fn new(pool: Pool<DB>) -> Db<DB> {
-        Db { pool, writer: None, background: None, file: None, metrics: Arc::default() }
+        Db { pool, writer: None, background: None, file: None, hot: None, metrics: Arc::default() }
     }
 
     fn write_pool(&self) -> &Pool<DB> {
@@ -821,6 +828,12 @@ impl<DB: Driver> Engine for Db<DB> {
         let writer = self.writer.as_ref().map(|_| self.write_pool());
         PoolRef(&self.pool, writer, &self.metrics)
     }
+    fn hot_pool(&self) -> PoolRef<'_, DB> {
+        match &self.hot {
+            Some(hot) => PoolRef(hot, None, &self.metrics),
+            None => self.pool(),
+        }
+    }
     async fn begin_write(&self) -> Result<Tx<DB>> {
         let started = Instant::now();
         let pool = self.write_pool();
@@ -841,7 +854,7 @@ impl<DB: Driver> Engine for Db<DB> {
         PoolState { size, idle: (self.pool.num_idle() as u32).min(size), max: self.pool.options().get_max_connections() }
     }
     async fn close(&self) {
-        for writer in [&self.writer, &self.background].into_iter().flatten() {
+        for writer in [&self.writer, &self.background, &self.hot].into_iter().flatten() {
             writer.close().await;
         }
         self.pool.close().await;
@@ -883,9 +896,33 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
         admin.close().await;
         options = options.options([("search_path", schema)]);
     }
-    let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
+    let pool = PgPoolOptions::new().max_connections(16).connect_with(options.clone()).await?;
     postgres_migrator().run(&pool).await?;
-    Ok(Db::new(pool))
+    let hot = PgPoolOptions::new().max_connections(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
+    Ok(Db { hot: Some(hot), ..Db::new(pool) })
+}
+
+/// The most connections of the hot path's pool: the committer's two batch
+/// statements and the two readers' two kinds of read, each in flight at once.
+const HOT_CONNECTIONS: u32 = 6;
+
+/// How the hot path's connections are set up. Its statements have one text
+/// each whatever their number of rows (array parameters), and each is a
+/// lookup or a write by key:
+/// - `plan_cache_mode = force_generic_plan`: each connection plans each
+///   statement once. Left to choose, PostgreSQL plans every execution again,
+///   since a plan for the arrays' actual lengths always looks cheaper than
+///   the generic one (about a quarter of PostgreSQL's time per anchored DD,
+///   BENCHMARKS.md).
+/// - `enable_seqscan = off`: a plan made while a table is small (a fresh
+///   database) would scan the whole table, and keep doing so as it grows
+///   (measured: a declaration read by dd_id scanning 4,000 rows); by key,
+///   the index is right at every size.
+/// - `statement_timeout`: one committer carries all of its host's hot writes, so
+///   a statement stuck behind a lock is cancelled (and rolled back) after
+///   10 s, and its writes run alone, each waiting only for its own.
+fn hot_pool_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"), ("statement_timeout", "10000")])
 }
 
 pub fn sqlite_migrator() -> sqlx::migrate::Migrator {

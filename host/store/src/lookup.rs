@@ -125,7 +125,7 @@ async fn read_agents<E: Engine>(db: &E, reads: Vec<Read<[u8; 32], AgentRecord>>)
         let hashes = Array::Bytes(reads.iter().map(|read| Some(Cow::Borrowed(&read.key[..]))).collect());
         let mut q = sql(format!("{AGENT_SELECT} where a.token_hash = any("));
         q.push_array(hashes).push(")");
-        let rows = db.pool().fetch_all(q).await?;
+        let rows = db.hot_pool().fetch_all(q).await?;
         rows.iter().map(|row| decode_agent(row).map(|agent| (agent.token_hash, agent))).collect::<Result<Vec<_>>>()
     }
     .await;
@@ -140,7 +140,7 @@ async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclar
         let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
         let mut q = sql("select * from declaration where deidentified_at is null and dd_id = any(");
         q.push_array(ids).push(")");
-        let rows = db.pool().fetch_all(q).await?;
+        let rows = db.hot_pool().fetch_all(q).await?;
         rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
     }
     .await;
