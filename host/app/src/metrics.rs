@@ -183,7 +183,7 @@ impl Metrics {
         r.register("store_shared_reads", "Gathered statements that answered more than one read", store_metrics.shared_reads.clone());
         r.register(
             "store_failed_batches",
-            "Group commits that failed as a whole, whose writes then ran one by one",
+            "Batch statements (creates or confirmations of a group commit) that failed as a whole, whose writes then ran one by one",
             store_metrics.failed_batches.clone(),
         );
         r.register(

@@ -899,7 +899,17 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options.clone()).await?;
     postgres_migrator().run(&pool).await?;
     let hot = PgPoolOptions::new().max_connections(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
-    Ok(Db { hot: Some(hot), ..Db::new(pool) })
+    // A server (or a pooler in front of it) may refuse the hot pool's
+    // settings; its statements then run on the ordinary pool, said once here
+    // rather than as every batch failing.
+    let hot = match hot.acquire().await {
+        Ok(_) => Some(hot),
+        Err(error) => {
+            tracing::warn!(%error, "the hot path's connection settings were refused; its statements use the ordinary pool");
+            None
+        }
+    };
+    Ok(Db { hot, ..Db::new(pool) })
 }
 
 /// The most connections of the hot path's pool: the committer's two batch

@@ -39,8 +39,10 @@ pub struct StoreMetrics {
     pub read_batch_size: Histogram,
     /// Gathered statements that answered more than one read.
     pub shared_reads: Counter,
-    /// Group commits that failed as a whole (their writes then ran alone):
-    /// a race with another host, a lost connection, or a defect.
+    /// Batch statements (a group commit's creates, or its confirmations)
+    /// that failed as a whole or could not be built, whose writes then ran
+    /// alone: a race with another host, a lost connection, a cancelled
+    /// statement, or a defect.
     pub failed_batches: Counter,
     /// Gathered reads that failed as a whole (each read then ran alone).
     pub failed_reads: Counter,
