@@ -117,10 +117,9 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
-        if let Some(found) = match self.reader() {
-            Some(reader) => reader.agent(*token_hash).await,
-            None => None,
-        } {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.agent(*token_hash).await
+        {
             return Ok(found);
         }
         let row = self.db().fetch_optional(sql(format!("{AGENT_SELECT} where a.token_hash = $1")).bind(token_hash)).await?;

@@ -304,10 +304,9 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
     }
 
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {
-        if let Some(found) = match self.reader() {
-            Some(reader) => reader.declaration(dd_id).await,
-            None => None,
-        } {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.declaration(dd_id).await
+        {
             return Ok(found);
         }
         let row =

@@ -136,7 +136,7 @@ fn to_sql(value: &Value<'_>) -> Result<SqlValue> {
         Value::Bytes(v) => v.as_ref().map_or(SqlValue::Null, |v| SqlValue::Blob(v.to_vec())),
         Value::Uuid(v) => v.map_or(SqlValue::Null, |v| SqlValue::Blob(v.as_bytes().to_vec())),
         Value::Time(v) => v.map_or(SqlValue::Null, |v| SqlValue::Text(v.to_rfc3339_opts(SecondsFormat::AutoSi, false))),
-        Value::Array(array) => return Err(StoreError::Unsupported(format!("SQLite has no {} parameters", array.sql_type()))),
+        Value::Array(array) => return Err(array.unsupported()),
     })
 }
 

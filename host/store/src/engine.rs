@@ -77,6 +77,11 @@ impl<'q> Array<'q> {
         Some(column!(Int, Int4, Bool, Text, Bytes, Uuid, Time))
     }
 
+    /// The error of an engine with no arrays (SQLite).
+    pub(crate) fn unsupported(&self) -> StoreError {
+        StoreError::Unsupported(format!("SQLite has no {} parameters", self.sql_type()))
+    }
+
     /// PostgreSQL's name of the array's type.
     pub fn sql_type(&self) -> &'static str {
         match self {
@@ -468,7 +473,7 @@ impl Dialect for Sqlite {
         _: sqlx::query::Query<'q, Self, Self::Arguments>,
         array: Array<'_>,
     ) -> Result<sqlx::query::Query<'q, Self, Self::Arguments>> {
-        Err(StoreError::Unsupported(format!("SQLite has no {} parameters", array.sql_type())))
+        Err(array.unsupported())
     }
 }
 
