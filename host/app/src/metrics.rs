@@ -188,8 +188,13 @@ impl Metrics {
         );
         r.register(
             "store_failed_reads",
-            "Gathered reads that failed as a whole, whose reads then ran one by one",
+            "Gathered reads that failed as a whole, whose reads then ran one by one (or, on SQLite, direct reads then run on the pool)",
             store_metrics.failed_reads.clone(),
+        );
+        r.register(
+            "store_direct_reads",
+            "Token lookups and declaration reads answered on SQLite's own reader connections, off the pool",
+            store_metrics.direct_reads.clone(),
         );
         m
     }

@@ -122,7 +122,11 @@ impl<E: Engine> AgentStore for SqlStore<E> {
         {
             return Ok(found);
         }
-        let row = self.db().fetch_optional(sql(format!("{AGENT_SELECT} where a.token_hash = $1")).bind(token_hash)).await?;
+        let query = || sql(format!("{AGENT_SELECT} where a.token_hash = $1")).bind(token_hash);
+        if let Some(found) = self.read_direct(query(), decode_agent) {
+            return Ok(found);
+        }
+        let row = self.db().fetch_optional(query()).await?;
         row.as_ref().map(decode_agent).transpose()
     }
 

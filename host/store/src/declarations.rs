@@ -309,8 +309,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             return Ok(found);
         }
-        let row =
-            self.db().fetch_optional(sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id)).await?;
+        let query = || sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id);
+        if let Some(found) = self.read_direct(query(), decode_declaration) {
+            return Ok(found);
+        }
+        let row = self.db().fetch_optional(query()).await?;
         row.as_ref().map(decode_declaration).transpose()
     }
 

@@ -14,9 +14,9 @@
 //! and read exactly as sqlx binds and reads them (UUIDs as 16-byte blobs,
 //! times as RFC 3339 text), so rows written here and there are the same.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -80,15 +80,105 @@ impl<'c> DirectTx<'c> {
     }
 
     fn run(&mut self, query: Query<'_>, want_rows: bool) -> Result<(u64, Vec<OwnedRow>)> {
-        let started = Instant::now();
-        let (operation, table) = crate::metrics::classify(query.text());
-        let result = run_statement(self.conn, query, want_rows);
-        self.metrics
-            .statements
-            .get_or_create(&crate::metrics::StatementLabels { operation, table })
-            .observe(started.elapsed().as_secs_f64());
-        result
+        timed_statement(self.conn, self.metrics, query, want_rows)
     }
+}
+
+/// Runs one statement, counted in the store's statement metrics.
+fn timed_statement(conn: &rusqlite::Connection, metrics: &StoreMetrics, query: Query<'_>, want_rows: bool) -> Result<(u64, Vec<OwnedRow>)> {
+    let started = Instant::now();
+    let (operation, table) = crate::metrics::classify(query.text());
+    let result = run_statement(conn, query, want_rows);
+    metrics.statements.get_or_create(&crate::metrics::StatementLabels { operation, table }).observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// The hot path's reads on SQLite (the agent a bearer token names, a
+/// declaration by dd_id), each one statement on a connection of its own,
+/// run where it is asked for.
+///
+/// On the pool, each read was a hand-over to sqlx's worker thread and back
+/// (with a check of the connection before it): two or more thread wake-ups
+/// for a lookup by key that SQLite answers from its page cache in tens of
+/// microseconds. Here the statement runs on the calling thread, which does
+/// not wait for anything else: in write-ahead-log mode a reader never waits
+/// for the writer or for a checkpoint. Only a database that is briefly busy
+/// (a log being reset or recovered) could make it wait, so the wait is short
+/// ([`READER_BUSY`]); a read that fails here for any reason is run again on
+/// the pool, which waits off the runtime and reports its own error.
+///
+/// Each statement is its own read transaction, begun when it runs: it sees
+/// every commit made before (a token rotated or recovered is refused from its
+/// commit on), as a read on the pool does. Nothing is cached.
+pub(crate) struct Readers {
+    file: PathBuf,
+    /// Connections not in use; `None` once closed.
+    idle: Mutex<Option<Vec<rusqlite::Connection>>>,
+}
+
+/// The most idle reader connections kept. One is in use per thread running
+/// a read at that moment, so this many are enough for every runtime thread
+/// of the machines the service is sized for; more are opened when needed and
+/// closed after.
+const IDLE_READERS: usize = 8;
+
+/// How long a reader waits for a busy database before the read is handed to
+/// the pool.
+const READER_BUSY: Duration = Duration::from_millis(100);
+
+impl Readers {
+    pub(crate) fn new(file: &Path) -> Readers {
+        Readers { file: file.to_path_buf(), idle: Mutex::new(Some(Vec::new())) }
+    }
+
+    /// The first row `query` returns, decoded; `None` if it was not read
+    /// here (closed, or the read failed: counted, and the caller reads on
+    /// the pool).
+    pub(crate) fn fetch_optional<T>(
+        &self,
+        metrics: &StoreMetrics,
+        query: Query<'_>,
+        decode: impl FnOnce(&OwnedRow) -> Result<T>,
+    ) -> Option<Option<T>> {
+        let taken = self.idle.lock().unwrap_or_else(PoisonError::into_inner).as_mut()?.pop();
+        let read = taken.map_or_else(|| open_reader(&self.file), Ok).and_then(|conn| {
+            let found = timed_statement(&conn, metrics, query, true).and_then(|(_, rows)| rows.first().map(decode).transpose());
+            Ok((conn, found?))
+        });
+        match read {
+            Ok((conn, found)) => {
+                if let Some(idle) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+                    && idle.len() < IDLE_READERS
+                {
+                    idle.push(conn);
+                }
+                metrics.direct_reads.inc();
+                Some(found)
+            }
+            Err(error) => {
+                metrics.failed_reads.inc();
+                tracing::debug!(%error, "a direct SQLite read failed; it runs on the pool");
+                None
+            }
+        }
+    }
+
+    /// Closes the idle connections; reads after this are not run here.
+    pub(crate) fn close(&self) {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// Opens a reader connection on an existing database file: it may not
+/// write (`query_only`), and waits at most [`READER_BUSY`] for a lock.
+fn open_reader(path: &Path) -> Result<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(direct)?;
+    conn.busy_timeout(READER_BUSY).map_err(direct)?;
+    conn.pragma_update(None, "query_only", "on").map_err(direct)?;
+    conn.set_prepared_statement_cache_capacity(16);
+    Ok(conn)
 }
 
 impl Drop for DirectTx<'_> {
@@ -214,5 +304,73 @@ impl Exec for DirectTx<'_> {
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<OwnedRow>> {
         Ok(self.run(query, true)?.1.into_iter().next())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sql;
+
+    fn database() -> PathBuf {
+        let path = std::env::temp_dir().join(format!("anchor-direct-{}.db", Uuid::new_v4()));
+        let conn = open_writer(&path).unwrap();
+        conn.execute_batch("create table t (k integer primary key, v text); insert into t values (1, 'one');").unwrap();
+        path
+    }
+
+    fn remove(path: &Path) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    fn read(readers: &Readers, metrics: &StoreMetrics, k: i64) -> Option<Option<String>> {
+        readers.fetch_optional(metrics, sql("select v from t where k = $1").bind(k), |row| {
+            Ok(row.read_text(Col::Index(0))?.unwrap_or_default())
+        })
+    }
+
+    #[test]
+    fn a_read_sees_each_commit_made_before_it_and_reuses_its_connection() {
+        let path = database();
+        let (readers, metrics) = (Readers::new(&path), StoreMetrics::default());
+        assert_eq!(read(&readers, &metrics, 1), Some(Some("one".into())));
+        assert_eq!(read(&readers, &metrics, 2), Some(None), "no row is an answer, not a failure");
+        let writer = open_writer(&path).unwrap();
+        writer.execute_batch("update t set v = 'uno' where k = 1; insert into t values (2, 'two');").unwrap();
+        assert_eq!(read(&readers, &metrics, 1), Some(Some("uno".into())), "the idle connection reads the latest commit");
+        assert_eq!(read(&readers, &metrics, 2), Some(Some("two".into())));
+        assert_eq!(readers.idle.lock().unwrap().as_ref().map(Vec::len), Some(1), "one connection, kept between reads");
+        assert_eq!((metrics.direct_reads.get(), metrics.failed_reads.get()), (4, 0));
+        remove(&path);
+    }
+
+    #[test]
+    fn a_reader_cannot_write() {
+        let path = database();
+        let (readers, metrics) = (Readers::new(&path), StoreMetrics::default());
+        let wrote = readers.fetch_optional(&metrics, sql("delete from t returning k"), |row| row.read_i64(Col::Index(0)));
+        assert_eq!(wrote, None, "refused, so left to the pool");
+        assert_eq!(metrics.failed_reads.get(), 1);
+        assert_eq!(read(&readers, &metrics, 1), Some(Some("one".into())), "the row is still there");
+        remove(&path);
+    }
+
+    #[test]
+    fn a_read_that_fails_or_comes_after_close_is_left_to_the_pool() {
+        let missing = std::env::temp_dir().join(format!("anchor-direct-missing-{}.db", Uuid::new_v4()));
+        let (readers, metrics) = (Readers::new(&missing), StoreMetrics::default());
+        assert_eq!(read(&readers, &metrics, 1), None, "no such file: not created, not read");
+        assert!(!missing.exists());
+        assert_eq!((metrics.direct_reads.get(), metrics.failed_reads.get()), (0, 1));
+
+        let path = database();
+        let (readers, metrics) = (Readers::new(&path), StoreMetrics::default());
+        assert_eq!(read(&readers, &metrics, 1), Some(Some("one".into())));
+        readers.close();
+        assert_eq!(read(&readers, &metrics, 1), None, "closed: the pool answers (or refuses)");
+        assert_eq!((metrics.direct_reads.get(), metrics.failed_reads.get()), (1, 0), "not a failure");
+        remove(&path);
     }
 }

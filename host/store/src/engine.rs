@@ -882,10 +882,14 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(StdDuration::from_secs(30))
         .foreign_keys(true);
-    let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+    // A connection to a file in this process does not go stale: checking it
+    // before each use would be one more hand-over to its worker thread and
+    // back on every statement.
+    let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
+    let writer = pool_options().max_connections(1).connect_with(options.clone()).await?;
     sqlite_migrator().run(&writer).await?;
-    let background = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
-    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+    let background = pool_options().max_connections(1).connect_with(options.clone()).await?;
+    let pool = pool_options().max_connections(8).connect_with(options).await?;
     Ok(Db { writer: Some(writer), background: Some(background), file: Some(path.to_path_buf()), ..Db::new(pool) })
 }
 

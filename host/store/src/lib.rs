@@ -94,6 +94,8 @@ pub struct SqlStore<E: Engine> {
     batch: std::sync::OnceLock<batch::Batcher>,
     /// The hot path's gathered reads, likewise (PostgreSQL only).
     reader: std::sync::OnceLock<lookup::Reader>,
+    /// The hot path's reads on connections of their own (SQLite only).
+    direct: Option<direct::Readers>,
 }
 
 /// The embedded default: one SQLite file in WAL mode.
@@ -118,7 +120,8 @@ impl PostgresStore {
 
 impl<E: Engine> SqlStore<E> {
     fn new(db: E) -> SqlStore<E> {
-        SqlStore { db, batch: std::sync::OnceLock::new(), reader: std::sync::OnceLock::new() }
+        let direct = db.sqlite_file().map(direct::Readers::new);
+        SqlStore { db, batch: std::sync::OnceLock::new(), reader: std::sync::OnceLock::new(), direct }
     }
 
     /// The group committer, started if it is not yet; `None` in a round of
@@ -138,6 +141,13 @@ impl<E: Engine> SqlStore<E> {
             return None;
         }
         Some(self.reader.get_or_init(|| lookup::Reader::start(&self.db)))
+    }
+
+    /// The first row of `query`, decoded, read on SQLite's direct reader
+    /// connections; `None` where there are none (PostgreSQL, a read-only
+    /// copy) or the read failed there: the caller then reads on the pool.
+    fn read_direct<T>(&self, query: engine::Query<'_>, decode: impl FnOnce(&direct::OwnedRow) -> Result<T>) -> Option<Option<T>> {
+        self.direct.as_ref()?.fetch_optional(self.db.metrics(), query, decode)
     }
 
     /// The pool, for one statement.
@@ -224,6 +234,9 @@ impl<E: Engine> Store for SqlStore<E> {
     async fn close(&self) {
         if let Some(batcher) = self.batch.get() {
             batcher.stop().await;
+        }
+        if let Some(direct) = &self.direct {
+            direct.close();
         }
         self.db.close().await
     }

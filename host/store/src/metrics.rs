@@ -44,8 +44,12 @@ pub struct StoreMetrics {
     /// alone: a race with another host, a lost connection, a cancelled
     /// statement, or a defect.
     pub failed_batches: Counter,
-    /// Gathered reads that failed as a whole (each read then ran alone).
+    /// Gathered reads that failed as a whole (each read then ran alone),
+    /// and SQLite reads that failed on a direct connection (then run on the
+    /// pool).
     pub failed_reads: Counter,
+    /// Hot-path reads answered on SQLite's direct reader connections.
+    pub direct_reads: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -60,6 +64,7 @@ impl Default for StoreMetrics {
             shared_reads: Counter::default(),
             failed_batches: Counter::default(),
             failed_reads: Counter::default(),
+            direct_reads: Counter::default(),
         }
     }
 }
