@@ -158,6 +158,14 @@ async fn batched_writes_of_eight_agents_keep_each_trial_and_request_id(backend: 
     assert_eq!(leaves, 400, "one log leaf per record");
     assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole (each write would then run alone)");
+    closes_once_idle(&t).await;
+}
+
+/// Idle, the hot path's tasks have let their kept connections go, so the
+/// store closes (it waits for every connection lent out).
+async fn closes_once_idle(t: &TestServer) {
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), t.store.close()).await;
+    assert!(closed.is_ok(), "the store closed once the hot path was idle");
 }
 
 /// Eight agents, four of them with a rotated token, send creates at once
@@ -230,4 +238,5 @@ async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backen
     }
     assert_eq!(t.store.metrics().failed_reads.get(), 0, "no gathered read failed as a whole (each would then run alone)");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole");
+    closes_once_idle(&t).await;
 }

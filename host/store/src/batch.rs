@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use crate::declarations::{DeclarationRow, decode_declaration};
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Bind, Engine, Exec, Query, sql};
+use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
 use crate::{NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
@@ -138,16 +138,29 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 }
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
-    while let Some(first) = jobs.recv().await {
+    let (mut for_creates, mut for_confirms) = (Kept::new(&db), Kept::new(&db));
+    while let Some(first) = next(&mut jobs, [&mut for_creates, &mut for_confirms]).await {
         let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
         // Each kind is its own statement, hence its own transaction: a
         // confirmation's commit does not wait for the creates'.
-        tokio::join!(pg_creates(&db, creates), pg_confirms(&db, confirms));
+        tokio::join!(pg_creates(&db, &mut for_creates, creates), pg_confirms(&db, &mut for_confirms, confirms));
         if let Some(stop) = stop {
             let _ = stop.send(());
         }
     }
+}
+
+/// The next item of `queue`: taken at once if one is queued; otherwise the
+/// kept connections are let go before waiting for one (`None`: closed).
+pub(crate) async fn next<T, E: Engine, const N: usize>(queue: &mut mpsc::Receiver<T>, kept: [&mut Kept<E>; N]) -> Option<T> {
+    if let Ok(item) = queue.try_recv() {
+        return Some(item);
+    }
+    for kept in kept {
+        kept.release();
+    }
+    queue.recv().await
 }
 
 fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Receiver<Job>) {
@@ -186,7 +199,7 @@ fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDecla
 /// not fit, and every later one of that agent, is left out); the debit
 /// checks the balance again under the row lock, so a concurrent debit
 /// elsewhere leaves the agent's records out rather than overspend.
-async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
+async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<CreateJob>) {
     if creates.is_empty() {
         return;
     }
@@ -194,7 +207,7 @@ async fn pg_creates<E: Engine>(db: &E, mut creates: Vec<CreateJob>) {
     creates.sort_by_key(|job| job.new.declaration.agent_id);
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
-    let stored = match async { db.hot_pool().fetch_all(statement?).await }.await {
+    let stored = match async { conn.fetch_all(statement?).await }.await {
         Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
@@ -248,12 +261,12 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
 /// updates, their usage rows and their log leaves, each written only for a
 /// record the update matched. A record named twice is confirmed by its
 /// first job; the other is not taken (and, alone, finds it confirmed).
-async fn pg_confirms<E: Engine>(db: &E, confirms: Vec<ConfirmJob>) {
+async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<ConfirmJob>) {
     if confirms.is_empty() {
         return;
     }
     let statement = pg_confirm_statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
-    let confirmed: HashMap<i64, bool> = match async { db.hot_pool().scalar_all::<i64>(statement?).await }.await {
+    let confirmed: HashMap<i64, bool> = match async { conn.scalar_all::<i64>(statement?).await }.await {
         Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();

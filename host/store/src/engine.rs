@@ -421,9 +421,11 @@ pub trait Engine: Send + Sync + Clone + 'static {
     /// that concurrent reads are worth gathering into one.
     fn round_trips(&self) -> bool;
     fn pool(&self) -> Self::Pool<'_>;
-    /// The hot path's own pool, for the group committer's and the gathered
-    /// reads' statements (PostgreSQL; elsewhere the ordinary pool).
-    fn hot_pool(&self) -> Self::Pool<'_>;
+    /// A connection of the hot path's own pool, for the group committer's
+    /// and the gathered reads' statements, kept between them ([`Kept`]);
+    /// from the ordinary pool where there is no hot pool.
+    type Held: Exec<Row = Self::Row> + 'static;
+    async fn hold_hot(&self) -> Result<Self::Held>;
     /// The SQLite file this store writes, for a connection of its own
     /// (`None` on PostgreSQL and for a read-only copy).
     fn sqlite_file(&self) -> Option<&Path>;
@@ -725,6 +727,87 @@ impl<'a, DB: sqlx::Database> PoolRef<'a, DB> {
 /// A write transaction on a sqlx pool.
 pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>, Arc<StoreMetrics>);
 
+/// A connection taken from a sqlx pool, its statements run one at a time
+/// until it is dropped.
+pub struct Held<DB: sqlx::Database>(sqlx::pool::PoolConnection<DB>, Arc<StoreMetrics>);
+
+#[async_trait]
+impl<DB: Driver> Exec for Held<DB> {
+    type Row = DbRow<DB>;
+    async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
+        let Held(conn, metrics) = self;
+        timed(metrics, query, async |q| DB::run(&mut *conn, q).await).await
+    }
+    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
+        let Held(conn, metrics) = self;
+        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *conn, q).await).await?))
+    }
+    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
+        let Held(conn, metrics) = self;
+        Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *conn, q).await).await?.map(DbRow))
+    }
+}
+
+/// A connection of the hot pool, kept by one of the hot path's tasks (the
+/// committer's creates or confirmations, a reader's kind of read) from one
+/// statement to the next while it has work queued, and let go when it has
+/// none (so the pool closes at shutdown once the tasks are idle).
+///
+/// sqlx checks a pooled connection each time it lends it and again each
+/// time it takes it back, a round trip to the server each: twice per batch
+/// statement, on a statement that is itself one round trip. A connection
+/// whose statement failed is let go, so a broken one is not used again.
+pub(crate) struct Kept<E: Engine> {
+    db: E,
+    held: Option<E::Held>,
+}
+
+impl<E: Engine> Kept<E> {
+    pub(crate) fn new(db: &E) -> Kept<E> {
+        Kept { db: db.clone(), held: None }
+    }
+
+    /// Returns the connection to the pool (nothing is queued).
+    pub(crate) fn release(&mut self) {
+        self.held = None;
+    }
+
+    async fn take(&mut self) -> Result<E::Held> {
+        match self.held.take() {
+            Some(conn) => Ok(conn),
+            None => self.db.hold_hot().await,
+        }
+    }
+
+    /// Keeps `conn` for the next statement if this one succeeded.
+    fn keep<T>(&mut self, conn: E::Held, result: Result<T>) -> Result<T> {
+        if result.is_ok() {
+            self.held = Some(conn);
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl<E: Engine> Exec for Kept<E> {
+    type Row = E::Row;
+    async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
+        let mut conn = self.take().await?;
+        let result = conn.execute(query).await;
+        self.keep(conn, result)
+    }
+    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<E::Row>> {
+        let mut conn = self.take().await?;
+        let result = conn.fetch_all(query).await;
+        self.keep(conn, result)
+    }
+    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<E::Row>> {
+        let mut conn = self.take().await?;
+        let result = conn.fetch_optional(query).await;
+        self.keep(conn, result)
+    }
+}
+
 fn rows<DB: sqlx::Database>(rows: Vec<DB::Row>) -> Vec<DbRow<DB>> {
     rows.into_iter().map(DbRow).collect()
 }
@@ -833,11 +916,10 @@ impl<DB: Driver> Engine for Db<DB> {
         let writer = self.writer.as_ref().map(|_| self.write_pool());
         PoolRef(&self.pool, writer, &self.metrics)
     }
-    fn hot_pool(&self) -> PoolRef<'_, DB> {
-        match &self.hot {
-            Some(hot) => PoolRef(hot, None, &self.metrics),
-            None => self.pool(),
-        }
+    type Held = Held<DB>;
+    async fn hold_hot(&self) -> Result<Held<DB>> {
+        let pool = self.hot.as_ref().unwrap_or(&self.pool);
+        Ok(Held(acquire(pool, &self.metrics).await?, self.metrics.clone()))
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
         let started = Instant::now();
@@ -922,7 +1004,8 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 }
 
 /// The most connections of the hot path's pool: the committer's two batch
-/// statements and the two readers' two kinds of read, each in flight at once.
+/// statements and the two readers' two kinds of read, each in flight at once
+/// and each keeping its connection while it has work ([`Kept`]).
 const HOT_CONNECTIONS: u32 = 6;
 
 /// How the hot path's connections are set up. Its statements have one text

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
 use crate::declarations::decode_declaration;
-use crate::engine::{Array, Engine, Exec, sql};
+use crate::engine::{Array, Engine, Exec, Kept, sql};
 use crate::metrics::StoreMetrics;
 use crate::{Result, StoredDeclaration};
 
@@ -76,10 +76,21 @@ impl Reader {
 }
 
 async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) {
+    let (mut for_agents, mut for_declarations) = (Kept::new(&db), Kept::new(&db));
     loop {
         let batch = {
-            let mut reads = reads.lock().await;
-            let Some(first) = reads.recv().await else { return };
+            let mut reads = match reads.try_lock() {
+                Ok(reads) => reads,
+                // The other reader holds the queue, waiting for reads or
+                // taking them: this one may wait a while, so it lets its
+                // connections go first.
+                Err(_) => {
+                    for_agents.release();
+                    for_declarations.release();
+                    reads.lock().await
+                }
+            };
+            let Some(first) = crate::batch::next(&mut reads, [&mut for_agents, &mut for_declarations]).await else { return };
             crate::batch::gather(first, &mut reads, MAX_READS)
         };
         db.metrics().read_batch_size.observe(batch.len() as f64);
@@ -93,7 +104,7 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
                 Lookup::Declaration(read) => declarations.push(read),
             }
         }
-        tokio::join!(read_agents(&db, agents), read_declarations(&db, declarations));
+        tokio::join!(read_agents(&db, &mut for_agents, agents), read_declarations(&db, &mut for_declarations, declarations));
     }
 }
 
@@ -117,7 +128,7 @@ fn answer<K: Eq + std::hash::Hash, T: Clone>(metrics: &StoreMetrics, reads: Vec<
     }
 }
 
-async fn read_agents<E: Engine>(db: &E, reads: Vec<Read<[u8; 32], AgentRecord>>) {
+async fn read_agents<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<[u8; 32], AgentRecord>>) {
     if reads.is_empty() {
         return;
     }
@@ -125,14 +136,14 @@ async fn read_agents<E: Engine>(db: &E, reads: Vec<Read<[u8; 32], AgentRecord>>)
         let hashes = Array::Bytes(reads.iter().map(|read| Some(Cow::Borrowed(&read.key[..]))).collect());
         let mut q = sql(format!("{AGENT_SELECT} where a.token_hash = any("));
         q.push_array(hashes).push(")");
-        let rows = db.hot_pool().fetch_all(q).await?;
+        let rows = conn.fetch_all(q).await?;
         rows.iter().map(|row| decode_agent(row).map(|agent| (agent.token_hash, agent))).collect::<Result<Vec<_>>>()
     }
     .await;
     answer(db.metrics(), reads, found);
 }
 
-async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclaration>>) {
+async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uuid, StoredDeclaration>>) {
     if reads.is_empty() {
         return;
     }
@@ -140,7 +151,7 @@ async fn read_declarations<E: Engine>(db: &E, reads: Vec<Read<Uuid, StoredDeclar
         let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
         let mut q = sql("select * from declaration where deidentified_at is null and dd_id = any(");
         q.push_array(ids).push(")");
-        let rows = db.hot_pool().fetch_all(q).await?;
+        let rows = conn.fetch_all(q).await?;
         rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
     }
     .await;
