@@ -114,13 +114,16 @@ pub(crate) struct Readers {
     file: PathBuf,
     /// Connections not in use; `None` once closed.
     idle: Mutex<Option<Vec<rusqlite::Connection>>>,
+    /// How many idle ones are kept.
+    max_idle: usize,
 }
 
-/// The most idle reader connections kept. One is in use per thread running
-/// a read at that moment, so this many are enough for every runtime thread
-/// of the machines the service is sized for; more are opened when needed and
-/// closed after.
-const IDLE_READERS: usize = 8;
+/// The most idle reader connections kept: one is in use per thread running
+/// a read at that moment, so one per core (the runtime's threads), and at
+/// least 8. More are opened when needed and closed after.
+fn idle_readers() -> usize {
+    std::thread::available_parallelism().map_or(8, |cores| cores.get().max(8))
+}
 
 /// How long a reader waits for a busy database before the read is handed to
 /// the pool.
@@ -128,7 +131,7 @@ const READER_BUSY: Duration = Duration::from_millis(100);
 
 impl Readers {
     pub(crate) fn new(file: &Path) -> Readers {
-        Readers { file: file.to_path_buf(), idle: Mutex::new(Some(Vec::new())) }
+        Readers { file: file.to_path_buf(), idle: Mutex::new(Some(Vec::new())), max_idle: idle_readers() }
     }
 
     /// The first row `query` returns, decoded; `None` if it was not read
@@ -148,7 +151,7 @@ impl Readers {
         match read {
             Ok((conn, found)) => {
                 if let Some(idle) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
-                    && idle.len() < IDLE_READERS
+                    && idle.len() < self.max_idle
                 {
                     idle.push(conn);
                 }
@@ -177,6 +180,11 @@ fn open_reader(path: &Path) -> Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(direct)?;
     conn.busy_timeout(READER_BUSY).map_err(direct)?;
     conn.pragma_update(None, "query_only", "on").map_err(direct)?;
+    // Only in write-ahead-log mode does a reader never wait for the writer.
+    let mode: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0)).map_err(direct)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unsupported(format!("direct reads of a database in {mode} mode")));
+    }
     conn.set_prepared_statement_cache_capacity(16);
     Ok(conn)
 }
@@ -364,6 +372,13 @@ mod tests {
         assert_eq!(read(&readers, &metrics, 1), None, "no such file: not created, not read");
         assert!(!missing.exists());
         assert_eq!((metrics.direct_reads.get(), metrics.failed_reads.get()), (0, 1));
+
+        let rollback_journal = std::env::temp_dir().join(format!("anchor-direct-journal-{}.db", Uuid::new_v4()));
+        rusqlite::Connection::open(&rollback_journal).unwrap().execute_batch("create table t (k integer primary key, v text)").unwrap();
+        let (readers, metrics) = (Readers::new(&rollback_journal), StoreMetrics::default());
+        assert_eq!(read(&readers, &metrics, 1), None, "not in WAL mode, a reader could hold up the writer: left to the pool");
+        assert_eq!(metrics.failed_reads.get(), 1);
+        remove(&rollback_journal);
 
         let path = database();
         let (readers, metrics) = (Readers::new(&path), StoreMetrics::default());

@@ -759,8 +759,13 @@ impl<DB: Driver> Exec for Held<DB> {
 /// whose statement failed is let go, so a broken one is not used again.
 pub(crate) struct Kept<E: Engine> {
     db: E,
-    held: Option<E::Held>,
+    /// The connection, and when it was taken from the pool.
+    held: Option<(E::Held, Instant)>,
 }
+
+/// How long a connection is kept at most: then it goes back to the pool,
+/// whose checks (a round trip, its maximum lifetime) run as usual.
+const KEPT_AT_MOST: StdDuration = StdDuration::from_secs(60);
 
 impl<E: Engine> Kept<E> {
     pub(crate) fn new(db: &E) -> Kept<E> {
@@ -772,17 +777,18 @@ impl<E: Engine> Kept<E> {
         self.held = None;
     }
 
-    async fn take(&mut self) -> Result<E::Held> {
+    async fn take(&mut self) -> Result<(E::Held, Instant)> {
         match self.held.take() {
-            Some(conn) => Ok(conn),
-            None => self.db.hold_hot().await,
+            Some(held) => Ok(held),
+            None => Ok((self.db.hold_hot().await?, Instant::now())),
         }
     }
 
-    /// Keeps `conn` for the next statement if this one succeeded.
-    fn keep<T>(&mut self, conn: E::Held, result: Result<T>) -> Result<T> {
-        if result.is_ok() {
-            self.held = Some(conn);
+    /// Keeps `conn` for the next statement if this one succeeded and it has
+    /// not been kept for [`KEPT_AT_MOST`].
+    fn keep<T>(&mut self, (conn, since): (E::Held, Instant), result: Result<T>) -> Result<T> {
+        if result.is_ok() && since.elapsed() < KEPT_AT_MOST {
+            self.held = Some((conn, since));
         }
         result
     }
@@ -792,19 +798,19 @@ impl<E: Engine> Kept<E> {
 impl<E: Engine> Exec for Kept<E> {
     type Row = E::Row;
     async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        let mut conn = self.take().await?;
-        let result = conn.execute(query).await;
-        self.keep(conn, result)
+        let mut held = self.take().await?;
+        let result = held.0.execute(query).await;
+        self.keep(held, result)
     }
     async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<E::Row>> {
-        let mut conn = self.take().await?;
-        let result = conn.fetch_all(query).await;
-        self.keep(conn, result)
+        let mut held = self.take().await?;
+        let result = held.0.fetch_all(query).await;
+        self.keep(held, result)
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<E::Row>> {
-        let mut conn = self.take().await?;
-        let result = conn.fetch_optional(query).await;
-        self.keep(conn, result)
+        let mut held = self.take().await?;
+        let result = held.0.fetch_optional(query).await;
+        self.keep(held, result)
     }
 }
 
@@ -1005,8 +1011,10 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 
 /// The most connections of the hot path's pool: the committer's two batch
 /// statements and the two readers' two kinds of read, each in flight at once
-/// and each keeping its connection while it has work ([`Kept`]).
-const HOT_CONNECTIONS: u32 = 6;
+/// and each keeping its connection while it has work ([`Kept`]), and two to
+/// spare, so a task whose connection is still being returned (after a
+/// failure, or after [`KEPT_AT_MOST`]) need not wait for it.
+const HOT_CONNECTIONS: u32 = 8;
 
 /// How the hot path's connections are set up. Its statements have one text
 /// each whatever their number of rows (array parameters), and each is a
