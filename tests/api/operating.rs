@@ -149,8 +149,7 @@ async fn metrics_stay_off_the_api_unless_asked(backend: Backend) {
     let t = TestServer::start(backend).await;
     let mut settings = (*t.state.settings).clone();
     settings.metrics_on_api = false;
-    let mut state = t.state.clone();
-    state.settings = std::sync::Arc::new(settings);
+    let state = t.state.clone().with_settings(settings);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(anchor_server::serve_listener(listener, state.clone()));

@@ -1,5 +1,6 @@
 //! `AppState`: what every handler can reach. Cheap to clone.
 
+use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -36,8 +37,26 @@ pub struct Settings {
 /// The owner portal's settings.
 pub use anchor_app::owners::OwnerSettings as DapSettings;
 
+/// What every handler can reach, behind one shared pointer: the router
+/// clones the state several times per request (each layer and extractor
+/// that takes it), and a clone of the parts themselves was some 25
+/// reference counts, each an atomic increment and later a decrement shared
+/// by every core (about 6 % of the runtime threads' time under load,
+/// BENCHMARKS.md). Read through [`Deref`]; built or changed only before it
+/// serves ([`AppState::new`], the `with_` methods).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     pub store: Arc<dyn Store>,
     pub pricing: Arc<dyn Pricing>,
     pub clock: Arc<dyn Clock>,
@@ -93,7 +112,7 @@ impl AppState {
                     .expect("the tools' WebAssembly engine starts"),
             )),
         };
-        AppState {
+        AppState(Arc::new(Shared {
             store,
             pricing,
             clock,
@@ -105,7 +124,7 @@ impl AppState {
             settler,
             openapi: Arc::default(),
             app,
-        }
+        }))
     }
 }
 
@@ -113,14 +132,21 @@ impl AppState {
     /// The same state with another tool runtime (one with a disk cache, or
     /// one shared by several test servers).
     pub fn with_tools(mut self, tools: anchor_app::tools::Tools) -> AppState {
-        self.app.tools = tools;
+        Arc::make_mut(&mut self.0).app.tools = tools;
         self
     }
 
     /// The same state with another settler (facilitator mode).
     pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
-        self.app.settler = settler.clone();
-        self.settler = settler;
+        let parts = Arc::make_mut(&mut self.0);
+        parts.app.settler = settler.clone();
+        parts.settler = settler;
+        self
+    }
+
+    /// The same state with other settings.
+    pub fn with_settings(mut self, settings: Settings) -> AppState {
+        Arc::make_mut(&mut self.0).settings = Arc::new(settings);
         self
     }
 }
