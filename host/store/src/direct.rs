@@ -87,9 +87,9 @@ impl<'c> DirectTx<'c> {
 /// Runs one statement, counted in the store's statement metrics.
 fn timed_statement(conn: &rusqlite::Connection, metrics: &StoreMetrics, query: Query<'_>, want_rows: bool) -> Result<(u64, Vec<OwnedRow>)> {
     let started = Instant::now();
-    let (operation, table) = crate::metrics::classify(query.text());
+    let label = crate::metrics::classify(query.text());
     let result = run_statement(conn, query, want_rows);
-    metrics.statements.get_or_create(&crate::metrics::StatementLabels { operation, table }).observe(started.elapsed().as_secs_f64());
+    metrics.observe_statement(label, started.elapsed().as_secs_f64());
     result
 }
 

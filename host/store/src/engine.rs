@@ -9,6 +9,8 @@
 //! [`Dialect`] and the two constructors at the bottom of this file.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::ops::DerefMut;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -724,27 +726,37 @@ impl<'a, DB: sqlx::Database> PoolRef<'a, DB> {
     }
 }
 
-/// A write transaction on a sqlx pool.
-pub struct Tx<DB: sqlx::Database>(sqlx::Transaction<'static, DB>, Arc<StoreMetrics>);
+/// Statements run one at a time on one sqlx connection, in whatever holds
+/// it: a write transaction ([`Tx`]) or a connection taken from a pool
+/// ([`Held`]).
+pub struct OnConn<DB, C>(C, Arc<StoreMetrics>, PhantomData<fn() -> DB>);
 
-/// A connection taken from a sqlx pool, its statements run one at a time
-/// until it is dropped.
-pub struct Held<DB: sqlx::Database>(sqlx::pool::PoolConnection<DB>, Arc<StoreMetrics>);
+impl<DB, C> OnConn<DB, C> {
+    fn new(conn: C, metrics: Arc<StoreMetrics>) -> OnConn<DB, C> {
+        OnConn(conn, metrics, PhantomData)
+    }
+}
+
+/// A write transaction on a sqlx pool.
+pub type Tx<DB> = OnConn<DB, sqlx::Transaction<'static, DB>>;
+
+/// A connection taken from a sqlx pool, kept until it is dropped.
+pub type Held<DB> = OnConn<DB, sqlx::pool::PoolConnection<DB>>;
 
 #[async_trait]
-impl<DB: Driver> Exec for Held<DB> {
+impl<DB: Driver, C: DerefMut<Target = DB::Connection> + Send> Exec for OnConn<DB, C> {
     type Row = DbRow<DB>;
     async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        let Held(conn, metrics) = self;
-        timed(metrics, query, async |q| DB::run(&mut *conn, q).await).await
+        let OnConn(conn, metrics, _) = self;
+        timed(metrics, query, async |q| DB::run(conn, q).await).await
     }
     async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
-        let Held(conn, metrics) = self;
-        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *conn, q).await).await?))
+        let OnConn(conn, metrics, _) = self;
+        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(conn, q).await).await?))
     }
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
-        let Held(conn, metrics) = self;
-        Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *conn, q).await).await?.map(DbRow))
+        let OnConn(conn, metrics, _) = self;
+        Ok(timed(metrics, query, async |q| DB::fetch_optional(conn, q).await).await?.map(DbRow))
     }
 }
 
@@ -840,9 +852,9 @@ async fn acquire<DB: sqlx::Database>(pool: &Pool<DB>, metrics: &StoreMetrics) ->
 /// Runs `f` on `query`, timing it under the statement's label.
 async fn timed<T>(metrics: &StoreMetrics, query: Query<'_>, f: impl AsyncFnOnce(Query<'_>) -> Result<T>) -> Result<T> {
     let started = Instant::now();
-    let (operation, table) = crate::metrics::classify(&query.sql);
+    let label = crate::metrics::classify(&query.sql);
     let result = f(query).await;
-    metrics.statements.get_or_create(&crate::metrics::StatementLabels { operation, table }).observe(started.elapsed().as_secs_f64());
+    metrics.observe_statement(label, started.elapsed().as_secs_f64());
     result
 }
 
@@ -864,27 +876,10 @@ impl<DB: Driver> Exec for PoolRef<'_, DB> {
 }
 
 #[async_trait]
-impl<DB: Driver> Exec for Tx<DB> {
-    type Row = DbRow<DB>;
-    async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
-        let Tx(tx, metrics) = self;
-        timed(metrics, query, async |q| DB::run(&mut *tx, q).await).await
-    }
-    async fn fetch_all(&mut self, query: Query<'_>) -> Result<Vec<DbRow<DB>>> {
-        let Tx(tx, metrics) = self;
-        Ok(rows::<DB>(timed(metrics, query, async |q| DB::fetch_all(&mut *tx, q).await).await?))
-    }
-    async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<DbRow<DB>>> {
-        let Tx(tx, metrics) = self;
-        Ok(timed(metrics, query, async |q| DB::fetch_optional(&mut *tx, q).await).await?.map(DbRow))
-    }
-}
-
-#[async_trait]
 impl<DB: Driver> Transaction for Tx<DB> {
     async fn commit(self) -> Result<()> {
         let started = Instant::now();
-        let Tx(tx, metrics) = self;
+        let OnConn(tx, metrics, _) = self;
         let result = tx.commit().await;
         metrics.observe_step("commit", started.elapsed().as_secs_f64());
         Ok(result?)
@@ -925,7 +920,7 @@ impl<DB: Driver> Engine for Db<DB> {
     type Held = Held<DB>;
     async fn hold_hot(&self) -> Result<Held<DB>> {
         let pool = self.hot.as_ref().unwrap_or(&self.pool);
-        Ok(Held(acquire(pool, &self.metrics).await?, self.metrics.clone()))
+        Ok(OnConn::new(acquire(pool, &self.metrics).await?, self.metrics.clone()))
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
         let started = Instant::now();
@@ -937,7 +932,7 @@ impl<DB: Driver> Engine for Db<DB> {
             self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
         }
         self.metrics.observe_step("begin", started.elapsed().as_secs_f64());
-        Ok(Tx(tx, self.metrics.clone()))
+        Ok(OnConn::new(tx, self.metrics.clone()))
     }
     fn metrics(&self) -> &StoreMetrics {
         &self.metrics

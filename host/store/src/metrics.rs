@@ -80,15 +80,14 @@ pub struct PoolState {
 }
 
 impl StoreMetrics {
-    /// Records one statement that took `seconds`.
-    pub fn observe(&self, sql: &str, seconds: f64) {
-        let (operation, table) = classify(sql);
-        self.statements.get_or_create(&StatementLabels { operation, table }).observe(seconds);
-    }
-
     /// Records a statement that is not SQL text of ours (`begin`, `commit`).
     pub fn observe_step(&self, operation: &'static str, seconds: f64) {
-        self.statements.get_or_create(&StatementLabels { operation, table: String::new() }).observe(seconds);
+        self.observe_statement((operation, String::new()), seconds);
+    }
+
+    /// Records a statement's duration under its label ([`classify`]).
+    pub fn observe_statement(&self, (operation, table): (&'static str, String), seconds: f64) {
+        self.statements.get_or_create(&StatementLabels { operation, table }).observe(seconds);
     }
 }
 
