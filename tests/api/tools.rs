@@ -11,13 +11,19 @@ use anchor_domain::Clock;
 use anchor_domain::tools::{Cell, DayCount, Observation, Rejected, RunFailure, ToolInput, ToolLimits, ToolRuntime};
 use anchor_domain::tsl::ObservationType;
 use anchor_plugins::WasmTools;
+use anchor_tests::hostile;
 use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use serde_json::{Value, json};
 
 use crate::tsl::buy;
 
-both_backends!(a_tool_is_uploaded_bought_and_run_on_the_buyers_observations, hostile_tools_fail_their_own_runs_while_declarations_go_on);
+both_backends!(
+    a_tool_is_uploaded_bought_and_run_on_the_buyers_observations,
+    hostile_tools_fail_their_own_runs_while_declarations_go_on,
+    one_agents_spinning_runs_leave_another_agents_tool_its_slot,
+    uploads_are_counted_before_anything_compiles
+);
 
 /// `n` observations of every shape: cells over two dimensions, a series.
 fn input(n: usize) -> ToolInput {
@@ -126,6 +132,58 @@ async fn hostile_components_fail_their_own_runs_with_a_named_reason() {
     // The runtime is unharmed: the example still runs.
     let example = tools.accept(&component_bytes("tool-example")).unwrap().sha256;
     assert!(tools.run(&example, None, &input).is_ok());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What no compiler emits: a run that grows its table by 2^31 - 1
+/// elements, or its memory without end, fails at the budget before anything
+/// is allocated; components whose instances (or what they start with) are
+/// over a run's limits are refused at upload, counted from their bytes, or
+/// from instantiating them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_budget_holds_for_all_its_instances_memories_and_tables() {
+    let dir = temp_dir("budget");
+    let tools = runtime(&dir, ToolLimits::DEFAULT);
+    let fine = tools.accept(&hostile::empty_tool()).expect("a well-behaved hand-written tool is accepted").sha256;
+    let (report, stats) = tools.run(&fine, None, &input(2)).expect("it runs");
+    assert_eq!(report, Default::default());
+    assert!(stats.memory_bytes >= 65_536 && stats.memory_bytes < 1 << 20, "{stats:?}");
+
+    let grower = tools.accept(&hostile::table_grower()).expect("nothing in its bytes shows the growth").sha256;
+    let started = std::time::Instant::now();
+    match tools.run(&grower, None, &input(1)) {
+        Err(RunFailure::OutOfMemory(why)) => assert!(why.contains("table") && why.contains("200000"), "{why}"),
+        other => panic!("a table growth of 2^31 - 1 elements was not stopped: {other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "refused before allocating: {:?}", started.elapsed());
+    let memory = tools.accept(&hostile::memory_grower()).unwrap().sha256;
+    match tools.run(&memory, None, &input(1)) {
+        Err(RunFailure::OutOfMemory(why)) => assert!(why.contains(&(128u32 << 20).to_string()) || why.contains("memory"), "{why}"),
+        other => panic!("a memory growing without end was not stopped: {other:?}"),
+    }
+
+    // Sixty instances of 128 MiB each: refused from the bytes.
+    match tools.accept(&hostile::with_hogs(60, 2048, 0)) {
+        Err(Rejected::OverLimits(why)) => assert!(why.contains("core instances"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Twenty instances of 16 MiB from the start: 320 MiB together.
+    match tools.accept(&hostile::with_hogs(20, 256, 0)) {
+        Err(Rejected::OverLimits(why)) => assert!(why.contains("start at"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Twenty instances of one page that each grow to 8 MiB when instantiated:
+    // nothing in the bytes says so, instantiating it once does.
+    match tools.accept(&hostile::with_hogs(20, 1, 127)) {
+        Err(Rejected::OverLimits(why)) => assert!(why.contains("memory bound"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Under the limits, the same shape is accepted and runs.
+    let few = tools.accept(&hostile::with_hogs(4, 1, 15)).expect("four instances of 1 MiB").sha256;
+    let (_, stats) = tools.run(&few, None, &input(1)).expect("runs");
+    assert!(stats.memory_bytes >= 4 << 20, "every instance's memory counts: {stats:?}");
+    // The runtime is unharmed.
+    assert!(tools.run(&fine, None, &input(2)).is_ok());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -323,6 +381,15 @@ async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Bac
     }
     let example = registered(&t, &seller, &profile_tool("example")).await;
     put_component(&t, &seller, &example, component_bytes("tool-example")).await;
+    // Over a run's limits from its bytes: refused at upload, with the code.
+    let hogs = registered(&t, &seller, &profile_tool("hogs")).await;
+    let refused = put_component(&t, &seller, &hogs, hostile::with_hogs(60, 2048, 0)).await;
+    refused.assert_error(400, "COMPONENT_OVER_LIMITS");
+    assert!(refused.text.contains("core instances"), "{}", refused.text);
+    put_component(&t, &seller, &hogs, hostile::with_hogs(20, 1, 127)).await.assert_error(400, "COMPONENT_OVER_LIMITS");
+    let table = registered(&t, &seller, &profile_tool("table")).await;
+    assert_eq!(put_component(&t, &seller, &table, hostile::table_grower()).await.status.as_u16(), 201);
+    hostile.push((table, "TOOL_OUT_OF_MEMORY"));
 
     // Declarations keep coming from four agents while the hostile tools run.
     let stop = Arc::new(AtomicBool::new(false));
@@ -371,8 +438,113 @@ async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Bac
     // The failures are on record, by reason; the server and the example tool are fine.
     let mut outcomes = t.strings("select outcome from tsl_tool_run").await;
     outcomes.sort();
-    assert_eq!(outcomes, ["out_of_fuel", "out_of_memory", "output_too_large", "trap"]);
+    assert_eq!(outcomes, ["out_of_fuel", "out_of_memory", "out_of_memory", "output_too_large", "trap"]);
     let fine = run(&t, &seller, &example, &json!({}), None).await;
     assert_eq!(fine.status.as_u16(), 200, "{}", fine.text);
     let _ = t.clock.now();
+}
+
+/// Tools whose runs are one agent's only: three spinning runs at once hold
+/// that agent's one slot and wait in its own line, and another agent's tool
+/// finds the host's other slot.
+async fn one_agents_spinning_runs_leave_another_agents_tool_its_slot(backend: Backend) {
+    // Fuel without end: each spinning run lasts its whole 2 s deadline.
+    let limits = ToolLimits { concurrent_runs: 2, runs_per_agent: 1, fuel: u64::MAX / 2, ..ToolLimits::DEFAULT };
+    let runtime = Arc::new(runtime(&temp_dir("fair"), limits));
+    // A host's line shorter than a spinning run (2 s): a run that had to wait
+    // behind the spinning ones would be refused.
+    let slots = anchor_app::tools::Tools::with_waits(runtime, std::time::Duration::from_secs(1), std::time::Duration::from_secs(300));
+    let t = TestServer::with(backend, Options { tools: Some(slots), ..Options::default() }).await;
+    let spinner = t.register().await;
+    let other = t.register().await;
+    let spin = registered(&t, &spinner, &profile_tool("spin")).await;
+    assert_eq!(put_component(&t, &spinner, &spin, component_bytes("tool-spin")).await.status.as_u16(), 201);
+    let example = registered(&t, &other, &profile_tool("example")).await;
+    assert_eq!(put_component(&t, &other, &example, component_bytes("tool-example")).await.status.as_u16(), 201);
+    for agent in [&spinner, &other] {
+        let created = t.create(agent, json!({ "ee_preset": "EE_basic" })).await;
+        t.confirm(agent, created["dd_id"].as_str().unwrap()).await;
+    }
+    t.wait_for_fold(2).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinning = Arc::new(AtomicUsize::new(0));
+    let mut attack = Vec::new();
+    for _ in 0..3 {
+        let (t, stop, spinning, spinner, spin) = (&t, stop.clone(), spinning.clone(), &spinner, &spin);
+        attack.push(async move {
+            let mut codes = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                spinning.fetch_add(1, Ordering::Relaxed);
+                let reply = run(t, spinner, spin, &json!({}), None).await;
+                codes.push(reply.json["error_code"].as_str().unwrap_or("").to_string());
+                if reply.status.as_u16() == 429 {
+                    assert!(reply.headers.get("retry-after").is_some(), "{}", reply.text);
+                }
+            }
+            codes
+        });
+    }
+    let victim = async {
+        // Let the three spinning runs start first.
+        while spinning.load(Ordering::Relaxed) < 3 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let mut answers = Vec::new();
+        for _ in 0..5 {
+            answers.push(run(&t, &other, &example, &json!({}), None).await);
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        answers
+    };
+    let (answers, codes) = tokio::join!(victim, futures_util::future::join_all(attack));
+    let ran = answers.iter().filter(|a| a.status.as_u16() == 200).count();
+    assert!(
+        ran >= 4,
+        "another agent's tool ran {ran} times in 5 beside three spinning runs: {:?}",
+        answers.iter().map(|a| &a.text).collect::<Vec<_>>()
+    );
+    let codes: Vec<String> = codes.into_iter().flatten().collect();
+    assert!(codes.iter().any(|c| c == "TOOL_DEADLINE"), "{codes:?}");
+    assert!(codes.iter().all(|c| c != "TOOL_RUNNER_BUSY"), "one agent's runs wait in its own line, not the host's: {codes:?}");
+}
+
+/// An upload counts before anything is compiled: the same bytes again answer
+/// 200 without a compilation and still count, and a seller's uploads over all
+/// its tools have a quota of their own.
+async fn uploads_are_counted_before_anything_compiles(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let tool = registered(&t, &seller, &profile_tool("same-bytes")).await;
+    let wasm = component_variant(&component_bytes("tool-example"), 777_001);
+    assert_eq!(put_component(&t, &seller, &tool, wasm.clone()).await.status.as_u16(), 201);
+    for _ in 0..9 {
+        let again = put_component(&t, &seller, &tool, wasm.clone()).await;
+        assert_eq!((again.status.as_u16(), again.json["version"].clone()), (200, json!(1)), "{}", again.text);
+    }
+    let limited = put_component(&t, &seller, &tool, wasm.clone()).await;
+    limited.assert_error(429, "RATE_LIMITED");
+    assert!(limited.headers.get("retry-after").is_some());
+    // Refused components count too; the seller's 30 a day cover all its tools.
+    let mut uploads = 10;
+    let mut n = 0;
+    while uploads < 30 {
+        let other = registered(&t, &seller, &profile_tool(&format!("other-{n}"))).await;
+        for _ in 0..5.min(30 - uploads) {
+            put_component(&t, &seller, &other, b"\0asm\x0d\0\x01\0garbage".to_vec()).await.assert_error(400, "COMPONENT_INVALID");
+            uploads += 1;
+        }
+        n += 1;
+    }
+    let fresh = registered(&t, &seller, &profile_tool("fresh")).await;
+    let over = put_component(&t, &seller, &fresh, component_bytes("tool-example")).await;
+    over.assert_error(429, "RATE_LIMITED");
+    assert!(over.text.contains("seller"), "{}", over.text);
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 30);
+    // Another seller is not held by it.
+    let another = t.register().await;
+    let theirs = registered(&t, &another, &profile_tool("theirs")).await;
+    assert_eq!(put_component(&t, &another, &theirs, component_bytes("tool-example")).await.status.as_u16(), 201);
 }

@@ -5,6 +5,7 @@
 //! gets a schema of its own, dropped when the server is dropped.
 
 pub mod contract;
+pub mod hostile;
 pub mod logs;
 pub mod x402;
 
@@ -200,6 +201,8 @@ pub struct Options {
     pub jobs: bool,
     /// What the operator switched off.
     pub features: anchor_app::Features,
+    /// The tool runtime and its slots; `None`: the one the test process shares.
+    pub tools: Option<anchor_app::tools::Tools>,
 }
 
 impl Default for Options {
@@ -213,6 +216,7 @@ impl Default for Options {
             privacy: Default::default(),
             jobs: true,
             features: Default::default(),
+            tools: None,
         }
     }
 }
@@ -270,7 +274,7 @@ impl TestServer {
         if let Some(settler) = options.settler {
             state = state.with_settler(settler);
         }
-        state = state.with_tools(shared_tools());
+        state = state.with_tools(options.tools.unwrap_or_else(shared_tools));
         // The background jobs, with a fast log; reconciliation and erasure
         // are driven by the tests themselves.
         let integrator = options.jobs.then(|| {

@@ -67,6 +67,13 @@ pub enum AppError {
         code: &'static str,
         message: String,
     },
+    /// This host is full for now (every slot of a shared resource taken,
+    /// the line for them too); nothing was recorded (503 with Retry-After).
+    Busy {
+        code: &'static str,
+        message: String,
+        retry_after_secs: u64,
+    },
     Internal(anyhow::Error),
 }
 
@@ -93,7 +100,8 @@ impl AppError {
             | AppError::Unprocessable { code, .. }
             | AppError::Gone { code, .. }
             | AppError::Unpaid { code, .. }
-            | AppError::Unavailable { code, .. } => code,
+            | AppError::Unavailable { code, .. }
+            | AppError::Busy { code, .. } => code,
             AppError::Unauthenticated { .. } => "UNAUTHORIZED",
             AppError::TokenRefused => "INVALID_TOKEN",
             AppError::RateLimited { .. } => "RATE_LIMITED",
@@ -115,6 +123,7 @@ impl std::fmt::Display for AppError {
             | AppError::Gone { message, .. }
             | AppError::Unpaid { message, .. }
             | AppError::Unavailable { message, .. }
+            | AppError::Busy { message, .. }
             | AppError::Unauthenticated { message }
             | AppError::RateLimited { message, .. } => write!(f, "{}: {message}", self.code()),
             AppError::TokenRefused => write!(f, "INVALID_TOKEN: the agent token is not the agent's current one"),

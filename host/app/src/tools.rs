@@ -6,25 +6,37 @@
 //! with a price above zero and no payment offered, the answer is the 402
 //! challenge before anything runs; with a payment, the tool runs first and
 //! the payment settles only on success, so a failing (or hostile) tool costs
-//! its runner nothing. Runs are bounded by the runtime's published limits,
-//! one at a time per host beyond [`ToolLimits::concurrent_runs`] (others
-//! wait a moment, then are refused), off the async executor.
+//! its runner nothing. Runs are bounded by the runtime's published limits
+//! and run off the async executor. Slots are shared fairly: an agent has
+//! [`ToolLimits::runs_per_agent`] of its own, and its further runs wait in
+//! its own line (then 429), never in the host's; the host has
+//! [`ToolLimits::concurrent_runs`] for everyone, with a short line in which
+//! each agent has at most its own slots' worth of places (then 503 with
+//! Retry-After). One agent's spinning tool therefore holds at most its own
+//! slots, and every other agent finds the rest.
+//!
+//! An upload is counted against the seller's and the tool's daily quota
+//! before anything is compiled (a refused component counts too); the same
+//! bytes as the current version change nothing and compile nothing, and a
+//! component this host has compiled before is not compiled again.
 //!
 //! Content-blind: a run's observations and report are never stored, only
 //! who ran which component version, when, the outcome and the instructions used.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, Subject, SubjectDomain};
 use anchor_domain::tools::{Rejected, Report, RunFailure, RunStats, ToolInput, ToolLimits, ToolRuntime};
 use anchor_domain::tsl::{PurchaseStatus, ToolStatus};
-use anchor_store::{AgentRecord, ComponentAdded, ComponentRecord, NewComponent, NewObservation, RunRecord, ToolRecord};
-use tokio::sync::Semaphore;
+use anchor_store::{AgentRecord, ComponentAdded, ComponentRecord, NewComponent, NewObservation, RunRecord, ToolRecord, UploadCounted};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ara::for_tools::{self, Gathered};
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -32,18 +44,24 @@ use crate::{AppError, AppResult, Services};
 
 pub const RUN: Route = Route { method: "POST", path: "/v1/tsl/tool/{tool_id}/run" };
 
-/// How long a run waits for a free slot before it is refused.
+/// How long a run waits for one of the host's slots before it is refused.
 const RUN_WAIT: Duration = Duration::from_secs(5);
-/// How long an upload waits for the compiler (one compile at a time per host).
+/// How long an agent's run waits for the agent's own slot.
+const AGENT_WAIT: Duration = Duration::from_secs(5);
+/// How long an upload waits for the compiler (one compilation at a time per host).
 const COMPILE_WAIT: Duration = Duration::from_secs(10);
 /// The most uploads one tool takes in a UTC day.
 pub const UPLOADS_PER_DAY: i64 = 10;
+/// The most uploads one seller makes in a UTC day, all its tools together.
+pub const UPLOADS_PER_SELLER_PER_DAY: i64 = 30;
 
 /// The tool runtime and the slots runs and compiles take on this host. Cheap to clone.
 #[derive(Clone)]
 pub struct Tools {
     runtime: Arc<dyn ToolRuntime>,
     runs: Arc<Semaphore>,
+    /// Each agent's own slots, while it has a run under way or waiting.
+    agents: Arc<Mutex<HashMap<Uuid, Arc<Semaphore>>>>,
     compiles: Arc<Semaphore>,
     /// How long a run, and a compile, wait for their slot.
     waits: (Duration, Duration),
@@ -52,8 +70,28 @@ pub struct Tools {
 /// What a blocking tool task waits for.
 #[derive(Clone, Copy)]
 enum Slot {
-    Run,
+    /// A run of this agent's.
+    Run(Uuid),
     Compile,
+}
+
+/// An agent's slot, given back (and its entry dropped when no one else
+/// holds or waits for it) when the run ends.
+struct AgentSlot {
+    agents: Arc<Mutex<HashMap<Uuid, Arc<Semaphore>>>>,
+    agent: Uuid,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for AgentSlot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        // Only the map holds it: no run of this agent's holds or waits for a slot.
+        if agents.get(&self.agent).is_some_and(|slots| Arc::strong_count(slots) == 1) {
+            agents.remove(&self.agent);
+        }
+    }
 }
 
 impl Tools {
@@ -65,30 +103,61 @@ impl Tools {
     /// runtime among many servers compiles far more than one host does).
     pub fn with_waits(runtime: Arc<dyn ToolRuntime>, run_wait: Duration, compile_wait: Duration) -> Tools {
         let runs = Arc::new(Semaphore::new(runtime.limits().concurrent_runs.max(1)));
-        Tools { runtime, runs, compiles: Arc::new(Semaphore::new(1)), waits: (run_wait, compile_wait) }
+        Tools { runtime, runs, agents: Arc::default(), compiles: Arc::new(Semaphore::new(1)), waits: (run_wait, compile_wait) }
     }
 
     pub fn limits(&self) -> ToolLimits {
         self.runtime.limits()
     }
 
+    /// The agent's own slot: it waits in the agent's line, not the host's.
+    async fn agent_slot(&self, agent: Uuid) -> AppResult<AgentSlot> {
+        let slots = {
+            let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            let per_agent = self.limits().runs_per_agent.max(1);
+            agents.entry(agent).or_insert_with(|| Arc::new(Semaphore::new(per_agent))).clone()
+        };
+        let mut slot = AgentSlot { agents: self.agents.clone(), agent, permit: None };
+        let wait = AGENT_WAIT.min(self.waits.0);
+        let permit = tokio::time::timeout(wait, slots.acquire_owned()).await;
+        match permit {
+            Ok(Ok(permit)) => {
+                slot.permit = Some(permit);
+                Ok(slot)
+            }
+            _ => Err(AppError::RateLimited {
+                message: format!(
+                    "this agent already has {} tool run(s) under way on this host, the most it may; try again when one ends",
+                    self.limits().runs_per_agent.max(1)
+                ),
+                retry_after_secs: self.limits().wall_ms.div_ceil(1000).max(1),
+            }),
+        }
+    }
+
     /// Runs `work` on a blocking thread once a slot is free.
     async fn blocking<T: Send + 'static>(&self, slot: Slot, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
-        let (slots, wait) = match slot {
-            Slot::Run => (&self.runs, self.waits.0),
-            Slot::Compile => (&self.compiles, self.waits.1),
+        let agent_slot = match slot {
+            Slot::Run(agent) => Some(self.agent_slot(agent).await?),
+            Slot::Compile => None,
+        };
+        let (slots, wait, what) = match slot {
+            Slot::Run(_) => (&self.runs, self.waits.0, "tool run"),
+            Slot::Compile => (&self.compiles, self.waits.1, "compilation"),
         };
         let permit = tokio::time::timeout(wait, slots.clone().acquire_owned())
             .await
-            .map_err(|_| AppError::Unavailable {
+            .map_err(|_| AppError::Busy {
                 code: "TOOL_RUNNER_BUSY",
-                message: "every tool slot of this host is busy; try again in a few seconds".into(),
+                message: format!("every {what} slot of this host is busy, and so is its line; try again in a few seconds"),
+                retry_after_secs: self.limits().wall_ms.div_ceil(1000).max(1),
             })?
             .map_err(|e| AppError::Internal(e.into()))?;
         let runtime = self.runtime.clone();
         let out = tokio::task::spawn_blocking(move || {
             let out = work(runtime.as_ref());
             drop(permit);
+            drop(agent_slot);
             out
         })
         .await
@@ -131,6 +200,31 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
             "the body is empty: send the component's bytes (Content-Type: application/wasm)",
         ));
     }
+    let limits = services.tools.limits();
+    if wasm.len() > limits.component_bytes {
+        return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
+    }
+    // Hash first: the quota and the "unchanged" answer cost no compilation.
+    let (sha256, wasm) = tokio::task::spawn_blocking(move || (<[u8; 32]>::from(Sha256::digest(&wasm)), wasm))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing the component failed: {e}")))?;
+    let now = services.clock.now();
+    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let counted = services.store.count_upload(tool_id, agent.agent_id, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await?;
+    if let UploadCounted::TooMany { per_seller } = counted {
+        let tomorrow = day_start + chrono::Duration::days(1);
+        let message = if per_seller {
+            format!(
+                "a seller makes at most {UPLOADS_PER_SELLER_PER_DAY} uploads a UTC day, all its tools together; try again after the day turns"
+            )
+        } else {
+            format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns")
+        };
+        return Err(AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 });
+    }
+    if let Some(current) = services.store.current_component(tool_id).await?.filter(|c| c.sha256 == sha256) {
+        return Ok(Uploaded { component: current, unchanged: true, imports: Vec::new() });
+    }
     let (accepted, wasm) = services
         .tools
         .blocking(Slot::Compile, move |runtime| {
@@ -138,42 +232,29 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
             (accepted, wasm)
         })
         .await?;
-    let accepted = accepted.map_err(|rejected| {
-        let code = match rejected {
-            Rejected::TooLarge { .. } => "COMPONENT_TOO_LARGE",
-            Rejected::Invalid(_) => "COMPONENT_INVALID",
-            Rejected::ForbiddenImports(_) => "COMPONENT_FORBIDDEN_IMPORT",
-            Rejected::WrongWorld(_) => "COMPONENT_WRONG_WORLD",
-        };
-        AppError::invalid(code, rejected.detail())
-    })?;
-    let now = services.clock.now();
-    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
-    let upload = NewComponent {
-        tool_id,
-        sha256: &accepted.sha256,
-        wasm: &wasm,
-        uploaded_by: agent.agent_id,
-        now,
-        day_start,
-        per_day: UPLOADS_PER_DAY,
-    };
+    let accepted = accepted.map_err(rejected)?;
+    let upload = NewComponent { tool_id, sha256: &accepted.sha256, wasm: &wasm, uploaded_by: agent.agent_id, now };
     let added = services.store.add_component(&upload).await?;
     let uploaded = match added {
         ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
         ComponentAdded::Unchanged(component) => Uploaded { component, unchanged: true, imports: accepted.imports },
-        ComponentAdded::TooMany => {
-            let tomorrow = day_start + chrono::Duration::days(1);
-            return Err(AppError::RateLimited {
-                message: format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns"),
-                retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64,
-            });
-        }
     };
     // The version this one superseded (and anything else no longer current) leaves this host's cache.
     let current = services.store.current_component_hashes().await?;
     services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&current)).await?;
     Ok(uploaded)
+}
+
+/// A refused component, with its documented code.
+fn rejected(rejected: Rejected) -> AppError {
+    let code = match rejected {
+        Rejected::TooLarge { .. } => "COMPONENT_TOO_LARGE",
+        Rejected::Invalid(_) => "COMPONENT_INVALID",
+        Rejected::ForbiddenImports(_) => "COMPONENT_FORBIDDEN_IMPORT",
+        Rejected::WrongWorld(_) => "COMPONENT_WRONG_WORLD",
+        Rejected::OverLimits(_) => "COMPONENT_OVER_LIMITS",
+    };
+    AppError::invalid(code, rejected.detail())
 }
 
 /// GET /v1/tsl/tool/{tool_id}/component (public): the current component's facts.
@@ -301,7 +382,7 @@ pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: 
     let metrics = services.metrics.clone();
     let outcome = services
         .tools
-        .blocking(Slot::Run, move |runtime| {
+        .blocking(Slot::Run(runner.agent_id), move |runtime| {
             metrics.guest("tool", "run", crate::metrics::tool_reason, || runtime.run(&sha256, wasm.as_deref(), &input))
         })
         .await?;

@@ -94,8 +94,18 @@ pub struct ToolLimits {
     pub fuel: u64,
     /// Wall-clock time per run, in milliseconds.
     pub wall_ms: u64,
-    /// Linear memory a run may hold, in bytes.
+    /// Linear memory a run may hold, in bytes: all the memories of all the
+    /// component's instances together.
     pub memory_bytes: usize,
+    /// Table elements a run may hold: all its tables together.
+    pub table_elements: usize,
+    /// Core instances a component may create (a language runtime's
+    /// component has several; each is counted).
+    pub instances: usize,
+    /// Linear memories a component's instances may define, together.
+    pub memories: usize,
+    /// Tables a component's instances may define, together.
+    pub tables: usize,
     /// The report's size, in bytes (strings plus eight per number).
     pub output_bytes: usize,
     pub max_metrics: usize,
@@ -104,8 +114,15 @@ pub struct ToolLimits {
     pub max_values_per_row: usize,
     /// The longest name, column or label, in bytes.
     pub max_text_bytes: usize,
-    /// Runs at once on one host; more wait briefly, then are refused.
+    /// Runs at once on one host, all agents together; more wait briefly in
+    /// line, then are refused (503 with Retry-After).
     pub concurrent_runs: usize,
+    /// Runs at once of one agent on one host; its further runs wait for
+    /// its own, never for another agent's slot (then 429).
+    pub runs_per_agent: usize,
+    /// Threads that compile uploaded components on one host (a pool of its
+    /// own, so a compilation never takes every core).
+    pub compile_threads: usize,
 }
 
 impl ToolLimits {
@@ -114,14 +131,28 @@ impl ToolLimits {
         fuel: 4_000_000_000,
         wall_ms: 2_000,
         memory_bytes: 128 << 20,
+        table_elements: 200_000,
+        instances: 32,
+        memories: 32,
+        tables: 32,
         output_bytes: 256 << 10,
         max_metrics: 256,
         max_columns: 32,
         max_rows: 4096,
         max_values_per_row: 32,
         max_text_bytes: 256,
-        concurrent_runs: 1,
+        concurrent_runs: 2,
+        runs_per_agent: 1,
+        compile_threads: 1,
     };
+
+    /// The defaults, with runs and compile threads sized to this machine:
+    /// as many runs at once as it has cores (at least two), and half its
+    /// cores to compile (at least one).
+    pub fn for_this_machine() -> ToolLimits {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        ToolLimits { concurrent_runs: cores.max(2), compile_threads: (cores / 2).max(1), ..ToolLimits::DEFAULT }
+    }
 
     /// Checks a report against the output bounds; the reason when it is over.
     pub fn check(&self, report: &Report) -> Result<usize, String> {
@@ -155,6 +186,8 @@ impl ToolLimits {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunStats {
     pub fuel_used: u64,
+    /// The most linear memory the run held at once, all memories together.
+    pub memory_bytes: usize,
     pub wall: Duration,
     pub output_bytes: usize,
 }
@@ -227,6 +260,9 @@ pub enum Rejected {
     ForbiddenImports(Vec<String>),
     /// Its exports do not implement `anchor:tool/tool@1.0.0`.
     WrongWorld(String),
+    /// Instantiating it would go over a run's limits (instances, memories,
+    /// tables, or what they start with).
+    OverLimits(String),
 }
 
 impl Rejected {
@@ -238,6 +274,7 @@ impl Rejected {
                 format!("it imports capabilities tools never get (no filesystem, network, clock or randomness): {}", names.join(", "))
             }
             Rejected::WrongWorld(why) => format!("it does not implement the world anchor:tool/tool@1.0.0: {why}"),
+            Rejected::OverLimits(why) => format!("it is over the limits every run is held to (GET /v1/tsl/runtime): {why}"),
         }
     }
 }

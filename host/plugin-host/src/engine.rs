@@ -3,35 +3,181 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 /// How often the epoch advances. A deadline of N ticks is N times this.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-/// The bounds of one guest call.
-#[derive(Clone, Copy, Debug)]
+/// The bounds of one guest call, for the whole call: whatever number of
+/// core instances, memories and tables the component creates, their sum is
+/// held to these (one [`Budget`] per store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Instructions, roughly: wasmtime's fuel.
     pub fuel: u64,
     /// Wall-clock backstop, in epoch ticks.
     pub deadline_ticks: u64,
-    /// Bytes of linear memory the guest may hold.
+    /// Bytes of linear memory the call may hold, all its memories together.
     pub memory_bytes: usize,
-    /// Instances, tables and memories a component may create (a component
-    /// built from a language runtime has several core instances).
+    /// Table elements the call may hold, all its tables together.
+    pub table_elements: usize,
+    /// Core instances a call may create (a component built from a language
+    /// runtime has several).
     pub instances: usize,
+    /// Linear memories a call may create.
+    pub memories: usize,
+    /// Tables a call may create.
+    pub tables: usize,
 }
 
 impl Limits {
     /// The bounds for pricing calls: a quote takes a few thousand instructions
     /// and well under a megabyte, so these leave wide room and still end a
     /// runaway guest within a few milliseconds.
-    pub const PRICING: Limits = Limits { fuel: 20_000_000, deadline_ticks: 20, memory_bytes: 8 << 20, instances: 16 };
+    pub const PRICING: Limits = Limits {
+        fuel: 20_000_000,
+        deadline_ticks: 20,
+        memory_bytes: 8 << 20,
+        table_elements: 10_000,
+        instances: 16,
+        memories: 16,
+        tables: 16,
+    };
 }
 
-/// What a store carries: its memory limiter.
+/// What a store carries: the budget of its call.
 pub struct CallState {
-    limits: StoreLimits,
+    budget: Budget,
+}
+
+impl CallState {
+    /// The most linear memory the call held at once, all memories together.
+    pub fn peak_memory(&self) -> usize {
+        self.budget.peak_memory
+    }
+
+    /// The most table elements the call held at once, all tables together.
+    pub fn peak_table_elements(&self) -> usize {
+        self.budget.table_elements
+    }
+}
+
+/// The resource limiter of one call: it adds up every memory and table the
+/// call's instances create or grow, and refuses (with a trap, as
+/// [`OverBudget`]) the first growth that would take the sum past its limit,
+/// before anything is allocated.
+#[derive(Debug)]
+pub struct Budget {
+    limits: Limits,
+    memory: usize,
+    peak_memory: usize,
+    table_elements: usize,
+}
+
+impl Budget {
+    pub fn new(limits: Limits) -> Budget {
+        Budget { limits, memory: 0, peak_memory: 0, table_elements: 0 }
+    }
+}
+
+/// What a call tried to hold beyond its budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// Bytes of linear memory, all memories together.
+    Memory,
+    /// Table elements, all tables together.
+    TableElements,
+}
+
+/// A growth the budget refused: the call traps with this error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverBudget {
+    pub resource: Resource,
+    /// The total the growth asked for.
+    pub asked: usize,
+    pub limit: usize,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.resource {
+            Resource::Memory => write!(
+                f,
+                "memory bound reached: the call's memories would hold {} bytes together, more than the {} allowed",
+                self.asked, self.limit
+            ),
+            Resource::TableElements => write!(
+                f,
+                "table bound reached: the call's tables would hold {} elements together, more than the {} allowed",
+                self.asked, self.limit
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+impl wasmtime::ResourceLimiter for Budget {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|max| desired > max) {
+            // Past the memory's own declared maximum: `memory.grow` answers -1, as WebAssembly says.
+            return Ok(false);
+        }
+        let total = self.memory.saturating_sub(current).saturating_add(desired);
+        if total > self.limits.memory_bytes {
+            return Err(wasmtime::Error::new(OverBudget { resource: Resource::Memory, asked: total, limit: self.limits.memory_bytes }));
+        }
+        self.memory = total;
+        self.peak_memory = self.peak_memory.max(total);
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error.context("the host could not grow the memory"))
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|max| desired > max) {
+            return Ok(false);
+        }
+        let total = self.table_elements.saturating_sub(current).saturating_add(desired);
+        if total > self.limits.table_elements {
+            return Err(wasmtime::Error::new(OverBudget {
+                resource: Resource::TableElements,
+                asked: total,
+                limit: self.limits.table_elements,
+            }));
+        }
+        self.table_elements = total;
+        Ok(true)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error.context("the host could not grow the table"))
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories
+    }
+}
+
+/// The budget a failed call went over, if that is why it failed.
+pub fn over_budget(error: &wasmtime::Error) -> Option<OverBudget> {
+    error.chain().find_map(|cause| cause.downcast_ref::<OverBudget>().copied())
+}
+
+/// Whether a call failed on one of wasmtime's own counts (instances,
+/// memories or tables past the budget's numbers).
+pub fn over_count(error: &wasmtime::Error) -> Option<String> {
+    error.chain().map(|cause| cause.to_string()).find(|text| text.contains("resource limit exceeded"))
 }
 
 /// What an engine runs: the operator's pricing generations (trusted, small,
@@ -94,17 +240,8 @@ impl PluginEngine {
 
     /// A fresh store with the given bounds applied.
     pub fn store(&self, limits: Limits) -> wasmtime::Result<Store<CallState>> {
-        let state = CallState {
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(limits.instances)
-                .tables(limits.instances)
-                .memories(limits.instances)
-                .trap_on_grow_failure(true)
-                .build(),
-        };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limits);
+        let mut store = Store::new(&self.engine, CallState { budget: Budget::new(limits) });
+        store.limiter(|state| &mut state.budget);
         store.set_fuel(limits.fuel)?;
         store.set_epoch_deadline(limits.deadline_ticks);
         Ok(store)
@@ -143,6 +280,9 @@ fn config(pooling: bool) -> Config {
 
 /// Names a failed call: the trap kind when there is one, else the error's chain.
 pub fn describe_failure(error: &wasmtime::Error) -> String {
+    if let Some(over) = over_budget(error) {
+        return over.to_string();
+    }
     if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         return describe_trap(trap);
     }
@@ -151,11 +291,10 @@ pub fn describe_failure(error: &wasmtime::Error) -> String {
             return describe_trap(trap);
         }
     }
-    let root = error.root_cause().to_string();
-    if root.contains("growing memory") {
-        return format!("memory bound reached: {root}");
+    if let Some(count) = over_count(error) {
+        return count;
     }
-    format!("trap: {root}")
+    format!("trap: {}", error.root_cause())
 }
 
 fn describe_trap(trap: &wasmtime::Trap) -> String {

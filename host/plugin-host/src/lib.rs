@@ -3,18 +3,20 @@
 //!
 //! One [`PluginEngine`] compiles components; each loaded component becomes a
 //! typed, pre-linked handle; every call runs in a fresh `Store` with a fuel
-//! budget (CPU), an epoch deadline (wall clock) and a memory cap, and with no
-//! capabilities at all: any import a component declares is linked to a trap.
+//! budget (CPU), an epoch deadline (wall clock) and one budget for all the
+//! memories and tables its instances create, and with no capabilities at all: any import a component declares is linked to a trap.
 //! A guest that traps, spins or grows fails its own call and nothing else.
 
 pub mod cache;
 pub mod engine;
 pub mod pricing;
+pub mod shape;
 pub mod tool;
 
 pub use cache::CompiledCache;
-pub use engine::{Limits, PluginEngine, Profile};
+pub use engine::{Limits, OverBudget, PluginEngine, Profile};
 pub use pricing::{WarmQuoter, WasmPricing};
+pub use shape::{Shape, shape};
 pub use tool::WasmTools;
 /// The runtime, for callers that inspect components (tests, operator tools).
 pub use wasmtime;

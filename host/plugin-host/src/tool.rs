@@ -1,16 +1,22 @@
 //! Interpretation tools as components of `anchor:tool/tool@1.0.0`: sellers'
 //! code, so untrusted.
 //!
-//! - **Accepting** a component checks its size, compiles it once (on the
-//!   tools' own engine), refuses any import that is a capability (only the
-//!   world's own types and the `wasi:cli`/`wasi:io` interfaces a standard
-//!   library links, all bound to traps, are let through) and checks that its
-//!   exports implement the world. The compiled artifact is written to the
+//! - **Accepting** a component checks its size and its shape (the core
+//!   instances, memories and tables instantiating it creates, read from the
+//!   bytes before anything is compiled), compiles it once (on the tools' own
+//!   engine, on a thread pool of its own: a compilation never takes every
+//!   core) unless this host has it compiled already, refuses any import that
+//!   is a capability (only the world's own types and the `wasi:cli`/`wasi:io`
+//!   interfaces a standard library links, all bound to traps, are let
+//!   through), checks that its exports implement the world, and instantiates
+//!   it once under a run's limits. The compiled artifact is written to the
 //!   cache directory, keyed by the component's SHA-256 and the engine's
 //!   compatibility hash, so a restart deserializes it instead of compiling.
 //! - **Running** one is a fresh store with a fuel budget, an epoch deadline
-//!   and a memory cap; the report is checked against the output bounds after
-//!   it is lifted. Every failure is the run's own, named ([`RunFailure`]).
+//!   and one budget for the whole run: every memory and table of every
+//!   instance counts against it, and a growth past it traps before anything
+//!   is allocated. The report is checked against the output bounds after it
+//!   is lifted. Every failure is the run's own, named ([`RunFailure`]).
 //!
 //! Generated WIT types never leave this module.
 
@@ -28,7 +34,7 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 
 use crate::cache::CompiledCache;
-use crate::engine::{CallState, EPOCH_TICK, Limits, PluginEngine, Profile};
+use crate::engine::{CallState, EPOCH_TICK, Limits, PluginEngine, Profile, over_budget, over_count};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -72,17 +78,24 @@ pub struct WasmTools {
     limits: ToolLimits,
     cache: Option<CompiledCache>,
     loaded: Mutex<LoadedSet>,
+    /// Where compilations run: `limits.compile_threads` threads of their own.
+    compiler: rayon::ThreadPool,
 }
 
 impl WasmTools {
     /// A runtime over the tools' engine; `cache_dir`, when given, keeps
     /// compiled components across restarts (created if missing).
     pub fn new(cache_dir: Option<&Path>, limits: ToolLimits) -> anyhow::Result<WasmTools> {
+        let compiler = rayon::ThreadPoolBuilder::new()
+            .num_threads(limits.compile_threads.max(1))
+            .thread_name(|i| format!("tool-compile-{i}"))
+            .build()?;
         Ok(WasmTools {
             engine: PluginEngine::with_profile(Profile::Tools)?,
             limits,
             cache: cache_dir.map(CompiledCache::new).transpose()?,
             loaded: Mutex::default(),
+            compiler,
         })
     }
 
@@ -94,12 +107,25 @@ impl WasmTools {
         self.cache.as_ref().is_some_and(|cache| cache.contains(self.engine(), sha256))
     }
 
-    /// Compiles `wasm` once, through the disk cache when there is one.
+    /// Compiles `wasm` once, through the disk cache when there is one, on
+    /// the compile pool (wasmtime's parallel compilation uses the pool it is
+    /// called from).
     fn compile(&self, sha256: &[u8; 32], wasm: &[u8]) -> wasmtime::Result<Component> {
-        match &self.cache {
+        self.compiler.install(|| match &self.cache {
             Some(cache) => cache.compile(self.engine(), sha256, wasm),
             None => Component::new(self.engine(), wasm),
+        })
+    }
+
+    /// The compiled component: from memory, from the disk cache, else compiled.
+    fn compiled(&self, sha256: &[u8; 32], wasm: &[u8]) -> wasmtime::Result<Component> {
+        if let Some(loaded) = self.in_memory(sha256) {
+            return Ok(loaded.pre.instance_pre().component().clone());
         }
+        if let Some(component) = self.cache.as_ref().and_then(|cache| cache.read(self.engine(), sha256)) {
+            return Ok(component);
+        }
+        self.compile(sha256, wasm)
     }
 
     fn link(&self, component: &Component) -> Result<Arc<Loaded>, Rejected> {
@@ -152,8 +178,35 @@ impl WasmTools {
     }
 
     fn call_limits(&self) -> Limits {
-        let ticks = (self.limits.wall_ms as u128).div_ceil(EPOCH_TICK.as_millis().max(1)) as u64;
-        Limits { fuel: self.limits.fuel, deadline_ticks: ticks.max(1), memory_bytes: self.limits.memory_bytes, instances: 64 }
+        call_limits(&self.limits)
+    }
+
+    /// Instantiates the tool once under a run's limits, calling nothing: a
+    /// component whose instantiation alone is over them (or traps) could
+    /// never run.
+    fn try_instantiate(&self, loaded: &Loaded) -> Result<(), Rejected> {
+        let mut store = self.engine.store(self.call_limits()).map_err(|e| Rejected::Invalid(e.to_string()))?;
+        match loaded.pre.instantiate(&mut store) {
+            Ok(_) => Ok(()),
+            Err(error) => match classify(&error) {
+                RunFailure::OutOfMemory(why) => Err(Rejected::OverLimits(why)),
+                other => Err(Rejected::Invalid(format!("instantiating it failed: {}", other.detail()))),
+            },
+        }
+    }
+}
+
+/// The bounds of one run, from the published limits.
+pub fn call_limits(limits: &ToolLimits) -> Limits {
+    let ticks = (limits.wall_ms as u128).div_ceil(EPOCH_TICK.as_millis().max(1)) as u64;
+    Limits {
+        fuel: limits.fuel,
+        deadline_ticks: ticks.max(1),
+        memory_bytes: limits.memory_bytes,
+        table_elements: limits.table_elements,
+        instances: limits.instances,
+        memories: limits.memories,
+        tables: limits.tables,
     }
 }
 
@@ -180,9 +233,12 @@ impl ToolRuntime for WasmTools {
         if wasm.len() > self.limits.component_bytes {
             return Err(Rejected::TooLarge { size: wasm.len(), max: self.limits.component_bytes });
         }
+        // The shape first: a component over the limits costs no compilation.
+        let shape = crate::shape::shape(wasm).map_err(Rejected::Invalid)?;
+        shape.check(&self.call_limits()).map_err(Rejected::OverLimits)?;
         let sha256: [u8; 32] = Sha256::digest(wasm).into();
         // Check the imports before anything is written to the cache.
-        let component = Component::new(self.engine(), wasm).map_err(|e| Rejected::Invalid(format!("{e:#}")))?;
+        let component = self.compiled(&sha256, wasm).map_err(|e| Rejected::Invalid(format!("{e:#}")))?;
         let (capabilities, others) = unexpected_imports(self.engine(), &component);
         if !capabilities.is_empty() {
             return Err(Rejected::ForbiddenImports(capabilities));
@@ -192,6 +248,7 @@ impl ToolRuntime for WasmTools {
         }
         let imports: Vec<String> = component.component_type().imports(self.engine()).map(|(name, _)| name.to_string()).collect();
         let loaded = self.link(&component)?;
+        self.try_instantiate(&loaded)?;
         if let Some(cache) = &self.cache {
             // The component compiled already; its serialized form is what restarts read.
             cache.keep(self.engine(), &sha256, &component);
@@ -221,6 +278,7 @@ impl ToolRuntime for WasmTools {
         let instance = loaded.pre.instantiate(&mut store).map_err(|e| classify(&e))?;
         let outcome = instance.call_run(&mut store, &to_wit(input));
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let memory_bytes = store.data().peak_memory();
         let wall = started.elapsed();
         drop(store);
         let report = match outcome {
@@ -229,7 +287,7 @@ impl ToolRuntime for WasmTools {
             Err(error) => return Err(classify(&error)),
         };
         let output_bytes = self.limits.check(&report).map_err(RunFailure::OutputTooLarge)?;
-        Ok((report, RunStats { fuel_used, wall, output_bytes }))
+        Ok((report, RunStats { fuel_used, memory_bytes, wall, output_bytes }))
     }
 }
 
@@ -249,14 +307,16 @@ fn truncate(mut text: String, max: usize) -> String {
 fn classify(error: &wasmtime::Error) -> RunFailure {
     let trap =
         error.downcast_ref::<wasmtime::Trap>().copied().or_else(|| error.chain().find_map(|c| c.downcast_ref::<wasmtime::Trap>().copied()));
+    if let Some(over) = over_budget(error) {
+        return RunFailure::OutOfMemory(over.to_string());
+    }
     match trap {
         Some(wasmtime::Trap::OutOfFuel) => return RunFailure::OutOfFuel,
         Some(wasmtime::Trap::Interrupt) => return RunFailure::Deadline,
         _ => {}
     }
-    let text = format!("{error:#}");
-    if text.contains("growing memory") || text.contains("memory") && text.contains("limit") {
-        return RunFailure::OutOfMemory(truncate(error.root_cause().to_string(), 512));
+    if let Some(count) = over_count(error) {
+        return RunFailure::OutOfMemory(truncate(count, 512));
     }
     RunFailure::Trap(truncate(
         match trap {

@@ -84,7 +84,7 @@ impl ApiError {
                 AppError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 AppError::Gone { .. } => StatusCode::GONE,
                 AppError::PaymentRequired(_) | AppError::SettlementFailed { .. } | AppError::Unpaid { .. } => StatusCode::PAYMENT_REQUIRED,
-                AppError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                AppError::Unavailable { .. } | AppError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -230,6 +230,13 @@ impl IntoResponse for ApiError {
             ApiError::App(AppError::RateLimited { message, retry_after_secs })
             | ApiError::TooManyRequests { message, retry_after_secs } => {
                 let mut response = (status, body("RATE_LIMITED", &message)).into_response();
+                if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                response
+            }
+            ApiError::App(AppError::Busy { code, message, retry_after_secs }) => {
+                let mut response = (status, body(code, &message)).into_response();
                 if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
                     response.headers_mut().insert(header::RETRY_AFTER, value);
                 }

@@ -115,7 +115,8 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
-    let tools = anchor_plugins::WasmTools::new(Some(&config.data_dir.join("tool-cache")), anchor_domain::tools::ToolLimits::DEFAULT)?;
+    let tools =
+        anchor_plugins::WasmTools::new(Some(&config.data_dir.join("tool-cache")), anchor_domain::tools::ToolLimits::for_this_machine())?;
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings)
         .with_settler(settler.clone())
         .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));

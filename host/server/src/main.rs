@@ -428,8 +428,21 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give the observations with --input FILE (or --sample N)"),
     };
-    let limits = ToolLimits::DEFAULT;
+    let limits = ToolLimits::for_this_machine();
     let tools = anchor_plugins::WasmTools::new(None, limits)?;
+    if let Ok(shape) = anchor_plugins::shape(&wasm) {
+        eprintln!(
+            "shape: {} core instances (limit {}), {} memories (limit {}) starting at {} bytes, {} tables (limit {}) starting with {} elements",
+            shape.core_instances,
+            limits.instances,
+            shape.memories,
+            limits.memories,
+            shape.initial_memory_bytes,
+            shape.tables,
+            limits.tables,
+            shape.initial_table_elements
+        );
+    }
     let compiling = std::time::Instant::now();
     let accepted = match tools.accept(&wasm) {
         Ok(accepted) => accepted,
@@ -456,7 +469,7 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
     let (report, stats) = last.expect("at least one run");
     println!("{}", serde_json::to_string_pretty(&report)?);
     eprintln!(
-        "ok: {} metrics, {} rows, {} output bytes, {} instructions (fuel) of {}, {:.2?} (limits: {} ms, {} MiB)",
+        "ok: {} metrics, {} rows, {} output bytes, {} instructions (fuel) of {}, {:.2?} (limit {} ms), memory {} KiB at most (limit {} MiB)",
         report.metrics.len(),
         report.rows.len(),
         stats.output_bytes,
@@ -464,6 +477,7 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
         limits.fuel,
         stats.wall,
         limits.wall_ms,
+        stats.memory_bytes >> 10,
         limits.memory_bytes >> 20
     );
     if walls.len() > 1 {

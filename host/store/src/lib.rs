@@ -66,7 +66,7 @@ pub use sdac::*;
 pub use tsl::{
     ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
     MarketWindow, NewComponent, NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded,
-    ShareRecord, ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore,
+    ShareRecord, ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore, UploadCounted,
 };
 
 use engine::{Db, Engine, Exec, Row, sql};

@@ -1154,9 +1154,6 @@ pub struct NewComponent<'a> {
     pub wasm: &'a [u8],
     pub uploaded_by: Uuid,
     pub now: DateTime<Utc>,
-    /// The start of the UTC day `now` is in, and how many uploads a tool takes in a day.
-    pub day_start: DateTime<Utc>,
-    pub per_day: i64,
 }
 
 /// What adding a component concluded.
@@ -1165,8 +1162,17 @@ pub enum ComponentAdded {
     Added(ComponentRecord),
     /// The tool's current component is this one already.
     Unchanged(ComponentRecord),
-    /// The tool had its day's uploads already; nothing was written.
-    TooMany,
+}
+
+/// Whether an upload fits the day's quotas (and was counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadCounted {
+    Counted,
+    /// The tool (or, with `per_seller`, its seller) had its day's uploads
+    /// already; nothing was counted.
+    TooMany {
+        per_seller: bool,
+    },
 }
 
 /// One run of a tool: metadata only.
@@ -1192,6 +1198,17 @@ pub trait ToolComponentStore {
     /// Adds a component as the tool's next version (unless it is the current
     /// one, or the tool had its uploads of the day), and drops the bytes of
     /// the versions it supersedes (their facts stay).
+    /// Counts an upload to the tool by its seller, unless the tool already
+    /// had `per_tool` uploads since `day_start` or the seller `per_seller`.
+    async fn count_upload(
+        &self,
+        tool_id: Uuid,
+        seller: Uuid,
+        now: DateTime<Utc>,
+        day_start: DateTime<Utc>,
+        per_tool: i64,
+        per_seller: i64,
+    ) -> Result<UploadCounted>;
     async fn add_component(&self, upload: &NewComponent<'_>) -> Result<ComponentAdded>;
     /// The tool's current (latest) component.
     async fn current_component(&self, tool_id: Uuid) -> Result<Option<ComponentRecord>>;
@@ -1206,8 +1223,46 @@ pub trait ToolComponentStore {
 
 #[async_trait]
 impl<E: Engine> ToolComponentStore for SqlStore<E> {
+    async fn count_upload(
+        &self,
+        tool_id: Uuid,
+        seller: Uuid,
+        now: DateTime<Utc>,
+        day_start: DateTime<Utc>,
+        per_tool: i64,
+        per_seller: i64,
+    ) -> Result<UploadCounted> {
+        let mut tx = self.begin_write().await?;
+        // The seller's row, locked: its uploads are counted one at a time.
+        let found: Option<Uuid> =
+            tx.scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(seller)).await?;
+        found.ok_or(StoreError::Database(sqlx::Error::RowNotFound))?;
+        let (tool, mine): (i64, i64) = {
+            let row = tx
+                .fetch_one(
+                    sql("select (select count(*) from tsl_tool_upload where tool_id = $1 and uploaded_at >= $3) as tool, \
+                            (select count(*) from tsl_tool_upload where seller_agent_id = $2 and uploaded_at >= $3) as mine")
+                    .bind(tool_id)
+                    .bind(seller)
+                    .bind(day_start),
+                )
+                .await?;
+            (row.get("tool")?, row.get("mine")?)
+        };
+        if mine >= per_seller || tool >= per_tool {
+            return Ok(UploadCounted::TooMany { per_seller: mine >= per_seller });
+        }
+        tx.execute(Query::insert(
+            "tsl_tool_upload",
+            vec![("tool_id", tool_id.value()), ("seller_agent_id", seller.value()), ("uploaded_at", now.value())],
+        ))
+        .await?;
+        tx.commit().await?;
+        Ok(UploadCounted::Counted)
+    }
+
     async fn add_component(&self, upload: &NewComponent<'_>) -> Result<ComponentAdded> {
-        let NewComponent { tool_id, sha256, wasm, uploaded_by, now, day_start, per_day } = *upload;
+        let NewComponent { tool_id, sha256, wasm, uploaded_by, now } = *upload;
         let mut tx = self.begin_write().await?;
         lock_tool(&mut tx, self.db.for_update(), tool_id).await?;
         let current = tx
@@ -1220,12 +1275,6 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
         let current = current.as_ref().map(component_of).transpose()?;
         if let Some(current) = current.as_ref().filter(|c| &c.sha256 == sha256) {
             return Ok(ComponentAdded::Unchanged(current.clone()));
-        }
-        let today: i64 = tx
-            .scalar(sql("select count(*) from tsl_tool_component where tool_id = $1 and uploaded_at >= $2").bind(tool_id).bind(day_start))
-            .await?;
-        if today >= per_day {
-            return Ok(ComponentAdded::TooMany);
         }
         let record = ComponentRecord {
             tool_id,

@@ -99,6 +99,8 @@ impl WasmPricing {
         limits: Limits,
         cache: Option<&CompiledCache>,
     ) -> anyhow::Result<Arc<WasmPricing>> {
+        // The same shape bounds as a tool's: a component over them is refused before it is compiled.
+        crate::shape::shape(wasm).and_then(|shape| shape.check(&limits)).map_err(anyhow::Error::msg)?;
         let digest: [u8; 32] = Sha256::digest(wasm).into();
         let sha256 = hex::encode(digest);
         let component = match cache {

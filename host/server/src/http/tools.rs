@@ -38,7 +38,8 @@ pub fn operations() -> Vec<Operation> {
                  import no capability: no filesystem, network, clock or randomness (a standard library's wasi:cli and wasi:io \
                  imports are accepted and fail the run if called). It is compiled once, on upload. Each upload becomes the tool's \
                  next version; the same bytes again change nothing (200). Buyers run the latest version. The tool may declare \
-                 only the observations tools can receive (GET /v1/tsl/runtime lists them).",
+                 only the observations tools can receive (GET /v1/tsl/runtime lists them). Every upload counts against the day's \
+                 quota before anything is compiled; a component is compiled once per host, on a pool of its own.",
             )
             .extension()
             .agent()
@@ -48,8 +49,16 @@ pub fn operations() -> Vec<Operation> {
             .returns::<ComponentView>(200, "The tool's current component is this one already")
             .error(
                 400,
-                "Not a component, one that imports a capability, one that does not implement the world, or too large.",
-                &["INVALID_UUID", "COMPONENT_INVALID", "COMPONENT_FORBIDDEN_IMPORT", "COMPONENT_WRONG_WORLD", "COMPONENT_TOO_LARGE"],
+                "Not a component, one that imports a capability, one that does not implement the world, one over the run limits \
+                 (core instances, memories, tables, or what they start with), or too large.",
+                &[
+                    "INVALID_UUID",
+                    "COMPONENT_INVALID",
+                    "COMPONENT_FORBIDDEN_IMPORT",
+                    "COMPONENT_WRONG_WORLD",
+                    "COMPONENT_OVER_LIMITS",
+                    "COMPONENT_TOO_LARGE",
+                ],
             )
             .error(403, "You do not sell the tool.", &["NOT_TOOL_OWNER"])
             .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
@@ -59,8 +68,19 @@ pub fn operations() -> Vec<Operation> {
                 &["TOOL_NOT_AVAILABLE", "TOOL_INPUT_UNSUPPORTED"],
             )
             .error(415, "The body is not sent as application/wasm (or application/octet-stream).", &["UNSUPPORTED_MEDIA_TYPE"])
-            .error(429, "The tool had its uploads for the day (10); Retry-After says when the day turns.", &["RATE_LIMITED"])
-            .error(503, "Another component is compiling on this host; try again shortly.", &["TOOL_RUNNER_BUSY"]),
+            .error(
+                413,
+                "The body is over the largest component accepted (GET /v1/tsl/runtime), refused from its Content-Length before it is read.",
+                &["PAYLOAD_TOO_LARGE"],
+            )
+            .error(
+                429,
+                "The tool had its uploads for the day (10), or its seller (30, all its tools together); Retry-After says when the day turns.",
+                &["RATE_LIMITED"],
+            )
+            .error(503, "Another component is compiling on this host and the line is full; Retry-After says when to try again.", &[
+                "TOOL_RUNNER_BUSY",
+            ]),
         op(Method::GET, "/v1/tsl/tool/{tool_id}/component", get(component))
             .tag(TAG)
             .summary("The tool's current component: version, SHA-256 and size (public)")
@@ -116,9 +136,12 @@ pub fn operations() -> Vec<Operation> {
                 ],
             )
             .paid_inline("The run's observations cost something and no payment came, or it was refused (the reason is in `error`).")
+            .error(429, "You already have your run(s) under way on this host (GET /v1/tsl/runtime); Retry-After says when to try again.", &[
+                "RATE_LIMITED",
+            ])
             .error(
                 503,
-                "Every tool slot of this host is busy, or the settlement's outcome is unknown.",
+                "Every tool slot of this host is busy and so is its line (Retry-After), or the settlement's outcome is unknown.",
                 &["TOOL_RUNNER_BUSY", "SETTLEMENT_PENDING"],
             ),
         op(Method::GET, "/v1/tsl/runtime", get(runtime))
@@ -246,6 +269,8 @@ struct RunView {
     observations: usize,
     /// Instructions (fuel) the run used.
     fuel_used: u64,
+    /// The most linear memory the run held at once, all memories together.
+    memory_bytes: usize,
     wall_ms: f64,
     output_bytes: usize,
     /// What the observations cost, paid over x402 (0 when all were free).
@@ -274,6 +299,7 @@ async fn run(
         },
         observations: done.observations,
         fuel_used: done.stats.fuel_used,
+        memory_bytes: done.stats.memory_bytes,
         wall_ms: (done.stats.wall.as_micros() as f64) / 1000.0,
         output_bytes: done.stats.output_bytes,
         dac_charged: done.charged.into(),
@@ -281,16 +307,25 @@ async fn run(
     Ok(with_settlement(Json(view).into_response(), done.settlement.as_ref()))
 }
 
+/// The bounds every run is held to on this host, and how its slots are shared.
 #[derive(Serialize, JsonSchema)]
-struct RuntimeView {
-    /// The WIT world a component implements.
-    world: &'static str,
+pub(crate) struct RunLimitsView {
     /// The largest component accepted, in bytes.
     component_bytes: usize,
     /// Instructions (wasmtime fuel, about one per WebAssembly operator) per run.
     fuel_per_run: u64,
     wall_clock_ms_per_run: u64,
+    /// Linear memory a run may hold: all the memories of all the component's
+    /// instances together, counted before anything is allocated.
     memory_bytes_per_run: usize,
+    /// Table elements a run may hold, all its tables together.
+    table_elements_per_run: usize,
+    /// Core instances a component may create (each of a language runtime's counts).
+    core_instances_per_component: usize,
+    /// Linear memories its instances may define, together.
+    memories_per_component: usize,
+    /// Tables its instances may define, together.
+    tables_per_component: usize,
     /// The report's size: its strings plus eight bytes per number.
     output_bytes: usize,
     max_metrics: usize,
@@ -298,8 +333,49 @@ struct RuntimeView {
     max_rows: usize,
     max_values_per_row: usize,
     max_text_bytes: usize,
-    /// Runs at once on one host.
+    /// Runs at once on one host, all agents together; past them a run waits
+    /// a few seconds in line, then gets 503 TOOL_RUNNER_BUSY with Retry-After.
     concurrent_runs: usize,
+    /// Runs at once of one agent on one host; past them its runs wait in
+    /// its own line, then get 429 RATE_LIMITED.
+    concurrent_runs_per_agent: usize,
+    /// Uploads a tool takes in a UTC day (the same bytes again and refused components count).
+    uploads_per_tool_per_day: i64,
+    /// Uploads a seller makes in a UTC day, all its tools together.
+    uploads_per_seller_per_day: i64,
+}
+
+impl From<ToolLimits> for RunLimitsView {
+    fn from(l: ToolLimits) -> RunLimitsView {
+        RunLimitsView {
+            component_bytes: l.component_bytes,
+            fuel_per_run: l.fuel,
+            wall_clock_ms_per_run: l.wall_ms,
+            memory_bytes_per_run: l.memory_bytes,
+            table_elements_per_run: l.table_elements,
+            core_instances_per_component: l.instances,
+            memories_per_component: l.memories,
+            tables_per_component: l.tables,
+            output_bytes: l.output_bytes,
+            max_metrics: l.max_metrics,
+            max_columns: l.max_columns,
+            max_rows: l.max_rows,
+            max_values_per_row: l.max_values_per_row,
+            max_text_bytes: l.max_text_bytes,
+            concurrent_runs: l.concurrent_runs,
+            concurrent_runs_per_agent: l.runs_per_agent,
+            uploads_per_tool_per_day: tools::UPLOADS_PER_DAY,
+            uploads_per_seller_per_day: tools::UPLOADS_PER_SELLER_PER_DAY,
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+struct RuntimeView {
+    /// The WIT world a component implements.
+    world: &'static str,
+    #[serde(flatten)]
+    limits: RunLimitsView,
     /// Imports a component may have; anything else is refused at upload.
     allowed_imports: Vec<&'static str>,
     /// The observation types a tool can receive.
@@ -307,20 +383,9 @@ struct RuntimeView {
 }
 
 async fn runtime(State(state): State<AppState>) -> Json<RuntimeView> {
-    let l = state.app.tools.limits();
     Json(RuntimeView {
         world: "anchor:tool/tool@1.0.0",
-        component_bytes: l.component_bytes,
-        fuel_per_run: l.fuel,
-        wall_clock_ms_per_run: l.wall_ms,
-        memory_bytes_per_run: l.memory_bytes,
-        output_bytes: l.output_bytes,
-        max_metrics: l.max_metrics,
-        max_columns: l.max_columns,
-        max_rows: l.max_rows,
-        max_values_per_row: l.max_values_per_row,
-        max_text_bytes: l.max_text_bytes,
-        concurrent_runs: l.concurrent_runs,
+        limits: RunLimitsView::from(state.app.tools.limits()),
         allowed_imports: vec!["anchor:tool/types@1.0.0", "wasi:cli/* (trapped)", "wasi:io/* (trapped)"],
         observation_types: anchor_app::ara::for_tools::SUPPORTED.iter().map(|k| k.as_str()).collect(),
     })

@@ -278,6 +278,10 @@ pub(crate) struct ToolView {
     ara_connections: Vec<ConnectionView>,
     registered_at: Time,
     updated_at: Time,
+    /// The bounds a run of any tool on this host is held to (in the one
+    /// tool's answer only; GET /v1/tsl/runtime gives them too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_limits: Option<super::tools::RunLimitsView>,
 }
 
 impl From<&ToolRecord> for ToolView {
@@ -297,6 +301,7 @@ impl From<&ToolRecord> for ToolView {
                 .collect(),
             registered_at: t.registered_at.into(),
             updated_at: t.updated_at.into(),
+            run_limits: None,
         }
     }
 }
@@ -354,7 +359,9 @@ pub(crate) async fn list_tools(state: &AppState, query: ListQuery) -> ApiResult<
 
 async fn detail(State(state): State<AppState>, ApiPath(tool_id): ApiPath<String>) -> ApiResult<Json<ToolView>> {
     let tool = tsl::tool(&state.app, path_uuid("tool_id", &tool_id)?).await?;
-    Ok(Json(ToolView::from(&tool)))
+    let mut view = ToolView::from(&tool);
+    view.run_limits = Some(super::tools::RunLimitsView::from(state.app.tools.limits()));
+    Ok(Json(view))
 }
 
 #[derive(Serialize, JsonSchema)]
