@@ -16,6 +16,9 @@ both_backends!(
     parallel_password_confirmations_share_the_limit,
     attempt_reservations_hold_under_concurrency,
     wrong_recovery_keys_cannot_lock_the_right_key_out,
+    a_stranger_cannot_lock_an_owner_out_of_its_own_client,
+    out_of_range_numbers_are_refused_and_no_report_shows_an_infinity,
+    parallel_session_ends_are_one_payment_not_a_used_nonce,
 );
 
 /// Sends raw bytes and reads the whole answer until the server closes or
@@ -268,9 +271,10 @@ async fn protocol_refusals_are_json_with_their_status() {
     let put = t.call("PUT", "/v1/dd/create", None, None).await;
     put.assert_error(405, "METHOD_NOT_ALLOWED");
     assert_eq!(put.headers.get("allow").unwrap().to_str().unwrap(), allow);
-    // Bytes that are not HTTP close the connection without a handler, and the server stays up.
+    // Bytes that are not HTTP: 400 JSON without a handler, and the server stays up.
     let answer = raw(&t, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", Duration::from_secs(5)).await;
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    assert_eq!(json_of(&answer)["error_code"], "BAD_REQUEST", "{answer:?}");
     assert_eq!(t.get("/health", None).await.status, StatusCode::OK);
 }
 
@@ -378,4 +382,142 @@ async fn slow_clients_are_cut_off_while_others_are_served() {
     let answer = raw(&t, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
     assert!(started.elapsed() < Duration::from_secs(1) + slack, "an idle kept-alive connection was held {:?}", started.elapsed());
+}
+
+/// A client from `from` (a loopback address), for limits counted per client.
+fn client_from(from: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder().local_address(std::net::IpAddr::from(from)).build().unwrap()
+}
+
+async fn login_from(t: &TestServer, client: &reqwest::Client, email: &str, password: &str) -> (u16, Value) {
+    let reply = client.post(t.url("/dap/login")).json(&json!({ "email": email, "password": password })).send().await.unwrap();
+    let status = reply.status().as_u16();
+    (status, reply.json().await.unwrap_or(Value::Null))
+}
+
+/// LOW: five wrong passwords for an email from anywhere locked its owner out
+/// everywhere. Now they lock that email out from that client only; the owner
+/// signs in from its own, and a client trying many emails is held too.
+async fn a_stranger_cannot_lock_an_owner_out_of_its_own_client(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    t.owner("locked@example.com").await;
+    let stranger = client_from([127, 0, 0, 50]);
+    let own = client_from([127, 0, 0, 51]);
+    for i in 0..5 {
+        assert_eq!(login_from(&t, &stranger, "locked@example.com", &format!("guess {i}")).await.0, 401);
+    }
+    let (status, body) = login_from(&t, &stranger, "locked@example.com", OWNER_PASSWORD).await;
+    assert_eq!((status, body["error_code"].clone()), (429, json!("RATE_LIMITED")), "the stranger's client is held: {body}");
+    let (status, body) = login_from(&t, &own, "locked@example.com", OWNER_PASSWORD).await;
+    assert_eq!(status, 200, "the owner signs in from its own client: {body}");
+    // After the window, a day's backoff: 20 failures from a client for one email.
+    for round in 0..3 {
+        t.clock.advance(chrono::Duration::minutes(16));
+        for i in 0..5 {
+            let (status, _) = login_from(&t, &stranger, "locked@example.com", &format!("round {round} guess {i}")).await;
+            assert_eq!(status, 401, "round {round}, guess {i}");
+        }
+    }
+    t.clock.advance(chrono::Duration::minutes(16));
+    let (status, body) = login_from(&t, &stranger, "locked@example.com", "yet another").await;
+    assert_eq!(status, 429, "twenty failures in a day hold the pair for the day: {body}");
+    // One client spraying many emails is held after 30, whatever the emails.
+    let sprayer = client_from([127, 0, 0, 52]);
+    let mut refused = 0;
+    for i in 0..35 {
+        if login_from(&t, &sprayer, &format!("nobody{i}@example.com"), "guess").await.0 == 429 {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 5, "30 failures a client in 15 minutes");
+    assert_eq!(login_from(&t, &own, "locked@example.com", OWNER_PASSWORD).await.0, 200);
+}
+
+/// LOW: `1e400` was accepted as a decision scale value and DUR then
+/// reported ±1e+400. Non-finite numbers are refused with 400 INVALID_VALUE,
+/// on REST and MCP alike; finite ones are kept as sent.
+async fn out_of_range_numbers_are_refused_and_no_report_shows_an_infinity(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    for value in ["1e400", "-1e400", "1e309", "123456789012345678901234567890123456789012345"] {
+        let text = format!(
+            r#"{{"request_id":"{}","dd":{{"dd_unit_type":"single","dd_declaration_mode":"self_declared","decision_type":"internal_service","decision_action_type":"execute","origin_context_type":"internal","selection_state":"SELECTED"}},"ee":{{"ee_preset":"EE_basic"}},"content_inclusion_flag":1,"template":{{"decision_scale_value":{value},"decision_scale_unit":"USD"}}}}"#,
+            uuid::Uuid::new_v4()
+        );
+        let reply = t
+            .http
+            .post(t.url("/v1/dd/create"))
+            .bearer_auth(&agent.token)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status().as_u16(), 400, "{value}");
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["error_code"], "INVALID_VALUE", "{value}: {body}");
+    }
+    assert_eq!(t.scalar("select count(*) from declaration").await, 0);
+    let mut created = create_body(json!({ "ee_preset": "EE_basic" }));
+    created["content_inclusion_flag"] = json!(1);
+    created["template"] = json!({ "decision_scale_value": 1.5e300, "decision_scale_unit": "USD" });
+    let reply = t.post("/v1/dd/create", Some(&agent.token), &created).await;
+    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    let report = t.get("/v1/dur/decision-scale", Some(&agent.token)).await;
+    assert!(!report.text.contains("e+400") && !report.text.to_ascii_lowercase().contains("inf"), "{}", report.text);
+}
+
+/// LOW: of two parallel ends of one sDAC session paid over x402, the loser
+/// was refused as `nonce_already_used` although its nonce was never used.
+/// It is the same purchase made twice: 409 DUPLICATE_REQUEST, one payment.
+async fn parallel_session_ends_are_one_payment_not_a_used_nonce(backend: Backend) {
+    use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {}", t.uuid_sql(&agent.id))).await;
+    let session = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
+    let axes = json!({ "ee_retention_period": "short", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "minimal" });
+    t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": axes })).await;
+    let bearer = format!("Bearer {}", agent.token);
+    let body = json!({ "session_id": session });
+    let challenge = challenge_of(&t.call_with("POST", "/v1/sdac/session/end", &[("authorization", &bearer)], Some(&body)).await);
+    let now = anchor_domain::Clock::now(t.clock.as_ref()).timestamp();
+    // Two payments with their own nonces, sent at once.
+    let payments: Vec<String> = (0..2).map(|_| b64(&pay(&challenge, now, Twist::default()))).collect();
+    let ends = payments.iter().map(|payment| {
+        let (t, bearer, body) = (&t, &bearer, &body);
+        async move {
+            t.call_with("POST", "/v1/sdac/session/end", &[("authorization", bearer), ("payment-signature", payment)], Some(body)).await
+        }
+    });
+    let replies = futures_util::future::join_all(ends).await;
+    let ok = replies.iter().filter(|r| r.status.as_u16() == 200).count();
+    assert_eq!(ok, 1, "{:?}", replies.iter().map(|r| &r.text).collect::<Vec<_>>());
+    for reply in replies.iter().filter(|r| r.status.as_u16() != 200) {
+        assert!(!reply.text.contains("nonce_already_used"), "{}", reply.text);
+        assert!(reply.status.as_u16() == 409 || reply.status.as_u16() == 404, "{} {}", reply.status, reply.text);
+    }
+    assert_eq!(t.scalar("select count(*) from x402_payment where subject_domain = 'sdac_session' and status = 'settled'").await, 1);
+}
+
+/// LOW: MCP's register_agent and the owner's account export carried a token
+/// and personal data without `Cache-Control: no-store`.
+#[tokio::test]
+async fn secrets_and_personal_data_are_never_cached() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "register_agent", "arguments": {} } });
+    let reply = t.http.post(t.url("/mcp")).header("accept", "application/json, text/event-stream").json(&call).send().await.unwrap();
+    assert_eq!(reply.status().as_u16(), 200);
+    assert_eq!(reply.headers()["cache-control"], "no-store");
+    let text = reply.text().await.unwrap();
+    assert!(text.contains("auth_token"), "{text}");
+    let owner = t.owner("export@example.com").await;
+    for path in ["/dap/account/export", "/dap/account/export?format=csv", "/dap/account/me"] {
+        let reply = t.as_owner(&owner, "GET", path, None).await;
+        assert_eq!(reply.status.as_u16(), 200, "{path}: {}", reply.text);
+        assert_eq!(reply.headers.get("cache-control").unwrap(), "no-store", "{path}");
+    }
+    let agent = t.register().await;
+    let dd = t.get("/v1/dd/list", Some(&agent.token)).await;
+    assert_eq!(dd.headers.get("cache-control").unwrap(), "no-store", "an agent's own records");
 }

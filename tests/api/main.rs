@@ -7,6 +7,7 @@ mod ara;
 mod asa;
 mod bilateral;
 mod concurrency;
+mod connections;
 mod coverage;
 mod dap;
 mod declarations;

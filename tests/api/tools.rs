@@ -187,6 +187,67 @@ async fn a_runs_budget_holds_for_all_its_instances_memories_and_tables() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The tool loader against random components, for a bounded time
+/// (`ANCHOR_FUZZ_TOOLS_SECS`, 20 s by default): core modules made by
+/// wasm-smith with the tool world's exports (`run`, `cabi_realloc`, a
+/// memory) and random bodies, wrapped into components of the tool world.
+/// Every one is refused at upload or runs within the limits: its run ends
+/// (with a report or a named failure) within the deadline, holding no more
+/// memory than a run may. The seed of each is printed when one breaks this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_components_are_refused_or_run_within_the_limits() {
+    let seconds: u64 = std::env::var("ANCHOR_FUZZ_TOOLS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let limits = ToolLimits { wall_ms: 200, ..ToolLimits::DEFAULT };
+    let dir = temp_dir("fuzz");
+    let tools = runtime(&dir, limits);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let (mut made, mut refused, mut ran, mut failed) = (0, 0, 0, 0);
+    let mut reasons = std::collections::BTreeMap::new();
+    let mut seed: u64 = 0x5eed_0000;
+    let input = input(2);
+    while std::time::Instant::now() < until {
+        seed += 1;
+        let Some(component) = anchor_tests::smith::random_tool(seed) else { continue };
+        made += 1;
+        let accepted = match tools.accept(&component) {
+            Ok(accepted) => accepted,
+            Err(rejected) => {
+                refused += 1;
+                let detail = rejected.detail();
+                *reasons.entry(detail.chars().take(120).collect::<String>()).or_insert(0usize) += 1;
+                continue;
+            }
+        };
+        let started = std::time::Instant::now();
+        let outcome = tools.run(&accepted.sha256, None, &input);
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_millis(limits.wall_ms + 1_500),
+            "seed {seed}: a run took {took:?} past its {} ms deadline",
+            limits.wall_ms
+        );
+        match outcome {
+            Ok((_, stats)) => {
+                assert!(stats.memory_bytes <= limits.memory_bytes, "seed {seed}: {stats:?}");
+                ran += 1;
+            }
+            Err(RunFailure::Unavailable(why)) => panic!("seed {seed}: an accepted component was unavailable: {why}"),
+            Err(_) => failed += 1,
+        }
+        // Keep the cache directory small: nothing here is run twice.
+        tools.retain(&[]);
+    }
+    eprintln!("{made} random components in {seconds} s: {refused} refused at upload, {ran} ran, {failed} failed their own run");
+    let mut reasons: Vec<(usize, String)> = reasons.into_iter().map(|(r, n)| (n, r)).collect();
+    reasons.sort_by(|a, b| b.cmp(a));
+    for (n, reason) in reasons.iter().take(8) {
+        eprintln!("  refused {n}: {reason}");
+    }
+    assert!(made >= 20, "only {made} random components were made");
+    assert!(ran + failed >= 5, "too few random components reached a run ({made} made, {refused} refused)");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_components_survive_a_restart_and_a_damaged_cache() {
     let dir = temp_dir("cache");

@@ -7,8 +7,6 @@
 //! The module's `run` answers `ok` with an empty report after doing what
 //! the test asks (`body`); its `cabi_realloc` is a bump allocator.
 
-use std::path::Path;
-
 use wasm_encoder::{ComponentSection, ComponentSectionId, InstanceSection, RawSection};
 use wit_component::{ComponentEncoder, StringEncoding, embed_component_metadata};
 use wit_parser::Resolve;
@@ -18,8 +16,9 @@ use wit_parser::Resolve;
 /// result goes through a return area whose address is returned. The area is
 /// the first 32 bytes of memory (zeroes: `ok`, three empty lists); the
 /// allocator starts above it.
-const CORE: &str = r#"
+pub const CORE: &str = r#"
 (module
+  EXTRA
   (memory (export "memory") 1)
   (table $table (export "table") 1 funcref)
   (global $heap (mut i32) (i32.const 1024))
@@ -42,10 +41,13 @@ const CORE: &str = r#"
 )
 "#;
 
-fn tool_world() -> (Resolve, wit_parser::WorldId) {
+/// The tool world's WIT, as released (read relative to this file, so that
+/// every crate including it finds it).
+const TOOL_WIT: &str = include_str!("../../wit/tool@1.0.0/tool.wit");
+
+pub fn tool_world() -> (Resolve, wit_parser::WorldId) {
     let mut resolve = Resolve::default();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/tool@1.0.0");
-    let (package, _) = resolve.push_dir(&dir).expect("the tool world's WIT parses");
+    let package = resolve.push_str("tool.wit", TOOL_WIT).expect("the tool world's WIT parses");
     let world = resolve.select_world(&[package], Some("tool")).expect("the tool world");
     (resolve, world)
 }
@@ -53,10 +55,31 @@ fn tool_world() -> (Resolve, wit_parser::WorldId) {
 /// A component of the tool world whose `run` executes `body` (WebAssembly
 /// text, instructions with no result) and then answers an empty report.
 pub fn tool_running(body: &str) -> Vec<u8> {
-    let mut module = wat::parse_str(CORE.replace("BODY", body)).expect("the core module parses");
+    tool_with(body, "")
+}
+
+/// [`tool_running`] with `extra` module fields (functions, say) besides.
+fn tool_with(body: &str, extra: &str) -> Vec<u8> {
+    let mut module = wat::parse_str(CORE.replace("BODY", body).replace("EXTRA", extra)).expect("the core module parses");
     let (resolve, world) = tool_world();
     embed_component_metadata(&mut module, &resolve, world, StringEncoding::UTF8).expect("metadata embeds");
     ComponentEncoder::default().validate(true).module(&module).expect("a tool module").encode().expect("the component encodes")
+}
+
+/// A well-behaved tool with `functions` more functions of some arithmetic
+/// each: a large component that costs its compilation.
+pub fn big_tool(functions: usize) -> Vec<u8> {
+    let mut extra = String::new();
+    for i in 0..functions {
+        extra.push_str(&format!(
+            "(func (param i32 i32) (result i32) (local i32)
+               (local.set 2 (i32.mul (local.get 0) (i32.const {i})))
+               (local.set 2 (i32.xor (local.get 2) (i32.rotl (local.get 1) (i32.const 7))))
+               (if (i32.gt_s (local.get 2) (i32.const 1000)) (then (local.set 2 (i32.sub (local.get 2) (local.get 1)))))
+               (i32.add (local.get 2) (i32.popcnt (local.get 0))))\n"
+        ));
+    }
+    tool_with("", &extra)
 }
 
 /// A well-behaved tool: an empty report.

@@ -7,6 +7,7 @@
 pub mod contract;
 pub mod hostile;
 pub mod logs;
+pub mod smith;
 pub mod x402;
 
 use std::sync::{Arc, OnceLock};
@@ -212,7 +213,9 @@ impl Default for Options {
             rate_limit: 1_000_000,
             dab_default: anchor_domain::MilliDac::from_dac(1000),
             settler: None,
-            http: Default::default(),
+            // Tests play many agents from one loopback address, several
+            // hundred requests at once: one client here is many clients.
+            http: anchor_server::listener::HttpLimits { max_connections_per_client: 4096, ..Default::default() },
             privacy: Default::default(),
             jobs: true,
             features: Default::default(),

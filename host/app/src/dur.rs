@@ -208,6 +208,11 @@ impl Decimal {
             Some(at) => (&text[..at], text[at + 1..].parse::<i64>().ok()?),
             None => (text, 0),
         };
+        // What a float can hold, no more: values stored before that bound
+        // was checked never cost an unbounded power of ten.
+        if !(-400..=400).contains(&exponent) || text.len() > 64 {
+            return None;
+        }
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         let digits = format!("{whole}{fraction}");
         let mantissa: IBig = digits.parse().ok()?;

@@ -249,7 +249,7 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
 fn rejected(rejected: Rejected) -> AppError {
     let code = match rejected {
         Rejected::TooLarge { .. } => "COMPONENT_TOO_LARGE",
-        Rejected::Invalid(_) => "COMPONENT_INVALID",
+        Rejected::Invalid(_) | Rejected::Traps(_) => "COMPONENT_INVALID",
         Rejected::ForbiddenImports(_) => "COMPONENT_FORBIDDEN_IMPORT",
         Rejected::WrongWorld(_) => "COMPONENT_WRONG_WORLD",
         Rejected::OverLimits(_) => "COMPONENT_OVER_LIMITS",

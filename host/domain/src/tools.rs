@@ -263,6 +263,8 @@ pub enum Rejected {
     /// Instantiating it would go over a run's limits (instances, memories,
     /// tables, or what they start with).
     OverLimits(String),
+    /// Instantiating it, before any call, traps: no run could succeed.
+    Traps(String),
 }
 
 impl Rejected {
@@ -275,6 +277,7 @@ impl Rejected {
             }
             Rejected::WrongWorld(why) => format!("it does not implement the world anchor:tool/tool@1.0.0: {why}"),
             Rejected::OverLimits(why) => format!("it is over the limits every run is held to (GET /v1/tsl/runtime): {why}"),
+            Rejected::Traps(why) => format!("instantiating it traps before any call, so no run could succeed: {why}"),
         }
     }
 }

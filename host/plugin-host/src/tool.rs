@@ -190,7 +190,7 @@ impl WasmTools {
             Ok(_) => Ok(()),
             Err(error) => match classify(&error) {
                 RunFailure::OutOfMemory(why) => Err(Rejected::OverLimits(why)),
-                other => Err(Rejected::Invalid(format!("instantiating it failed: {}", other.detail()))),
+                other => Err(Rejected::Traps(other.detail())),
             },
         }
     }

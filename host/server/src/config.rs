@@ -109,8 +109,15 @@ pub struct ServeConfig {
     pub ara_delta: f64,
 
     /// Open connections at most; past that, new ones wait in the backlog.
-    #[arg(long, env = "ANCHOR_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "ANCHOR_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+
+    /// Open connections at most from one client (an IPv4 address, or an
+    /// IPv6 /64); past that a new one is answered 429 TOO_MANY_CONNECTIONS.
+    /// 0: no limit per client (behind a load balancer every connection comes
+    /// from the balancer's address; let it limit clients).
+    #[arg(long, env = "ANCHOR_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 256)]
+    pub max_connections_per_client: u32,
 
     /// Seconds a client has to send a request's head, on a new connection
     /// and between requests of a kept-alive one; then the connection closes.
@@ -155,6 +162,10 @@ impl ServeConfig {
     pub fn http_limits(&self) -> crate::listener::HttpLimits {
         crate::listener::HttpLimits {
             max_connections: self.max_connections as usize,
+            max_connections_per_client: match self.max_connections_per_client {
+                0 => usize::MAX,
+                n => n as usize,
+            },
             header_read_timeout: std::time::Duration::from_secs(u64::from(self.header_timeout_secs)),
             body_read_timeout: std::time::Duration::from_secs(u64::from(self.body_timeout_secs)),
             max_body_bytes: self.max_body_bytes as usize,

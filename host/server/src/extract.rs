@@ -37,6 +37,22 @@ impl FromRequestParts<AppState> for AuthAgent {
     }
 }
 
+/// The client a request comes from, as limits count it: an IPv4 address or
+/// an IPv6 /64 ([`crate::listener::client_key`]).
+pub struct Client(pub std::net::IpAddr);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Client, Self::Rejection> {
+        let ip = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |info| info.0.ip());
+        Ok(Client(crate::listener::client_key(ip)))
+    }
+}
+
 /// A JSON body. An empty body reads as `null`; anything that is not JSON is 400
 /// `INVALID_INPUT`; a body over the limit is 413 `PAYLOAD_TOO_LARGE`; a NUL
 /// character anywhere in it (a key or a string) is 400 `INVALID_VALUE`, so no

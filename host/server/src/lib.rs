@@ -165,6 +165,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     ));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let limits = state.settings.http;
+    listener::raise_open_files(&limits);
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let metrics_listener = tokio::net::TcpListener::bind(addr).await?;

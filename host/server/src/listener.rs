@@ -3,24 +3,33 @@
 //!
 //! - at most `max_connections` at once: past that the listener stops accepting
 //!   (the kernel's backlog holds the rest) until one closes;
+//! - at most `max_connections_per_client` at once from one client (an IPv4
+//!   address, or an IPv6 /64, which one subscriber usually holds whole):
+//!   past that a new connection from it is answered 429 JSON
+//!   `TOO_MANY_CONNECTIONS` and closed, so one client cannot hold the
+//!   listener ([`client_key`]);
 //! - a request head must arrive within `header_read_timeout`, counted from the
 //!   moment the connection waits for it: on a new connection and between
 //!   requests of a kept-alive one, so idle and half-sent connections close;
 //! - a request body must arrive within `body_read_timeout` of its head
 //!   ([`body_deadline`], 408 JSON);
-//! - bodies over `max_body_bytes` are refused (413 JSON, in the extractors);
-//!   URLs over [`MAX_URL_BYTES`] answer 414 and header sections over
-//!   [`MAX_HEADER_BYTES`] 431, as JSON ([`protocol_limits`]).
+//! - bodies over `max_body_bytes` are refused (413 JSON): from their declared
+//!   `Content-Length` before a byte of them is read ([`body_deadline`]), and in
+//!   the extractors for bodies sent in chunks; URLs over [`MAX_URL_BYTES`]
+//!   answer 414 and header sections over [`MAX_HEADER_BYTES`] 431, as JSON
+//!   ([`protocol_limits`]).
 //!
-//! Beyond those, the HTTP parser's own hard limits (a request line over 64 KiB,
-//! a head over `max_buf_size`) close the connection with a bare status line:
-//! no handler runs for bytes that are not an HTTP request.
+//! Beyond those, the HTTP parser's own limits (a request line over 64 KiB, a
+//! head over `max_buf_size` or with more than [`MAX_HEADERS`] fields, bytes
+//! that are not HTTP) answer before any handler runs; [`JsonErrors`] gives
+//! those answers the same JSON body as every other refusal.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,6 +40,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -42,11 +52,20 @@ pub const MAX_URL_BYTES: usize = 8 * 1024;
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// The HTTP parser's buffer: heads larger than this never reach the router.
 const PARSER_BUFFER_BYTES: usize = 128 * 1024;
+/// Header fields the HTTP parser reads at most (431 JSON beyond).
+pub const MAX_HEADERS: usize = 100;
+/// Connections answered `TOO_MANY_CONNECTIONS` at once; past that a client
+/// over its limit is simply closed.
+const REFUSALS_AT_ONCE: usize = 256;
+/// How long a refused connection has to send its request's head.
+const REFUSAL_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Limits on connections and requests; see the module documentation.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpLimits {
     pub max_connections: usize,
+    /// Connections one client ([`client_key`]) may hold at once.
+    pub max_connections_per_client: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub max_body_bytes: usize,
@@ -57,7 +76,8 @@ pub struct HttpLimits {
 impl Default for HttpLimits {
     fn default() -> HttpLimits {
         HttpLimits {
-            max_connections: 1024,
+            max_connections: 4096,
+            max_connections_per_client: 256,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
@@ -86,11 +106,52 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let clients = Clients::new(limits.max_connections_per_client.max(1));
+    let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let draining = Arc::new(AtomicBool::new(false));
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(PARSER_BUFFER_BYTES).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(PARSER_BUFFER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .keep_alive(true);
+    let mut refusing = hyper::server::conn::http1::Builder::new();
+    refusing.timer(TokioTimer::new()).header_read_timeout(REFUSAL_HEADER_TIMEOUT).max_buf_size(PARSER_BUFFER_BYTES).keep_alive(false);
+    let refuse = |stream: tokio::net::TcpStream, peer: SocketAddr| {
+        let Ok(permit) = refusals.clone().try_acquire_owned() else {
+            // Refusals are bounded too: past them the connection just closes.
+            return;
+        };
+        let service = hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| async move {
+            let mut response = ApiError::Protocol {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: "TOO_MANY_CONNECTIONS",
+                message: format!(
+                    "this client ({}) already holds the most connections this service keeps open for one client; \
+                     reuse them (keep-alive) or close some",
+                    client_key(peer.ip())
+                ),
+                allow: None,
+            }
+            .into_response();
+            let headers = response.headers_mut();
+            headers.insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            headers.insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let connection = graceful.watch(refusing.serve_connection(TokioIo::new(JsonErrors::new(stream)), service));
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    };
     let connection = |stream: tokio::net::TcpStream, peer: SocketAddr, slot: Option<tokio::sync::OwnedSemaphorePermit>| {
+        let Some(client) = clients.enter(peer.ip()) else {
+            refuse(stream, peer);
+            return;
+        };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let draining = draining.clone();
@@ -109,11 +170,12 @@ pub async fn serve(
                 Ok::<_, std::convert::Infallible>(response)
             }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(JsonErrors::new(stream)), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, %peer, "connection closed with an error");
             }
+            drop(client);
             drop(slot);
         });
     };
@@ -168,6 +230,213 @@ pub async fn serve(
     Ok(())
 }
 
+/// The key one client's connections and requests are counted under: an
+/// IPv4 address (an IPv4-mapped IPv6 address is its IPv4 one), or the /64
+/// an IPv6 address is in (a subscriber is usually given a whole /64, so
+/// counting its addresses one by one would count it many times).
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+/// Open connections per client.
+#[derive(Clone)]
+struct Clients {
+    max: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One open connection of a client's, counted until it is dropped.
+struct ClientConnection {
+    clients: Clients,
+    key: IpAddr,
+}
+
+impl Clients {
+    fn new(max: usize) -> Clients {
+        Clients { max, open: Arc::default() }
+    }
+
+    /// Counts a new connection of `ip`'s client, unless it holds its most already.
+    fn enter(&self, ip: IpAddr) -> Option<ClientConnection> {
+        let key = client_key(ip);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(ClientConnection { clients: self.clone(), key })
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A connection whose writes pass through unchanged, except the answers the
+/// HTTP parser itself writes when a request is not one it can read (400 for
+/// bytes that are not HTTP, 414 for a request line over its limit, 431 for
+/// a head too large or with too many fields): those get the JSON body every
+/// refusal of this service has, with `Connection: close`.
+///
+/// The parser's answers are recognised by their shape: a complete head of
+/// one of those statuses with `content-length: 0` and no `content-type`,
+/// which no response of the application has (every refusal carries a JSON
+/// body). They are written when no request is under way on the connection.
+pub struct JsonErrors<T> {
+    inner: T,
+    /// A rewritten answer not yet written whole.
+    pending: Vec<u8>,
+    written: usize,
+}
+
+impl<T> JsonErrors<T> {
+    pub fn new(inner: T) -> JsonErrors<T> {
+        JsonErrors { inner, pending: Vec::new(), written: 0 }
+    }
+}
+
+/// The JSON answer for the parser's own `head`, if `head` is one.
+fn parser_answer(head: &[u8]) -> Option<Vec<u8>> {
+    if head.len() > 1024 || !head.starts_with(b"HTTP/1.1 ") || !head.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let lower = text.to_ascii_lowercase();
+    if !lower.contains("\r\ncontent-length: 0\r\n") || lower.contains("\r\ncontent-type:") {
+        return None;
+    }
+    let (status, code, message) = match &text[9..12] {
+        "400" => {
+            (StatusCode::BAD_REQUEST, "BAD_REQUEST", "the request is not one HTTP/1.1 can read (its request line or a header)".to_string())
+        }
+        "414" => (
+            StatusCode::URI_TOO_LONG,
+            "URI_TOO_LONG",
+            format!("the request URL is too long; this service reads at most {MAX_URL_BYTES} bytes"),
+        ),
+        "431" => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "HEADERS_TOO_LARGE",
+            format!(
+                "the request head is too large or has more than {MAX_HEADERS} header fields; this service reads at most {MAX_HEADER_BYTES} bytes of headers"
+            ),
+        ),
+        _ => return None,
+    };
+    let body = serde_json::json!({ "error_code": code, "message": message }).to_string();
+    let date = text.lines().find(|l| l.to_ascii_lowercase().starts_with("date:")).map(|l| format!("{l}\r\n")).unwrap_or_default();
+    Some(
+        format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{date}\r\n{body}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+impl<T: AsyncWrite + Unpin> JsonErrors<T> {
+    /// Writes what is left of a rewritten answer; ready once it is all written.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.written < self.pending.len() {
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for JsonErrors<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for JsonErrors<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        if let Some(answer) = parser_answer(buf) {
+            self.pending = answer;
+            self.written = 0;
+            // Taken whole; written by this call and the flush that follows.
+            let _ = self.poll_pending(cx)?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && parser_answer(first).is_some()
+        {
+            return self.poll_write(cx, first);
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Raises this process's limit of open files to what `limits` need (each
+/// connection is one, plus the database's and the files the host keeps
+/// open), within the hard limit; says so when the hard limit is lower.
+pub fn raise_open_files(limits: &HttpLimits) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let wanted = limits.max_connections as u64 + REFUSALS_AT_ONCE as u64 + 512;
+    let current = getrlimit(Resource::Nofile);
+    let soft = current.current.unwrap_or(u64::MAX);
+    if soft >= wanted {
+        return;
+    }
+    let hard = current.maximum.unwrap_or(u64::MAX);
+    let raised = wanted.min(hard);
+    if raised > soft && setrlimit(Resource::Nofile, Rlimit { current: Some(raised), maximum: current.maximum }).is_ok() {
+        tracing::info!(from = soft, to = raised, "raised the open files limit for the connection limit");
+    }
+    if raised < wanted {
+        tracing::warn!(
+            open_files = raised,
+            max_connections = limits.max_connections,
+            "the open files limit is below what --max-connections needs; connections past it are refused by the kernel"
+        );
+    }
+}
+
 /// How long, at shutdown, open connections keep serving requests their
 /// clients already sent before idle ones are closed.
 pub const LINGER: Duration = Duration::from_secs(1);
@@ -210,10 +479,26 @@ impl std::fmt::Display for BodyTimeout {
 
 impl std::error::Error for BodyTimeout {}
 
-/// Gives the request body a deadline: `limit` from the arrival of its head.
-/// A body still incomplete then fails with [`BodyTimeout`], which the body
-/// extractors answer with 408.
-pub async fn body_deadline(limit: Duration, request: Request, next: Next) -> Response {
+/// Refuses a body whose declared `Content-Length` is over `max` (the route's
+/// own limit where it has one, [`crate::http::body_limit`]) with 413 before a
+/// byte of it is read; gives every other body a deadline: `limit` from the
+/// arrival of its head. A body still incomplete then fails with
+/// [`BodyTimeout`], which the body extractors answer with 408.
+pub async fn body_deadline(limit: Duration, max: usize, request: Request, next: Next) -> Response {
+    let declared =
+        request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(declared) = declared {
+        let max = crate::http::body_limit(request.method(), request.uri().path()).unwrap_or(max);
+        if declared > max as u64 {
+            return ApiError::Protocol {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "PAYLOAD_TOO_LARGE",
+                message: format!("the request body declares {declared} bytes; this route accepts at most {max}"),
+                allow: None,
+            }
+            .into_response();
+        }
+    }
     let (parts, body) = request.into_parts();
     let body = Body::new(Deadline { inner: body, sleep: Box::pin(tokio::time::sleep(limit)) });
     next.run(Request::from_parts(parts, body)).await

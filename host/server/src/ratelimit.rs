@@ -1,6 +1,7 @@
 //! A per-client request limit with IETF `RateLimit-*` headers.
 //!
-//! Fixed windows keyed by the client's IP address, counted before
+//! Fixed windows keyed by the client (an IPv4 address or an IPv6 /64,
+//! `crate::listener::client_key`), counted before
 //! authentication. The count lives in this host's memory: with several hosts
 //! behind a balancer each enforces the limit on its own share of the traffic.
 //! Windows follow the service clock, so tests can move them.

@@ -387,6 +387,10 @@ impl Key {
     }
 }
 
+/// The subject domains with at most one live payment each (a unique index
+/// says so in the schema).
+const ONE_PAYMENT_SUBJECTS: &[&str] = &["ise_session", "sdac_session", "asa_subscription"];
+
 /// Checks the DAB under the agent's row lock, then reserves the
 /// authorization for `subject`, with its first event. Nothing is written
 /// unless it returns `Reserved`.
@@ -406,6 +410,24 @@ pub(crate) async fn reserve<X: Exec>(
     let spent: i64 = tx.scalar(sql(DAB_SPENT).bind(agent_id).bind(payment.period_start)).await?;
     if spent + payment.amount_units > limit {
         return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+    }
+    // A subject paid once at most (a stay, an sDAC session, an ASA
+    // purchase) with a live payment already: the same purchase made twice,
+    // not a nonce used twice. Under the agent's row lock (one writer on
+    // SQLite), so a parallel one sees this one's row; the unique index
+    // behind it stays the guard between agents.
+    if ONE_PAYMENT_SUBJECTS.contains(&subject.domain.as_str()) {
+        let live: Option<i64> = tx
+            .scalar_optional(
+                sql("select cast(1 as bigint) from x402_payment where subject_domain = $1 and subject_id = $2 \
+                     and status in ('reserved', 'settled', 'settle_unknown') limit 1")
+                .bind(subject.domain.as_str())
+                .bind(subject.id),
+            )
+            .await?;
+        if live.is_some() {
+            return Ok(Reservation::Duplicate);
+        }
     }
     // The nonce's unique constraint is the replay guard, on every host.
     let inserted = tx

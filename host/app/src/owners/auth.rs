@@ -64,17 +64,27 @@ pub async fn sign_up(services: &Services, form: SignUp) -> AppResult<NewOwner> {
     Ok(owner)
 }
 
-/// Signs in with email and password. Five wrong passwords per email in 15
-/// minutes spend the window (429 after, even for the right one).
-pub async fn sign_in(services: &Services, email: &str, password: &str) -> AppResult<(OwnerRecord, Session)> {
+/// Signs in with email and password, from `client` (an IPv4 address or an
+/// IPv6 /64). Five wrong passwords for one email from one client in 15
+/// minutes (or 20 in a day) spend that pair's window: 429 after, even for the
+/// right password, from that client only (see [`super::LOGIN_PER_CLIENT`]
+/// and the other limits).
+pub async fn sign_in(services: &Services, email: &str, password: &str, client: &str) -> AppResult<(OwnerRecord, Session)> {
     let email = email.trim().to_lowercase();
-    reserve_password_attempt(services, &email).await?;
+    let pair = format!("{email}|{client}");
+    let limits = [
+        (super::LOGIN_PER_CLIENT_AND_EMAIL, pair.as_str()),
+        (super::LOGIN_PER_CLIENT_AND_EMAIL_DAY, pair.as_str()),
+        (super::LOGIN_PER_CLIENT, client),
+        (super::LOGIN_PER_EMAIL, email.as_str()),
+    ];
+    reserve_password_attempt(services, &limits).await?;
     let now = services.clock.now();
     let owner = services.store.owner_by_email(&email).await?;
     // The hash is checked even for an unknown email, so timing does not tell which emails exist.
     let verified = password::verify_off_thread(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password).await;
     let owner = owner.filter(|owner| verified && account_status(owner, now) != AccountStatus::Deleted);
-    password_checked(services, &email, owner.is_some()).await?;
+    password_checked(services, &limits, owner.is_some()).await?;
     let Some(owner) = owner else {
         return Err(AppError::Unauthenticated { message: "email or password is wrong".into() });
     };

@@ -48,11 +48,27 @@ impl Default for OwnerSettings {
     }
 }
 
-/// Password checks (logins and confirmations) per email: 5 in a fixed window of
-/// 15 minutes. Each check reserves an attempt before the hash is computed; a
-/// right password gives its attempt back, a wrong one keeps it.
+/// Password checks. Each reserves an attempt in every limit it is counted
+/// under before the hash is computed; a right password gives them back, a
+/// wrong one keeps them. Logins are counted per (email, client), so a
+/// stranger guessing an owner's password from elsewhere never locks the
+/// owner out of its own client: 5 in 15 minutes, and 20 in a day (the
+/// backoff: past the first windows the wait grows from minutes to a day).
+/// Each client is also held to 30 in 15 minutes over every email it tries,
+/// and each email to 100 in 15 minutes over every client (a backstop against
+/// guessing spread over many addresses). A client is an IPv4 address or an
+/// IPv6 /64.
 pub const LOGIN_MAX_FAILURES: i64 = 5;
 pub const LOGIN_WINDOW_MINUTES: i64 = 15;
+pub const LOGIN_PER_CLIENT_AND_EMAIL: AttemptLimit =
+    AttemptLimit { scope: "owner_login", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: LOGIN_MAX_FAILURES };
+pub const LOGIN_PER_CLIENT_AND_EMAIL_DAY: AttemptLimit = AttemptLimit { scope: "owner_login_day", window: Duration::days(1), max: 20 };
+pub const LOGIN_PER_CLIENT: AttemptLimit =
+    AttemptLimit { scope: "owner_login_client", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: 30 };
+pub const LOGIN_PER_EMAIL: AttemptLimit =
+    AttemptLimit { scope: "owner_login_email", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: 100 };
+/// Confirmations of a sensitive change, by a signed-in owner: 5 in 15
+/// minutes per owner (only the owner's own sessions can spend them).
 pub const PASSWORD_ATTEMPTS: AttemptLimit =
     AttemptLimit { scope: "owner_password", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: LOGIN_MAX_FAILURES };
 
@@ -75,30 +91,40 @@ pub async fn managed(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -
     services.store.managed_agent(owner.owner_id, agent_id).await?.ok_or_else(|| not_linked(agent_id))
 }
 
-/// The key login failures and password confirmations are counted under.
+/// The key an owner's password confirmations are counted under.
 fn attempt_key(owner: &OwnerRecord) -> String {
-    owner.email.clone().unwrap_or_else(|| format!("owner:{}", owner.owner_id))
+    format!("owner:{}", owner.owner_id)
 }
 
-/// Reserves one password check for `key` (an email, or `owner:<id>`), or
-/// refuses with 429 while the window's attempts are spent. The reservation
-/// happens in one statement before the hash is computed, so parallel attempts
-/// cannot pass the limit; [`password_checked`] settles it.
-async fn reserve_password_attempt(services: &Services, key: &str) -> AppResult<()> {
+/// Reserves one password check in each of `limits` (each with its key), or
+/// refuses with 429 at the first whose window is spent, giving back what it
+/// reserved before. Each reservation is one statement before the hash is
+/// computed, so parallel attempts cannot pass a limit; [`password_checked`]
+/// settles them.
+async fn reserve_password_attempt(services: &Services, limits: &[(AttemptLimit, &str)]) -> AppResult<()> {
     let now = services.clock.now();
-    match services.store.reserve_attempt(PASSWORD_ATTEMPTS, key, now).await? {
-        Attempt::Reserved => Ok(()),
-        Attempt::Spent { retry_at } => Err(AppError::RateLimited {
-            message: format!("{LOGIN_MAX_FAILURES} failed password attempts in {LOGIN_WINDOW_MINUTES} minutes; wait before trying again"),
-            retry_after_secs: (retry_at - now).num_seconds().max(1) as u64,
-        }),
+    for (at, (limit, key)) in limits.iter().enumerate() {
+        if let Attempt::Spent { retry_at } = services.store.reserve_attempt(*limit, key, now).await? {
+            for (reserved, key) in &limits[..at] {
+                services.store.release_attempt(*reserved, key, now).await?;
+            }
+            let window = limit.window.num_minutes();
+            let span = if window >= 24 * 60 { format!("{} hours", window / 60) } else { format!("{window} minutes") };
+            return Err(AppError::RateLimited {
+                message: format!("{} failed password attempts in {span}; wait before trying again", limit.max),
+                retry_after_secs: (retry_at - now).num_seconds().max(1) as u64,
+            });
+        }
     }
+    Ok(())
 }
 
-/// Settles a reserved password check: a right password gives its attempt back.
-async fn password_checked(services: &Services, key: &str, right: bool) -> AppResult<()> {
+/// Settles reserved password checks: a right password gives its attempts back.
+async fn password_checked(services: &Services, limits: &[(AttemptLimit, &str)], right: bool) -> AppResult<()> {
     if right {
-        services.store.release_attempt(PASSWORD_ATTEMPTS, key, services.clock.now()).await?;
+        for (limit, key) in limits {
+            services.store.release_attempt(*limit, key, services.clock.now()).await?;
+        }
     }
     Ok(())
 }
@@ -108,7 +134,8 @@ async fn password_checked(services: &Services, key: &str, right: bool) -> AppRes
 /// Each check takes an attempt of the same limit as logins.
 pub async fn confirm_password(services: &Services, owner: &OwnerRecord, password: &str) -> AppResult<()> {
     let key = attempt_key(owner);
-    reserve_password_attempt(services, &key).await?;
+    let limits = [(PASSWORD_ATTEMPTS, key.as_str())];
+    reserve_password_attempt(services, &limits).await?;
     let ok = match (&owner.password_hash, owner.managing_agent_id) {
         (Some(hash), _) => password::verify_off_thread(Some(hash), password).await,
         (None, Some(agent_id)) => {
@@ -117,7 +144,7 @@ pub async fn confirm_password(services: &Services, owner: &OwnerRecord, password
         }
         (None, None) => false,
     };
-    password_checked(services, &key, ok).await?;
+    password_checked(services, &limits, ok).await?;
     if !ok {
         return Err(AppError::Unauthenticated { message: "the password is wrong".into() });
     }

@@ -145,9 +145,42 @@ pub fn check_scale_unit(unit: &str) -> Result<(), Invalid> {
     }
 }
 
+/// The longest text a decision scale value may have, as sent.
+pub const SCALE_VALUE_MAX_CHARS: usize = 40;
+
+/// A decision scale value is a finite number a 64-bit float can hold
+/// (±1.7976931348623157e308), written in at most
+/// [`SCALE_VALUE_MAX_CHARS`] characters; `1e400` is refused, so no report
+/// can ever show an infinity.
+pub fn check_scale_value(text: &str) -> Result<(), Invalid> {
+    let finite = text.len() <= SCALE_VALUE_MAX_CHARS && text.parse::<f64>().is_ok_and(f64::is_finite);
+    if finite {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            "INVALID_VALUE",
+            format!(
+                "template.decision_scale_value must be a finite number within ±1.7976931348623157e308, written in at most \
+                 {SCALE_VALUE_MAX_CHARS} characters; got {}",
+                crate::brief(text)
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scale_values_are_finite_numbers() {
+        for ok in ["0", "-3", "157.5", "1e308", "-1.7976931348623157e308", "2.5E-10"] {
+            assert!(check_scale_value(ok).is_ok(), "{ok}");
+        }
+        for refused in ["1e400", "-1e400", "1e309", &"9".repeat(41), "NaN", "inf"] {
+            assert_eq!(check_scale_value(refused).unwrap_err().code, "INVALID_VALUE", "{refused}");
+        }
+    }
 
     #[test]
     fn tool_tokens_pass_and_personal_shapes_do_not() {

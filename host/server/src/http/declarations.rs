@@ -353,6 +353,9 @@ impl TemplateInput {
         if let Some(unit) = &self.decision_scale_unit {
             template::check_scale_unit(unit)?;
         }
+        if let Some(value) = &self.decision_scale_value {
+            template::check_scale_value(&value.to_string())?;
+        }
         if let Some(chain) = &self.call_chain {
             if chain.len() > template::CALL_CHAIN_MAX {
                 return Err(ApiError::bad(

@@ -108,14 +108,39 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .merge(portal::router())
         .merge(others)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(no_store_for_credentials))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(axum::middleware::from_fn(move |request, next| listener::body_deadline(limits.body_read_timeout, request, next)))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            listener::body_deadline(limits.body_read_timeout, limits.max_body_bytes, request, next)
+        }))
         .layer(axum::middleware::from_fn(listener::protocol_limits))
         .layer(axum::middleware::from_fn(listener::catch_panic))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware))
         .with_state(state)
+}
+
+/// A response to a request that carried credentials (a bearer token or a
+/// cookie) is about its caller: an agent's records, an owner's account, a
+/// token. No cache keeps it (`Cache-Control: no-store`), unless the route set
+/// a caching rule of its own for public bytes (a log tile).
+async fn no_store_for_credentials(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let credentials =
+        request.headers().contains_key(axum::http::header::AUTHORIZATION) || request.headers().contains_key(axum::http::header::COOKIE);
+    let mut response = next.run(request).await;
+    let cache = response.headers().get(axum::http::header::CACHE_CONTROL);
+    if credentials && cache.is_none_or(|v| v.as_bytes() == b"private") {
+        response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// The body limit of a route that accepts more than the service's own
+/// (`--max-body-bytes`): a tool's component upload.
+pub fn body_limit(method: &Method, path: &str) -> Option<usize> {
+    let component = path.strip_prefix("/v1/tsl/tool/").and_then(|rest| rest.strip_suffix("/component"));
+    (method == Method::PUT && component.is_some_and(|id| !id.contains('/'))).then_some(tools::UPLOAD_BODY_LIMIT)
 }
 
 async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {

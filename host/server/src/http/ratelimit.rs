@@ -13,8 +13,10 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let client =
-        request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    // One client is an IPv4 address or an IPv6 /64, as for connections.
+    let client = crate::listener::client_key(
+        request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1])),
+    );
     let verdict = state.limiter.check(client, state.clock.now().timestamp());
     let mut response = if verdict.allowed {
         next.run(request).await

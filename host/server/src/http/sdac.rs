@@ -62,6 +62,7 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "A malformed session id or payment header.", &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
             .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"])
+            .error(409, "Another end of the same session is being paid; it is paid once.", &["DUPLICATE_REQUEST"])
             .paid_inline("Trial cannot pay and no payment came, or it was refused (the reason is in `error`).")
             .error(503, "The settlement's outcome is unknown; it is settled in the background and charged at most once.", &["SETTLEMENT_PENDING"]),
     ]

@@ -27,10 +27,12 @@ use crate::wire::{Dac, Id, Time};
 
 const TAG: &str = "TSL runtime";
 
+/// The largest upload body: the largest component, and room for nothing else.
+pub const UPLOAD_BODY_LIMIT: usize = ToolLimits::DEFAULT.component_bytes + (64 << 10);
+
 pub fn operations() -> Vec<Operation> {
-    let limit = ToolLimits::DEFAULT.component_bytes + (64 << 10);
     vec![
-        op(Method::PUT, "/v1/tsl/tool/{tool_id}/component", put(upload).layer(DefaultBodyLimit::max(limit)))
+        op(Method::PUT, "/v1/tsl/tool/{tool_id}/component", put(upload).layer(DefaultBodyLimit::max(UPLOAD_BODY_LIMIT)))
             .tag(TAG)
             .summary("Upload the WebAssembly component that runs your tool (the body is the .wasm file)")
             .describe(

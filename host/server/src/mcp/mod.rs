@@ -16,6 +16,15 @@
 //! (DNS-rebinding protection, enforced by the SDK). The whole router's
 //! layers (rate limit, body limit, protocol limits) apply to `/mcp` as to
 //! every route.
+//!
+//! In front of the SDK, [`front`] reads the body itself (within the body
+//! limit and deadline) and answers what is not a JSON-RPC request as
+//! JSON-RPC does: -32700 for what is not JSON, -32600 for JSON that is not a
+//! request. Every other refusal at the HTTP level (406, 408, 413, 415, 405,
+//! 403) is a JSON-RPC error object too, with the service's `error_code` in
+//! its `data`; none is ever a 5xx. Every answer says `Cache-Control:
+//! no-store`: `register_agent` returns the new agent's token and recovery
+//! key.
 
 mod tools;
 
@@ -30,6 +39,9 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use crate::state::AppState;
 
@@ -74,7 +86,135 @@ pub fn allowed_hosts(public_url: &str) -> Vec<String> {
 
 /// `/mcp`, for the application's router.
 pub fn router(state: AppState) -> axum::Router<AppState> {
-    axum::Router::new().route_service("/mcp", service(state))
+    let sdk = service(state.clone());
+    let limit = state.settings.http.max_body_bytes;
+    axum::Router::new().route(
+        "/mcp",
+        axum::routing::any(move |request: axum::extract::Request| {
+            let sdk = sdk.clone();
+            async move { front(sdk, limit, request).await }
+        }),
+    )
+}
+
+/// A JSON-RPC error answer (`id` null unless the request's could be read).
+fn rpc_error(status: StatusCode, rpc_code: i32, error_code: &str, message: &str, id: Value) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": rpc_code, "message": message, "data": { "error_code": error_code, "status": status.as_u16() } },
+    });
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Reads the body (408, 413 and what is not JSON-RPC answered here, as
+/// JSON-RPC errors), hands the request to the SDK, and turns any answer of
+/// the SDK's that is not JSON into one.
+async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: usize, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let request = if parts.method == axum::http::Method::POST {
+        let bytes = match read_limited(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(Unread::TooLarge) => {
+                return rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    -32600,
+                    "PAYLOAD_TOO_LARGE",
+                    &format!("the request body is over the {limit} bytes this service accepts"),
+                    Value::Null,
+                );
+            }
+            Err(Unread::Timeout) => {
+                return rpc_error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    -32000,
+                    "REQUEST_TIMEOUT",
+                    "the request body did not arrive in time; send it whole, then wait for the answer",
+                    Value::Null,
+                );
+            }
+            Err(Unread::Broken) => {
+                return rpc_error(StatusCode::BAD_REQUEST, -32700, "INVALID_INPUT", "the request body could not be read", Value::Null);
+            }
+        };
+        let value: Value = match serde_json::from_slice(&bytes) {
+            Ok(value) => value,
+            Err(error) => {
+                return rpc_error(StatusCode::BAD_REQUEST, -32700, "INVALID_INPUT", &format!("Parse error: {error}"), Value::Null);
+            }
+        };
+        let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
+        if let Err(error) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                -32600,
+                "INVALID_INPUT",
+                &format!("Invalid request: not a JSON-RPC 2.0 request, notification or response of MCP: {error}"),
+                id,
+            );
+        }
+        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
+    } else {
+        axum::extract::Request::from_parts(parts, body)
+    };
+    let response = match tower::Service::call(&mut sdk, request).await {
+        Ok(response) => response.map(axum::body::Body::new),
+        Err(never) => match never {},
+    };
+    let json = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        let v = v.to_ascii_lowercase();
+        v.starts_with("application/json") || v.starts_with("text/event-stream")
+    });
+    if response.status().is_success() || json {
+        let mut response = response;
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return response;
+    }
+    // The SDK's own refusals are plain text: the same, as JSON-RPC errors.
+    let status = response.status();
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let text = axum::body::to_bytes(response.into_body(), 64 << 10).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let (status, code) = match status {
+        StatusCode::NOT_ACCEPTABLE => (status, "NOT_ACCEPTABLE"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (status, "UNSUPPORTED_MEDIA_TYPE"),
+        StatusCode::PAYLOAD_TOO_LARGE => (status, "PAYLOAD_TOO_LARGE"),
+        StatusCode::METHOD_NOT_ALLOWED => (status, "METHOD_NOT_ALLOWED"),
+        StatusCode::FORBIDDEN => (status, "FORBIDDEN"),
+        StatusCode::NOT_FOUND => (status, "NOT_FOUND"),
+        s if s.is_server_error() => {
+            tracing::error!(status = s.as_u16(), text = %anchor_domain::brief(&text), "the MCP SDK failed a request");
+            (s, "INTERNAL_ERROR")
+        }
+        // Any other client error the SDK names, as a bad request.
+        s => (s, "INVALID_INPUT"),
+    };
+    let rpc_code = if status.is_server_error() { -32603 } else { -32600 };
+    let mut answer = rpc_error(status, rpc_code, code, text.trim(), Value::Null);
+    if let Some(allow) = allow {
+        answer.headers_mut().insert(header::ALLOW, allow);
+    }
+    answer
+}
+
+/// Why a body was not read whole.
+enum Unread {
+    TooLarge,
+    Timeout,
+    Broken,
+}
+
+/// The body, whole, if it is at most `limit` bytes and arrives in time.
+async fn read_limited(body: axum::body::Body, limit: usize) -> Result<axum::body::Bytes, Unread> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Unread::TooLarge),
+        Err(error) if crate::listener::is_body_timeout(error.as_ref()) => Err(Unread::Timeout),
+        Err(_) => Err(Unread::Broken),
+    }
 }
 
 /// The service mounted at `/mcp`.

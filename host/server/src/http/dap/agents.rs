@@ -232,8 +232,15 @@ struct SessionLimits {
 
 #[derive(Serialize, JsonSchema)]
 struct LoginLimits {
+    /// Failed logins for one email from one client (an IPv4 address or an IPv6 /64) in the window.
     max_failed_attempts: i64,
     window_minutes: i64,
+    /// Failed logins for one email from one client in a day.
+    max_failed_attempts_per_day: i64,
+    /// Failed logins from one client over every email, in the window.
+    max_failed_attempts_per_client: i64,
+    /// Failed logins for one email over every client, in the window.
+    max_failed_attempts_per_email: i64,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -266,7 +273,13 @@ async fn limits(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Js
         },
         agents: AgentLimits { max_linked_agents: s.dap.max_agents_per_owner, linked_agents: linked },
         session: SessionLimits { lifetime_hours: s.dap.session_ttl.num_hours() },
-        login: LoginLimits { max_failed_attempts: owners::LOGIN_MAX_FAILURES, window_minutes: owners::LOGIN_WINDOW_MINUTES },
+        login: LoginLimits {
+            max_failed_attempts: owners::LOGIN_MAX_FAILURES,
+            window_minutes: owners::LOGIN_WINDOW_MINUTES,
+            max_failed_attempts_per_day: owners::LOGIN_PER_CLIENT_AND_EMAIL_DAY.max,
+            max_failed_attempts_per_client: owners::LOGIN_PER_CLIENT.max,
+            max_failed_attempts_per_email: owners::LOGIN_PER_EMAIL.max,
+        },
         password: PasswordLimits { min_length: PASSWORD_MIN, max_length: PASSWORD_MAX },
         classification: CategoryLimits { key_pattern: KEY_PATTERN, key_max_length: KEY_MAX, label_max_length: LABEL_MAX },
         rate_limit: RateLimit { requests: s.rate_limit, window_seconds: s.rate_window_secs },

@@ -17,7 +17,7 @@ use anchor_store::OwnerRecord;
 
 use super::Message;
 use crate::error::ApiResult;
-use crate::extract::{AuthAgent, Body};
+use crate::extract::{AuthAgent, Body, Client};
 use crate::openapi::*;
 use crate::owner::{self, AuthOwner};
 use crate::state::AppState;
@@ -66,7 +66,12 @@ pub fn operations() -> Vec<Operation> {
             .returns::<SessionOpened<SignedIn>>(200, "Signed in")
             .error(401, "Wrong email or password", &["UNAUTHORIZED"])
             .error(403, "A browser request from another site", &["CSRF_REJECTED"])
-            .error(429, "Too many failed attempts for this email", &["RATE_LIMITED"]),
+            .error(
+                429,
+                "Too many failed attempts for this email from this client (5 in 15 minutes, 20 in a day), from this client over every \
+                 email (30 in 15 minutes), or for this email over every client (100 in 15 minutes); Retry-After says when",
+                &["RATE_LIMITED"],
+            ),
         op(Method::POST, "/dap/logout", post(logout))
             .tag("DAP Auth")
             .summary("Sign out: ends the session on the server and clears the cookie")
@@ -220,8 +225,8 @@ struct SignedIn {
     email: Option<String>,
 }
 
-async fn login(State(state): State<AppState>, Body(request): Body<LoginRequest>) -> ApiResult<Response> {
-    let (owner, session) = auth::sign_in(&state.app, &request.email, &request.password).await?;
+async fn login(State(state): State<AppState>, Client(client): Client, Body(request): Body<LoginRequest>) -> ApiResult<Response> {
+    let (owner, session) = auth::sign_in(&state.app, &request.email, &request.password, &client.to_string()).await?;
     Ok(with_session(&state, session, SignedIn { message: "signed in", owner_id: owner.owner_id, email: owner.email }))
 }
 
