@@ -10,6 +10,7 @@ mod concurrency;
 mod connections;
 mod coverage;
 mod dap;
+mod dates;
 mod declarations;
 mod deidentification;
 mod discovery;

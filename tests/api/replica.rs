@@ -139,8 +139,7 @@ async fn replica_reads(t: &TestServer, outcome: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observations_read_from_a_streaming_replica_and_fall_back_when_it_stops() {
-    let Some(url) = postgres_url() else {
-        eprintln!("SKIPPED the read-replica test: {POSTGRES_URL_VAR} is not set");
+    let Some(url) = postgres_or_skip("replica::observations_read_from_a_streaming_replica_and_fall_back_when_it_stops") else {
         return;
     };
     let Some(bin) = pg_bin() else {
@@ -157,9 +156,12 @@ async fn observations_read_from_a_streaming_replica_and_fall_back_when_it_stops(
         Ok(standby) => standby,
         Err(why) if std::env::var_os("ANCHOR_TEST_REQUIRE_REPLICA").is_some() => panic!("pg_basebackup failed: {why}"),
         Err(why) => {
-            eprintln!(
-                "SKIPPED the read-replica test: the primary refused a replication connection \
-                 (add `host replication all 127.0.0.1/32 trust` to pg_hba.conf; .ci/run does): {why}"
+            skip(
+                "replica::observations_read_from_a_streaming_replica_and_fall_back_when_it_stops",
+                &format!(
+                    "the primary refused a replication connection (add `host replication all 127.0.0.1/32 trust` to \
+                     pg_hba.conf; .ci/run does): {why}"
+                ),
             );
             return;
         }

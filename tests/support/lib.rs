@@ -35,6 +35,32 @@ pub fn postgres_url() -> Option<String> {
     std::env::var(POSTGRES_URL_VAR).ok().filter(|u| !u.is_empty())
 }
 
+/// Says that `test` did not run for want of `what`, and records it in the
+/// file `ANCHOR_TEST_SKIP_FILE` names (scripts/test counts those as skipped,
+/// not passed). Under CI (`CI=true`, or `ANCHOR_TEST_REQUIRE_POSTGRES=1`,
+/// which .ci/run sets) a skip is a failure: CI must run every test.
+pub fn skip(test: &str, what: &str) {
+    let required =
+        std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    assert!(!required, "{test} cannot run here ({what}), and under CI every test must run");
+    eprintln!("SKIPPED {test}: {what}");
+    if let Some(file) = std::env::var_os("ANCHOR_TEST_SKIP_FILE").filter(|f| !f.is_empty()) {
+        use std::io::Write;
+        if let Ok(mut out) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = writeln!(out, "{test}");
+        }
+    }
+}
+
+/// The PostgreSQL URL, or `None` after [`skip`]ping `test`.
+pub fn postgres_or_skip(test: &str) -> Option<String> {
+    let url = postgres_url();
+    if url.is_none() {
+        skip(test, &format!("{POSTGRES_URL_VAR} is not set"));
+    }
+    url
+}
+
 /// The reference interface's facts (paths, methods, parameters, schemas,
 /// enums, status codes), as `scripts/reference-facts` extracted them from the
 /// reference OpenAPI document into `tests/data`. The tests compare with this
@@ -599,8 +625,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    if $crate::postgres_url().is_none() {
-                        eprintln!("SKIPPED on PostgreSQL: {} is not set", $crate::POSTGRES_URL_VAR);
+                    if $crate::postgres_or_skip(concat!(module_path!(), "::", stringify!($name))).is_none() {
                         return;
                     }
                     super::$name($crate::Backend::Postgres).await;

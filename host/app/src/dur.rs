@@ -6,7 +6,7 @@
 //! adds up by construction: its total is the sum of its kinds and the sum of
 //! its sources (`Summary::check`). Retention subscriptions count under `dd_ee`.
 
-use chrono::{DateTime, Duration, Months, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Duration, Months, Utc};
 use dashu::integer::IBig;
 use uuid::Uuid;
 
@@ -24,15 +24,18 @@ pub struct Range {
 }
 
 fn bound(name: &str, text: &str, end: bool) -> AppResult<DateTime<Utc>> {
-    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+    use anchor_domain::dates;
+    if let Some(day) = dates::parse_day(text) {
         // A date is that whole UTC day: from its start, or up to its end.
-        let day = if end { date + Duration::days(1) } else { date };
-        return Ok(Utc.from_utc_datetime(&day.and_hms_opt(0, 0, 0).expect("midnight")));
+        return Ok(if end { dates::day_end(day) } else { dates::day_start(day) });
     }
-    DateTime::parse_from_rfc3339(text).map(|t| t.with_timezone(&Utc)).map_err(|_| {
+    dates::parse_instant(text).ok_or_else(|| {
         AppError::invalid(
             "INVALID_VALUE",
-            format!("{name} must be a date (2026-07-10) or an ISO 8601 time with an offset; got {}", anchor_domain::brief(text)),
+            format!(
+                "{name} must be a date (2026-07-10) or an ISO 8601 time with an offset, in the years 0000 to 9999; got {}",
+                anchor_domain::brief(text)
+            ),
         )
     })
 }
@@ -49,7 +52,9 @@ pub fn range(services: &Services, from: Option<&str>, to: Option<&str>) -> AppRe
     };
     let from = match from {
         Some(text) => bound("from", text, false)?,
-        None => to.checked_sub_months(Months::new(3)).unwrap_or(to),
+        None => to
+            .checked_sub_months(Months::new(3))
+            .map_or_else(anchor_domain::dates::earliest, |from| from.max(anchor_domain::dates::earliest())),
     };
     if from > to {
         return Err(AppError::invalid("INVALID_VALUE", "from must not be after to"));

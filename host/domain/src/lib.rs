@@ -11,6 +11,7 @@ pub mod asa;
 pub mod bilateral;
 pub mod clock;
 pub mod dab;
+pub mod dates;
 pub mod declarations;
 pub mod earned;
 pub mod error;

@@ -209,12 +209,10 @@ impl<'de> Deserialize<'de> for Time {
         impl Visitor<'_> for TimeVisitor {
             type Value = Time;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z)")
+                f.write_str("an ISO 8601 date-time with an offset (2026-01-01T00:00:00Z), in the years 0000 to 9999")
             }
             fn visit_str<E: de::Error>(self, text: &str) -> Result<Time, E> {
-                DateTime::parse_from_rfc3339(text)
-                    .map(|t| Time(t.with_timezone(&Utc)))
-                    .map_err(|_| E::invalid_value(Unexpected::Str(text), &self))
+                anchor_domain::dates::parse_instant(text).map(Time).ok_or_else(|| E::invalid_value(Unexpected::Str(text), &self))
             }
         }
         deserializer.deserialize_str(TimeVisitor)

@@ -197,8 +197,7 @@ async fn hostile_components_fail_only_themselves_within_512_mib_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_components_fail_only_themselves_within_512_mib_on_postgres() {
-    let Some(url) = std::env::var("ANCHOR_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
-        eprintln!("SKIPPED on PostgreSQL: ANCHOR_TEST_POSTGRES_URL is not set");
+    let Some(url) = common::postgres_or_skip("hostile::hostile_components_fail_only_themselves_within_512_mib_on_postgres") else {
         return;
     };
     let admin = sqlx::PgPool::connect(&url).await.unwrap();

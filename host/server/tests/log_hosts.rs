@@ -152,8 +152,7 @@ async fn anchor_verify_checks_a_receipt_offline() {
 /// pair of consecutive checkpoints is consistent.
 #[tokio::test]
 async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
-    let Some(url) = std::env::var("ANCHOR_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
-        eprintln!("SKIPPED on PostgreSQL: ANCHOR_TEST_POSTGRES_URL is not set");
+    let Some(url) = common::postgres_or_skip("log_hosts::two_hosts_on_one_postgres_survive_the_integrator_dying") else {
         return;
     };
     let admin = sqlx::PgPool::connect(&url).await.unwrap();

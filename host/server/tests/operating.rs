@@ -90,10 +90,7 @@ struct PgDatabase {
 
 impl PgDatabase {
     async fn create(prefix: &str) -> Option<PgDatabase> {
-        let Some(url) = std::env::var("ANCHOR_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
-            eprintln!("SKIPPED on PostgreSQL: ANCHOR_TEST_POSTGRES_URL is not set");
-            return None;
-        };
+        let url = common::postgres_or_skip(&format!("operating (a PostgreSQL database {prefix})"))?;
         let admin = sqlx::PgPool::connect(&url).await.unwrap();
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {name}"))).execute(&admin).await.unwrap();

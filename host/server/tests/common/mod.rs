@@ -55,3 +55,23 @@ pub async fn serve_sqlite(name: &str, extra: &[&str]) -> (Server, String, std::p
     wait_healthy(&reqwest::Client::new(), &base).await;
     (server, base, data)
 }
+
+/// The test PostgreSQL's URL, or `None` after saying `test` was skipped (and
+/// recording it in `ANCHOR_TEST_SKIP_FILE`, which scripts/test counts). Under
+/// CI (`CI=true` or `ANCHOR_TEST_REQUIRE_POSTGRES=1`) a skip is a failure.
+pub fn postgres_or_skip(test: &str) -> Option<String> {
+    if let Some(url) = std::env::var("ANCHOR_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) {
+        return Some(url);
+    }
+    let required =
+        std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    assert!(!required, "{test} needs ANCHOR_TEST_POSTGRES_URL, and under CI every test must run");
+    eprintln!("SKIPPED {test}: ANCHOR_TEST_POSTGRES_URL is not set");
+    if let Some(file) = std::env::var_os("ANCHOR_TEST_SKIP_FILE").filter(|f| !f.is_empty()) {
+        use std::io::Write;
+        if let Ok(mut out) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = writeln!(out, "{test}");
+        }
+    }
+    None
+}
