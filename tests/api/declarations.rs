@@ -18,6 +18,7 @@ anchor_tests::both_backends!(
     lineage_links_stay_within_one_agent,
     template_rules_and_classification_keys,
     premium_payment_sources_are_never_ignored,
+    what_a_client_sends_is_read_and_what_the_service_says_is_true,
 );
 
 async fn register_create_confirm_detail(backend: Backend) {
@@ -27,14 +28,16 @@ async fn register_create_confirm_detail(backend: Backend) {
     assert_eq!(created["status"], "trial_paid");
     assert_eq!(created["pricing_version"], "v1.3.0");
     assert_eq!(created["dac_amount"], json!(157.5));
+    // Trial paid the whole: the premium has no source of its own (external or earned).
     assert_eq!(
         created["cost_breakdown"],
         json!({
-            "base_fee": 10, "base_fee_source": "trial", "premium": 147.5, "premium_source": "trial",
+            "base_fee": 10, "base_fee_source": "trial", "premium": 147.5,
             "subtotal": 105, "multiplier": 1.5, "total_dac": 157.5,
         })
     );
     assert_eq!(created["trial_payment"]["trial_remaining"], json!(342.5));
+    assert_eq!(created["content_inclusion_flag"], json!(0));
     let sha = created["pricing_component_sha256"].as_str().unwrap();
     assert_eq!(sha, hex::encode(Sha256::digest(anchor_plugins::DEFAULT_PRICING_WASM)));
     let dd_id = created["dd_id"].as_str().unwrap();
@@ -370,4 +373,66 @@ async fn premium_payment_sources_are_never_ignored(backend: Backend) {
     basic["premium_payment_source"] = json!("external");
     assert_eq!(t.post("/v1/dd/create", Some(&agent.token), &basic).await.status, StatusCode::CREATED);
     assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
+}
+
+/// A template sent with content_inclusion_flag 0 is not read or stored
+/// (branch 0 is the decision fact only); a Trial too short for the whole
+/// price says, in its 402, how to let it pay the base fee; the premium's
+/// source is external or earned, never Trial; discovery says what the
+/// routes do (Earned pays a declaration's premium and an earned_only stay;
+/// indefinite retention is not offered while the operator has it off).
+async fn what_a_client_sends_is_read_and_what_the_service_says_is_true(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let mut body = create_body(json!({ "ee_preset": "EE_basic" }));
+    body["template"] = json!({ "decision_class": "payment", "decision_scale_value": 12 });
+    let created = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    assert_eq!(created.json["content_inclusion_flag"], json!(0));
+    let dd_id = created.json["dd_id"].as_str().unwrap();
+    let stored = format!(
+        "select count(*) from declaration where dd_id = {} and tpl_decision_class is null and tpl_decision_scale_value is null",
+        t.uuid_sql(dd_id)
+    );
+    assert_eq!(t.scalar(&stored).await, 1, "the template of a branch-0 declaration is not stored");
+
+    // 27.5 DAC of Trial left, a 45 DAC declaration: 402 for the whole, saying how to split it.
+    let spender = t.register().await;
+    t.tamper(&format!("update agent set trial_balance_milli = 27500 where agent_id = {}", t.uuid_sql(&spender.id))).await;
+    let standard = t.post("/v1/dd/create", Some(&spender.token), &create_body(json!({ "ee_preset": "EE_standard" }))).await;
+    assert_eq!(standard.status.as_u16(), 402, "{}", standard.text);
+    let challenge = anchor_tests::x402::challenge_of(&standard);
+    let description = challenge["resource"]["description"].as_str().unwrap_or_default().to_string();
+    assert!(description.contains("premium_payment_source: external"), "{challenge}");
+    let mut split = create_body(json!({ "ee_preset": "EE_standard" }));
+    split["premium_payment_source"] = json!("external");
+    let challenged = t.post("/v1/dd/create", Some(&spender.token), &split).await;
+    assert_eq!(challenged.status.as_u16(), 402, "the premium over x402: {}", challenged.text);
+    let payment = anchor_tests::x402::pay(
+        &anchor_tests::x402::challenge_of(&challenged),
+        anchor_domain::Clock::now(t.clock.as_ref()).timestamp(),
+        anchor_tests::x402::Twist::default(),
+    );
+    let bearer = format!("Bearer {}", spender.token);
+    let signature = anchor_tests::x402::b64(&payment);
+    let paid = t.call_with("POST", "/v1/dd/create", &[("authorization", &bearer), ("payment-signature", &signature)], Some(&split)).await;
+    assert_eq!(paid.status.as_u16(), 201, "{}", paid.text);
+    assert_eq!(paid.json["cost_breakdown"]["base_fee_source"], "trial");
+    assert_eq!(paid.json["cost_breakdown"]["premium_source"], "external", "{}", paid.text);
+
+    // Discovery says what the routes do.
+    let x402 = t.get("/.well-known/x402.json", None).await.json;
+    let endpoint = |name: &str| x402["paid_endpoints"].as_array().unwrap().iter().find(|e| e["endpoint"] == name).cloned().unwrap();
+    assert_eq!(endpoint("POST /v1/ise/exit")["accepts_earned"], json!(true));
+    assert_eq!(endpoint("POST /v1/sdac/session/end")["accepts_earned"], json!(false));
+    assert_eq!(endpoint("POST /v1/dd/create")["accepts_earned"], json!(true));
+    let off = TestServer::with(
+        backend,
+        Options { features: anchor_app::Features { retention: false, ..Default::default() }, ..Options::default() },
+    )
+    .await;
+    let pricing = off.get("/v1/pricing/current", None).await.json;
+    assert_eq!(pricing["indefinite_available"], json!(false), "{pricing}");
+    assert_eq!(pricing["axes"]["ee_retention_period"]["indefinite"]["available"], json!(false));
+    assert_eq!(t.get("/v1/pricing/current", None).await.json["indefinite_available"], json!(true));
 }

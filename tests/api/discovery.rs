@@ -43,7 +43,9 @@ async fn discovery_documents_describe_this_server() {
     assert_eq!(create["endpoint"], "POST /v1/dd/create");
     assert_eq!(create["price_base"], "$0.01");
     assert_eq!(create["trial_eligible"], json!(true));
-    assert_eq!(create["accepts_earned"], json!(false));
+    // Earned DAC pays a declaration's premium (premium_payment_source: earned).
+    assert_eq!(create["accepts_earned"], json!(true));
+    assert_eq!(create["earned_pays"], "the premium only, with premium_payment_source: earned");
     assert_eq!(create["available"], json!(true));
     assert_eq!(x402["trial"]["amount_dac"], json!(500));
     // Every paid route of the interface is listed, priced by the component,

@@ -23,6 +23,10 @@ fn fields(doc: &Value, schema: &Value, prefix: &str, out: &mut BTreeMap<String, 
     let schema = resolve(doc, schema);
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
+            // A field the reference's OpenAPI lacks but its spec or published SDK sends, marked with why.
+            if sub.get("x-anchor-beyond-reference").and_then(Value::as_str).is_some_and(|why| !why.is_empty()) {
+                continue;
+            }
             let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
             let sub_resolved = resolve(doc, sub);
             let sub_resolved = sub_resolved

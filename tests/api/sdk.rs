@@ -10,6 +10,7 @@ use chrono::{Duration, Utc};
 use serde_json::json;
 
 both_backends!(
+    the_sdk_declares_with_what_it_sends,
     the_sdk_observes_and_reports_and_pays_with_the_official_client,
     the_sdk_trades_tools_and_reads_earned_dac_paid_with_the_official_client,
     the_sdk_subscribes_stays_simulates_archives_and_agrees
@@ -105,4 +106,23 @@ async fn the_sdk_subscribes_stays_simulates_archives_and_agrees(backend: Backend
     assert_eq!(t.scalar("select count(*) from asa_purchase where status = 'completed' and payment_source = 'external'").await, 1);
     assert_eq!(t.scalar("select count(*) from bilateral_agreement where status = 'accepted' and counterparty_dd_id is not null").await, 1);
     assert_eq!(t.scalar("select count(*) from x402_payment where subject_domain = 'declaration' and status = 'settled'").await, 1);
+}
+
+/// The SDK's `dd.create({ context })`, `dd.confirm(id, transactionId)` and a
+/// create with `excluded_option_count` (tests/e2e/x402/sdk-dd.test.mjs): all
+/// accepted; the context is never stored anywhere.
+async fn the_sdk_declares_with_what_it_sends(backend: Backend) {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/x402");
+    let t = TestServer::start(backend).await;
+    let mut node = tokio::process::Command::new("node");
+    node.args(["--test", "sdk-dd.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
+    let output = node.output().await.expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("# pass 2\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 1);
+    assert_eq!(t.scalar("select count(*) from declaration where excluded_option_count = 4").await, 1);
+    // The scan finds what is stored (the preset's name), and not the context.
+    assert!(t.database_holds("EE_basic").await, "the database scan finds nothing at all");
+    assert!(!t.database_holds("SDK-CONTEXT-MARKER").await, "the context reached the database");
 }

@@ -48,6 +48,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
                 selection_scope: Some(SelectionScope::Global),
                 decision_at: Some(now() - Duration::minutes(5)),
                 parent_dd_id: parent,
+                excluded_option_count: Some(3),
             },
             ee: EeFields {
                 preset: None,

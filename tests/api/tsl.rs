@@ -77,7 +77,8 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
     t.clock.advance(Duration::seconds(1));
     let second = register_tool(&t, &seller, "timeline-shape", 2.5, "layer2").await;
 
-    let refusals: [(Value, &str); 10] = [
+    // The reference names a non-positive price and a layer outside layer1/layer2 INVALID_INPUT.
+    let refusals: [(Value, &str); 13] = [
         (json!({ "ara_connections": null }), "ARA_CONNECTION_REQUIRED"),
         (json!({ "ara_connections": [] }), "ARA_CONNECTION_REQUIRED"),
         (json!({ "ara_connections": [{ "observation_type": "environment_summary", "resolution_level": 2 }] }), "INVALID_ARA_CONNECTION"),
@@ -87,7 +88,10 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
         (json!({ "tool_description": "support line +1 555 123 4567" }), "PII_DETECTED"),
         (json!({ "tool_name": " " }), "INVALID_INPUT"),
         (json!({ "price_dac": 0 }), "INVALID_INPUT"),
-        (json!({ "layer": "layer3" }), "INVALID_ENUM"),
+        (json!({ "price_dac": -5 }), "INVALID_INPUT"),
+        (json!({ "price_dac": "ten" }), "INVALID_INPUT"),
+        (json!({ "layer": "layer3" }), "INVALID_INPUT"),
+        (json!({ "layer": 2 }), "INVALID_INPUT"),
     ];
     for (change, code) in refusals {
         let mut body = tool_body("x", 1.0, "layer1");

@@ -105,7 +105,6 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
         ("flag as string", vec![Set("/content_inclusion_flag", json!("1"))], 400, "INVALID_ENUM"),
         ("flag 1 without template", vec![Set("/content_inclusion_flag", json!(1))], 400, "MISSING_FIELD"),
         ("flag 1 with empty template", vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({}))], 400, "INVALID_INPUT"),
-        ("template with flag 0", vec![Set("/template", json!({ "decision_class": "payment" }))], 400, "INVALID_INPUT"),
         (
             "bad decision_class",
             vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "bribe" }))],

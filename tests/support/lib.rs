@@ -355,6 +355,39 @@ impl TestServer {
         }
     }
 
+    /// Whether `needle` appears anywhere in what the database keeps: on
+    /// SQLite its files' bytes (the database and its write-ahead log), on
+    /// PostgreSQL every text and bytea column of the server's schema.
+    pub async fn database_holds(&self, needle: &str) -> bool {
+        match &self._cleanup {
+            Cleanup::Dir(dir) => std::fs::read_dir(dir).unwrap().flatten().any(|entry| {
+                let bytes = std::fs::read(entry.path()).unwrap_or_default();
+                bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+            }),
+            Cleanup::Schema { url, schema } => {
+                let pool = sqlx::PgPool::connect(url).await.expect("postgres");
+                let columns: Vec<(String, String)> = sqlx::query_as(
+                    "select table_name::text, column_name::text from information_schema.columns \
+                     where table_schema = $1 and data_type in ('text', 'bytea', 'character varying', 'jsonb', 'json')",
+                )
+                .bind(schema)
+                .fetch_all(&pool)
+                .await
+                .expect("columns");
+                for (table, column) in columns {
+                    let sql = format!(
+                        "select count(*) from \"{schema}\".\"{table}\" where position($1 in convert_from(convert_to(\"{column}\"::text, 'UTF8'), 'UTF8')) > 0"
+                    );
+                    let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(needle).fetch_one(&pool).await.unwrap_or(0);
+                    if found > 0 {
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+
     /// A count (or any bigint) read directly from this server's database.
     pub async fn scalar(&self, query: &str) -> i64 {
         self.column::<i64>(query).await.into_iter().next().expect("scalar query returned no row")

@@ -27,14 +27,34 @@ pub enum PriceSource {
     IseStay,
 }
 
-/// What Earned DAC may pay of a route's price.
+/// What Earned DAC may pay of a route's price. The charge pipeline refuses
+/// an order that would take Earned DAC where this says `Never`
+/// ([`crate::charge::charge`]), so the discovery documents built from it
+/// cannot promise what the routes do not do, nor hide what they do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EarnedUse {
     Never,
     /// Only the resolution surcharge (cross-agent observations).
     Surcharge,
+    /// Only a declaration's premium (`premium_payment_source: earned`).
+    Premium,
+    /// The whole price of a stay entered `earned_only`.
+    EarnedOnlyStay,
     /// The whole price.
     Whole,
+}
+
+impl EarnedUse {
+    /// What Earned DAC pays, said for a discovery document.
+    pub fn pays(self) -> Option<&'static str> {
+        match self {
+            EarnedUse::Never => None,
+            EarnedUse::Surcharge => Some("the resolution surcharge only"),
+            EarnedUse::Premium => Some("the premium only, with premium_payment_source: earned"),
+            EarnedUse::EarnedOnlyStay => Some("the whole fee of a stay entered with payment_mode earned_only"),
+            EarnedUse::Whole => Some("the whole price"),
+        }
+    }
 }
 
 /// One paid route.
@@ -51,20 +71,20 @@ const fn paid(method: &'static str, path: &'static str, price: PriceSource, tria
     PaidRoute { route: Route { method, path }, price, trial, earned }
 }
 
-use EarnedUse::{Never, Surcharge, Whole};
+use EarnedUse::{EarnedOnlyStay, Never, Premium, Surcharge, Whole};
 use ObservationTier as Tier;
 use PriceSource::*;
 
 /// The paid routes of interface 1.3.42, in the reference's order.
 pub const PAID_ROUTES: &[PaidRoute] = &[
-    paid("POST", "/v1/dd/create", DeclarationQuote, true, Never),
+    paid("POST", "/v1/dd/create", DeclarationQuote, true, Premium),
     paid("POST", "/v1/dd/bilateral/propose", DeclarationQuote, false, Never),
     paid("POST", "/v1/tsl/purchase", TslPurchase, false, Never),
     paid("POST", "/v1/tsl/purchase/layer2", TslPurchase, false, Never),
     paid("POST", "/v1/asa/subscribe", AsaPeriod, false, Whole),
     paid("POST", "/v1/asa/extend", AsaPeriod, false, Whole),
     paid("POST", "/v1/sdac/session/end", SdacSession, true, Never),
-    paid("POST", "/v1/ise/exit", IseStay, true, Never),
+    paid("POST", "/v1/ise/exit", IseStay, true, EarnedOnlyStay),
     paid("GET", "/v1/ara/environment", Observation(Tier::Environment), false, Never),
     paid("GET", "/v1/ara/environment/density", Observation(Tier::Environment), false, Never),
     paid("GET", "/v1/ara/environment/tsl", Observation(Tier::Environment), false, Never),
@@ -78,6 +98,11 @@ pub const PAID_ROUTES: &[PaidRoute] = &[
     paid("GET", "/v1/ara/environment-anomaly", Observation(Tier::EnvironmentAnomaly), false, Never),
     paid("GET", "/v1/ara/evidence-report", Observation(Tier::EvidenceReport), false, Never),
 ];
+
+/// The catalog's entry of `route`, if it is a paid route.
+pub fn paid_route(route: Route) -> Option<&'static PaidRoute> {
+    PAID_ROUTES.iter().find(|p| p.route.method == route.method && p.route.path == route.path)
+}
 
 /// The routes Trial pays for.
 pub fn trial_routes() -> impl Iterator<Item = Route> {

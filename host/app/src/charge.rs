@@ -302,6 +302,22 @@ pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppR
 
 /// Takes payment for `order` and records it through `commit`.
 pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) -> AppResult<C::Output> {
+    // The catalog is what the discovery documents say of a route: an order
+    // that would use Trial or Earned DAC where they say it cannot is a defect.
+    if let Some(rules) = crate::catalog::paid_route(order.route) {
+        if !rules.trial && !matches!(order.trial, TrialUse::None) {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "{} is not Trial-eligible in the catalog, yet an order used Trial",
+                order.route
+            )));
+        }
+        if rules.earned == crate::catalog::EarnedUse::Never && order.earned > MilliDac::ZERO {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "{} does not accept Earned DAC in the catalog, yet an order used it",
+                order.route
+            )));
+        }
+    }
     let now = services.clock.now();
     let mut description = order.description.clone();
     // Earned DAC first: an order it cannot pay is refused before Trial or a challenge.

@@ -251,6 +251,14 @@ pub(crate) async fn record(
             format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
         } else if earned {
             format!("Base fee of a decision declaration ({} DAC); Earned DAC pays its {} DAC premium", quote.base_fee, quote.premium())
+        } else if quote.premium() > MilliDac::ZERO {
+            format!(
+                "Decision declaration of {} DAC. Trial pays a declaration whole or not at all; to let Trial pay the {} DAC base \
+                 fee and pay only the {} DAC premium here, send premium_payment_source: external",
+                quote.total,
+                quote.base_fee,
+                quote.premium()
+            )
         } else {
             format!("Decision declaration of {} DAC", quote.total)
         },

@@ -9,7 +9,10 @@
 //! `SELECTED` in upper case), UUIDs in lower-case hyphenated form, times in
 //! RFC 3339 UTC with exactly six fractional digits and a `Z`, the salt as 64
 //! lower-case hex digits, amounts as integer milli-DAC, `call_chain` joined with
-//! `,`. An absent optional value is an empty string after the `=`. No value can
+//! `,`. An absent optional value is an empty string after the `=`. Fields added
+//! after the first records were hashed come after `dac_amount_milli`, each
+//! line present only when its value is (`excluded_option_count`), so that
+//! every earlier record's encoding, and its hash, are unchanged. No value can
 //! contain `\n` or `,` (every field is an enum, a token, a number or an id), so
 //! the encoding is unambiguous.
 //!
@@ -72,6 +75,10 @@ pub fn canonical_encoding(d: &Declaration) -> String {
         ("pricing_component_sha256", d.pricing_sha256.clone()),
         ("dac_amount_milli", d.dac_amount.milli().to_string()),
     ];
+    let mut lines = lines;
+    if let Some(count) = d.dd.excluded_option_count {
+        lines.push(("excluded_option_count", count.to_string()));
+    }
     let mut out = String::with_capacity(1024);
     out.push_str(ENCODING_NAME);
     out.push('\n');

@@ -94,6 +94,55 @@ impl<'de> Deserialize<'de> for Dac {
 
 inline_schema!(Dac, { "type": "number", "minimum": 0, "multipleOf": 0.001 });
 
+/// A tool's price, as TSL register reads it: a [`Dac`] amount, where the
+/// interface names every mistake (a negative or malformed number) 400
+/// `INVALID_INPUT` rather than `INVALID_VALUE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolPrice(pub MilliDac);
+
+impl<'de> Deserialize<'de> for ToolPrice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ToolPrice, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let refuse =
+            || refused("INVALID_INPUT", format_args!("price_dac must be a DAC amount above 0 with at most three decimals; got {value}"));
+        let serde_json::Value::Number(number) = &value else { return Err(refuse()) };
+        let Ok(Dac(amount)) = serde_json::from_value::<Dac>(serde_json::Value::Number(number.clone())) else { return Err(refuse()) };
+        Ok(ToolPrice(amount))
+    }
+}
+
+inline_schema!(ToolPrice, { "type": "number", "exclusiveMinimum": 0, "multipleOf": 0.001 });
+
+/// A closed vocabulary read where the interface names an unknown value 400
+/// `INVALID_INPUT` rather than `INVALID_ENUM` (a tool's layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputNamed<E>(pub E);
+
+impl<'de, E: WireEnum> Deserialize<'de> for InputNamed<E> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<InputNamed<E>, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match value.as_str().and_then(E::parse) {
+            Some(parsed) => Ok(InputNamed(parsed)),
+            None => Err(refused(
+                "INVALID_INPUT",
+                format_args!("must be one of {}; got {}", E::NAMES.join(", "), anchor_domain::brief(&value.to_string())),
+            )),
+        }
+    }
+}
+
+impl<E: WireEnum> JsonSchema for InputNamed<E> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        E::TYPE_NAME.into()
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        Named::<E>::json_schema(generator)
+    }
+}
+
 /// An amount that may be negative (a change between two periods), in DAC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SignedDac(pub MilliDac);

@@ -475,6 +475,7 @@ impl<'a> DeclarationRow<'a> {
             ("request_id", new.request_id.value()),
             ("lineage_group_id", lineage_group_id.value()),
             ("parent_dd_id", d.dd.parent_dd_id.value()),
+            ("excluded_option_count", d.dd.excluded_option_count.value()),
             ("dd_unit_type", d.dd.unit_type.as_str().value()),
             ("dd_declaration_mode", d.dd.declaration_mode.as_str().value()),
             ("decision_type", d.dd.decision_type.as_str().value()),
@@ -586,6 +587,7 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
             selection_scope: row.opt_named("selection_scope")?,
             decision_at: row.get("decision_at")?,
             parent_dd_id: row.get("parent_dd_id")?,
+            excluded_option_count: row.get("excluded_option_count")?,
         },
         ee: ee::EeFields {
             preset: row.get("ee_preset")?,

@@ -1,7 +1,8 @@
 // A stand-in for the published JS SDK (decision-anchor-sdk 1.4.0), for
 // machines where that package cannot be installed. It sends what the SDK
-// sends for its ARA, DUR, Earned DAC, TSL, retention, ISE, sDAC, ASA and
-// bilateral groups, and nothing more:
+// sends for its DD, ARA, DUR, Earned DAC, TSL, retention, ISE, sDAC, ASA and
+// bilateral groups, and nothing more (`dd.create` sends the caller's
+// `context`, and `dd.confirm(id, transactionId)` a `transaction_id`):
 // - the same methods on the same paths, with the same query names and body
 //   fields; a query value that is undefined or null is left out;
 // - `Authorization: Bearer <token>` when a token is set;
@@ -71,6 +72,24 @@ export default class Client {
       decisionMetadata: ({ from, to } = {}) => get("/v1/dur/decision-metadata", { from, to }),
       decisionScale: ({ from, to } = {}) => get("/v1/dur/decision-scale", { from, to }),
       selfClassification: ({ from, to } = {}) => get("/v1/dur/self-classification", { from, to }),
+    };
+    this.dd = {
+      create: ({ dd, ee, requestId, context, continuity, premiumPaymentSource, contentInclusionFlag, template } = {}) =>
+        this._req("POST", "/v1/dd/create", {
+          body: {
+            request_id: requestId ?? globalThis.crypto.randomUUID(),
+            dd,
+            ee,
+            context,
+            continuity,
+            premium_payment_source: premiumPaymentSource,
+            content_inclusion_flag: contentInclusionFlag,
+            template,
+          },
+        }),
+      confirm: (ddId, transactionId) => this._req("POST", "/v1/dd/confirm", { body: { dd_id: ddId, transaction_id: transactionId } }),
+      get: (ddId) => get(`/v1/dd/${ddId}`),
+      list: ({ limit, offset, from, to } = {}) => get("/v1/dd/list", { limit, offset, from, to }),
     };
     this.earnedDac = {
       balance: () => get("/v1/earned-dac/balance"),

@@ -58,6 +58,24 @@ pub struct DdFields {
     /// Normalized to UTC; never later than the anchoring time.
     pub decision_at: Option<DateTime<Utc>>,
     pub parent_dd_id: Option<Uuid>,
+    /// How many options the agent considered and left out, when it says so
+    /// (0 to [`EXCLUDED_OPTIONS_MAX`]).
+    pub excluded_option_count: Option<i64>,
+}
+
+/// The largest `excluded_option_count` accepted.
+pub const EXCLUDED_OPTIONS_MAX: i64 = 1_000_000_000;
+
+/// `excluded_option_count` is a whole number from 0 to [`EXCLUDED_OPTIONS_MAX`].
+pub fn check_excluded_option_count(count: i64) -> Result<(), crate::Invalid> {
+    if (0..=EXCLUDED_OPTIONS_MAX).contains(&count) {
+        Ok(())
+    } else {
+        Err(crate::Invalid::new(
+            "INVALID_VALUE",
+            format!("dd.excluded_option_count must be a whole number from 0 to {EXCLUDED_OPTIONS_MAX}; got {count}"),
+        ))
+    }
 }
 
 impl DdFields {
@@ -73,6 +91,7 @@ impl DdFields {
         selection_scope: None,
         decision_at: None,
         parent_dd_id: None,
+        excluded_option_count: None,
     };
 }
 

@@ -96,6 +96,16 @@ struct NextSteps {
     first_record: Step,
     then_confirm: Step,
     check_trial: Step,
+    references: References,
+}
+
+/// Where the whole interface is described.
+#[derive(Serialize, JsonSchema)]
+struct References {
+    /// The OpenAPI document of every route.
+    openapi: String,
+    /// A short guide for language-model agents.
+    llms: String,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -144,6 +154,7 @@ pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterReq
                 note: "confirm after the action is carried out; free; returns the integrity hash",
             },
             check_trial: Step { call: format!("GET {base}/v1/trial/status"), note: "free" },
+            references: References { openapi: format!("{base}/openapi.json"), llms: format!("{base}/llms.txt") },
         },
     })
 }

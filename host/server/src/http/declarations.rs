@@ -45,7 +45,7 @@ pub fn operations() -> Vec<Operation> {
         op(Method::POST, "/v1/dd/create", post(create))
             .tag("DD")
             .summary("Declare a decision with its accountability scope")
-            .describe("Records the declaration's metadata, prices its EE with the active pricing generation and pays it from Trial while Trial lasts. Reusing a request_id returns the earlier result. When nothing can pay, answers 402 with an x402 challenge.")
+            .describe("Records the declaration's metadata, prices its EE with the active pricing generation and pays it from Trial while Trial lasts. Trial pays a declaration whole or not at all: when what is left of it covers the base fee but not the premium, the answer is 402 for the whole price, unless premium_payment_source is external (Trial then pays the base fee and x402 the premium) or earned. Reusing a request_id returns the earlier result. When nothing can pay, answers 402 with an x402 challenge. A template is read only with content_inclusion_flag 1 (branch 1); with the flag 0 (branch 0, the decision fact only) a template sent is ignored and not stored. context (sent by the published SDK) is accepted and dropped: it may carry decision content, which this service never stores.")
             .agent()
             .takes::<CreateRequest>(json!({
                 "request_id": "00000000-0000-4000-8000-000000000000",
@@ -73,7 +73,7 @@ pub fn operations() -> Vec<Operation> {
         op(Method::POST, "/v1/dd/confirm", post(confirm))
             .tag("DD")
             .summary("Confirm a declaration after its action")
-            .describe("Settles the record once, writes its usage entries and fixes its integrity hash.")
+            .describe("Settles the record once, writes its usage entries and fixes its integrity hash. transaction_id is accepted (the published SDK sends it) and not used: an external payment settles from the x402 payment signed at create, so confirm needs no transaction reference.")
             .agent()
             .takes::<ConfirmRequest>(json!({ "dd_id": "<dd_id from create>" }))
             .returns::<ConfirmResponse>(200, "Confirmed")
@@ -139,6 +139,11 @@ pub(crate) struct CreateRequest {
     premium_payment_source: Option<PremiumPaymentSource>,
     content_inclusion_flag: Option<Flag>,
     template: Option<TemplateInput>,
+    /// Accepted and dropped, never stored or hashed: the published SDK's
+    /// `dd.create({ context })` sends it, and it may carry the decision's
+    /// content, which this service never keeps.
+    #[schemars(extend("x-anchor-beyond-reference" = "sent by the published SDK's dd.create; accepted and dropped"))]
+    context: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -156,6 +161,12 @@ pub(crate) struct DdInput {
     /// When the agent decided; normalized to UTC; not later than the anchoring time.
     decision_at: Option<Time>,
     parent_dd_id: Option<Id>,
+    /// How many options you considered and left out (0 or more); recorded and hashed with the record.
+    #[schemars(
+        range(min = 0, max = dd::EXCLUDED_OPTIONS_MAX),
+        extend("x-anchor-beyond-reference" = "a DDInput field of the interface specification")
+    )]
+    excluded_option_count: Option<i64>,
 }
 
 /// The four axes are required unless ee_preset is sent.
@@ -231,6 +242,8 @@ struct TemplateInput {
 impl CreateRequest {
     /// The rules a request must meet before anything is looked up.
     fn into_input(self, now: DateTime<Utc>) -> ApiResult<CreateInput> {
+        // The SDK's free-form context goes no further than this.
+        drop(self.context);
         let mut dd = self.dd.into_fields(now, dd::DeclarationMode::SelfDeclared)?;
         if let Some(parent) = self.continuity.and_then(|c| c.parent_dd_id) {
             match dd.parent_dd_id {
@@ -244,17 +257,14 @@ impl CreateRequest {
             }
         }
         let content_inclusion = self.content_inclusion_flag.is_some_and(|f| f.0 == 1);
-        let template = self.template.map(TemplateInput::into_template).transpose()?;
+        // Branch 0 records the decision fact only: a template sent with it is
+        // not read, checked or stored (the spec requires one with flag 1 and
+        // says nothing of one with flag 0).
+        let template = if content_inclusion { self.template.map(TemplateInput::into_template).transpose()? } else { None };
         match (content_inclusion, &template) {
             (true, None) => return Err(ApiError::bad("MISSING_FIELD", "template is required when content_inclusion_flag is 1")),
             (true, Some(t)) if !t.has_any_dimension() => {
                 return Err(ApiError::bad("INVALID_INPUT", "template must fill at least one of its dimensions"));
-            }
-            (false, Some(_)) => {
-                return Err(ApiError::bad(
-                    "INVALID_INPUT",
-                    "template is only accepted with content_inclusion_flag 1; send the flag or leave the template out",
-                ));
             }
             _ => {}
         }
@@ -291,6 +301,9 @@ impl DdInput {
                 format!("dd.decision_at {} is later than the anchoring time {}", at.to_rfc3339(), now.to_rfc3339()),
             ));
         }
+        if let Some(count) = self.excluded_option_count {
+            dd::check_excluded_option_count(count)?;
+        }
         Ok(DdFields {
             unit_type: self.dd_unit_type.0,
             declaration_mode: mode,
@@ -301,6 +314,7 @@ impl DdInput {
             selection_scope: self.selection_scope.map(|s| s.0),
             decision_at: self.decision_at.map(|t| t.0),
             parent_dd_id: self.parent_dd_id.map(|p| p.0),
+            excluded_option_count: self.excluded_option_count,
         })
     }
 }
@@ -389,7 +403,11 @@ pub struct CostBreakdown {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_fee_source: Option<Named<PaymentSource>>,
     pub premium: Dac,
+    /// external or earned; absent when the premium is 0, or when Trial paid
+    /// it with the base fee (base_fee_source trial: a declaration is paid
+    /// from Trial whole).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["external", "earned"]))]
     pub premium_source: Option<Named<PaymentSource>>,
     /// Base fee plus every axis add, before the multiplier.
     pub subtotal: Dac,
@@ -412,7 +430,7 @@ impl CostBreakdown {
             base_fee: s.base_fee.into(),
             base_fee_source: Some(Named(s.base_fee_source)),
             premium: s.premium().into(),
-            premium_source: Some(Named(s.premium_source)),
+            premium_source: (s.premium() > MilliDac::ZERO && s.premium_source != PaymentSource::Trial).then_some(Named(s.premium_source)),
             subtotal: s.subtotal.into(),
             multiplier: Ratio(s.multiplier_permille),
             total_dac: s.declaration.dac_amount.into(),
@@ -465,6 +483,9 @@ pub struct DeclaredDd {
     selection_state: Named<dd::SelectionState>,
     selection_scope: Option<Named<dd::SelectionScope>>,
     decision_at: Option<Time>,
+    /// As declared; absent when it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    excluded_option_count: Option<i64>,
 }
 
 impl From<&DdFields> for DeclaredDd {
@@ -478,6 +499,7 @@ impl From<&DdFields> for DeclaredDd {
             selection_state: Named(f.selection_state),
             selection_scope: f.selection_scope.map(Named),
             decision_at: f.decision_at.map(Time),
+            excluded_option_count: f.excluded_option_count,
         }
     }
 }
@@ -525,6 +547,9 @@ pub(crate) struct CreateResponse {
     dac_amount: Dac,
     pricing_version: String,
     pricing_component_sha256: String,
+    /// 0: the decision fact only; 1: its template too.
+    #[schemars(extend("enum" = [0, 1]))]
+    content_inclusion_flag: u8,
     cost_breakdown: CostBreakdown,
     status: CreateStatus,
     settlement_status: Named<SettlementStatus>,
@@ -583,6 +608,7 @@ impl CreateResponse {
             dac_amount: d.dac_amount.into(),
             pricing_version: d.pricing_version.clone(),
             pricing_component_sha256: d.pricing_sha256.clone(),
+            content_inclusion_flag: u8::from(d.content_inclusion),
             cost_breakdown: CostBreakdown::of(s),
             status: if external { CreateStatus::PendingPayment } else { CreateStatus::TrialPaid },
             settlement_status: Named(s.settlement_status),
@@ -631,6 +657,15 @@ pub(crate) async fn create_decision(
 #[serde(deny_unknown_fields)]
 struct ConfirmRequest {
     dd_id: Id,
+    /// Accepted and not used: the published SDK's `dd.confirm(id,
+    /// transactionId)` sends it. This service settles an external payment
+    /// from the signed x402 payment of the create, so a confirm needs no
+    /// transaction reference (the settlement's is in the answer).
+    #[schemars(
+        length(max = 256),
+        extend("x-anchor-beyond-reference" = "sent by the published SDK's dd.confirm(id, transactionId); accepted and not used")
+    )]
+    transaction_id: Option<String>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -666,6 +701,9 @@ async fn confirm(
     AuthAgent(agent): AuthAgent,
     Body(request): Body<ConfirmRequest>,
 ) -> ApiResult<axum::response::Response> {
+    if request.transaction_id.as_ref().is_some_and(|t| t.chars().count() > 256) {
+        return Err(ApiError::bad("INVALID_VALUE", "transaction_id is at most 256 characters (and not needed: see the OpenAPI)"));
+    }
     let (body, settlement) = confirm_decision(&state, &agent, request.dd_id.0).await?;
     Ok(payment::with_settlement(Json(body).into_response(), settlement.as_ref()))
 }

@@ -174,7 +174,7 @@ pub(crate) fn llms_text(state: &AppState) -> String {
 4. GET {base}/v1/dd/{{dd_id}} reads the record back (each read counts against the EE's direct access quota).\n\n\
 ## Costs\n\
 - Prices are in DAC; 1 DAC is 0.001 USD, paid in USDC on Base over x402 v2. GET {base}/v1/pricing/current has every number.\n\
-- A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts.\n\
+- A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts, each one whole or not at all: when what is left covers the base fee but not the scope adds, the create answers 402 for the whole price unless you send premium_payment_source external (Trial then pays the base fee and x402 the premium) or earned.\n\
 - When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header. Sign it with your wallet (the official x402 client does) and send the same request again with the payload in PAYMENT-SIGNATURE (X-PAYMENT is read too).\n\n\
 ## Observing recorded history (ARA) and your spending (DUR)\n\
 - GET {base}/v1/ara/agent/<your agent_id>/profile (also /timeline, /ee-pattern; resolution_level 1 to 3) is free for yourself. Another agent's costs a fixed observation price plus a surcharge at levels 2 and 3 (both in /v1/pricing/current), within its disclosure_level.\n\
@@ -201,7 +201,7 @@ pub(crate) fn llms_text(state: &AppState) -> String {
 - [x402 discovery]({base}/.well-known/x402.json)\n\
 - [Pricing]({base}/v1/pricing/current) and [presets]({base}/v1/pricing/ee-presets)\n\n\
 ## Conventions\n\
-- Errors are JSON: {{\"error_code\": \"UPPER_SNAKE\", \"message\": \"…\"}}. Unknown fields are refused with UNKNOWN_FIELD.\n\
+- Errors are JSON: {{\"error_code\": \"UPPER_SNAKE\", \"message\": \"…\"}}. Unknown fields are refused with UNKNOWN_FIELD, except what the published SDK sends that this service does not use: context on DD create (dropped, never stored: it may carry decision content) and transaction_id on DD confirm (not needed).\n\
 - request_id makes DD create idempotent per agent: sending it again returns the first result.\n\
 - Every response carries RateLimit-* headers.\n"
     )
@@ -458,7 +458,7 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
                 accepts_earned: paid.earned != catalog::EarnedUse::Never,
                 available,
                 price_base: policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())).map(usd),
-                earned_pays: (paid.earned == catalog::EarnedUse::Surcharge).then_some("the resolution surcharge only"),
+                earned_pays: paid.earned.pays(),
                 note: match (served, switched_off) {
                     (false, _) => Some("not served by this version yet: the route answers 404"),
                     (true, true) => Some("switched off by the operator: the route answers 503 FEATURE_NOT_AVAILABLE"),

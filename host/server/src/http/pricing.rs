@@ -215,13 +215,17 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
     let policy = published.policy;
     let mut axes: IndexMap<String, IndexMap<String, AxisValue>> = IndexMap::new();
     let mut indefinite_available = false;
+    let retention_on = state.app.features().retention;
     for price in policy.axes {
-        if price.axis == "ee_retention_period" && ee::Retention::parse(&price.value) == Some(ee::Retention::Indefinite) {
-            indefinite_available = price.available;
+        let indefinite = price.axis == "ee_retention_period" && ee::Retention::parse(&price.value) == Some(ee::Retention::Indefinite);
+        // Offered by the generation, and not switched off by the operator.
+        let available = price.available && (retention_on || !indefinite);
+        if indefinite {
+            indefinite_available = available;
         }
         let value = AxisValue {
             add: price.add.into(),
-            available: price.available,
+            available,
             monthly: (price.monthly > MilliDac::ZERO).then_some(price.monthly.into()),
             note: price.note,
         };

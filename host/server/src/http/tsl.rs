@@ -24,7 +24,7 @@ use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Rate, Time};
+use crate::wire::{Dac, Id, InputNamed, Named, Rate, Time, ToolPrice};
 
 const TAG: &str = "TSL";
 
@@ -251,9 +251,8 @@ pub(crate) struct RegisterRequest {
     tool_name: String,
     tool_description: Option<String>,
     #[schemars(extend("default" = "layer1"))]
-    layer: Option<Named<Layer>>,
-    #[schemars(extend("exclusiveMinimum" = true))]
-    price_dac: Dac,
+    layer: Option<InputNamed<Layer>>,
+    price_dac: ToolPrice,
     /// Required: at least one. Left out or empty, the answer is 400 ARA_CONNECTION_REQUIRED.
     #[schemars(extend("minItems" = 1))]
     ara_connections: Option<Vec<ConnectionRequest>>,
