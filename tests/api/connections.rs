@@ -39,12 +39,31 @@ fn split(answer: &str) -> (&str, Value) {
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
-/// Sends `request` from `from` and reads until the server closes or `wait` passes.
+/// Sends `request` from `from` and reads one answer: its head and as much
+/// body as its Content-Length says (or until the server closes, or `wait`).
 async fn raw_from(from: [u8; 4], to: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = connect_from(from, to).await;
     let _ = stream.write_all(request).await;
     let mut answer = Vec::new();
-    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+    let _ = tokio::time::timeout(wait, async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
+                if length.is_some_and(|n| body.len() >= n) {
+                    return;
+                }
+            }
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
     String::from_utf8_lossy(&answer).into_owned()
 }
 

@@ -9,7 +9,12 @@ use serde_json::{Value, json};
 
 use super::ara::paid;
 
-both_backends!(spending_adds_up_by_kind_and_source, decision_reports_cover_the_agent_itself, owners_read_their_agents_reports);
+both_backends!(
+    spending_adds_up_by_kind_and_source,
+    decision_reports_cover_the_agent_itself,
+    owners_read_their_agents_reports,
+    earned_figures_are_the_ledgers
+);
 
 fn number(value: &Value) -> f64 {
     value.as_f64().unwrap_or_else(|| panic!("{value} is not a number"))
@@ -155,4 +160,33 @@ async fn owners_read_their_agents_reports(backend: Backend) {
     // An owner with no agents spent nothing.
     let nothing = t.as_owner(&stranger, "GET", "/dap/dur/summary", None).await;
     assert_eq!(nothing.json["dac_spend"]["total"], 0);
+}
+
+/// The summary's Earned DAC figures come from the Earned ledger: two sales
+/// of a tool credit its seller, and the seller's summary says what they
+/// credited and how many ledger lines moved money; a buyer received nothing.
+async fn earned_figures_are_the_ledgers(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let tool = super::tsl::register_tool(&t, &seller, "ee-mix", 20.0, "layer1").await;
+    for _ in 0..2 {
+        let buyer = t.register().await;
+        let bought = super::tsl::buy(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": tool }), "30000").await;
+        assert_eq!(bought.status.as_u16(), 201, "{}", bought.text);
+        let theirs = t.get("/v1/dur/summary", Some(&buyer.token)).await;
+        assert_eq!((theirs.json["earned_dac"]["received"].clone(), theirs.json["earned_dac"]["tx_count"].clone()), (json!(0), json!(0)));
+    }
+    let ledger = t.get("/v1/earned-dac/ledger", Some(&seller.token)).await;
+    assert_eq!(ledger.status.as_u16(), 200, "{}", ledger.text);
+    let entries = ledger.json["entries"].as_array().or_else(|| ledger.json["ledger"].as_array()).expect("ledger entries").clone();
+    let credited: f64 = entries.iter().filter(|e| e["kind"] == "credit" || e["type"] == "credit").map(|e| number(&e["amount"])).sum();
+    assert!(credited > 0.0, "{}", ledger.text);
+    let summary = t.get("/v1/dur/summary", Some(&seller.token)).await;
+    assert_eq!(summary.status.as_u16(), 200, "{}", summary.text);
+    assert!((number(&summary.json["earned_dac"]["received"]) - credited).abs() < 1e-9, "{} against {credited}", summary.text);
+    assert_eq!(summary.json["earned_dac"]["tx_count"], json!(2), "two credits: {}", summary.text);
+    adds_up(&summary.json);
+    // The estimate's rate says where it came from (no market rate configured here).
+    assert!(summary.json["fiat"]["rate_info"]["source"].as_str().unwrap().contains("indicative"), "{}", summary.text);
+    assert!(summary.json["fiat"]["rate_info"].get("as_of").is_none());
 }

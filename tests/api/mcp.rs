@@ -13,7 +13,8 @@ both_backends!(
     create_and_confirm_over_mcp_answer_what_rest_answers,
     a_foreign_host_header_is_refused,
     malformed_mcp_requests_get_clear_refusals_never_5xx,
-    initialize_agrees_on_the_current_and_the_previous_protocol_version
+    initialize_agrees_on_the_current_and_the_previous_protocol_version,
+    every_tool_reaches_its_success_path_paying_where_it_costs,
 );
 
 async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
@@ -108,7 +109,7 @@ async fn create_and_confirm_over_mcp_answer_what_rest_answers(backend: Backend) 
     let mcp_record = tool(&t, "get_decision", json!({ "auth_token": mcp_agent.token, "dd_id": mcp_dd })).await;
     assert_eq!(comparable(&mcp_record), comparable(&rest_record.json));
     assert_eq!(mcp_record["dac"], rest_record.json["dac"]);
-    assert!(mcp_record.to_string().contains("pricing_version") || mcp_record["dac"].is_object(), "{mcp_record}");
+    assert_eq!(mcp_record["dac"]["pricing_version"], rest.json["pricing_version"], "{mcp_record}");
 }
 
 async fn a_foreign_host_header_is_refused(backend: Backend) {
@@ -203,4 +204,172 @@ async fn initialize_agrees_on_the_current_and_the_previous_protocol_version(back
         assert_eq!(answer["result"]["serverInfo"]["name"], json!("anchor"));
         assert!(answer["result"]["capabilities"]["tools"].is_object(), "{answer}");
     }
+}
+
+/// One tool call; a payment requirement is paid (signed as the official
+/// client signs) and the call made again with `payment_signature`. The
+/// result's structured content and whether it was paid, or the tool error.
+async fn tool_paying(t: &TestServer, name: &str, mut arguments: Value) -> Result<(Value, bool), Value> {
+    for _ in 0..2 {
+        let reply = t
+            .http
+            .post(t.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } }))
+            .send()
+            .await
+            .expect("mcp request");
+        assert_eq!(reply.status().as_u16(), 200, "{name}");
+        let body: Value = reply.json().await.expect("JSON-RPC answer");
+        let result = &body["result"];
+        if result["isError"] != json!(true) {
+            return Ok((result["structuredContent"].clone(), arguments.get("payment_signature").is_some()));
+        }
+        let error = result["structuredContent"].clone();
+        let Some(challenge) = error.get("payment_required").filter(|_| error["status"] == 402) else { return Err(error) };
+        if arguments.get("payment_signature").is_some() {
+            return Err(error);
+        }
+        let payment = anchor_tests::x402::pay(challenge, anchor_domain::Clock::now(t.clock.as_ref()).timestamp(), Default::default());
+        arguments["payment_signature"] = json!(anchor_tests::x402::b64(&payment));
+    }
+    unreachable!("two rounds at most")
+}
+
+/// Every one of the 30 tools reaches its success path over MCP, the paid
+/// ones paid with `payment_signature`: observations of the environment and
+/// of patterns, another agent's profile, anomaly comparison and evidence,
+/// a bilateral proposal, a tool purchase; and submit_feedback keeps a note.
+async fn every_tool_reaches_its_success_path_paying_where_it_costs(backend: Backend) {
+    use chrono::{Duration, Utc};
+    let t = TestServer::with(backend, Options { privacy: anchor_app::ara::privacy::Privacy::Exact, ..Default::default() }).await;
+    // Yesterday at noon, ten agents anchor two branch-1 decisions each, with
+    // shared templates: releases and anomaly bands need ten agents behind
+    // every figure.
+    let yesterday = (Utc::now() - Duration::days(1)).date_naive().and_hms_opt(12, 0, 0).unwrap().and_utc();
+    t.clock.set(yesterday);
+    let mut agents = Vec::new();
+    for i in 0..10 {
+        let agent = t.register().await;
+        for scale in [10, 10 + i] {
+            let mut body = create_body(json!({ "ee_preset": "EE_basic", "content_disclosure_scope": "public" }));
+            body["content_inclusion_flag"] = json!(1);
+            body["template"] = json!({ "decision_class": "payment", "decision_scale_value": scale, "decision_scale_unit": "USDC" });
+            let created = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+            assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+            assert_eq!(t.confirm(&agent, created.json["dd_id"].as_str().unwrap()).await.status.as_u16(), 200);
+            t.clock.advance(Duration::seconds(1));
+        }
+        agents.push(agent);
+    }
+    let other = agents.remove(0);
+    t.call("PUT", "/v1/agent/disclosure", Some(&other.token), Some(&json!({ "disclosure_level": "full" }))).await;
+    // The caller: one of the ten, with its own branch-1 history.
+    let me = agents.remove(0);
+    t.wait_for_fold(20).await;
+    t.clock.set(Utc::now());
+    let mut reached = std::collections::BTreeSet::new();
+    let mut paid = std::collections::BTreeSet::new();
+    let mut ok = async |name: &str, arguments: Value| -> Value {
+        let (result, was_paid) = tool_paying(&t, name, arguments).await.unwrap_or_else(|error| panic!("{name}: {error}"));
+        reached.insert(name.to_string());
+        if was_paid {
+            paid.insert(name.to_string());
+        }
+        result
+    };
+    let registered = ok("register_agent", json!({})).await;
+    assert!(registered["auth_token"].is_string(), "{registered}");
+    let token = me.token.clone();
+    let created = ok(
+        "create_decision",
+        json!({ "auth_token": token, "decision_type": "external_interaction", "decision_action_type": "execute", "origin_context_type": "external",
+                "ee_preset": "EE_basic", "content_inclusion_flag": 1,
+                "template": { "decision_class": "payment", "decision_scale_value": 11, "decision_scale_unit": "USDC" } }),
+    )
+    .await;
+    let dd_id = created["dd_id"].as_str().unwrap().to_string();
+    ok("confirm_decision", json!({ "auth_token": token, "dd_id": dd_id })).await;
+    ok("get_decision", json!({ "auth_token": token, "dd_id": dd_id })).await;
+    ok("list_decisions", json!({ "auth_token": token })).await;
+    ok("get_trial_status", json!({ "auth_token": token })).await;
+    ok("list_classifications", json!({ "auth_token": token })).await;
+    ok("get_documentation", json!({})).await;
+    ok("get_dac_balance", json!({ "auth_token": token })).await;
+    ok("get_dac_ur", json!({ "auth_token": token })).await;
+    let profile = ok("get_agent_profile", json!({ "auth_token": token, "agent_id": other.id })).await;
+    assert_eq!(profile["agent_id"], json!(other.id), "another agent's profile, paid: {profile}");
+    let environment = ok("observe_environment", json!({ "auth_token": token })).await;
+    assert!(environment.is_object() && !environment.as_object().unwrap().is_empty(), "{environment}");
+    ok("observe_pattern", json!({ "auth_token": token, "type": "ee-distribution" })).await;
+    ok("get_environment_anomaly", json!({ "auth_token": token, "period_days": 30 })).await;
+    ok("compare_anomaly", json!({ "auth_token": token, "dd_id": dd_id })).await;
+    ok("get_evidence_report", json!({ "auth_token": token, "dd_id": dd_id })).await;
+    ok("get_decision_metadata_distribution", json!({ "auth_token": token })).await;
+    ok("get_self_classification_distribution", json!({ "auth_token": token })).await;
+    let proposal = ok(
+        "propose_bilateral",
+        json!({ "auth_token": token, "counterparty_agent_id": other.id, "decision_type": "external_interaction",
+                "decision_action_type": "approve", "origin_context_type": "external" }),
+    )
+    .await;
+    assert!(proposal["agreement_id"].is_string(), "{proposal}");
+    let tool = ok(
+        "register_tool",
+        json!({ "auth_token": other.token, "tool_name": "profile reader", "price_dac": 5, "ara_connections": [{ "observation_type": "agent_profile" }] }),
+    )
+    .await;
+    ok("list_tools", json!({ "limit": 5 })).await;
+    let bought = ok("purchase_tool", json!({ "auth_token": token, "tool_id": tool["tool_id"] })).await;
+    assert!(bought["purchase_id"].is_string(), "{bought}");
+    ok("create_ise_session", json!({ "auth_token": token })).await;
+    ok("get_ise_status", json!({ "auth_token": token })).await;
+    ok("exit_ise_session", json!({ "auth_token": token })).await;
+    let session = ok("create_sdac_session", json!({ "auth_token": token })).await;
+    let session_id = session["session_id"].clone();
+    ok(
+        "run_sdac_trial",
+        json!({ "auth_token": token, "session_id": session_id, "ee_retention_period": "short", "ee_integrity_verification_level": "basic",
+                "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "minimal" }),
+    )
+    .await;
+    ok("get_sdac_session", json!({ "auth_token": token, "session_id": session_id })).await;
+    ok("end_sdac_session", json!({ "auth_token": token, "session_id": session_id })).await;
+    let thanks = ok("submit_feedback", json!({ "note": "MCP-FEEDBACK-MARKER worked well", "tools_used": ["create_decision"] })).await;
+    assert_eq!(thanks["received"], json!(true));
+    let listed: Value = t
+        .http
+        .post(t.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let all: std::collections::BTreeSet<String> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(all.len(), 30);
+    let missing: Vec<&String> = all.difference(&reached).collect();
+    assert!(missing.is_empty(), "tools that never reached their success path: {missing:?}");
+    // What costs something was paid over MCP with payment_signature.
+    let expected: std::collections::BTreeSet<String> = [
+        "get_agent_profile",
+        "observe_environment",
+        "observe_pattern",
+        "get_environment_anomaly",
+        "compare_anomaly",
+        "get_evidence_report",
+        "propose_bilateral",
+        "purchase_tool",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(paid, expected);
+    assert_eq!(t.scalar("select count(*) from x402_payment where status in ('settled', 'reserved')").await, 8);
+    // The note is kept, and nothing that names who sent it.
+    assert_eq!(t.scalar("select count(*) from feedback").await, 1);
+    assert!(t.database_holds("MCP-FEEDBACK-MARKER").await);
 }

@@ -297,6 +297,7 @@ impl TestServer {
             privacy: options.privacy,
             features: options.features,
             metrics_on_api: true,
+            fiat: Default::default(),
         };
         let log_key = Arc::new(anchor_app::log::LogKey::generate("anchor.test/log").expect("log key"));
         let mut state = AppState::new(store.clone(), options.pricing, clock.clone() as Arc<dyn Clock>, log_key.clone(), settings);

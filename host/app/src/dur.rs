@@ -91,6 +91,8 @@ pub struct Summary {
     pub observations: ObservationSpend,
     /// References of external settlements on chain (local ones left out), newest first.
     pub settlements: Vec<String>,
+    /// What the agents' Earned ledger received in the range, and its transactions.
+    pub earned: anchor_store::EarnedFlow,
 }
 
 impl Summary {
@@ -139,6 +141,7 @@ pub async fn summary(services: &Services, agents: &[Uuid], range: Range) -> AppR
             .into_iter()
             .filter(|r| !r.starts_with("local:") && !r.starts_with("reconciled:"))
             .collect(),
+        earned: store.earned_flow(&span).await?,
     };
     if !summary.check() {
         return Err(AppError::Internal(anyhow::anyhow!("the DUR summary does not add up: {summary:?}")));

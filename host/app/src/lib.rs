@@ -23,6 +23,7 @@ pub mod dur;
 pub mod earned;
 pub mod error;
 pub mod features;
+pub mod feedback;
 pub mod ise;
 pub mod jobs;
 pub mod log;

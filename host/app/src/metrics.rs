@@ -90,6 +90,7 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_seconds: Histograms<RouteLabels>,
     pub rate_limited: Counter,
+    pub feedback_received: Counter,
     pub plugin_seconds: Histograms<PluginLabels>,
     pub plugin_failures: Family<FailureLabels, Counter>,
     pub x402_verifications: Family<OutcomeLabels, Counter>,
@@ -116,6 +117,7 @@ impl Metrics {
             http_requests: Family::default(),
             http_seconds: Family::new_with_constructor(request_histogram),
             rate_limited: Counter::default(),
+            feedback_received: Counter::default(),
             plugin_seconds: Family::new_with_constructor(guest_histogram),
             plugin_failures: Family::default(),
             x402_verifications: Family::default(),
@@ -137,6 +139,7 @@ impl Metrics {
         r.register("http_requests", "Requests answered, by route template, method and status", m.http_requests.clone());
         r.register("http_request_duration_seconds", "Time from request head to response head", m.http_seconds.clone());
         r.register("rate_limit_refusals", "Requests refused with 429 by the per-client limit", m.rate_limited.clone());
+        r.register("feedback_notes", "Anonymous feedback notes received (MCP submit_feedback)", m.feedback_received.clone());
         r.register("plugin_call_duration_seconds", "Time of each call into a WebAssembly guest", m.plugin_seconds.clone());
         r.register("plugin_call_failures", "Guest calls that failed, by plugin and reason", m.plugin_failures.clone());
         r.register("x402_verifications", "x402 payment verifications, by outcome", m.x402_verifications.clone());

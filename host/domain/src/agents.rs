@@ -34,6 +34,14 @@ pub fn has_secret_shape(prefix: &str, text: &str) -> bool {
 }
 
 crate::declarations::wire_enum!(
+    /// Where an agent's credentials stand, as its owner sees them: its token
+    /// works (`active`), or wrong recovery keys sent for it spent the
+    /// recovery window (`recovery_locked`: recovery with the right key still
+    /// works, wrong ones are refused until the window ends).
+    AuthStatus { Active = "active", RecoveryLocked = "recovery_locked" }
+);
+
+crate::declarations::wire_enum!(
     /// How much of the agent's record ARA may show to others.
     DisclosureLevel { None = "none", Summary = "summary", Detailed = "detailed", Full = "full" }
 );

@@ -144,6 +144,12 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_METRICS_ON_API", default_value_t = false)]
     pub metrics_on_api: bool,
 
+    /// A JSON file with the won-per-dollar rate local-currency estimates use,
+    /// dated and sourced: {"krw_per_usd": 1391.25, "as_of": "2026-11-20T00:00:00Z", "source": "…"}.
+    /// Without it the estimates use a fixed indicative rate and say so.
+    #[arg(long, env = "ANCHOR_FIAT_RATE")]
+    pub fiat_rate: Option<std::path::PathBuf>,
+
     /// On SIGTERM or SIGINT: seconds requests in flight get to finish after
     /// the listener closes; connections still open then are dropped.
     #[arg(long, env = "ANCHOR_SHUTDOWN_GRACE_SECS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=3600))]

@@ -108,6 +108,12 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             features
         },
         metrics_on_api: config.metrics_on_api,
+        fiat: match &config.fiat_rate {
+            Some(path) => payment::FiatRate::from_json(
+                &std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading --fiat-rate {}: {e}", path.display()))?,
+            )?,
+            None => payment::FiatRate::default(),
+        },
     };
     let key = Arc::new(match &config.log_signing_key {
         Some(skey) if !skey.is_empty() => log::LogKey::from_skey(skey)?,

@@ -490,6 +490,11 @@ pub async fn body_deadline(limit: Duration, max: usize, request: Request, next: 
     if let Some(declared) = declared {
         let max = crate::http::body_limit(request.method(), request.uri().path()).unwrap_or(max);
         if declared > max as u64 {
+            // Answered at once; what the client is still sending is read and
+            // thrown away (up to a bound, within the deadline) so that closing
+            // the connection does not reset it before the client reads the 413.
+            let (_, body) = request.into_parts();
+            tokio::spawn(discard(body, limit));
             return ApiError::Protocol {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
                 code: "PAYLOAD_TOO_LARGE",
@@ -502,6 +507,25 @@ pub async fn body_deadline(limit: Duration, max: usize, request: Request, next: 
     let (parts, body) = request.into_parts();
     let body = Body::new(Deadline { inner: body, sleep: Box::pin(tokio::time::sleep(limit)) });
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The most of a refused body read and thrown away before its connection closes.
+const DISCARD_MAX_BYTES: usize = 64 << 20;
+
+/// Reads `body` to its end, up to [`DISCARD_MAX_BYTES`] and `limit`, and drops it.
+async fn discard(body: Body, limit: Duration) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut read = 0usize;
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |d| d.len());
+            if read > DISCARD_MAX_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 struct Deadline {

@@ -53,6 +53,71 @@ enum Command {
         #[command(subcommand)]
         command: ToolCommand,
     },
+    /// Read the anonymous feedback agents left (MCP submit_feedback).
+    Feedback {
+        #[command(subcommand)]
+        command: FeedbackCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FeedbackCommand {
+    /// The newest notes, newest first, with the UTC day each arrived.
+    List {
+        /// How many notes at most.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        database: DbLocation,
+    },
+}
+
+async fn feedback(command: FeedbackCommand) -> anyhow::Result<()> {
+    let FeedbackCommand::List { limit, json, database } = command;
+    let url = database.url();
+    ensure_existing(&url).await?;
+    let store = anchor_store::open(&url).await?;
+    let notes = store.feedback(limit.clamp(1, anchor_app::feedback::KEEP)).await?;
+    if notes.is_empty() && !json {
+        println!("no feedback yet");
+    }
+    for (day, f) in &notes {
+        let fields = [
+            ("note", &f.note),
+            ("would_recommend", &f.would_recommend),
+            ("recommend_reason", &f.recommend_reason),
+            ("would_report_to_operator", &f.would_report_to_operator),
+            ("report_reason", &f.report_reason),
+            ("would_keep_as_tool", &f.would_keep_as_tool),
+            ("keep_reason", &f.keep_reason),
+        ];
+        if json {
+            let mut object = serde_json::Map::new();
+            object.insert("received_on".into(), day.to_string().into());
+            for (name, value) in fields {
+                if let Some(value) = value {
+                    object.insert(name.into(), value.clone().into());
+                }
+            }
+            object.insert("tools_used".into(), f.tools_used.clone().into());
+            println!("{}", serde_json::Value::Object(object));
+        } else {
+            println!("--- {day}");
+            for (name, value) in fields {
+                if let Some(value) = value {
+                    println!("{name}: {value}");
+                }
+            }
+            if !f.tools_used.is_empty() {
+                println!("tools_used: {}", f.tools_used.join(", "));
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
 }
 
 /// Where the database is, as `anchor serve` finds it.
@@ -405,6 +470,7 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Verify(args)) => verify(args),
         Some(Command::Backup(args)) => backup(args).await,
         Some(Command::Feature { command }) => feature(command).await,
+        Some(Command::Feedback { command }) => feedback(command).await,
         Some(Command::Restore(args)) => {
             let vkey = args.database.vkey()?;
             anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await

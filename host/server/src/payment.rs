@@ -30,9 +30,98 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
     response
 }
 
-/// An indicative amount in Korean won at a fixed operator rate (1,400 KRW per
-/// USD); never stored, never used for settlement.
-pub fn approx_krw(amount: MilliDac) -> i64 {
-    // milli-DAC are micro-USD: won = micro-USD * 1400 / 1e6, rounded.
-    (amount.milli() * 1_400 + 500_000) / 1_000_000
+/// The rate the local-currency (Korean won) estimates use: the operator's,
+/// dated and sourced (`--fiat-rate FILE`), or, when none is configured, the
+/// service's fixed indicative rate, said to be that. Never stored, never used
+/// for settlement: payments are in USDC at 1 DAC = 0.001 USD.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FiatRate {
+    /// Won per US dollar, in thousandths (1400000 is 1,400).
+    pub krw_per_usd_milli: i64,
+    /// When the rate was taken, if the operator said.
+    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    /// Where it came from.
+    pub source: String,
+}
+
+impl Default for FiatRate {
+    fn default() -> FiatRate {
+        FiatRate {
+            krw_per_usd_milli: 1_400_000,
+            as_of: None,
+            source: "a fixed indicative rate of this service (no market rate is configured; the operator sets one with --fiat-rate)".into(),
+        }
+    }
+}
+
+impl FiatRate {
+    /// Reads `{"krw_per_usd": 1391.25, "as_of": "2026-11-20T00:00:00Z", "source": "…"}`.
+    pub fn from_json(text: &str) -> anyhow::Result<FiatRate> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            krw_per_usd: serde_json::Number,
+            as_of: String,
+            source: String,
+        }
+        let file: File = serde_json::from_str(text).map_err(|e| anyhow::anyhow!("the fiat rate file: {e}"))?;
+        let rate = file.krw_per_usd.to_string();
+        let (whole, frac) = rate.split_once('.').unwrap_or((&rate, ""));
+        let exact = |whole: &str, frac: &str| -> Option<i64> {
+            whole.parse::<i64>().ok()?.checked_mul(1000)?.checked_add(format!("{frac:0<3}").parse::<i64>().ok()?)
+        };
+        let milli = (frac.len() <= 3 && !rate.contains(['e', 'E', '-']))
+            .then(|| exact(whole, frac))
+            .flatten()
+            .filter(|m| (1..=100_000_000_000).contains(m))
+            .ok_or_else(|| anyhow::anyhow!("krw_per_usd must be a positive number with at most three decimals; got {rate}"))?;
+        let as_of = anchor_domain::dates::parse_instant(&file.as_of)
+            .ok_or_else(|| anyhow::anyhow!("as_of must be an RFC 3339 time; got {}", file.as_of))?;
+        if file.source.trim().is_empty() || file.source.chars().count() > 200 {
+            anyhow::bail!("source must say where the rate comes from, in at most 200 characters");
+        }
+        Ok(FiatRate { krw_per_usd_milli: milli, as_of: Some(as_of), source: file.source })
+    }
+
+    /// An indicative amount in won of `amount`, rounded.
+    pub fn krw(&self, amount: MilliDac) -> i64 {
+        // milli-DAC are micro-USD: won = micro-USD * rate-milli / 1e9, rounded.
+        ((i128::from(amount.milli()) * i128::from(self.krw_per_usd_milli) + 500_000_000) / 1_000_000_000) as i64
+    }
+
+    /// The rate as an exact decimal text (`1391.25`).
+    pub fn text(&self) -> String {
+        let text = format!("{}.{:03}", self.krw_per_usd_milli / 1000, self.krw_per_usd_milli % 1000);
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configured_rate_is_exact_dated_and_sourced() {
+        let rate =
+            FiatRate::from_json(r#"{"krw_per_usd": 1391.25, "as_of": "2026-11-20T00:00:00Z", "source": "the operator's bank, 20 Nov"}"#)
+                .unwrap();
+        assert_eq!(rate.krw_per_usd_milli, 1_391_250);
+        assert_eq!(rate.text(), "1391.25");
+        assert_eq!(rate.as_of.unwrap().to_rfc3339(), "2026-11-20T00:00:00+00:00");
+        // 157.5 DAC = 0.1575 USD = 219.12 KRW, rounded to 219.
+        assert_eq!(rate.krw(MilliDac(157_500)), 219);
+        for bad in [
+            r#"{"krw_per_usd": -1, "as_of": "2026-11-20T00:00:00Z", "source": "x"}"#,
+            r#"{"krw_per_usd": 1e3, "as_of": "2026-11-20T00:00:00Z", "source": "x"}"#,
+            r#"{"krw_per_usd": 1391.2555, "as_of": "2026-11-20T00:00:00Z", "source": "x"}"#,
+            r#"{"krw_per_usd": 1391, "as_of": "yesterday", "source": "x"}"#,
+            r#"{"krw_per_usd": 1391, "as_of": "2026-11-20T00:00:00Z", "source": " "}"#,
+            r#"{"krw_per_usd": 1391, "source": "x"}"#,
+        ] {
+            assert!(FiatRate::from_json(bad).is_err(), "{bad}");
+        }
+        let fixed = FiatRate::default();
+        assert_eq!(fixed.as_of, None, "the fixed indicative rate has no date: it is not a market rate");
+        assert_eq!(fixed.krw(MilliDac(10_000)), 14);
+    }
 }

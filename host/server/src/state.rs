@@ -32,6 +32,8 @@ pub struct Settings {
     pub features: anchor_app::Features,
     /// Whether `GET /metrics` is served on the API's own listener.
     pub metrics_on_api: bool,
+    /// The rate local-currency estimates use.
+    pub fiat: crate::payment::FiatRate,
 }
 
 /// The owner portal's settings.

@@ -175,3 +175,32 @@ fn pricing_diff_reports_the_grid_the_presets_and_the_services() {
     assert!(!text.contains("every change"), "{text}");
     assert!(text.contains("(unchanged)") && !text.contains(" -> not priced"), "{text}");
 }
+
+/// `anchor feedback list`: what agents left over MCP's submit_feedback,
+/// newest first with its day, and nothing that names who sent it.
+#[tokio::test]
+async fn feedback_list_shows_the_notes_agents_left() {
+    let (server, base, data) = common::serve_sqlite("feedback", &[]).await;
+    let http = reqwest::Client::new();
+    for note in ["the first note", "the second note, with a comma"] {
+        let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": { "name": "submit_feedback", "arguments": { "note": note, "tools_used": ["create_decision", "get_decision"] } } });
+        let reply =
+            http.post(format!("{base}/mcp")).header("accept", "application/json, text/event-stream").json(&call).send().await.unwrap();
+        assert_eq!(reply.status().as_u16(), 200);
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["result"]["structuredContent"]["received"], json!(true), "{body}");
+    }
+    drop(server);
+    let listed = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["feedback", "list", "--json", "--data-dir"]).arg(&data).output().unwrap();
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&listed.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["note"], "the second note, with a comma", "newest first");
+    assert_eq!(lines[1]["tools_used"], json!(["create_decision", "get_decision"]));
+    let day = lines[0]["received_on"].as_str().unwrap();
+    assert_eq!(day.len(), 10, "a day, no time: {day}");
+    let text = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["feedback", "list", "--data-dir"]).arg(&data).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("note: the first note"));
+    let _ = std::fs::remove_dir_all(&data);
+}

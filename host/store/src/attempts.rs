@@ -30,6 +30,8 @@ pub trait AttemptStore: Send + Sync {
     /// statement, before the secret is checked: concurrent attempts cannot
     /// pass the limit. Windows are fixed and start with their first attempt.
     async fn reserve_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<Attempt>;
+    /// Which of `subjects` have spent their window of `limit` at `now`.
+    async fn spent_windows(&self, limit: AttemptLimit, subjects: &[String], now: DateTime<Utc>) -> Result<Vec<String>>;
     /// Gives a reserved attempt back (the secret was right).
     async fn release_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<()>;
 }
@@ -69,6 +71,24 @@ impl<E: Engine> AttemptStore for SqlStore<E> {
             )
             .await?;
         Ok(Attempt::Spent { retry_at: start.unwrap_or(now) + limit.window })
+    }
+
+    async fn spent_windows(&self, limit: AttemptLimit, subjects: &[String], now: DateTime<Utc>) -> Result<Vec<String>> {
+        let mut spent = Vec::new();
+        for subject in subjects {
+            let found: Option<String> = self
+                .db()
+                .scalar_optional(
+                    sql("select subject from attempt_window where scope = $1 and subject = $2 and window_start > $3 and used >= $4")
+                        .bind(limit.scope)
+                        .bind(subject.as_str())
+                        .bind(now - limit.window)
+                        .bind(limit.max),
+                )
+                .await?;
+            spent.extend(found);
+        }
+        Ok(spent)
     }
 
     async fn release_attempt(&self, limit: AttemptLimit, subject: &str, now: DateTime<Utc>) -> Result<()> {

@@ -30,6 +30,15 @@ pub struct ObservationSpend {
     pub premium_earned: MilliDac,
 }
 
+/// What moved through the agents' Earned DAC in a span, from its ledger.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EarnedFlow {
+    /// Credits received (sales, revenue shares).
+    pub received: MilliDac,
+    /// Ledger lines that moved money: credits, debits and refunds (expiries are not transactions).
+    pub transactions: i64,
+}
+
 /// One usage entry, as a transaction list shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageLine {
@@ -68,6 +77,8 @@ pub trait DurStore: Send + Sync {
     async fn observation_spend(&self, span: &Span<'_>) -> Result<ObservationSpend>;
     /// Declarations anchored in the span and on record (not released or failed).
     async fn anchored_count(&self, span: &Span<'_>) -> Result<i64>;
+    /// What the Earned ledger of the span's agents received and how many of its lines moved money.
+    async fn earned_flow(&self, span: &Span<'_>) -> Result<EarnedFlow>;
     /// Settlement references of external payments settled in the span, newest first.
     async fn settlement_refs(&self, span: &Span<'_>) -> Result<Vec<String>>;
     /// Usage entries in the span, newest first, of the given kinds (all when
@@ -203,6 +214,15 @@ impl<E: Engine> DurStore for SqlStore<E> {
         let mut query = sql("select count(*) from declaration where settlement_status not in ('released', 'failed') and ");
         span.filter(&mut query, "agent_id", "anchored_at");
         self.db().scalar(query).await
+    }
+
+    async fn earned_flow(&self, span: &Span<'_>) -> Result<EarnedFlow> {
+        let mut query =
+            sql("select cast(coalesce(sum(case when kind = 'credit' then amount_milli else 0 end), 0) as bigint) as received, \
+             cast(count(*) as bigint) as moved from earned_entry where kind in ('credit', 'debit', 'refund') and ");
+        span.filter(&mut query, "agent_id", "at");
+        let row = self.db().fetch_one(query).await?;
+        Ok(EarnedFlow { received: MilliDac(row.get("received")?), transactions: row.get("moved")? })
     }
 
     async fn settlement_refs(&self, span: &Span<'_>) -> Result<Vec<String>> {

@@ -26,6 +26,7 @@ mod dur;
 pub(crate) mod earned;
 pub mod engine;
 mod features;
+mod feedback;
 mod ise;
 mod links;
 mod log;
@@ -55,6 +56,7 @@ pub use dur::*;
 pub use earned::*;
 pub use engine::in_background;
 pub use features::*;
+pub use feedback::*;
 pub use ise::*;
 pub use links::*;
 pub use log::*;
@@ -180,6 +182,7 @@ pub trait Store:
     + DurStore
     + EarnedStore
     + FeatureStore
+    + FeedbackStore
     + PricingStore
     + PaymentStore
     + LogStore

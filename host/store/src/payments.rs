@@ -136,6 +136,10 @@ pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) a
 
 #[async_trait]
 pub trait PaymentStore: Send + Sync {
+    /// The status of each declaration's x402 payment row, for those of
+    /// `dd_ids` that have one (the latest, when a released one was followed
+    /// by another).
+    async fn declaration_payment_statuses(&self, dd_ids: &[Uuid]) -> Result<Vec<(Uuid, PaymentStatus)>>;
     /// Reserves a verified authorization for `subject`, in one transaction:
     /// the DAB is checked under the agent's lock and the nonce's unique
     /// constraint refuses a replay, on every host. `pending` is written with
@@ -186,6 +190,19 @@ pub trait PaymentStore: Send + Sync {
 }
 #[async_trait]
 impl<E: Engine> PaymentStore for SqlStore<E> {
+    async fn declaration_payment_statuses(&self, dd_ids: &[Uuid]) -> Result<Vec<(Uuid, PaymentStatus)>> {
+        let mut out = Vec::new();
+        for chunk in dd_ids.chunks(500) {
+            let mut query = sql("select subject_id, status from x402_payment where subject_domain = 'declaration' and ");
+            query.push_in("subject_id", chunk);
+            query.push(" order by created_at");
+            for row in self.db().fetch_all(query).await? {
+                out.push((row.get("subject_id")?, row.named("status")?));
+            }
+        }
+        Ok(out)
+    }
+
     async fn reserve_payment(
         &self,
         payment: &NewPayment,

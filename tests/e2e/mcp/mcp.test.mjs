@@ -98,35 +98,17 @@ test("an agent registers, declares, confirms and reads back over MCP", async () 
   await bearer.close();
 });
 
-test("every other tool answers its result or says it is not served yet", async () => {
+test("submit_feedback keeps an anonymous note, with or without a token", async () => {
   const client = await connect();
-  const token = ok(await call(client, "register_agent", {}), "register_agent").auth_token;
-  const served = new Set([
-    "register_agent", "create_decision", "confirm_decision", "get_decision", "list_decisions",
-    "get_trial_status", "list_classifications", "get_documentation", "get_dac_balance",
-    "create_ise_session", "get_ise_status", "exit_ise_session", "create_sdac_session", "run_sdac_trial",
-    "get_sdac_session", "end_sdac_session", "propose_bilateral", "observe_environment", "list_tools",
-    "get_decision_metadata_distribution", "get_self_classification_distribution", "get_agent_profile",
-    "get_dac_ur", "compare_anomaly", "get_evidence_report", "get_environment_anomaly", "observe_pattern",
-    "register_tool", "purchase_tool",
-  ]);
-  for (const tool of reference) {
-    if (served.has(tool.name)) continue;
-    const args = { auth_token: token };
-    for (const name of tool.inputSchema.required ?? []) {
-      const schema = tool.inputSchema.properties[name];
-      args[name] = schema.enum ? schema.enum[0] : schema.type === "array" ? [] : schema.type === "number" ? 1 : "00000000-0000-4000-8000-000000000000";
-    }
-    if (!("auth_token" in (tool.inputSchema.properties ?? {}))) delete args.auth_token;
-    const result = await call(client, tool.name, args);
-    if (result.isError) {
-      assert.equal(result.structuredContent.error_code, "NOT_AVAILABLE_YET", `${tool.name}: ${JSON.stringify(result)}`);
-      assert.match(result.structuredContent.message, /not served over MCP/);
-      assert.equal(tool.name, "submit_feedback", "the only tool not served");
-    } else {
-      assert.ok(result.structuredContent, tool.name);
-    }
-  }
+  const thanks = ok(
+    await call(client, "submit_feedback", { note: "worked well from the official client", would_recommend: "yes", tools_used: ["create_decision"] }),
+    "submit_feedback",
+  );
+  assert.equal(thanks.received, true);
+  // An over-long note is refused, as the schema says.
+  const long = await call(client, "submit_feedback", { note: "x".repeat(4001) });
+  assert.equal(long.isError, true, JSON.stringify(long));
+  assert.equal(long.structuredContent.error_code, "INVALID_VALUE");
   await client.close();
 });
 

@@ -10,7 +10,7 @@ use rand::RngCore;
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
-use anchor_domain::agents::{TOKEN_PREFIX, format_secret, has_secret_shape, hash_secret};
+use anchor_domain::agents::{AuthStatus, TOKEN_PREFIX, format_secret, has_secret_shape, hash_secret};
 use anchor_store::{Link, LinkedAgent, OwnerRecord};
 
 use super::managed;
@@ -67,6 +67,17 @@ pub async fn unlink(services: &Services, owner: &OwnerRecord, agent_id: Uuid, pa
 /// The owner's agents, oldest link first.
 pub async fn list(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<LinkedAgent>> {
     Ok(services.store.owner_agents(owner.owner_id).await?)
+}
+
+/// Where each of `agents`' credentials stand ([`AuthStatus`]), read from
+/// its recovery window.
+pub async fn auth_statuses(services: &Services, agents: &[Uuid]) -> AppResult<std::collections::HashMap<Uuid, AuthStatus>> {
+    let subjects: Vec<String> = agents.iter().map(Uuid::to_string).collect();
+    let locked = services.store.spent_windows(crate::agents::RECOVERY_LIMIT, &subjects, services.clock.now()).await?;
+    Ok(agents
+        .iter()
+        .map(|id| (*id, if locked.contains(&id.to_string()) { AuthStatus::RecoveryLocked } else { AuthStatus::Active }))
+        .collect())
 }
 
 /// The DAB in force for a managed agent.

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::ee::{Disclosure, Integrity, Responsibility, Retention};
-use anchor_domain::payments::SettlementStatus;
+use anchor_domain::payments::{PaymentSource, PaymentStatus, SettlementStatus};
 use anchor_store::{LinkedAgent, ListFilter, OwnerRecord, StoredDeclaration, Totals};
 
 use super::managed;
@@ -74,8 +74,47 @@ pub struct AgentReport {
     pub today: Totals,
     pub month: Totals,
     pub dab: Dab,
-    /// The latest [`RECENT`], newest first.
-    pub recent: Vec<StoredDeclaration>,
+    /// The latest [`RECENT`], newest first, each with its payment rows' statuses.
+    pub recent: Vec<(StoredDeclaration, Vec<SettlementStatus>)>,
+}
+
+/// Where a payment row stands, said as a settlement.
+fn as_settlement(status: PaymentStatus) -> SettlementStatus {
+    match status {
+        PaymentStatus::Reserved | PaymentStatus::SettleUnknown => SettlementStatus::Pending,
+        PaymentStatus::Settled => SettlementStatus::Settled,
+        PaymentStatus::Released => SettlementStatus::Released,
+        PaymentStatus::SettleFailed => SettlementStatus::Failed,
+    }
+}
+
+/// The status of each of a declaration's payment rows, the base fee's and,
+/// when there is one, the premium's: for a part paid over x402, its
+/// payment's status; for a part Trial or Earned DAC paid, the record's own.
+pub fn settlement_statuses(stored: &StoredDeclaration, payment: Option<PaymentStatus>) -> Vec<SettlementStatus> {
+    let status_of = |source: PaymentSource| match (source, payment) {
+        (PaymentSource::External, Some(payment)) => as_settlement(payment),
+        _ => stored.settlement_status,
+    };
+    let mut statuses = vec![status_of(stored.base_fee_source)];
+    if stored.premium() > MilliDac::ZERO {
+        statuses.push(status_of(stored.premium_source));
+    }
+    statuses
+}
+
+/// Each declaration with its payment rows' statuses, read from its payment.
+async fn with_statuses(services: &Services, rows: Vec<StoredDeclaration>) -> AppResult<Vec<(StoredDeclaration, Vec<SettlementStatus>)>> {
+    let ids: Vec<Uuid> = rows.iter().map(|s| s.declaration.dd_id).collect();
+    let payments: std::collections::HashMap<Uuid, PaymentStatus> =
+        services.store.declaration_payment_statuses(&ids).await?.into_iter().collect();
+    Ok(rows
+        .into_iter()
+        .map(|s| {
+            let statuses = settlement_statuses(&s, payments.get(&s.declaration.dd_id).copied());
+            (s, statuses)
+        })
+        .collect())
 }
 
 pub async fn agent_report(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<AgentReport> {
@@ -89,7 +128,8 @@ pub async fn agent_report(services: &Services, owner: &OwnerRecord, agent_id: Uu
         today: store.declaration_totals(agent_id, Some(day_start(now)), None).await?,
         month: store.declaration_totals(agent_id, Some(month_start), None).await?,
         dab: crate::payments::dab(services, agent_id).await?,
-        recent: store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?.0,
+        recent: with_statuses(services, store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?.0)
+            .await?,
     })
 }
 
@@ -130,11 +170,11 @@ pub async fn export(
     agent_id: Uuid,
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
-) -> AppResult<Vec<StoredDeclaration>> {
+) -> AppResult<Vec<(StoredDeclaration, Vec<SettlementStatus>)>> {
     managed(services, owner, agent_id).await?;
     let mut all = all_declarations(services, agent_id, from, to).await?;
     all.reverse();
-    Ok(all)
+    with_statuses(services, all).await
 }
 
 /// The evidence report of a managed agent's decision (free for its owner).

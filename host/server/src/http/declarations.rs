@@ -583,14 +583,15 @@ struct PaymentInstructions {
     amount_usdc: Usdc,
     /// USDC base units.
     amount_units: String,
-    /// An indication in Korean won at a fixed rate; never used for settlement.
+    /// An indication in Korean won at `krw_rate`; never used for settlement.
     approx_krw: i64,
+    krw_rate: crate::http::dur::KrwRate,
     expires_at: Option<Time>,
     note: &'static str,
 }
 
 impl CreateResponse {
-    fn new(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str) -> CreateResponse {
+    fn new(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str, fiat: &payment::FiatRate) -> CreateResponse {
         let d = &s.declaration;
         let external = declarations::paid_externally(s);
         let trial_payment = (s.base_fee_source == PaymentSource::Trial).then(|| TrialPayment {
@@ -622,7 +623,8 @@ impl CreateResponse {
                 asset: anchor_x402::USDC_BASE,
                 amount_usdc: Usdc(usdc.usdc_base_units()),
                 amount_units: usdc.usdc_base_units().to_string(),
-                approx_krw: payment::approx_krw(usdc),
+                approx_krw: fiat.krw(usdc),
+                krw_rate: crate::http::dur::KrwRate::of(fiat),
                 expires_at: s.payment_deadline.map(Time),
                 note: "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
             }),
@@ -648,7 +650,7 @@ pub(crate) async fn create_decision(
 ) -> ApiResult<CreateResponse> {
     let input = request.into_input(state.clock.now())?;
     let stored = declarations::create(&state.app, agent, input, offered).await?;
-    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to))
+    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat))
 }
 
 // ---- confirm ----
@@ -679,6 +681,9 @@ pub(crate) struct ConfirmResponse {
     dac_ur_recorded: bool,
     payment_sources: Vec<Named<PaymentSource>>,
     settlement_currency: Option<&'static str>,
+    /// When the local-currency rate of this service's estimates was taken
+    /// (null when it is a fixed indicative rate, not a market one); the
+    /// settlement itself is in USDC at 1 DAC = 0.001 USD.
     exchange_rate_timestamp: Option<Time>,
     /// Present only when a time-alignment reward was credited in Earned DAC;
     /// this service credits no such reward (Earned DAC comes from tool sales).
@@ -728,7 +733,7 @@ pub(crate) async fn confirm_decision(
         dac_ur_recorded: true,
         payment_sources: sources,
         settlement_currency: external.then_some("USDC"),
-        exchange_rate_timestamp: external.then_some(Time(confirmed.confirmed_at)),
+        exchange_rate_timestamp: if external { state.settings.fiat.as_of.map(Time) } else { None },
         sync_reward: None,
     };
     Ok((body, confirmed.settlement))

@@ -166,7 +166,7 @@ pub(crate) fn llms_text(state: &AppState) -> String {
         "# anchor\n\n\
 > An accountability anchoring service for software agents. An agent declares a decision (DD) together with the scope of accountability it accepts for it (EE); the service fixes when and at what scope, outside the agent's own logs. It keeps metadata only: never what was decided, and it never judges the decision.\n\n\
 ## MCP\n\
-- {base}/mcp serves MCP over streamable HTTP (stateless; protocol versions up to the current one, initialize accepted): the reference MCP server's 30 tools with the same names and arguments. Authenticate with an auth_token argument or Authorization: Bearer on the MCP request. Served so far: register_agent, create_decision, confirm_decision, propose_bilateral, get_decision, list_decisions, get_trial_status, get_dac_balance, list_classifications, get_documentation, get_agent_profile (level 1), observe_environment, observe_pattern, list_tools, register_tool, purchase_tool, get_decision_metadata_distribution, get_self_classification_distribution, get_dac_ur, compare_anomaly, get_evidence_report, get_environment_anomaly, the idle-state tools (create_ise_session, get_ise_status, exit_ise_session) and the simulation tools (create_sdac_session, run_sdac_trial, get_sdac_session, end_sdac_session); submit_feedback answers a NOT_AVAILABLE_YET tool error (this server collects no feedback). A paid tool that needs a payment answers a tool error carrying the x402 challenge (payment_required); sign it and call again with payment_signature.\n\n\
+- {base}/mcp serves MCP over streamable HTTP (stateless; protocol versions up to the current one, initialize accepted): the reference MCP server's 30 tools with the same names and arguments. Authenticate with an auth_token argument or Authorization: Bearer on the MCP request. Served: register_agent, create_decision, confirm_decision, propose_bilateral, get_decision, list_decisions, get_trial_status, get_dac_balance, list_classifications, get_documentation, get_agent_profile (level 1), observe_environment, observe_pattern, list_tools, register_tool, purchase_tool, get_decision_metadata_distribution, get_self_classification_distribution, get_dac_ur, compare_anomaly, get_evidence_report, get_environment_anomaly, the idle-state tools (create_ise_session, get_ise_status, exit_ise_session), the simulation tools (create_sdac_session, run_sdac_trial, get_sdac_session, end_sdac_session) and submit_feedback (anonymous: it keeps the note and the day it arrived, nothing that names you). A paid tool that needs a payment answers a tool error carrying the x402 challenge (payment_required); sign it and call again with payment_signature.\n\n\
 ## First calls\n\
 1. POST {base}/v1/agent/register (no body needed). Keep auth_token and recovery_key: they are shown once.\n\
 2. POST {base}/v1/dd/create with Authorization: Bearer <auth_token>, a fresh request_id (UUID), a dd object and an ee object (or ee.ee_preset EE_basic).\n\
@@ -448,22 +448,16 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
     let paid_endpoints = catalog::PAID_ROUTES
         .iter()
         .map(|paid| {
-            let served = crate::http::implements(&paid.route);
             let switched_off = features.route_off(paid.route.path).is_some();
-            let available = served && !switched_off;
             PaidEndpoint {
                 endpoint: paid.route.to_string(),
                 priced_by: paid.priced_by(),
                 trial_eligible: paid.trial,
                 accepts_earned: paid.earned != catalog::EarnedUse::Never,
-                available,
+                available: !switched_off,
                 price_base: policy.as_ref().and_then(|p| paid.base_price(p, services.as_ref())).map(usd),
                 earned_pays: paid.earned.pays(),
-                note: match (served, switched_off) {
-                    (false, _) => Some("not served by this version yet: the route answers 404"),
-                    (true, true) => Some("switched off by the operator: the route answers 503 FEATURE_NOT_AVAILABLE"),
-                    (true, false) => None,
-                },
+                note: switched_off.then_some("switched off by the operator: the route answers 503 FEATURE_NOT_AVAILABLE"),
             }
         })
         .collect();

@@ -22,7 +22,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiQuery, AuthAgent};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
-use crate::payment::approx_krw;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time};
 
@@ -166,14 +165,39 @@ struct AraObservations {
     earned_dac: Dac,
 }
 
+/// From the Earned ledger: what the range credited (sales and revenue
+/// shares), what usage it paid, and how many ledger lines moved money.
 #[derive(Serialize, JsonSchema)]
 struct EarnedDac {
     received: Dac,
     spent: Dac,
+    /// Credits, debits and refunds in the range (expiries are not transactions).
     tx_count: i64,
 }
 
-/// An indication in Korean won of the external spending, at a fixed rate.
+/// The rate of a local-currency estimate: where it came from and when it
+/// was taken (absent for the service's fixed indicative rate, which is not a
+/// market rate).
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct KrwRate {
+    /// Won per US dollar, exact.
+    krw_per_usd: serde_json::Number,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    as_of: Option<Time>,
+    source: String,
+}
+
+impl KrwRate {
+    pub(crate) fn of(rate: &crate::payment::FiatRate) -> KrwRate {
+        KrwRate {
+            krw_per_usd: rate.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
+            as_of: rate.as_of.map(Time),
+            source: rate.source.clone(),
+        }
+    }
+}
+
+/// An indication in Korean won of the external spending, at `rate_info`.
 #[derive(Serialize, JsonSchema)]
 struct Fiat {
     approx_krw: i64,
@@ -181,10 +205,11 @@ struct Fiat {
     total_krw: i64,
     external_dac: Dac,
     payment_count: i64,
-    /// Won per US dollar.
-    rate: f64,
-    /// US dollars per DAC.
-    unit_price: f64,
+    /// Won per US dollar (`rate_info` says where it came from).
+    rate: serde_json::Number,
+    /// US dollars per DAC (fixed by the interface).
+    unit_price: serde_json::Number,
+    rate_info: KrwRate,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -209,8 +234,8 @@ pub(crate) struct SummaryView {
     dac_charged: Dac,
 }
 
-impl From<&Summary> for SummaryView {
-    fn from(s: &Summary) -> SummaryView {
+impl SummaryView {
+    fn of(s: &Summary, fiat: &crate::payment::FiatRate) -> SummaryView {
         let spend = DacSpend {
             total: s.total().into(),
             count: s.entries(),
@@ -239,14 +264,19 @@ impl From<&Summary> for SummaryView {
             },
             external_dac: spend.clone(),
             dac_spend: spend,
-            earned_dac: EarnedDac { received: MilliDac::ZERO.into(), spent: s.by_source(PaymentSource::Earned).into(), tx_count: 0 },
+            earned_dac: EarnedDac {
+                received: s.earned.received.into(),
+                spent: s.by_source(PaymentSource::Earned).into(),
+                tx_count: s.earned.transactions,
+            },
             fiat: Fiat {
-                approx_krw: approx_krw(external),
-                total_krw: approx_krw(external),
+                approx_krw: fiat.krw(external),
+                total_krw: fiat.krw(external),
                 external_dac: external.into(),
                 payment_count: s.external_entries(),
-                rate: 1400.0,
-                unit_price: 0.001,
+                rate: fiat.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
+                unit_price: "0.001".parse().unwrap_or_else(|_| serde_json::Number::from(0)),
+                rate_info: KrwRate::of(fiat),
             },
             settlement: Settlements { tx_count: s.settlements.len(), tx_hashes: s.settlements.clone() },
             dac_charged: MilliDac::ZERO.into(),
@@ -266,7 +296,7 @@ async fn summary(
 pub(crate) async fn usage_summary(state: &AppState, agent: &anchor_store::AgentRecord, query: RangeQuery) -> ApiResult<SummaryView> {
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let summary = dur::summary(&state.app, &[agent.agent_id], range).await?;
-    Ok(SummaryView::from(&summary))
+    Ok(SummaryView::of(&summary, &state.settings.fiat))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -631,7 +661,7 @@ async fn owner_summary(
         None => owners::agents::list(&state.app, &owner.owner).await?.iter().map(|a| a.agent.agent_id).collect(),
     };
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    Ok(Json(SummaryView::from(&dur::summary(&state.app, &agents, range).await?)))
+    Ok(Json(SummaryView::of(&dur::summary(&state.app, &agents, range).await?, &state.settings.fiat)))
 }
 
 #[derive(Deserialize, JsonSchema)]

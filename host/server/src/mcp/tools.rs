@@ -13,12 +13,10 @@ use crate::error::{ApiError, AuthFailure};
 use crate::http::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::state::AppState;
 
-/// Why a tool call produced no result.
+/// Why a tool call produced no result: what the REST route would have
+/// answered instead of its body.
 pub enum Failure {
-    /// What the REST route would have answered instead of its body.
     Refused(ApiError),
-    /// A tool this server does not serve over MCP yet (its REST route works).
-    NotServed(&'static str),
 }
 
 impl From<ApiError> for Failure {
@@ -45,10 +43,6 @@ fn body(value: impl Serialize) -> Outcome {
     serde_json::to_value(value).map_err(|e| Failure::Refused(ApiError::App(anchor_app::AppError::Internal(e.into()))))
 }
 
-/// The REST route each tool the server does not serve yet stands for
-/// (`none`: nothing in this server takes what it sends).
-const NOT_SERVED: &[(&str, &str)] = &[("submit_feedback", "none")];
-
 /// Runs one tool whose arguments fit its schema.
 pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value>, bearer: Option<String>) -> Outcome {
     match tool {
@@ -58,10 +52,9 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         }
         // The market's list is public, as its route is.
         "list_tools" => return body(tsl::list_tools(state, read(arguments)?).await?),
+        // Anonymous: whoever sends it, no credential is read or kept.
+        "submit_feedback" => return submit_feedback(state, arguments).await,
         _ => {}
-    }
-    if let Some((name, _)) = NOT_SERVED.iter().find(|(name, _)| *name == tool) {
-        return Err(Failure::NotServed(name));
     }
     let agent = authenticate(state, &mut arguments, bearer).await?;
     match tool {
@@ -257,21 +250,39 @@ pub fn create_request(mut arguments: Map<String, Value>, mode: &str) -> Value {
     Value::Object(request)
 }
 
+/// submit_feedback: a note kept with nothing that names its sender.
+async fn submit_feedback(state: &AppState, mut arguments: Map<String, Value>) -> Outcome {
+    let mut text = |name: &str| arguments.remove(name).and_then(|v| v.as_str().map(str::to_string));
+    let feedback = anchor_store::Feedback {
+        note: text("note"),
+        would_recommend: text("would_recommend"),
+        recommend_reason: text("recommend_reason"),
+        would_report_to_operator: text("would_report_to_operator"),
+        report_reason: text("report_reason"),
+        would_keep_as_tool: text("would_keep_as_tool"),
+        keep_reason: text("keep_reason"),
+        tools_used: match arguments.remove("tools_used") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Failure::Refused(ApiError::bad("INVALID_VALUE", "tools_used holds tool names (strings)")))?,
+            _ => Vec::new(),
+        },
+    };
+    anchor_app::feedback::submit(&state.app, &feedback).await?;
+    Ok(json!({
+        "received": true,
+        "message": "Thank you. The note was kept without anything that names you: no agent id, token, address or time of day.",
+    }))
+}
+
 /// The tool's answer: the route's body as structured content, or a tool
 /// error with the route's status and error (a payment requirement with its
 /// challenge and how to pay).
 pub async fn render(outcome: Outcome) -> CallToolResult {
     match outcome {
         Ok(value) => CallToolResult::structured(value),
-        Err(Failure::NotServed(name)) => {
-            let message = match NOT_SERVED.iter().find(|(n, _)| *n == name) {
-                Some((_, route)) if *route != "none" => {
-                    format!("{name} is not served over MCP by this server yet; its REST route is {route}")
-                }
-                _ => format!("{name} is not served over MCP by this server yet: it collects no such input"),
-            };
-            CallToolResult::structured_error(json!({ "status": 501, "error_code": "NOT_AVAILABLE_YET", "message": message }))
-        }
         Err(Failure::Refused(error)) => {
             let response = error.into_response();
             let status = response.status().as_u16();

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use anchor_app::AppError;
 use anchor_app::owners::{self, agents};
-use anchor_domain::agents::DisclosureLevel;
+use anchor_domain::agents::{AuthStatus, DisclosureLevel};
 use anchor_domain::owners::{KEY_MAX, KEY_PATTERN, LABEL_MAX, PASSWORD_MAX, PASSWORD_MIN};
 
 use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
@@ -153,12 +153,6 @@ async fn unlink(State(state): State<AppState>, owner: AuthOwner, Body(request): 
 }
 
 #[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum AuthStatus {
-    Active,
-}
-
-#[derive(Serialize, JsonSchema)]
 struct AgentList {
     agents: Vec<ManagedAgent>,
     count: usize,
@@ -168,7 +162,8 @@ struct AgentList {
 struct ManagedAgent {
     agent_id: Uuid,
     linked_at: Option<Time>,
-    auth_status: AuthStatus,
+    /// active, or recovery_locked while wrong recovery keys have spent its recovery window.
+    auth_status: Named<AuthStatus>,
     registered_at: Time,
     region_code: Option<String>,
     disclosure_level: Named<DisclosureLevel>,
@@ -179,15 +174,16 @@ struct ManagedAgent {
 }
 
 async fn list(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<AgentList>> {
-    let agents: Vec<ManagedAgent> = agents::list(&state.app, &owner.owner)
-        .await?
+    let linked = agents::list(&state.app, &owner.owner).await?;
+    let statuses = agents::auth_statuses(&state.app, &linked.iter().map(|a| a.agent.agent_id).collect::<Vec<_>>()).await?;
+    let agents: Vec<ManagedAgent> = linked
         .into_iter()
         .map(|a| {
             let trial = anchor_app::agents::trial(&state.app, &a.agent);
             ManagedAgent {
                 agent_id: a.agent.agent_id,
                 linked_at: a.linked_at.map(Time),
-                auth_status: AuthStatus::Active,
+                auth_status: Named(statuses.get(&a.agent.agent_id).copied().unwrap_or(AuthStatus::Active)),
                 registered_at: a.agent.registered_at.into(),
                 region_code: a.agent.region_code,
                 disclosure_level: Named(a.agent.disclosure_level),

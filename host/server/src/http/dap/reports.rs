@@ -20,9 +20,10 @@ use uuid::Uuid;
 
 use anchor_app::owners::reports;
 use anchor_domain::MilliDac;
+use anchor_domain::agents::AuthStatus;
 use anchor_domain::declarations::{dd, ee, template};
 use anchor_domain::payments::SettlementStatus;
-use anchor_store::{StoredDeclaration, Totals};
+use anchor_store::Totals;
 
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery};
@@ -93,18 +94,6 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-/// One status per payment row: the base fee, and the premium when there is one.
-fn settlement_statuses(s: &StoredDeclaration) -> Vec<Named<SettlementStatus>> {
-    let rows = if s.premium() > MilliDac::ZERO { 2 } else { 1 };
-    vec![Named(s.settlement_status); rows]
-}
-
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum AuthStatus {
-    Active,
-}
-
 #[derive(Serialize, JsonSchema)]
 struct Dashboard {
     agents: Vec<DashboardAgent>,
@@ -116,13 +105,16 @@ struct Dashboard {
 struct DashboardAgent {
     agent_id: Uuid,
     linked_at: Option<Time>,
-    auth_status: AuthStatus,
+    /// active, or recovery_locked while wrong recovery keys have spent its recovery window.
+    auth_status: Named<AuthStatus>,
     dd_count: i64,
     dac_total: Dac,
 }
 
 async fn dashboard(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<Dashboard>> {
     let rows = reports::dashboard(&state.app, &owner.owner).await?;
+    let ids: Vec<Uuid> = rows.iter().map(|(linked, _)| linked.agent.agent_id).collect();
+    let statuses = anchor_app::owners::agents::auth_statuses(&state.app, &ids).await?;
     let (mut count, mut dac) = (0, MilliDac::ZERO);
     let agents = rows
         .into_iter()
@@ -132,7 +124,7 @@ async fn dashboard(State(state): State<AppState>, owner: AuthOwner) -> ApiResult
             DashboardAgent {
                 agent_id: linked.agent.agent_id,
                 linked_at: linked.linked_at.map(Time),
-                auth_status: AuthStatus::Active,
+                auth_status: Named(statuses.get(&linked.agent.agent_id).copied().unwrap_or(AuthStatus::Active)),
                 dd_count: totals.count,
                 dac_total: totals.dac.into(),
             }
@@ -212,13 +204,13 @@ async fn report(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_i
         recent_dds: r
             .recent
             .iter()
-            .map(|s| RecentDd {
+            .map(|(s, statuses)| RecentDd {
                 dd_id: s.declaration.dd_id,
                 anchored_at: s.declaration.anchored_at.into(),
                 selection_state: Named(s.declaration.dd.selection_state),
                 decision_action_type: Named(s.declaration.dd.action_type),
                 dac_amount: s.declaration.dac_amount.into(),
-                settlement_statuses: settlement_statuses(s),
+                settlement_statuses: statuses.iter().copied().map(Named).collect(),
             })
             .collect(),
     }))
@@ -316,10 +308,10 @@ async fn export(
     csv.push_str(CSV_HEADER);
     csv.push('\n');
     // Every value is a UUID, a timestamp, an enum name or a number.
-    for s in &rows {
+    for (s, statuses) in &rows {
         let d = &s.declaration;
         let scope = &d.ee.scope;
-        let statuses: Vec<&str> = settlement_statuses(s).iter().map(|n| n.0.as_str()).collect();
+        let statuses: Vec<&str> = statuses.iter().map(|n| n.as_str()).collect();
         csv.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{}\n",
             d.dd_id,
