@@ -16,7 +16,8 @@ both_backends!(
     disclosure_caps_each_level_and_demotion_shows_to_the_agent_only,
     comparisons_meta_observation_and_the_legacy_query,
     anomaly_bands_are_released_per_dimension,
-    owners_see_their_agents_own_view_for_free
+    owners_see_their_agents_own_view_for_free,
+    the_epsilon_ledger_holds_releases_to_the_budget
 );
 
 /// A test server whose releases are exact (k-anonymity alone), so the rules
@@ -376,7 +377,7 @@ async fn releases_are_noisy_and_state_their_budget() {
     assert!(retention.get("long").is_none(), "five agents are never shown: {}", released.text);
     let privacy = &released.json["privacy"];
     assert_eq!(privacy["mechanism"], "discrete_laplace");
-    assert_eq!(privacy["epsilon"], 7.0, "seven distributions at epsilon 1 each: {privacy}");
+    assert_eq!(privacy["epsilon"], 8.0, "seven distributions and the gate at epsilon 1 each: {privacy}");
     assert!(privacy["delta"].as_f64().unwrap() <= 7e-6);
 }
 
@@ -428,4 +429,46 @@ async fn owners_see_their_agents_own_view_for_free(backend: Backend) {
 
 fn uuid_of_nobody() -> String {
     "00000000-0000-4000-8000-000000000000".to_string()
+}
+
+/// The ε ledger: every release of a kind charges each day of its window with
+/// what it spent, and a release that would take a day past the budget is not
+/// cut (404, free). A release says what the ledger stood at once it was
+/// stored, and the operator's metrics say it too. Other kinds keep their own.
+async fn the_epsilon_ledger_holds_releases_to_the_budget(backend: Backend) {
+    // ε = 5 per component: an environment release spends at most 4 × 5 = 20
+    // (its gate, its declarations and two histograms); the budget lets one
+    // release cover a day, not two.
+    let privacy = Privacy::Noisy { epsilon: 5.0, delta: 1e-6, budget: 30.0 };
+    let t = TestServer::with(backend, Options { privacy, ..Default::default() }).await;
+    for _ in 0..20 {
+        t.anchored_agent(json!({ "ee_preset": "EE_basic" })).await;
+    }
+    t.wait_for_fold(20).await;
+    t.clock.advance(Duration::days(1));
+    let observer = t.register().await;
+    let first = paid(&t, &observer, "GET", "/v1/ara/environment", None, "1000").await;
+    let privacy_view = &first.json["privacy"];
+    let spent = privacy_view["epsilon_spent_on_window"].as_f64().expect("the ledger is shown");
+    assert_eq!(privacy_view["epsilon_budget"], json!(30.0), "{}", first.text);
+    // What this release spent, and what earlier releases of the kind (the
+    // job's, on days with nothing to show yet: their gate) spent on its days.
+    let epsilon = privacy_view["epsilon"].as_f64().unwrap();
+    assert!(epsilon > 0.0 && epsilon <= 20.0 + 1e-9 && spent >= epsilon - 1e-9 && spent <= 30.0 + 1e-9, "{}", first.text);
+    let metrics = t.get("/metrics", None).await.text;
+    assert!(metrics.lines().any(|l| l.starts_with("anchor_ara_epsilon_spent{kind=\"environment\"}")), "{metrics}");
+    // The next day's window shares 29 days with this one: 20 + 20 > 30.
+    t.clock.advance(Duration::days(1));
+    let refused = observe(&t, &observer, "GET", "/v1/ara/environment", None, None).await;
+    refused.assert_error(404, "DATA_UNAVAILABLE");
+    assert!(refused.text.contains("budget"), "{}", refused.text);
+    let today = anchor_domain::ara::day_of(t.clock.now());
+    let cut_today = format!("select count(*) from ara_release where kind = 'environment' and window_end = {today}");
+    assert_eq!(t.scalar(&cut_today).await, 0, "not cut");
+    // Each kind keeps a ledger of its own: nothing was spent on the
+    // ee-distribution ledger, but its release could spend 8 × 5 = 40 at most
+    // (a gate and seven distributions), more than the whole budget.
+    let pattern = observe(&t, &observer, "GET", "/v1/ara/pattern/ee-distribution", None, None).await;
+    pattern.assert_error(404, "DATA_UNAVAILABLE");
+    assert!(pattern.text.contains("(0.00 of 30.00 epsilon)"), "{}", pattern.text);
 }

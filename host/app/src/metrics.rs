@@ -69,6 +69,12 @@ pub struct SourceLabels {
     pub source: &'static str,
 }
 
+/// An ARA release kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub state: &'static str,
@@ -107,6 +113,7 @@ pub struct Metrics {
     log_pending: Gauge,
     checkpoint_age: Gauge<f64, AtomicU64>,
     pool: Family<PoolLabels, Gauge>,
+    ara_epsilon: Family<ReleaseLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -133,6 +140,7 @@ impl Metrics {
             log_size: Gauge::default(),
             log_pending: Gauge::default(),
             checkpoint_age: Gauge::default(),
+            ara_epsilon: Family::default(),
             pool: Family::default(),
         };
         let r = &mut m.registry;
@@ -159,6 +167,11 @@ impl Metrics {
         r.register("log_size", "Leaves in the verifiable log", m.log_size.clone());
         r.register("log_pending_leaves", "Confirmed declarations waiting for a log index", m.log_pending.clone());
         r.register("log_seconds_since_checkpoint", "Seconds since the latest signed checkpoint", m.checkpoint_age.clone());
+        r.register(
+            "ara_epsilon_spent",
+            "The most differential-privacy epsilon the ARA releases of a kind spent on one day of data, as of its latest release",
+            m.ara_epsilon.clone(),
+        );
         r.register("db_pool_connections", "Database connections by state (in_use, idle, max)", m.pool.clone());
         let store_metrics = store.metrics();
         r.register("store_statement_duration_seconds", "Database statements, by verb and first table", store_metrics.statements.clone());
@@ -200,6 +213,11 @@ impl Metrics {
             store_metrics.direct_reads.clone(),
         );
         m
+    }
+
+    /// The ledger of ARA releases of `kind` after its latest one: the most ε spent on a day.
+    pub fn ara_epsilon(&self, kind: &'static str, spent: f64) {
+        self.ara_epsilon.get_or_create(&ReleaseLabels { kind }).set(spent);
     }
 
     /// Counts an internal debit of `amount` from `source` (`trial`, `earned`).

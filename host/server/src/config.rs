@@ -108,6 +108,12 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_ARA_DELTA", default_value_t = 1e-6, value_parser = probability)]
     pub ara_delta: f64,
 
+    /// The most epsilon all the ARA releases of one kind may spend on one day
+    /// of data (a day is in every release whose window covers it); a release
+    /// that would pass it is not cut, and its observation answers 404.
+    #[arg(long, env = "ANCHOR_ARA_EPSILON_BUDGET", default_value_t = anchor_app::ara::privacy::DEFAULT_BUDGET, value_parser = positive)]
+    pub ara_epsilon_budget: f64,
+
     /// Open connections at most; past that, new ones wait in the backlog.
     #[arg(long, env = "ANCHOR_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,

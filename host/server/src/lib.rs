@@ -101,7 +101,11 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
             ..Default::default()
         },
         http: config.http_limits(),
-        privacy: anchor_app::ara::privacy::Privacy::Noisy { epsilon: config.ara_epsilon, delta: config.ara_delta },
+        privacy: anchor_app::ara::privacy::Privacy::Noisy {
+            epsilon: config.ara_epsilon,
+            delta: config.ara_delta,
+            budget: config.ara_epsilon_budget,
+        },
         features: {
             let mut features = anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?;
             features.agent_owners &= !config.dap_no_agent_owners;

@@ -100,6 +100,15 @@ pub struct WindowTotals {
     pub capped_declarations: i64,
 }
 
+/// What storing a release within the ε budget concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavedRelease {
+    /// The stored release (this one, or the one stored first).
+    Stored(String),
+    /// A day of its window would pass the budget: nothing was stored.
+    OverBudget { spent_micro: i64 },
+}
+
 #[async_trait]
 pub trait AraStore: Send + Sync {
     async fn record_observation(&self, observation: &NewObservation) -> Result<()>;
@@ -137,6 +146,22 @@ pub trait AraStore: Send + Sync {
     async fn release(&self, kind: &str, window: Window) -> Result<Option<String>>;
     /// Stores a release unless one exists; returns the stored one (the first wins).
     async fn save_release(&self, kind: &str, window: Window, body: &str, at: DateTime<Utc>) -> Result<String>;
+    /// Stores a release that spent `epsilon_micro` (millionths of ε), in one
+    /// transaction with the ledger: unless a release of the window is stored
+    /// already (then that one), only if no day of its window would pass
+    /// `budget_micro` of ε spent by the releases of `kind`; each day of the
+    /// window is charged.
+    async fn save_release_within_budget(
+        &self,
+        kind: &str,
+        window: Window,
+        body: &str,
+        epsilon_micro: i64,
+        budget_micro: i64,
+        at: DateTime<Utc>,
+    ) -> Result<SavedRelease>;
+    /// The most ε (millionths) the releases of `kind` spent on any day of `window`.
+    async fn epsilon_spent(&self, kind: &str, window: Window) -> Result<i64>;
 
     /// The agent's all-time counts; `own` includes what only it may see.
     async fn agent_totals(&self, agent_id: Uuid, own: bool) -> Result<Vec<AgentCount>>;
@@ -309,6 +334,69 @@ impl<E: Engine> AraStore for SqlStore<E> {
                 sql("select body from ara_release where kind = $1 and window_days = $2 and window_end = $3")
                     .bind(kind)
                     .bind(window.days)
+                    .bind(window.end),
+            )
+            .await
+    }
+
+    async fn save_release_within_budget(
+        &self,
+        kind: &str,
+        window: Window,
+        body: &str,
+        epsilon_micro: i64,
+        budget_micro: i64,
+        at: DateTime<Utc>,
+    ) -> Result<SavedRelease> {
+        let mut tx = self.begin_write().await?;
+        let inserted = tx
+            .execute(
+                sql("insert into ara_release (kind, window_days, window_end, body, released_at) values ($1, $2, $3, $4, $5) \
+                     on conflict (kind, window_days, window_end) do nothing")
+                .bind(kind)
+                .bind(window.days)
+                .bind(window.end)
+                .bind(body)
+                .bind(at),
+            )
+            .await?;
+        if inserted == 0 {
+            drop(tx);
+            let stored = self.release(kind, window).await?.ok_or_else(|| StoreError::Corrupt(format!("release {kind} vanished")))?;
+            return Ok(SavedRelease::Stored(stored));
+        }
+        let spent: i64 = tx
+            .scalar(
+                sql("select cast(coalesce(max(epsilon_micro), 0) as bigint) from ara_epsilon where kind = $1 and day >= $2 and day < $3")
+                    .bind(kind)
+                    .bind(window.start())
+                    .bind(window.end),
+            )
+            .await?;
+        if spent.saturating_add(epsilon_micro) > budget_micro {
+            // Rolled back with the transaction: nothing stored, nothing charged.
+            return Ok(SavedRelease::OverBudget { spent_micro: spent });
+        }
+        for day in window.start()..window.end {
+            tx.execute(
+                sql("insert into ara_epsilon (kind, day, epsilon_micro) values ($1, $2, $3) \
+                     on conflict (kind, day) do update set epsilon_micro = ara_epsilon.epsilon_micro + excluded.epsilon_micro")
+                .bind(kind)
+                .bind(day)
+                .bind(epsilon_micro),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(SavedRelease::Stored(body.to_string()))
+    }
+
+    async fn epsilon_spent(&self, kind: &str, window: Window) -> Result<i64> {
+        self.db()
+            .scalar(
+                sql("select cast(coalesce(max(epsilon_micro), 0) as bigint) from ara_epsilon where kind = $1 and day >= $2 and day < $3")
+                    .bind(kind)
+                    .bind(window.start())
                     .bind(window.end),
             )
             .await

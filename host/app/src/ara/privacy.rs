@@ -1,25 +1,37 @@
-//! De-identification of cross-agent statistics: k-anonymity, then
-//! differential privacy with OpenDP's discrete Laplace mechanisms.
+//! De-identification of cross-agent statistics: differential privacy with
+//! OpenDP's discrete Laplace mechanisms, where every decision to show a
+//! figure is itself a noisy one.
 //!
 //! A release is a set of histograms and counts over one fixed window. In every
 //! histogram each agent counts once, in one partition (the value it declared
 //! most in the window), so one agent changes one partition by one: the L0, L1
 //! and L∞ sensitivities are all 1. Then:
 //!
-//! 1. pre-thresholding: a partition with fewer than [`K`] distinct agents is
-//!    dropped, exactly (k-anonymity);
-//! 2. partition selection: discrete Laplace noise of scale 1/ε is added to
-//!    each remaining count and only partitions whose noisy count reaches the
-//!    noisy threshold τ are released (`make_laplace_threshold`); τ is chosen so
-//!    that a partition one agent alone could make appear does so with
-//!    probability at most δ;
+//! 1. the release as a whole: discrete Laplace noise of scale 1/ε is added
+//!    to the number of agents in the window, and the release shows anything
+//!    only when the noisy number reaches τ ([`gate`]);
+//! 2. partition selection: noise of the same scale is added to each count
+//!    and only partitions whose noisy count reaches τ are released
+//!    (OpenDP's `make_laplace_threshold`);
 //! 3. scalar counts (agents in the window, declarations in it with each agent
 //!    counted at most [`DECLARATION_CAP`] times) get discrete Laplace noise of
 //!    scale sensitivity/ε (`make_laplace`).
 //!
-//! Each histogram and each scalar spends (ε, δ) of its own; a release spends
-//! their sum, and says so. Releases are computed once per window and stored,
-//! so asking again spends nothing and averages nothing away.
+//! No figure is ever cut on its exact count first: that would make the
+//! release of a value with [`K`] agents certain-or-impossible between two
+//! neighbouring data sets (9 and 10 contributors), which no δ covers.
+//! Instead τ ([`threshold`]) is set from K, ε and δ so that a value fewer
+//! than K agents stand for passes with probability at most δ: with noise X of
+//! scale b = 1/ε, P(X ≥ t) = e^(−t/b) / (1 + e^(−1/b)), so t is the least
+//! integer with that ≤ δ, and τ = (K − 1) + t. At ε = 1, δ = 10⁻⁶: t = 14,
+//! τ = 23. A value of one agent then passes with probability P(X ≥ 22), about
+//! 2·10⁻¹⁰; one of nine with at most δ.
+//!
+//! Each histogram, each count and the gate spend ε of their own, and each
+//! thresholded step its δ; a release spends their sum, and says so. Releases
+//! are computed once per window and stored, so asking again spends nothing
+//! and averages nothing away; what all the releases of one kind spent on each
+//! day of data is kept in a ledger, held to a budget (`releases`).
 
 use std::collections::HashMap;
 
@@ -28,7 +40,8 @@ use opendp::measurements::{make_laplace, make_laplace_threshold};
 use opendp::measures::{Approximate, MaxDivergence};
 use opendp::metrics::{AbsoluteDistance, L0PInfDistance};
 
-/// The least number of distinct agents any released figure stands for.
+/// The number of distinct agents below which a figure is shown with
+/// probability at most δ.
 pub const K: i64 = 10;
 /// At most this many declarations of one agent count in a window's total.
 pub const DECLARATION_CAP: i64 = 100;
@@ -36,17 +49,24 @@ pub const DECLARATION_CAP: i64 = 100;
 /// How releases are protected.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Privacy {
-    /// Differential privacy: each histogram and each count spends `epsilon`,
-    /// and a partition selection fails with probability at most `delta`.
-    Noisy { epsilon: f64, delta: f64 },
+    /// Differential privacy: each histogram and each count spends `epsilon`;
+    /// a value fewer than K agents stand for passes a noisy threshold with
+    /// probability at most `delta`; what the releases of one kind spend on
+    /// one day of data is held to `budget`.
+    Noisy { epsilon: f64, delta: f64, budget: f64 },
     /// k-anonymity alone, exact counts (for tests of the release rules; the
     /// binary always runs `Noisy`).
     Exact,
 }
 
+/// The ε all the releases of one kind may spend on one day of data, by default.
+/// It lets every scheduled release be cut (a day collects at most 762 from
+/// the anomaly releases); see PRIVACY.md for what that amounts to.
+pub const DEFAULT_BUDGET: f64 = 1000.0;
+
 impl Default for Privacy {
     fn default() -> Privacy {
-        Privacy::Noisy { epsilon: 1.0, delta: 1e-6 }
+        Privacy::Noisy { epsilon: 1.0, delta: 1e-6, budget: DEFAULT_BUDGET }
     }
 }
 
@@ -55,8 +75,16 @@ impl Privacy {
     /// budget because it gives no differential-privacy guarantee at all.
     pub fn per_component(self) -> (f64, f64) {
         match self {
-            Privacy::Noisy { epsilon, delta } => (epsilon, delta),
+            Privacy::Noisy { epsilon, delta, .. } => (epsilon, delta),
             Privacy::Exact => (0.0, 0.0),
+        }
+    }
+
+    /// The ε budget of one kind on one day of data (infinite for exact releases).
+    pub fn budget(self) -> f64 {
+        match self {
+            Privacy::Noisy { budget, .. } => budget,
+            Privacy::Exact => f64::INFINITY,
         }
     }
 }
@@ -65,34 +93,65 @@ fn dp(error: opendp::error::Error) -> anyhow::Error {
     anyhow::anyhow!("differential privacy: {error:?}")
 }
 
-/// The noisy threshold for noise of `scale`: a partition of one agent passes
-/// it with probability at most `delta`.
-pub fn threshold(scale: f64, delta: f64) -> i64 {
-    ((1.0 / (2.0 * delta)).ln() * scale + 1.0).ceil() as i64
+/// The least t with P(X ≥ t) ≤ `delta` for discrete Laplace noise X of `scale`.
+pub fn tail(scale: f64, delta: f64) -> i64 {
+    let q = (-1.0 / scale).exp();
+    // P(X ≥ t) = q^t / (1 + q) ≤ δ  ⇔  t ≥ ln(1 / (δ (1 + q))) · scale.
+    ((1.0 / (delta * (1.0 + q))).ln() * scale).ceil().max(1.0) as i64
 }
 
-/// Releases a histogram in which each agent counts once: the partitions kept
-/// and their (noisy) counts, sorted by partition.
+/// The noisy threshold τ for noise of `scale`: a value fewer than [`K`]
+/// agents stand for (K − 1 at most) reaches it with probability at most `delta`.
+pub fn threshold(scale: f64, delta: f64) -> i64 {
+    (K - 1) + tail(scale, delta)
+}
+
+/// Partition selection over a histogram of agent counts.
+type Selection = opendp::core::Measurement<
+    MapDomain<AtomDomain<String>, AtomDomain<i64>>,
+    L0PInfDistance<1, AbsoluteDistance<i64>>,
+    Approximate<MaxDivergence>,
+    HashMap<String, i64>,
+>;
+
+fn threshold_measurement(scale: f64, tau: i64) -> anyhow::Result<Selection> {
+    make_laplace_threshold::<_, _, Approximate<MaxDivergence>>(
+        MapDomain::new(AtomDomain::<String>::default(), AtomDomain::<i64>::default()),
+        L0PInfDistance::<1, _>(AbsoluteDistance::<i64>::default()),
+        scale,
+        tau,
+        None,
+    )
+    .map_err(dp)
+}
+
+/// Releases a histogram in which each agent counts once: the partitions whose
+/// noisy count reaches τ and their noisy counts, sorted by partition. (Exact:
+/// the partitions of at least [`K`] agents, exactly.)
 pub fn histogram(counts: &[(String, i64)], privacy: Privacy) -> anyhow::Result<Vec<(String, i64)>> {
-    let kept: HashMap<String, i64> = counts.iter().filter(|(_, n)| *n >= K).cloned().collect();
-    let released = match privacy {
-        Privacy::Exact => kept,
-        Privacy::Noisy { epsilon, delta } => {
+    let released: HashMap<String, i64> = match privacy {
+        Privacy::Exact => counts.iter().filter(|(_, n)| *n >= K).cloned().collect(),
+        Privacy::Noisy { epsilon, delta, .. } => {
             let scale = 1.0 / epsilon;
-            let measurement = make_laplace_threshold::<_, _, Approximate<MaxDivergence>>(
-                MapDomain::new(AtomDomain::<String>::default(), AtomDomain::<i64>::default()),
-                L0PInfDistance::<1, _>(AbsoluteDistance::<i64>::default()),
-                scale,
-                threshold(scale, delta),
-                None,
-            )
-            .map_err(dp)?;
-            measurement.invoke(&kept).map_err(dp)?
+            let all: HashMap<String, i64> = counts.iter().cloned().collect();
+            threshold_measurement(scale, threshold(scale, delta))?.invoke(&all).map_err(dp)?
         }
     };
     let mut out: Vec<(String, i64)> = released.into_iter().collect();
     out.sort();
     Ok(out)
+}
+
+/// What one thresholded histogram spends, by OpenDP's privacy map of its
+/// measurement for one agent changing one partition by one: (ε, δ).
+pub fn histogram_cost(privacy: Privacy) -> anyhow::Result<(f64, f64)> {
+    match privacy {
+        Privacy::Exact => Ok((0.0, 0.0)),
+        Privacy::Noisy { epsilon, delta, .. } => {
+            let scale = 1.0 / epsilon;
+            threshold_measurement(scale, threshold(scale, delta))?.map(&(1, 1, 1)).map_err(dp)
+        }
+    }
 }
 
 /// Releases a count that one agent changes by at most `sensitivity`.
@@ -108,6 +167,20 @@ pub fn count(value: i64, sensitivity: i64, privacy: Privacy) -> anyhow::Result<i
             )
             .map_err(dp)?;
             Ok(measurement.invoke(&value).map_err(dp)?.max(0))
+        }
+    }
+}
+
+/// Whether a release shows anything, decided on a noisy count of its
+/// `agents` (sensitivity 1): the noisy count when it reaches τ, else
+/// `None`. Fewer than [`K`] agents pass with probability at most δ. (Exact:
+/// at least K agents, and the exact count.)
+pub fn gate(agents: i64, privacy: Privacy) -> anyhow::Result<Option<i64>> {
+    match privacy {
+        Privacy::Exact => Ok((agents >= K).then_some(agents)),
+        Privacy::Noisy { epsilon, delta, .. } => {
+            let noisy = count(agents, 1, privacy)?;
+            Ok((noisy >= threshold(1.0 / epsilon, delta)).then_some(noisy))
         }
     }
 }
@@ -137,7 +210,10 @@ mod tests {
         let (epsilon, delta) = (1.0, 1e-6);
         let scale = 1.0 / epsilon;
         let tau = threshold(scale, delta);
-        assert_eq!(tau, 15);
+        assert_eq!((tail(scale, delta), tau), (14, 23));
+        // Nine agents pass with probability P(X ≥ 14) ≤ δ.
+        let q = (-1.0f64 / scale).exp();
+        assert!(q.powi(14) / (1.0 + q) <= delta && q.powi(13) / (1.0 + q) > delta);
         let measurement = make_laplace_threshold::<_, _, Approximate<MaxDivergence>>(
             MapDomain::new(AtomDomain::<String>::default(), AtomDomain::<i64>::default()),
             L0PInfDistance::<1, _>(AbsoluteDistance::<i64>::default()),
@@ -160,8 +236,44 @@ mod tests {
         let mean = draws.iter().sum::<i64>() as f64 / draws.len() as f64;
         assert!((mean - 1_000.0).abs() < 0.2, "mean {mean}");
         assert!(draws.iter().any(|d| *d != 1_000), "noise was added");
-        // Twelve agents sit below τ = 15: nearly always suppressed, as DP requires.
-        let released = (0..200).filter(|_| !histogram(&[("small".into(), 12)], privacy).unwrap().is_empty()).count();
-        assert!(released < 40, "{released} of 200 releases showed a group of 12");
+        // Nineteen agents sit below τ = 23: nearly always suppressed, as DP requires.
+        let released = (0..200).filter(|_| !histogram(&[("small".into(), 19)], privacy).unwrap().is_empty()).count();
+        assert!(released < 40, "{released} of 200 releases showed a group of 19");
+    }
+
+    /// The guarantee, checked by sampling: at ε = 1 and δ = 0.01 (a δ large
+    /// enough to measure), 40,000 releases of each of two neighbouring data
+    /// sets through the functions the releases use. A value of 9 agents (one
+    /// fewer than K) is shown at most δ of the time, one of 10 at most e^ε
+    /// times as often plus δ, one of a single agent (against none) at most δ;
+    /// the same for a whole release's gate. Each observed frequency is
+    /// compared with its bound plus a Bernstein margin at confidence
+    /// 1 − 10⁻⁹, so the test fails by chance about once in a billion runs.
+    #[test]
+    fn neighbouring_data_sets_are_released_within_the_stated_bound() {
+        let (epsilon, delta) = (1.0f64, 0.01f64);
+        let privacy = Privacy::Noisy { epsilon, delta, budget: DEFAULT_BUDGET };
+        const N: usize = 40_000;
+        let margin = |p: f64| (2.0 * p.max(1e-4) * (1e9f64).ln() / N as f64).sqrt() + (1e9f64).ln() / (3.0 * N as f64);
+        let histogram_frequency = |agents: i64| {
+            let input = if agents == 0 { Vec::new() } else { vec![("v".to_string(), agents)] };
+            (0..N).filter(|_| !histogram(&input, privacy).unwrap().is_empty()).count() as f64 / N as f64
+        };
+        let gate_frequency = |agents: i64| (0..N).filter(|_| gate(agents, privacy).unwrap().is_some()).count() as f64 / N as f64;
+        // The arithmetic: nine agents pass with probability q^t / (1 + q).
+        let q = (-epsilon).exp();
+        let t = tail(1.0 / epsilon, delta);
+        let exact_nine = q.powi(t as i32) / (1.0 + q);
+        assert!(exact_nine <= delta, "{exact_nine}");
+        for (what, frequency) in [("histogram", &histogram_frequency as &dyn Fn(i64) -> f64), ("gate", &gate_frequency)] {
+            let (p0, p1, p9, p10) = (frequency(0), frequency(1), frequency(9), frequency(10));
+            assert_eq!(p0, 0.0, "{what}: nothing is shown of nobody");
+            assert!(p1 <= delta + margin(delta), "{what}: one agent shown {p1} of the time");
+            assert!(p9 <= delta + margin(delta), "{what}: nine agents shown {p9} of the time, past δ = {delta}");
+            assert!((p9 - exact_nine).abs() <= margin(exact_nine), "{what}: {p9} against the computed {exact_nine}");
+            let bound = epsilon.exp() * (p9 + margin(p9)) + delta;
+            assert!(p10 <= bound + margin(p10), "{what}: ten agents shown {p10} of the time, nine {p9}: past e^ε·p9 + δ");
+            assert!(p10 > p9, "{what}: the tenth agent makes a difference, as it should ({p10} against {p9})");
+        }
     }
 }

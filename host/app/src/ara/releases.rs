@@ -17,6 +17,8 @@ use uuid::Uuid;
 use anchor_domain::ara::{Dimension, Window};
 use anchor_domain::pricing::ObservationTier;
 
+use anchor_store::SavedRelease;
+
 use super::privacy::{self, DECLARATION_CAP, K, Privacy};
 use super::{Observed, Purchase, pay, unavailable};
 use crate::charge::{Offered, Route};
@@ -120,6 +122,12 @@ pub struct Release {
     /// What this release spent: the sum over its components.
     pub epsilon: f64,
     pub delta: f64,
+    /// Once this release was stored, the most ε the releases of its kind had
+    /// spent on any one day of its window (the ledger), and the budget.
+    #[serde(default)]
+    pub epsilon_ledger: Option<f64>,
+    #[serde(default)]
+    pub epsilon_budget: Option<f64>,
     /// k-anonymity only, no noise (test configurations).
     pub exact: bool,
     pub released_at: DateTime<Utc>,
@@ -153,15 +161,18 @@ const PURCHASE_CAP: i64 = 20;
 /// most (each agent once), their number and the purchases (each buyer at
 /// most `PURCHASE_CAP` times), protected like every other release.
 async fn cut_market(services: &Services, window: Window, privacy: Privacy) -> anyhow::Result<Release> {
-    let (epsilon, delta) = privacy.per_component();
     let market = services.store.market_window(window.from(), window.to(), PURCHASE_CAP).await?;
     let mut distributions = BTreeMap::new();
-    let (mut agents, mut declarations, mut components) = (None, None, 0);
-    if market.buyers >= K {
-        agents = Some(privacy::count(market.buyers, 1, privacy)?);
+    let mut spent = Spent::new(privacy);
+    let (mut agents, mut declarations) = (None, None);
+    // The gate's noisy count of buyers is the released count.
+    spent.count();
+    if let Some(buyers) = privacy::gate(market.buyers, privacy)? {
+        agents = Some(buyers);
         declarations = Some(privacy::count(market.capped_purchases, PURCHASE_CAP, privacy)?);
+        spent.count();
         distributions.insert("buyers_by_layer".to_string(), privacy::histogram(&market.buyers_by_layer, privacy)?);
-        components = 3;
+        spent.histogram()?;
     }
     if !market.tools_by_layer.is_empty() {
         distributions.insert("tools_by_layer".to_string(), market.tools_by_layer);
@@ -174,11 +185,50 @@ async fn cut_market(services: &Services, window: Window, privacy: Privacy) -> an
         declarations,
         distributions,
         activity: Vec::new(),
-        epsilon: epsilon * components as f64,
-        delta: delta * components as f64,
+        epsilon: spent.epsilon,
+        delta: spent.delta,
+        epsilon_ledger: None,
+        epsilon_budget: None,
         exact: privacy == Privacy::Exact,
         released_at: services.clock.now(),
     })
+}
+
+/// What a release spends, component by component.
+struct Spent {
+    privacy: Privacy,
+    epsilon: f64,
+    delta: f64,
+}
+
+impl Spent {
+    fn new(privacy: Privacy) -> Spent {
+        Spent { privacy, epsilon: 0.0, delta: 0.0 }
+    }
+
+    /// A noisy count (or the gate): ε, no δ.
+    fn count(&mut self) {
+        self.epsilon += self.privacy.per_component().0;
+    }
+
+    /// A thresholded histogram: ε, and the δ OpenDP's privacy map gives it.
+    fn histogram(&mut self) -> anyhow::Result<()> {
+        let (epsilon, delta) = privacy::histogram_cost(self.privacy)?;
+        self.epsilon += epsilon;
+        self.delta += delta;
+        Ok(())
+    }
+}
+
+/// The most a release of `kind` can spend: its gate, its counts and every histogram.
+fn worst_case_epsilon(kind: Kind, privacy: Privacy) -> f64 {
+    let components = match kind {
+        Kind::Tsl => 3,
+        Kind::Environment => 1 + 1 + kind.dimensions().len(),
+        Kind::Density => 1 + kind.dimensions().len() + 1,
+        _ => 1 + kind.dimensions().len(),
+    };
+    privacy.per_component().0 * components as f64
 }
 
 /// Cuts a release from the aggregate model.
@@ -187,26 +237,26 @@ async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) 
         return cut_market(services, window, privacy).await;
     }
     let store = &services.store;
-    let (epsilon, delta) = privacy.per_component();
-    let mut spent = (0.0, 0.0);
-    let mut spend = |n: usize| {
-        spent.0 += epsilon * n as f64;
-        spent.1 += delta * n as f64;
-    };
+    let mut spent = Spent::new(privacy);
     let totals = store.window_totals(window, DECLARATION_CAP).await?;
-    let enough = totals.agents >= K;
+    // Whether the release shows anything is a noisy decision too.
+    spent.count();
+    let gated = privacy::gate(totals.agents, privacy)?;
+    let enough = gated.is_some();
     let (mut agents, mut declarations) = (None, None);
-    if enough && kind == Kind::Environment {
-        agents = Some(privacy::count(totals.agents, 1, privacy)?);
+    if let Some(noisy_agents) = gated
+        && kind == Kind::Environment
+    {
+        agents = Some(noisy_agents);
         declarations = Some(privacy::count(totals.capped_declarations, DECLARATION_CAP, privacy)?);
-        spend(2);
+        spent.count();
     }
     let mut distributions = BTreeMap::new();
     if enough {
         for dimension in kind.dimensions() {
             let counts = store.predominant(*dimension, window).await?;
             distributions.insert(dimension.as_str().to_string(), privacy::histogram(&counts, privacy)?);
-            spend(1);
+            spent.histogram()?;
         }
     }
     let mut activity = Vec::new();
@@ -220,7 +270,7 @@ async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) 
         let released = privacy::histogram(&counts, privacy)?;
         // In bucket order, not alphabetical.
         activity = ACTIVITY_BUCKETS.iter().filter_map(|(_, label)| released.iter().find(|(l, _)| l == label).cloned()).collect();
-        spend(1);
+        spent.histogram()?;
     }
     Ok(Release {
         kind: kind.name().to_string(),
@@ -230,8 +280,10 @@ async fn cut(services: &Services, kind: Kind, window: Window, privacy: Privacy) 
         declarations,
         distributions,
         activity,
-        epsilon: spent.0,
-        delta: spent.1,
+        epsilon: spent.epsilon,
+        delta: spent.delta,
+        epsilon_ledger: None,
+        epsilon_budget: None,
         exact: privacy == Privacy::Exact,
         released_at: services.clock.now(),
     })
@@ -250,10 +302,40 @@ pub async fn release(services: &Services, kind: Kind, window: Window) -> AppResu
     if let Some(body) = store.release(kind.name(), window).await? {
         return serde_json::from_str(&body).map_err(internal);
     }
-    let release = cut(services, kind, window, services.config.privacy).await.map_err(AppError::Internal)?;
+    let privacy = services.config.privacy;
+    let budget = privacy.budget();
+    // Checked before anything is drawn: a release the ledger cannot take is never cut.
+    let spent = store.epsilon_spent(kind.name(), window).await? as f64 / 1e6;
+    if spent + worst_case_epsilon(kind, privacy) > budget {
+        return Err(over_budget(kind, window, spent, budget));
+    }
+    let mut release = cut(services, kind, window, privacy).await.map_err(AppError::Internal)?;
+    let epsilon_micro = (release.epsilon * 1e6).ceil() as i64;
+    if budget.is_finite() {
+        release.epsilon_ledger = Some(spent + release.epsilon);
+        release.epsilon_budget = Some(budget);
+    }
     let body = serde_json::to_string(&release).map_err(internal)?;
-    let stored = store.save_release(kind.name(), window, &body, services.clock.now()).await?;
-    serde_json::from_str(&stored).map_err(internal)
+    let budget_micro = if budget.is_finite() { (budget * 1e6) as i64 } else { i64::MAX };
+    match store.save_release_within_budget(kind.name(), window, &body, epsilon_micro, budget_micro, services.clock.now()).await? {
+        SavedRelease::Stored(stored) => {
+            let stored: Release = serde_json::from_str(&stored).map_err(internal)?;
+            if let Some(ledger) = stored.epsilon_ledger {
+                services.metrics.ara_epsilon(kind.name(), ledger);
+            }
+            Ok(stored)
+        }
+        SavedRelease::OverBudget { spent_micro } => Err(over_budget(kind, window, spent_micro as f64 / 1e6, budget)),
+    }
+}
+
+/// A release the ledger cannot take: refused for free, as a release with nothing to show is.
+fn over_budget(kind: Kind, window: Window, spent: f64, budget: f64) -> AppError {
+    unavailable(format!(
+        "the differential-privacy budget of {} releases on the days of this {}-day window is spent ({spent:.2} of {budget:.2} epsilon): no new figures are released for them",
+        kind.name(),
+        window.days
+    ))
 }
 
 /// Cuts today's releases that are not stored yet (the job, after the day
@@ -265,8 +347,12 @@ pub async fn cut_due(services: &Services) -> AppResult<usize> {
         for days in kind.windows() {
             let window = Window::ending_today(now, *days);
             if services.store.release(kind.name(), window).await?.is_none() {
-                release(services, kind, window).await?;
-                cut += 1;
+                match release(services, kind, window).await {
+                    Ok(_) => cut += 1,
+                    // Past the budget: not cut today, which is no failure of the job.
+                    Err(AppError::NotFound { code: "DATA_UNAVAILABLE", .. }) => {}
+                    Err(other) => return Err(other),
+                }
             }
         }
     }

@@ -227,6 +227,13 @@ struct PrivacyView {
     /// What the whole release spent (null: no noise).
     epsilon: Option<f64>,
     delta: f64,
+    /// Once this release was stored: the most epsilon all the releases of
+    /// its kind had spent on one day of its window, this one included (the
+    /// ledger), and the budget they are held to. Absent without noise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epsilon_spent_on_window: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epsilon_budget: Option<f64>,
     /// How agents are counted.
     counted_as: &'static str,
     released_at: Time,
@@ -243,6 +250,8 @@ fn privacy_of(release: &Release) -> PrivacyView {
         mechanism: if release.exact { "none" } else { "discrete_laplace" },
         epsilon: (!release.exact).then_some(release.epsilon),
         delta: release.delta,
+        epsilon_spent_on_window: release.epsilon_ledger,
+        epsilon_budget: release.epsilon_budget,
         counted_as: "each agent once per distribution, in the value it declared most in the window; dd_count counts at most 100 declarations per agent",
         released_at: release.released_at.into(),
     }
