@@ -205,7 +205,9 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     assert_eq!(current["pricing_version"], "v1.3.0");
     assert_eq!(current["next"]["pricing_version"], "v9.0.0-test");
     assert_eq!(current["next"]["component_sha256"], alt.generation().sha256.as_str());
-    assert_eq!(current["next"]["effective_from"], at_text.as_str());
+    assert_eq!(current["next"]["effective_from"], at.date_naive().to_string().as_str(), "a date, as for the generation in force");
+    assert_eq!(current["next"]["effective_at"], at_text.as_str());
+    assert!(current["effective_from"].as_str().is_some_and(|d| d.len() == 10), "{current}");
     let health = t.get("/health", None).await.json;
     assert_eq!(health["pricing"]["pricing_version"], "v1.3.0");
     assert_eq!(health["pricing"]["effective_from"], serde_json::Value::Null, "the host's own generation");
@@ -235,7 +237,10 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     let recorded = "select pricing_version || ' ' || dac_amount_milli from declaration order by anchored_at";
     assert_eq!(t.strings(recorded).await, vec!["v1.3.0 10000".to_string(), "v9.0.0-test 20000".to_string()]);
     let current = t.get("/v1/pricing/current", None).await.json;
-    assert_eq!((current["pricing_version"].as_str(), current["effective_from"].as_str()), (Some("v9.0.0-test"), Some(at_text.as_str())));
+    assert_eq!(
+        (current["pricing_version"].as_str(), current["effective_from"].as_str(), current["effective_at"].as_str()),
+        (Some("v9.0.0-test"), Some(at.date_naive().to_string().as_str()), Some(at_text.as_str()))
+    );
     assert_eq!(current["next"], serde_json::Value::Null, "the broken publication never loaded, so nothing is next");
     // Confirmed after the switch, the early one keeps its price and its
     // generation, and so does the charge its confirmation records.

@@ -39,6 +39,20 @@ impl MilliDac {
         }
     }
 
+    /// Reads a non-negative decimal of DAC with at most three decimals
+    /// (`10`, `157.5`, `0.001`); `None` for anything else.
+    pub fn parse_decimal(text: &str) -> Option<MilliDac> {
+        let text = text.trim();
+        let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || (!frac.is_empty() && !digits(frac)) || frac.len() > 3 || text.ends_with('.') {
+            return None;
+        }
+        let whole: i64 = whole.parse().ok()?;
+        let frac: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<3}").parse().ok()? };
+        whole.checked_mul(1000)?.checked_add(frac).map(MilliDac)
+    }
+
     /// The amount as a JSON number of DAC.
     ///
     /// The number is parsed from [`Self::to_decimal_string`], so JSON carries the
@@ -90,5 +104,20 @@ mod tests {
         assert_eq!(MilliDac(157_500).to_json_number().to_string(), "157.5");
         assert_eq!(MilliDac(490_000).to_json_number().to_string(), "490");
         assert_eq!(MilliDac(123_456_789).to_json_number().to_string(), "123456.789");
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn decimals_of_dac_are_read_exactly() {
+        assert_eq!(MilliDac::parse_decimal("157.5"), Some(MilliDac(157_500)));
+        assert_eq!(MilliDac::parse_decimal("10"), Some(MilliDac(10_000)));
+        assert_eq!(MilliDac::parse_decimal("0.001"), Some(MilliDac(1)));
+        for bad in ["", "-1", "1.0001", "1e3", "1.", ".5", "ten", "99999999999999999999"] {
+            assert_eq!(MilliDac::parse_decimal(bad), None, "{bad}");
+        }
     }
 }

@@ -53,11 +53,117 @@ enum Command {
         #[command(subcommand)]
         command: ToolCommand,
     },
+    /// Make a request, and pay it over x402 if it answers 402: the challenge is
+    /// signed as the official client signs it (EIP-712 TransferWithAuthorization
+    /// of USDC on Base) with the wallet key, up to --max-dac, and the same
+    /// request is sent again with the payment. The answer's body goes to
+    /// stdout; the status and what was paid to stderr.
+    Pay(PayArgs),
     /// Read the anonymous feedback agents left (MCP submit_feedback).
     Feedback {
         #[command(subcommand)]
         command: FeedbackCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct PayArgs {
+    /// A file holding the paying wallet's private key (hex, `0x` optional).
+    #[arg(long)]
+    wallet_key: std::path::PathBuf,
+    /// The most one payment may take, in DAC (1 DAC = 0.001 USDC); a
+    /// challenge asking more is refused and nothing is signed.
+    #[arg(long)]
+    max_dac: String,
+    /// The agent's token, sent as `Authorization: Bearer`.
+    #[arg(long, env = "ANCHOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// More request headers, `Name: value` (repeatable).
+    #[arg(long = "header")]
+    headers: Vec<String>,
+    /// GET, POST, PUT, DELETE, …
+    method: String,
+    url: String,
+    /// The JSON body (`@FILE` reads it from a file, `-` from stdin).
+    body: Option<String>,
+}
+
+/// Exit codes of `anchor pay`: the answer was not a success; the challenge
+/// asked more than --max-dac (nothing was signed).
+const PAY_NOT_SUCCESS: i32 = 1;
+const PAY_OVER_MAX: i32 = 3;
+
+async fn pay(args: PayArgs) -> anyhow::Result<()> {
+    let max = anchor_domain::MilliDac::parse_decimal(&args.max_dac)
+        .ok_or_else(|| anyhow::anyhow!("--max-dac must be a DAC amount with at most three decimals; got {}", args.max_dac))?;
+    let key = std::fs::read_to_string(&args.wallet_key).map_err(|e| anyhow::anyhow!("reading {}: {e}", args.wallet_key.display()))?;
+    let signer = anchor_x402::client::signer_from_key(&key).map_err(anyhow::Error::msg)?;
+    let body = match args.body.as_deref() {
+        None => None,
+        Some("-") => Some(std::io::read_to_string(std::io::stdin())?),
+        Some(file) if file.starts_with('@') => {
+            Some(std::fs::read_to_string(&file[1..]).map_err(|e| anyhow::anyhow!("reading {}: {e}", &file[1..]))?)
+        }
+        Some(text) => Some(text.to_string()),
+    };
+    let method: reqwest::Method = args.method.to_uppercase().parse().map_err(|_| anyhow::anyhow!("not an HTTP method: {}", args.method))?;
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(120)).build()?;
+    let send = |payment: Option<String>| {
+        let mut request = http.request(method.clone(), &args.url);
+        if let Some(token) = &args.token {
+            request = request.bearer_auth(token);
+        }
+        for header in &args.headers {
+            if let Some((name, value)) = header.split_once(':') {
+                request = request.header(name.trim(), value.trim());
+            }
+        }
+        if let Some(body) = &body {
+            request = request.header("content-type", "application/json").body(body.clone());
+        }
+        if let Some(payment) = payment {
+            request = request.header("payment-signature", payment);
+        }
+        request.send()
+    };
+    let mut response = send(None).await?;
+    if response.status() == reqwest::StatusCode::PAYMENT_REQUIRED {
+        let header = response.headers().get("payment-required").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let Some(header) = header else {
+            eprintln!("402 without a PAYMENT-REQUIRED header: nothing to pay");
+            println!("{}", response.text().await?);
+            std::process::exit(PAY_NOT_SUCCESS);
+        };
+        let challenge = anchor_x402::client::challenge_of(&header).map_err(anyhow::Error::msg)?;
+        let asked = anchor_x402::client::asked(&challenge).map_err(anyhow::Error::msg)?;
+        // USDC base units are milli-DAC.
+        let amount = anchor_domain::MilliDac(asked.amount_units as i64);
+        let what = challenge["resource"]["description"].as_str().unwrap_or("");
+        if amount > max {
+            eprintln!("REFUSED: the challenge asks {amount} DAC, more than --max-dac {max}; nothing was signed ({what})");
+            std::process::exit(PAY_OVER_MAX);
+        }
+        let now = chrono::Utc::now().timestamp();
+        let payment = anchor_x402::client::pay(&challenge, &signer, now).map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "paying {amount} DAC ({} USDC base units) to {:#x} from {:#x}: {what}",
+            asked.amount_units,
+            asked.pay_to,
+            signer.address()
+        );
+        response = send(Some(anchor_x402::client::header(&payment))).await?;
+        if let Some(settled) = response.headers().get("payment-response").and_then(|v| v.to_str().ok()) {
+            let decoded = anchor_x402::client::challenge_of(settled).unwrap_or(serde_json::Value::String(settled.to_string()));
+            eprintln!("payment response: {decoded}");
+        }
+    }
+    let status = response.status();
+    eprintln!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+    println!("{}", response.text().await?);
+    if !status.is_success() {
+        std::process::exit(PAY_NOT_SUCCESS);
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -471,6 +577,7 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Backup(args)) => backup(args).await,
         Some(Command::Feature { command }) => feature(command).await,
         Some(Command::Feedback { command }) => feedback(command).await,
+        Some(Command::Pay(args)) => pay(args).await,
         Some(Command::Restore(args)) => {
             let vkey = args.database.vkey()?;
             anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await

@@ -111,7 +111,7 @@ impl<'de> Deserialize<'de> for ToolPrice {
     }
 }
 
-inline_schema!(ToolPrice, { "type": "number", "exclusiveMinimum": 0, "multipleOf": 0.001 });
+inline_schema!(ToolPrice, { "type": "number", "minimum": 0, "exclusiveMinimum": true, "multipleOf": 0.001 });
 
 /// A closed vocabulary read where the interface names an unknown value 400
 /// `INVALID_INPUT` rather than `INVALID_ENUM` (a tool's layer).

@@ -204,3 +204,203 @@ async fn feedback_list_shows_the_notes_agents_left() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("note: the first note"));
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// Anvil's public test key #0: never holds real money; the server's default
+/// local settlement checks the signature and moves none.
+const TEST_WALLET_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+async fn register(http: &reqwest::Client, base: &str) -> String {
+    register_with_id(http, base).await.0
+}
+
+/// A new agent's token and id.
+async fn register_with_id(http: &reqwest::Client, base: &str) -> (String, String) {
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
+    (agent["auth_token"].as_str().unwrap().to_string(), agent["agent_id"].as_str().unwrap().to_string())
+}
+
+fn create_body() -> String {
+    json!({
+        "request_id": uuid::Uuid::new_v4(),
+        "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+                "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
+        "ee": { "ee_preset": "EE_basic" },
+    })
+    .to_string()
+}
+
+/// `anchor pay`: once Trial is spent, a declaration's 402 is paid from the
+/// shell (and confirmed, which settles it); a tool is bought; a challenge
+/// over --max-dac is refused with nothing signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anchor_pay_pays_a_declaration_and_buys_a_tool() {
+    let (_server, base, data) = common::serve_sqlite("pay", &["--rate-limit", "100000"]).await;
+    let http = reqwest::Client::new();
+    let key = data.join("wallet.key");
+    std::fs::write(&key, TEST_WALLET_KEY).unwrap();
+    let agent = register(&http, &base).await;
+    // Trial pays fifty EE_basic declarations.
+    for _ in 0..50 {
+        let created = http
+            .post(format!("{base}/v1/dd/create"))
+            .bearer_auth(&agent)
+            .header("content-type", "application/json")
+            .body(create_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201);
+    }
+    let pay = |max: &str, method: &str, url: String, body: String, token: &str| {
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["pay", "--wallet-key"])
+            .arg(&key)
+            .args(["--max-dac", max, "--token", token, "--", method, &url, &body])
+            .output()
+            .unwrap()
+    };
+    // Over the cap: refused, nothing signed, nothing recorded.
+    let refused = pay("5", "POST", format!("{base}/v1/dd/create"), create_body(), &agent);
+    assert_eq!(refused.status.code(), Some(3), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("more than --max-dac"));
+    let paid = pay("10", "POST", format!("{base}/v1/dd/create"), create_body(), &agent);
+    assert!(paid.status.success(), "{}", String::from_utf8_lossy(&paid.stderr));
+    let created: Value = serde_json::from_slice(&paid.stdout).unwrap();
+    assert_eq!(created["status"], "pending_payment", "{created}");
+    let confirmed =
+        http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&agent).json(&json!({ "dd_id": created["dd_id"] })).send().await.unwrap();
+    assert_eq!(confirmed.status().as_u16(), 200);
+    let confirmed: Value = confirmed.json().await.unwrap();
+    assert_eq!(confirmed["payment_sources"], json!(["external"]), "{confirmed}");
+
+    // A tool bought from the shell.
+    let seller = register(&http, &base).await;
+    let tool: Value = http
+        .post(format!("{base}/v1/tsl/tool/register"))
+        .bearer_auth(&seller)
+        .json(&json!({ "tool_name": "shares", "price_dac": 5, "ara_connections": [{ "observation_type": "agent_profile" }] }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let body = json!({ "tool_id": tool["tool_id"] }).to_string();
+    let bought = pay("20", "POST", format!("{base}/v1/tsl/purchase"), body, &agent);
+    assert!(bought.status.success(), "{}", String::from_utf8_lossy(&bought.stderr));
+    let purchase: Value = serde_json::from_slice(&bought.stdout).unwrap();
+    assert!(purchase["purchase_id"].is_string(), "{purchase}");
+    assert!(String::from_utf8_lossy(&bought.stderr).contains("paying 15 DAC"), "{}", String::from_utf8_lossy(&bought.stderr));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The tools README's "Selling it" block, run as written: the seller
+/// registers and uploads the example tool with curl, the buyer buys it with
+/// `anchor pay` and runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_readme_sells_and_buys_a_tool_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugins/tools/README.md")).unwrap();
+    let block = readme
+        .split("<!-- tested: tools-sell-and-buy -->")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README's tested block");
+    let (_server, base, data) = common::serve_sqlite("readme-tools", &[]).await;
+    let http = reqwest::Client::new();
+    let seller = register(&http, &base).await;
+    let (buyer, buyer_id) = register_with_id(&http, &base).await;
+    // The buyer's own profile has something to show.
+    let created: Value = http
+        .post(format!("{base}/v1/dd/create"))
+        .bearer_auth(&buyer)
+        .header("content-type", "application/json")
+        .body(create_body())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&buyer).json(&json!({ "dd_id": created["dd_id"] })).send().await.unwrap();
+    std::fs::write(data.join("wallet.key"), TEST_WALLET_KEY).unwrap();
+    std::fs::copy(std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("tool_example.wasm"), data.join("tool.wasm")).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_anchor")).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    // The fold makes the buyer's declaration visible to ARA within a round or two.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let profile = http.get(format!("{base}/v1/ara/agent/{buyer_id}/profile")).bearer_auth(&buyer).send().await.unwrap();
+        if profile.status().is_success() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the buyer's declaration never reached ARA");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", block])
+        .current_dir(&data)
+        .env("PATH", &path)
+        .env("BASE", &base)
+        .env("TOKEN", &seller)
+        .env("BUYER", &buyer)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("\"purchase_id\""), "the purchase: {stdout}");
+    assert!(stdout.contains("\"report\"") && stdout.contains("agent-profile:action_type=execute"), "the run: {stdout}");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The pricing author's path on the second example generation
+/// (plugins/PRICING.md): built with the service, inspected, diffed against
+/// the bundled one, published while a server runs, listed, and then the
+/// prices agents are told and charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_pricing_generation_is_inspected_diffed_and_published() {
+    let file = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_example.wasm");
+    assert!(file.exists(), "the build puts every generation of plugins/ in {}", anchor_plugins::PLUGINS_DIR);
+    let anchor = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap();
+    let inspected = anchor(&["pricing", "inspect", file.to_str().unwrap()]);
+    assert!(inspected.status.success(), "{}", String::from_utf8_lossy(&inspected.stderr));
+    let text = String::from_utf8_lossy(&inspected.stdout);
+    assert!(text.contains("v1.4.0-example"), "{text}");
+    let diffed = anchor(&["pricing", "diff", "bundled", file.to_str().unwrap()]);
+    assert!(diffed.status.success(), "{}", String::from_utf8_lossy(&diffed.stderr));
+    let diff = String::from_utf8_lossy(&diffed.stdout);
+    assert!(diff.contains("v1.3.0") && diff.contains("v1.4.0-example"), "{diff}");
+    assert!(diff.contains("tsl") || diff.contains("TSL"), "the service prices move too: {diff}");
+
+    let (_server, base, data) = common::serve_sqlite("pricing-example", &[]).await;
+    let published = anchor(&["pricing", "publish", file.to_str().unwrap(), "--now", "--data-dir", data.to_str().unwrap()]);
+    assert!(published.status.success(), "{}", String::from_utf8_lossy(&published.stderr));
+    let listed = anchor(&["pricing", "list", "--data-dir", data.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("v1.4.0-example"), "{}", String::from_utf8_lossy(&listed.stdout));
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let current = loop {
+        let current: Value = http.get(format!("{base}/v1/pricing/current")).send().await.unwrap().json().await.unwrap();
+        if current["pricing_version"] == "v1.4.0-example" {
+            break current;
+        }
+        assert!(std::time::Instant::now() < deadline, "the published generation never came into force: {current}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(current["base_fee"], json!(8), "{current}");
+    assert_eq!(current["axes"]["ee_integrity_verification_level"]["certifiable"]["add"], json!(40), "{current}");
+    let agent = register(&http, &base).await;
+    let created: Value = http
+        .post(format!("{base}/v1/dd/create"))
+        .bearer_auth(&agent)
+        .header("content-type", "application/json")
+        .body(create_body())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((created["pricing_version"].clone(), created["dac_amount"].clone()), (json!("v1.4.0-example"), json!(8)), "{created}");
+    let _ = std::fs::remove_dir_all(&data);
+}

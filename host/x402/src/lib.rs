@@ -9,6 +9,8 @@
 //!
 //! Nothing here knows HTTP frameworks, storage or pricing.
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod settlement;
 
 use alloy_primitives::{Address, B256, Signature, U256};

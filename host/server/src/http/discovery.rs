@@ -132,6 +132,11 @@ struct Index {
     start_here: String,
     openapi: String,
     llms_txt: String,
+    /// The owner portal (a web page for people who manage agents).
+    portal: String,
+    /// The software's terms of service and privacy policy.
+    terms: String,
+    privacy: String,
 }
 
 async fn root(State(state): State<AppState>) -> Json<Index> {
@@ -143,6 +148,9 @@ async fn root(State(state): State<AppState>) -> Json<Index> {
         start_here: format!("POST {base}/v1/agent/register"),
         openapi: format!("{base}/openapi.json"),
         llms_txt: format!("{base}/llms.txt"),
+        portal: format!("{base}/portal/"),
+        terms: format!("{base}/portal/terms"),
+        privacy: format!("{base}/portal/privacy"),
     })
 }
 

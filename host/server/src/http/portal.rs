@@ -13,6 +13,8 @@ use crate::state::AppState;
 const INDEX: &str = include_str!("../portal/index.html");
 const SCRIPT: &str = include_str!("../portal/app.js");
 const STYLE: &str = include_str!("../portal/app.css");
+const TERMS: &str = include_str!("../portal/terms.html");
+const PRIVACY: &str = include_str!("../portal/privacy.html");
 
 /// Only this origin's scripts, styles and API; no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
@@ -25,6 +27,10 @@ pub fn router() -> Router<AppState> {
         .route("/portal/", page(get(|| async { asset(INDEX, "text/html; charset=utf-8") })))
         .route("/portal/app.js", page(get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") })))
         .route("/portal/app.css", page(get(|| async { asset(STYLE, "text/css; charset=utf-8") })))
+        .route("/portal/terms", page(get(|| async { asset(TERMS, "text/html; charset=utf-8") })))
+        .route("/portal/privacy", page(get(|| async { asset(PRIVACY, "text/html; charset=utf-8") })))
+        // The owner API's bare prefix: people type it looking for the portal.
+        .route("/dap", page(get(|| async { Redirect::to("/portal/") })))
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {

@@ -37,10 +37,15 @@ pub fn operations() -> Vec<Operation> {
 #[derive(Serialize, JsonSchema)]
 struct PricingCurrent {
     pricing_version: String,
-    /// When this generation came into force on this service (its publication's
-    /// activation time), or, for the generation a host starts with, the date
-    /// the generation itself states.
+    /// The UTC date this generation came into force on this service (its
+    /// publication's activation), or, for the generation a host starts with,
+    /// the date the generation itself states: always `YYYY-MM-DD`.
+    #[schemars(extend("format" = "date"))]
     effective_from: String,
+    /// The instant of a published generation's activation (absent for the
+    /// generation a host starts with, which states a date only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effective_at: Option<crate::wire::Time>,
     component_sha256: String,
     /// The next generation an operator published, and when it comes into force
     /// (null when none is scheduled).
@@ -66,7 +71,11 @@ pub(crate) struct NextGeneration {
     pricing_version: String,
     component_sha256: String,
     wit_package: String,
+    /// The UTC date it comes into force, `YYYY-MM-DD`.
+    #[schemars(extend("format" = "date"))]
     effective_from: String,
+    /// The instant it comes into force.
+    effective_at: crate::wire::Time,
 }
 
 impl NextGeneration {
@@ -75,7 +84,8 @@ impl NextGeneration {
             pricing_version: generation.version.clone(),
             component_sha256: generation.sha256.clone(),
             wit_package: generation.interface.clone(),
-            effective_from: crate::wire::Time(*at).text(),
+            effective_from: at.date_naive().to_string(),
+            effective_at: crate::wire::Time(*at),
         })
     }
 }
@@ -233,7 +243,8 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
     }
     Ok(Json(PricingCurrent {
         pricing_version: policy.version,
-        effective_from: published.standing.since.map_or(policy.effective_from, |at| crate::wire::Time(at).text()),
+        effective_from: published.standing.since.map_or(policy.effective_from, |at| at.date_naive().to_string()),
+        effective_at: published.standing.since.map(crate::wire::Time),
         component_sha256: published.generation.sha256,
         next: NextGeneration::of(&published.standing),
         wit_package: published.generation.interface,
