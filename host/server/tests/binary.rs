@@ -404,3 +404,139 @@ async fn the_example_pricing_generation_is_inspected_diffed_and_published() {
     assert_eq!((created["pricing_version"].clone(), created["dac_amount"].clone()), (json!("v1.4.0-example"), json!(8)), "{created}");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap()
+}
+
+/// The first ```sh block after a `<!-- tested: NAME -->` marker.
+fn tested_block(text: &str, name: &str) -> String {
+    text.split(&format!("<!-- tested: {name} -->"))
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap_or_else(|| panic!("no tested block {name}"))
+        .to_owned()
+}
+
+/// The README's curl walk-through, run by bash as written (only the base URL
+/// points at this test's server): register, a Trial-paid declaration,
+/// confirm, read, and a receipt `anchor verify` accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_first_anchor_runs_as_written() {
+    let block = tested_block(&readme(), "first-anchor");
+    let (_server, base, data) = common::serve_sqlite("readme-first", &[]).await;
+    let default_base = "BASE=http://127.0.0.1:8080\n";
+    assert!(block.starts_with(default_base), "the block starts by naming the default address");
+    let script = block.replacen(default_base, &format!("BASE={base}\n"), 1);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_anchor")).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let output = Command::new("timeout")
+        .args(["60", "bash", "-euo", "pipefail", "-c", &script])
+        .current_dir(&data)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("\"auth_token\":\"da_tk_"), "registered: {stdout}");
+    assert!(stdout.contains("\"status\":\"trial_paid\"") && stdout.contains("\"trial_remaining\":490"), "created: {stdout}");
+    assert!(stdout.contains("\"settlement_status\":\"settled\""), "confirmed: {stdout}");
+    assert!(stdout.contains("ok: leaf 0 is in the tree of"), "verified: {stdout}");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// One option of `--help`: its name and the text clap prints for it.
+fn help_options(help: &str) -> Vec<(String, String)> {
+    let mut options: Vec<(String, String)> = Vec::new();
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("--").or_else(|| trimmed.strip_prefix("-h, --").or_else(|| trimmed.strip_prefix("-V, --")))
+        {
+            let name = rest.split([' ', '<']).next().unwrap().to_owned();
+            options.push((name, String::new()));
+        } else if let Some((_, text)) = options.last_mut() {
+            text.push_str(trimmed);
+            text.push(' ');
+        }
+    }
+    options
+}
+
+/// The README's configuration table against `anchor serve --help`: every
+/// flag of the binary is in the table, every row names a flag the binary
+/// has, with its environment variable, and a default the table writes as a
+/// value is the binary's default. The operator commands it lists exist.
+#[test]
+fn the_readmes_configuration_and_commands_are_the_binarys() {
+    let readme = readme();
+    let help = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["serve", "--help"]).output().unwrap();
+    assert!(help.status.success());
+    let options = help_options(&String::from_utf8_lossy(&help.stdout));
+    assert!(options.len() > 30, "the help lists the options: {options:?}");
+    let rows: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|line| line.starts_with("| `--"))
+        .map(|line| line.trim_matches('|').split(" | ").map(|cell| cell.trim().to_owned()).collect())
+        .collect();
+    let flag_of = |cell: &str| cell.trim_start_matches('`').trim_start_matches("--").split([' ', '`']).next().unwrap().to_owned();
+    for (name, text) in &options {
+        if name == "help" || name == "version" {
+            continue;
+        }
+        let row = rows.iter().find(|row| flag_of(&row[0]) == *name).unwrap_or_else(|| panic!("--{name} is not in the README's table"));
+        let env = row[1].trim_matches('`');
+        assert!(text.contains(&format!("[env: {env}")), "--{name}: the README says {env}, the binary: {text}");
+        let readme_default = row[2].as_str();
+        if let Some(binary_default) = text.split("[default: ").nth(1).and_then(|rest| rest.split(']').next())
+            && readme_default.starts_with('`')
+            && readme_default.ends_with('`')
+            && readme_default.matches('`').count() == 2
+        {
+            let readme_default = readme_default.trim_matches('`');
+            let same = readme_default == binary_default
+                || matches!((readme_default.parse::<f64>(), binary_default.parse::<f64>()), (Ok(a), Ok(b)) if a == b);
+            assert!(same, "--{name}: the README's default is {readme_default}, the binary's {binary_default}");
+        }
+    }
+    for row in &rows {
+        let name = flag_of(&row[0]);
+        assert!(options.iter().any(|(option, _)| *option == name), "the README lists --{name}, which the binary does not have");
+    }
+    // The operator commands block: each `anchor SUB [SUBSUB]` answers --help.
+    let block = readme
+        .split("Operator commands")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap();
+    let mut checked = 0;
+    for line in block.lines().filter(|line| line.starts_with("anchor ")) {
+        let words: Vec<&str> = line
+            .split_whitespace()
+            .skip(1)
+            .take_while(|word| !word.starts_with('-') && word.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .take(2)
+            .collect();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_anchor"));
+        command.args(&words).arg("--help");
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "`anchor {}` is in the README but not in the binary", words.join(" "));
+        checked += 1;
+    }
+    assert!(checked >= 10, "the operator commands block lists the commands: {checked}");
+}
+
+/// Figures the README states that the repository can check: the number of
+/// MCP tools served and the pinned schemathesis version.
+#[test]
+fn the_readmes_figures_are_the_repositorys() {
+    let readme = readme();
+    let tools = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/mcp/tools.json")).unwrap();
+    let tools: Value = serde_json::from_str(&tools).unwrap();
+    let count = tools.as_array().map(Vec::len).or_else(|| tools["tools"].as_array().map(Vec::len)).expect("a tool list");
+    assert!(readme.contains(&format!("(all {count} of them")), "the README's MCP tool count is not {count}");
+    let requirements = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fuzz/requirements.txt")).unwrap();
+    let version = requirements.lines().find_map(|line| line.strip_prefix("schemathesis==")).expect("schemathesis pinned");
+    assert!(readme.contains(&format!("schemathesis {version}")), "the README names schemathesis {version}");
+}
