@@ -69,6 +69,7 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
         replica: Default::default(),
         switches: anchor_app::features::Switches::new(Default::default()),
         schedule: anchor_app::pricing::Schedule::new(default_pricing(), clock.clone()),
+        trust: Default::default(),
     };
     let now = clock.now();
     let agent_id = Uuid::new_v4();

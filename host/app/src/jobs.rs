@@ -13,12 +13,14 @@
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
 //! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
+//! | witness | 250 ms, in a task of its own | offer the newest checkpoint to the witnesses that do not hold it (`witness`) |
 //! | expire | 60 s | end Earned lots, close ISE stays at their limit, bill indefinite retention and end its grace periods, carry out tool transfers |
 //!
 //! Jobs call use cases like any front end; a failed job is logged and the
 //! next round tries again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -50,6 +52,9 @@ pub struct Schedule {
     pub deidentify_every: Duration,
     pub deidentify_batches: usize,
     pub releases_every: Duration,
+    /// How often the newest checkpoint is offered to the witnesses that do
+    /// not hold it yet (`witness`), in a task of its own.
+    pub witness_every: Duration,
 }
 
 impl Default for Schedule {
@@ -66,6 +71,7 @@ impl Default for Schedule {
             deidentify_every: Duration::from_secs(5),
             deidentify_batches: 4,
             releases_every: Duration::from_secs(60),
+            witness_every: Duration::from_millis(250),
         }
     }
 }
@@ -94,16 +100,24 @@ fn due(last: &mut Option<Instant>, every: Duration) -> bool {
 /// takes the log over at its next round instead of when the lease runs out.
 pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: Schedule, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut runs = Runs::default();
+    // Witnesses are called beside the rounds, while this host holds the
+    // lease, so that no round (and no anchoring) waits for one.
+    let holding = Arc::new(AtomicBool::new(false));
+    let witnessing = tokio::spawn(crate::witness::run(services.clone(), holding.clone(), schedule.witness_every, stop.clone()));
     loop {
         // Each round prices with one generation, as a request does.
         // Its writes go to the jobs' own writer connection where the store has one.
-        anchor_store::in_background(services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs))).await;
+        let held =
+            anchor_store::in_background(services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs))).await;
+        holding.store(held, Ordering::Release);
         tokio::select! {
             () = tokio::time::sleep(schedule.round) => {}
             // A dropped sender never asks to stop.
             Ok(_) = stop.wait_for(|stop| *stop) => break,
         }
     }
+    holding.store(false, Ordering::Release);
+    witnessing.abort();
     match services.store.release_log_lease(host_id).await {
         Ok(true) => tracing::info!("released the integrator lease"),
         Ok(false) => {}

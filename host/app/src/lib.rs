@@ -37,6 +37,7 @@ pub mod status;
 pub mod tools;
 pub mod transparency;
 pub mod tsl;
+pub mod witness;
 
 use std::sync::Arc;
 
@@ -163,6 +164,8 @@ pub struct Services {
     /// The pricing generations and when each is in force; `pricing` answers
     /// with the one a request started with.
     pub schedule: Arc<pricing::Schedule>,
+    /// Who vouches for the log beyond its own key: the witnesses and their quorum.
+    pub trust: witness::Trust,
 }
 
 impl Services {

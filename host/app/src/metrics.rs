@@ -75,6 +75,20 @@ pub struct ReleaseLabels {
     pub kind: &'static str,
 }
 
+/// A witness of the log, by name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WitnessLabels {
+    pub witness: String,
+}
+
+/// Why a witness did not cosign: `unavailable`, `inconsistent`, `ahead`,
+/// `bad_cosignature`, or the status it refused with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WitnessFailureLabels {
+    pub witness: String,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub state: &'static str,
@@ -114,6 +128,11 @@ pub struct Metrics {
     checkpoint_age: Gauge<f64, AtomicU64>,
     pool: Family<PoolLabels, Gauge>,
     ara_epsilon: Family<ReleaseLabels, Gauge<f64, AtomicU64>>,
+    witness_seconds: Histograms<WitnessLabels>,
+    witness_failures: Family<WitnessFailureLabels, Counter>,
+    witness_size: Family<WitnessLabels, Gauge>,
+    witnessed_size: Gauge,
+    witnessed_lag: Histogram,
 }
 
 impl Metrics {
@@ -142,6 +161,11 @@ impl Metrics {
             checkpoint_age: Gauge::default(),
             ara_epsilon: Family::default(),
             pool: Family::default(),
+            witness_seconds: Family::new_with_constructor(request_histogram),
+            witness_failures: Family::default(),
+            witness_size: Family::default(),
+            witnessed_size: Gauge::default(),
+            witnessed_lag: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
         };
         let r = &mut m.registry;
         r.register("http_requests", "Requests answered, by route template, method and status", m.http_requests.clone());
@@ -173,6 +197,15 @@ impl Metrics {
             m.ara_epsilon.clone(),
         );
         r.register("db_pool_connections", "Database connections by state (in_use, idle, max)", m.pool.clone());
+        r.register("log_witness_request_duration_seconds", "Time of each add-checkpoint call to a witness", m.witness_seconds.clone());
+        r.register(
+            "log_witness_failures",
+            "Witness calls that brought no cosignature, by witness and reason (inconsistent and ahead are alerts)",
+            m.witness_failures.clone(),
+        );
+        r.register("log_witness_cosigned_size", "The size of the latest checkpoint each witness cosigned", m.witness_size.clone());
+        r.register("log_witnessed_size", "The size of the newest checkpoint the witness quorum cosigned", m.witnessed_size.clone());
+        r.register("log_witnessed_lag_seconds", "Time from signing a checkpoint to its cosignature by the quorum", m.witnessed_lag.clone());
         let store_metrics = store.metrics();
         r.register("store_statement_duration_seconds", "Database statements, by verb and first table", store_metrics.statements.clone());
         r.register(
@@ -218,6 +251,27 @@ impl Metrics {
     /// The ledger of ARA releases of `kind` after its latest one: the most ε spent on a day.
     pub fn ara_epsilon(&self, kind: &'static str, spent: f64) {
         self.ara_epsilon.get_or_create(&ReleaseLabels { kind }).set(spent);
+    }
+
+    /// Times one call to a witness.
+    pub fn witness_latency(&self, witness: &str, elapsed: std::time::Duration) {
+        self.witness_seconds.get_or_create(&WitnessLabels { witness: witness.to_owned() }).observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a witness call that brought no cosignature.
+    pub fn witness_failure(&self, witness: &str, reason: &str) {
+        self.witness_failures.get_or_create(&WitnessFailureLabels { witness: witness.to_owned(), reason: reason.to_owned() }).inc();
+    }
+
+    /// The size a witness now holds.
+    pub fn witness_size(&self, witness: &str, size: i64) {
+        self.witness_size.get_or_create(&WitnessLabels { witness: witness.to_owned() }).set(size);
+    }
+
+    /// A checkpoint reached the witness quorum, `lag` after it was signed.
+    pub fn witnessed(&self, size: i64, lag: std::time::Duration) {
+        self.witnessed_size.set(size);
+        self.witnessed_lag.observe(lag.as_secs_f64());
     }
 
     /// Counts an internal debit of `amount` from `source` (`trial`, `earned`).

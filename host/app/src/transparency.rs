@@ -7,10 +7,11 @@ use base64::engine::general_purpose::STANDARD as B64;
 use chrono::SecondsFormat;
 use uuid::Uuid;
 
+use anchor_domain::declarations::ee::Integrity;
 use anchor_domain::integrity::canonical_encoding;
-use anchor_verify::{ConsistencyProof, RECEIPT_FORMAT, Receipt};
+use anchor_verify::{ConsistencyProof, IntegrityLevels, RECEIPT_FORMAT, Receipt};
 
-use crate::{AppError, AppResult, Services, declarations, log};
+use crate::{AppError, AppResult, Services, declarations, log, witness};
 
 fn internal(error: anyhow::Error) -> AppError {
     AppError::Internal(error)
@@ -32,11 +33,21 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     };
     let store = services.store.as_ref();
     let (index, _leaf) = store.log_entry_for(dd_id).await?.ok_or_else(not_yet)?;
-    let checkpoint = store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?;
+    // The newest checkpoint the witness quorum cosigned, when it covers the
+    // record; until then the newest one the log signed.
+    let witnessed = witness::newest_witnessed(services).await.map_err(internal)?.filter(|c| c.size > index);
+    let is_witnessed = witnessed.is_some();
+    let checkpoint = match witnessed {
+        Some(checkpoint) => checkpoint,
+        None => store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?,
+    };
     let proof = log::inclusion_proof(store, checkpoint.size as u64, index as u64)
         .await
         .map_err(internal)?
         .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
+    let (note, cosignatures) = witness::with_cosignatures(services, &checkpoint).await.map_err(internal)?;
+    let declared = stored.declaration.ee.scope.integrity;
+    let reached = if is_witnessed { Integrity::Enhanced } else { Integrity::Basic };
     Ok(Receipt {
         format: RECEIPT_FORMAT.into(),
         dd_id: dd_id.to_string(),
@@ -46,14 +57,37 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
         leaf_index: index as u64,
         tree_size: checkpoint.size as u64,
         inclusion_proof: proof.iter().map(|h| B64.encode(h.0)).collect(),
-        checkpoint: checkpoint.note,
+        checkpoint: note,
+        witnessed: is_witnessed,
+        cosigned_by: cosignatures.iter().map(|c| witness::name_of(&c.witness).to_owned()).collect(),
+        timestamp_token: None,
+        integrity_level: Some(IntegrityLevels {
+            declared: declared.as_str().to_owned(),
+            reached: reached.as_str().to_owned(),
+            met: level_rank(reached) >= level_rank(declared),
+        }),
     })
+}
+
+/// The highest integrity level receipts can reach on this instance: enhanced
+/// with witnesses of the log.
+pub fn reachable_level(services: &Services) -> Integrity {
+    if services.trust.witnessing() { Integrity::Enhanced } else { Integrity::Basic }
+}
+
+/// The integrity levels in order: basic < enhanced < certifiable.
+pub fn level_rank(level: Integrity) -> u8 {
+    match level {
+        Integrity::Basic => 0,
+        Integrity::Enhanced => 1,
+        Integrity::Certifiable => 2,
+    }
 }
 
 /// The latest signed checkpoint (a C2SP signed note), once one exists.
 pub async fn latest_checkpoint(services: &Services) -> AppResult<String> {
     match services.store.latest_checkpoint().await? {
-        Some(c) => Ok(c.note),
+        Some(c) => Ok(witness::with_cosignatures(services, &c).await.map_err(internal)?.0),
         None => Err(AppError::not_found("NOT_FOUND", "no checkpoint has been published yet: the log is empty")),
     }
 }
@@ -61,7 +95,7 @@ pub async fn latest_checkpoint(services: &Services) -> AppResult<String> {
 /// The checkpoint published for tree size `size`.
 pub async fn checkpoint(services: &Services, size: i64) -> AppResult<String> {
     match services.store.checkpoint(size).await? {
-        Some(c) => Ok(c.note),
+        Some(c) => Ok(witness::with_cosignatures(services, &c).await.map_err(internal)?.0),
         None => Err(AppError::not_found("NOT_FOUND", format!("no checkpoint was published for size {size}"))),
     }
 }

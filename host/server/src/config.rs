@@ -156,6 +156,19 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_FIAT_RATE")]
     pub fiat_rate: Option<std::path::PathBuf>,
 
+    /// A witness of the log, as `VKEY=URL`: its cosignature verifier key
+    /// (`<name>+<id>+<key>`) and its submission prefix. Repeatable; the
+    /// environment variable takes a comma-separated list. Each new checkpoint
+    /// is sent to every witness; receipts prove inclusion in the newest one
+    /// the quorum cosigned.
+    #[arg(long = "witness", env = "ANCHOR_WITNESSES", value_delimiter = ',')]
+    pub witnesses: Vec<String>,
+
+    /// How many witnesses must cosign a checkpoint for it to be witnessed
+    /// (default: every configured witness).
+    #[arg(long, env = "ANCHOR_WITNESS_QUORUM")]
+    pub witness_quorum: Option<usize>,
+
     /// On SIGTERM or SIGINT: seconds requests in flight get to finish after
     /// the listener closes; connections still open then are dropped.
     #[arg(long, env = "ANCHOR_SHUTDOWN_GRACE_SECS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=3600))]

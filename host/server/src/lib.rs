@@ -17,6 +17,7 @@ pub mod payment;
 pub mod ratelimit;
 pub mod state;
 pub mod wire;
+pub mod witness;
 
 use std::sync::Arc;
 
@@ -130,6 +131,21 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings)
         .with_settler(settler.clone())
         .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));
+    let witnesses = config
+        .witnesses
+        .iter()
+        .filter(|spec| !spec.trim().is_empty())
+        .map(|spec| anchor_app::witness::WitnessEndpoint::parse(spec).map_err(|e| anyhow::anyhow!("--witness: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let state = if witnesses.is_empty() {
+        state
+    } else {
+        let names: Vec<String> = witnesses.iter().map(|w| w.key.name().to_owned()).collect();
+        let trust = anchor_app::witness::Trust::new(witnesses, config.witness_quorum, Arc::new(witness::HttpTransport::new()?))
+            .map_err(|e| anyhow::anyhow!("--witness-quorum: {e}"))?;
+        tracing::info!(witnesses = ?names, quorum = trust.quorum, "checkpoints go to the witnesses");
+        state.with_trust(trust)
+    };
     if let Some(read_url) = config.database_read_url.as_deref().filter(|u| !u.is_empty()) {
         state.app.replica.set(Some(anchor_store::open_replica(read_url, None).await?));
         tracing::info!("ARA observation reads go to the read replica");

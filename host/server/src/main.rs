@@ -64,6 +64,27 @@ enum Command {
         #[command(subcommand)]
         command: FeedbackCommand,
     },
+    /// A transparency-log witness (C2SP tlog-witness): cosigns the checkpoints
+    /// of the logs it follows while each extends the one it cosigned before.
+    Witness {
+        #[command(subcommand)]
+        command: WitnessCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum WitnessCommand {
+    /// Create a witness key; write it to FILE and print its verifier key (the
+    /// last line), which logs and verifiers are configured with.
+    Keygen {
+        /// The witness's name, for example witness.example.com/w1.
+        #[arg(long)]
+        name: String,
+        /// Where to write the private key (created, never overwritten).
+        file: std::path::PathBuf,
+    },
+    /// Serve the witness protocol for the logs given with --log.
+    Serve(anchor_server::witness::WitnessServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -485,6 +506,14 @@ struct VerifyArgs {
     /// (GET /v1/log/consistency?from=..&to=..), as JSON.
     #[arg(long, requires = "previous")]
     consistency: Option<std::path::PathBuf>,
+    /// A witness's cosignature verifier key (`<name>+<id>+<key>`, or a file
+    /// holding it) whose cosignature on the receipt's checkpoint counts;
+    /// repeatable.
+    #[arg(long = "witness")]
+    witnesses: Vec<String>,
+    /// How many of the --witness keys must have cosigned (default: all of them).
+    #[arg(long)]
+    quorum: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -578,6 +607,15 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Feature { command }) => feature(command).await,
         Some(Command::Feedback { command }) => feedback(command).await,
         Some(Command::Pay(args)) => pay(args).await,
+        Some(Command::Witness { command: WitnessCommand::Keygen { name, file } }) => {
+            let vkey = anchor_server::witness::keygen(&name, &file)?;
+            println!(
+                "witness key written to {}; its verifier key (give it to the logs and verifiers that count on this witness):\n{vkey}",
+                file.display()
+            );
+            Ok(())
+        }
+        Some(Command::Witness { command: WitnessCommand::Serve(args) }) => anchor_server::witness::serve(args).await,
         Some(Command::Restore(args)) => {
             let vkey = args.database.vkey()?;
             anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await
@@ -692,11 +730,32 @@ async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     }
 }
 
-fn verify(args: VerifyArgs) -> anyhow::Result<()> {
-    let key = match std::fs::read_to_string(&args.key) {
+/// A key given inline or as a file holding it.
+fn key_or_file(given: &str) -> String {
+    match std::fs::read_to_string(given) {
         Ok(text) => text.trim().to_string(),
-        Err(_) => args.key.clone(),
+        Err(_) => given.to_string(),
+    }
+}
+
+fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let key = key_or_file(&args.key);
+    let witnesses = args
+        .witnesses
+        .iter()
+        .map(|given| anchor_verify::cosignature::WitnessKey::parse(&key_or_file(given)))
+        .collect::<Result<Vec<_>, _>>();
+    let witnesses = match witnesses {
+        Ok(witnesses) => witnesses,
+        Err(failure) => {
+            eprintln!("FAILED ({} check): {failure}", failure.check());
+            std::process::exit(2);
+        }
     };
+    let quorum = args.quorum.unwrap_or(witnesses.len());
+    if quorum > witnesses.len() {
+        anyhow::bail!("--quorum {quorum} asks for more cosignatures than the {} --witness keys given", witnesses.len());
+    }
     let receipt: anchor_verify::Receipt = serde_json::from_slice(&std::fs::read(&args.receipt)?)?;
     let outcome = anchor_verify::verify_receipt(&receipt, &key).and_then(|verified| {
         if let (Some(previous), Some(proof)) = (&args.previous, &args.consistency) {
@@ -706,14 +765,26 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                     .map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
             anchor_verify::verify_consistency(&previous, &receipt.checkpoint, &proof, &key)?;
         }
-        Ok(verified)
+        let cosigned = if witnesses.is_empty() {
+            Vec::new()
+        } else {
+            anchor_verify::cosignature::verify_quorum(&receipt.checkpoint, &witnesses, quorum)?
+        };
+        Ok((verified, cosigned))
     });
     match outcome {
-        Ok(verified) => {
+        Ok((verified, cosigned)) => {
             println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash);
             println!("ok: leaf {} is in the tree of {} signed by {}", verified.leaf_index, verified.tree_size, verified.origin);
             if args.previous.is_some() {
                 println!("ok: the earlier checkpoint is a prefix of this one");
+            }
+            for cosignature in &cosigned {
+                let at = chrono::DateTime::from_timestamp(cosignature.timestamp as i64, 0).map_or_else(String::new, |t| t.to_rfc3339());
+                println!("ok: cosigned by {} at {at}", cosignature.witness);
+            }
+            if !witnesses.is_empty() {
+                println!("ok: {} of the {quorum} witness cosignatures required", cosigned.len());
             }
             Ok(())
         }

@@ -96,6 +96,7 @@ impl AppState {
             replica: Default::default(),
             switches: anchor_app::features::Switches::new(settings.features),
             schedule,
+            trust: Default::default(),
             store: store.clone(),
             pricing: pricing.clone(),
             settler: settler.clone(),
@@ -143,6 +144,12 @@ impl AppState {
         let parts = Arc::make_mut(&mut self.0);
         parts.app.settler = settler.clone();
         parts.settler = settler;
+        self
+    }
+
+    /// The same state with witnesses of the log.
+    pub fn with_trust(mut self, trust: anchor_app::witness::Trust) -> AppState {
+        Arc::make_mut(&mut self.0).app.trust = trust;
         self
     }
 

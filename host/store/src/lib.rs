@@ -38,6 +38,7 @@ mod pricing;
 mod retention;
 mod sdac;
 pub(crate) mod tsl;
+pub mod witness;
 
 use std::path::Path;
 use std::sync::Arc;

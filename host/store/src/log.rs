@@ -68,6 +68,30 @@ pub trait LogStore: Send + Sync {
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
     /// Up to `limit` checkpoints of size over `after`, smallest first.
     async fn checkpoints_after(&self, after: i64, limit: i64) -> Result<Vec<CheckpointRecord>>;
+    /// The size of the latest checkpoint `witness` (its verifier key) holds
+    /// for this log, as far as the log knows: 0 before any.
+    async fn witness_size(&self, witness: &str) -> Result<i64>;
+    /// What a witness said it holds (a 409 answer), with no cosignature.
+    async fn set_witness_size(&self, witness: &str, size: i64, now: DateTime<Utc>) -> Result<()>;
+    /// Keeps a checked cosignature of the checkpoint of `size` and records
+    /// that size as the witness's, in one transaction.
+    async fn record_cosignature(&self, cosignature: &CosignatureRecord, now: DateTime<Utc>) -> Result<()>;
+    /// The cosignatures of the checkpoint of `size` by the given witnesses.
+    async fn cosignatures(&self, size: i64, witnesses: &[String]) -> Result<Vec<CosignatureRecord>>;
+    /// The newest checkpoint that at least `quorum` of `witnesses` cosigned.
+    async fn newest_witnessed_checkpoint(&self, witnesses: &[String], quorum: i64) -> Result<Option<CheckpointRecord>>;
+}
+
+/// A witness's checked cosignature of one checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CosignatureRecord {
+    pub size: i64,
+    /// The witness's verifier key.
+    pub witness: String,
+    /// The signature line, as the witness sent it (newline included).
+    pub line: String,
+    /// The cosignature's own time (POSIX seconds).
+    pub signed_at: i64,
 }
 
 #[async_trait]
@@ -228,6 +252,98 @@ impl<E: Engine> LogStore for SqlStore<E> {
             self.db().fetch_optional(sql("select size, root, note, published_at from log_checkpoint where size = $1").bind(size)).await?;
         row.as_ref().map(decode_checkpoint).transpose()
     }
+
+    async fn witness_size(&self, witness: &str) -> Result<i64> {
+        let size: Option<i64> = self.db().scalar_optional(sql("select size from log_witness where witness = $1").bind(witness)).await?;
+        Ok(size.unwrap_or(0))
+    }
+
+    async fn set_witness_size(&self, witness: &str, size: i64, now: DateTime<Utc>) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
+                     on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
+                .bind(witness)
+                .bind(size)
+                .bind(now),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn record_cosignature(&self, c: &CosignatureRecord, now: DateTime<Utc>) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        tx.execute(
+            sql("insert into log_cosignature (size, witness, line, signed_at) values ($1, $2, $3, $4)
+                 on conflict (size, witness) do update set line = excluded.line, signed_at = excluded.signed_at")
+            .bind(c.size)
+            .bind(c.witness.as_str())
+            .bind(c.line.as_str())
+            .bind(c.signed_at),
+        )
+        .await?;
+        tx.execute(
+            sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
+                 on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
+            .bind(c.witness.as_str())
+            .bind(c.size)
+            .bind(now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn cosignatures(&self, size: i64, witnesses: &[String]) -> Result<Vec<CosignatureRecord>> {
+        if witnesses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = sql("select size, witness, line, signed_at from log_cosignature where size = $1 and witness in ").bind(size);
+        push_witnesses(&mut query, witnesses);
+        query.push(" order by witness");
+        let rows = self.db().fetch_all(query).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(CosignatureRecord {
+                    size: row.get("size")?,
+                    witness: row.get("witness")?,
+                    line: row.get("line")?,
+                    signed_at: row.get("signed_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn newest_witnessed_checkpoint(&self, witnesses: &[String], quorum: i64) -> Result<Option<CheckpointRecord>> {
+        let Ok(quorum) = usize::try_from(quorum) else { return Ok(None) };
+        if witnesses.is_empty() || quorum == 0 {
+            return Ok(None);
+        }
+        // No checkpoint above the quorum-th largest size the witnesses hold
+        // can have the quorum: the search starts there, newest first, and
+        // usually ends at once.
+        let mut query = sql("select size from log_witness where witness in ");
+        push_witnesses(&mut query, witnesses);
+        let mut sizes: Vec<i64> = self.db().scalar_all(query).await?;
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let Some(&ceiling) = sizes.get(quorum - 1) else { return Ok(None) };
+        let mut query = sql("select c.size, c.root, c.note, c.published_at from log_checkpoint c
+             where c.size <= $1 and (select count(*) from log_cosignature s where s.size = c.size and s.witness in ")
+        .bind(ceiling);
+        push_witnesses(&mut query, witnesses);
+        query.push(") >= ").push_bind(quorum as i64).push(" order by c.size desc limit 1");
+        let row = self.db().fetch_optional(query).await?;
+        row.as_ref().map(decode_checkpoint).transpose()
+    }
+}
+
+/// Appends `(…)`, the witnesses' keys as parameters.
+fn push_witnesses<'q>(query: &mut engine::Query<'q>, witnesses: &'q [String]) {
+    query.push("(");
+    for (i, witness) in witnesses.iter().enumerate() {
+        query.push(if i == 0 { "" } else { ", " }).push_bind(witness.as_str());
+    }
+    query.push(")");
 }
 
 fn decode_state(row: &impl Row) -> Result<LogState> {

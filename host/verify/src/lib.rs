@@ -26,6 +26,8 @@ use sha2::{Digest, Sha256};
 use signed_note::{Note, StandardVerifier, VerifierList};
 use tlog_tiles::{Checkpoint, Hash};
 
+pub mod cosignature;
+
 pub const RECEIPT_FORMAT: &str = "anchor-receipt/1";
 pub const LEAF_FORMAT: &str = "anchor-leaf/1";
 
@@ -43,8 +45,40 @@ pub struct Receipt {
     pub tree_size: u64,
     /// Base64 of each 32-byte hash of the RFC 6962 inclusion proof.
     pub inclusion_proof: Vec<String>,
-    /// The signed checkpoint (C2SP signed note) the proof leads to.
+    /// The signed checkpoint (C2SP signed note) the proof leads to, with the
+    /// witnesses' cosignature lines after the log's signature when it has any.
     pub checkpoint: String,
+    /// Whether `checkpoint` carries the cosignatures of the witness quorum
+    /// the service is configured with (false where it has no witnesses, or
+    /// until a witnessed checkpoint covers the record).
+    #[serde(default)]
+    pub witnessed: bool,
+    /// The witnesses whose cosignatures `checkpoint` carries, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cosigned_by: Vec<String>,
+    /// An RFC 3161 TimeStampToken (base64 of its DER, a CMS ContentInfo) over
+    /// SHA-256 of the checkpoint's note body, when a time-stamping authority
+    /// stamped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_token: Option<String>,
+    /// The integrity level the declaration's scope asked for and the one its
+    /// receipt reaches now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity_level: Option<IntegrityLevels>,
+}
+
+/// `basic`: inclusion in a checkpoint signed by the log; `enhanced`: in one
+/// the witness quorum cosigned; `certifiable`: cosigned and stamped by a
+/// time-stamping authority.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct IntegrityLevels {
+    /// `ee_integrity_verification_level` as declared.
+    pub declared: String,
+    /// What this receipt proves now.
+    pub reached: String,
+    /// Whether `reached` is at least `declared`.
+    pub met: bool,
 }
 
 /// The public leaf of a record: its integrity hash and anchoring time, nothing more.
@@ -70,10 +104,12 @@ pub enum Failure {
     Inclusion(String),
     #[error("consistency check failed: {0}")]
     Consistency(String),
+    #[error("witness check failed: {0}")]
+    Witness(String),
 }
 
 impl Failure {
-    /// The name of the check: record, leaf, signature, inclusion, consistency, format.
+    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, format.
     pub fn check(&self) -> &'static str {
         match self {
             Failure::Format(_) => "format",
@@ -82,6 +118,7 @@ impl Failure {
             Failure::Signature(_) => "signature",
             Failure::Inclusion(_) => "inclusion",
             Failure::Consistency(_) => "consistency",
+            Failure::Witness(_) => "witness",
         }
     }
 }

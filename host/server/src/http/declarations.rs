@@ -563,6 +563,35 @@ pub(crate) struct CreateResponse {
     payment_deadline: Option<Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payment: Option<PaymentInstructions>,
+    /// Present when this instance cannot give the declared
+    /// ee_integrity_verification_level: its receipts reach `reachable` at
+    /// most (enhanced needs witnesses of the log, certifiable a
+    /// time-stamping authority too). Nothing is charged for the level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    integrity_level: Option<IntegrityNotice>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct IntegrityNotice {
+    declared: Named<ee::Integrity>,
+    reachable: Named<ee::Integrity>,
+    note: &'static str,
+}
+
+impl IntegrityNotice {
+    fn of(declared: ee::Integrity, reachable: ee::Integrity) -> Option<IntegrityNotice> {
+        use anchor_app::transparency::level_rank;
+        (level_rank(declared) > level_rank(reachable)).then_some(IntegrityNotice {
+            declared: Named(declared),
+            reachable: Named(reachable),
+            note: match reachable {
+                ee::Integrity::Basic => {
+                    "this instance has no witnesses of its log: receipts prove inclusion in checkpoints signed by the log alone"
+                }
+                _ => "this instance has no time-stamping authority: receipts are witnessed, not timestamped",
+            },
+        })
+    }
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -591,7 +620,7 @@ struct PaymentInstructions {
 }
 
 impl CreateResponse {
-    fn new(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str, fiat: &payment::FiatRate) -> CreateResponse {
+    fn new(s: &StoredDeclaration, agent: &AgentRecord, pay_to: &str, fiat: &payment::FiatRate, reachable: ee::Integrity) -> CreateResponse {
         let d = &s.declaration;
         let external = declarations::paid_externally(s);
         let trial_payment = (s.base_fee_source == PaymentSource::Trial).then(|| TrialPayment {
@@ -628,6 +657,7 @@ impl CreateResponse {
                 expires_at: s.payment_deadline.map(Time),
                 note: "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
             }),
+            integrity_level: IntegrityNotice::of(d.ee.scope.integrity, reachable),
         }
     }
 }
@@ -650,7 +680,8 @@ pub(crate) async fn create_decision(
 ) -> ApiResult<CreateResponse> {
     let input = request.into_input(state.clock.now())?;
     let stored = declarations::create(&state.app, agent, input, offered).await?;
-    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat))
+    let reachable = anchor_app::transparency::reachable_level(&state.app);
+    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat, reachable))
 }
 
 // ---- confirm ----

@@ -1,0 +1,498 @@
+//! Witnesses of the log, end to end: `anchor witness serve` processes
+//! cosigning the checkpoints of a running `anchor serve`, receipts that carry
+//! their cosignatures, `anchor verify --witness … --quorum`, an independent
+//! verifier of the note and cosignature formats (Go's sumdb/note, when Go is
+//! installed), and the witness protocol's answers, one by one.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anchor_store::witness::WitnessState;
+use anchor_verify::cosignature::{WitnessKey, WitnessSigner, add_checkpoint_request};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use common::{Server, free_port};
+use serde_json::{Value, json};
+use signed_note::{Note, StandardSigner};
+use tlog_tiles::{Checkpoint, Hash};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("anchor-witness-{name}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn anchor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap()
+}
+
+/// `anchor witness keygen`; the verifier key is the last line it prints.
+fn witness_key(dir: &Path, name: &str) -> (PathBuf, String) {
+    let file = dir.join(format!("{}.key", name.replace('/', "_")));
+    let out = anchor(&["witness", "keygen", "--name", name, file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
+    WitnessKey::parse(&vkey).expect("keygen prints a cosignature/v1 verifier key");
+    (file, vkey)
+}
+
+/// An `anchor witness serve` process on `port`.
+fn witness_process(dir: &Path, name: &str, key_file: &Path, log_vkey: &str, port: u16) -> Server {
+    Server(
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["witness", "serve", "--listen", &format!("127.0.0.1:{port}"), "--name", name, "--key-file"])
+            .arg(key_file)
+            .args(["--log", log_vkey, "--data-dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn wait_up(http: &reqwest::Client, url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http.get(format!("{url}/health")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "{url} did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn register(http: &reqwest::Client, base: &str) -> String {
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
+    agent["auth_token"].as_str().unwrap().to_owned()
+}
+
+/// Creates and confirms one declaration (integrity level `level`); its id
+/// and the create answer.
+async fn anchor_one(http: &reqwest::Client, base: &str, token: &str, level: &str) -> (String, Value) {
+    let created = http
+        .post(format!("{base}/v1/dd/create"))
+        .bearer_auth(token)
+        .json(&json!({
+            "request_id": uuid::Uuid::new_v4(),
+            "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+                    "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
+            "ee": { "ee_retention_period": "short", "ee_integrity_verification_level": level, "ee_disclosure_format_policy": "internal",
+                    "ee_responsibility_scope": "standard" },
+        }))
+        .send()
+        .await
+        .unwrap();
+    let status = created.status().as_u16();
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(status, 201, "{created}");
+    let dd_id = created["dd_id"].as_str().unwrap().to_owned();
+    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(token).json(&json!({ "dd_id": dd_id })).send().await.unwrap();
+    assert_eq!(confirmed.status().as_u16(), 200);
+    (dd_id, created)
+}
+
+/// Polls the receipt until `done` accepts it, or panics after `within`.
+async fn receipt_when(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    dd_id: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let reply = http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await.unwrap();
+        if reply.status().is_success() {
+            let receipt: Value = reply.json().await.unwrap();
+            if done(&receipt) {
+                return receipt;
+            }
+        }
+        assert!(Instant::now() < deadline, "the receipt of {dd_id} did not become what was waited for within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn verify(receipt: &Path, log_vkey: &str, witnesses: &[&str], quorum: usize) -> Output {
+    let mut args = vec!["verify".to_owned(), receipt.to_str().unwrap().to_owned(), "--key".into(), log_vkey.into()];
+    for witness in witnesses {
+        args.push("--witness".into());
+        args.push((*witness).into());
+    }
+    args.push("--quorum".into());
+    args.push(quorum.to_string());
+    Command::new(env!("CARGO_BIN_EXE_anchor")).args(&args).output().unwrap()
+}
+
+/// The Go verifier (tests/e2e/witness), when Go and golang.org/x/mod are
+/// installed (scripts/test installs them): `None` when they are not.
+fn go_verify(note: &Path, log_vkey: &str, quorum: usize, witnesses: &[&str]) -> Option<Output> {
+    let gopath = Path::new("/usr/share/gocode");
+    if !gopath.join("src/golang.org/x/mod/sumdb/note").is_dir() || Command::new("go").arg("version").output().is_err() {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "the independent verifier needs Debian's golang-go and golang-golang-x-mod-dev; under CI it must run");
+        eprintln!("SKIPPED the Go verifier: install golang-go and golang-golang-x-mod-dev");
+        return None;
+    }
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/witness/cosigverify.go");
+    Some(
+        Command::new("go")
+            .args(["run", program])
+            .arg(note)
+            .arg(log_vkey)
+            .arg(quorum.to_string())
+            .args(witnesses)
+            .env("GO111MODULE", "off")
+            .env("GOPATH", gopath)
+            .env("GOFLAGS", "")
+            .output()
+            .unwrap(),
+    )
+}
+
+/// Changes one byte inside the base64 of the signature line of `name`.
+fn tamper_line(note: &str, name: &str) -> String {
+    note.lines()
+        .map(|line| {
+            if let Some(encoded) = line.strip_prefix(&format!("\u{2014} {name} ")) {
+                let mut bytes = B64.decode(encoded).unwrap();
+                let last = bytes.len() - 1;
+                bytes[last] ^= 0x01;
+                format!("\u{2014} {name} {}\n", B64.encode(bytes))
+            } else if line.is_empty() {
+                "\n".to_owned()
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect()
+}
+
+async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
+    let dir = scratch("e2e");
+    let http = reqwest::Client::new();
+    // The log's key, made first so the witnesses can be told of it.
+    let log_key_file = dir.join("log.key");
+    let out = anchor(&["log", "keygen", "--origin", "witnessed.test/log", log_key_file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
+    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (key_a, vkey_a) = witness_key(&dir, "witness.test/a");
+    let (key_b, vkey_b) = witness_key(&dir, "witness.test/b");
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut witness_a = Some(witness_process(&dir.join("wa"), "witness.test/a", &key_a, &log_vkey, port_a));
+    let _witness_b = witness_process(&dir.join("wb"), "witness.test/b", &key_b, &log_vkey, port_b);
+    wait_up(&http, &format!("http://127.0.0.1:{port_a}")).await;
+    wait_up(&http, &format!("http://127.0.0.1:{port_b}")).await;
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_anchor"));
+    serve
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--log-signing-key", skey.trim()])
+        .args(["--witness", &format!("{vkey_a}=http://127.0.0.1:{port_a}")])
+        .args(["--witness", &format!("{vkey_b}=http://127.0.0.1:{port_b}/")])
+        .arg("--metrics-on-api")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    match database_url {
+        Some(url) => serve.env("DATABASE_URL", url),
+        None => serve.env_remove("DATABASE_URL"),
+    };
+    let _server = Server(serve.spawn().unwrap());
+    common::wait_healthy(&http, &base).await;
+
+    let token = register(&http, &base).await;
+    let (dd_id, created) = anchor_one(&http, &base, &token, "enhanced").await;
+    assert!(created.get("integrity_level").is_none(), "with witnesses, enhanced is reachable: {created}");
+    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |r| r["witnessed"] == json!(true)).await;
+    assert_eq!(receipt["cosigned_by"], json!(["witness.test/a", "witness.test/b"]), "{receipt}");
+    assert_eq!(receipt["integrity_level"], json!({ "declared": "enhanced", "reached": "enhanced", "met": true }));
+    let checkpoint = receipt["checkpoint"].as_str().unwrap();
+    assert_eq!(checkpoint.matches("\u{2014} witness.test/").count(), 2, "{checkpoint}");
+    // The public checkpoint carries them too.
+    let size = receipt["tree_size"].as_u64().unwrap();
+    let public = http.get(format!("{base}/v1/log/checkpoints/{size}")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(public, checkpoint);
+
+    // anchor verify: the quorum of the given keys, then each tampering named.
+    let file = dir.join("receipt.json");
+    std::fs::write(&file, receipt.to_string()).unwrap();
+    let ok = verify(&file, &log_vkey, &[&vkey_a, &vkey_b], 2);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{stdout}{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        stdout.contains("ok: cosigned by witness.test/a") && stdout.contains("ok: 2 of the 2 witness cosignatures required"),
+        "{stdout}"
+    );
+    let (_, vkey_c) = witness_key(&dir, "witness.test/c");
+    let short = verify(&file, &log_vkey, &[&vkey_a, &vkey_c], 2);
+    assert!(!short.status.success() && String::from_utf8_lossy(&short.stderr).contains("witness check"), "a witness that did not cosign");
+    let mut altered = receipt.clone();
+    altered["checkpoint"] = json!(tamper_line(checkpoint, "witness.test/b"));
+    let altered_file = dir.join("altered.json");
+    std::fs::write(&altered_file, altered.to_string()).unwrap();
+    let refused = verify(&altered_file, &log_vkey, &[&vkey_a, &vkey_b], 2);
+    assert!(!refused.status.success(), "an altered cosignature is refused");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("witness check"), "{}", String::from_utf8_lossy(&refused.stderr));
+    // A line of a key the verifier was given that fails is refused even when
+    // the others make the quorum; a line of a key it was not given is not
+    // its to judge (signed notes carry signatures of unknown keys).
+    let refused = verify(&altered_file, &log_vkey, &[&vkey_a, &vkey_b], 1);
+    assert!(!refused.status.success(), "a failing line of a given key is refused even when the quorum is met without it");
+    let ignored = verify(&altered_file, &log_vkey, &[&vkey_a], 1);
+    assert!(ignored.status.success(), "{}", String::from_utf8_lossy(&ignored.stderr));
+
+    // An implementation that is not ours agrees, and refuses the altered note.
+    let note_file = dir.join("checkpoint.note");
+    std::fs::write(&note_file, checkpoint).unwrap();
+    if let Some(out) = go_verify(&note_file, &log_vkey, 2, &[&vkey_a, &vkey_b]) {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("ok: cosigned by witness.test/a") && stdout.contains("ok: cosigned by witness.test/b"), "{stdout}");
+        std::fs::write(&note_file, tamper_line(checkpoint, "witness.test/a")).unwrap();
+        let out = go_verify(&note_file, &log_vkey, 2, &[&vkey_a, &vkey_b]).unwrap();
+        assert!(!out.status.success(), "Go refuses an altered cosignature");
+    }
+
+    // One witness down: anchoring goes on; receipts of new records wait
+    // (quorum 2) on the last witnessed checkpoint's older ones.
+    drop(witness_a.take());
+    let started = Instant::now();
+    let mut anchored = Vec::new();
+    // (The Trial's 500 DAC pays 20 declarations of 25 DAC.)
+    for _ in 0..12 {
+        anchored.push(anchor_one(&http, &base, &token, "basic").await.0);
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "anchoring does not wait for a witness: {:?}", started.elapsed());
+    // Wait until the host has tried the missing witness and failed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        if metrics.contains("anchor_log_witness_failures_total{witness=\"witness.test/a\",reason=\"unavailable\"}") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed attempt on the stopped witness is counted: {metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waiting = receipt_when(&http, &base, &token, anchored.last().unwrap(), Duration::from_secs(10), |_| true).await;
+    assert_eq!(waiting["witnessed"], json!(false), "not witnessed while the quorum is missing: {waiting}");
+    assert_eq!(waiting["integrity_level"]["met"], json!(true), "basic was asked for, and basic is met");
+
+    // Restarted with no memory of the log, the witness is brought back by
+    // the 409 exchange, and the new records are witnessed within 30 s.
+    std::fs::remove_dir_all(dir.join("wa")).unwrap();
+    let _witness_a = witness_process(&dir.join("wa"), "witness.test/a", &key_a, &log_vkey, port_a);
+    let back =
+        receipt_when(&http, &base, &token, anchored.last().unwrap(), Duration::from_secs(30), |r| r["witnessed"] == json!(true)).await;
+    assert_eq!(back["cosigned_by"], json!(["witness.test/a", "witness.test/b"]));
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("anchor_log_witness_cosigned_size{witness=\"witness.test/a\"}"), "{metrics}");
+    assert!(metrics.contains("anchor_log_witnessed_lag_seconds_count"), "{metrics}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_witnesses_cosign_receipts_on_sqlite() {
+    two_witnesses_cosign_receipts(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_witnesses_cosign_receipts_on_postgres() {
+    let Some(url) = common::postgres_or_skip("witness::two_witnesses_cosign_receipts_on_postgres") else {
+        return;
+    };
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let database = format!("anchor_witness_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {database}"))).execute(&admin).await.unwrap();
+    let (prefix, _) = url.rsplit_once('/').unwrap();
+    two_witnesses_cosign_receipts(Some(&format!("{prefix}/{database}"))).await;
+}
+
+#[tokio::test]
+async fn without_witnesses_a_declared_enhanced_level_is_said_to_be_out_of_reach() {
+    let (_server, base, data) = common::serve_sqlite("witness-none", &[]).await;
+    let http = reqwest::Client::new();
+    let token = register(&http, &base).await;
+    let (dd_id, created) = anchor_one(&http, &base, &token, "certifiable").await;
+    assert_eq!(created["integrity_level"]["declared"], "certifiable", "{created}");
+    assert_eq!(created["integrity_level"]["reachable"], "basic", "{created}");
+    let (_, basic) = anchor_one(&http, &base, &token, "basic").await;
+    assert!(basic.get("integrity_level").is_none(), "basic is always reachable: {basic}");
+    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |_| true).await;
+    assert_eq!(receipt["witnessed"], json!(false));
+    assert_eq!(receipt["integrity_level"], json!({ "declared": "certifiable", "reached": "basic", "met": false }));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+// ---- the witness protocol, answer by answer ----
+
+/// A test log: its key, and leaves to build trees (and forks) from.
+struct TestLog {
+    signer: StandardSigner,
+    vkey: String,
+    origin: String,
+}
+
+impl TestLog {
+    fn new(origin: &str, seed: u8) -> TestLog {
+        let (skey, vkey) = anchor_verify::signing_key_from_seed(origin, &[seed; 32]);
+        TestLog { signer: StandardSigner::new(&skey).unwrap(), vkey, origin: origin.to_owned() }
+    }
+
+    fn leaves(tag: &str, n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| format!("{tag}-{i}").into_bytes()).collect()
+    }
+
+    fn signed(&self, leaves: &[Vec<u8>]) -> String {
+        let root = anchor_verify::root_of(leaves).unwrap();
+        let body = Checkpoint::new(&self.origin, leaves.len() as u64, Hash(root), "").unwrap();
+        let mut note = Note::new(&body.to_bytes(), &[]).unwrap();
+        note.add_sigs(&[&self.signer]).unwrap();
+        String::from_utf8(note.to_bytes()).unwrap()
+    }
+}
+
+/// A consistency proof between two prefixes of `leaves`.
+fn proof(leaves: &[Vec<u8>], from: usize, to: usize) -> Vec<[u8; 32]> {
+    struct Memory(std::collections::HashMap<u64, Hash>);
+    impl tlog_tiles::HashReader for Memory {
+        fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
+            indexes.iter().map(|i| self.0.get(i).copied().ok_or(tlog_tiles::Error::IndexesNotInTree)).collect()
+        }
+    }
+    let mut memory = Memory(std::collections::HashMap::new());
+    for (n, leaf) in leaves[..to].iter().enumerate() {
+        let stored = tlog_tiles::stored_hashes(n as u64, leaf, &memory).unwrap();
+        let first = tlog_tiles::stored_hash_index(0, n as u64);
+        for (k, hash) in stored.into_iter().enumerate() {
+            memory.0.insert(first + k as u64, hash);
+        }
+    }
+    tlog_tiles::prove_tree(to as u64, from as u64, &memory).unwrap().into_iter().map(|h| h.0).collect()
+}
+
+async fn in_process_witness(log: &TestLog) -> (String, WitnessKey, PathBuf) {
+    let dir = scratch("protocol");
+    let signer = WitnessSigner::from_seed("witness.test/in-process", &[9; 32]).unwrap();
+    let key = signer.public().clone();
+    let state = WitnessState::open(&dir.join("witness.db")).await.unwrap();
+    let witness = Arc::new(anchor_server::witness::Witness::new(signer, std::slice::from_ref(&log.vkey), state, 10_000).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = anchor_server::witness::router(witness).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, key, dir)
+}
+
+async fn submit(http: &reqwest::Client, url: &str, body: String) -> (u16, String, String) {
+    let reply = http.post(format!("{url}/add-checkpoint")).body(body).send().await.unwrap();
+    let status = reply.status().as_u16();
+    let content_type = reply.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    (status, content_type, reply.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_witness_answers_as_the_protocol_says() {
+    let log = TestLog::new("protocol.test/log", 1);
+    let (url, key, dir) = in_process_witness(&log).await;
+    let http = reqwest::Client::new();
+    let leaves = TestLog::leaves("a", 20);
+
+    // First contact: old 0, no proof.
+    let (status, _, body) = submit(&http, &url, add_checkpoint_request(0, &[], &log.signed(&leaves[..5]))).await;
+    assert_eq!(status, 200, "{body}");
+    let note = log.signed(&leaves[..5]);
+    let text = note.split_once("\n\n").unwrap().0.to_owned() + "\n";
+    let (line, _) = anchor_verify::cosignature::find_cosignature(text.as_bytes(), &body, &key).expect("a valid cosignature");
+    assert!(body.ends_with('\n') && line.starts_with("\u{2014} witness.test/in-process "));
+
+    // A stale old size: 409 with the size it holds, as text/x.tlog.size.
+    let (status, content_type, body) = submit(&http, &url, add_checkpoint_request(0, &[], &log.signed(&leaves[..8]))).await;
+    assert_eq!((status, content_type.as_str(), body.as_str()), (409, "text/x.tlog.size", "5\n"));
+    // From 5 with a proof: cosigned.
+    let (status, _, body) = submit(&http, &url, add_checkpoint_request(5, &proof(&leaves, 5, 8), &log.signed(&leaves[..8]))).await;
+    assert_eq!(status, 200, "{body}");
+    // The same size again, same root: cosigned again; another root: 422.
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(8, &[], &log.signed(&leaves[..8]))).await;
+    assert_eq!(status, 200);
+    let fork = [&leaves[..7], &TestLog::leaves("fork", 1)[..]].concat();
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(8, &[], &log.signed(&fork))).await;
+    assert_eq!(status, 422, "two roots for one size");
+    // A fork that grows: the proof from 8 cannot verify.
+    let fork = [&leaves[..7], &TestLog::leaves("fork", 5)[..]].concat();
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(8, &proof(&fork, 8, 12), &log.signed(&fork))).await;
+    assert_eq!(status, 422, "a forked history");
+    // A proof sent with old 0 while the witness holds 8: 409 comes first.
+    let (status, _, body) = submit(&http, &url, add_checkpoint_request(0, &proof(&leaves, 5, 8), &log.signed(&leaves[..9]))).await;
+    assert_eq!((status, body.as_str()), (409, "8\n"));
+    // Old size above the new size: 400.
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(9, &[], &log.signed(&leaves[..8]))).await;
+    assert_eq!(status, 400);
+    // Malformed bodies: 400.
+    for bad in ["", "old 8\n", "old 08\n\nx\n", "old 8\nnot base64\n\n", &format!("old 8\n\n{}", "junk\n")] {
+        let (status, _, _) = submit(&http, &url, bad.to_owned()).await;
+        assert_eq!(status, 400, "{bad:?}");
+    }
+    // A log it does not follow: 404. A checkpoint of its log signed by another key: 403.
+    let stranger = TestLog::new("stranger.test/log", 2);
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(0, &[], &stranger.signed(&leaves[..3]))).await;
+    assert_eq!(status, 404);
+    let impostor = TestLog::new("protocol.test/log", 3);
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(8, &proof(&leaves, 8, 10), &impostor.signed(&leaves[..10]))).await;
+    assert_eq!(status, 403, "signed by a key of the same name the witness does not trust");
+    let genuine = log.signed(&leaves[..10]);
+    let mut broken = genuine.clone().into_bytes();
+    let at = broken.len() - 5;
+    broken[at] = if broken[at] == b'A' { b'B' } else { b'A' };
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(8, &proof(&leaves, 8, 10), &String::from_utf8(broken).unwrap())).await;
+    assert_eq!(status, 403, "the log's key, a signature that does not verify");
+
+    // The race the protocol warns of: two submissions from 8 at once, to 12
+    // and to 15. One is cosigned; the other sees the first's size. The
+    // witness never goes back.
+    let (a, b) = tokio::join!(
+        submit(&http, &url, add_checkpoint_request(8, &proof(&leaves, 8, 12), &log.signed(&leaves[..12]))),
+        submit(&http, &url, add_checkpoint_request(8, &proof(&leaves, 8, 15), &log.signed(&leaves[..15]))),
+    );
+    let statuses = [a.0, b.0];
+    assert!(statuses.contains(&200) && statuses.contains(&409), "{a:?} {b:?}");
+    let winner = if a.0 == 200 { 12 } else { 15 };
+    let loser = if a.0 == 409 { &a } else { &b };
+    assert_eq!(loser.2, format!("{winner}\n"));
+    // For monitors: the latest cosigned checkpoint, with both signatures.
+    let origin_hash = hex::encode(sha2::Digest::finalize(sha2::Digest::chain_update(sha2::Sha256::default(), b"protocol.test/log")));
+    let latest = http.get(format!("{url}/{origin_hash}/checkpoint")).send().await.unwrap().text().await.unwrap();
+    assert!(latest.starts_with(&format!("protocol.test/log\n{winner}\n")), "{latest}");
+    assert_eq!(anchor_verify::cosignature::verify_quorum(&latest, &[key], 1).unwrap().len(), 1);
+    assert_eq!(http.get(format!("{url}/{}/checkpoint", "0".repeat(64))).send().await.unwrap().status().as_u16(), 404);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_zero_checkpoint_must_have_the_empty_root() {
+    let log = TestLog::new("zero.test/log", 5);
+    let (url, _key, dir) = in_process_witness(&log).await;
+    let http = reqwest::Client::new();
+    let empty = log.signed(&[]);
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(0, &[], &empty)).await;
+    assert_eq!(status, 200, "the empty tree");
+    // A size-0 checkpoint with another root.
+    let body = Checkpoint::new("zero.test/log", 0, Hash([7; 32]), "").unwrap();
+    let mut note = Note::new(&body.to_bytes(), &[]).unwrap();
+    note.add_sigs(&[&log.signer]).unwrap();
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(0, &[], &String::from_utf8(note.to_bytes()).unwrap())).await;
+    assert_eq!(status, 422);
+    // Old 0 with a proof: 422.
+    let leaves = TestLog::leaves("z", 4);
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(0, &[[1; 32]], &log.signed(&leaves))).await;
+    assert_eq!(status, 422);
+    let _ = std::fs::remove_dir_all(&dir);
+}
