@@ -14,6 +14,7 @@
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
 //! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
 //! | witness | 250 ms, in a task of its own | offer the newest checkpoint to the witnesses that do not hold it (`witness`) |
+//! | timestamp | 250 ms (one token per `--tsa-interval-secs` at most), in a task of its own | ask a TSA for an RFC 3161 token over the newest witnessed checkpoint (`timestamp`) |
 //! | expire | 60 s | end Earned lots, close ISE stays at their limit, bill indefinite retention and end its grace periods, carry out tool transfers |
 //!
 //! Jobs call use cases like any front end; a failed job is logged and the
@@ -104,6 +105,7 @@ pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: 
     // lease, so that no round (and no anchoring) waits for one.
     let holding = Arc::new(AtomicBool::new(false));
     let witnessing = tokio::spawn(crate::witness::run(services.clone(), holding.clone(), schedule.witness_every, stop.clone()));
+    let stamping = tokio::spawn(crate::timestamp::run(services.clone(), holding.clone(), schedule.witness_every, stop.clone()));
     loop {
         // Each round prices with one generation, as a request does.
         // Its writes go to the jobs' own writer connection where the store has one.
@@ -118,6 +120,7 @@ pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: 
     }
     holding.store(false, Ordering::Release);
     witnessing.abort();
+    stamping.abort();
     match services.store.release_log_lease(host_id).await {
         Ok(true) => tracing::info!("released the integrator lease"),
         Ok(false) => {}

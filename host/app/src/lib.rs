@@ -34,6 +34,7 @@ pub mod pricing;
 pub mod retention;
 pub mod sdac;
 pub mod status;
+pub mod timestamp;
 pub mod tools;
 pub mod transparency;
 pub mod tsl;

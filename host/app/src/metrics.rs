@@ -75,6 +75,12 @@ pub struct ReleaseLabels {
     pub kind: &'static str,
 }
 
+/// Why a time-stamp request brought no token: `unavailable`, `refused`, `invalid`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TsaFailureLabels {
+    pub reason: &'static str,
+}
+
 /// A witness of the log, by name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WitnessLabels {
@@ -133,6 +139,8 @@ pub struct Metrics {
     witness_size: Family<WitnessLabels, Gauge>,
     witnessed_size: Gauge,
     witnessed_lag: Histogram,
+    tsa_failures: Family<TsaFailureLabels, Counter>,
+    timestamped_size: Gauge,
 }
 
 impl Metrics {
@@ -166,6 +174,8 @@ impl Metrics {
             witness_size: Family::default(),
             witnessed_size: Gauge::default(),
             witnessed_lag: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+            tsa_failures: Family::default(),
+            timestamped_size: Gauge::default(),
         };
         let r = &mut m.registry;
         r.register("http_requests", "Requests answered, by route template, method and status", m.http_requests.clone());
@@ -206,6 +216,16 @@ impl Metrics {
         r.register("log_witness_cosigned_size", "The size of the latest checkpoint each witness cosigned", m.witness_size.clone());
         r.register("log_witnessed_size", "The size of the newest checkpoint the witness quorum cosigned", m.witnessed_size.clone());
         r.register("log_witnessed_lag_seconds", "Time from signing a checkpoint to its cosignature by the quorum", m.witnessed_lag.clone());
+        r.register(
+            "log_timestamp_failures",
+            "Time-stamp requests that brought no token kept, by reason (unavailable, refused, invalid)",
+            m.tsa_failures.clone(),
+        );
+        r.register(
+            "log_timestamped_size",
+            "The size of the newest checkpoint with an RFC 3161 time-stamp token",
+            m.timestamped_size.clone(),
+        );
         let store_metrics = store.metrics();
         r.register("store_statement_duration_seconds", "Database statements, by verb and first table", store_metrics.statements.clone());
         r.register(
@@ -266,6 +286,16 @@ impl Metrics {
     /// The size a witness now holds.
     pub fn witness_size(&self, witness: &str, size: i64) {
         self.witness_size.get_or_create(&WitnessLabels { witness: witness.to_owned() }).set(size);
+    }
+
+    /// Counts a time-stamp request that brought no token kept.
+    pub fn tsa_failure(&self, reason: &'static str) {
+        self.tsa_failures.get_or_create(&TsaFailureLabels { reason }).inc();
+    }
+
+    /// The newest checkpoint with a time-stamp token.
+    pub fn timestamped(&self, size: i64) {
+        self.timestamped_size.set(size);
     }
 
     /// A checkpoint reached the witness quorum, `lag` after it was signed.

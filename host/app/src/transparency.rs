@@ -11,7 +11,7 @@ use anchor_domain::declarations::ee::Integrity;
 use anchor_domain::integrity::canonical_encoding;
 use anchor_verify::{ConsistencyProof, IntegrityLevels, RECEIPT_FORMAT, Receipt};
 
-use crate::{AppError, AppResult, Services, declarations, log, witness};
+use crate::{AppError, AppResult, Services, declarations, log, timestamp, witness};
 
 fn internal(error: anyhow::Error) -> AppError {
     AppError::Internal(error)
@@ -33,21 +33,31 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     };
     let store = services.store.as_ref();
     let (index, _leaf) = store.log_entry_for(dd_id).await?.ok_or_else(not_yet)?;
-    // The newest checkpoint the witness quorum cosigned, when it covers the
-    // record; until then the newest one the log signed.
-    let witnessed = witness::newest_witnessed(services).await.map_err(internal)?.filter(|c| c.size > index);
-    let is_witnessed = witnessed.is_some();
-    let checkpoint = match witnessed {
+    // The checkpoint with the strongest proof that covers the record: the
+    // newest time-stamped one (stamped only once witnessed, when witnesses
+    // are configured), else the newest the witness quorum cosigned, else the
+    // newest the log signed.
+    let stamped = timestamp::newest_stamped(services).await.map_err(internal)?.filter(|c| c.size > index);
+    let checkpoint = match stamped {
         Some(checkpoint) => checkpoint,
-        None => store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?,
+        None => match witness::newest_witnessed(services).await.map_err(internal)?.filter(|c| c.size > index) {
+            Some(checkpoint) => checkpoint,
+            None => store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?,
+        },
     };
     let proof = log::inclusion_proof(store, checkpoint.size as u64, index as u64)
         .await
         .map_err(internal)?
         .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
     let (note, cosignatures) = witness::with_cosignatures(services, &checkpoint).await.map_err(internal)?;
+    let is_witnessed = services.trust.witnessing() && cosignatures.len() >= services.trust.quorum;
+    let token = timestamp::token_for(services, checkpoint.size).await.map_err(internal)?;
     let declared = stored.declaration.ee.scope.integrity;
-    let reached = if is_witnessed { Integrity::Enhanced } else { Integrity::Basic };
+    let reached = match (is_witnessed, token.is_some()) {
+        (true, true) => Integrity::Certifiable,
+        (true, false) => Integrity::Enhanced,
+        (false, _) => Integrity::Basic,
+    };
     Ok(Receipt {
         format: RECEIPT_FORMAT.into(),
         dd_id: dd_id.to_string(),
@@ -60,7 +70,7 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
         checkpoint: note,
         witnessed: is_witnessed,
         cosigned_by: cosignatures.iter().map(|c| witness::name_of(&c.witness).to_owned()).collect(),
-        timestamp_token: None,
+        timestamp_token: token.map(|t| B64.encode(&t.token)),
         integrity_level: Some(IntegrityLevels {
             declared: declared.as_str().to_owned(),
             reached: reached.as_str().to_owned(),
@@ -69,10 +79,14 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     })
 }
 
-/// The highest integrity level receipts can reach on this instance: enhanced
-/// with witnesses of the log.
+/// The highest integrity level receipts can reach on this instance:
+/// enhanced with witnesses of the log, certifiable with a TSA as well.
 pub fn reachable_level(services: &Services) -> Integrity {
-    if services.trust.witnessing() { Integrity::Enhanced } else { Integrity::Basic }
+    match (services.trust.witnessing(), services.trust.stamping.is_some()) {
+        (true, true) => Integrity::Certifiable,
+        (true, false) => Integrity::Enhanced,
+        (false, _) => Integrity::Basic,
+    }
 }
 
 /// The integrity levels in order: basic < enhanced < certifiable.

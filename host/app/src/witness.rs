@@ -71,11 +71,17 @@ pub struct Trust {
     /// How many witnesses must cosign a checkpoint for it to be witnessed.
     pub quorum: usize,
     pub transport: Option<Arc<dyn Transport>>,
+    /// RFC 3161 time stamps on checkpoints, when TSAs are configured.
+    pub stamping: Option<Arc<crate::timestamp::Stamping>>,
 }
 
 impl std::fmt::Debug for Trust {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trust").field("witnesses", &self.witnesses).field("quorum", &self.quorum).finish_non_exhaustive()
+        f.debug_struct("Trust")
+            .field("witnesses", &self.witnesses)
+            .field("quorum", &self.quorum)
+            .field("stamping", &self.stamping)
+            .finish_non_exhaustive()
     }
 }
 
@@ -95,7 +101,13 @@ impl Trust {
                 return Err(format!("witness {} is configured twice", witness.key.name()));
             }
         }
-        Ok(Trust { witnesses, quorum, transport: Some(transport) })
+        Ok(Trust { witnesses, quorum, transport: Some(transport), stamping: None })
+    }
+
+    /// The same, with checkpoints time-stamped.
+    pub fn with_stamping(mut self, stamping: crate::timestamp::Stamping) -> Trust {
+        self.stamping = Some(Arc::new(stamping));
+        self
     }
 
     /// Whether checkpoints can be witnessed here at all.

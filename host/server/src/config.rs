@@ -169,6 +169,20 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_WITNESS_QUORUM")]
     pub witness_quorum: Option<usize>,
 
+    /// A time-stamping authority (RFC 3161) to ask for tokens over
+    /// checkpoints, by URL. Repeatable: the next is asked when one fails.
+    /// Needs --tsa-ca.
+    #[arg(long = "tsa-url", env = "ANCHOR_TSA_URLS", value_delimiter = ',', requires = "tsa_ca")]
+    pub tsa_urls: Vec<String>,
+
+    /// The PEM file of the CA certificates the TSAs' tokens must chain to.
+    #[arg(long, env = "ANCHOR_TSA_CA")]
+    pub tsa_ca: Option<std::path::PathBuf>,
+
+    /// At most one time-stamp token per this many seconds.
+    #[arg(long, env = "ANCHOR_TSA_INTERVAL_SECS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=86400))]
+    pub tsa_interval_secs: u32,
+
     /// On SIGTERM or SIGINT: seconds requests in flight get to finish after
     /// the listener closes; connections still open then are dropped.
     #[arg(long, env = "ANCHOR_SHUTDOWN_GRACE_SECS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=3600))]

@@ -10,6 +10,7 @@ pub mod http;
 pub mod listener;
 pub mod mcp;
 use anchor_app::log;
+pub mod monitor;
 pub mod openapi;
 pub mod operate;
 pub mod owner;
@@ -137,13 +138,29 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         .filter(|spec| !spec.trim().is_empty())
         .map(|spec| anchor_app::witness::WitnessEndpoint::parse(spec).map_err(|e| anyhow::anyhow!("--witness: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let state = if witnesses.is_empty() {
+    let tsa_urls: Vec<String> =
+        config.tsa_urls.iter().map(|u| u.trim().trim_end_matches('/').to_owned()).filter(|u| !u.is_empty()).collect();
+    let state = if witnesses.is_empty() && tsa_urls.is_empty() {
         state
     } else {
         let names: Vec<String> = witnesses.iter().map(|w| w.key.name().to_owned()).collect();
-        let trust = anchor_app::witness::Trust::new(witnesses, config.witness_quorum, Arc::new(witness::HttpTransport::new()?))
+        let mut trust = anchor_app::witness::Trust::new(witnesses, config.witness_quorum, Arc::new(witness::HttpTransport::new()?))
             .map_err(|e| anyhow::anyhow!("--witness-quorum: {e}"))?;
-        tracing::info!(witnesses = ?names, quorum = trust.quorum, "checkpoints go to the witnesses");
+        if !names.is_empty() {
+            tracing::info!(witnesses = ?names, quorum = trust.quorum, "checkpoints go to the witnesses");
+        }
+        if !tsa_urls.is_empty() {
+            let ca = config.tsa_ca.as_ref().ok_or_else(|| anyhow::anyhow!("--tsa-url needs --tsa-ca"))?;
+            let pem = std::fs::read(ca).map_err(|e| anyhow::anyhow!("--tsa-ca {}: {e}", ca.display()))?;
+            let roots = anchor_verify::timestamp::roots_from_pem(&pem).map_err(|e| anyhow::anyhow!("--tsa-ca {}: {e}", ca.display()))?;
+            tracing::info!(tsa = ?tsa_urls, roots = roots.len(), "checkpoints are time-stamped");
+            trust = trust.with_stamping(anchor_app::timestamp::Stamping {
+                urls: tsa_urls,
+                roots,
+                every: std::time::Duration::from_secs(config.tsa_interval_secs.into()),
+                transport: Arc::new(witness::HttpTsa::new()?),
+            });
+        }
         state.with_trust(trust)
     };
     if let Some(read_url) = config.database_read_url.as_deref().filter(|u| !u.is_empty()) {

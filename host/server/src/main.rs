@@ -64,6 +64,11 @@ enum Command {
         #[command(subcommand)]
         command: FeedbackCommand,
     },
+    /// Follow a running instance's log from outside: checks each new
+    /// checkpoint's signatures, that it extends the one seen before (kept in
+    /// --state) and that the hash tiles hash to its root. Exit 1 on a fork, a
+    /// rollback or a missing quorum, 2 when it could not check. For cron.
+    Monitor(anchor_server::monitor::MonitorArgs),
     /// A transparency-log witness (C2SP tlog-witness): cosigns the checkpoints
     /// of the logs it follows while each extends the one it cosigned before.
     Witness {
@@ -514,6 +519,10 @@ struct VerifyArgs {
     /// How many of the --witness keys must have cosigned (default: all of them).
     #[arg(long)]
     quorum: Option<usize>,
+    /// PEM file of the CA certificates a time-stamping authority's token must
+    /// chain to: the receipt's timestamp_token is then required and checked.
+    #[arg(long)]
+    tsa_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -616,6 +625,22 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Witness { command: WitnessCommand::Serve(args) }) => anchor_server::witness::serve(args).await,
+        Some(Command::Monitor(args)) => match anchor_server::monitor::run(&args).await {
+            anchor_server::monitor::Verdict::Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                Ok(())
+            }
+            anchor_server::monitor::Verdict::Alarm(why) => {
+                eprintln!("ALARM: {why}");
+                std::process::exit(1);
+            }
+            anchor_server::monitor::Verdict::Unchecked(why) => {
+                eprintln!("could not check: {why}");
+                std::process::exit(2);
+            }
+        },
         Some(Command::Restore(args)) => {
             let vkey = args.database.vkey()?;
             anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await
@@ -770,10 +795,25 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         } else {
             anchor_verify::cosignature::verify_quorum(&receipt.checkpoint, &witnesses, quorum)?
         };
-        Ok((verified, cosigned))
+        let stamped = match &args.tsa_ca {
+            None => None,
+            Some(ca) => {
+                let pem = std::fs::read(ca).map_err(|e| anchor_verify::Failure::Format(format!("{}: {e}", ca.display())))?;
+                let roots = anchor_verify::timestamp::roots_from_pem(&pem)?;
+                let token = receipt
+                    .timestamp_token
+                    .as_deref()
+                    .ok_or_else(|| anchor_verify::Failure::Timestamp("the receipt carries no timestamp_token".into()))?;
+                let token = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, token)
+                    .map_err(|e| anchor_verify::Failure::Timestamp(format!("the token is not base64: {e}")))?;
+                let body = anchor_verify::timestamp::checkpoint_body(&receipt.checkpoint)?;
+                Some(anchor_verify::timestamp::verify_token(&token, body.as_bytes(), None, &roots)?)
+            }
+        };
+        Ok((verified, cosigned, stamped))
     });
     match outcome {
-        Ok((verified, cosigned)) => {
+        Ok((verified, cosigned, stamped)) => {
             println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash);
             println!("ok: leaf {} is in the tree of {} signed by {}", verified.leaf_index, verified.tree_size, verified.origin);
             if args.previous.is_some() {
@@ -782,6 +822,16 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
             for cosignature in &cosigned {
                 let at = chrono::DateTime::from_timestamp(cosignature.timestamp as i64, 0).map_or_else(String::new, |t| t.to_rfc3339());
                 println!("ok: cosigned by {} at {at}", cosignature.witness);
+            }
+            match &stamped {
+                Some(stamped) => {
+                    let at = chrono::DateTime::from_timestamp(stamped.gen_time as i64, 0).map_or_else(String::new, |t| t.to_rfc3339());
+                    println!("ok: the checkpoint was time-stamped at {at} by {} (serial {})", stamped.tsa, stamped.serial);
+                }
+                None if receipt.timestamp_token.is_some() => {
+                    println!("note: the receipt carries a time-stamp token; give --tsa-ca to check it")
+                }
+                None => {}
             }
             if !witnesses.is_empty() {
                 println!("ok: {} of the {quorum} witness cosignatures required", cosigned.len());

@@ -379,3 +379,48 @@ fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(file, text)?;
     Ok(())
 }
+
+/// How a log host reaches its time-stamping authorities: RFC 3161 over
+/// HTTP (`application/timestamp-query` in, `application/timestamp-reply`
+/// out), bounded in time and size.
+pub struct HttpTsa(reqwest::Client);
+
+/// The largest TSA reply read (a token with its certificate chain).
+const MAX_TSA_REPLY: usize = 256 * 1024;
+
+impl HttpTsa {
+    pub fn new() -> anyhow::Result<HttpTsa> {
+        Ok(HttpTsa(
+            reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(3))
+                .timeout(std::time::Duration::from_secs(10))
+                .build()?,
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl anchor_app::timestamp::TsaTransport for HttpTsa {
+    async fn stamp(&self, url: &str, request: Vec<u8>) -> Result<Vec<u8>, String> {
+        let mut response = self
+            .0
+            .post(url)
+            .header(header::CONTENT_TYPE, "application/timestamp-query")
+            .header(header::ACCEPT, "application/timestamp-reply")
+            .body(request)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("the TSA answered {}", response.status()));
+        }
+        let mut reply = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            if reply.len() + chunk.len() > MAX_TSA_REPLY {
+                return Err(format!("the TSA's reply is over {MAX_TSA_REPLY} bytes"));
+            }
+            reply.extend_from_slice(&chunk);
+        }
+        Ok(reply)
+    }
+}

@@ -2,7 +2,9 @@
 //! cosigning the checkpoints of a running `anchor serve`, receipts that carry
 //! their cosignatures, `anchor verify --witness … --quorum`, an independent
 //! verifier of the note and cosignature formats (Go's sumdb/note, when Go is
-//! installed), and the witness protocol's answers, one by one.
+//! installed), RFC 3161 time stamps from OpenSSL's own TSA (`openssl ts
+//! -reply`, under a CA the test makes) checked by `openssl ts -verify` and
+//! `anchor verify --tsa-ca`, and the witness protocol's answers, one by one.
 
 mod common;
 
@@ -118,7 +120,12 @@ async fn receipt_when(
 }
 
 fn verify(receipt: &Path, log_vkey: &str, witnesses: &[&str], quorum: usize) -> Output {
+    verify_with(receipt, log_vkey, witnesses, quorum, &[])
+}
+
+fn verify_with(receipt: &Path, log_vkey: &str, witnesses: &[&str], quorum: usize, more: &[&str]) -> Output {
     let mut args = vec!["verify".to_owned(), receipt.to_str().unwrap().to_owned(), "--key".into(), log_vkey.into()];
+    args.extend(more.iter().map(|a| (*a).to_owned()));
     for witness in witnesses {
         args.push("--witness".into());
         args.push((*witness).into());
@@ -155,6 +162,140 @@ fn go_verify(note: &Path, log_vkey: &str, quorum: usize, witnesses: &[&str]) -> 
     )
 }
 
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl is installed");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A time-stamping authority that is OpenSSL's (`openssl ts -reply`), over
+/// HTTP, with a CA of its own: an EC P-384 root that certifies an RSA
+/// time-stamping key (critical extended key usage timeStamping).
+struct TestTsa {
+    url: String,
+    ca: PathBuf,
+    tsa_cert: PathBuf,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn test_tsa(dir: &Path) -> TestTsa {
+    let dir = dir.join("tsa");
+    std::fs::create_dir_all(&dir).unwrap();
+    openssl(&dir, &["ecparam", "-name", "secp384r1", "-genkey", "-noout", "-out", "ca.key"]);
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            "ca.key",
+            "-sha384",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=anchor test root",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:true",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    openssl(
+        &dir,
+        &["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "tsa.key", "-subj", "/CN=anchor test TSA", "-out", "tsa.csr"],
+    );
+    std::fs::write(
+        dir.join("tsa.ext"),
+        "basicConstraints=critical,CA:false\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=critical,timeStamping\nsubjectKeyIdentifier=hash\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "tsa.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-sha256",
+            "-extfile",
+            "tsa.ext",
+            "-out",
+            "tsa.pem",
+        ],
+    );
+    std::fs::write(dir.join("tsaserial"), "01\n").unwrap();
+    std::fs::write(
+        dir.join("tsa.cnf"),
+        format!(
+            "[ tsa ]\ndefault_tsa = tsa1\n[ tsa1 ]\ndir = {}\nserial = $dir/tsaserial\ncrypto_device = builtin\nsigner_cert = $dir/tsa.pem\n\
+             certs = $dir/tsa.pem\nsigner_key = $dir/tsa.key\nsigner_digest = sha256\ndefault_policy = 1.2.3.4.1\n\
+             digests = sha256, sha384, sha512\naccuracy = secs:1\nordering = no\ntsa_name = yes\ness_cert_id_chain = no\ness_cert_id_alg = sha256\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/tsa", listener.local_addr().unwrap());
+    let lock = Arc::new(tokio::sync::Mutex::new(0u64));
+    let served = dir.clone();
+    let app = axum::Router::new().route(
+        "/tsa",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (lock, dir) = (lock.clone(), served.clone());
+            async move {
+                // openssl ts -reply keeps its serial in a file: one at a time.
+                let mut count = lock.lock().await;
+                *count += 1;
+                let (query, reply) = (dir.join(format!("q{count}.tsq")), dir.join(format!("r{count}.tsr")));
+                std::fs::write(&query, &body).unwrap();
+                let out = tokio::process::Command::new("openssl")
+                    .args(["ts", "-reply", "-config"])
+                    .arg(dir.join("tsa.cnf"))
+                    .arg("-queryfile")
+                    .arg(&query)
+                    .arg("-out")
+                    .arg(&reply)
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(out.status.success(), "openssl ts -reply: {}", String::from_utf8_lossy(&out.stderr));
+                ([(axum::http::header::CONTENT_TYPE, "application/timestamp-reply")], std::fs::read(&reply).unwrap())
+            }
+        }),
+    );
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    TestTsa { url, ca: dir.join("ca.pem"), tsa_cert: dir.join("tsa.pem"), _task: task }
+}
+
+/// `openssl ts -verify` of a token (DER) over `body`.
+fn openssl_ts_verify(dir: &Path, token: &[u8], body: &str, tsa: &TestTsa) -> Output {
+    let (token_file, body_file) = (dir.join("token.der"), dir.join("checkpoint-body.txt"));
+    std::fs::write(&token_file, token).unwrap();
+    std::fs::write(&body_file, body).unwrap();
+    Command::new("openssl")
+        .args(["ts", "-verify", "-token_in", "-in"])
+        .arg(&token_file)
+        .arg("-data")
+        .arg(&body_file)
+        .arg("-CAfile")
+        .arg(&tsa.ca)
+        .arg("-untrusted")
+        .arg(&tsa.tsa_cert)
+        .output()
+        .unwrap()
+}
+
 /// Changes one byte inside the base64 of the signature line of `name`.
 fn tamper_line(note: &str, name: &str) -> String {
     note.lines()
@@ -189,6 +330,7 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     let _witness_b = witness_process(&dir.join("wb"), "witness.test/b", &key_b, &log_vkey, port_b);
     wait_up(&http, &format!("http://127.0.0.1:{port_a}")).await;
     wait_up(&http, &format!("http://127.0.0.1:{port_b}")).await;
+    let tsa = test_tsa(&dir).await;
 
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
@@ -199,8 +341,11 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         .args(["--log-signing-key", skey.trim()])
         .args(["--witness", &format!("{vkey_a}=http://127.0.0.1:{port_a}")])
         .args(["--witness", &format!("{vkey_b}=http://127.0.0.1:{port_b}/")])
+        .args(["--tsa-url", &tsa.url, "--tsa-ca"])
+        .arg(&tsa.ca)
         .arg("--metrics-on-api")
-        .stdout(Stdio::null())
+        .env("RUST_LOG", "warn")
+        .stdout(std::fs::File::create(dir.join("serve.log")).unwrap())
         .stderr(Stdio::null());
     match database_url {
         Some(url) => serve.env("DATABASE_URL", url),
@@ -210,11 +355,14 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     common::wait_healthy(&http, &base).await;
 
     let token = register(&http, &base).await;
-    let (dd_id, created) = anchor_one(&http, &base, &token, "enhanced").await;
-    assert!(created.get("integrity_level").is_none(), "with witnesses, enhanced is reachable: {created}");
-    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |r| r["witnessed"] == json!(true)).await;
+    let (dd_id, created) = anchor_one(&http, &base, &token, "certifiable").await;
+    assert!(created.get("integrity_level").is_none(), "with witnesses and a TSA, certifiable is reachable: {created}");
+    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |r| {
+        r["witnessed"] == json!(true) && r["timestamp_token"].is_string()
+    })
+    .await;
     assert_eq!(receipt["cosigned_by"], json!(["witness.test/a", "witness.test/b"]), "{receipt}");
-    assert_eq!(receipt["integrity_level"], json!({ "declared": "enhanced", "reached": "enhanced", "met": true }));
+    assert_eq!(receipt["integrity_level"], json!({ "declared": "certifiable", "reached": "certifiable", "met": true }));
     let checkpoint = receipt["checkpoint"].as_str().unwrap();
     assert_eq!(checkpoint.matches("\u{2014} witness.test/").count(), 2, "{checkpoint}");
     // The public checkpoint carries them too.
@@ -232,6 +380,32 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         stdout.contains("ok: cosigned by witness.test/a") && stdout.contains("ok: 2 of the 2 witness cosignatures required"),
         "{stdout}"
     );
+    // The time stamp: anchor verify --tsa-ca, and OpenSSL on its own.
+    let stamped = verify_with(&file, &log_vkey, &[&vkey_a, &vkey_b], 2, &["--tsa-ca", tsa.ca.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&stamped.stdout);
+    assert!(stamped.status.success(), "{stdout}{}", String::from_utf8_lossy(&stamped.stderr));
+    assert!(stdout.contains("ok: the checkpoint was time-stamped at") && stdout.contains("anchor test TSA"), "{stdout}");
+    let tsa_token = B64.decode(receipt["timestamp_token"].as_str().unwrap()).unwrap();
+    let body = checkpoint.split_once("\n\n").unwrap().0.to_owned() + "\n";
+    let out = openssl_ts_verify(&dir, &tsa_token, &body, &tsa);
+    assert!(out.status.success(), "openssl ts -verify: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Verification: OK"));
+    let mut altered_token = tsa_token.clone();
+    let last = altered_token.len() - 1;
+    altered_token[last] ^= 0x01;
+    assert!(!openssl_ts_verify(&dir, &altered_token, &body, &tsa).status.success(), "OpenSSL refuses an altered token");
+    let mut altered = receipt.clone();
+    altered["timestamp_token"] = json!(B64.encode(&altered_token));
+    let altered_file = dir.join("altered-token.json");
+    std::fs::write(&altered_file, altered.to_string()).unwrap();
+    let refused = verify_with(&altered_file, &log_vkey, &[&vkey_a, &vkey_b], 2, &["--tsa-ca", tsa.ca.to_str().unwrap()]);
+    assert!(!refused.status.success(), "an altered token is refused");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("timestamp check"), "{}", String::from_utf8_lossy(&refused.stderr));
+    // A token under another CA is not trusted.
+    let other = test_tsa(&dir.join("other")).await;
+    let untrusted = verify_with(&file, &log_vkey, &[&vkey_a], 1, &["--tsa-ca", other.ca.to_str().unwrap()]);
+    assert!(!untrusted.status.success(), "a token that does not chain to the given CA is refused");
+
     let (_, vkey_c) = witness_key(&dir, "witness.test/c");
     let short = verify(&file, &log_vkey, &[&vkey_a, &vkey_c], 2);
     assert!(!short.status.success() && String::from_utf8_lossy(&short.stderr).contains("witness check"), "a witness that did not cosign");
@@ -261,6 +435,20 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         let out = go_verify(&note_file, &log_vkey, 2, &[&vkey_a, &vkey_b]).unwrap();
         assert!(!out.status.success(), "Go refuses an altered cosignature");
     }
+
+    // anchor monitor, from outside: the first run keeps what it checked.
+    let monitor_state = dir.join("monitor.json");
+    let monitor = |state: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["monitor", &base, "--key", &log_vkey, "--witness", &vkey_a, "--witness", &vkey_b, "--state"])
+            .arg(state)
+            .output()
+            .unwrap()
+    };
+    let first = monitor(&monitor_state);
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{stdout}{}", String::from_utf8_lossy(&first.stderr));
+    assert!(stdout.contains("ok: the hash tiles hash to the root") && stdout.contains("(2 of 2 required)"), "{stdout}");
 
     // One witness down: anchoring goes on; receipts of new records wait
     // (quorum 2) on the last witnessed checkpoint's older ones.
@@ -296,6 +484,39 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("anchor_log_witness_cosigned_size{witness=\"witness.test/a\"}"), "{metrics}");
     assert!(metrics.contains("anchor_log_witnessed_lag_seconds_count"), "{metrics}");
+    assert!(metrics.contains("anchor_log_timestamped_size "), "{metrics}");
+
+    // The monitor's next run sees the log grow consistently...
+    let again = monitor(&monitor_state);
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success(), "{stdout}{}", String::from_utf8_lossy(&again.stderr));
+    assert!(stdout.contains("extends size"), "{stdout}");
+    // ...and raises the alarm when what it saw before is not a prefix of what
+    // it sees now (a history signed with the log's own key that the log no
+    // longer serves), or when the log shrank.
+    let signer = StandardSigner::new(skey.trim()).unwrap();
+    let forged = |size: u64| {
+        let body = Checkpoint::new("witnessed.test/log", size, Hash([7; 32]), "").unwrap();
+        let mut note = Note::new(&body.to_bytes(), &[]).unwrap();
+        note.add_sigs(&[&signer]).unwrap();
+        let state = json!({ "origin": "witnessed.test/log", "size": size, "root": B64.encode([7u8; 32]),
+                            "checkpoint": String::from_utf8(note.to_bytes()).unwrap() });
+        let file = dir.join(format!("forged-{size}.json"));
+        std::fs::write(&file, state.to_string()).unwrap();
+        file
+    };
+    let fork = monitor(&forged(2));
+    assert_eq!(fork.status.code(), Some(1), "{}", String::from_utf8_lossy(&fork.stderr));
+    assert!(String::from_utf8_lossy(&fork.stderr).contains("FORK"), "{}", String::from_utf8_lossy(&fork.stderr));
+    let rollback = monitor(&forged(1_000_000));
+    assert_eq!(rollback.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&rollback.stderr).contains("ROLLBACK"), "{}", String::from_utf8_lossy(&rollback.stderr));
+    let unreachable = Command::new(env!("CARGO_BIN_EXE_anchor"))
+        .args(["monitor", &format!("http://127.0.0.1:{}", free_port()), "--key", &log_vkey, "--state"])
+        .arg(dir.join("never.json"))
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(2), "could not check is not an alarm");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -80,6 +80,24 @@ pub trait LogStore: Send + Sync {
     async fn cosignatures(&self, size: i64, witnesses: &[String]) -> Result<Vec<CosignatureRecord>>;
     /// The newest checkpoint that at least `quorum` of `witnesses` cosigned.
     async fn newest_witnessed_checkpoint(&self, witnesses: &[String], quorum: i64) -> Result<Option<CheckpointRecord>>;
+    /// Keeps a checked RFC 3161 token of a checkpoint (the first one stays).
+    async fn record_timestamp(&self, timestamp: &TimestampRecord, now: DateTime<Utc>) -> Result<()>;
+    /// The token of the checkpoint of `size`.
+    async fn timestamp(&self, size: i64) -> Result<Option<TimestampRecord>>;
+    /// The newest checkpoint that has a token.
+    async fn newest_timestamped_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
+}
+
+/// A checked RFC 3161 time-stamp token over one checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimestampRecord {
+    pub size: i64,
+    /// The TSA's URL.
+    pub tsa: String,
+    /// The token: DER of a CMS ContentInfo.
+    pub token: Vec<u8>,
+    /// The time the TSA put in it.
+    pub gen_time: DateTime<Utc>,
 }
 
 /// A witness's checked cosignature of one checkpoint.
@@ -333,6 +351,38 @@ impl<E: Engine> LogStore for SqlStore<E> {
         push_witnesses(&mut query, witnesses);
         query.push(") >= ").push_bind(quorum as i64).push(" order by c.size desc limit 1");
         let row = self.db().fetch_optional(query).await?;
+        row.as_ref().map(decode_checkpoint).transpose()
+    }
+
+    async fn record_timestamp(&self, t: &TimestampRecord, now: DateTime<Utc>) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into log_timestamp (size, tsa, token, gen_time, stamped_at) values ($1, $2, $3, $4, $5)
+                     on conflict (size) do nothing")
+                .bind(t.size)
+                .bind(t.tsa.as_str())
+                .bind(t.token.as_slice())
+                .bind(t.gen_time)
+                .bind(now),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn timestamp(&self, size: i64) -> Result<Option<TimestampRecord>> {
+        let row = self.db().fetch_optional(sql("select size, tsa, token, gen_time from log_timestamp where size = $1").bind(size)).await?;
+        row.map(|row| {
+            Ok(TimestampRecord { size: row.get("size")?, tsa: row.get("tsa")?, token: row.get("token")?, gen_time: row.get("gen_time")? })
+        })
+        .transpose()
+    }
+
+    async fn newest_timestamped_checkpoint(&self) -> Result<Option<CheckpointRecord>> {
+        let row = self
+            .db()
+            .fetch_optional(sql("select c.size, c.root, c.note, c.published_at from log_checkpoint c
+                 where c.size = (select max(size) from log_timestamp)"))
+            .await?;
         row.as_ref().map(decode_checkpoint).transpose()
     }
 }

@@ -27,6 +27,7 @@ use signed_note::{Note, StandardVerifier, VerifierList};
 use tlog_tiles::{Checkpoint, Hash};
 
 pub mod cosignature;
+pub mod timestamp;
 
 pub const RECEIPT_FORMAT: &str = "anchor-receipt/1";
 pub const LEAF_FORMAT: &str = "anchor-leaf/1";
@@ -106,10 +107,12 @@ pub enum Failure {
     Consistency(String),
     #[error("witness check failed: {0}")]
     Witness(String),
+    #[error("timestamp check failed: {0}")]
+    Timestamp(String),
 }
 
 impl Failure {
-    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, format.
+    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, timestamp, format.
     pub fn check(&self) -> &'static str {
         match self {
             Failure::Format(_) => "format",
@@ -119,6 +122,7 @@ impl Failure {
             Failure::Inclusion(_) => "inclusion",
             Failure::Consistency(_) => "consistency",
             Failure::Witness(_) => "witness",
+            Failure::Timestamp(_) => "timestamp",
         }
     }
 }

@@ -1,0 +1,242 @@
+//! `anchor monitor`: follows a running instance's log from the outside.
+//!
+//! Each run fetches the newest checkpoint, checks the log's signature (and,
+//! given witness keys, a quorum of their cosignatures), checks it extends
+//! the checkpoint the previous run kept in `--state` (a consistency proof
+//! from the service; the same size with another root is a fork, a smaller
+//! size a rollback), and that the public hash tiles hash to its root. Then
+//! it keeps the new checkpoint. It is meant for cron: exit status 0 when
+//! all holds, 1 on an alarm (fork, rollback, bad signature, missing quorum,
+//! tiles that disagree), 2 when it could not check (unreachable, malformed
+//! answer, unreadable state); the message says which.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anchor_verify::cosignature::{WitnessKey, cosignatures};
+use anchor_verify::{ConsistencyProof, Failure, open_checkpoint};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use tlog_tiles::{Hash, Tile, TileHashReader, TileReader, tree_hash};
+
+/// How long a checkpoint may lack its witness quorum before that is an alarm.
+const QUORUM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The height of the log's tiles (C2SP tlog-tiles).
+const TILE_HEIGHT: u8 = 8;
+
+#[derive(clap::Args, Debug)]
+pub struct MonitorArgs {
+    /// The instance's base URL, e.g. https://anchor.example.com
+    pub url: String,
+    /// The log's verifier key (`GET /v1/log/key`), or a file holding it.
+    #[arg(long)]
+    pub key: String,
+    /// A witness's cosignature verifier key (or a file holding it) whose
+    /// cosignature counts; repeatable.
+    #[arg(long = "witness")]
+    pub witnesses: Vec<String>,
+    /// How many of the --witness keys must have cosigned (default: all).
+    #[arg(long)]
+    pub quorum: Option<usize>,
+    /// Where the last checked checkpoint is kept between runs (created on
+    /// the first run).
+    #[arg(long)]
+    pub state: PathBuf,
+}
+
+/// What the previous run saw.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    origin: String,
+    size: u64,
+    /// Base64 of the root hash.
+    root: String,
+    /// The signed checkpoint as served.
+    checkpoint: String,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Everything holds; what to print.
+    Ok(Vec<String>),
+    /// Something a log must never do, or a missing quorum.
+    Alarm(String),
+    /// The check could not be made.
+    Unchecked(String),
+}
+
+fn key_or_file(given: &str) -> String {
+    std::fs::read_to_string(given).map_or_else(|_| given.to_owned(), |text| text.trim().to_owned())
+}
+
+async fn get(http: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
+    let response = http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{url}: {}", response.status()));
+    }
+    Ok(response.bytes().await.map_err(|e| format!("{url}: {e}"))?.to_vec())
+}
+
+/// Serves tiles fetched beforehand; notes the ones asked for and missing.
+struct Fetched {
+    tiles: HashMap<Tile, Vec<u8>>,
+    missing: RefCell<Vec<Tile>>,
+}
+
+impl TileReader for Fetched {
+    fn height(&self) -> u8 {
+        TILE_HEIGHT
+    }
+
+    fn read_tiles(&self, tiles: &[Tile]) -> Result<Vec<Vec<u8>>, tlog_tiles::Error> {
+        let missing: Vec<Tile> = tiles.iter().filter(|t| !self.tiles.contains_key(t)).copied().collect();
+        if !missing.is_empty() {
+            *self.missing.borrow_mut() = missing;
+            return Err(tlog_tiles::Error::BadMath);
+        }
+        Ok(tiles.iter().map(|t| self.tiles[t].clone()).collect())
+    }
+
+    fn save_tiles(&self, _tiles: &[Tile], _data: &[Vec<u8>]) {}
+}
+
+/// The C2SP path of a hash tile, below `tile/`.
+fn tile_path(tile: &Tile) -> String {
+    let path = tile.path();
+    path.strip_prefix(&format!("tile/{TILE_HEIGHT}/")).unwrap_or(&path).to_owned()
+}
+
+/// Recomputes the root of a tree of `size` from the public hash tiles, and
+/// compares it with `root` (the tile reader authenticates every tile it
+/// reads against that root).
+async fn check_tiles(http: &reqwest::Client, base: &str, size: u64, root: Hash) -> Result<(), Verdict> {
+    let mut fetched = Fetched { tiles: HashMap::new(), missing: RefCell::new(Vec::new()) };
+    for _ in 0..4 {
+        let outcome = tree_hash(size, &TileHashReader::new(size, root, &fetched));
+        let missing = std::mem::take(&mut *fetched.missing.borrow_mut());
+        match outcome {
+            Ok(computed) if computed == root => return Ok(()),
+            Ok(_) => return Err(Verdict::Alarm("the log's hash tiles do not hash to the checkpoint's root".into())),
+            Err(_) if !missing.is_empty() => {
+                for tile in missing {
+                    let data = get(http, &format!("{base}/v1/log/tile/{}", tile_path(&tile))).await.map_err(Verdict::Unchecked)?;
+                    fetched.tiles.insert(tile, data);
+                }
+            }
+            Err(e) => return Err(Verdict::Alarm(format!("the log's hash tiles do not hash to the checkpoint's root: {e}"))),
+        }
+    }
+    Err(Verdict::Unchecked("the tiles needed kept changing".into()))
+}
+
+/// One monitoring run.
+pub async fn run(args: &MonitorArgs) -> Verdict {
+    match run_inner(args).await {
+        Ok(lines) => Verdict::Ok(lines),
+        Err(verdict) => verdict,
+    }
+}
+
+async fn run_inner(args: &MonitorArgs) -> Result<Vec<String>, Verdict> {
+    let base = args.url.trim_end_matches('/');
+    let key = key_or_file(&args.key);
+    let witnesses = args
+        .witnesses
+        .iter()
+        .map(|w| WitnessKey::parse(&key_or_file(w)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Verdict::Unchecked(format!("--witness: {e}")))?;
+    let quorum = args.quorum.unwrap_or(witnesses.len());
+    if quorum > witnesses.len() {
+        return Err(Verdict::Unchecked(format!("--quorum {quorum} is more than the {} --witness keys given", witnesses.len())));
+    }
+    let previous: Option<State> = match std::fs::read(&args.state) {
+        Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| Verdict::Unchecked(format!("{}: {e}", args.state.display())))?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Verdict::Unchecked(format!("{}: {e}", args.state.display()))),
+    };
+    let http = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| Verdict::Unchecked(e.to_string()))?;
+
+    // The newest checkpoint may be seconds old and not cosigned yet: a
+    // missing quorum is an alarm only once it has stayed missing for
+    // QUORUM_PATIENCE.
+    let patience = std::time::Instant::now() + QUORUM_PATIENCE;
+    let (note, checkpoint, mut lines) = loop {
+        let note = get(&http, &format!("{base}/v1/log/checkpoint")).await.map_err(Verdict::Unchecked)?;
+        let note = String::from_utf8(note).map_err(|_| Verdict::Unchecked("the checkpoint is not UTF-8".into()))?;
+        let checkpoint = open_checkpoint(&note, &key).map_err(|e| match e {
+            Failure::Format(why) => Verdict::Unchecked(why),
+            other => Verdict::Alarm(format!("the served checkpoint fails the {} check: {other}", other.check())),
+        })?;
+        let mut lines = vec![format!("ok: checkpoint of {} at size {} signed by the log's key", checkpoint.origin(), checkpoint.size())];
+        if witnesses.is_empty() {
+            break (note, checkpoint, lines);
+        }
+        // A cosignature line of a given key that does not verify is an alarm at once.
+        let cosigned = cosignatures(&note, &witnesses, None)
+            .map_err(|e| Verdict::Alarm(format!("the served checkpoint fails the witness check: {e}")))?;
+        let names: Vec<&str> = cosigned.iter().map(|c| c.witness.as_str()).collect();
+        if cosigned.len() >= quorum {
+            lines.push(format!("ok: cosigned by {} ({} of {quorum} required)", names.join(", "), cosigned.len()));
+            break (note, checkpoint, lines);
+        }
+        if std::time::Instant::now() >= patience {
+            return Err(Verdict::Alarm(format!(
+                "the newest checkpoint (size {}) has {} of the {quorum} witness cosignatures required ({}) after {} s",
+                checkpoint.size(),
+                cosigned.len(),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") },
+                QUORUM_PATIENCE.as_secs()
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    let (size, root) = (checkpoint.size(), *checkpoint.hash());
+
+    if let Some(previous) = &previous {
+        if previous.origin != checkpoint.origin() {
+            return Err(Verdict::Unchecked(format!("the state file follows {}, this log is {}", previous.origin, checkpoint.origin())));
+        }
+        if size < previous.size {
+            return Err(Verdict::Alarm(format!(
+                "ROLLBACK: the log now serves size {size}, smaller than the size {} it served before",
+                previous.size
+            )));
+        }
+        if size == previous.size {
+            if B64.encode(root.0) != previous.root {
+                return Err(Verdict::Alarm(format!("FORK: two different roots for size {size}")));
+            }
+        } else if previous.size > 0 {
+            let proof =
+                get(&http, &format!("{base}/v1/log/consistency?from={}&to={size}", previous.size)).await.map_err(Verdict::Unchecked)?;
+            let proof: ConsistencyProof =
+                serde_json::from_slice(&proof).map_err(|e| Verdict::Unchecked(format!("the consistency proof: {e}")))?;
+            anchor_verify::verify_consistency(&previous.checkpoint, &note, &proof, &key).map_err(|e| {
+                Verdict::Alarm(format!(
+                    "FORK: the checkpoint of size {size} does not extend the one of size {} seen before: {e}",
+                    previous.size
+                ))
+            })?;
+            lines.push(format!("ok: size {size} extends size {} seen before", previous.size));
+        }
+    }
+    check_tiles(&http, base, size, root).await?;
+    lines.push(format!("ok: the hash tiles hash to the root of size {size}"));
+
+    let state = State { origin: checkpoint.origin().to_owned(), size, root: B64.encode(root.0), checkpoint: note };
+    let temporary = args.state.with_extension("tmp");
+    let json = serde_json::to_vec_pretty(&state).map_err(|e| Verdict::Unchecked(e.to_string()))?;
+    std::fs::write(&temporary, json)
+        .and_then(|()| std::fs::rename(&temporary, &args.state))
+        .map_err(|e| Verdict::Unchecked(format!("{}: {e}", args.state.display())))?;
+    Ok(lines)
+}
