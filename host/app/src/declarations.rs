@@ -278,6 +278,10 @@ pub(crate) async fn record(
     match created {
         Created::New { record, .. } => {
             services.metrics.declarations_created.inc();
+            let declared = record.declaration.ee.scope.integrity;
+            if crate::transparency::level_rank(declared) > crate::transparency::level_rank(crate::transparency::reachable_level(services)) {
+                services.metrics.beyond_reach(declared.as_str());
+            }
             Ok(*record)
         }
         Created::Replayed(earlier) => Ok(*earlier),

@@ -75,6 +75,12 @@ pub struct ReleaseLabels {
     pub kind: &'static str,
 }
 
+/// A declared integrity level.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabels {
+    pub declared: &'static str,
+}
+
 /// Why a time-stamp request brought no token: `unavailable`, `refused`, `invalid`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TsaFailureLabels {
@@ -141,6 +147,8 @@ pub struct Metrics {
     witnessed_lag: Histogram,
     tsa_failures: Family<TsaFailureLabels, Counter>,
     timestamped_size: Gauge,
+    beyond_reach: Family<LevelLabels, Counter>,
+    below_level: Family<LevelLabels, Gauge>,
 }
 
 impl Metrics {
@@ -176,6 +184,8 @@ impl Metrics {
             witnessed_lag: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
             tsa_failures: Family::default(),
             timestamped_size: Gauge::default(),
+            beyond_reach: Family::default(),
+            below_level: Family::default(),
         };
         let r = &mut m.registry;
         r.register("http_requests", "Requests answered, by route template, method and status", m.http_requests.clone());
@@ -220,6 +230,16 @@ impl Metrics {
             "log_timestamp_failures",
             "Time-stamp requests that brought no token kept, by reason (unavailable, refused, invalid)",
             m.tsa_failures.clone(),
+        );
+        r.register(
+            "declarations_beyond_reach",
+            "Declarations created with an integrity level this instance cannot reach (no witnesses, or no TSA), by declared level",
+            m.beyond_reach.clone(),
+        );
+        r.register(
+            "log_records_below_declared_level",
+            "Records in the log whose receipts do not reach their declared integrity level yet (waiting on a witness quorum or a time stamp), by declared level",
+            m.below_level.clone(),
         );
         r.register(
             "log_timestamped_size",
@@ -291,6 +311,16 @@ impl Metrics {
     /// Counts a time-stamp request that brought no token kept.
     pub fn tsa_failure(&self, reason: &'static str) {
         self.tsa_failures.get_or_create(&TsaFailureLabels { reason }).inc();
+    }
+
+    /// Counts a declaration created with a level out of this instance's reach.
+    pub fn beyond_reach(&self, declared: &'static str) {
+        self.beyond_reach.get_or_create(&LevelLabels { declared }).inc();
+    }
+
+    /// How many records of a declared level wait to reach it.
+    pub fn below_level(&self, declared: &'static str, count: i64) {
+        self.below_level.get_or_create(&LevelLabels { declared }).set(count);
     }
 
     /// The newest checkpoint with a time-stamp token.

@@ -89,6 +89,63 @@ pub fn reachable_level(services: &Services) -> Integrity {
     }
 }
 
+/// Where a record's proof stands now, for its owner's portal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// Integrated into the log and covered by a signed checkpoint.
+    pub in_log: bool,
+    /// Covered by a checkpoint the witness quorum cosigned.
+    pub witnessed: bool,
+    /// The witnesses that cosigned that checkpoint.
+    pub cosigned_by: Vec<String>,
+    /// The TSA's time and URL, when a time-stamped checkpoint covers it.
+    pub timestamped: Option<(chrono::DateTime<chrono::Utc>, String)>,
+    pub reached: Integrity,
+}
+
+/// The standing of each of `dd_ids` (those in the log; the others are absent).
+/// A few reads whatever their number: the leaf indexes, the newest signed,
+/// witnessed and time-stamped checkpoints.
+pub async fn standings(services: &Services, dd_ids: &[Uuid]) -> AppResult<std::collections::HashMap<Uuid, Standing>> {
+    let store = services.store.as_ref();
+    let indexes = store.log_indexes(dd_ids).await?;
+    if indexes.is_empty() {
+        return Ok(Default::default());
+    }
+    let signed = store.latest_checkpoint().await?.map_or(0, |c| c.size);
+    let (witnessed, cosigned_by) = match witness::newest_witnessed(services).await.map_err(internal)? {
+        Some(checkpoint) => {
+            let (_, cosignatures) = witness::with_cosignatures(services, &checkpoint).await.map_err(internal)?;
+            (checkpoint.size, cosignatures.iter().map(|c| witness::name_of(&c.witness).to_owned()).collect())
+        }
+        None => (0, Vec::new()),
+    };
+    let stamped = match timestamp::newest_stamped(services).await.map_err(internal)? {
+        Some(checkpoint) => timestamp::token_for(services, checkpoint.size).await.map_err(internal)?.map(|t| (checkpoint.size, t)),
+        None => None,
+    };
+    Ok(indexes
+        .into_iter()
+        .map(|(dd_id, index)| {
+            let is_witnessed = index < witnessed;
+            let timestamped = stamped.as_ref().filter(|(size, _)| index < *size).map(|(_, t)| (t.gen_time, t.tsa.clone()));
+            let reached = match (is_witnessed, timestamped.is_some()) {
+                (true, true) => Integrity::Certifiable,
+                (true, false) => Integrity::Enhanced,
+                (false, _) => Integrity::Basic,
+            };
+            let standing = Standing {
+                in_log: index < signed,
+                witnessed: is_witnessed,
+                cosigned_by: if is_witnessed { cosigned_by.clone() } else { Vec::new() },
+                timestamped,
+                reached,
+            };
+            (dd_id, standing)
+        })
+        .collect())
+}
+
 /// The integrity levels in order: basic < enhanced < certifiable.
 pub fn level_rank(level: Integrity) -> u8 {
     match level {

@@ -67,8 +67,13 @@ async fn wait_up(http: &reqwest::Client, url: &str) {
 }
 
 async fn register(http: &reqwest::Client, base: &str) -> String {
+    register_agent(http, base).await.1
+}
+
+/// A new agent's id and token.
+async fn register_agent(http: &reqwest::Client, base: &str) -> (String, String) {
     let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
-    agent["auth_token"].as_str().unwrap().to_owned()
+    (agent["agent_id"].as_str().unwrap().to_owned(), agent["auth_token"].as_str().unwrap().to_owned())
 }
 
 /// Creates and confirms one declaration (integrity level `level`); its id
@@ -343,7 +348,7 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         .args(["--witness", &format!("{vkey_b}=http://127.0.0.1:{port_b}/")])
         .args(["--tsa-url", &tsa.url, "--tsa-ca"])
         .arg(&tsa.ca)
-        .arg("--metrics-on-api")
+        .args(["--metrics-on-api", "--rate-limit", "100000"])
         .env("RUST_LOG", "warn")
         .stdout(std::fs::File::create(dir.join("serve.log")).unwrap())
         .stderr(Stdio::null());
@@ -354,7 +359,7 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     let _server = Server(serve.spawn().unwrap());
     common::wait_healthy(&http, &base).await;
 
-    let token = register(&http, &base).await;
+    let (agent_id, token) = register_agent(&http, &base).await;
     let (dd_id, created) = anchor_one(&http, &base, &token, "certifiable").await;
     assert!(created.get("integrity_level").is_none(), "with witnesses and a TSA, certifiable is reachable: {created}");
     let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |r| {
@@ -485,6 +490,45 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     assert!(metrics.contains("anchor_log_witness_cosigned_size{witness=\"witness.test/a\"}"), "{metrics}");
     assert!(metrics.contains("anchor_log_witnessed_lag_seconds_count"), "{metrics}");
     assert!(metrics.contains("anchor_log_timestamped_size "), "{metrics}");
+    // The certifiable record, witnessed and stamped, is not counted as below its level.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        if metrics.contains("anchor_log_records_below_declared_level{declared=\"certifiable\"} 0\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the certifiable record still counts as below its level: {metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The owner portal's report says how far each record's proof reaches.
+    let email = format!("witnessed-{}@example.com", uuid::Uuid::new_v4().simple());
+    let password = "a long owner passphrase 42";
+    let registered = http
+        .post(format!("{base}/dap/register"))
+        .json(&json!({ "email": email, "password": password, "terms_agreed": true, "privacy_agreed": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status().as_u16(), 201, "{}", registered.text().await.unwrap());
+    let login = http.post(format!("{base}/dap/login")).json(&json!({ "email": email, "password": password })).send().await.unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let linked = http
+        .post(format!("{base}/dap/agent/link"))
+        .header("cookie", &cookie)
+        .json(&json!({ "agent_id": agent_id, "auth_token": token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(linked.status().as_u16(), 200);
+    let report: Value =
+        http.get(format!("{base}/dap/agent/{agent_id}/report")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
+    let first = report["recent_dds"].as_array().unwrap().iter().find(|d| d["dd_id"] == json!(dd_id)).expect("the first record");
+    assert_eq!(first["proof"]["witnessed"], json!(true), "{first}");
+    assert_eq!(first["proof"]["cosigned_by"], json!(["witness.test/a", "witness.test/b"]));
+    assert_eq!(first["proof"]["integrity_reached"], json!("certifiable"));
+    assert_eq!(first["proof"]["timestamped_by"], json!(tsa.url));
+    assert!(first["proof"]["timestamped_at"].is_string());
 
     // The monitor's next run sees the log grow consistently...
     let again = monitor(&monitor_state);
@@ -539,7 +583,7 @@ async fn two_witnesses_cosign_receipts_on_postgres() {
 
 #[tokio::test]
 async fn without_witnesses_a_declared_enhanced_level_is_said_to_be_out_of_reach() {
-    let (_server, base, data) = common::serve_sqlite("witness-none", &[]).await;
+    let (_server, base, data) = common::serve_sqlite("witness-none", &["--metrics-on-api"]).await;
     let http = reqwest::Client::new();
     let token = register(&http, &base).await;
     let (dd_id, created) = anchor_one(&http, &base, &token, "certifiable").await;
@@ -550,6 +594,8 @@ async fn without_witnesses_a_declared_enhanced_level_is_said_to_be_out_of_reach(
     let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |_| true).await;
     assert_eq!(receipt["witnessed"], json!(false));
     assert_eq!(receipt["integrity_level"], json!({ "declared": "certifiable", "reached": "basic", "met": false }));
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("anchor_declarations_beyond_reach_total{declared=\"certifiable\"} 1\n"), "the operator sees it: {metrics}");
     let _ = std::fs::remove_dir_all(&data);
 }
 

@@ -60,6 +60,8 @@ pub trait LogStore: Send + Sync {
     async fn log_hashes(&self, indexes: &[i64]) -> Result<Vec<(i64, [u8; 32])>>;
     /// A declaration's leaf index and leaf data, once integrated.
     async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>>;
+    /// The leaf indexes of those of `dd_ids` that are integrated.
+    async fn log_indexes(&self, dd_ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>>;
     /// Leaf data of entries `from..from + count`, in index order.
     async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>>;
     async fn log_pending_count(&self) -> Result<i64>;
@@ -86,6 +88,9 @@ pub trait LogStore: Send + Sync {
     async fn timestamp(&self, size: i64) -> Result<Option<TimestampRecord>>;
     /// The newest checkpoint that has a token.
     async fn newest_timestamped_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
+    /// How many records at leaf index `from` or above declared `level` (an
+    /// `ee_integrity_verification_level`).
+    async fn declared_level_count(&self, level: &str, from: i64) -> Result<i64>;
 }
 
 /// A checked RFC 3161 time-stamp token over one checkpoint.
@@ -211,6 +216,16 @@ impl<E: Engine> LogStore for SqlStore<E> {
             }
         }
         Ok(out)
+    }
+
+    async fn log_indexes(&self, dd_ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>> {
+        if dd_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = sql("select dd_id, leaf_index from log_entry where ");
+        query.push_in("dd_id", dd_ids);
+        let rows = self.db().fetch_all(query).await?;
+        rows.iter().map(|row| Ok((row.get("dd_id")?, row.get("leaf_index")?))).collect()
     }
 
     async fn log_entry_for(&self, dd_id: Uuid) -> Result<Option<(i64, Vec<u8>)>> {
@@ -375,6 +390,17 @@ impl<E: Engine> LogStore for SqlStore<E> {
             Ok(TimestampRecord { size: row.get("size")?, tsa: row.get("tsa")?, token: row.get("token")?, gen_time: row.get("gen_time")? })
         })
         .transpose()
+    }
+
+    async fn declared_level_count(&self, level: &str, from: i64) -> Result<i64> {
+        self.db()
+            .scalar(
+                sql("select count(*) from log_entry e join declaration d on d.dd_id = e.dd_id
+                     where e.leaf_index >= $1 and d.ee_integrity_verification_level = $2")
+                .bind(from)
+                .bind(level),
+            )
+            .await
     }
 
     async fn newest_timestamped_checkpoint(&self) -> Result<Option<CheckpointRecord>> {

@@ -147,6 +147,9 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     // Recent decisions show the two declarations, metadata only.
     await page.locator("#recent-table tbody tr").nth(1).waitFor();
     assert.equal(await page.locator("#recent-table tbody tr").count(), 2);
+    // Each says how far its proof reaches; this instance has no witnesses.
+    const proofs = await page.locator("#recent-table tbody tr td:last-child").allTextContents();
+    for (const proof of proofs) assert.match(proof, /^(not in the log yet|signed by the log only; basic( of (enhanced|certifiable) declared)?)$/, proof);
     await shot(page, "06-usage-chart");
 
     // What ARA shows about the agent, once the service has folded its two

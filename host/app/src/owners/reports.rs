@@ -76,6 +76,8 @@ pub struct AgentReport {
     pub dab: Dab,
     /// The latest [`RECENT`], newest first, each with its payment rows' statuses.
     pub recent: Vec<(StoredDeclaration, Vec<SettlementStatus>)>,
+    /// Where each recent record's proof stands (records not in the log yet are absent).
+    pub proofs: std::collections::HashMap<Uuid, crate::transparency::Standing>,
 }
 
 /// Where a payment row stands, said as a settlement.
@@ -122,14 +124,17 @@ pub async fn agent_report(services: &Services, owner: &OwnerRecord, agent_id: Uu
     let now = services.clock.now();
     let store = &services.store;
     let (month_start, _) = anchor_domain::dab::period(now);
+    let recent =
+        with_statuses(services, store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?.0).await?;
+    let ids: Vec<Uuid> = recent.iter().map(|(s, _)| s.declaration.dd_id).collect();
     Ok(AgentReport {
         linked,
         totals: store.declaration_totals(agent_id, None, None).await?,
         today: store.declaration_totals(agent_id, Some(day_start(now)), None).await?,
         month: store.declaration_totals(agent_id, Some(month_start), None).await?,
         dab: crate::payments::dab(services, agent_id).await?,
-        recent: with_statuses(services, store.list_declarations(agent_id, ListFilter { limit: RECENT, ..Default::default() }).await?.0)
-            .await?,
+        proofs: crate::transparency::standings(services, &ids).await?,
+        recent,
     })
 }
 

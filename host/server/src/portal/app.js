@@ -436,6 +436,26 @@ async function loadDab() {
     `${dab.spent_dac} DAC spent externally this month.`;
 }
 
+// How far a record's receipt reaches: signed by the log, cosigned by the
+// witnesses (named), time-stamped (when, and by which authority).
+function proofText(proof) {
+  if (!proof.in_log) return "not in the log yet";
+  const parts = [proof.witnessed ? `witnessed by ${proof.cosigned_by.join(", ")}` : "signed by the log only"];
+  if (proof.timestamped_at) {
+    let by = proof.timestamped_by;
+    try {
+      by = new URL(proof.timestamped_by).host;
+    } catch (_) {
+      // not a URL: shown as it is
+    }
+    parts.push(`time-stamped ${shortDate(proof.timestamped_at)} by ${by}`);
+  }
+  const met = ["basic", "enhanced", "certifiable"];
+  const short = met.indexOf(proof.integrity_reached) < met.indexOf(proof.integrity_declared);
+  parts.push(short ? `${proof.integrity_reached} of ${proof.integrity_declared} declared` : proof.integrity_reached);
+  return parts.join("; ");
+}
+
 async function loadRecent() {
   const agentId = $("#recent-agent").value;
   const body = $("#recent-table tbody");
@@ -450,6 +470,7 @@ async function loadRecent() {
     cell(row, dd.selection_state);
     cell(row, dd.dac_amount);
     cell(row, dd.settlement_statuses.join("+"));
+    cell(row, proofText(dd.proof));
     body.appendChild(row);
   }
 }

@@ -178,6 +178,28 @@ struct RecentDd {
     decision_action_type: Named<dd::ActionType>,
     dac_amount: Dac,
     settlement_statuses: Vec<Named<SettlementStatus>>,
+    /// Where the record's proof stands (an extension of this service).
+    proof: RecordProof,
+}
+
+/// How far a record's receipt reaches now.
+#[derive(Serialize, JsonSchema)]
+struct RecordProof {
+    /// The ee_integrity_verification_level it declared.
+    integrity_declared: Named<ee::Integrity>,
+    /// The level its receipt reaches now: basic (the log's signature),
+    /// enhanced (a witness quorum), certifiable (a quorum and a time stamp).
+    integrity_reached: Named<ee::Integrity>,
+    /// In a checkpoint the log signed (false: confirmed and waiting, or not confirmed).
+    in_log: bool,
+    /// In a checkpoint the witness quorum cosigned.
+    witnessed: bool,
+    /// The witnesses that cosigned it.
+    cosigned_by: Vec<String>,
+    /// The time a time-stamping authority put on the covering checkpoint.
+    timestamped_at: Option<Time>,
+    /// That authority's URL.
+    timestamped_by: Option<String>,
 }
 
 async fn report(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<Json<AgentReport>> {
@@ -211,6 +233,18 @@ async fn report(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_i
                 decision_action_type: Named(s.declaration.dd.action_type),
                 dac_amount: s.declaration.dac_amount.into(),
                 settlement_statuses: statuses.iter().copied().map(Named).collect(),
+                proof: {
+                    let standing = r.proofs.get(&s.declaration.dd_id);
+                    RecordProof {
+                        integrity_declared: Named(s.declaration.ee.scope.integrity),
+                        integrity_reached: Named(standing.map_or(ee::Integrity::Basic, |p| p.reached)),
+                        in_log: standing.is_some_and(|p| p.in_log),
+                        witnessed: standing.is_some_and(|p| p.witnessed),
+                        cosigned_by: standing.map(|p| p.cosigned_by.clone()).unwrap_or_default(),
+                        timestamped_at: standing.and_then(|p| p.timestamped.as_ref()).map(|(at, _)| Time(*at)),
+                        timestamped_by: standing.and_then(|p| p.timestamped.as_ref()).map(|(_, tsa)| tsa.clone()),
+                    }
+                },
             })
             .collect(),
     }))
