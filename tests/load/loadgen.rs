@@ -29,10 +29,21 @@ struct Args {
     paid: bool,
     /// Pairs per second to pace to (open loop); unpaced when absent.
     rate: Option<f64>,
+    /// Also measure confirm-to-witnessed-receipt lag: every N-th record's
+    /// receipt is polled from its confirm until it says `witnessed: true`.
+    witnessed_every: Option<usize>,
 }
 
 fn args() -> Args {
-    let mut args = Args { url: "http://127.0.0.1:18181".into(), pairs: 2000, concurrency: 16, log: false, paid: false, rate: None };
+    let mut args = Args {
+        url: "http://127.0.0.1:18181".into(),
+        pairs: 2000,
+        concurrency: 16,
+        log: false,
+        paid: false,
+        rate: None,
+        witnessed_every: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--log" {
@@ -49,7 +60,8 @@ fn args() -> Args {
             "--pairs" => args.pairs = value.parse().expect("--pairs takes a number"),
             "--concurrency" => args.concurrency = value.parse().expect("--concurrency takes a number"),
             "--rate" => args.rate = Some(value.parse().expect("--rate takes a number of pairs per second")),
-            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid"),
+            "--witnessed-every" => args.witnessed_every = Some(value.parse::<usize>().expect("--witnessed-every takes a number").max(1)),
+            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid --witnessed-every N"),
         }
     }
     assert!(args.url.contains("127.0.0.1") || args.url.contains("localhost") || args.url.contains("[::1]"), "loopback only");
@@ -103,8 +115,14 @@ async fn main() -> anyhow::Result<()> {
             }
         })
     });
+    // Confirm-to-witnessed-receipt lags of the sampled records, polled beside the load.
+    let witnessed_lags = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let pollers = Arc::new(Mutex::new(Vec::new()));
+    let sampled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..args.concurrency {
+        let (witnessed_lags, pollers, sampled, witnessed_every) =
+            (witnessed_lags.clone(), pollers.clone(), sampled.clone(), args.witnessed_every);
         let (http, queue, latencies, url, confirmed_at, paid) =
             (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone(), args.paid);
         let (confirm_latencies, next_pair, rate) = (confirm_latencies.clone(), next_pair.clone(), args.rate);
@@ -146,6 +164,26 @@ async fn main() -> anyhow::Result<()> {
                 confirm_latencies.lock().await.push(confirm_started.elapsed());
                 latencies.lock().await.push(t0.elapsed());
                 confirmed_at.lock().await.push((token.clone(), created["dd_id"].as_str().unwrap_or_default().to_string(), Instant::now()));
+                if let Some(every) = witnessed_every
+                    && sampled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % every == 0
+                {
+                    let (http, url, token, lags) = (http.clone(), url.clone(), token.clone(), witnessed_lags.clone());
+                    let dd_id = created["dd_id"].as_str().unwrap_or_default().to_string();
+                    let confirmed_at = Instant::now();
+                    pollers.lock().await.push(tokio::spawn(async move {
+                        let deadline = confirmed_at + Duration::from_secs(60);
+                        while Instant::now() < deadline {
+                            if let Ok(reply) = http.get(format!("{url}/v1/dd/{dd_id}/receipt")).bearer_auth(&token).send().await
+                                && let Ok(receipt) = reply.json::<Value>().await
+                                && receipt["witnessed"] == json!(true)
+                            {
+                                lags.lock().await.push(confirmed_at.elapsed());
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }));
+                }
             }
         }));
     }
@@ -175,6 +213,23 @@ async fn main() -> anyhow::Result<()> {
         ms(pct(&confirms, 0.50)),
         ms(pct(&confirms, 0.99)),
     );
+    if args.witnessed_every.is_some() {
+        let pollers = std::mem::take(&mut *pollers.lock().await);
+        let polled = pollers.len();
+        for poller in pollers {
+            poller.await?;
+        }
+        let mut lags = witnessed_lags.lock().await.clone();
+        lags.sort();
+        println!(
+            "confirm -> witnessed receipt: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} of {} sampled records witnessed within 60 s)",
+            ms(pct(&lags, 0.50)),
+            ms(pct(&lags, 0.99)),
+            ms(lags.last().copied().unwrap_or_default()),
+            lags.len(),
+            polled,
+        );
+    }
     if let Some(watcher) = watcher {
         log_report(&http, &args.url, &confirmed_at.lock().await, &seen, &stop, watcher).await?;
     }

@@ -13,8 +13,8 @@
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
 //! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
-//! | witness | 250 ms, in a task of its own | offer the newest checkpoint to the witnesses that do not hold it (`witness`) |
-//! | timestamp | 250 ms (one token per `--tsa-interval-secs` at most), in a task of its own | ask a TSA for an RFC 3161 token over the newest witnessed checkpoint (`timestamp`) |
+//! | witness | 100 ms, in a task of its own (a round does work only when a new checkpoint was signed) | offer the newest checkpoint to the witnesses that do not hold it (`witness`) |
+//! | timestamp | 100 ms (one token per `--tsa-interval-secs` at most), in a task of its own | ask a TSA for an RFC 3161 token over the newest witnessed checkpoint (`timestamp`) |
 //! | expire | 60 s | end Earned lots, close ISE stays at their limit, bill indefinite retention and end its grace periods, carry out tool transfers |
 //!
 //! Jobs call use cases like any front end; a failed job is logged and the
@@ -72,7 +72,7 @@ impl Default for Schedule {
             deidentify_every: Duration::from_secs(5),
             deidentify_batches: 4,
             releases_every: Duration::from_secs(60),
-            witness_every: Duration::from_millis(250),
+            witness_every: Duration::from_millis(100),
         }
     }
 }

@@ -180,8 +180,8 @@ impl Backoff {
 enum Outcome {
     /// The witness already holds this checkpoint.
     Current,
-    /// Cosigned and kept.
-    Cosigned,
+    /// Cosigned and checked; kept with the round's others.
+    Cosigned(CosignatureRecord),
     /// The witness holds a larger tree of this log than the log has: a
     /// rollback of this log's database, or a fork someone else showed it.
     Ahead(u64),
@@ -243,11 +243,12 @@ async fn submit(services: &Services, transport: &dyn Transport, witness: &Witnes
                 if timestamp as i64 > now + CLOCK_SKEW {
                     return Outcome::BadCosignature(format!("the cosignature is dated {timestamp}, {}s ahead", timestamp as i64 - now));
                 }
-                let record = CosignatureRecord { size: checkpoint.size, witness: vkey.clone(), line, signed_at: timestamp as i64 };
-                return match store.record_cosignature(&record, services.clock.now()).await {
-                    Ok(()) => Outcome::Cosigned,
-                    Err(error) => Outcome::Failed(format!("keeping the cosignature: {error}")),
-                };
+                return Outcome::Cosigned(CosignatureRecord {
+                    size: checkpoint.size,
+                    witness: vkey.clone(),
+                    line,
+                    signed_at: timestamp as i64,
+                });
             }
             409 if answer.content_type.starts_with("text/x.tlog.size") => {
                 let Some(held) = answer.body.trim_end_matches('\n').parse::<u64>().ok().filter(|_| answer.body.ends_with('\n')) else {
@@ -278,13 +279,23 @@ async fn round(services: &Services, transport: &dyn Transport, backoff: &mut [Ba
         let checkpoint = &checkpoint;
         async move { if backoff.ready() { Some(submit(services, transport, witness, checkpoint).await) } else { None } }
     });
-    let outcomes = futures_util::future::join_all(calls).await;
+    let mut outcomes = futures_util::future::join_all(calls).await;
+    // The round's cosignatures are kept in one transaction.
+    let cosigned: Vec<CosignatureRecord> =
+        outcomes.iter().filter_map(|o| if let Some(Outcome::Cosigned(record)) = o { Some(record.clone()) } else { None }).collect();
+    if let Err(error) = services.store.record_cosignatures(&cosigned, services.clock.now()).await {
+        for outcome in outcomes.iter_mut() {
+            if matches!(outcome, Some(Outcome::Cosigned(_))) {
+                *outcome = Some(Outcome::Failed(format!("keeping the cosignature: {error}")));
+            }
+        }
+    }
     let mut holding = 0;
     for ((witness, backoff), outcome) in trust.witnesses.iter().zip(backoff.iter_mut()).zip(outcomes) {
         let name = witness.key.name();
         let Some(outcome) = outcome else { continue };
         match outcome {
-            Outcome::Current | Outcome::Cosigned => {
+            Outcome::Current | Outcome::Cosigned(_) => {
                 if backoff.failures > 0 {
                     tracing::info!(witness = name, size = checkpoint.size, "the witness cosigns again");
                 }

@@ -75,9 +75,9 @@ pub trait LogStore: Send + Sync {
     async fn witness_size(&self, witness: &str) -> Result<i64>;
     /// What a witness said it holds (a 409 answer), with no cosignature.
     async fn set_witness_size(&self, witness: &str, size: i64, now: DateTime<Utc>) -> Result<()>;
-    /// Keeps a checked cosignature of the checkpoint of `size` and records
-    /// that size as the witness's, in one transaction.
-    async fn record_cosignature(&self, cosignature: &CosignatureRecord, now: DateTime<Utc>) -> Result<()>;
+    /// Keeps checked cosignatures and records each one's size as its
+    /// witness's, all in one transaction (one commit per witnessing round).
+    async fn record_cosignatures(&self, cosignatures: &[CosignatureRecord], now: DateTime<Utc>) -> Result<()>;
     /// The cosignatures of the checkpoint of `size` by the given witnesses.
     async fn cosignatures(&self, size: i64, witnesses: &[String]) -> Result<Vec<CosignatureRecord>>;
     /// The newest checkpoint that at least `quorum` of `witnesses` cosigned.
@@ -304,25 +304,30 @@ impl<E: Engine> LogStore for SqlStore<E> {
         Ok(())
     }
 
-    async fn record_cosignature(&self, c: &CosignatureRecord, now: DateTime<Utc>) -> Result<()> {
+    async fn record_cosignatures(&self, cosignatures: &[CosignatureRecord], now: DateTime<Utc>) -> Result<()> {
+        if cosignatures.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.begin_write().await?;
-        tx.execute(
-            sql("insert into log_cosignature (size, witness, line, signed_at) values ($1, $2, $3, $4)
-                 on conflict (size, witness) do update set line = excluded.line, signed_at = excluded.signed_at")
-            .bind(c.size)
-            .bind(c.witness.as_str())
-            .bind(c.line.as_str())
-            .bind(c.signed_at),
-        )
-        .await?;
-        tx.execute(
-            sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
-                 on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
-            .bind(c.witness.as_str())
-            .bind(c.size)
-            .bind(now),
-        )
-        .await?;
+        for c in cosignatures {
+            tx.execute(
+                sql("insert into log_cosignature (size, witness, line, signed_at) values ($1, $2, $3, $4)
+                     on conflict (size, witness) do update set line = excluded.line, signed_at = excluded.signed_at")
+                .bind(c.size)
+                .bind(c.witness.as_str())
+                .bind(c.line.as_str())
+                .bind(c.signed_at),
+            )
+            .await?;
+            tx.execute(
+                sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
+                     on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
+                .bind(c.witness.as_str())
+                .bind(c.size)
+                .bind(now),
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
