@@ -3,7 +3,7 @@
 //! parameters the service uses (the argon2 crate's defaults: 19 MiB, 2 passes,
 //! 1 lane).
 //!
-//!     cargo bench -p anchor-server --bench owner_password
+//!     cargo bench -p anchor-benches --bench owner_password
 
 use std::hint::black_box;
 

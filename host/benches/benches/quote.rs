@@ -1,6 +1,6 @@
 //! Pricing quote time, and what loading generations costs at a host's start.
 //!
-//!     cargo bench -p anchor-plugins --bench quote
+//!     cargo bench -p anchor-benches --bench quote
 //!
 //! - `pricing_quote`: one quote through the component with a fresh instance
 //!   per call (what the service does), through one warm instance, and the

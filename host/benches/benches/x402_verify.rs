@@ -2,7 +2,7 @@
 //! requirement, check the window, hash the EIP-712 message and recover the
 //! signer (secp256k1).
 //!
-//!     cargo bench -p anchor-server --bench x402_verify
+//!     cargo bench -p anchor-benches --bench x402_verify
 
 use std::hint::black_box;
 
