@@ -581,6 +581,69 @@ async fn two_witnesses_cosign_receipts_on_postgres() {
     two_witnesses_cosign_receipts(Some(&format!("{prefix}/{database}"))).await;
 }
 
+/// A witness that answers 200 with a cosignature line of the right name and
+/// key id whose signature does not verify: the host keeps nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_answering_a_bad_cosignature_is_not_believed() {
+    let dir = scratch("liar");
+    let http = reqwest::Client::new();
+    let log_key_file = dir.join("log.key");
+    let out = anchor(&["log", "keygen", "--origin", "liar.test/log", log_key_file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
+    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (_, vkey_a) = witness_key(&dir, "witness.test/a");
+    let (key_b, vkey_b) = witness_key(&dir, "witness.test/b");
+    // The liar: the line names witness a and carries its key id, then a
+    // timestamp and 64 bytes that are no signature.
+    let key_id = u32::from_str_radix(vkey_a.split('+').nth(1).unwrap(), 16).unwrap();
+    let mut forged = key_id.to_be_bytes().to_vec();
+    forged.extend_from_slice(&1_700_000_000u64.to_be_bytes());
+    forged.extend_from_slice(&[7u8; 64]);
+    let line = format!("\u{2014} witness.test/a {}\n", B64.encode(forged));
+    let liar = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let liar_url = format!("http://{}", liar.local_addr().unwrap());
+    let app = axum::Router::new().route("/add-checkpoint", axum::routing::post(move || std::future::ready(line.clone())));
+    let _liar = tokio::spawn(async move { axum::serve(liar, app).await.unwrap() });
+    let port_b = free_port();
+    let _witness_b = witness_process(&dir.join("wb"), "witness.test/b", &key_b, &log_vkey, port_b);
+    wait_up(&http, &format!("http://127.0.0.1:{port_b}")).await;
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--log-signing-key", skey.trim()])
+            .args(["--witness", &format!("{vkey_a}={liar_url}"), "--witness", &format!("{vkey_b}=http://127.0.0.1:{port_b}")])
+            .args(["--witness-quorum", "1", "--metrics-on-api", "--rate-limit", "100000"])
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_healthy(&http, &base).await;
+    let token = register(&http, &base).await;
+    let (dd_id, _) = anchor_one(&http, &base, &token, "enhanced").await;
+    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), |r| r["witnessed"] == json!(true)).await;
+    assert_eq!(receipt["cosigned_by"], json!(["witness.test/b"]), "only the honest witness: {receipt}");
+    assert!(!receipt["checkpoint"].as_str().unwrap().contains("witness.test/a"), "the forged line is not served");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        if metrics.contains("anchor_log_witness_failures_total{witness=\"witness.test/a\",reason=\"bad_cosignature\"}") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the bad cosignature is not counted: {metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let public = http.get(format!("{base}/v1/log/checkpoint")).send().await.unwrap().text().await.unwrap();
+    assert!(!public.contains("witness.test/a"), "{public}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn without_witnesses_a_declared_enhanced_level_is_said_to_be_out_of_reach() {
     let (_server, base, data) = common::serve_sqlite("witness-none", &["--metrics-on-api"]).await;
