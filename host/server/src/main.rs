@@ -755,15 +755,8 @@ async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A key given inline or as a file holding it.
-fn key_or_file(given: &str) -> String {
-    match std::fs::read_to_string(given) {
-        Ok(text) => text.trim().to_string(),
-        Err(_) => given.to_string(),
-    }
-}
-
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    use anchor_server::monitor::key_or_file;
     let key = key_or_file(&args.key);
     let witnesses = args
         .witnesses

@@ -69,7 +69,9 @@ pub enum Verdict {
     Unchecked(String),
 }
 
-fn key_or_file(given: &str) -> String {
+/// A key given inline, or the path of a file holding it (the file wins
+/// when both could be meant).
+pub fn key_or_file(given: &str) -> String {
     std::fs::read_to_string(given).map_or_else(|_| given.to_owned(), |text| text.trim().to_owned())
 }
 

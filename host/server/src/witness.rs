@@ -309,6 +309,18 @@ pub async fn serve(args: WitnessServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads an answer's body, refusing one over `limit` bytes without reading the rest.
+async fn read_bounded(response: &mut reqwest::Response, limit: usize, url: &str) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("{url}: the answer is larger than {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// How a log host reaches its witnesses: HTTP with keep-alive, a bounded
 /// time per call and a bounded answer.
 pub struct HttpTransport(reqwest::Client);
@@ -339,13 +351,7 @@ impl anchor_app::witness::Transport for HttpTransport {
         let status = response.status().as_u16();
         let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         // A witness's answer is a few signature lines; more is not read.
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
-            if body.len() + chunk.len() > MAX_BODY {
-                return Err(format!("{url}: the answer is larger than {MAX_BODY} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = read_bounded(&mut response, MAX_BODY, url).await?;
         Ok(anchor_app::witness::Answer { status, content_type, body: String::from_utf8_lossy(&body).into_owned() })
     }
 }
@@ -414,13 +420,6 @@ impl anchor_app::timestamp::TsaTransport for HttpTsa {
         if !response.status().is_success() {
             return Err(format!("the TSA answered {}", response.status()));
         }
-        let mut reply = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-            if reply.len() + chunk.len() > MAX_TSA_REPLY {
-                return Err(format!("the TSA's reply is over {MAX_TSA_REPLY} bytes"));
-            }
-            reply.extend_from_slice(&chunk);
-        }
-        Ok(reply)
+        read_bounded(&mut response, MAX_TSA_REPLY, url).await
     }
 }

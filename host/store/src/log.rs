@@ -292,15 +292,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
     }
 
     async fn set_witness_size(&self, witness: &str, size: i64, now: DateTime<Utc>) -> Result<()> {
-        self.db()
-            .execute(
-                sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
-                     on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
-                .bind(witness)
-                .bind(size)
-                .bind(now),
-            )
-            .await?;
+        self.db().execute(witness_holds(witness, size, now)).await?;
         Ok(())
     }
 
@@ -319,14 +311,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
                 .bind(c.signed_at),
             )
             .await?;
-            tx.execute(
-                sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
-                     on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
-                .bind(c.witness.as_str())
-                .bind(c.size)
-                .bind(now),
-            )
-            .await?;
+            tx.execute(witness_holds(&c.witness, c.size, now)).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -416,6 +401,15 @@ impl<E: Engine> LogStore for SqlStore<E> {
             .await?;
         row.as_ref().map(decode_checkpoint).transpose()
     }
+}
+
+/// Records that `witness` holds this log's tree of `size`.
+fn witness_holds(witness: &str, size: i64, now: DateTime<Utc>) -> engine::Query<'_> {
+    sql("insert into log_witness (witness, size, updated_at) values ($1, $2, $3)
+         on conflict (witness) do update set size = excluded.size, updated_at = excluded.updated_at")
+    .bind(witness)
+    .bind(size)
+    .bind(now)
 }
 
 /// Appends `(…)`, the witnesses' keys as parameters.

@@ -86,10 +86,14 @@ impl WitnessState {
     pub async fn advance(&self, origin: &str, old_size: u64, new: &Witnessed, at: &str) -> Result<Advance, StoreError> {
         let old = i64::try_from(old_size).map_err(|_| StoreError::Unsupported("size out of range".into()))?;
         let size = i64::try_from(new.size).map_err(|_| StoreError::Unsupported("size out of range".into()))?;
+        // One statement: a first checkpoint is inserted only from size 0; an
+        // existing row is replaced only while it still holds the old size.
         let stored = sqlx::query(
             "insert into witness_log (origin, size, root, note, updated_at) select $1, $2, $3, $4, $5
-             where $6 = 0 and not exists (select 1 from witness_log where origin = $1)
-             on conflict (origin) do nothing",
+             where $6 = 0 or exists (select 1 from witness_log where origin = $1)
+             on conflict (origin) do update set size = excluded.size, root = excluded.root, note = excluded.note,
+                 updated_at = excluded.updated_at
+             where witness_log.size = $6",
         )
         .bind(origin)
         .bind(size)
@@ -101,20 +105,6 @@ impl WitnessState {
         .await?
         .rows_affected();
         if stored == 1 {
-            return Ok(Advance::Stored);
-        }
-        let updated =
-            sqlx::query("update witness_log set size = $2, root = $3, note = $4, updated_at = $5 where origin = $1 and size = $6")
-                .bind(origin)
-                .bind(size)
-                .bind(new.root.as_slice())
-                .bind(&new.note)
-                .bind(at)
-                .bind(old)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-        if updated == 1 {
             return Ok(Advance::Stored);
         }
         Ok(Advance::Conflict(self.latest(origin).await?.map_or(0, |w| w.size)))
