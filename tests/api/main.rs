@@ -29,6 +29,7 @@ mod sdac;
 mod sdk;
 mod store_conformance;
 mod tidy;
+mod tidy_charges;
 mod tools;
 mod transparency;
 mod tsl;

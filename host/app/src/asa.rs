@@ -65,27 +65,36 @@ fn refused(refusal: AsaRefusal) -> AppError {
     }
 }
 
-/// Reads the subscription the settled purchase went to.
-struct ReadSubscription<'a> {
+/// Records a purchase of periods: from Earned DAC, the purchase and its
+/// debit in one transaction; over x402, settled inline with the purchase,
+/// the subscription it went to.
+struct BuyPeriods<'a> {
     services: &'a Services,
-    purchase_id: Uuid,
+    purchase: &'a NewAsaPurchase,
 }
 
 #[async_trait]
-impl Commit for ReadSubscription<'_> {
-    type Output = (AsaSubscription, (String, String));
+impl Commit for BuyPeriods<'_> {
+    type Output = (AsaSubscription, Option<(String, String)>);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
-        let Funding::Settled { reference, payer, .. } = funding else {
-            return Err(AppError::Internal(anyhow::anyhow!("ASA periods are paid over x402 settled inline, or from Earned DAC")));
-        };
-        let subscription = self
-            .services
-            .store
-            .asa_purchase_subscription(self.purchase_id)
-            .await?
-            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("ASA purchase {} vanished after its settlement", self.purchase_id)))?;
-        Ok(Committed::Done((subscription, (reference, payer))))
+        let store = &self.services.store;
+        match funding {
+            Funding::Earned(part) => match store.buy_asa_with_earned(self.purchase, part.threshold, self.services.clock.now()).await? {
+                AsaBought::Done(subscription) => Ok(Committed::Done((subscription, None))),
+                AsaBought::Refused(refusal) => Err(refused(refusal)),
+                AsaBought::EarnedShort { balance } => Ok(Committed::EarnedShort { balance }),
+            },
+            Funding::Settled { reference, payer, .. } => {
+                let subscription = store.asa_purchase_subscription(self.purchase.purchase_id).await?.ok_or_else(|| {
+                    AppError::Internal(anyhow::anyhow!("ASA purchase {} vanished after its settlement", self.purchase.purchase_id))
+                })?;
+                Ok(Committed::Done((subscription, Some((reference, payer)))))
+            }
+            Funding::Trial | Funding::External { .. } => {
+                Err(AppError::Internal(anyhow::anyhow!("ASA periods are paid over x402 settled inline, or from Earned DAC")))
+            }
+        }
     }
 }
 
@@ -117,7 +126,6 @@ pub async fn buy(
         ));
     }
     let source = source.unwrap_or(AsaSource::External);
-    let now = services.clock.now();
     // Checked first for the documented answers; checked again where the purchase is written.
     if let Some(refusal) = state_refusal(services, agent.agent_id, kind).await? {
         return Err(refused(refusal));
@@ -134,23 +142,8 @@ pub async fn buy(
         source,
         priced_by: services.priced_by(),
     };
-    if source == AsaSource::Earned {
-        let threshold = crate::earned::terms(services)?.threshold;
-        return match services.store.buy_asa_with_earned(&purchase, threshold, now).await? {
-            AsaBought::Done(subscription) => {
-                services.metrics.debit("earned", amount);
-                Ok(Bought { subscription, charged: amount, source, settlement: None, terms })
-            }
-            AsaBought::Refused(refusal) => Err(refused(refusal)),
-            AsaBought::EarnedShort { balance } => Err(AppError::invalid(
-                "INSUFFICIENT_DAC",
-                format!(
-                    "{periods} period(s) cost {amount} DAC from Earned DAC, which holds {balance} unexpired (it pays from {threshold})"
-                ),
-            )),
-        };
-    }
     let route = if kind == AsaPurchaseKind::Subscribe { SUBSCRIBE } else { EXTEND };
+    let earned = source == AsaSource::Earned;
     let order = Order {
         agent_id: agent.agent_id,
         route,
@@ -158,16 +151,15 @@ pub async fn buy(
         total: amount,
         description: format!("ASA: {periods} period(s) of {} days ({amount} DAC)", terms.period_days),
         trial: TrialUse::None,
-        earned: MilliDac::ZERO,
+        earned: if earned { amount } else { MilliDac::ZERO },
         offered,
         settle: Settle::Inline(Subject { domain: SubjectDomain::AsaSubscription, id: purchase.purchase_id }),
-        pending: Some(Pending::Asa(purchase.clone())),
+        pending: (!earned).then(|| Pending::Asa(purchase.clone())),
     };
-    let reader = ReadSubscription { services, purchase_id: purchase.purchase_id };
-    match charge::charge(services, order, &reader).await {
-        Ok((subscription, settlement)) => Ok(Bought { subscription, charged: amount, source, settlement: Some(settlement), terms }),
+    match charge::charge(services, order, &BuyPeriods { services, purchase: &purchase }).await {
+        Ok((subscription, settlement)) => Ok(Bought { subscription, charged: amount, source, settlement, terms }),
         // The state changed between the check and the reservation: read why.
-        Err(AppError::Conflict { code: "DUPLICATE_REQUEST", .. }) => {
+        Err(AppError::Conflict { code: "DUPLICATE_REQUEST", .. }) if !earned => {
             Err(refused(state_refusal(services, agent.agent_id, kind).await?.unwrap_or(AsaRefusal::InFlight)))
         }
         Err(other) => Err(other),

@@ -82,6 +82,10 @@ pub enum Offered {
     /// `INVALID_PAYLOAD`) once an external payment is needed, ignored before.
     Malformed(String),
     Payload(Value),
+    /// Nobody is there to pay externally (a background job charging a
+    /// balance): a price Trial or Earned DAC does not cover is refused as
+    /// payment required at once, before the DAB is read.
+    Unavailable,
 }
 
 /// When an external payment settles.
@@ -105,10 +109,11 @@ pub struct Order {
     /// What is bought, for the challenge (the pipeline adds why Trial did not pay).
     pub description: String,
     pub trial: TrialUse,
-    /// The part of `total` Earned DAC pays (a surcharge or premium the agent
-    /// chose to pay so); zero for most orders, and never all of it. Inline
-    /// orders have the pipeline debit it with the reservation; an `AtConfirm`
-    /// commit debits it with its record.
+    /// The part of `total` Earned DAC pays: zero for most orders; a
+    /// surcharge or premium the agent chose to pay so (inline orders have the
+    /// pipeline debit it with the reservation, an `AtConfirm` commit with its
+    /// record); or all of `total` where a route or job is paid from Earned DAC
+    /// whole (the commit debits it, [`Funding::Earned`]).
     pub earned: MilliDac,
     pub offered: Offered,
     pub settle: Settle,
@@ -122,6 +127,10 @@ pub struct Order {
 pub enum Funding {
     /// Trial pays the whole price.
     Trial,
+    /// Earned DAC pays the whole price: the commit debits up to
+    /// `part.amount` under the agent's lock, if the unexpired balance reaches
+    /// `part.threshold` (else `Committed::EarnedShort`).
+    Earned(EarnedPart),
     /// A verified authorization pays `payment.amount_units`; Trial pays `trial_part` (zero or the base fee).
     External { payment: Box<NewPayment>, trial_part: MilliDac },
     /// Settled inline already (its usage is recorded): record what was bought.
@@ -201,25 +210,46 @@ pub fn dab_reached(limit: MilliDac, spent: MilliDac, amount: MilliDac, resets: D
 /// What Earned DAC is asked to pay, once the agent's balance can: before any
 /// challenge, so that an agent never pays externally for an order Earned
 /// then refuses (the reservation checks again, under the agent's lock).
-async fn earned_part(services: &Services, agent_id: Uuid, amount: MilliDac) -> AppResult<EarnedPart> {
+async fn earned_part(services: &Services, order: &Order) -> AppResult<EarnedPart> {
     let threshold = crate::earned::terms(services)?.threshold;
-    let balance = services.store.earned_balance(agent_id, services.clock.now()).await?.balance;
-    if balance < threshold || balance < amount {
-        return Err(earned_short(amount, balance, Some(threshold)));
+    let balance = services.store.earned_balance(order.agent_id, services.clock.now()).await?.balance;
+    if balance < threshold || balance < order.earned {
+        return Err(earned_short(order.ask(), balance, Some(threshold)));
     }
-    Ok(EarnedPart { amount, threshold })
+    Ok(EarnedPart { amount: order.earned, threshold })
 }
 
-/// 400 `INSUFFICIENT_DAC`: Earned DAC cannot pay its part.
-fn earned_short(amount: MilliDac, balance: MilliDac, threshold: Option<MilliDac>) -> AppError {
+/// What of an order a refusal names.
+#[derive(Clone, Copy)]
+struct Ask {
+    total: MilliDac,
+    earned: MilliDac,
+    /// Nothing could be paid otherwise (`Offered::Unavailable`).
+    only_earned: bool,
+}
+
+impl Order {
+    fn ask(&self) -> Ask {
+        Ask { total: self.total, earned: self.earned, only_earned: matches!(self.offered, Offered::Unavailable) }
+    }
+}
+
+/// `INSUFFICIENT_DAC`: Earned DAC cannot pay what the order gives it. The
+/// one refusal of a balance too low, for every route and job: 400 where the
+/// agent could pay otherwise, a plain 402 where Earned DAC is the only way to
+/// pay (indefinite retention: no x402 route).
+fn earned_short(order: Ask, balance: MilliDac, threshold: Option<MilliDac>) -> AppError {
+    let amount = order.earned;
     let threshold = threshold.map(|t| format!(", and pays only from a balance of at least {t} DAC")).unwrap_or_default();
-    AppError::invalid(
-        "INSUFFICIENT_DAC",
-        format!(
-            "Earned DAC was asked to pay {amount} DAC: this agent holds {balance} unexpired Earned DAC{threshold}; \
-             pay the part externally instead (leave the Earned option out)"
-        ),
-    )
+    let whole = amount == order.total;
+    let instead =
+        if whole { "nothing was charged and nothing changed" } else { "pay the part externally instead (leave the Earned option out)" };
+    let message =
+        format!("Earned DAC was asked to pay {amount} DAC: this agent holds {balance} unexpired Earned DAC{threshold}; {instead}");
+    match order.only_earned {
+        false => AppError::invalid("INSUFFICIENT_DAC", message),
+        true => AppError::Unpaid { code: "INSUFFICIENT_DAC", message },
+    }
 }
 
 /// The deterministic reference of a local settlement: keccak-256 over the
@@ -317,16 +347,25 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
                 order.route
             )));
         }
+        let whole = matches!(rules.earned, crate::catalog::EarnedUse::Whole | crate::catalog::EarnedUse::EarnedOnlyStay);
+        if order.earned > MilliDac::ZERO && order.earned == order.total && !whole {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "{} accepts Earned DAC for part of a price only in the catalog, yet an order had it pay all",
+                order.route
+            )));
+        }
     }
     let now = services.clock.now();
     let mut description = order.description.clone();
     // Earned DAC first: an order it cannot pay is refused before Trial or a challenge.
     let earned = match order.earned {
         MilliDac::ZERO => None,
-        part if part < order.total => Some(earned_part(services, order.agent_id, part).await?),
-        _ => return Err(AppError::Internal(anyhow::anyhow!("Earned DAC pays part of an order, never all of it"))),
+        part if part < order.total => Some(earned_part(services, &order).await?),
+        part if part == order.total => return pay_from_earned(services, &order, commit).await,
+        _ => return Err(AppError::Internal(anyhow::anyhow!("Earned DAC was asked to pay more than the order's price"))),
     };
-    let short = |balance| earned_short(order.earned, balance, earned.map(|e: EarnedPart| e.threshold));
+    let ask = order.ask();
+    let short = |balance| earned_short(ask, balance, earned.map(|e: EarnedPart| e.threshold));
     let trial_part = match order.trial {
         TrialUse::Whole => match commit.commit(Funding::Trial).await? {
             Committed::Done(output) => {
@@ -368,6 +407,9 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         }))
     };
 
+    if matches!(order.offered, Offered::Unavailable) {
+        return Err(required(None));
+    }
     // DAB: external spending only, before any challenge is issued.
     let (period_start, resets) = anchor_domain::dab::period(now);
     let dab = services.store.dab_status(order.agent_id, period_start).await?;
@@ -379,6 +421,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
         Offered::None => return Err(required(None)),
         Offered::Malformed(message) => return Err(AppError::invalid("INVALID_PAYLOAD", message)),
         Offered::Payload(payload) => payload,
+        Offered::Unavailable => return Err(required(None)),
     };
     let verification = |outcome| services.metrics.x402_verifications.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
     let verified = anchor_x402::verify(&payload, &requirement, now.timestamp()).map_err(|r| {
@@ -450,5 +493,25 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
                 "Trial cannot pay its {trial_part} DAC part of this price; leave premium_payment_source out to pay the whole price over x402"
             ),
         )),
+    }
+}
+
+/// An order Earned DAC pays whole: the commit debits it under the agent's
+/// lock, in the transaction that records what was bought; no external
+/// payment is offered or read. The balance is not read first: the commit's
+/// own check is the only one, and its shortfall the one refusal.
+async fn pay_from_earned<C: Commit>(services: &Services, order: &Order, commit: &C) -> AppResult<C::Output> {
+    let threshold = crate::earned::terms(services)?.threshold;
+    match commit.commit(Funding::Earned(EarnedPart { amount: order.earned, threshold })).await? {
+        Committed::Done(output) => {
+            if C::debited(&output) {
+                services.metrics.debit("earned", order.earned);
+            }
+            Ok(output)
+        }
+        Committed::EarnedShort { balance } => Err(earned_short(order.ask(), balance, Some(threshold))),
+        Committed::TrialShort { .. } | Committed::NonceUsed | Committed::DabReached { .. } => {
+            Err(AppError::Internal(anyhow::anyhow!("an Earned-only commit reported a Trial or external payment outcome")))
+        }
     }
 }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::ise::IseMode;
 use anchor_domain::payments::{Subject, SubjectDomain};
-use anchor_store::{AgentRecord, IseClose, IseClosed, IseFunding, IseRecord};
+use anchor_store::{AgentRecord, IseClose, IseClosed, IseFunding, IseRecord, IseUnpaid};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};
@@ -81,6 +81,28 @@ struct CloseStay<'a> {
     stay: &'a IseRecord,
     exited_at: DateTime<Utc>,
     charged: MilliDac,
+    /// `agent` (its exit) or `service` (the job, at the stay's limit).
+    closed_by: &'static str,
+}
+
+impl CloseStay<'_> {
+    /// The order that pays the stay: Earned DAC whole for an `earned_only`
+    /// stay; else Trial whole, then x402 where someone can pay (`offered`).
+    fn order(&self, offered: Offered) -> Order {
+        let earned_only = self.stay.mode == IseMode::EarnedOnly;
+        Order {
+            agent_id: self.stay.agent_id,
+            route: EXIT,
+            path: None,
+            total: self.charged,
+            description: format!("ISE stay of {} s ({} DAC)", (self.exited_at - self.stay.entered_at).num_seconds(), self.charged),
+            trial: if earned_only { TrialUse::None } else { TrialUse::Whole },
+            earned: if earned_only { self.charged } else { MilliDac::ZERO },
+            offered,
+            settle: Settle::Inline(Subject { domain: SubjectDomain::IseSession, id: self.stay.session_id }),
+            pending: None,
+        }
+    }
 }
 
 #[async_trait]
@@ -90,10 +112,21 @@ impl Commit for CloseStay<'_> {
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
         let (funding, settlement) = match funding {
             Funding::Trial => (IseFunding::Trial, None),
+            Funding::Earned(part) => (IseFunding::Earned { threshold: part.threshold }, None),
             Funding::Settled { payment_id, reference, payer } => (IseFunding::External { payment_id }, Some((reference, payer))),
             Funding::External { .. } => return Err(AppError::Internal(anyhow::anyhow!("an ISE stay settles inline"))),
         };
-        match close(self.services, self.stay, self.exited_at, self.charged, funding, "agent").await? {
+        let close = IseClose {
+            session_id: self.stay.session_id,
+            agent_id: self.stay.agent_id,
+            exited_at: self.exited_at,
+            charged: self.charged,
+            funding,
+            closed_by: self.closed_by,
+            now: self.services.clock.now(),
+            priced_by: self.services.priced_by(),
+        };
+        match self.services.store.close_ise(&close).await? {
             IseClosed::Closed(record) => Ok(Committed::Done((record, settlement))),
             IseClosed::TrialShort { balance, expired } => Ok(Committed::TrialShort { balance, expired }),
             IseClosed::EarnedShort { balance } => Ok(Committed::EarnedShort { balance }),
@@ -106,25 +139,24 @@ fn no_session() -> AppError {
     AppError::not_found("NO_ACTIVE_SESSION", "this agent is not in an ISE session")
 }
 
-async fn close(
+/// Closes a stay charging nothing: free, or (the job) unpaid.
+async fn close_unpaid(
     services: &Services,
     stay: &IseRecord,
     exited_at: DateTime<Utc>,
-    charged: MilliDac,
-    funding: IseFunding,
+    unpaid: bool,
     closed_by: &'static str,
 ) -> AppResult<IseClosed> {
-    let close = IseClose {
+    let stay = IseUnpaid {
         session_id: stay.session_id,
         agent_id: stay.agent_id,
         exited_at,
-        charged,
-        funding,
+        unpaid,
         closed_by,
         now: services.clock.now(),
         priced_by: services.priced_by(),
     };
-    Ok(services.store.close_ise(&close).await?)
+    Ok(services.store.close_ise_unpaid(&stay).await?)
 }
 
 /// POST /v1/ise/exit: the stay and, when it was paid over x402, the settlement.
@@ -136,37 +168,13 @@ pub async fn exit(services: &Services, agent: &AgentRecord, offered: Offered) ->
     let exited_at = now.min(terms.limit(stay.mode, stay.entered_at));
     let charged = terms.price(stay.mode, stay.entered_at, exited_at);
     if charged == MilliDac::ZERO {
-        return match close(services, &stay, exited_at, charged, IseFunding::Nothing { unpaid: false }, "agent").await? {
+        return match close_unpaid(services, &stay, exited_at, false, "agent").await? {
             IseClosed::Closed(record) => Ok((record, None)),
             _ => Err(no_session()),
         };
     }
-    if stay.mode == IseMode::EarnedOnly {
-        let threshold = crate::earned::terms(services)?.threshold;
-        return match close(services, &stay, exited_at, charged, IseFunding::Earned { threshold }, "agent").await? {
-            IseClosed::Closed(record) => Ok((record, None)),
-            IseClosed::EarnedShort { balance } => Err(AppError::invalid(
-                "INSUFFICIENT_DAC",
-                format!(
-                    "this stay costs {charged} DAC from Earned DAC, which holds {balance} unexpired (it pays from {threshold}); the session stays open"
-                ),
-            )),
-            _ => Err(no_session()),
-        };
-    }
-    let order = Order {
-        agent_id: agent.agent_id,
-        route: EXIT,
-        path: None,
-        total: charged,
-        description: format!("ISE stay of {} s ({charged} DAC)", (exited_at - stay.entered_at).num_seconds()),
-        trial: TrialUse::Whole,
-        earned: MilliDac::ZERO,
-        offered,
-        settle: Settle::Inline(Subject { domain: SubjectDomain::IseSession, id: stay.session_id }),
-        pending: None,
-    };
-    charge::charge(services, order, &CloseStay { services, stay: &stay, exited_at, charged }).await
+    let stay = CloseStay { services, stay: &stay, exited_at, charged, closed_by: "agent" };
+    charge::charge(services, stay.order(offered), &stay).await
 }
 
 /// The job: closes the stays at their limit (free ones at the free seconds,
@@ -180,22 +188,23 @@ pub async fn close_due(services: &Services) -> anyhow::Result<usize> {
     for stay in due {
         let exited_at = terms.limit(stay.mode, stay.entered_at);
         let charged = terms.price(stay.mode, stay.entered_at, exited_at);
-        let funding = match stay.mode {
-            IseMode::Free => IseFunding::Nothing { unpaid: false },
-            IseMode::External => IseFunding::Trial,
-            IseMode::EarnedOnly => {
-                IseFunding::Earned { threshold: crate::earned::terms(services).map_err(|e| anyhow::anyhow!("{e}"))?.threshold }
-            }
+        let closing = CloseStay { services, stay: &stay, exited_at, charged, closed_by: "service" };
+        let paid = if charged == MilliDac::ZERO {
+            close_unpaid(services, &stay, exited_at, false, "service").await.map(Some)
+        } else {
+            charge::charge(services, closing.order(Offered::Unavailable), &closing).await.map(|(record, _)| Some(IseClosed::Closed(record)))
         };
-        let outcome = match close(services, &stay, exited_at, charged, funding, "service").await.map_err(|e| anyhow::anyhow!("{e}"))? {
-            IseClosed::TrialShort { .. } | IseClosed::EarnedShort { .. } => {
-                close(services, &stay, exited_at, MilliDac::ZERO, IseFunding::Nothing { unpaid: true }, "service")
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?
+        let outcome = match paid {
+            Ok(outcome) => outcome,
+            // Neither balance can pay, and nobody is there to pay otherwise: closed unpaid, nothing moves.
+            Err(refused) if matches!(refused, AppError::PaymentRequired(_)) || refused.code() == "INSUFFICIENT_DAC" => {
+                Some(close_unpaid(services, &stay, exited_at, true, "service").await.map_err(|e| anyhow::anyhow!("{e}"))?)
             }
-            other => other,
+            // The agent closed it meanwhile.
+            Err(gone) if gone.code() == "NO_ACTIVE_SESSION" => None,
+            Err(other) => return Err(anyhow::anyhow!("{other}")),
         };
-        if matches!(outcome, IseClosed::Closed(_)) {
+        if matches!(outcome, Some(IseClosed::Closed(_))) {
             closed += 1;
         }
     }

@@ -12,7 +12,9 @@ use chrono::Duration;
 
 use anchor_domain::MilliDac;
 use anchor_domain::retention::{RetentionStatus, Subscription};
-use anchor_store::{AgentRecord, Billed, RetentionTerms, Subscribed};
+use anchor_store::{AgentRecord, Billed, Billing, RetentionTerms, Subscribed};
+
+use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 
 use crate::{AppError, AppResult, Services};
 
@@ -83,22 +85,85 @@ pub async fn owner_view(
 pub async fn subscribe(services: &Services, agent: &AgentRecord) -> AppResult<(Subscription, bool, MilliDac, RetentionTerms)> {
     enabled(services)?;
     let terms = terms(services)?;
-    match services.store.subscribe_retention(agent.agent_id, terms.clone(), services.clock.now()).await? {
-        Subscribed::Active { subscription, reactivated, charged } => {
-            services.metrics.debit("earned", charged);
-            Ok((subscription, reactivated, charged, terms))
+    let commit = Subscribe { services, agent_id: agent.agent_id, terms: &terms };
+    let (subscription, reactivated, charged) = charge::charge(services, month(agent.agent_id, &terms, SUBSCRIBE), &commit).await?;
+    Ok((subscription, reactivated, charged, terms))
+}
+
+/// POST /v1/retention/indefinite/subscribe: paid from Earned DAC only, so no
+/// x402 route (the discovery documents do not list it).
+pub const SUBSCRIBE: Route = Route { method: "POST", path: "/v1/retention/indefinite/subscribe" };
+/// The monthly job's charges, named as their usage entries are.
+pub const MONTHLY: Route = Route { method: "JOB", path: "retention monthly charge" };
+
+/// One month, paid from Earned DAC whole.
+fn month(agent_id: uuid::Uuid, terms: &RetentionTerms, route: Route) -> Order {
+    Order {
+        agent_id,
+        route,
+        path: None,
+        total: terms.monthly,
+        description: format!("indefinite retention, one month ({} DAC)", terms.monthly),
+        trial: TrialUse::None,
+        earned: terms.monthly,
+        offered: Offered::Unavailable,
+        settle: Settle::AtConfirm,
+        pending: None,
+    }
+}
+
+/// Subscribes (or reactivates) in the transaction that takes the month.
+struct Subscribe<'a> {
+    services: &'a Services,
+    agent_id: uuid::Uuid,
+    terms: &'a RetentionTerms,
+}
+
+#[async_trait::async_trait]
+impl Commit for Subscribe<'_> {
+    type Output = (Subscription, bool, MilliDac);
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
+        let Funding::Earned(_) = funding else {
+            return Err(AppError::Internal(anyhow::anyhow!("indefinite retention is paid from Earned DAC only")));
+        };
+        match self.services.store.subscribe_retention(self.agent_id, self.terms.clone(), self.services.clock.now()).await? {
+            Subscribed::Active { subscription, reactivated, charged } => Ok(Committed::Done((subscription, reactivated, charged))),
+            Subscribed::AlreadyActive(_) => Err(AppError::Conflict {
+                code: "ALREADY_SUBSCRIBED",
+                message: "this agent's indefinite-retention subscription is active already".into(),
+            }),
+            Subscribed::EarnedShort { balance } => Ok(Committed::EarnedShort { balance }),
         }
-        Subscribed::AlreadyActive(_) => Err(AppError::Conflict {
-            code: "ALREADY_SUBSCRIBED",
-            message: "this agent's indefinite-retention subscription is active already".into(),
-        }),
-        Subscribed::EarnedShort { balance } => Err(AppError::Unpaid {
-            code: "INSUFFICIENT_DAC",
-            message: format!(
-                "the month costs {} DAC from Earned DAC, which holds {balance} unexpired (it pays from {}); nothing changed",
-                terms.monthly, terms.threshold
-            ),
-        }),
+    }
+
+    /// A reactivation within the month already paid takes nothing.
+    fn debited(output: &Self::Output) -> bool {
+        output.2 > MilliDac::ZERO
+    }
+}
+
+/// Bills one due month; a subscription that cannot pay enters its grace in
+/// the same transaction (that is the job's outcome, not a refusal).
+struct BillMonth<'a> {
+    services: &'a Services,
+    agent_id: uuid::Uuid,
+    terms: &'a RetentionTerms,
+}
+
+#[async_trait::async_trait]
+impl Commit for BillMonth<'_> {
+    type Output = Billing;
+
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<Billing>> {
+        let Funding::Earned(_) = funding else {
+            return Err(AppError::Internal(anyhow::anyhow!("indefinite retention is paid from Earned DAC only")));
+        };
+        Ok(Committed::Done(self.services.store.bill_retention(self.agent_id, self.terms, self.services.clock.now()).await?))
+    }
+
+    fn debited(output: &Billing) -> bool {
+        *output == Billing::Charged
     }
 }
 
@@ -138,9 +203,14 @@ pub async fn require_active(services: &Services, agent_id: uuid::Uuid) -> AppRes
 pub async fn run_due(services: &Services) -> anyhow::Result<(Billed, usize)> {
     let terms = terms(services).map_err(|e| anyhow::anyhow!("{e}"))?;
     let now = services.clock.now();
-    let billed = services.store.bill_due_retention(terms.clone(), now, JOB_BATCH).await?;
-    for _ in 0..billed.charged {
-        services.metrics.debit("earned", terms.monthly);
+    let mut billed = Billed::default();
+    for agent_id in services.store.due_retention(now, JOB_BATCH).await? {
+        let commit = BillMonth { services, agent_id, terms: &terms };
+        match charge::charge(services, month(agent_id, &terms, MONTHLY), &commit).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+            Billing::Charged => billed.charged += 1,
+            Billing::ToGrace => billed.to_grace += 1,
+            Billing::NotDue => {}
+        }
     }
     let expired = services.store.expire_due_retention(now, JOB_BATCH).await?;
     Ok((billed, expired))

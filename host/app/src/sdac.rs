@@ -83,7 +83,9 @@ impl Commit for EndSession<'_> {
         let (funding, settlement) = match funding {
             Funding::Trial => (SdacFunding::Trial, None),
             Funding::Settled { payment_id, reference, payer } => (SdacFunding::External { payment_id }, Some((reference, payer))),
-            Funding::External { .. } => return Err(AppError::Internal(anyhow::anyhow!("an sDAC session settles inline"))),
+            Funding::External { .. } | Funding::Earned(_) => {
+                return Err(AppError::Internal(anyhow::anyhow!("an sDAC session is paid from Trial or settled inline")));
+            }
         };
         let now = self.services.clock.now();
         match self
@@ -114,11 +116,7 @@ pub async fn end(
         .ok_or_else(|| no_session(session_id))?;
     let charged = price(services, &session)?;
     if charged == MilliDac::ZERO {
-        return match services
-            .store
-            .end_sdac(session_id, agent.agent_id, charged, SdacFunding::Nothing, &services.priced_by(), services.clock.now())
-            .await?
-        {
+        return match services.store.end_sdac_free(session_id, agent.agent_id, &services.priced_by(), services.clock.now()).await? {
             SdacEnded::Ended(record) => Ok((record, None)),
             _ => Err(no_session(session_id)),
         };

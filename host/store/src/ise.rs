@@ -63,6 +63,20 @@ pub struct IseClose {
     pub priced_by: PricedBy,
 }
 
+/// A stay closed without a charge.
+#[derive(Clone, Debug)]
+pub struct IseUnpaid {
+    pub session_id: Uuid,
+    pub agent_id: Uuid,
+    pub exited_at: DateTime<Utc>,
+    /// Its price was due and nothing could pay it (else it cost nothing).
+    pub unpaid: bool,
+    /// `agent` or `service`.
+    pub closed_by: &'static str,
+    pub now: DateTime<Utc>,
+    pub priced_by: PricedBy,
+}
+
 /// What closing concluded; nothing was written unless `Closed`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IseClosed {
@@ -83,7 +97,11 @@ pub trait IseStore {
     /// Opens a stay; `false` when the agent has one open already.
     async fn enter_ise(&self, session_id: Uuid, agent_id: Uuid, mode: IseMode, now: DateTime<Utc>) -> Result<bool>;
     async fn open_ise(&self, agent_id: Uuid) -> Result<Option<IseRecord>>;
+    /// Closes a stay paid as `close.funding` says (the charge pipeline's commit).
     async fn close_ise(&self, close: &IseClose) -> Result<IseClosed>;
+    /// Closes a stay charging nothing: one whose price is zero, or one that
+    /// nothing could pay (`unpaid`). It carries no funding: no DAC moves.
+    async fn close_ise_unpaid(&self, stay: &IseUnpaid) -> Result<IseClosed>;
     /// Open stays that entered at or before `before_free` (free ones) or `before_paid` (the others), oldest first.
     async fn due_ise(&self, before_free: DateTime<Utc>, before_paid: DateTime<Utc>, limit: i64) -> Result<Vec<IseRecord>>;
 }
@@ -108,6 +126,20 @@ impl<E: Engine> IseStore for SqlStore<E> {
         let row =
             self.db().fetch_optional(sql("select * from ise_session where agent_id = $1 and exited_at is null").bind(agent_id)).await?;
         row.as_ref().map(record_of).transpose()
+    }
+
+    async fn close_ise_unpaid(&self, stay: &IseUnpaid) -> Result<IseClosed> {
+        let close = IseClose {
+            session_id: stay.session_id,
+            agent_id: stay.agent_id,
+            exited_at: stay.exited_at,
+            charged: MilliDac::ZERO,
+            funding: IseFunding::Nothing { unpaid: stay.unpaid },
+            closed_by: stay.closed_by,
+            now: stay.now,
+            priced_by: stay.priced_by.clone(),
+        };
+        self.close_ise(&close).await
     }
 
     async fn close_ise(&self, close: &IseClose) -> Result<IseClosed> {

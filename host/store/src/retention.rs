@@ -40,6 +40,17 @@ pub enum Subscribed {
     },
 }
 
+/// What billing one subscription's month concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Billing {
+    /// The month was charged from Earned DAC.
+    Charged,
+    /// Earned DAC could not pay it: the subscription entered its grace period.
+    ToGrace,
+    /// Nothing was due any more (another host, a cancel or a reactivation got there first).
+    NotDue,
+}
+
 /// What one run of the monthly job did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Billed {
@@ -54,9 +65,12 @@ pub trait RetentionStore {
     async fn subscribe_retention(&self, agent_id: Uuid, terms: RetentionTerms, now: DateTime<Utc>) -> Result<Subscribed>;
     /// Active -> grace; `None` unless the subscription was active.
     async fn cancel_retention(&self, agent_id: Uuid, grace: Duration, now: DateTime<Utc>) -> Result<Option<Subscription>>;
-    /// Charges up to `limit` active subscriptions whose month is due; one
-    /// that cannot pay enters its grace period.
-    async fn bill_due_retention(&self, terms: RetentionTerms, now: DateTime<Utc>, limit: i64) -> Result<Billed>;
+    /// Up to `limit` active subscriptions whose month is due, oldest due first.
+    async fn due_retention(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<Uuid>>;
+    /// Charges one subscription's due month from Earned DAC (`terms.monthly`,
+    /// from a balance of at least `terms.threshold`); one that cannot pay
+    /// enters its grace period. One transaction under the agent's lock.
+    async fn bill_retention(&self, agent_id: Uuid, terms: &RetentionTerms, now: DateTime<Utc>) -> Result<Billing>;
     /// Expires up to `limit` subscriptions whose grace has ended and demotes
     /// their agents' indefinite records; returns how many expired.
     async fn expire_due_retention(&self, now: DateTime<Utc>, limit: i64) -> Result<usize>;
@@ -207,9 +221,8 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
         Ok(subscription)
     }
 
-    async fn bill_due_retention(&self, terms: RetentionTerms, now: DateTime<Utc>, limit: i64) -> Result<Billed> {
-        let due: Vec<Uuid> = self
-            .db()
+    async fn due_retention(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<Uuid>> {
+        self.db()
             .scalar_all(
                 sql("select agent_id from retention_subscription \
                      where grace_started_at is null and expired_at is null and next_billing_at <= $1 \
@@ -217,42 +230,39 @@ impl<E: Engine> RetentionStore for SqlStore<E> {
                 .bind(now)
                 .bind(limit),
             )
-            .await?;
-        let mut billed = Billed::default();
-        for agent_id in due {
-            let mut tx = self.begin_write().await?;
-            let for_update = self.db.for_update();
-            let Some(current) = locked(&mut tx, for_update, agent_id).await? else { continue };
-            // Another host or a reactivation got there first.
-            if current.status(now) != RetentionStatus::Active || current.next_billing_at > now {
-                continue;
-            }
-            match charge(&mut tx, for_update, agent_id, &terms, now).await? {
-                Ok(()) => {
-                    tx.execute(
-                        sql(
-                            "update retention_subscription set next_billing_at = $1, months_billed = months_billed + 1 where agent_id = $2",
-                        )
+            .await
+    }
+
+    async fn bill_retention(&self, agent_id: Uuid, terms: &RetentionTerms, now: DateTime<Utc>) -> Result<Billing> {
+        let mut tx = self.begin_write().await?;
+        let for_update = self.db.for_update();
+        let Some(current) = locked(&mut tx, for_update, agent_id).await? else { return Ok(Billing::NotDue) };
+        if current.status(now) != RetentionStatus::Active || current.next_billing_at > now {
+            return Ok(Billing::NotDue);
+        }
+        let billing = match charge(&mut tx, for_update, agent_id, terms, now).await? {
+            Ok(()) => {
+                tx.execute(
+                    sql("update retention_subscription set next_billing_at = $1, months_billed = months_billed + 1 where agent_id = $2")
                         .bind(retention::next_month(current.next_billing_at))
                         .bind(agent_id),
-                    )
-                    .await?;
-                    billed.charged += 1;
-                }
-                Err(_) => {
-                    tx.execute(
-                        sql("update retention_subscription set grace_started_at = $1, grace_ends_at = $2 where agent_id = $3")
-                            .bind(now)
-                            .bind(now + terms.grace)
-                            .bind(agent_id),
-                    )
-                    .await?;
-                    billed.to_grace += 1;
-                }
+                )
+                .await?;
+                Billing::Charged
             }
-            tx.commit().await?;
-        }
-        Ok(billed)
+            Err(_) => {
+                tx.execute(
+                    sql("update retention_subscription set grace_started_at = $1, grace_ends_at = $2 where agent_id = $3")
+                        .bind(now)
+                        .bind(now + terms.grace)
+                        .bind(agent_id),
+                )
+                .await?;
+                Billing::ToGrace
+            }
+        };
+        tx.commit().await?;
+        Ok(billing)
     }
 
     async fn expire_due_retention(&self, now: DateTime<Utc>, limit: i64) -> Result<usize> {

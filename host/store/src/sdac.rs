@@ -69,6 +69,7 @@ pub trait SdacStore {
         total: MilliDac,
         now: DateTime<Utc>,
     ) -> Result<Option<SdacRecord>>;
+    /// Ends a session paid as `funding` says (the charge pipeline's commit).
     async fn end_sdac(
         &self,
         session_id: Uuid,
@@ -78,6 +79,8 @@ pub trait SdacStore {
         priced_by: &PricedBy,
         now: DateTime<Utc>,
     ) -> Result<SdacEnded>;
+    /// Ends a session that costs nothing (no trial was run): no DAC moves.
+    async fn end_sdac_free(&self, session_id: Uuid, agent_id: Uuid, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded>;
 }
 
 #[async_trait]
@@ -161,6 +164,10 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         .await?;
         tx.commit().await?;
         Ok(Some(record))
+    }
+
+    async fn end_sdac_free(&self, session_id: Uuid, agent_id: Uuid, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded> {
+        self.end_sdac(session_id, agent_id, MilliDac::ZERO, SdacFunding::Nothing, priced_by, now).await
     }
 
     async fn end_sdac(
