@@ -8,8 +8,6 @@
 use anchor_domain::MilliDac;
 use anchor_domain::pricing::{ObservationTier, Policy, ServicePrices};
 
-use crate::charge::Route;
-
 /// Where a paid route's price comes from in the pricing component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PriceSource {
@@ -29,7 +27,7 @@ pub enum PriceSource {
 
 /// What Earned DAC may pay of a route's price. The charge pipeline refuses
 /// an order that would take Earned DAC where this says `Never`
-/// ([`crate::charge::charge`]), so the discovery documents built from it
+/// (`charge::charge`), so the discovery documents built from it
 /// cannot promise what the routes do not do, nor hide what they do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EarnedUse {
@@ -74,6 +72,19 @@ const fn paid(method: &'static str, path: &'static str, price: PriceSource, tria
 use EarnedUse::{EarnedOnlyStay, Never, Premium, Surcharge, Whole};
 use ObservationTier as Tier;
 use PriceSource::*;
+
+/// A route, as payments and usage records name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
+    }
+}
 
 /// The paid routes of interface 1.3.42, in the reference's order.
 pub const PAID_ROUTES: &[PaidRoute] = &[

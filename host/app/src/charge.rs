@@ -43,18 +43,7 @@ use anchor_x402::settlement::{NONCE_USED, Settled};
 
 use crate::{AppError, AppResult, Services};
 
-/// A route, as payments and usage records name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Route {
-    pub method: &'static str,
-    pub path: &'static str,
-}
-
-impl std::fmt::Display for Route {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.method, self.path)
-    }
-}
+pub use crate::catalog::Route;
 
 /// How long an externally paid declaration may wait for its confirmation.
 pub const PAYMENT_WINDOW_SECS: u64 = 30 * 60;

@@ -242,7 +242,7 @@ pub(crate) async fn record(
     let split = input.premium_source == Some(PremiumSource::External) && quote.premium() > MilliDac::ZERO;
     let order = Order {
         agent_id: agent.agent_id,
-        route: if agreement.is_some() { crate::bilateral::PROPOSE } else { CREATE },
+        route: if agreement.is_some() { crate::agreements::PROPOSE } else { CREATE },
         path: None,
         total: quote.total,
         description: if agreement.is_some() {
@@ -279,7 +279,7 @@ pub(crate) async fn record(
         Created::New { record, .. } => {
             services.metrics.declarations_created.inc();
             let declared = record.declaration.ee.scope.integrity;
-            if crate::transparency::level_rank(declared) > crate::transparency::level_rank(crate::transparency::reachable_level(services)) {
+            if declared.beyond(services.trust.reachable_level()) {
                 services.metrics.beyond_reach(declared.as_str());
             }
             Ok(*record)
@@ -363,7 +363,7 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     }
     // A bilateral proposal says why it cannot be confirmed (pending, rejected) before its payment's state does.
     if let Some(agreement_id) = stored.agreement_id {
-        crate::bilateral::may_confirm(services, agreement_id, &stored).await?;
+        crate::agreements::may_confirm(services, agreement_id, &stored).await?;
     }
     if stored.settlement_status == SettlementStatus::Released {
         return Err(payment_expired());

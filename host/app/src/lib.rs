@@ -12,6 +12,7 @@
 //! background work one host does at a time).
 
 pub mod agents;
+mod agreements;
 pub mod ara;
 pub mod asa;
 pub mod backup;

@@ -57,27 +57,12 @@ pub async fn status(services: &Services, agent: &AgentRecord) -> AppResult<View>
     view(services, agent.agent_id).await
 }
 
-async fn view(services: &Services, agent_id: uuid::Uuid) -> AppResult<View> {
+pub(crate) async fn view(services: &Services, agent_id: uuid::Uuid) -> AppResult<View> {
     let terms = terms(services)?;
     let subscription = services.store.retention_subscription(agent_id).await?;
     let status = anchor_domain::retention::status_of(subscription.as_ref(), services.clock.now());
     let indefinite_records = services.store.indefinite_declarations(agent_id).await?;
     Ok(View { status, subscription, terms, indefinite_records })
-}
-
-/// A managed agent's subscriptions, for its owner (the portal): indefinite
-/// retention (`None` when switched off) and ASA (its latest subscription).
-pub async fn owner_view(
-    services: &Services,
-    owner: &anchor_store::OwnerRecord,
-    agent_id: uuid::Uuid,
-) -> AppResult<(Option<View>, Option<anchor_domain::asa::AsaSubscription>)> {
-    crate::owners::managed(services, owner, agent_id).await?;
-    let retention = match services.features().retention {
-        true => Some(view(services, agent_id).await?),
-        false => None,
-    };
-    Ok((retention, services.store.asa_subscription(agent_id).await?))
 }
 
 /// POST /v1/retention/indefinite/subscribe: the subscription, whether it was

@@ -20,7 +20,7 @@ use anchor_verify::timestamp::{Certificate, checkpoint_body, token_of_reply, ver
 use async_trait::async_trait;
 use rand::RngCore;
 
-use crate::{Services, witness};
+use crate::Services;
 
 /// How a host reaches a TSA: a `TimeStampReq` in, the `TimeStampResp` out.
 #[async_trait]
@@ -127,7 +127,7 @@ pub async fn run(services: Services, holding: Arc<AtomicBool>, every: Duration, 
         let due = last_try.is_none_or(|at| at.elapsed() >= stamping.every);
         if due && holding.load(Ordering::Acquire) {
             let target = if services.trust.witnessing() {
-                witness::newest_witnessed(&services).await
+                services.trust.newest_witnessed(services.store.as_ref()).await
             } else {
                 services.store.latest_checkpoint().await.map_err(Into::into)
             };

@@ -82,11 +82,7 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
 /// The highest integrity level receipts can reach on this instance:
 /// enhanced with witnesses of the log, certifiable with a TSA as well.
 pub fn reachable_level(services: &Services) -> Integrity {
-    match (services.trust.witnessing(), services.trust.stamping.is_some()) {
-        (true, true) => Integrity::Certifiable,
-        (true, false) => Integrity::Enhanced,
-        (false, _) => Integrity::Basic,
-    }
+    services.trust.reachable_level()
 }
 
 /// Where a record's proof stands now, for its owner's portal.
@@ -148,11 +144,7 @@ pub async fn standings(services: &Services, dd_ids: &[Uuid]) -> AppResult<std::c
 
 /// The integrity levels in order: basic < enhanced < certifiable.
 pub fn level_rank(level: Integrity) -> u8 {
-    match level {
-        Integrity::Basic => 0,
-        Integrity::Enhanced => 1,
-        Integrity::Certifiable => 2,
-    }
+    level.rank()
 }
 
 /// The latest signed checkpoint (a C2SP signed note), once one exists.

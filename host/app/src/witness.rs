@@ -110,6 +110,25 @@ impl Trust {
         self
     }
 
+    /// The highest integrity level this instance's receipts can reach:
+    /// certifiable with witnesses and a TSA, enhanced with witnesses, else basic.
+    pub fn reachable_level(&self) -> anchor_domain::declarations::ee::Integrity {
+        use anchor_domain::declarations::ee::Integrity;
+        match (self.witnessing(), self.stamping.is_some()) {
+            (true, true) => Integrity::Certifiable,
+            (true, false) => Integrity::Enhanced,
+            (false, _) => Integrity::Basic,
+        }
+    }
+
+    /// The newest checkpoint the quorum cosigned, if witnessing is configured.
+    pub async fn newest_witnessed(&self, store: &dyn anchor_store::Store) -> anyhow::Result<Option<CheckpointRecord>> {
+        if !self.witnessing() {
+            return Ok(None);
+        }
+        Ok(store.newest_witnessed_checkpoint(&self.keys(), self.quorum as i64).await?)
+    }
+
     /// Whether checkpoints can be witnessed here at all.
     pub fn witnessing(&self) -> bool {
         self.quorum > 0 && !self.witnesses.is_empty()
@@ -123,11 +142,7 @@ impl Trust {
 
 /// The newest checkpoint the quorum cosigned, if witnessing is configured.
 pub async fn newest_witnessed(services: &Services) -> anyhow::Result<Option<CheckpointRecord>> {
-    let trust = &services.trust;
-    if !trust.witnessing() {
-        return Ok(None);
-    }
-    Ok(services.store.newest_witnessed_checkpoint(&trust.keys(), trust.quorum as i64).await?)
+    services.trust.newest_witnessed(services.store.as_ref()).await
 }
 
 /// A checkpoint's note with the cosignatures kept for it appended (one

@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
+use crate::rows::decode_declaration;
 use crate::*;
 
 /// One observation made, with what it cost.

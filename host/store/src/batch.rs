@@ -29,11 +29,11 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::declarations::{DeclarationRow, decode_declaration};
 use crate::direct::{DirectTx, run_now};
 use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
+use crate::rows::{DeclarationRow, confirm_steps, decode_declaration};
 use crate::{NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
 
 /// The most writes one batch carries.
@@ -402,7 +402,7 @@ async fn sqlite_writes<X: Exec>(
     let mut confirmed = Vec::with_capacity(confirms.len());
     for job in confirms {
         let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
-        confirmed.push(crate::declarations::confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?);
+        confirmed.push(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?);
     }
     Ok((stored, confirmed))
 }

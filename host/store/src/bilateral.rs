@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::declarations::DeclarationRow;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
+use crate::rows::DeclarationRow;
 use crate::*;
 
 /// What answering a proposal concluded; nothing was written unless `Done`.

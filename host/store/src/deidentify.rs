@@ -29,8 +29,8 @@ use chrono::{DateTime, Datelike, Utc};
 use uuid::Uuid;
 
 use crate::ara::{DayCount, add_counts};
-use crate::declarations::decode_declaration;
 use crate::engine::{Engine, Exec, Query, Row, Transaction, sql};
+use crate::rows::decode_declaration;
 use crate::*;
 
 /// What a batch did.

@@ -36,6 +36,7 @@ mod owners;
 mod payments;
 mod pricing;
 mod retention;
+mod rows;
 mod sdac;
 pub(crate) mod tsl;
 pub mod witness;

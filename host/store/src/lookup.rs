@@ -23,9 +23,9 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
-use crate::declarations::decode_declaration;
 use crate::engine::{Array, Engine, Exec, Kept, sql};
 use crate::metrics::StoreMetrics;
+use crate::rows::decode_declaration;
 use crate::{Result, StoredDeclaration};
 
 /// The most reads one statement answers.

@@ -114,3 +114,18 @@ pub async fn trials(services: &Services, owner: &OwnerRecord) -> AppResult<(Vec<
     let total = trials.iter().fold(MilliDac::ZERO, |sum, (_, t)| sum + t.remaining);
     Ok((trials, total))
 }
+
+/// A managed agent's subscriptions, for its owner (the portal): indefinite
+/// retention (`None` when switched off) and ASA (its latest subscription).
+pub async fn subscriptions(
+    services: &Services,
+    owner: &OwnerRecord,
+    agent_id: Uuid,
+) -> AppResult<(Option<crate::retention::View>, Option<anchor_domain::asa::AsaSubscription>)> {
+    managed(services, owner, agent_id).await?;
+    let retention = match services.features().retention {
+        true => Some(crate::retention::view(services, agent_id).await?),
+        false => None,
+    };
+    Ok((retention, services.store.asa_subscription(agent_id).await?))
+}

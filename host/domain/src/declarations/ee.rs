@@ -15,6 +15,22 @@ wire_enum!(
     }
 );
 wire_enum!(Integrity { Basic = "basic", Enhanced = "enhanced", Certifiable = "certifiable" });
+
+impl Integrity {
+    /// The levels in order: basic < enhanced < certifiable.
+    pub fn rank(self) -> u8 {
+        match self {
+            Integrity::Basic => 0,
+            Integrity::Enhanced => 1,
+            Integrity::Certifiable => 2,
+        }
+    }
+
+    /// Whether this declared level asks for more than `reachable` gives.
+    pub fn beyond(self, reachable: Integrity) -> bool {
+        self.rank() > reachable.rank()
+    }
+}
 wire_enum!(Disclosure { Internal = "internal", Shareable = "shareable", Exportable = "exportable" });
 wire_enum!(Responsibility { Minimal = "minimal", Standard = "standard", Extended = "extended" });
 wire_enum!(ContentScope { Owner = "owner", External = "external", Public = "public" });

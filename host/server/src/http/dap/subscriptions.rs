@@ -1,4 +1,4 @@
-//! A managed agent's subscriptions for its owner (`anchor_app::retention::owner_view`):
+//! A managed agent's subscriptions for its owner (`anchor_app::owners::agents::subscriptions`):
 //! indefinite retention and ASA, what they charge next and what a lapsed
 //! retention subscription will demote.
 
@@ -83,7 +83,7 @@ async fn subscriptions(
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<SubscriptionsView>> {
     let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
-    let (retention, asa) = anchor_app::retention::owner_view(&state.app, &owner.owner, agent_id).await?;
+    let (retention, asa) = anchor_app::owners::agents::subscriptions(&state.app, &owner.owner, agent_id).await?;
     let now = state.app.clock.now();
     let mut upcoming: Vec<(DateTime<Utc>, Upcoming)> = Vec::new();
     let retention = retention.map(|view| {
