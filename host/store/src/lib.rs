@@ -38,6 +38,7 @@ mod pricing;
 mod retention;
 mod rows;
 mod sdac;
+mod tool_components;
 pub(crate) mod tsl;
 pub mod witness;
 
@@ -67,10 +68,11 @@ pub use payments::*;
 pub use pricing::*;
 pub use retention::*;
 pub use sdac::*;
+pub use tool_components::{ComponentAdded, ComponentRecord, NewComponent, RunRecord, ToolComponentStore, UploadCounted};
 pub use tsl::{
-    ComponentAdded, ComponentRecord, Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet,
-    MarketWindow, NewComponent, NewPurchase, NewShare, NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, RunRecord, ShareAdded,
-    ShareRecord, ToolComponentStore, ToolFilter, ToolRecord, ToolSales, TransferRecord, TslStore, UploadCounted,
+    Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet, MarketWindow, NewPurchase, NewShare,
+    NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, ToolSales, TransferRecord,
+    TslStore,
 };
 
 use engine::{Db, Engine, Exec, Row, sql};
