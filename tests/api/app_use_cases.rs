@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use anchor_app::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
-use anchor_app::declarations::{self, CreateInput, EeInput};
+use anchor_app::declarations::{self, CreateRequest, DdRequest, EeRequest, TemplateRequest};
+use anchor_app::requests::ProposeRequest;
 use anchor_app::{AppError, Config, Services};
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
 use anchor_domain::declarations::dd::*;
@@ -14,33 +15,41 @@ use anchor_domain::{Clock, ManualClock, MilliDac};
 use anchor_store::{AgentRecord, CostComponent, NewAgent, PaymentSource, PaymentStatus, Subject, SubjectDomain, UsageEntry};
 use anchor_tests::*;
 use anchor_x402::settlement::{Settled, Settler};
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
 use anchor_tests::x402::{Scripted, Twist, pay};
 
 both_backends!(
+    the_use_cases_answer_what_rest_and_mcp_answer,
     create_and_confirm_through_the_use_cases,
     inline_payments_settle_before_the_answer,
     earned_pays_its_part_and_comes_back_when_settlement_is_refused
 );
 
-fn input(preset: &str) -> CreateInput {
-    CreateInput {
+/// A DD with what a client must name and nothing else.
+fn dd_request(mode: DeclarationMode) -> DdRequest {
+    DdRequest {
+        unit_type: UnitType::Single,
+        declaration_mode: mode,
+        decision_type: DecisionType::InternalService,
+        action_type: ActionType::Execute,
+        origin_context: OriginContext::Internal,
+        selection_state: SelectionState::Selected,
+        selection_scope: None,
+        decision_at: None,
+        parent_dd_id: None,
+        excluded_option_count: None,
+    }
+}
+
+/// A create naming a preset and nothing more: the use case fills in the rest.
+fn input(preset: &str) -> CreateRequest {
+    CreateRequest {
         request_id: Uuid::new_v4(),
-        dd: DdFields::BASIC,
-        ee: EeInput {
-            preset: Some(preset.into()),
-            retention: None,
-            integrity: None,
-            disclosure: None,
-            responsibility: None,
-            content_scope: ee::ContentScope::Owner,
-            delegation: ee::Delegation::None,
-            period: ee::DEFAULT_ACCESS_PERIOD,
-            quota: ee::DEFAULT_ACCESS_QUOTA,
-            access_class: ee::AccessClass::SelfDirect,
-        },
+        dd: dd_request(DeclarationMode::SelfDeclared),
+        ee: EeRequest { preset: Some(preset.into()), ..Default::default() },
+        continuity_parent: None,
         content_inclusion: false,
         template: None,
         premium_source: None,
@@ -357,4 +366,345 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     store.credit_earned(poor.agent_id, MilliDac::from_dac(29), "tool sale", None, now + chrono::Duration::days(365), now).await.unwrap();
     let short = charge::charge(&services, order(poor.agent_id, subject(), Offered::None), &observe).await.unwrap_err();
     assert_eq!(short.code(), "INSUFFICIENT_DAC");
+}
+
+/// One request as a client writes it: the JSON REST takes (and, flattened,
+/// the MCP tool), and the same fields given to the use case.
+struct Case {
+    name: &'static str,
+    /// The error_code it is refused with, or `None`: it is recorded.
+    expect: Option<&'static str>,
+    dd: serde_json::Value,
+    ee: serde_json::Value,
+    /// Top-level fields beside dd and ee (continuity, content_inclusion_flag, template).
+    extra: serde_json::Value,
+    /// Whether the MCP tool's arguments can say it (its flat schema has no continuity).
+    over_mcp: bool,
+    request: fn(DateTime<Utc>, Uuid) -> DdAndEe,
+}
+
+struct DdAndEe {
+    dd: DdRequest,
+    ee: EeRequest,
+    continuity_parent: Option<Uuid>,
+    content_inclusion: bool,
+    template: Option<TemplateRequest>,
+}
+
+fn plain(dd: DdRequest, ee: EeRequest) -> DdAndEe {
+    DdAndEe { dd, ee, continuity_parent: None, content_inclusion: false, template: None }
+}
+
+fn basic_dd_json(mode: &str) -> serde_json::Value {
+    serde_json::json!({
+        "dd_unit_type": "single", "dd_declaration_mode": mode, "decision_type": "internal_service",
+        "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED",
+    })
+}
+
+fn with(mut value: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    value
+}
+
+fn axes(retention: ee::Retention, integrity: ee::Integrity, disclosure: ee::Disclosure, responsibility: ee::Responsibility) -> EeRequest {
+    EeRequest {
+        retention: Some(retention),
+        integrity: Some(integrity),
+        disclosure: Some(disclosure),
+        responsibility: Some(responsibility),
+        ..Default::default()
+    }
+}
+
+/// What the three ways answered, made comparable: the record's declared
+/// fields, resolved EE (defaults filled in), template and price; or the
+/// refusal's status and error_code.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Recorded(String),
+    Refused(u16, String),
+}
+
+/// A use case's refusal: its own code, and the status the server maps it to.
+fn refusal(error: AppError) -> Outcome {
+    let code = error.code().to_string();
+    Outcome::Refused(anchor_server::error::ApiError::App(error).status().as_u16(), code)
+}
+
+async fn recorded(t: &TestServer, dd_id: &str) -> Outcome {
+    let stored = t.store.declaration(dd_id.parse().unwrap()).await.unwrap().expect("the record is stored");
+    let d = &stored.declaration;
+    Outcome::Recorded(format!("{:?} {:?} {:?} {} {}", d.dd, d.ee, d.template, d.content_inclusion, d.dac_amount))
+}
+
+async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
+    use serde_json::json;
+    let t = TestServer::start(backend).await;
+    let now = t.clock.now();
+    let (rest, mcp, app) = (t.register().await, t.register().await, t.register().await);
+    let app_agent = t.store.agent(app.id.parse().unwrap()).await.unwrap().unwrap();
+    let later = (now + chrono::Duration::hours(1)).to_rfc3339();
+    let cases = vec![
+        Case {
+            name: "a preset and nothing else: every default filled in",
+            expect: None,
+            dd: basic_dd_json("self_declared"),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({}),
+            over_mcp: true,
+            request: |_, _| {
+                plain(dd_request(DeclarationMode::SelfDeclared), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+        Case {
+            name: "four axes, an access period and quota, a scope and a class",
+            expect: None,
+            dd: with(basic_dd_json("self_declared"), json!({ "selection_scope": "multi_target", "excluded_option_count": 4 })),
+            ee: json!({
+                "ee_retention_period": "long", "ee_integrity_verification_level": "enhanced", "ee_disclosure_format_policy": "internal",
+                "ee_responsibility_scope": "extended", "ee_direct_access_period": "12m", "ee_direct_access_quota": 7,
+                "content_disclosure_scope": "public", "delegation_state": "partial", "access_class": "self_direct",
+            }),
+            extra: json!({}),
+            over_mcp: false,
+            request: |_, _| {
+                let mut dd = dd_request(DeclarationMode::SelfDeclared);
+                dd.selection_scope = Some(SelectionScope::MultiTarget);
+                dd.excluded_option_count = Some(4);
+                let mut ee = axes(ee::Retention::Long, ee::Integrity::Enhanced, ee::Disclosure::Internal, ee::Responsibility::Extended);
+                ee.direct_access_period = Some("12m".into());
+                ee.direct_access_quota = Some(7);
+                ee.content_scope = Some(ee::ContentScope::Public);
+                ee.delegation = Some(ee::Delegation::Partial);
+                ee.access_class = Some(ee::AccessClass::SelfDirect);
+                plain(dd, ee)
+            },
+        },
+        Case {
+            name: "a template with content inclusion",
+            expect: None,
+            dd: basic_dd_json("self_declared"),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({ "content_inclusion_flag": 1, "template": { "decision_scale_value": 12.50, "decision_scale_unit": "USD" } }),
+            over_mcp: true,
+            request: |_, _| DdAndEe {
+                content_inclusion: true,
+                template: Some(TemplateRequest {
+                    decision_scale_value: Some("12.5".into()),
+                    decision_scale_unit: Some("USD".into()),
+                    ..Default::default()
+                }),
+                ..plain(dd_request(DeclarationMode::SelfDeclared), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+        Case {
+            name: "content inclusion without a template",
+            expect: Some("MISSING_FIELD"),
+            dd: basic_dd_json("self_declared"),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({ "content_inclusion_flag": 1 }),
+            over_mcp: true,
+            request: |_, _| DdAndEe {
+                content_inclusion: true,
+                ..plain(dd_request(DeclarationMode::SelfDeclared), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+        Case {
+            name: "a decision dated after its anchoring",
+            expect: Some("DECISION_AT_IN_FUTURE"),
+            dd: with(basic_dd_json("self_declared"), json!({ "decision_at": later })),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({}),
+            over_mcp: true,
+            request: |now, _| {
+                let mut dd = dd_request(DeclarationMode::SelfDeclared);
+                dd.decision_at = Some(now + chrono::Duration::hours(1));
+                plain(dd, EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+        Case {
+            name: "two different parents",
+            expect: Some("INVALID_VALUE"),
+            dd: with(basic_dd_json("self_declared"), json!({ "parent_dd_id": Uuid::nil() })),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({ "continuity": { "parent_dd_id": Uuid::max() } }),
+            over_mcp: false,
+            request: |_, _| {
+                let mut dd = dd_request(DeclarationMode::SelfDeclared);
+                dd.parent_dd_id = Some(Uuid::nil());
+                DdAndEe {
+                    continuity_parent: Some(Uuid::max()),
+                    ..plain(dd, EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+                }
+            },
+        },
+        Case {
+            name: "a quota past its bound",
+            expect: Some("INVALID_VALUE"),
+            dd: basic_dd_json("self_declared"),
+            ee: json!({ "ee_preset": "EE_basic", "ee_direct_access_quota": 1_000_001 }),
+            extra: json!({}),
+            over_mcp: false,
+            request: |_, _| {
+                plain(
+                    dd_request(DeclarationMode::SelfDeclared),
+                    EeRequest { preset: Some("EE_basic".into()), direct_access_quota: Some(1_000_001), ..Default::default() },
+                )
+            },
+        },
+        Case {
+            name: "an axis missing without a preset",
+            expect: Some("MISSING_FIELD"),
+            dd: basic_dd_json("self_declared"),
+            ee: json!({ "ee_retention_period": "short", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal" }),
+            extra: json!({}),
+            over_mcp: false,
+            request: |_, _| {
+                let mut ee = axes(ee::Retention::Short, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Minimal);
+                ee.responsibility = None;
+                plain(dd_request(DeclarationMode::SelfDeclared), ee)
+            },
+        },
+        Case {
+            name: "a bilateral DD on the create route",
+            expect: Some("DECLARATION_MODE_NOT_ALLOWED"),
+            dd: basic_dd_json("bilateral"),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({}),
+            over_mcp: false,
+            request: |_, _| {
+                plain(dd_request(DeclarationMode::Bilateral), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+    ];
+    for case in &cases {
+        let request_id = Uuid::new_v4();
+        let body = with(json!({ "request_id": request_id, "dd": case.dd, "ee": case.ee }), case.extra.clone());
+        let over_rest = t.post("/v1/dd/create", Some(&rest.token), &body).await;
+        let over_rest = match over_rest.status.as_u16() {
+            201 => recorded(&t, over_rest.json["dd_id"].as_str().unwrap()).await,
+            status => Outcome::Refused(status, over_rest.json["error_code"].as_str().unwrap_or_default().to_string()),
+        };
+        let parts = (case.request)(now, request_id);
+        let request = CreateRequest {
+            request_id: Uuid::new_v4(),
+            dd: parts.dd,
+            ee: parts.ee,
+            continuity_parent: parts.continuity_parent,
+            content_inclusion: parts.content_inclusion,
+            template: parts.template,
+            premium_source: None,
+        };
+        let through_app = match declarations::create(&t.state.app, &app_agent, request, Offered::None).await {
+            Ok(stored) => recorded(&t, &stored.declaration.dd_id.to_string()).await,
+            Err(error) => refusal(error),
+        };
+        match (&over_rest, case.expect) {
+            (Outcome::Recorded(_), None) => {}
+            (Outcome::Refused(400, code), Some(expected)) if code == expected => {}
+            (other, _) => panic!("{}: REST answered {other:?}, expected {:?}", case.name, case.expect),
+        }
+        assert_eq!(through_app, over_rest, "{}: the use case answers what REST answers", case.name);
+        if case.over_mcp {
+            let mut arguments = case.dd.as_object().unwrap().clone();
+            arguments.remove("dd_declaration_mode");
+            arguments.extend(case.ee.as_object().unwrap().clone());
+            arguments.extend(case.extra.as_object().unwrap().clone());
+            arguments.insert("auth_token".into(), json!(mcp.token));
+            let over_mcp = mcp_call(&t, "create_decision", serde_json::Value::Object(arguments)).await;
+            let over_mcp = match over_mcp["isError"] == json!(true) {
+                false => recorded(&t, over_mcp["structuredContent"]["dd_id"].as_str().unwrap()).await,
+                true => {
+                    let refusal = &over_mcp["structuredContent"];
+                    Outcome::Refused(refusal["status"].as_u64().unwrap() as u16, refusal["error_code"].as_str().unwrap().to_string())
+                }
+            };
+            assert_eq!(over_mcp, over_rest, "{}: the MCP tool answers what REST answers", case.name);
+        }
+    }
+    // The refusals are the use case's own codes, not a server's.
+    let mut future = input("EE_basic");
+    future.dd.decision_at = Some(now + chrono::Duration::hours(1));
+    assert_eq!(declarations::create(&t.state.app, &app_agent, future, Offered::None).await.unwrap_err().code(), "DECISION_AT_IN_FUTURE");
+
+    // Bilateral proposals: the same three ways.
+    let counterparty = t.register().await;
+    let proposals: Vec<(&str, serde_json::Value, serde_json::Value, DdRequest, EeRequest)> = vec![
+        (
+            "a proposal with its four axes",
+            basic_dd_json("bilateral"),
+            json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" }),
+            dd_request(DeclarationMode::Bilateral),
+            axes(ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard),
+        ),
+        (
+            "a proposal naming a preset",
+            basic_dd_json("bilateral"),
+            json!({ "ee_preset": "EE_basic" }),
+            dd_request(DeclarationMode::Bilateral),
+            EeRequest { preset: Some("EE_basic".into()), ..Default::default() },
+        ),
+        (
+            "a self-declared DD proposed",
+            basic_dd_json("self_declared"),
+            json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" }),
+            dd_request(DeclarationMode::SelfDeclared),
+            axes(ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard),
+        ),
+    ];
+    for (name, dd, ee_json, dd_typed, ee_typed) in proposals {
+        let body = json!({ "counterparty_agent_id": counterparty.id, "dd": dd, "ee": ee_json });
+        let over_rest = t.post("/v1/dd/bilateral/propose", Some(&rest.token), &body).await;
+        // Bilateral proposals are paid over x402 alone: a valid one is answered with its price.
+        let rest_outcome = match over_rest.status.as_u16() {
+            402 => Outcome::Refused(402, over_rest.json["accepts"][0]["amount"].as_str().unwrap().to_string()),
+            status => Outcome::Refused(status, over_rest.json["error_code"].as_str().unwrap_or_default().to_string()),
+        };
+        let request = ProposeRequest {
+            request_id: None,
+            counterparty_agent_id: counterparty.id.parse().unwrap(),
+            dd: dd_typed,
+            ee: ee_typed,
+            continuity_parent: None,
+        };
+        let app_outcome = match anchor_app::bilateral::propose(&t.state.app, &app_agent, request, Offered::None).await {
+            Ok(_) => panic!("{name}: a proposal with no payment is recorded"),
+            Err(AppError::PaymentRequired(required)) => Outcome::Refused(402, required.amount.usdc_base_units().to_string()),
+            Err(error) => refusal(error),
+        };
+        let expected = match name {
+            "a proposal with its four axes" => 402,
+            _ => 400,
+        };
+        assert!(matches!(&rest_outcome, Outcome::Refused(status, _) if *status == expected), "{name}: {rest_outcome:?}");
+        assert_eq!(app_outcome, rest_outcome, "{name}: the use case answers what REST answers");
+        if dd["dd_declaration_mode"] == "bilateral" && ee_json.get("ee_preset").is_none() {
+            let mut arguments = dd.as_object().unwrap().clone();
+            arguments.remove("dd_declaration_mode");
+            arguments.extend(ee_json.as_object().unwrap().clone());
+            arguments.insert("counterparty_agent_id".into(), json!(counterparty.id));
+            arguments.insert("auth_token".into(), json!(mcp.token));
+            let over_mcp = mcp_call(&t, "propose_bilateral", serde_json::Value::Object(arguments)).await;
+            let refusal = &over_mcp["structuredContent"];
+            assert_eq!(refusal["status"], 402, "{name}: {over_mcp}");
+            let amount = refusal["payment_required"]["accepts"][0]["amount"].as_str().unwrap().to_string();
+            assert_eq!(Outcome::Refused(402, amount), rest_outcome, "{name}: the MCP tool answers what REST answers");
+        }
+    }
+}
+
+/// One MCP tool call, its whole result.
+async fn mcp_call(t: &TestServer, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+    let reply = t
+        .http
+        .post(t.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } }))
+        .send()
+        .await
+        .expect("mcp request");
+    assert_eq!(reply.status().as_u16(), 200);
+    let body: serde_json::Value = reply.json().await.expect("JSON-RPC answer");
+    body["result"].clone()
 }

@@ -18,7 +18,7 @@ use anchor_store::{AgentRecord, AgreementListing, NewAgreement, NewDeclaration, 
 
 use crate::agreements::{not_found, release};
 use crate::charge::{Offered, PAYMENT_WINDOW_SECS};
-use crate::declarations::CreateInput;
+use crate::requests::ProposeRequest;
 use crate::{AppError, AppResult, Services};
 
 pub use crate::agreements::PROPOSE;
@@ -31,10 +31,11 @@ const LIST_LIMIT: i64 = 200;
 pub async fn propose(
     services: &Services,
     agent: &AgentRecord,
-    counterparty: Uuid,
-    input: CreateInput,
+    request: ProposeRequest,
     offered: Offered,
 ) -> AppResult<(StoredDeclaration, Agreement)> {
+    let counterparty = request.counterparty_agent_id;
+    let input = request.into_input(services.clock.now())?;
     if counterparty == agent.agent_id {
         return Err(AppError::invalid("INVALID_VALUE", "counterparty_agent_id names the proposing agent itself"));
     }

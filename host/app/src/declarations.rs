@@ -10,9 +10,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::Declaration;
-use anchor_domain::declarations::dd::DdFields;
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
-use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
     AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentSource, PaymentStatus,
@@ -25,50 +23,7 @@ use crate::{AppError, AppResult, Services};
 
 pub const CREATE: Route = Route { method: "POST", path: "/v1/dd/create" };
 
-/// Who pays a declaration's premium, when the agent says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PremiumSource {
-    External,
-    Earned,
-}
-
-impl PremiumSource {
-    pub const NAMES: &'static [&'static str] = &["external", "earned"];
-
-    pub fn parse(text: &str) -> Option<PremiumSource> {
-        match text {
-            "external" => Some(PremiumSource::External),
-            "earned" => Some(PremiumSource::Earned),
-            _ => None,
-        }
-    }
-}
-
-/// A DD create request, read and checked field by field.
-#[derive(Clone, Debug)]
-pub struct CreateInput {
-    pub request_id: Uuid,
-    pub dd: DdFields,
-    pub ee: EeInput,
-    pub content_inclusion: bool,
-    pub template: Option<Template>,
-    pub premium_source: Option<PremiumSource>,
-}
-
-/// The EE as sent: a preset, axes, or both (the preset wins).
-#[derive(Clone, Debug)]
-pub struct EeInput {
-    pub preset: Option<String>,
-    pub retention: Option<ee::Retention>,
-    pub integrity: Option<ee::Integrity>,
-    pub disclosure: Option<ee::Disclosure>,
-    pub responsibility: Option<ee::Responsibility>,
-    pub content_scope: ee::ContentScope,
-    pub delegation: ee::Delegation,
-    pub period: ee::AccessPeriod,
-    pub quota: i64,
-    pub access_class: ee::AccessClass,
-}
+pub use crate::requests::{CreateInput, CreateRequest, DdRequest, EeInput, EeRequest, PremiumSource, TemplateRequest};
 
 /// Expands the preset, if any, over the sent axes.
 pub fn resolve_scope(services: &Services, input: &EeInput) -> AppResult<Scope> {
@@ -158,7 +113,8 @@ impl Commit for RecordDeclaration<'_> {
 /// DD create: validates what needs the store or the pricing generation, prices
 /// the EE, takes payment and records the declaration. A request_id used before
 /// returns the earlier record.
-pub async fn create(services: &Services, agent: &AgentRecord, input: CreateInput, offered: Offered) -> AppResult<StoredDeclaration> {
+pub async fn create(services: &Services, agent: &AgentRecord, request: CreateRequest, offered: Offered) -> AppResult<StoredDeclaration> {
+    let input = request.into_input(services.clock.now())?;
     record(services, agent, input, offered, None).await
 }
 

@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
+pub mod requests;
 pub mod retention;
 pub mod sdac;
 pub mod status;

@@ -14,7 +14,7 @@ use anchor_domain::pricing::Quote;
 use anchor_store::{AgentRecord, SdacEnded, SdacFunding, SdacRecord, SdacTrial};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
-use crate::declarations::{EeInput, resolve_scope};
+use crate::declarations::{EeRequest, resolve_scope};
 use crate::{AppError, AppResult, Services};
 
 pub const END: Route = Route { method: "POST", path: "/v1/sdac/session/end" };
@@ -33,8 +33,11 @@ pub async fn start(services: &Services, agent: &AgentRecord) -> AppResult<SdacRe
 }
 
 /// POST /v1/sdac/trial: the real quote of the combination, counted in the session.
-pub async fn trial(services: &Services, agent: &AgentRecord, session_id: Uuid, ee: &EeInput) -> AppResult<(Quote, SdacRecord)> {
-    let scope = resolve_scope(services, ee)?;
+pub async fn trial(services: &Services, agent: &AgentRecord, session_id: Uuid, ee: EeRequest) -> AppResult<(Quote, SdacRecord)> {
+    if ee.preset.is_some() {
+        return Err(AppError::invalid("UNKNOWN_FIELD", "ee.ee_preset is accepted on DD creation only; send the four axes"));
+    }
+    let scope = resolve_scope(services, &ee.into_input()?)?;
     let quote = services.pricing.quote(scope)?;
     let session = services
         .store

@@ -11,15 +11,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use anchor_app::bilateral;
-use anchor_app::declarations::CreateInput;
+
 use anchor_domain::bilateral::{Agreement, AgreementStatus};
-use anchor_domain::declarations::dd;
+
 use anchor_domain::payments::SettlementStatus;
 use anchor_store::{AgreementListing, StoredDeclaration};
 
 use super::body::path_uuid;
 use super::declarations::{Continuity, DdInput, EeRequest};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::state::AppState;
@@ -148,27 +148,14 @@ pub(crate) async fn propose_agreement(
     offered: anchor_app::charge::Offered,
     request: ProposeRequest,
 ) -> ApiResult<Proposed> {
-    if request.ee.has_preset() {
-        return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is not accepted on a bilateral proposal; send the four EE axes"));
-    }
-    let mut dd = request.dd.into_fields(state.clock.now(), dd::DeclarationMode::Bilateral)?;
-    if let Some(parent) = request.continuity.and_then(|c| c.parent_dd_id) {
-        match dd.parent_dd_id {
-            Some(other) if other != parent.0 => {
-                return Err(ApiError::bad("INVALID_VALUE", "dd.parent_dd_id and continuity.parent_dd_id name different parents; send one"));
-            }
-            _ => dd.parent_dd_id = Some(parent.0),
-        }
-    }
-    let input = CreateInput {
-        request_id: request.request_id.map_or_else(uuid::Uuid::new_v4, |r| r.0),
-        dd,
-        ee: request.ee.into_input()?,
-        content_inclusion: false,
-        template: None,
-        premium_source: None,
+    let request = anchor_app::requests::ProposeRequest {
+        request_id: request.request_id.map(|r| r.0),
+        counterparty_agent_id: request.counterparty_agent_id.0,
+        dd: request.dd.into_request(),
+        ee: request.ee.into_request(),
+        continuity_parent: request.continuity.and_then(|c| c.parent_dd_id).map(|p| p.0),
     };
-    let (stored, agreement) = bilateral::propose(&state.app, agent, request.counterparty_agent_id.0, input, offered).await?;
+    let (stored, agreement) = bilateral::propose(&state.app, agent, request, offered).await?;
     Ok(proposed(&stored, &agreement))
 }
 

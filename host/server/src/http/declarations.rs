@@ -17,13 +17,12 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use anchor_app::declarations::{self, CreateInput, EeInput, Lineage, PremiumSource};
+use anchor_app::declarations::{self, Lineage, PremiumSource};
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
 use anchor_domain::declarations::ee;
@@ -240,73 +239,30 @@ struct TemplateInput {
 }
 
 impl CreateRequest {
-    /// The rules a request must meet before anything is looked up.
-    fn into_input(self, now: DateTime<Utc>) -> ApiResult<CreateInput> {
+    /// The create as the use case takes it (its rules and defaults are the use case's).
+    pub(crate) fn into_request(self) -> declarations::CreateRequest {
         // The SDK's free-form context goes no further than this.
         drop(self.context);
-        let mut dd = self.dd.into_fields(now, dd::DeclarationMode::SelfDeclared)?;
-        if let Some(parent) = self.continuity.and_then(|c| c.parent_dd_id) {
-            match dd.parent_dd_id {
-                Some(other) if other != parent.0 => {
-                    return Err(ApiError::bad(
-                        "INVALID_VALUE",
-                        "dd.parent_dd_id and continuity.parent_dd_id name different parents; send one",
-                    ));
-                }
-                _ => dd.parent_dd_id = Some(parent.0),
-            }
-        }
-        let content_inclusion = self.content_inclusion_flag.is_some_and(|f| f.0 == 1);
-        // Branch 0 records the decision fact only: a template sent with it is
-        // not read, checked or stored (the spec requires one with flag 1 and
-        // says nothing of one with flag 0).
-        let template = if content_inclusion { self.template.map(TemplateInput::into_template).transpose()? } else { None };
-        match (content_inclusion, &template) {
-            (true, None) => return Err(ApiError::bad("MISSING_FIELD", "template is required when content_inclusion_flag is 1")),
-            (true, Some(t)) if !t.has_any_dimension() => {
-                return Err(ApiError::bad("INVALID_INPUT", "template must fill at least one of its dimensions"));
-            }
-            _ => {}
-        }
-        Ok(CreateInput {
+        declarations::CreateRequest {
             request_id: self.request_id.0,
-            dd,
-            ee: self.ee.into_input()?,
-            content_inclusion,
-            template,
+            dd: self.dd.into_request(),
+            ee: self.ee.into_request(),
+            continuity_parent: self.continuity.and_then(|c| c.parent_dd_id).map(|p| p.0),
+            content_inclusion: self.content_inclusion_flag.is_some_and(|f| f.0 == 1),
+            template: self.template.map(TemplateInput::into_request),
             premium_source: self.premium_payment_source.map(|p| match p {
                 PremiumPaymentSource::External => PremiumSource::External,
                 PremiumPaymentSource::Earned => PremiumSource::Earned,
             }),
-        })
+        }
     }
 }
 
 impl DdInput {
-    /// The fields, if the declaration mode is the one the route records
-    /// (DD create: self_declared, else `DECLARATION_MODE_NOT_ALLOWED`; a
-    /// bilateral proposal: bilateral, else `DECLARATION_MODE_MISMATCH`).
-    pub(crate) fn into_fields(self, now: DateTime<Utc>, expected: dd::DeclarationMode) -> ApiResult<DdFields> {
-        let mode = self.dd_declaration_mode.0;
-        if mode != expected {
-            let code =
-                if expected == dd::DeclarationMode::SelfDeclared { "DECLARATION_MODE_NOT_ALLOWED" } else { "DECLARATION_MODE_MISMATCH" };
-            return Err(ApiError::bad(code, format!("this route records {expected} decisions only; got dd.dd_declaration_mode {mode}")));
-        }
-        if let Some(Time(at)) = self.decision_at
-            && at > now
-        {
-            return Err(ApiError::bad(
-                "DECISION_AT_IN_FUTURE",
-                format!("dd.decision_at {} is later than the anchoring time {}", at.to_rfc3339(), now.to_rfc3339()),
-            ));
-        }
-        if let Some(count) = self.excluded_option_count {
-            dd::check_excluded_option_count(count)?;
-        }
-        Ok(DdFields {
+    pub(crate) fn into_request(self) -> declarations::DdRequest {
+        declarations::DdRequest {
             unit_type: self.dd_unit_type.0,
-            declaration_mode: mode,
+            declaration_mode: self.dd_declaration_mode.0,
             decision_type: self.decision_type.0,
             action_type: self.decision_action_type.0,
             origin_context: self.origin_context_type.0,
@@ -315,73 +271,30 @@ impl DdInput {
             decision_at: self.decision_at.map(|t| t.0),
             parent_dd_id: self.parent_dd_id.map(|p| p.0),
             excluded_option_count: self.excluded_option_count,
-        })
+        }
     }
 }
 
 impl EeRequest {
-    /// Whether a preset was named.
-    pub(crate) fn has_preset(&self) -> bool {
-        self.ee_preset.is_some()
-    }
-
-    pub(crate) fn into_input(self) -> ApiResult<EeInput> {
-        if self.ee_preset.is_none() {
-            let axes = [
-                ("ee_retention_period", self.ee_retention_period.is_some()),
-                ("ee_integrity_verification_level", self.ee_integrity_verification_level.is_some()),
-                ("ee_disclosure_format_policy", self.ee_disclosure_format_policy.is_some()),
-                ("ee_responsibility_scope", self.ee_responsibility_scope.is_some()),
-            ];
-            if let Some((axis, _)) = axes.iter().find(|(_, sent)| !sent) {
-                return Err(ApiError::bad("MISSING_FIELD", format!("ee.{axis} is required unless ee.ee_preset is sent")));
-            }
-        }
-        let period = match &self.ee_direct_access_period {
-            Some(text) => ee::AccessPeriod::parse(text)?,
-            None => ee::DEFAULT_ACCESS_PERIOD,
-        };
-        let quota = match self.ee_direct_access_quota {
-            Some(q) if q < 0 => return Err(ApiError::bad("INVALID_VALUE", "ee.ee_direct_access_quota must be 0 or more")),
-            Some(q) if q > 1_000_000 => return Err(ApiError::bad("INVALID_VALUE", "ee.ee_direct_access_quota must be at most 1000000")),
-            Some(q) => q,
-            None => ee::DEFAULT_ACCESS_QUOTA,
-        };
-        Ok(EeInput {
+    pub(crate) fn into_request(self) -> declarations::EeRequest {
+        declarations::EeRequest {
             preset: self.ee_preset,
             retention: self.ee_retention_period.map(|v| v.0),
             integrity: self.ee_integrity_verification_level.map(|v| v.0),
             disclosure: self.ee_disclosure_format_policy.map(|v| v.0),
             responsibility: self.ee_responsibility_scope.map(|v| v.0),
-            content_scope: self.content_disclosure_scope.map_or(ee::ContentScope::Owner, |v| v.0),
-            delegation: self.delegation_state.map_or(ee::Delegation::None, |v| v.0),
-            period,
-            quota,
-            access_class: self.access_class.map_or(ee::AccessClass::SelfDirect, |v| v.0),
-        })
+            direct_access_period: self.ee_direct_access_period,
+            direct_access_quota: self.ee_direct_access_quota,
+            content_scope: self.content_disclosure_scope.map(|v| v.0),
+            delegation: self.delegation_state.map(|v| v.0),
+            access_class: self.access_class.map(|v| v.0),
+        }
     }
 }
 
 impl TemplateInput {
-    fn into_template(self) -> ApiResult<Template> {
-        if let Some(unit) = &self.decision_scale_unit {
-            template::check_scale_unit(unit)?;
-        }
-        if let Some(value) = &self.decision_scale_value {
-            template::check_scale_value(&value.to_string())?;
-        }
-        if let Some(chain) = &self.call_chain {
-            if chain.len() > template::CALL_CHAIN_MAX {
-                return Err(ApiError::bad(
-                    "INVALID_VALUE",
-                    format!("template.call_chain holds at most {} entries; got {}", template::CALL_CHAIN_MAX, chain.len()),
-                ));
-            }
-            for (index, token) in chain.iter().enumerate() {
-                template::check_call_chain_entry(index, token)?;
-            }
-        }
-        Ok(Template {
+    fn into_request(self) -> declarations::TemplateRequest {
+        declarations::TemplateRequest {
             decision_class: self.decision_class.map(|v| v.0),
             decision_scale_value: self.decision_scale_value.map(|n| n.to_string()),
             decision_scale_unit: self.decision_scale_unit,
@@ -390,7 +303,7 @@ impl TemplateInput {
             self_classification: self.self_classification,
             decision_trigger: self.decision_trigger.map(|v| v.0),
             human_involvement: self.human_involvement.map(|v| v.0),
-        })
+        }
     }
 }
 
@@ -678,8 +591,7 @@ pub(crate) async fn create_decision(
     offered: anchor_app::charge::Offered,
     request: CreateRequest,
 ) -> ApiResult<CreateResponse> {
-    let input = request.into_input(state.clock.now())?;
-    let stored = declarations::create(&state.app, agent, input, offered).await?;
+    let stored = declarations::create(&state.app, agent, request.into_request(), offered).await?;
     let reachable = anchor_app::transparency::reachable_level(&state.app);
     Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat, reachable))
 }

@@ -17,7 +17,7 @@ use anchor_store::SdacRecord;
 
 use super::body::path_uuid;
 use super::declarations::{CostBreakdown, EeRequest};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
@@ -135,11 +135,7 @@ async fn trial(
 
 /// An sDAC trial, as REST and the MCP tool run_sdac_trial answer it.
 pub(crate) async fn run_trial(state: &AppState, agent: &AgentRecord, request: TrialRequest) -> ApiResult<TrialView> {
-    if request.ee.has_preset() {
-        return Err(ApiError::bad("UNKNOWN_FIELD", "ee.ee_preset is accepted on DD creation only; send the four axes"));
-    }
-    let input = request.ee.into_input()?;
-    let (quote, session) = sdac::trial(&state.app, agent, request.session_id.0, &input).await?;
+    let (quote, session) = sdac::trial(&state.app, agent, request.session_id.0, request.ee.into_request()).await?;
     Ok(TrialView {
         session_id: Id(session.session_id),
         trial_number: session.trials,
