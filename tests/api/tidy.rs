@@ -187,6 +187,29 @@ fn the_server_reaches_storage_only_through_use_cases() {
     assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");
 }
 
+/// MCP and REST are two transports over one set of operations (`api/`):
+/// neither the MCP endpoint nor the operations name the HTTP layer.
+#[test]
+fn mcp_and_the_operations_do_not_reach_into_http() {
+    let src = root().join("host/server/src");
+    let mut offenders = Vec::new();
+    // MCP is served over HTTP (its one route); the operations know no route at all.
+    let cases: [(&str, &[&str]); 2] =
+        [("mcp", &["crate::http"]), ("api", &["crate::http", "crate::extract", "crate::openapi", "axum::routing"])];
+    for (dir, words) in cases {
+        for entry in std::fs::read_dir(src.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for word in words.iter() {
+                if text.contains(word) {
+                    offenders.push(format!("{} names {word}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:#?}");
+}
+
 /// `unsafe` appears in one place: deserializing compiled components this
 /// host wrote (`host/plugin-host/src/cache.rs`, each block with its SAFETY note).
 #[test]

@@ -77,7 +77,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 /// A JSON body read into the route's request type `T` (see
-/// [`crate::http::body`]): every mistake is a 400 with its code and the
+/// [`crate::body`]): every mistake is a 400 with its code and the
 /// field's path. `Body<Option<T>>` also accepts an empty body.
 pub struct Body<T>(pub T);
 
@@ -86,7 +86,7 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> 
 
     async fn from_request(request: Request, state: &S) -> Result<Body<T>, ApiError> {
         let JsonBody(value) = JsonBody::from_request(request, state).await?;
-        Ok(Body(crate::http::body::read(&value)?))
+        Ok(Body(crate::body::read(&value)?))
     }
 }
 
@@ -164,7 +164,7 @@ where
     }
 }
 
-/// Query parameters read into `T` (see [`crate::http::body`]: numbers and
+/// Query parameters read into `T` (see [`crate::body`]: numbers and
 /// booleans are parsed from their text). Each name may appear once; NUL
 /// characters are refused; what does not fit `T` is 400 `INVALID_VALUE`
 /// (`MISSING_FIELD` for a required one that is absent).
@@ -193,7 +193,7 @@ where
                 ));
             }
         }
-        Ok(ApiQuery(crate::http::body::read_query(pairs)?))
+        Ok(ApiQuery(crate::body::read_query(pairs)?))
     }
 }
 

@@ -3,6 +3,8 @@
 //! `app` builds the whole router from an [`AppState`]; `serve` binds and runs
 //! it. Tests build the same app around their own store and clock.
 
+pub mod api;
+pub mod body;
 pub mod config;
 pub mod error;
 pub mod extract;

@@ -5,7 +5,7 @@
 //! strings, numbers and booleans); `/openapi.json` is generated from the same
 //! types, so a body and its documented schema cannot drift apart.
 //!
-//! Reading goes through [`crate::http::body`], whose errors carry the API's
+//! Reading goes through `body`, whose errors carry the API's
 //! `error_code`s: a value that is not what its type wants reports itself with
 //! [`refused`] and its code (`INVALID_UUID`, `INVALID_VALUE`, …).
 

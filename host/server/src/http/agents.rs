@@ -1,26 +1,19 @@
 //! Agent: registration, token rotation, recovery and disclosure level.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderName, Method, StatusCode};
-use axum::routing::{post, put};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-use uuid::Uuid;
-
-use anchor_app::agents::{self, Credentials, Recovered, Rotated};
-use anchor_domain::agents::{DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_WINDOW_MINUTES, TRIAL_DAC, TRIAL_DAYS};
-
+#[allow(unused_imports)]
+pub(crate) use crate::api::agents::*;
 use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
 use crate::extract::{AuthAgent, Body};
 use crate::openapi::*;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time, one_of};
-
-/// Where an agent says it is based: five tracked countries, then macro-regions.
-pub const REGION_CODES: &[&str] =
-    &["KR", "CN", "JP", "TW", "HK", "ASIA", "EUROPE", "N_AMERICA", "S_AMERICA", "AFRICA", "OCEANIA", "ANTARCTICA", "unknown"];
+use crate::wire::Named;
+use anchor_app::agents::{self, Credentials, Recovered, Rotated};
+use anchor_domain::agents::{RECOVERY_ATTEMPTS, RECOVERY_WINDOW_MINUTES};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderName, Method, StatusCode};
+use axum::routing::{post, put};
+use serde_json::json;
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -58,119 +51,11 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-/// Responses that carry a secret must not be kept by any cache.
-pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RegisterRequest {
-    #[serde(default)]
-    #[schemars(schema_with = "region_codes")]
-    region_code: Option<String>,
-    /// Accepted and ignored: registration is never idempotent.
-    #[allow(dead_code)]
-    request_id: Option<Id>,
-}
-
-fn region_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    one_of(REGION_CODES)
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct Registered {
-    agent_id: Uuid,
-    /// da_tk_ followed by 64 hex digits; shown once.
-    auth_token: String,
-    /// da_rk_ followed by 64 hex digits; shown once.
-    recovery_key: String,
-    registered_at: Time,
-    trial_dac_amount: Dac,
-    trial_period_days: i64,
-    trial_expires_at: Time,
-    message: &'static str,
-    next_steps: NextSteps,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct NextSteps {
-    first_record: Step,
-    then_confirm: Step,
-    check_trial: Step,
-    references: References,
-}
-
-/// Where the whole interface is described.
-#[derive(Serialize, JsonSchema)]
-struct References {
-    /// The OpenAPI document of every route.
-    openapi: String,
-    /// A short guide for language-model agents.
-    llms: String,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Step {
-    call: String,
-    note: &'static str,
-}
-
 async fn register(
     State(state): State<AppState>,
     Body(request): Body<Option<RegisterRequest>>,
 ) -> ApiResult<(StatusCode, [(HeaderName, &'static str); 1], Json<Registered>)> {
     Ok((StatusCode::CREATED, NO_STORE, Json(register_agent(&state, request).await?)))
-}
-
-/// Registration, as REST and the MCP tool register_agent answer it.
-pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterRequest>) -> ApiResult<Registered> {
-    let region = match request.and_then(|r| r.region_code) {
-        Some(code) => Some(REGION_CODES.iter().copied().find(|r| *r == code).ok_or_else(|| {
-            ApiError::bad(
-                "INVALID_ENUM",
-                format!("region_code must be one of {}; got {}", REGION_CODES.join(", "), anchor_domain::brief(&code)),
-            )
-        })?),
-        None => None,
-    };
-    let registered = agents::register(&state.app, region).await?;
-    let base = &state.settings.public_url;
-    let c = registered.credentials;
-    Ok(Registered {
-        agent_id: c.agent_id,
-        auth_token: c.token,
-        recovery_key: c.recovery_key,
-        registered_at: c.at.into(),
-        trial_dac_amount: TRIAL_DAC.into(),
-        trial_period_days: TRIAL_DAYS,
-        trial_expires_at: registered.trial_expires_at.into(),
-        message: "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
-        next_steps: NextSteps {
-            first_record: Step {
-                call: format!("POST {base}/v1/dd/create"),
-                note: "declare a decision; the 10 DAC base fee and any scope adds are paid from Trial while it lasts",
-            },
-            then_confirm: Step {
-                call: format!("POST {base}/v1/dd/confirm"),
-                note: "confirm after the action is carried out; free; returns the integrity hash",
-            },
-            check_trial: Step { call: format!("GET {base}/v1/trial/status"), note: "free" },
-            references: References { openapi: format!("{base}/openapi.json"), llms: format!("{base}/llms.txt") },
-        },
-    })
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RotateRequest {
-    agent_id: Id,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Rotation {
-    agent_id: Uuid,
-    auth_token: String,
-    recovery_key: String,
-    rotated_at: Time,
 }
 
 async fn rotate(
@@ -188,18 +73,6 @@ async fn rotate(
     }
 }
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct DisclosureRequest {
-    disclosure_level: Named<DisclosureLevel>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct DisclosureSet {
-    agent_id: Uuid,
-    disclosure_level: Named<DisclosureLevel>,
-}
-
 async fn disclosure(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -208,21 +81,6 @@ async fn disclosure(
     let level = request.disclosure_level.0;
     agents::set_disclosure(&state.app, agent.agent_id, level).await?;
     Ok(Json(DisclosureSet { agent_id: agent.agent_id, disclosure_level: Named(level) }))
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RecoverRequest {
-    agent_id: Id,
-    recovery_key: String,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Recovery {
-    agent_id: Uuid,
-    auth_token: String,
-    recovery_key: String,
-    recovered_at: Time,
 }
 
 async fn recover(

@@ -4,89 +4,30 @@
 //! too. Environment- and pattern-level figures are de-identified releases
 //! over fixed windows, and say how (`privacy`).
 
-use std::collections::BTreeMap;
-
-use axum::Json;
-use axum::extract::{FromRequestParts, State};
-use axum::http::Method;
-use axum::http::request::Parts;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use chrono::Datelike;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-use uuid::Uuid;
-
-use anchor_app::ara::agents::{self as agent_level, Granularity, Queried, QueryType};
-use anchor_app::ara::releases::{self, Kind, Release};
-use anchor_app::ara::{self, Observed, PremiumSource, meta, privacy};
-use anchor_domain::agents::DisclosureLevel;
-use anchor_domain::ara::{Dimension, Position, day_start};
-use anchor_store::AgentRecord;
-
-use super::body::path_uuid;
-use super::dap::reports::EvidenceReport;
+#[allow(unused_imports)]
+pub(crate) use crate::api::ara::*;
+use crate::api::reports::EvidenceReport;
+use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time, TimeSecs};
-
-const PAID: &str = "No payment came with the request, or it was refused (the reason is in `error`). Trial never pays an observation.";
-const SETTLING: &str = "The settlement's outcome is unknown; it is settled in the background and charged at most once.";
-const HIDDEN: &str =
-    "Too few agents contribute to show figures that identify none of them (k = 10), or the noisy threshold held them back.";
-
-/// The refusals every paid observation shares.
-fn paid(operation: Operation) -> Operation {
-    operation
-        .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
-        .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-        .paid_inline(PAID)
-        .error(503, SETTLING, &["SETTLEMENT_PENDING"])
-}
-
-fn release_operation(route: anchor_app::charge::Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
-    paid(
-        op(Method::GET, route.path, handler)
-            .tag("ARA")
-            .summary(summary)
-            .describe(
-                "A de-identified release over the last 30 full UTC days (the same for every caller all day): each agent counts once per \
-                 distribution, in the value it declared most; values with fewer than 10 agents are dropped, the rest get discrete Laplace \
-                 noise and pass a noisy threshold (differential privacy; `privacy` says what the release spent). Paid per call over x402, \
-                 settled before the answer.",
-            )
-            .agent()
-            .error(404, HIDDEN, &["DATA_UNAVAILABLE"]),
-    )
-}
-
-fn agent_operation(route: anchor_app::charge::Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
-    paid(
-        op(Method::GET, route.path, handler)
-            .tag("ARA")
-            .summary(summary)
-            .describe(
-                "Free for the agent itself at every resolution level. Another agent is seen only as far as its disclosure_level allows \
-                 (none: not at all, summary: level 1, detailed: 2, full: 3), for 3 DAC over x402 plus a surcharge at levels 2 and 3 \
-                 (2 and 4 DAC), which premium_source earned pays from Earned DAC (once the balance reaches min_spend_threshold, see GET /v1/earned-dac/balance); the challenge then asks for the base alone.",
-            )
-            .agent()
-            .path::<Uuid>("agent_id")
-            .query::<LevelQuery>()
-            .error(
-                400,
-                "A malformed agent_id, resolution level or premium source, or an Earned surcharge that cannot be paid.",
-                &["INVALID_UUID", "INVALID_VALUE", "INVALID_ENUM", "INSUFFICIENT_DAC"],
-            )
-            .error(403, "The agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
-            .error(404, "No such agent, or it has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
-    )
-}
+use anchor_app::ara::agents::{self as agent_level, Queried, QueryType};
+use anchor_app::ara::releases::{self, Kind};
+use anchor_app::ara::{self, Observed};
+use anchor_domain::ara::Dimension;
+use anchor_store::AgentRecord;
+use axum::Json;
+use axum::extract::{FromRequestParts, State};
+use axum::http::Method;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -202,95 +143,6 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-/// A paid (or free) answer, with `PAYMENT-RESPONSE` when it settled.
-fn answer<T: Serialize>(body: T, settlement: Option<&(String, String)>) -> Response {
-    with_settlement(Json(body).into_response(), settlement)
-}
-
-// ---- releases ----
-
-/// The window a release covers: whole UTC days.
-#[derive(Serialize, JsonSchema)]
-struct Period {
-    from: TimeSecs,
-    to: TimeSecs,
-    window_days: i32,
-}
-
-/// How a release was protected and what it spent.
-#[derive(Serialize, JsonSchema)]
-struct PrivacyView {
-    /// No figure stands for fewer agents.
-    k: i64,
-    /// discrete_laplace, or none (k-anonymity alone, test configurations).
-    mechanism: &'static str,
-    /// What the whole release spent (null: no noise).
-    epsilon: Option<f64>,
-    delta: f64,
-    /// Once this release was stored: the most epsilon all the releases of
-    /// its kind had spent on one day of its window, this one included (the
-    /// ledger), and the budget they are held to. Absent without noise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    epsilon_spent_on_window: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    epsilon_budget: Option<f64>,
-    /// How agents are counted.
-    counted_as: &'static str,
-    released_at: Time,
-}
-
-fn period(release: &Release) -> Period {
-    let window = release.window();
-    Period { from: window.from().into(), to: window.to().into(), window_days: window.days }
-}
-
-fn privacy_of(release: &Release) -> PrivacyView {
-    PrivacyView {
-        k: privacy::K,
-        mechanism: if release.exact { "none" } else { "discrete_laplace" },
-        epsilon: (!release.exact).then_some(release.epsilon),
-        delta: release.delta,
-        epsilon_spent_on_window: release.epsilon_ledger,
-        epsilon_budget: release.epsilon_budget,
-        counted_as: "each agent once per distribution, in the value it declared most in the window; dd_count counts at most 100 declarations per agent",
-        released_at: release.released_at.into(),
-    }
-}
-
-fn map(values: &[(String, i64)]) -> BTreeMap<String, i64> {
-    values.iter().cloned().collect()
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct EnvironmentView {
-    observation: &'static str,
-    period: Period,
-    /// Distinct agents with a declaration in the window.
-    agent_count: Option<i64>,
-    /// Declarations in the window, at most 100 per agent.
-    dd_count: Option<i64>,
-    /// Agents by the action type they declared most.
-    action_type_distribution: BTreeMap<String, i64>,
-    /// Agents by the retention they chose most.
-    retention_distribution: BTreeMap<String, i64>,
-    privacy: PrivacyView,
-    dac_charged: Dac,
-}
-
-fn environment_view(observed: &Observed<Release>) -> EnvironmentView {
-    let r = &observed.result;
-    EnvironmentView {
-        observation: "environment",
-        period: period(r),
-        agent_count: r.agents,
-        dd_count: r.declarations,
-        action_type_distribution: map(r.distribution(Dimension::ActionType)),
-        retention_distribution: map(r.distribution(Dimension::Retention)),
-        privacy: privacy_of(r),
-        dac_charged: observed.charged.into(),
-    }
-}
-
 async fn environment(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -300,17 +152,6 @@ async fn environment(
     Ok(answer(view, settlement.as_ref()))
 }
 
-/// The environment observation, as REST and the MCP tool observe_environment
-/// answer it, with the settlement (reference, payer) its payment got.
-pub(crate) async fn observe_environment(
-    state: &AppState,
-    agent: &anchor_store::AgentRecord,
-    offered: anchor_app::charge::Offered,
-) -> ApiResult<(EnvironmentView, Option<(String, String)>)> {
-    let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT, Kind::Environment, 30, offered).await?;
-    Ok((environment_view(&observed), observed.settlement))
-}
-
 async fn environment_summary(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -318,25 +159,6 @@ async fn environment_summary(
 ) -> ApiResult<Response> {
     let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT_SUMMARY, Kind::Environment, 30, offered).await?;
     Ok(answer(environment_view(&observed), observed.settlement.as_ref()))
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ActivityBucket {
-    /// Declarations one agent made in the window: 1, 2-5, 6-20, 21-100 or 101+.
-    declarations: String,
-    agents: i64,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct DensityView {
-    observation: &'static str,
-    period: Period,
-    /// Agents by how much they declared in the window.
-    activity: Vec<ActivityBucket>,
-    /// Agents by the 6-hour UTC bucket they declared most in.
-    time_zone_distribution: BTreeMap<String, i64>,
-    privacy: PrivacyView,
-    dac_charged: Dac,
 }
 
 async fn density(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
@@ -353,28 +175,6 @@ async fn density(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Pay
     Ok(answer(body, observed.settlement.as_ref()))
 }
 
-/// Distributions of agents, by dimension.
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct PatternView {
-    observation: &'static str,
-    period: Period,
-    /// Per dimension: agents by the value they declared most.
-    distributions: BTreeMap<String, BTreeMap<String, i64>>,
-    privacy: PrivacyView,
-    dac_charged: Dac,
-}
-
-fn pattern_view(name: &'static str, observed: &Observed<Release>) -> PatternView {
-    let r = &observed.result;
-    PatternView {
-        observation: name,
-        period: period(r),
-        distributions: r.distributions.iter().map(|(dimension, values)| (dimension.clone(), map(values))).collect(),
-        privacy: privacy_of(r),
-        dac_charged: observed.charged.into(),
-    }
-}
-
 async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
     let observed = releases::tsl(&state.app, agent.agent_id, offered).await?;
     Ok(answer(pattern_view("tsl", &observed), observed.settlement.as_ref()))
@@ -389,22 +189,6 @@ async fn ee_distribution(
     Ok(answer(view, settlement.as_ref()))
 }
 
-/// A pattern observation (ee-distribution or action-type), as REST and the
-/// MCP tool observe_pattern answer it, with its payment's settlement.
-pub(crate) async fn observe_pattern(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-    kind: Kind,
-) -> ApiResult<(PatternView, Option<(String, String)>)> {
-    let (route, kind, name) = match kind {
-        Kind::ActionType => (ara::ACTION_TYPE, Kind::ActionType, "action_type"),
-        _ => (ara::EE_DISTRIBUTION, Kind::EeDistribution, "ee_distribution"),
-    };
-    let observed = releases::observe(&state.app, agent.agent_id, route, kind, 30, offered).await?;
-    Ok((pattern_view(name, &observed), observed.settlement))
-}
-
 async fn action_type(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -412,26 +196,6 @@ async fn action_type(
 ) -> ApiResult<Response> {
     let (view, settlement) = observe_pattern(&state, &agent, offered, Kind::ActionType).await?;
     Ok(answer(view, settlement.as_ref()))
-}
-
-#[derive(Deserialize, JsonSchema)]
-pub(crate) struct EnvironmentAnomalyQuery {
-    /// A fixed window: 7, 30 or 90 full days.
-    #[schemars(extend("enum" = [7, 30, 90], "default" = 30))]
-    period_days: Option<i32>,
-    /// One dimension only: decision_scale, decision_class, target_class, time_zone or ee_resolution.
-    #[schemars(extend("enum" = ["decision_scale", "decision_class", "target_class", "time_zone", "ee_resolution"]))]
-    dimension: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct EnvironmentAnomalyView {
-    observation: &'static str,
-    period: Period,
-    /// Per dimension: agents by where their decisions mostly sat (within_band, outlier).
-    dimensions: BTreeMap<String, BTreeMap<String, i64>>,
-    privacy: PrivacyView,
-    dac_charged: Dac,
 }
 
 async fn environment_anomaly(
@@ -444,245 +208,9 @@ async fn environment_anomaly(
     Ok(answer(body, settlement.as_ref()))
 }
 
-/// The environment anomaly observation, as REST and the MCP tool
-/// get_environment_anomaly answer it, with its payment's settlement.
-pub(crate) async fn environment_anomaly_of(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-    query: EnvironmentAnomalyQuery,
-) -> ApiResult<(EnvironmentAnomalyView, Option<(String, String)>)> {
-    let days = query.period_days.unwrap_or(30);
-    let observed = releases::environment_anomaly(&state.app, agent.agent_id, days, query.dimension.as_deref(), offered).await?;
-    let r = &observed.result;
-    let name_of = |dimension: &str| releases::ANOMALY_DIMENSIONS.iter().find(|(_, d)| d.as_str() == dimension).map(|(n, _)| n.to_string());
-    let body = EnvironmentAnomalyView {
-        observation: "environment_anomaly",
-        period: period(r),
-        dimensions: r
-            .distributions
-            .iter()
-            .filter(|(_, values)| !values.is_empty())
-            .filter_map(|(dimension, values)| name_of(dimension).map(|name| (name, map(values))))
-            .collect(),
-        privacy: privacy_of(r),
-        dac_charged: observed.charged.into(),
-    };
-    Ok((body, observed.settlement))
-}
-
-// ---- agent level ----
-
-/// 1, 2 or 3.
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum PremiumSourceParam {
-    External,
-    Earned,
-}
-
-/// Who pays a surcharge; external unless said otherwise.
-fn premium_source(value: Option<PremiumSourceParam>) -> PremiumSource {
-    match value {
-        Some(PremiumSourceParam::Earned) => PremiumSource::Earned,
-        _ => PremiumSource::External,
-    }
-}
-
-/// An agent-level observation as its route asks for it: the agent observing
-/// (bearer token), the payment offered, the target (path) and the level and
-/// surcharge source (query), read in that order, so refusals keep theirs.
-struct AgentAsk {
-    agent: AgentRecord,
-    ask: agent_level::Ask,
-}
-
-impl FromRequestParts<AppState> for AgentAsk {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<AgentAsk, ApiError> {
-        let AuthAgent(agent) = AuthAgent::from_request_parts(parts, state).await?;
-        let PaymentOffer(offered) = PaymentOffer::from_request_parts(parts, state).await?;
-        let ApiPath(agent_id) = ApiPath::<String>::from_request_parts(parts, state).await?;
-        let ApiQuery(query) = ApiQuery::<LevelQuery>::from_request_parts(parts, state).await?;
-        let ask = agent_level::Ask {
-            target_id: path_uuid("agent_id", &agent_id)?,
-            level: query.resolution_level.unwrap_or(1),
-            premium_source: premium_source(query.premium_source),
-            offered,
-        };
-        Ok(AgentAsk { agent, ask })
-    }
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct LevelQuery {
-    #[schemars(extend("enum" = [1, 2, 3], "default" = 1))]
-    resolution_level: Option<u8>,
-    /// Who pays the surcharge of levels 2 and 3 when observing another agent.
-    #[schemars(extend("default" = "external"))]
-    premium_source: Option<PremiumSourceParam>,
-}
-
-/// Whether the agent observed itself.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum ObservedAs {
-    #[serde(rename = "self")]
-    Itself,
-    Other,
-}
-
-/// Who was observed, and how far.
-#[derive(Serialize, JsonSchema)]
-struct Subject {
-    agent_id: Uuid,
-    resolution_level: u8,
-    observed_as: ObservedAs,
-    disclosure_level: Named<DisclosureLevel>,
-}
-
-fn subject(target: &agent_level::Target) -> Subject {
-    Subject {
-        agent_id: target.agent_id,
-        resolution_level: target.level,
-        observed_as: if target.own { ObservedAs::Itself } else { ObservedAs::Other },
-        disclosure_level: Named(target.disclosure),
-    }
-}
-
-fn distributions(values: &[(Dimension, Vec<(String, i64)>)]) -> BTreeMap<String, BTreeMap<String, i64>> {
-    values.iter().map(|(dimension, counts)| (dimension.as_str().to_string(), map(counts))).collect()
-}
-
-/// A UTC day as `YYYY-MM-DD`.
-fn date(day: i32) -> String {
-    let d = day_start(day).date_naive();
-    format!("{:04}-{:02}-{:02}", d.year(), d.month(), d.day())
-}
-
-/// How retention was demoted (the agent itself only).
-#[derive(Serialize, JsonSchema)]
-struct DemotionStats {
-    demoted_dd_count: i64,
-    /// YYYY-MM-DD (UTC), or null.
-    last_demoted_on: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct ProfileView {
-    #[serde(flatten)]
-    subject: Subject,
-    dd_count: i64,
-    /// YYYY-MM-DD (UTC), or null.
-    first_anchored_on: Option<String>,
-    last_anchored_on: Option<String>,
-    /// Days with a declaration among the last 30.
-    active_days_30d: i64,
-    /// Per dimension: declarations by value (more dimensions at higher levels).
-    distributions: BTreeMap<String, BTreeMap<String, i64>>,
-    /// Present only when an agent observes itself.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    demotion_stats: Option<DemotionStats>,
-    dac_charged: Dac,
-}
-
-fn profile_view(observed: &Observed<agent_level::Profile>) -> ProfileView {
-    let p = &observed.result;
-    ProfileView {
-        subject: subject(&p.target),
-        dd_count: p.target.declarations(),
-        first_anchored_on: p.first_day.map(date),
-        last_anchored_on: p.last_day.map(date),
-        active_days_30d: p.active_days_30,
-        distributions: distributions(&p.distributions),
-        demotion_stats: p
-            .demotion
-            .as_ref()
-            .map(|d| DemotionStats { demoted_dd_count: d.demoted_declarations, last_demoted_on: d.last_demoted_day.map(date) }),
-        dac_charged: observed.charged.into(),
-    }
-}
-
 async fn profile(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
     let (view, settlement) = agent_profile(&state, &agent, ask).await?;
     Ok(answer(view, settlement.as_ref()))
-}
-
-/// An agent's profile, as REST and the MCP tool get_agent_profile answer
-/// it, with the settlement (reference, payer) its payment got.
-pub(crate) async fn agent_profile(
-    state: &AppState,
-    agent: &AgentRecord,
-    ask: agent_level::Ask,
-) -> ApiResult<(ProfileView, Option<(String, String)>)> {
-    let observed = agent_level::profile(&state.app, agent, ask).await?;
-    Ok((profile_view(&observed), observed.settlement))
-}
-
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum GranularityView {
-    Month,
-    Week,
-    Day,
-}
-
-/// The agent's declarations of a bucket demoted since (the agent itself only).
-#[derive(Serialize, JsonSchema)]
-struct RetentionDemotion {
-    demoted_dd_count: i64,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TimelineItem {
-    /// YYYY-MM-DD (UTC): the bucket's first day.
-    period_start: String,
-    dd_count: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    action_type_distribution: Option<BTreeMap<String, i64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    selection_state_distribution: Option<BTreeMap<String, i64>>,
-    /// Present only when an agent observes itself.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retention_demotion: Option<RetentionDemotion>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TimelineView {
-    #[serde(flatten)]
-    subject: Subject,
-    granularity: GranularityView,
-    /// Oldest first, today included.
-    items: Vec<TimelineItem>,
-    dac_charged: Dac,
-}
-
-fn timeline_view(observed: &Observed<agent_level::Timeline>) -> TimelineView {
-    let t = &observed.result;
-    let part = |bucket: &agent_level::Bucket, dimension: Dimension| {
-        bucket.breakdown.iter().find(|(d, _)| *d == dimension).map(|(_, values)| map(values))
-    };
-    TimelineView {
-        subject: subject(&t.target),
-        granularity: match t.granularity {
-            Granularity::Month => GranularityView::Month,
-            Granularity::Week => GranularityView::Week,
-            Granularity::Day => GranularityView::Day,
-        },
-        items: t
-            .buckets
-            .iter()
-            .map(|b| TimelineItem {
-                period_start: date(b.start_day),
-                dd_count: b.declarations,
-                action_type_distribution: part(b, Dimension::ActionType),
-                selection_state_distribution: part(b, Dimension::SelectionState),
-                retention_demotion: b.demoted.map(|n| RetentionDemotion { demoted_dd_count: n }),
-            })
-            .collect(),
-        dac_charged: observed.charged.into(),
-    }
 }
 
 async fn timeline(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
@@ -690,63 +218,9 @@ async fn timeline(State(state): State<AppState>, AgentAsk { agent, ask }: AgentA
     Ok(answer(timeline_view(&observed), observed.settlement.as_ref()))
 }
 
-#[derive(Serialize, JsonSchema)]
-struct Combination {
-    /// retention|integrity|disclosure|responsibility
-    ee: String,
-    dd_count: i64,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct EePatternView {
-    #[serde(flatten)]
-    subject: Subject,
-    distributions: BTreeMap<String, BTreeMap<String, i64>>,
-    /// Level 3: the most used combinations of the four priced axes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    combinations: Option<Vec<Combination>>,
-    /// Retention as it stands after demotions; present only when an agent observes itself.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retention_distribution_effective: Option<BTreeMap<String, i64>>,
-    dac_charged: Dac,
-}
-
 async fn ee_pattern(State(state): State<AppState>, AgentAsk { agent, ask }: AgentAsk) -> ApiResult<Response> {
     let observed = agent_level::ee_pattern(&state.app, &agent, ask).await?;
     Ok(answer(ee_pattern_view(&observed), observed.settlement.as_ref()))
-}
-
-fn ee_pattern_view(observed: &Observed<agent_level::EePattern>) -> EePatternView {
-    let p = &observed.result;
-    EePatternView {
-        subject: subject(&p.target),
-        distributions: distributions(&p.distributions),
-        combinations: (p.target.level >= 3)
-            .then(|| p.combinations.iter().map(|(ee, n)| Combination { ee: ee.clone(), dd_count: *n }).collect()),
-        retention_distribution_effective: p.retention_effective.as_deref().map(map),
-        dac_charged: observed.charged.into(),
-    }
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct OwnerLevelQuery {
-    /// The timeline's resolution: 12 months (1), 12 weeks (2) or 30 days (3).
-    #[schemars(extend("enum" = [1, 2, 3], "default" = 2))]
-    resolution_level: Option<u8>,
-}
-
-/// What ARA shows a managed agent about itself, for its owner.
-#[derive(Serialize, JsonSchema)]
-struct OwnerAraView {
-    agent_id: Uuid,
-    timeline: TimelineView,
-    /// At resolution level 3.
-    ee_pattern: EePatternView,
-}
-
-/// A free answer: nothing charged, nothing settled.
-fn free<T>(result: T) -> Observed<T> {
-    Observed { result, charged: anchor_domain::MilliDac::ZERO, settlement: None }
 }
 
 async fn owner_view(
@@ -759,30 +233,6 @@ async fn owner_view(
     let level = query.resolution_level.unwrap_or(2);
     let view = agent_level::for_owner(&state.app, &owner.owner, agent_id, level).await?;
     Ok(Json(OwnerAraView { agent_id, timeline: timeline_view(&free(view.timeline)), ee_pattern: ee_pattern_view(&free(view.pattern)) }))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct CompareQuery {
-    /// Comma-separated agent ids, 2 to 10.
-    agents: String,
-    #[schemars(extend("enum" = [1, 2, 3], "default" = 1))]
-    resolution_level: Option<u8>,
-    #[schemars(extend("default" = "external"))]
-    premium_source: Option<PremiumSourceParam>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ComparedAgent {
-    agent_id: Uuid,
-    dd_count: i64,
-    distributions: BTreeMap<String, BTreeMap<String, i64>>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct CompareView {
-    resolution_level: u8,
-    agents: Vec<ComparedAgent>,
-    dac_charged: Dac,
 }
 
 async fn compare(
@@ -804,39 +254,6 @@ async fn compare(
         dac_charged: observed.charged.into(),
     };
     Ok(answer(body, observed.settlement.as_ref()))
-}
-
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum QueryTypeParam {
-    Summary,
-    Period,
-    Detail,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct QueryRequest {
-    agent_id: Id,
-    query_type: QueryTypeParam,
-    premium_source: Option<PremiumSourceParam>,
-}
-
-/// The observation a legacy query mapped to.
-#[derive(Serialize, JsonSchema)]
-#[serde(untagged)]
-enum QueryResult {
-    Profile(ProfileView),
-    Timeline(TimelineView),
-}
-
-#[derive(Serialize, JsonSchema)]
-struct QueryView {
-    query_type: &'static str,
-    /// The route it maps to.
-    mapped_to: String,
-    result: QueryResult,
-    dac_charged: Dac,
 }
 
 async fn query(
@@ -870,71 +287,6 @@ async fn query(
     Ok(answer(body, settlement.as_ref()))
 }
 
-// ---- meta-observation ----
-
-#[derive(Deserialize, JsonSchema)]
-pub(crate) struct AnomalyQuery {
-    dd_id: Id,
-    #[schemars(range(min = 1, max = 365), extend("default" = 90))]
-    period_days: Option<i32>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum BandPosition {
-    WithinBand,
-    Outlier,
-}
-
-impl From<Position> for BandPosition {
-    fn from(p: Position) -> BandPosition {
-        match p {
-            Position::WithinBand => BandPosition::WithinBand,
-            Position::Outlier => BandPosition::Outlier,
-        }
-    }
-}
-
-/// Per dimension: within_band, outlier, or null when the decision (or the sample) lacks it.
-#[derive(Serialize, JsonSchema)]
-struct BandPositions {
-    decision_scale: Option<BandPosition>,
-    decision_class: Option<BandPosition>,
-    target_class: Option<BandPosition>,
-    time_zone: Option<BandPosition>,
-    ee_resolution: Option<BandPosition>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ScaleBand {
-    unit: String,
-    min: f64,
-    max: f64,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ResolutionBand {
-    min_dac: Dac,
-    max_dac: Dac,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Bands {
-    decision_scale: Option<ScaleBand>,
-    ee_resolution: Option<ResolutionBand>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct AnomalyView {
-    dd_id: Uuid,
-    period_days: i32,
-    /// Your branch-1 decisions compared with.
-    sample_size: usize,
-    band_position: BandPositions,
-    bands: Bands,
-    dac_charged: Dac,
-}
-
 async fn anomaly_compare(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -943,42 +295,6 @@ async fn anomaly_compare(
 ) -> ApiResult<Response> {
     let (body, settlement) = anomaly_compare_of(&state, &agent, offered, query).await?;
     Ok(answer(body, settlement.as_ref()))
-}
-
-/// The anomaly comparison, as REST and the MCP tool compare_anomaly answer
-/// it, with its payment's settlement.
-pub(crate) async fn anomaly_compare_of(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-    query: AnomalyQuery,
-) -> ApiResult<(AnomalyView, Option<(String, String)>)> {
-    let observed = meta::anomaly_compare(&state.app, agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
-    let c = &observed.result;
-    let p = c.positions;
-    let body = AnomalyView {
-        dd_id: c.dd_id,
-        period_days: c.period_days,
-        sample_size: c.sample_size,
-        band_position: BandPositions {
-            decision_scale: p.decision_scale.map(Into::into),
-            decision_class: p.decision_class.map(Into::into),
-            target_class: p.target_class.map(Into::into),
-            time_zone: p.time_zone.map(Into::into),
-            ee_resolution: p.ee_resolution.map(Into::into),
-        },
-        bands: Bands {
-            decision_scale: c.scale_band.as_ref().map(|(min, max, unit)| ScaleBand { unit: unit.clone(), min: *min, max: *max }),
-            ee_resolution: c.resolution_band.map(|(min, max)| ResolutionBand { min_dac: min.into(), max_dac: max.into() }),
-        },
-        dac_charged: observed.charged.into(),
-    };
-    Ok((body, observed.settlement))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct DdQuery {
-    dd_id: Id,
 }
 
 async fn evidence_report(
@@ -991,15 +307,96 @@ async fn evidence_report(
     Ok(answer(body, settlement.as_ref()))
 }
 
-/// The evidence report, as REST and the MCP tool get_evidence_report answer
-/// it, with its payment's settlement.
-pub(crate) async fn evidence_report_of(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-    dd_id: uuid::Uuid,
-) -> ApiResult<(EvidenceReport, Option<(String, String)>)> {
-    let observed = meta::evidence_report(&state.app, agent, dd_id, offered).await?;
-    let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.public_url);
-    Ok((body, observed.settlement))
+pub(crate) const PAID: &str =
+    "No payment came with the request, or it was refused (the reason is in `error`). Trial never pays an observation.";
+pub(crate) const SETTLING: &str = "The settlement's outcome is unknown; it is settled in the background and charged at most once.";
+
+pub(crate) const HIDDEN: &str =
+    "Too few agents contribute to show figures that identify none of them (k = 10), or the noisy threshold held them back.";
+
+/// The refusals every paid observation shares.
+pub(crate) fn paid(operation: Operation) -> Operation {
+    operation
+        .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON.", &["INVALID_PAYLOAD"])
+        .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
+        .paid_inline(PAID)
+        .error(503, SETTLING, &["SETTLEMENT_PENDING"])
+}
+
+pub(crate) fn release_operation(
+    route: anchor_app::charge::Route,
+    handler: axum::routing::MethodRouter<AppState>,
+    summary: &'static str,
+) -> Operation {
+    paid(
+        op(Method::GET, route.path, handler)
+            .tag("ARA")
+            .summary(summary)
+            .describe(
+                "A de-identified release over the last 30 full UTC days (the same for every caller all day): each agent counts once per \
+                 distribution, in the value it declared most; values with fewer than 10 agents are dropped, the rest get discrete Laplace \
+                 noise and pass a noisy threshold (differential privacy; `privacy` says what the release spent). Paid per call over x402, \
+                 settled before the answer.",
+            )
+            .agent()
+            .error(404, HIDDEN, &["DATA_UNAVAILABLE"]),
+    )
+}
+
+pub(crate) fn agent_operation(
+    route: anchor_app::charge::Route,
+    handler: axum::routing::MethodRouter<AppState>,
+    summary: &'static str,
+) -> Operation {
+    paid(
+        op(Method::GET, route.path, handler)
+            .tag("ARA")
+            .summary(summary)
+            .describe(
+                "Free for the agent itself at every resolution level. Another agent is seen only as far as its disclosure_level allows \
+                 (none: not at all, summary: level 1, detailed: 2, full: 3), for 3 DAC over x402 plus a surcharge at levels 2 and 3 \
+                 (2 and 4 DAC), which premium_source earned pays from Earned DAC (once the balance reaches min_spend_threshold, see GET /v1/earned-dac/balance); the challenge then asks for the base alone.",
+            )
+            .agent()
+            .path::<Uuid>("agent_id")
+            .query::<LevelQuery>()
+            .error(
+                400,
+                "A malformed agent_id, resolution level or premium source, or an Earned surcharge that cannot be paid.",
+                &["INVALID_UUID", "INVALID_VALUE", "INVALID_ENUM", "INSUFFICIENT_DAC"],
+            )
+            .error(403, "The agent's disclosure level does not reach the resolution asked.", &["DISCLOSURE_CAP_EXCEEDED"])
+            .error(404, "No such agent, or it has nothing others may observe.", &["AGENT_NOT_FOUND", "DATA_UNAVAILABLE"]),
+    )
+}
+
+/// A paid (or free) answer, with `PAYMENT-RESPONSE` when it settled.
+pub(crate) fn answer<T: Serialize>(body: T, settlement: Option<&(String, String)>) -> Response {
+    with_settlement(Json(body).into_response(), settlement)
+}
+
+/// An agent-level observation as its route asks for it: the agent observing
+/// (bearer token), the payment offered, the target (path) and the level and
+/// surcharge source (query), read in that order, so refusals keep theirs.
+pub(crate) struct AgentAsk {
+    pub(crate) agent: AgentRecord,
+    pub(crate) ask: agent_level::Ask,
+}
+
+impl FromRequestParts<AppState> for AgentAsk {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<AgentAsk, ApiError> {
+        let AuthAgent(agent) = AuthAgent::from_request_parts(parts, state).await?;
+        let PaymentOffer(offered) = PaymentOffer::from_request_parts(parts, state).await?;
+        let ApiPath(agent_id) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        let ApiQuery(query) = ApiQuery::<LevelQuery>::from_request_parts(parts, state).await?;
+        let ask = agent_level::Ask {
+            target_id: path_uuid("agent_id", &agent_id)?,
+            level: query.resolution_level.unwrap_or(1),
+            premium_source: premium_source(query.premium_source),
+            offered,
+        };
+        Ok(AgentAsk { agent, ask })
+    }
 }

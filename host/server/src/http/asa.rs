@@ -410,7 +410,7 @@ async fn owner_subscription(
     owner: AuthOwner,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<SubscriptionView>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     asa::managed(&state.app, &owner.owner, agent_id).await?;
     let (s, terms) = asa::subscription(&state.app, agent_id).await?;
     Ok(Json(view(&state, &s, &terms)))
@@ -430,7 +430,7 @@ async fn owner_cancel(
     owner: AuthOwner,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<OwnerCancelled>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     let s = asa::owner_cancel(&state.app, &owner.owner, agent_id).await?;
     Ok(Json(OwnerCancelled {
         cancelled: true,
@@ -446,7 +446,7 @@ async fn owner_snapshot(
     owner: AuthOwner,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<SnapshotWithSubscription>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     asa::managed(&state.app, &owner.owner, agent_id).await?;
     snapshot_answer(&state, agent_id, false).await
 }
@@ -457,7 +457,7 @@ async fn owner_verify(
     ApiPath(agent_id): ApiPath<String>,
     Body(r): Body<VerifyRequest>,
 ) -> ApiResult<Json<VerifyView>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     asa::managed(&state.app, &owner.owner, agent_id).await?;
     Ok(Json(verify_view(asa::verify(&state.app, agent_id, &r.blob_hash, false).await?)))
 }

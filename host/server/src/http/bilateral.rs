@@ -1,29 +1,19 @@
 //! Bilateral declarations over HTTP (`anchor_app::bilateral`): propose,
 //! respond, and the received and sent lists.
 
-use anchor_store::AgentRecord;
-use axum::Json;
-use axum::extract::State;
-use axum::http::{Method, StatusCode};
-use axum::routing::{get, post};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-
-use anchor_app::bilateral;
-
-use anchor_domain::bilateral::{Agreement, AgreementStatus};
-
-use anchor_domain::payments::SettlementStatus;
-use anchor_store::{AgreementListing, StoredDeclaration};
-
-use super::body::path_uuid;
-use super::declarations::{Continuity, DdInput, EeRequest};
+#[allow(unused_imports)]
+pub(crate) use crate::api::bilateral::*;
+use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time};
+use anchor_app::bilateral;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::routing::{get, post};
+use serde_json::json;
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -107,31 +97,6 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ProposeRequest {
-    counterparty_agent_id: Id,
-    dd: DdInput,
-    /// The four axes (ee_preset is refused here).
-    ee: EeRequest,
-    continuity: Option<Continuity>,
-    /// Idempotency key, scoped to the agent.
-    request_id: Option<Id>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct Proposed {
-    agreement_id: Id,
-    status: Named<AgreementStatus>,
-    dd_id: Id,
-    counterparty_agent_id: Id,
-    dac_amount: Dac,
-    settlement_status: Named<SettlementStatus>,
-    /// Confirm your record after acceptance and before this; unanswered by then, the proposal expires.
-    expires_at: Time,
-    pricing_version: String,
-}
-
 async fn propose(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -139,71 +104,6 @@ async fn propose(
     Body(request): Body<ProposeRequest>,
 ) -> ApiResult<(StatusCode, Json<Proposed>)> {
     Ok((StatusCode::CREATED, Json(propose_agreement(&state, &agent, offered, request).await?)))
-}
-
-/// A bilateral proposal, as REST and the MCP tool propose_bilateral answer it.
-pub(crate) async fn propose_agreement(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-    request: ProposeRequest,
-) -> ApiResult<Proposed> {
-    let request = anchor_app::requests::ProposeRequest {
-        request_id: request.request_id.map(|r| r.0),
-        counterparty_agent_id: request.counterparty_agent_id.0,
-        dd: request.dd.into_request(),
-        ee: request.ee.into_request(),
-        continuity_parent: request.continuity.and_then(|c| c.parent_dd_id).map(|p| p.0),
-    };
-    let (stored, agreement) = bilateral::propose(&state.app, agent, request, offered).await?;
-    Ok(proposed(&stored, &agreement))
-}
-
-fn proposed(stored: &StoredDeclaration, agreement: &Agreement) -> Proposed {
-    Proposed {
-        agreement_id: Id(agreement.agreement_id),
-        status: Named(agreement.status),
-        dd_id: Id(stored.declaration.dd_id),
-        counterparty_agent_id: Id(agreement.counterparty_agent_id),
-        dac_amount: stored.declaration.dac_amount.into(),
-        settlement_status: Named(stored.settlement_status),
-        expires_at: agreement.expires_at.into(),
-        pricing_version: stored.declaration.pricing_version.clone(),
-    }
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RespondRequest {
-    accept: bool,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct AgreementView {
-    agreement_id: Id,
-    status: Named<AgreementStatus>,
-    proposer_agent_id: Id,
-    counterparty_agent_id: Id,
-    proposer_dd_id: Id,
-    /// Your record of the decision, once accepted: confirm it to anchor it.
-    counterparty_dd_id: Option<Id>,
-    proposed_at: Time,
-    expires_at: Time,
-    responded_at: Option<Time>,
-}
-
-fn agreement_view(a: &Agreement) -> AgreementView {
-    AgreementView {
-        agreement_id: Id(a.agreement_id),
-        status: Named(a.status),
-        proposer_agent_id: Id(a.proposer_agent_id),
-        counterparty_agent_id: Id(a.counterparty_agent_id),
-        proposer_dd_id: Id(a.proposer_dd_id),
-        counterparty_dd_id: a.counterparty_dd_id.map(Id),
-        proposed_at: a.proposed_at.into(),
-        expires_at: a.expires_at.into(),
-        responded_at: a.responded_at.map(Time),
-    }
 }
 
 async fn respond(
@@ -215,50 +115,6 @@ async fn respond(
     let agreement_id = path_uuid("agreement_id", &agreement_id)?;
     let agreement = bilateral::respond(&state.app, &agent, agreement_id, request.accept).await?;
     Ok(Json(agreement_view(&agreement)))
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ReceivedQuery {
-    /// true: answered and expired proposals too; false (the default): pending ones.
-    all: Option<TrueFalse>,
-}
-
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum TrueFalse {
-    True,
-    False,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Listed {
-    #[serde(flatten)]
-    agreement: AgreementView,
-    decision_type: String,
-    decision_action_type: String,
-    ee_retention_period: String,
-    dac_amount: Dac,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct AgreementList {
-    agreements: Vec<Listed>,
-    count: usize,
-}
-
-fn list_view(found: Vec<AgreementListing>) -> AgreementList {
-    let agreements: Vec<Listed> = found
-        .into_iter()
-        .map(|l| Listed {
-            agreement: agreement_view(&l.agreement),
-            decision_type: l.decision_type,
-            decision_action_type: l.decision_action_type,
-            ee_retention_period: l.ee_retention_period,
-            dac_amount: l.dac_amount.into(),
-        })
-        .collect();
-    AgreementList { count: agreements.len(), agreements }
 }
 
 async fn received(

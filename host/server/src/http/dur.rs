@@ -1,31 +1,23 @@
 //! DUR over HTTP: spending reports and reports of the agent's own decisions
 //! (`anchor_app::dur`), and the owner's versions under `/dap/dur`. All free.
 
-use std::collections::BTreeMap;
-
-use axum::Json;
-use axum::extract::State;
-use axum::http::{Method, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use uuid::Uuid;
-
-use anchor_app::dur::{self, Range, Summary};
-use anchor_app::owners;
-use anchor_domain::MilliDac;
-use anchor_domain::payments::{CostComponent, PaymentSource};
-use anchor_store::UsageLine;
-
-use crate::error::{ApiError, ApiResult};
+#[allow(unused_imports)]
+pub(crate) use crate::api::dur::*;
+use crate::error::ApiResult;
 use crate::extract::{ApiQuery, AuthAgent};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time};
-
-const RANGE: &str = "from and to take a date (YYYY-MM-DD, UTC; a to date includes that whole day) or an ISO 8601 time (a to time is exclusive); by default the three months up to now.";
+use crate::wire::Id;
+use anchor_app::dur::{self};
+use anchor_app::owners;
+use anchor_domain::MilliDac;
+use axum::Json;
+use axum::extract::State;
+use axum::http::Method;
+use axum::response::Response;
+use axum::routing::get;
+use uuid::Uuid;
 
 pub fn operations() -> Vec<Operation> {
     let decision_report = |path: &'static str, handler, summary, returns: fn(Operation) -> Operation| {
@@ -115,251 +107,12 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-#[derive(Deserialize, JsonSchema)]
-pub(crate) struct RangeQuery {
-    /// Start (inclusive): a date or an ISO 8601 time.
-    from: Option<String>,
-    /// End: a date (that whole day included) or an ISO 8601 time (exclusive).
-    to: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ReportPeriod {
-    from: Time,
-    to: Time,
-}
-
-impl From<Range> for ReportPeriod {
-    fn from(r: Range) -> ReportPeriod {
-        ReportPeriod { from: r.from.into(), to: r.to.into() }
-    }
-}
-
-#[derive(Serialize, JsonSchema, Clone)]
-struct BySource {
-    trial: Dac,
-    external: Dac,
-    earned: Dac,
-}
-
-/// DAC spent in the range, by kind and by source (usage entries).
-#[derive(Serialize, JsonSchema, Clone)]
-struct DacSpend {
-    total: Dac,
-    /// Usage entries.
-    count: i64,
-    dd_ee: Dac,
-    ara: Dac,
-    ise: Dac,
-    sdac: Dac,
-    tsl: Dac,
-    asa: Dac,
-    by_source: BySource,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct AraObservations {
-    count: i64,
-    total_dac: Dac,
-    external_dac: Dac,
-    earned_dac: Dac,
-}
-
-/// From the Earned ledger: what the range credited (sales and revenue
-/// shares), what usage it paid, and how many ledger lines moved money.
-#[derive(Serialize, JsonSchema)]
-struct EarnedDac {
-    received: Dac,
-    spent: Dac,
-    /// Credits, debits and refunds in the range (expiries are not transactions).
-    tx_count: i64,
-}
-
-/// The rate of a local-currency estimate: where it came from and when it
-/// was taken (absent for the service's fixed indicative rate, which is not a
-/// market rate).
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct KrwRate {
-    /// Won per US dollar, exact.
-    krw_per_usd: serde_json::Number,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    as_of: Option<Time>,
-    source: String,
-}
-
-impl KrwRate {
-    pub(crate) fn of(rate: &crate::payment::FiatRate) -> KrwRate {
-        KrwRate {
-            krw_per_usd: rate.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
-            as_of: rate.as_of.map(Time),
-            source: rate.source.clone(),
-        }
-    }
-}
-
-/// An indication in Korean won of the external spending, at `rate_info`.
-#[derive(Serialize, JsonSchema)]
-struct Fiat {
-    approx_krw: i64,
-    /// Deprecated: the same as approx_krw.
-    total_krw: i64,
-    external_dac: Dac,
-    payment_count: i64,
-    /// Won per US dollar (`rate_info` says where it came from).
-    rate: serde_json::Number,
-    /// US dollars per DAC (fixed by the interface).
-    unit_price: serde_json::Number,
-    rate_info: KrwRate,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Settlements {
-    tx_count: usize,
-    /// On-chain transaction references, newest first.
-    tx_hashes: Vec<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct SummaryView {
-    period: ReportPeriod,
-    /// Declarations anchored in the range and on record.
-    dd_count: i64,
-    dac_spend: DacSpend,
-    ara_observations: AraObservations,
-    /// Deprecated: the same object as dac_spend.
-    external_dac: DacSpend,
-    earned_dac: EarnedDac,
-    fiat: Fiat,
-    settlement: Settlements,
-    dac_charged: Dac,
-}
-
-impl SummaryView {
-    fn of(s: &Summary, fiat: &crate::payment::FiatRate) -> SummaryView {
-        let spend = DacSpend {
-            total: s.total().into(),
-            count: s.entries(),
-            dd_ee: s.by_kind("dd_ee").into(),
-            ara: s.by_kind("ara").into(),
-            ise: s.by_kind("ise").into(),
-            sdac: s.by_kind("sdac").into(),
-            tsl: s.by_kind("tsl").into(),
-            asa: s.by_kind("asa").into(),
-            by_source: BySource {
-                trial: s.by_source(PaymentSource::Trial).into(),
-                external: s.by_source(PaymentSource::External).into(),
-                earned: s.by_source(PaymentSource::Earned).into(),
-            },
-        };
-        let o = s.observations;
-        let external = s.by_source(PaymentSource::External);
-        SummaryView {
-            period: s.range.into(),
-            dd_count: s.declarations,
-            ara_observations: AraObservations {
-                count: o.count,
-                total_dac: (o.base + o.premium_external + o.premium_earned).into(),
-                external_dac: (o.base + o.premium_external).into(),
-                earned_dac: o.premium_earned.into(),
-            },
-            external_dac: spend.clone(),
-            dac_spend: spend,
-            earned_dac: EarnedDac {
-                received: s.earned.received.into(),
-                spent: s.by_source(PaymentSource::Earned).into(),
-                tx_count: s.earned.transactions,
-            },
-            fiat: Fiat {
-                approx_krw: fiat.krw(external),
-                total_krw: fiat.krw(external),
-                external_dac: external.into(),
-                payment_count: s.external_entries(),
-                rate: fiat.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
-                unit_price: "0.001".parse().unwrap_or_else(|_| serde_json::Number::from(0)),
-                rate_info: KrwRate::of(fiat),
-            },
-            settlement: Settlements { tx_count: s.settlements.len(), tx_hashes: s.settlements.clone() },
-            dac_charged: MilliDac::ZERO.into(),
-        }
-    }
-}
-
 async fn summary(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<RangeQuery>,
 ) -> ApiResult<Json<SummaryView>> {
     Ok(Json(usage_summary(&state, &agent, query).await?))
-}
-
-/// The usage summary (DAC-UR), as REST and the MCP tool get_dac_ur answer it.
-pub(crate) async fn usage_summary(state: &AppState, agent: &anchor_store::AgentRecord, query: RangeQuery) -> ApiResult<SummaryView> {
-    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    let summary = dur::summary(&state.app, &[agent.agent_id], range).await?;
-    Ok(SummaryView::of(&summary, &state.settings.fiat))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct TransactionsQuery {
-    from: Option<String>,
-    to: Option<String>,
-    /// One kind: dd_ee, ara, ise, sdac, tsl or asa.
-    #[schemars(extend("enum" = ["dd_ee", "ara", "ise", "sdac", "tsl", "asa"]))]
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    #[schemars(range(min = 1), extend("default" = 1))]
-    page: Option<i64>,
-    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
-    limit: Option<i64>,
-}
-
-/// One usage entry.
-#[derive(Serialize, JsonSchema)]
-struct Transaction {
-    transaction_id: Uuid,
-    /// The kind: dd_ee, ara, ise, sdac, tsl or asa.
-    #[serde(rename = "type")]
-    kind: &'static str,
-    cost_component: Named<CostComponent>,
-    payment_source: Named<PaymentSource>,
-    amount_dac: Dac,
-    /// What was paid for (a declaration, an observation, …).
-    subject_id: Uuid,
-    recorded_at: Time,
-}
-
-impl From<&UsageLine> for Transaction {
-    fn from(l: &UsageLine) -> Transaction {
-        Transaction {
-            transaction_id: l.usage_id,
-            kind: dur::kind_of(l.domain),
-            cost_component: Named(l.cost_component),
-            payment_source: Named(l.source),
-            amount_dac: l.amount.into(),
-            subject_id: l.subject_id,
-            recorded_at: l.recorded_at.into(),
-        }
-    }
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TransactionsView {
-    transactions: Vec<Transaction>,
-    page: i64,
-    limit: i64,
-    total: i64,
-}
-
-fn page(page: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
-    let page = page.unwrap_or(1);
-    let limit = limit.unwrap_or(50);
-    if !(1..=1_000_000).contains(&page) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("page must be from 1 to 1000000; got {page}")));
-    }
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("limit must be from 1 to 200; got {limit}")));
-    }
-    Ok((page, limit))
 }
 
 async fn transactions(
@@ -371,57 +124,6 @@ async fn transactions(
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let (lines, total) = dur::transactions(&state.app, &[agent.agent_id], range, query.kind.as_deref(), (page - 1) * limit, limit).await?;
     Ok(Json(TransactionsView { transactions: lines.iter().map(Transaction::from).collect(), page, limit, total }))
-}
-
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Role {
-    Buyer,
-    Seller,
-    All,
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct TslQuery {
-    from: Option<String>,
-    to: Option<String>,
-    #[schemars(extend("default" = "all"))]
-    role: Option<Role>,
-    #[schemars(range(min = 1), extend("default" = 1))]
-    page: Option<i64>,
-    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
-    limit: Option<i64>,
-}
-
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum RoleView {
-    Buyer,
-    Seller,
-    All,
-}
-
-/// One movement of tool-market money.
-#[derive(Serialize, JsonSchema)]
-struct TslTransaction {
-    transaction_id: Uuid,
-    /// paid: a purchase (paid over x402); received: a sale's or a revenue share's credit (Earned DAC).
-    direction: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    amount_dac: Dac,
-    purchase_id: Uuid,
-    recorded_at: Time,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TslView {
-    role: RoleView,
-    /// What you paid for tools and what your sales and revenue shares credited you, newest first.
-    transactions: Vec<TslTransaction>,
-    page: i64,
-    limit: i64,
-    total: i64,
 }
 
 async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<TslQuery>) -> ApiResult<Json<TslView>> {
@@ -447,91 +149,9 @@ async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuer
     Ok(Json(TslView { role, transactions, page, limit, total }))
 }
 
-#[derive(Clone, Copy, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Format {
-    #[default]
-    Csv,
-    Json,
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct ExportQuery {
-    from: Option<String>,
-    to: Option<String>,
-    #[schemars(extend("default" = "csv"))]
-    format: Option<Format>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ExportView {
-    period: ReportPeriod,
-    transactions: Vec<Transaction>,
-    total: i64,
-}
-
-/// The entries of `agents` in `range`, as CSV or JSON.
-async fn export_of(state: &AppState, agents: &[Uuid], range: Range, format: Format, name: &str) -> ApiResult<Response> {
-    let (lines, total) = dur::transactions(&state.app, agents, range, None, 0, dur::EXPORT_MAX).await?;
-    match format {
-        Format::Json => {
-            Ok(Json(ExportView { period: range.into(), transactions: lines.iter().map(Transaction::from).collect(), total })
-                .into_response())
-        }
-        Format::Csv => {
-            let mut csv = String::from("recorded_at,type,cost_component,payment_source,amount_dac,subject_id\n");
-            // Oldest first; every value is a time, a name, a number or a UUID.
-            for l in lines.iter().rev() {
-                csv.push_str(&format!(
-                    "{},{},{},{},{},{}\n",
-                    Time(l.recorded_at).text(),
-                    dur::kind_of(l.domain),
-                    l.cost_component,
-                    l.source,
-                    l.amount,
-                    l.subject_id
-                ));
-            }
-            Ok((
-                [
-                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-                    (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}-dur.csv\"")),
-                ],
-                csv,
-            )
-                .into_response())
-        }
-    }
-}
-
 async fn export(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<ExportQuery>) -> ApiResult<Response> {
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     export_of(&state, &[agent.agent_id], range, query.format.unwrap_or_default(), &format!("agent-{}", agent.agent_id)).await
-}
-
-#[derive(Deserialize, JsonSchema)]
-pub(crate) struct DecisionQuery {
-    /// Your own id, or left out: other agents' decisions are not reported.
-    agent_id: Option<Id>,
-    from: Option<String>,
-    to: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct MetadataView {
-    agent_id: Uuid,
-    period: ReportPeriod,
-    /// Branch-1 decisions in the range.
-    dd_count: i64,
-    decision_class: BTreeMap<String, i64>,
-    target_class: BTreeMap<String, i64>,
-    decision_trigger: BTreeMap<String, i64>,
-    human_involvement: BTreeMap<String, i64>,
-    dac_charged: Dac,
-}
-
-fn counts_of(counts: &dur::TemplateCounts, dimension: &str) -> BTreeMap<String, i64> {
-    counts.counts.iter().filter(|(d, _, _)| d == dimension).map(|(_, v, n)| (v.clone(), *n)).collect()
 }
 
 async fn decision_metadata(
@@ -540,51 +160,6 @@ async fn decision_metadata(
     ApiQuery(query): ApiQuery<DecisionQuery>,
 ) -> ApiResult<Json<MetadataView>> {
     Ok(Json(metadata_distribution(&state, &agent, query).await?))
-}
-
-/// The decision-metadata report, as REST and the MCP tool
-/// get_decision_metadata_distribution answer it.
-pub(crate) async fn metadata_distribution(
-    state: &AppState,
-    agent: &anchor_store::AgentRecord,
-    query: DecisionQuery,
-) -> ApiResult<MetadataView> {
-    dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
-    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
-    Ok(MetadataView {
-        agent_id: agent.agent_id,
-        period: range.into(),
-        dd_count: counts.decisions,
-        decision_class: counts_of(&counts, "decision_class"),
-        target_class: counts_of(&counts, "target_class"),
-        decision_trigger: counts_of(&counts, "decision_trigger"),
-        human_involvement: counts_of(&counts, "human_involvement"),
-        dac_charged: MilliDac::ZERO.into(),
-    })
-}
-
-/// The decision scales of one unit.
-#[derive(Serialize, JsonSchema)]
-struct UnitScale {
-    unit: String,
-    count: i64,
-    min: serde_json::Number,
-    max: serde_json::Number,
-    /// The mean, to six decimal places.
-    avg: serde_json::Number,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ScaleView {
-    agent_id: Uuid,
-    period: ReportPeriod,
-    units: Vec<UnitScale>,
-    dac_charged: Dac,
-}
-
-fn number(text: &str) -> ApiResult<serde_json::Number> {
-    text.parse().map_err(|_| ApiError::internal(anyhow::anyhow!("{text} is not a JSON number")))
 }
 
 async fn decision_scale(
@@ -602,53 +177,12 @@ async fn decision_scale(
     Ok(Json(ScaleView { agent_id: agent.agent_id, period: range.into(), units, dac_charged: MilliDac::ZERO.into() }))
 }
 
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct ClassificationView {
-    agent_id: Uuid,
-    period: ReportPeriod,
-    /// Branch-1 decisions in the range.
-    dd_count: i64,
-    /// Those with a self_classification key.
-    classified_count: i64,
-    distribution: BTreeMap<String, i64>,
-    dac_charged: Dac,
-}
-
 async fn self_classification(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<DecisionQuery>,
 ) -> ApiResult<Json<ClassificationView>> {
     Ok(Json(classification_distribution(&state, &agent, query).await?))
-}
-
-/// The self-classification report, as REST and the MCP tool
-/// get_self_classification_distribution answer it.
-pub(crate) async fn classification_distribution(
-    state: &AppState,
-    agent: &anchor_store::AgentRecord,
-    query: DecisionQuery,
-) -> ApiResult<ClassificationView> {
-    dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
-    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    let counts = dur::template_counts(&state.app, agent.agent_id, range).await?;
-    let distribution = counts_of(&counts, "self_classification");
-    Ok(ClassificationView {
-        agent_id: agent.agent_id,
-        period: range.into(),
-        dd_count: counts.decisions,
-        classified_count: distribution.values().sum(),
-        distribution,
-        dac_charged: MilliDac::ZERO.into(),
-    })
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct OwnerSummaryQuery {
-    from: Option<String>,
-    to: Option<String>,
-    /// One managed agent; all of them when left out.
-    agent_id: Option<Id>,
 }
 
 async fn owner_summary(
@@ -662,15 +196,6 @@ async fn owner_summary(
     };
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     Ok(Json(SummaryView::of(&dur::summary(&state.app, &agents, range).await?, &state.settings.fiat)))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct OwnerExportQuery {
-    from: Option<String>,
-    to: Option<String>,
-    agent_id: Id,
-    #[schemars(extend("default" = "csv"))]
-    format: Option<Format>,
 }
 
 async fn owner_export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<OwnerExportQuery>) -> ApiResult<Response> {

@@ -1,27 +1,19 @@
 //! ISE over HTTP (`anchor_app::ise`): enter, status, exit.
 
-use anchor_store::AgentRecord;
-use axum::Json;
-use axum::extract::State;
-use axum::http::{Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-
-use anchor_app::ise::{self, Terms};
-use anchor_domain::ise::IseMode;
-use anchor_domain::payments::PaymentSource;
-use anchor_store::IseRecord;
-
+#[allow(unused_imports)]
+pub(crate) use crate::api::ise::*;
 use crate::error::ApiResult;
 use crate::extract::{AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time};
+use anchor_app::ise::{self};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -65,31 +57,6 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-#[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct EnterRequest {
-    /// free (the default), earned_only or external.
-    #[schemars(extend("default" = "free"))]
-    payment_mode: Option<Named<IseMode>>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct Entered {
-    session_id: Id,
-    payment_mode: Named<IseMode>,
-    entered_at: Time,
-    /// A stay up to this many seconds costs nothing.
-    free_seconds: i64,
-    /// What a longer stay costs, flat.
-    fee_dac: Dac,
-    /// When the stay ends by itself if not exited.
-    ends_at: Time,
-}
-
-fn ends_at(terms: &Terms, stay: &IseRecord) -> DateTime<Utc> {
-    terms.limit(stay.mode, stay.entered_at)
-}
-
 async fn enter(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -98,106 +65,11 @@ async fn enter(
     Ok((StatusCode::CREATED, Json(enter_stay(&state, &agent, request).await?)).into_response())
 }
 
-/// ISE enter, as REST and the MCP tool create_ise_session answer it.
-pub(crate) async fn enter_stay(state: &AppState, agent: &AgentRecord, request: Option<EnterRequest>) -> ApiResult<Entered> {
-    let mode = request.unwrap_or_default().payment_mode.map(|m| m.0);
-    let (stay, terms) = ise::enter(&state.app, agent, mode).await?;
-    let view = Entered {
-        session_id: Id(stay.session_id),
-        payment_mode: Named(stay.mode),
-        entered_at: stay.entered_at.into(),
-        free_seconds: terms.free_seconds,
-        fee_dac: terms.fee.into(),
-        ends_at: ends_at(&terms, &stay).into(),
-    };
-    Ok(view)
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct Status {
-    active: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session_id: Option<Id>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment_mode: Option<Named<IseMode>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    entered_at: Option<Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    elapsed_seconds: Option<i64>,
-    /// What exiting now would cost.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dac_if_exited_now: Option<Dac>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ends_at: Option<Time>,
-}
-
 async fn status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<Status>> {
     Ok(Json(stay_status(&state, &agent).await?))
-}
-
-/// ISE status, as REST and the MCP tool get_ise_status answer it.
-pub(crate) async fn stay_status(state: &AppState, agent: &AgentRecord) -> ApiResult<Status> {
-    let (open, terms) = ise::status(&state.app, agent).await?;
-    let now = state.app.clock.now();
-    Ok(match open {
-        None => Status {
-            active: false,
-            session_id: None,
-            payment_mode: None,
-            entered_at: None,
-            elapsed_seconds: None,
-            dac_if_exited_now: None,
-            ends_at: None,
-        },
-        Some(stay) => {
-            let exit = now.min(ends_at(&terms, &stay));
-            Status {
-                active: true,
-                session_id: Some(Id(stay.session_id)),
-                payment_mode: Some(Named(stay.mode)),
-                entered_at: Some(stay.entered_at.into()),
-                elapsed_seconds: Some((now - stay.entered_at).num_seconds().max(0)),
-                dac_if_exited_now: Some(terms.price(stay.mode, stay.entered_at, exit).into()),
-                ends_at: Some(ends_at(&terms, &stay).into()),
-            }
-        }
-    })
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct Exited {
-    session_id: Id,
-    payment_mode: Named<IseMode>,
-    entered_at: Time,
-    exited_at: Time,
-    duration_seconds: i64,
-    dac_charged: Dac,
-    /// trial, external or earned; null when nothing was charged.
-    payment_source: Option<Named<PaymentSource>>,
 }
 
 async fn exit(State(state): State<AppState>, AuthAgent(agent): AuthAgent, PaymentOffer(offered): PaymentOffer) -> ApiResult<Response> {
     let (view, settlement) = exit_stay(&state, &agent, offered).await?;
     Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
-}
-
-/// ISE exit, as REST and the MCP tool exit_ise_session answer it, with the
-/// settlement (reference, payer) an external payment got.
-pub(crate) async fn exit_stay(
-    state: &AppState,
-    agent: &AgentRecord,
-    offered: anchor_app::charge::Offered,
-) -> ApiResult<(Exited, Option<(String, String)>)> {
-    let (stay, settlement) = ise::exit(&state.app, agent, offered).await?;
-    let exited_at = stay.exited_at.unwrap_or(stay.entered_at);
-    let view = Exited {
-        session_id: Id(stay.session_id),
-        payment_mode: Named(stay.mode),
-        entered_at: stay.entered_at.into(),
-        exited_at: exited_at.into(),
-        duration_seconds: (exited_at - stay.entered_at).num_seconds(),
-        dac_charged: stay.charged.into(),
-        payment_source: stay.source.map(Named),
-    };
-    Ok((view, settlement))
 }

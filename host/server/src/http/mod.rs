@@ -10,7 +10,6 @@ pub mod agents;
 pub mod ara;
 pub mod asa;
 pub mod bilateral;
-pub mod body;
 pub mod dap;
 pub mod declarations;
 pub mod discovery;
@@ -234,5 +233,19 @@ impl Guide {
             },
             "documentation": format!("{base}/openapi.json"),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every paid route of the interface's catalog is served here, so what
+    /// the catalog says (Trial's routes in trial status, the x402 document)
+    /// never names a route this server does not have.
+    #[test]
+    fn every_catalog_route_is_implemented() {
+        for paid in anchor_app::catalog::PAID_ROUTES {
+            assert!(super::implements(&paid.route), "{} is in the catalog and not in the route table", paid.route);
+        }
+        assert!(!super::implements(&anchor_app::charge::Route { method: "POST", path: "/v1/no/such/route" }));
     }
 }

@@ -14,7 +14,7 @@ use anchor_app::payments;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus};
 
-use super::body::path_uuid;
+use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, AuthAgent};
 use crate::openapi::*;

@@ -1,6 +1,7 @@
 //! Pricing: the active generation's policy, presets and service prices, as
 //! the component describes them. Nothing here is computed by the host.
 
+use crate::api::pricing::NextGeneration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
@@ -64,30 +65,6 @@ struct PricingCurrent {
     payment_window_minutes: u64,
     #[serde(flatten)]
     services: Option<Services>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct NextGeneration {
-    pricing_version: String,
-    component_sha256: String,
-    wit_package: String,
-    /// The UTC date it comes into force, `YYYY-MM-DD`.
-    #[schemars(extend("format" = "date"))]
-    effective_from: String,
-    /// The instant it comes into force.
-    effective_at: crate::wire::Time,
-}
-
-impl NextGeneration {
-    pub(crate) fn of(standing: &pricing::Standing) -> Option<NextGeneration> {
-        standing.next.as_ref().map(|(at, generation)| NextGeneration {
-            pricing_version: generation.version.clone(),
-            component_sha256: generation.sha256.clone(),
-            wit_package: generation.interface.clone(),
-            effective_from: at.date_naive().to_string(),
-            effective_at: crate::wire::Time(*at),
-        })
-    }
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -1,28 +1,21 @@
 //! sDAC over HTTP (`anchor_app::sdac`): session start, trial, history, end.
 
-use anchor_store::AgentRecord;
-use axum::Json;
-use axum::extract::State;
-use axum::http::{Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-use uuid::Uuid;
-
-use anchor_app::sdac;
-use anchor_domain::payments::PaymentSource;
-use anchor_store::SdacRecord;
-
-use super::body::path_uuid;
-use super::declarations::{CostBreakdown, EeRequest};
+#[allow(unused_imports)]
+pub(crate) use crate::api::sdac::*;
+use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, Named, Time};
+use anchor_app::sdac;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use uuid::Uuid;
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -68,61 +61,8 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct SessionView {
-    session_id: Id,
-    status: &'static str,
-    started_at: Time,
-    ended_at: Option<Time>,
-    trial_count: i32,
-    /// What the trials would have cost as declarations, together.
-    simulated_total_dac: Dac,
-    /// What ending cost (0 while open).
-    dac_charged: Dac,
-    payment_source: Option<Named<PaymentSource>>,
-}
-
-impl From<&SdacRecord> for SessionView {
-    fn from(s: &SdacRecord) -> SessionView {
-        SessionView {
-            session_id: Id(s.session_id),
-            status: if s.ended_at.is_some() { "ended" } else { "active" },
-            started_at: s.started_at.into(),
-            ended_at: s.ended_at.map(Time::from),
-            trial_count: s.trials,
-            simulated_total_dac: s.simulated.into(),
-            dac_charged: s.charged.into(),
-            payment_source: s.source.map(Named),
-        }
-    }
-}
-
 async fn start(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Response> {
     Ok((StatusCode::CREATED, Json(start_session(&state, &agent).await?)).into_response())
-}
-
-/// sDAC session start, as REST and the MCP tool create_sdac_session answer it.
-pub(crate) async fn start_session(state: &AppState, agent: &AgentRecord) -> ApiResult<SessionView> {
-    Ok(SessionView::from(&sdac::start(&state.app, agent).await?))
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TrialRequest {
-    session_id: Id,
-    ee: EeRequest,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct TrialView {
-    session_id: Id,
-    trial_number: i32,
-    pricing_version: String,
-    /// What a declaration with this EE would cost; nothing is recorded or charged now.
-    cost_breakdown: CostBreakdown,
-    simulated_total_dac: Dac,
-    /// What ending the session now would cost.
-    session_end_dac: Dac,
 }
 
 async fn trial(
@@ -133,59 +73,12 @@ async fn trial(
     Ok(Json(run_trial(&state, &agent, request).await?))
 }
 
-/// An sDAC trial, as REST and the MCP tool run_sdac_trial answer it.
-pub(crate) async fn run_trial(state: &AppState, agent: &AgentRecord, request: TrialRequest) -> ApiResult<TrialView> {
-    let (quote, session) = sdac::trial(&state.app, agent, request.session_id.0, request.ee.into_request()).await?;
-    Ok(TrialView {
-        session_id: Id(session.session_id),
-        trial_number: session.trials,
-        pricing_version: state.app.pricing.generation().version.clone(),
-        cost_breakdown: CostBreakdown::of_quote(&quote),
-        simulated_total_dac: session.simulated.into(),
-        session_end_dac: sdac::price(&state.app, &session)?.into(),
-    })
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TrialItem {
-    trial_number: i32,
-    /// The combination, by the EE's field names and values.
-    ee: std::collections::BTreeMap<String, String>,
-    total_dac: Dac,
-    at: Time,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct HistoryView {
-    #[serde(flatten)]
-    session: SessionView,
-    trials: Vec<TrialItem>,
-}
-
 async fn history(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
     ApiPath(session_id): ApiPath<String>,
 ) -> ApiResult<Json<HistoryView>> {
     Ok(Json(session_history(&state, &agent, path_uuid("session_id", &session_id)?).await?))
-}
-
-/// An sDAC session's history, as REST and the MCP tool get_sdac_session answer it.
-pub(crate) async fn session_history(state: &AppState, agent: &AgentRecord, session_id: uuid::Uuid) -> ApiResult<HistoryView> {
-    let (session, trials) = sdac::history(&state.app, agent, session_id).await?;
-    Ok(HistoryView {
-        session: SessionView::from(&session),
-        trials: trials
-            .into_iter()
-            .map(|t| TrialItem { trial_number: t.position, ee: t.axes.into_iter().collect(), total_dac: t.total.into(), at: t.at.into() })
-            .collect(),
-    })
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct EndRequest {
-    session_id: Id,
 }
 
 async fn end(
@@ -196,16 +89,4 @@ async fn end(
 ) -> ApiResult<Response> {
     let (view, settlement) = end_session(&state, &agent, request.session_id.0, offered).await?;
     Ok(with_settlement(Json(view).into_response(), settlement.as_ref()))
-}
-
-/// An sDAC session's end, as REST and the MCP tool end_sdac_session answer
-/// it, with the settlement (reference, payer) an external payment got.
-pub(crate) async fn end_session(
-    state: &AppState,
-    agent: &AgentRecord,
-    session_id: uuid::Uuid,
-    offered: anchor_app::charge::Offered,
-) -> ApiResult<(SessionView, Option<(String, String)>)> {
-    let (session, settlement) = sdac::end(&state.app, agent, session_id, offered).await?;
-    Ok((SessionView::from(&session), settlement))
 }

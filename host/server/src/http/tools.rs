@@ -3,6 +3,7 @@
 //! tool, and an agent that bought it runs it here on the ARA observations
 //! it declared. The limits every run is held to are public.
 
+use crate::api::tools::RunLimitsView;
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{Method, StatusCode};
@@ -17,7 +18,7 @@ use anchor_app::tools::{self, RunAsk};
 use anchor_domain::tools::ToolLimits;
 use anchor_store::{ComponentRecord, RunRecord};
 
-use super::body::path_uuid;
+use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
@@ -307,69 +308,6 @@ async fn run(
         dac_charged: done.charged.into(),
     };
     Ok(with_settlement(Json(view).into_response(), done.settlement.as_ref()))
-}
-
-/// The bounds every run is held to on this host, and how its slots are shared.
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct RunLimitsView {
-    /// The largest component accepted, in bytes.
-    component_bytes: usize,
-    /// Instructions (wasmtime fuel, about one per WebAssembly operator) per run.
-    fuel_per_run: u64,
-    wall_clock_ms_per_run: u64,
-    /// Linear memory a run may hold: all the memories of all the component's
-    /// instances together, counted before anything is allocated.
-    memory_bytes_per_run: usize,
-    /// Table elements a run may hold, all its tables together.
-    table_elements_per_run: usize,
-    /// Core instances a component may create (each of a language runtime's counts).
-    core_instances_per_component: usize,
-    /// Linear memories its instances may define, together.
-    memories_per_component: usize,
-    /// Tables its instances may define, together.
-    tables_per_component: usize,
-    /// The report's size: its strings plus eight bytes per number.
-    output_bytes: usize,
-    max_metrics: usize,
-    max_columns: usize,
-    max_rows: usize,
-    max_values_per_row: usize,
-    max_text_bytes: usize,
-    /// Runs at once on one host, all agents together; past them a run waits
-    /// a few seconds in line, then gets 503 TOOL_RUNNER_BUSY with Retry-After.
-    concurrent_runs: usize,
-    /// Runs at once of one agent on one host; past them its runs wait in
-    /// its own line, then get 429 RATE_LIMITED.
-    concurrent_runs_per_agent: usize,
-    /// Uploads a tool takes in a UTC day (the same bytes again and refused components count).
-    uploads_per_tool_per_day: i64,
-    /// Uploads a seller makes in a UTC day, all its tools together.
-    uploads_per_seller_per_day: i64,
-}
-
-impl From<ToolLimits> for RunLimitsView {
-    fn from(l: ToolLimits) -> RunLimitsView {
-        RunLimitsView {
-            component_bytes: l.component_bytes,
-            fuel_per_run: l.fuel,
-            wall_clock_ms_per_run: l.wall_ms,
-            memory_bytes_per_run: l.memory_bytes,
-            table_elements_per_run: l.table_elements,
-            core_instances_per_component: l.instances,
-            memories_per_component: l.memories,
-            tables_per_component: l.tables,
-            output_bytes: l.output_bytes,
-            max_metrics: l.max_metrics,
-            max_columns: l.max_columns,
-            max_rows: l.max_rows,
-            max_values_per_row: l.max_values_per_row,
-            max_text_bytes: l.max_text_bytes,
-            concurrent_runs: l.concurrent_runs,
-            concurrent_runs_per_agent: l.runs_per_agent,
-            uploads_per_tool_per_day: tools::UPLOADS_PER_DAY,
-            uploads_per_seller_per_day: tools::UPLOADS_PER_SELLER_PER_DAY,
-        }
-    }
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use anchor_app::transparency;
 use anchor_verify::{ConsistencyProof, Receipt};
 
-use super::body::path_uuid;
+use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent};
 use crate::openapi::*;

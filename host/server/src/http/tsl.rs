@@ -3,30 +3,23 @@
 //! shares and transfer declarations. The owner's human shares are in
 //! `dap/tsl.rs`.
 
+#[allow(unused_imports)]
+pub(crate) use crate::api::tsl::*;
+use crate::body::path_uuid;
+use crate::error::ApiResult;
+use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
+use crate::openapi::*;
+use crate::state::AppState;
+use crate::wire::{Id, Rate};
+use anchor_app::charge::Route;
+use anchor_app::tsl::{self};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
-
-use anchor_app::charge::Route;
-use anchor_app::tsl::{self, Purchased, Registration};
-use anchor_domain::tsl::{Layer, ObservationType, PurchaseStatus, ShareKind, ToolStatus, TransferAction, TransferStatus};
-use anchor_store::{DependencyRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord};
-
-use super::body::path_uuid;
-use crate::error::ApiResult;
-use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
-use crate::openapi::*;
-use crate::payment::with_settlement;
-use crate::state::AppState;
-use crate::wire::{Dac, Id, InputNamed, Named, Rate, Time, ToolPrice};
-
-const TAG: &str = "TSL";
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -210,189 +203,19 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
-fn purchase_operation(route: Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
-    op(Method::POST, route.path, handler)
-        .tag(TAG)
-        .summary(summary)
-        .describe(
-            "Paid over x402 only (Trial and Earned DAC never pay a purchase; the DAB applies), settled before the answer, which \
-             carries PAYMENT-RESPONSE. In the settlement's transaction the tool's price is shared: each revenue share gets its rate \
-             of it, the seller's owner accrues its human share, and the seller gets the rest, as Earned DAC. An agent buys a tool \
-             once, and never its own. A request_id you used before answers that purchase again, without a new charge.",
-        )
-        .agent()
-        .error(
-            400,
-            "A malformed id or payment header, the wrong layer for this route, or your own tool.",
-            &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "LAYER_MISMATCH", "SELF_PURCHASE", "INVALID_PAYLOAD"],
-        )
-        .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-        .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
-        .error(409, "The tool does not sell, or you bought it already.", &["TOOL_NOT_AVAILABLE", "ALREADY_PURCHASED"])
-        .paid_inline("No payment came with the request, or it was refused (the reason is in `error`).")
-        .error(
-            503,
-            "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
-            &["SETTLEMENT_PENDING", "FEATURE_NOT_AVAILABLE"],
-        )
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ConnectionRequest {
-    observation_type: Named<ObservationType>,
-    #[schemars(extend("minimum" = 1, "maximum" = 3, "default" = 1))]
-    resolution_level: Option<u8>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RegisterRequest {
-    tool_name: String,
-    tool_description: Option<String>,
-    #[schemars(extend("default" = "layer1"))]
-    layer: Option<InputNamed<Layer>>,
-    price_dac: ToolPrice,
-    /// Required: at least one. Left out or empty, the answer is 400 ARA_CONNECTION_REQUIRED.
-    #[schemars(extend("minItems" = 1))]
-    ara_connections: Option<Vec<ConnectionRequest>>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ConnectionView {
-    observation_type: Named<ObservationType>,
-    resolution_level: u8,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct ToolView {
-    tool_id: Id,
-    tool_name: String,
-    tool_description: Option<String>,
-    layer: Named<Layer>,
-    price_dac: Dac,
-    status: Named<ToolStatus>,
-    /// Who sells it now (a transfer moves this).
-    seller_agent_id: Id,
-    ara_connections: Vec<ConnectionView>,
-    registered_at: Time,
-    updated_at: Time,
-    /// The bounds a run of any tool on this host is held to (in the one
-    /// tool's answer only; GET /v1/tsl/runtime gives them too).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_limits: Option<super::tools::RunLimitsView>,
-}
-
-impl From<&ToolRecord> for ToolView {
-    fn from(t: &ToolRecord) -> ToolView {
-        ToolView {
-            tool_id: Id(t.tool_id),
-            tool_name: t.name.clone(),
-            tool_description: t.description.clone(),
-            layer: Named(t.layer),
-            price_dac: t.price.into(),
-            status: Named(t.status),
-            seller_agent_id: Id(t.seller_agent_id),
-            ara_connections: t
-                .connections
-                .iter()
-                .map(|c| ConnectionView { observation_type: Named(c.observation_type), resolution_level: c.resolution_level })
-                .collect(),
-            registered_at: t.registered_at.into(),
-            updated_at: t.updated_at.into(),
-            run_limits: None,
-        }
-    }
-}
-
 async fn register(State(state): State<AppState>, AuthAgent(agent): AuthAgent, Body(request): Body<RegisterRequest>) -> ApiResult<Response> {
     Ok((StatusCode::CREATED, Json(register_tool(&state, &agent, request).await?)).into_response())
-}
-
-/// A tool's registration, as REST and the MCP tool register_tool answer it.
-pub(crate) async fn register_tool(state: &AppState, agent: &anchor_store::AgentRecord, request: RegisterRequest) -> ApiResult<ToolView> {
-    let registration = Registration {
-        name: request.tool_name,
-        description: request.tool_description,
-        layer: request.layer.map(|l| l.0),
-        price: request.price_dac.0,
-        connections: request.ara_connections.map(|cs| cs.into_iter().map(|c| (c.observation_type.0, c.resolution_level)).collect()),
-    };
-    let tool = tsl::register(&state.app, agent, registration).await?;
-    Ok(ToolView::from(&tool))
-}
-
-#[derive(Deserialize, JsonSchema)]
-pub(crate) struct ListQuery {
-    layer: Option<Named<Layer>>,
-    status: Option<Named<ToolStatus>>,
-    #[schemars(extend("default" = 20, "minimum" = 1, "maximum" = 100))]
-    limit: Option<i64>,
-    #[schemars(extend("default" = 1, "minimum" = 1))]
-    page: Option<i64>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct ToolList {
-    tools: Vec<ToolView>,
-    /// Tools matching the filter, on every page.
-    total: i64,
-    page: i64,
-    limit: i64,
 }
 
 async fn list(State(state): State<AppState>, ApiQuery(query): ApiQuery<ListQuery>) -> ApiResult<Json<ToolList>> {
     Ok(Json(list_tools(&state, query).await?))
 }
 
-/// The market's tools, as REST and the MCP tool list_tools answer them.
-pub(crate) async fn list_tools(state: &AppState, query: ListQuery) -> ApiResult<ToolList> {
-    let page = tsl::list(&state.app, query.layer.map(|l| l.0), query.status.map(|s| s.0), query.limit, query.page).await?;
-    Ok(ToolList {
-        tools: page.items.iter().map(ToolView::from).collect(),
-        total: page.total,
-        page: page.offset / page.limit + 1,
-        limit: page.limit,
-    })
-}
-
 async fn detail(State(state): State<AppState>, ApiPath(tool_id): ApiPath<String>) -> ApiResult<Json<ToolView>> {
     let tool = tsl::tool(&state.app, path_uuid("tool_id", &tool_id)?).await?;
     let mut view = ToolView::from(&tool);
-    view.run_limits = Some(super::tools::RunLimitsView::from(state.app.tools.limits()));
+    view.run_limits = Some(crate::api::tools::RunLimitsView::from(state.app.tools.limits()));
     Ok(Json(view))
-}
-
-#[derive(Serialize, JsonSchema)]
-struct DependencyView {
-    tool_id: Id,
-    depends_on_tool_id: Id,
-    depends_on_tool_name: String,
-    layer: Named<Layer>,
-    status: Named<ToolStatus>,
-    purchase_id: Option<Id>,
-    created_at: Time,
-}
-
-impl DependencyView {
-    fn of(tool_id: Uuid, d: &DependencyRecord) -> DependencyView {
-        DependencyView {
-            tool_id: Id(tool_id),
-            depends_on_tool_id: Id(d.depends_on_tool_id),
-            depends_on_tool_name: d.name.clone(),
-            layer: Named(d.layer),
-            status: Named(d.status),
-            purchase_id: d.purchase_id.map(Id),
-            created_at: d.created_at.into(),
-        }
-    }
-}
-
-#[derive(Serialize, JsonSchema)]
-struct DependencyList {
-    tool_id: Id,
-    dependencies: Vec<DependencyView>,
-    count: usize,
 }
 
 async fn dependencies(State(state): State<AppState>, ApiPath(tool_id): ApiPath<String>) -> ApiResult<Json<DependencyList>> {
@@ -402,13 +225,6 @@ async fn dependencies(State(state): State<AppState>, ApiPath(tool_id): ApiPath<S
         count: dependencies.len(),
         dependencies: dependencies.iter().map(|d| DependencyView::of(tool.tool_id, d)).collect(),
     }))
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct DependencyRequest {
-    depends_on_tool_id: Id,
-    purchase_id: Option<Id>,
 }
 
 async fn add_dependency(
@@ -422,83 +238,6 @@ async fn add_dependency(
     Ok((StatusCode::CREATED, Json(DependencyView::of(tool_id, &added))).into_response())
 }
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PurchaseRequest {
-    tool_id: Id,
-    /// Idempotency key: a value you used before answers that purchase again.
-    request_id: Option<Id>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct Layer2Request {
-    tool_id: Id,
-}
-
-/// One part of a sale's price.
-#[derive(Serialize, JsonSchema)]
-struct ShareOfSale {
-    kind: Named<ShareKind>,
-    /// The seller or beneficiary credited; for a human share, the seller whose owner accrued it.
-    agent_id: Id,
-    rate: Option<Rate>,
-    amount_dac: Dac,
-    /// The Earned DAC ledger line it became (none for a human share: owners hold no Earned DAC).
-    earned_entry_id: Option<Id>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct PurchaseView {
-    purchase_id: Id,
-    tool_id: Id,
-    tool_name: String,
-    layer: Named<Layer>,
-    buyer_agent_id: Id,
-    /// Who sold it; delivery of anything beyond the right to run the tool is between buyer and seller.
-    seller_agent_id: Id,
-    request_id: Option<Id>,
-    price_dac: Dac,
-    service_fee_dac: Dac,
-    /// What the buyer paid over x402: price plus fee.
-    total_paid_dac: Dac,
-    payment_source: &'static str,
-    payment_id: Id,
-    status: Named<PurchaseStatus>,
-    purchased_at: Time,
-    completed_at: Option<Time>,
-    /// True when this answers an earlier purchase with the same request_id (nothing charged now).
-    replayed: bool,
-}
-
-impl PurchaseView {
-    fn of(p: &PurchaseRecord, replayed: bool) -> PurchaseView {
-        PurchaseView {
-            purchase_id: Id(p.purchase_id),
-            tool_id: Id(p.tool_id),
-            tool_name: p.tool_name.clone(),
-            layer: Named(p.layer),
-            buyer_agent_id: Id(p.buyer_agent_id),
-            seller_agent_id: Id(p.seller_agent_id),
-            request_id: p.request_id.map(Id),
-            price_dac: p.price.into(),
-            service_fee_dac: p.fee.into(),
-            total_paid_dac: (p.price + p.fee).into(),
-            payment_source: "external",
-            payment_id: Id(p.payment_id),
-            status: Named(p.status),
-            purchased_at: p.created_at.into(),
-            completed_at: p.completed_at.map(Time::from),
-            replayed,
-        }
-    }
-}
-
-fn purchased(done: Purchased) -> Response {
-    let response = (StatusCode::CREATED, Json(PurchaseView::of(&done.purchase, done.replayed))).into_response();
-    with_settlement(response, done.settlement.as_ref())
-}
-
 async fn purchase(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -506,21 +245,6 @@ async fn purchase(
     Body(request): Body<PurchaseRequest>,
 ) -> ApiResult<Response> {
     Ok(purchased(buy_tool(&state, &agent, offered, request).await?))
-}
-
-/// A layer-1 tool's purchase, as REST and the MCP tool purchase_tool carry it out.
-pub(crate) async fn buy_tool(
-    state: &AppState,
-    agent: &anchor_store::AgentRecord,
-    offered: anchor_app::charge::Offered,
-    request: PurchaseRequest,
-) -> ApiResult<Purchased> {
-    Ok(tsl::purchase(&state.app, agent, tsl::PURCHASE, request.tool_id.0, request.request_id.map(|r| r.0), offered).await?)
-}
-
-/// A purchase as its route answers it.
-pub(crate) fn purchase_view(done: &Purchased) -> PurchaseView {
-    PurchaseView::of(&done.purchase, done.replayed)
 }
 
 async fn purchase_layer2(
@@ -531,57 +255,6 @@ async fn purchase_layer2(
 ) -> ApiResult<Response> {
     let done = tsl::purchase(&state.app, &agent, tsl::PURCHASE_LAYER2, request.tool_id.0, None, offered).await?;
     Ok(purchased(done))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct PurchasesQuery {
-    /// buyer, seller or all.
-    #[schemars(extend("enum" = ["buyer", "seller", "all"], "default" = "all"))]
-    role: Option<String>,
-    #[schemars(extend("default" = 20, "minimum" = 1, "maximum" = 100))]
-    limit: Option<i64>,
-    #[schemars(extend("default" = 0, "minimum" = 0))]
-    offset: Option<i64>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct PurchaseItem {
-    /// Your side of it: buyer or seller.
-    role: &'static str,
-    #[serde(flatten)]
-    purchase: PurchaseView,
-    /// How the price was shared (sales only; empty until completed).
-    shares: Vec<ShareOfSale>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct PurchaseList {
-    purchases: Vec<PurchaseItem>,
-    total: i64,
-    limit: i64,
-    offset: i64,
-}
-
-fn item(agent_id: Uuid, p: &PurchaseRecord) -> PurchaseItem {
-    let selling = p.seller_agent_id == agent_id;
-    PurchaseItem {
-        role: if selling { "seller" } else { "buyer" },
-        purchase: PurchaseView::of(p, false),
-        shares: if selling {
-            p.distributions
-                .iter()
-                .map(|d| ShareOfSale {
-                    kind: Named(d.kind),
-                    agent_id: Id(d.agent_id),
-                    rate: d.rate_ppm.map(Rate),
-                    amount_dac: d.amount.into(),
-                    earned_entry_id: d.earned_entry_id.map(Id),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        },
-    }
 }
 
 async fn purchases(
@@ -596,26 +269,6 @@ async fn purchases(
         limit: page.limit,
         offset: page.offset,
     }))
-}
-
-#[derive(Serialize, JsonSchema)]
-struct RevenueView {
-    agent_id: Id,
-    tools_registered: i64,
-    sales_count: i64,
-    /// Tool prices of your completed sales.
-    gross_sales_dac: Dac,
-    /// The service fees your buyers paid on top (the operator's, not yours).
-    service_fees_dac: Dac,
-    earned_as_seller_dac: Dac,
-    earned_from_revenue_shares_dac: Dac,
-    /// What your sales gave to your tools' revenue-share beneficiaries.
-    shared_with_components_dac: Dac,
-    /// What your sales accrued to your owner's human share.
-    human_share_accrued_dac: Dac,
-    purchases_count: i64,
-    /// Prices and fees of your own completed purchases.
-    spent_on_purchases_dac: Dac,
 }
 
 async fn revenue(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<RevenueView>> {
@@ -635,38 +288,6 @@ async fn revenue(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> 
     }))
 }
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ShareRequest {
-    tool_id: Id,
-    component_tool_id: Id,
-    beneficiary_agent_id: Id,
-    share_rate: Rate,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct ShareView {
-    share_id: Id,
-    tool_id: Id,
-    component_tool_id: Id,
-    beneficiary_agent_id: Id,
-    share_rate: Rate,
-    created_at: Time,
-}
-
-impl From<&ShareRecord> for ShareView {
-    fn from(s: &ShareRecord) -> ShareView {
-        ShareView {
-            share_id: Id(s.share_id),
-            tool_id: Id(s.tool_id),
-            component_tool_id: Id(s.component_tool_id),
-            beneficiary_agent_id: Id(s.beneficiary_agent_id),
-            share_rate: Rate(s.rate_ppm),
-            created_at: s.created_at.into(),
-        }
-    }
-}
-
 async fn add_revenue_share(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -684,15 +305,6 @@ async fn add_revenue_share(
     Ok((StatusCode::CREATED, Json(ShareView::from(&share))).into_response())
 }
 
-#[derive(Serialize, JsonSchema)]
-struct ShareList {
-    tool_id: Id,
-    shares: Vec<ShareView>,
-    /// The shares' rates together.
-    total_share_rate: Rate,
-    count: usize,
-}
-
 async fn revenue_shares(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -705,43 +317,6 @@ async fn revenue_shares(
         count: shares.len(),
         shares: shares.iter().map(ShareView::from).collect(),
     }))
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct TransferRequest {
-    /// transfer (with target_agent_id) or retire.
-    action: Named<TransferAction>,
-    target_agent_id: Option<Id>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct TransferView {
-    transfer_id: Id,
-    tool_id: Id,
-    action: Named<TransferAction>,
-    target_agent_id: Option<Id>,
-    status: Named<TransferStatus>,
-    declared_at: Time,
-    /// When it takes effect, unless cancelled first.
-    effective_at: Time,
-    /// When it was cancelled or carried out.
-    ended_at: Option<Time>,
-}
-
-impl From<&TransferRecord> for TransferView {
-    fn from(t: &TransferRecord) -> TransferView {
-        TransferView {
-            transfer_id: Id(t.transfer_id),
-            tool_id: Id(t.tool_id),
-            action: Named(t.action),
-            target_agent_id: t.target_agent_id.map(Id),
-            status: Named(t.status),
-            declared_at: t.declared_at.into(),
-            effective_at: t.effective_at.into(),
-            ended_at: t.ended_at.map(Time::from),
-        }
-    }
 }
 
 async fn declare_transfer(
@@ -771,4 +346,31 @@ async fn cancel_transfer(
 ) -> ApiResult<Json<TransferView>> {
     let cancelled = tsl::cancel_transfer(&state.app, &agent, path_uuid("tool_id", &tool_id)?).await?;
     Ok(Json(TransferView::from(&cancelled)))
+}
+
+pub(crate) fn purchase_operation(route: Route, handler: axum::routing::MethodRouter<AppState>, summary: &'static str) -> Operation {
+    op(Method::POST, route.path, handler)
+        .tag(TAG)
+        .summary(summary)
+        .describe(
+            "Paid over x402 only (Trial and Earned DAC never pay a purchase; the DAB applies), settled before the answer, which \
+             carries PAYMENT-RESPONSE. In the settlement's transaction the tool's price is shared: each revenue share gets its rate \
+             of it, the seller's owner accrues its human share, and the seller gets the rest, as Earned DAC. An agent buys a tool \
+             once, and never its own. A request_id you used before answers that purchase again, without a new charge.",
+        )
+        .agent()
+        .error(
+            400,
+            "A malformed id or payment header, the wrong layer for this route, or your own tool.",
+            &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "LAYER_MISMATCH", "SELF_PURCHASE", "INVALID_PAYLOAD"],
+        )
+        .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
+        .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
+        .error(409, "The tool does not sell, or you bought it already.", &["TOOL_NOT_AVAILABLE", "ALREADY_PURCHASED"])
+        .paid_inline("No payment came with the request, or it was refused (the reason is in `error`).")
+        .error(
+            503,
+            "The settlement's outcome is unknown; it is settled in the background and charged at most once.",
+            &["SETTLEMENT_PENDING", "FEATURE_NOT_AVAILABLE"],
+        )
 }

@@ -1,5 +1,6 @@
-//! What each tool does: its arguments read into the REST route's request
-//! type, the route's own function called, its body answered.
+//! What each tool does: its arguments read into the operation's request
+//! type (`api/`), the operation run (it calls the use case), its answer
+//! returned: what the REST route's handler does with the same operation.
 
 use axum::response::IntoResponse;
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -9,8 +10,8 @@ use serde_json::{Map, Value, json};
 use anchor_app::charge::Offered;
 use anchor_store::AgentRecord;
 
+use crate::api::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::error::{ApiError, AuthFailure};
-use crate::http::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::state::AppState;
 
 /// Why a tool call produced no result: what the REST route would have
@@ -31,8 +32,8 @@ impl From<anchor_app::AppError> for Failure {
     }
 }
 
-impl From<crate::http::body::ReadError> for Failure {
-    fn from(error: crate::http::body::ReadError) -> Failure {
+impl From<crate::body::ReadError> for Failure {
+    fn from(error: crate::body::ReadError) -> Failure {
         Failure::Refused(error.into())
     }
 }
@@ -61,7 +62,7 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "create_decision" => {
             let offered = offer(&mut arguments);
             let request = create_request(arguments, "self_declared");
-            body(declarations::create_decision(state, &agent, offered, crate::http::body::read(&request)?).await?)
+            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?).await?)
         }
         "confirm_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
@@ -76,7 +77,7 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
             let offered = offer(&mut arguments);
             // counterparty_agent_id stays at the top, beside dd and ee.
             let request = create_request(arguments, "bilateral");
-            body(bilateral::propose_agreement(state, &agent, offered, crate::http::body::read(&request)?).await?)
+            body(bilateral::propose_agreement(state, &agent, offered, crate::body::read(&request)?).await?)
         }
         "create_ise_session" => body(ise::enter_stay(state, &agent, read(arguments)?).await?),
         "get_ise_status" => body(ise::stay_status(state, &agent).await?),
@@ -89,7 +90,7 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "run_sdac_trial" => {
             let session_id = arguments.remove("session_id").unwrap_or(Value::Null);
             let request = json!({ "session_id": session_id, "ee": Value::Object(arguments) });
-            body(sdac::run_trial(state, &agent, crate::http::body::read(&request)?).await?)
+            body(sdac::run_trial(state, &agent, crate::body::read(&request)?).await?)
         }
         "get_sdac_session" => {
             let session_id = uuid_argument(&arguments, "session_id")?;
@@ -157,7 +158,7 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
 
 /// The tool's arguments read as its REST route reads its body (or query).
 fn read<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> Result<T, Failure> {
-    Ok(crate::http::body::read(&Value::Object(arguments))?)
+    Ok(crate::body::read(&Value::Object(arguments))?)
 }
 
 /// The agent an `auth_token` argument (which wins) or the MCP request's
@@ -188,7 +189,7 @@ fn offer(arguments: &mut Map<String, Value>) -> Offered {
 
 fn uuid_argument(arguments: &Map<String, Value>, name: &str) -> Result<uuid::Uuid, Failure> {
     let text = arguments.get(name).and_then(Value::as_str).unwrap_or_default();
-    crate::http::body::path_uuid(name, text).map_err(Failure::Refused)
+    crate::body::path_uuid(name, text).map_err(Failure::Refused)
 }
 
 const DD_FIELDS: &[&str] = &[

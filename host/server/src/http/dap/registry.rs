@@ -14,9 +14,9 @@ use anchor_app::owners::registry;
 use anchor_domain::owners::{ContentPolicy, DESCRIPTION_MAX, KEY_MAX, KEY_PATTERN, LABEL_MAX};
 use anchor_store::OwnerClassification;
 
+use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, Body};
-use crate::http::body::path_uuid;
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;

@@ -82,7 +82,7 @@ async fn subscriptions(
     owner: AuthOwner,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<SubscriptionsView>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     let (retention, asa) = anchor_app::owners::agents::subscriptions(&state.app, &owner.owner, agent_id).await?;
     let now = state.app.clock.now();
     let mut upcoming: Vec<(DateTime<Utc>, Upcoming)> = Vec::new();

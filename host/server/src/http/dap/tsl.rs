@@ -108,7 +108,7 @@ struct MarketView {
 }
 
 async fn market(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<Json<MarketView>> {
-    let agent_id = crate::http::body::path_uuid("agent_id", &agent_id)?;
+    let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
     let m = anchor_app::tsl::owner_market(&state.app, &owner.owner, agent_id).await?;
     let e = m.earned;
     Ok(Json(MarketView {
