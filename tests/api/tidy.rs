@@ -178,7 +178,7 @@ fn the_server_reaches_storage_only_through_use_cases() {
                 files.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("state.rs") && !path.ends_with("lib.rs") {
                 let text = std::fs::read_to_string(&path).unwrap();
-                if text.contains("state.store") || text.contains("anchor_store::Store") {
+                if text.contains("state.store") || text.contains("app.store") || text.contains("anchor_store::Store") {
                     offenders.push(path.display().to_string());
                 }
             }
@@ -208,6 +208,26 @@ fn mcp_and_the_operations_do_not_reach_into_http() {
         }
     }
     assert!(offenders.is_empty(), "{offenders:#?}");
+}
+
+/// What the server renders comes from the use cases in domain types: no
+/// HTTP handler, operation or MCP tool names the store crate at all.
+#[test]
+fn http_mcp_and_the_operations_never_name_the_store() {
+    let src = root().join("host/server/src");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![src.join("http"), src.join("mcp"), src.join("api")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read_to_string(&path).unwrap().contains("anchor_store") {
+                offenders.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "these name anchor_store: {offenders:#?}");
 }
 
 /// `unsafe` appears in one place: deserializing compiled components this

@@ -21,6 +21,7 @@ pub mod money;
 pub mod owners;
 pub mod payments;
 pub mod pricing;
+pub mod records;
 pub mod retention;
 pub mod tools;
 pub mod tsl;

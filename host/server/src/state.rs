@@ -59,9 +59,6 @@ impl Deref for AppState {
 /// The parts of [`AppState`].
 #[derive(Clone)]
 pub struct Shared {
-    pub store: Arc<dyn Store>,
-    pub pricing: Arc<dyn Pricing>,
-    pub clock: Arc<dyn Clock>,
     /// This host's identity, as the integrator lease names it.
     pub host_id: uuid::Uuid,
     /// The log's origin and signing key.
@@ -69,8 +66,6 @@ pub struct Shared {
     pub settings: Arc<Settings>,
     pub started: Instant,
     pub limiter: Arc<RateLimiter>,
-    /// How x402 payments are verified and settled beyond the local checks.
-    pub settler: Arc<dyn Settler>,
     /// The OpenAPI document, built on first request from the route table.
     pub openapi: Arc<OnceLock<serde_json::Value>>,
     /// The use cases' view of the same parts.
@@ -116,15 +111,11 @@ impl AppState {
             )),
         };
         AppState(Arc::new(Shared {
-            store,
-            pricing,
-            clock,
             host_id: uuid::Uuid::new_v4(),
             log_key,
             settings: Arc::new(settings),
             started: Instant::now(),
             limiter,
-            settler,
             openapi: Arc::default(),
             app,
         }))
@@ -141,9 +132,7 @@ impl AppState {
 
     /// The same state with another settler (facilitator mode).
     pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
-        let parts = Arc::make_mut(&mut self.0);
-        parts.app.settler = settler.clone();
-        parts.settler = settler;
+        Arc::make_mut(&mut self.0).app.settler = settler;
         self
     }
 

@@ -2,13 +2,13 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::DisclosureLevel;
-use anchor_domain::owners::ContentPolicy;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, sql};
 use crate::*;
+pub use anchor_domain::records::AgentRecord;
 
 /// A new agent, with its secrets already hashed.
 #[derive(Clone, Debug)]
@@ -20,22 +20,6 @@ pub struct NewAgent {
     pub registered_at: DateTime<Utc>,
     pub trial_granted: MilliDac,
     pub trial_expires_at: DateTime<Utc>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgentRecord {
-    pub agent_id: Uuid,
-    pub token_hash: [u8; 32],
-    pub region_code: Option<String>,
-    pub disclosure_level: DisclosureLevel,
-    pub registered_at: DateTime<Utc>,
-    pub trial_granted: MilliDac,
-    pub trial_balance: MilliDac,
-    pub trial_expires_at: DateTime<Utc>,
-    /// The content-inclusion policy of the agent's owner, if it has one:
-    /// read in the same statement as the agent, so DD create needs no
-    /// lookup of its own.
-    pub owner_policy: Option<ContentPolicy>,
 }
 
 /// An agent's row with its owner's content-inclusion policy, in one statement.

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::rows::DeclarationRow;
 use crate::*;
+pub use anchor_domain::records::AgreementListing;
 
 /// What answering a proposal concluded; nothing was written unless `Done`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,16 +23,6 @@ pub enum Responded {
     NotCounterparty,
     /// Answered already, or its window ended (the agreement as it stands).
     NotPending(Agreement),
-}
-
-/// One agreement in a list, with what the proposer declared.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgreementListing {
-    pub agreement: Agreement,
-    pub decision_type: String,
-    pub decision_action_type: String,
-    pub ee_retention_period: String,
-    pub dac_amount: MilliDac,
 }
 
 #[async_trait]

@@ -12,6 +12,7 @@ use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::payments;
 use crate::rows::{DeclarationRow, confirm_in_one, confirm_steps, decode_declaration};
 use crate::*;
+pub use anchor_domain::records::{ListFilter, StoredDeclaration};
 
 /// A declaration to record, priced, paid from Trial or by a reserved payment.
 #[derive(Clone, Debug)]
@@ -41,40 +42,6 @@ pub struct NewAgreement {
     pub agreement_id: Uuid,
     pub counterparty_agent_id: Uuid,
     pub expires_at: DateTime<Utc>,
-}
-
-/// A recorded declaration with its payment and confirmation state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredDeclaration {
-    pub declaration: Declaration,
-    pub request_id: Uuid,
-    pub subtotal: MilliDac,
-    pub base_fee: MilliDac,
-    pub multiplier_permille: u32,
-    pub monthly: MilliDac,
-    pub base_fee_source: PaymentSource,
-    pub premium_source: PaymentSource,
-    /// The Trial balance right after this declaration was paid from it.
-    pub trial_remaining_after: Option<MilliDac>,
-    pub settlement_status: SettlementStatus,
-    pub confirmed_at: Option<DateTime<Utc>>,
-    pub integrity_hash: Option<String>,
-    pub direct_reads_used: i64,
-    pub direct_access_expires_at: DateTime<Utc>,
-    /// Externally paid: confirm before this, or the reservation is released.
-    pub payment_deadline: Option<DateTime<Utc>>,
-    /// When the record stops being kept; `None` while indefinite retention holds.
-    pub retention_expires_at: Option<DateTime<Utc>>,
-    /// When an ended indefinite-retention subscription demoted it to short.
-    pub retention_demoted_at: Option<DateTime<Utc>>,
-    /// The bilateral agreement it belongs to (either side's record).
-    pub agreement_id: Option<Uuid>,
-}
-
-impl StoredDeclaration {
-    pub fn premium(&self) -> MilliDac {
-        self.declaration.dac_amount - self.base_fee
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -107,14 +74,6 @@ pub enum DirectRead {
     Exhausted,
     /// The access period is over.
     Expired,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ListFilter {
-    pub from: Option<DateTime<Utc>>,
-    pub to: Option<DateTime<Utc>>,
-    pub limit: i64,
-    pub offset: i64,
 }
 
 #[async_trait]

@@ -4,13 +4,14 @@
 //! own records, not the store's size.
 
 use anchor_domain::MilliDac;
-use anchor_domain::payments::{CostComponent, PaymentSource, SubjectDomain};
+use anchor_domain::payments::{PaymentSource, SubjectDomain};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Query, Row, sql};
 use crate::*;
+pub use anchor_domain::records::UsageLine;
 
 /// Usage entries of one kind and source: how many, how much.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,19 +38,6 @@ pub struct EarnedFlow {
     pub received: MilliDac,
     /// Ledger lines that moved money: credits, debits and refunds (expiries are not transactions).
     pub transactions: i64,
-}
-
-/// One usage entry, as a transaction list shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageLine {
-    pub usage_id: Uuid,
-    pub agent_id: Uuid,
-    pub domain: SubjectDomain,
-    pub subject_id: Uuid,
-    pub cost_component: CostComponent,
-    pub source: PaymentSource,
-    pub amount: MilliDac,
-    pub recorded_at: DateTime<Utc>,
 }
 
 /// A range of time and the agents whose records it covers.

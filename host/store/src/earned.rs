@@ -17,26 +17,7 @@ use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-
-/// One line of an agent's Earned ledger.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EarnedEntry {
-    pub entry_id: Uuid,
-    /// The agent's ledger position, from 1.
-    pub seq: i64,
-    pub kind: EntryKind,
-    pub reason: String,
-    pub amount: MilliDac,
-    /// The agent's unexpired balance once this line was written.
-    pub balance_after: MilliDac,
-    /// The lot a credit created or an expiry ended.
-    pub lot_id: Option<Uuid>,
-    /// When that lot expires (credits and expiries).
-    pub expires_at: Option<DateTime<Utc>>,
-    /// What the line is about: the purchase that earned it, the observation it paid.
-    pub reference: Option<Subject>,
-    pub at: DateTime<Utc>,
-}
+pub use anchor_domain::records::EarnedEntry;
 
 /// An agent's Earned DAC at a moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

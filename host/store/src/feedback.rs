@@ -6,20 +6,7 @@ use chrono::NaiveDate;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-
-/// One note, as sent (each text bounded by the caller).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Feedback {
-    pub note: Option<String>,
-    pub would_recommend: Option<String>,
-    pub recommend_reason: Option<String>,
-    pub would_report_to_operator: Option<String>,
-    pub report_reason: Option<String>,
-    pub would_keep_as_tool: Option<String>,
-    pub keep_reason: Option<String>,
-    /// The tool names, joined with newlines.
-    pub tools_used: Vec<String>,
-}
+pub use anchor_domain::records::Feedback;
 
 #[async_trait]
 pub trait FeedbackStore: Send + Sync {

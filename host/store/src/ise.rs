@@ -12,23 +12,7 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
-
-/// A stay.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IseRecord {
-    pub session_id: Uuid,
-    pub agent_id: Uuid,
-    pub mode: IseMode,
-    pub entered_at: DateTime<Utc>,
-    pub exited_at: Option<DateTime<Utc>>,
-    pub charged: MilliDac,
-    pub source: Option<PaymentSource>,
-    pub payment_id: Option<Uuid>,
-    /// `agent` (an exit) or `service` (the stay reached its limit).
-    pub closed_by: Option<String>,
-    /// Closed by the service with nothing able to pay.
-    pub unpaid: bool,
-}
+pub use anchor_domain::records::IseRecord;
 
 /// How a stay's closing is paid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
+pub use anchor_domain::records::Totals;
 
 /// An agent as its owner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,15 +29,6 @@ pub enum Link {
     LinkedElsewhere,
     /// The owner already manages the maximum number of agents.
     TooMany,
-}
-
-/// How many declarations an agent has on record and what they cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub count: i64,
-    pub dac: MilliDac,
-    /// Payment rows (base fee, and premium when there is one) that settled.
-    pub settled_rows: i64,
 }
 
 #[async_trait]

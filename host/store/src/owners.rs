@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
+pub use anchor_domain::records::{OwnerClassification, OwnerRecord};
 
 /// A new owner account; the password is already hashed.
 #[derive(Clone, Debug)]
@@ -24,43 +25,6 @@ pub struct NewOwner {
     pub residence_country: Option<Residence>,
     pub terms_version: String,
     pub privacy_version: String,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnerRecord {
-    pub owner_id: Uuid,
-    pub email: Option<String>,
-    pub password_hash: Option<String>,
-    pub owner_type: OwnerType,
-    pub managing_agent_id: Option<Uuid>,
-    pub parent_owner_id: Option<Uuid>,
-    pub owner_depth: i32,
-    pub browser_language: Option<String>,
-    pub timezone: Option<String>,
-    pub residence_country: Option<Residence>,
-    pub residence_declared_at: Option<DateTime<Utc>>,
-    pub residence_updated_at: Option<DateTime<Utc>>,
-    pub content_inclusion_policy: ContentPolicy,
-    pub terms_agreed_at: DateTime<Utc>,
-    pub privacy_agreed_at: DateTime<Utc>,
-    pub marketing_agreed_at: Option<DateTime<Utc>>,
-    pub terms_version: String,
-    pub privacy_version: String,
-    pub deletion_requested_at: Option<DateTime<Utc>>,
-    pub deletion_response_due_at: Option<DateTime<Utc>>,
-    pub deleted_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// An owner's category, with its state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnerClassification {
-    pub classification_id: Uuid,
-    pub key: String,
-    pub label: String,
-    pub description: Option<String>,
-    pub active: bool,
     pub created_at: DateTime<Utc>,
 }
 

@@ -12,19 +12,7 @@ use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SdacRecord {
-    pub session_id: Uuid,
-    pub agent_id: Uuid,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
-    pub trials: i32,
-    pub simulated: MilliDac,
-    pub charged: MilliDac,
-    pub source: Option<PaymentSource>,
-    pub payment_id: Option<Uuid>,
-}
+pub use anchor_domain::records::SdacRecord;
 
 /// One trial: the combination (by wire names) and what it would cost.
 #[derive(Clone, Debug, PartialEq, Eq)]

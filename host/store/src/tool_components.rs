@@ -10,18 +10,7 @@ use uuid::Uuid;
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::tsl::lock_tool;
 use crate::*;
-
-/// A tool's uploaded component, without its bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ComponentRecord {
-    pub tool_id: Uuid,
-    /// 1 for the first upload, then one more for each.
-    pub version: i32,
-    pub sha256: [u8; 32],
-    pub size: i64,
-    pub uploaded_by: Uuid,
-    pub uploaded_at: DateTime<Utc>,
-}
+pub use anchor_domain::records::{ComponentRecord, RunRecord};
 
 /// A component to add as a tool's next version.
 #[derive(Clone, Copy, Debug)]
@@ -50,24 +39,6 @@ pub enum UploadCounted {
     TooMany {
         per_seller: bool,
     },
-}
-
-/// One run of a tool: metadata only.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunRecord {
-    pub run_id: Uuid,
-    pub tool_id: Uuid,
-    pub version: i32,
-    pub sha256: [u8; 32],
-    pub runner_agent_id: Uuid,
-    pub started_at: DateTime<Utc>,
-    pub wall_micros: i64,
-    /// `ok`, a failure's kind (`out_of_fuel`, `deadline`, …) or `payment_refused`.
-    pub outcome: String,
-    pub fuel_used: Option<i64>,
-    pub output_bytes: Option<i64>,
-    pub charged: MilliDac,
-    pub payment_id: Option<Uuid>,
 }
 
 #[async_trait]

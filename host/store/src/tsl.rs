@@ -11,20 +11,16 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
-use anchor_domain::tsl::{self, Layer, ObservationType, PPM_ONE, PurchaseStatus, ShareKind, ToolStatus, TransferAction, TransferStatus};
+use anchor_domain::tsl::{self, Layer, PPM_ONE, ShareKind, ToolStatus, TransferAction};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-
-/// One ARA observation a tool reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Connection {
-    pub observation_type: ObservationType,
-    pub resolution_level: u8,
-}
+pub use anchor_domain::records::{
+    Connection, DependencyRecord, Distribution, HumanShareRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord,
+};
 
 /// A tool to register.
 #[derive(Clone, Debug)]
@@ -39,23 +35,6 @@ pub struct NewTool {
     pub registered_at: DateTime<Utc>,
 }
 
-/// A registered tool.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ToolRecord {
-    pub tool_id: Uuid,
-    /// Who sells it now (a transfer moves this).
-    pub seller_agent_id: Uuid,
-    pub registered_by: Uuid,
-    pub name: String,
-    pub description: Option<String>,
-    pub layer: Layer,
-    pub price: MilliDac,
-    pub status: ToolStatus,
-    pub connections: Vec<Connection>,
-    pub registered_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
 /// Which tools to list: newest first.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ToolFilter {
@@ -64,17 +43,6 @@ pub struct ToolFilter {
     pub seller: Option<Uuid>,
     pub limit: i64,
     pub offset: i64,
-}
-
-/// A dependency of a tool, with what the dependency is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DependencyRecord {
-    pub depends_on_tool_id: Uuid,
-    pub name: String,
-    pub layer: Layer,
-    pub status: ToolStatus,
-    pub purchase_id: Option<Uuid>,
-    pub created_at: DateTime<Utc>,
 }
 
 /// What adding a dependency concluded.
@@ -109,39 +77,6 @@ pub struct NewPurchase {
 pub enum Pending {
     Purchase(NewPurchase),
     Asa(crate::asa::NewAsaPurchase),
-}
-
-/// One part of a sale's price.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Distribution {
-    pub kind: ShareKind,
-    /// Who earned it (the seller, a beneficiary), or whose sale a human share comes from.
-    pub agent_id: Uuid,
-    /// The owner a human share accrues to.
-    pub owner_id: Option<Uuid>,
-    pub rate_ppm: Option<u32>,
-    pub amount: MilliDac,
-    /// The Earned ledger line it became (none for a human share).
-    pub earned_entry_id: Option<Uuid>,
-}
-
-/// A purchase and, once completed, how its price was shared.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PurchaseRecord {
-    pub purchase_id: Uuid,
-    pub tool_id: Uuid,
-    pub tool_name: String,
-    pub buyer_agent_id: Uuid,
-    pub seller_agent_id: Uuid,
-    pub request_id: Option<Uuid>,
-    pub layer: Layer,
-    pub price: MilliDac,
-    pub fee: MilliDac,
-    pub payment_id: Uuid,
-    pub status: PurchaseStatus,
-    pub created_at: DateTime<Utc>,
-    pub completed_at: Option<DateTime<Utc>>,
-    pub distributions: Vec<Distribution>,
 }
 
 /// Whose purchases to list.
@@ -186,16 +121,6 @@ pub struct NewShare {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShareRecord {
-    pub share_id: Uuid,
-    pub tool_id: Uuid,
-    pub component_tool_id: Uuid,
-    pub beneficiary_agent_id: Uuid,
-    pub rate_ppm: u32,
-    pub created_at: DateTime<Utc>,
-}
-
 /// What adding a revenue share concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShareAdded {
@@ -208,25 +133,6 @@ pub enum ShareAdded {
     },
 }
 
-/// An owner's human share of one tool's sales.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HumanShareRecord {
-    pub human_share_id: Uuid,
-    pub owner_id: Uuid,
-    pub agent_id: Uuid,
-    pub tool_id: Uuid,
-    pub tool_name: String,
-    pub rate_ppm: u32,
-    pub created_at: DateTime<Utc>,
-    /// When it ended: superseded, the tool moved, or the agent left the owner.
-    pub ended_at: Option<DateTime<Utc>>,
-    pub end_reason: Option<String>,
-    /// In force: not ended and the owner still manages the agent.
-    pub in_force: bool,
-    pub sales: i64,
-    pub accrued: MilliDac,
-}
-
 /// What setting a human share concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HumanShareSet {
@@ -237,20 +143,6 @@ pub enum HumanShareSet {
     Exceeded {
         committed_ppm: u32,
     },
-}
-
-/// A transfer or retirement declaration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TransferRecord {
-    pub transfer_id: Uuid,
-    pub tool_id: Uuid,
-    pub declared_by: Uuid,
-    pub action: TransferAction,
-    pub target_agent_id: Option<Uuid>,
-    pub status: TransferStatus,
-    pub declared_at: DateTime<Utc>,
-    pub effective_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
 }
 
 /// The market over a window, for its de-identified release.

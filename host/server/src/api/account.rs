@@ -62,7 +62,7 @@ pub(crate) enum CategorySource {
 }
 
 /// The classification keys an agent may use, as REST and the MCP tool list_classifications answer them.
-pub(crate) async fn classifications_of(state: &AppState, agent: &anchor_store::AgentRecord) -> ApiResult<Classifications> {
+pub(crate) async fn classifications_of(state: &AppState, agent: &anchor_domain::records::AgentRecord) -> ApiResult<Classifications> {
     let list = agents::classifications(&state.app, agent.agent_id).await?;
     let classifications: Vec<ClassificationEntry> = list
         .into_iter()

@@ -10,7 +10,7 @@ use anchor_app::ara::releases::{self, Kind, Release};
 use anchor_app::ara::{self, Observed, PremiumSource, meta, privacy};
 use anchor_domain::agents::DisclosureLevel;
 use anchor_domain::ara::{Dimension, Position, day_start};
-use anchor_store::AgentRecord;
+use anchor_domain::records::AgentRecord;
 use chrono::Datelike;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -105,7 +105,7 @@ pub(crate) fn environment_view(observed: &Observed<Release>) -> EnvironmentView 
 /// answer it, with the settlement (reference, payer) its payment got.
 pub(crate) async fn observe_environment(
     state: &AppState,
-    agent: &anchor_store::AgentRecord,
+    agent: &anchor_domain::records::AgentRecord,
     offered: anchor_app::charge::Offered,
 ) -> ApiResult<(EnvironmentView, Option<(String, String)>)> {
     let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT, Kind::Environment, 30, offered).await?;

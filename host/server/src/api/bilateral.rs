@@ -8,8 +8,8 @@ use crate::wire::{Dac, Id, Named, Time};
 use anchor_app::bilateral;
 use anchor_domain::bilateral::{Agreement, AgreementStatus};
 use anchor_domain::payments::SettlementStatus;
-use anchor_store::AgentRecord;
-use anchor_store::{AgreementListing, StoredDeclaration};
+use anchor_domain::records::AgentRecord;
+use anchor_domain::records::{AgreementListing, StoredDeclaration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@ use anchor_domain::declarations::ee;
 use anchor_domain::declarations::template::{self, Template};
 use anchor_domain::integrity::ENCODING_NAME;
 use anchor_domain::payments::{PaymentSource, SettlementStatus};
-use anchor_store::{AgentRecord, ListFilter, StoredDeclaration};
+use anchor_domain::records::{AgentRecord, ListFilter, StoredDeclaration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -7,7 +7,7 @@ use crate::wire::{Dac, Id, Named, Time};
 use anchor_app::dur::{self, Range, Summary};
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{CostComponent, PaymentSource};
-use anchor_store::UsageLine;
+use anchor_domain::records::UsageLine;
 use axum::Json;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -188,7 +188,11 @@ impl SummaryView {
 }
 
 /// The usage summary (DAC-UR), as REST and the MCP tool get_dac_ur answer it.
-pub(crate) async fn usage_summary(state: &AppState, agent: &anchor_store::AgentRecord, query: RangeQuery) -> ApiResult<SummaryView> {
+pub(crate) async fn usage_summary(
+    state: &AppState,
+    agent: &anchor_domain::records::AgentRecord,
+    query: RangeQuery,
+) -> ApiResult<SummaryView> {
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let summary = dur::summary(&state.app, &[agent.agent_id], range).await?;
     Ok(SummaryView::of(&summary, &state.settings.fiat))
@@ -394,7 +398,7 @@ pub(crate) fn counts_of(counts: &dur::TemplateCounts, dimension: &str) -> BTreeM
 /// get_decision_metadata_distribution answer it.
 pub(crate) async fn metadata_distribution(
     state: &AppState,
-    agent: &anchor_store::AgentRecord,
+    agent: &anchor_domain::records::AgentRecord,
     query: DecisionQuery,
 ) -> ApiResult<MetadataView> {
     dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;
@@ -451,7 +455,7 @@ pub(crate) struct ClassificationView {
 /// get_self_classification_distribution answer it.
 pub(crate) async fn classification_distribution(
     state: &AppState,
-    agent: &anchor_store::AgentRecord,
+    agent: &anchor_domain::records::AgentRecord,
     query: DecisionQuery,
 ) -> ApiResult<ClassificationView> {
     dur::own_only(agent.agent_id, query.agent_id.map(|a| a.0))?;

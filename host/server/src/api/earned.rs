@@ -7,7 +7,7 @@ use crate::wire::{Dac, Id, Named, Time};
 use anchor_app::earned;
 use anchor_domain::earned::EntryKind;
 use anchor_domain::payments::SubjectDomain;
-use anchor_store::EarnedEntry;
+use anchor_domain::records::EarnedEntry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +35,7 @@ pub(crate) struct BalanceView {
 }
 
 /// The Earned DAC balance, as REST and the MCP tool get_dac_balance answer it.
-pub(crate) async fn balance_of(state: &AppState, agent: &anchor_store::AgentRecord) -> ApiResult<BalanceView> {
+pub(crate) async fn balance_of(state: &AppState, agent: &anchor_domain::records::AgentRecord) -> ApiResult<BalanceView> {
     let b = earned::balance(&state.app, agent).await?;
     Ok(BalanceView {
         earned_balance: b.totals.balance.into(),

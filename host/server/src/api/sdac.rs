@@ -7,8 +7,8 @@ use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time};
 use anchor_app::sdac;
 use anchor_domain::payments::PaymentSource;
-use anchor_store::AgentRecord;
-use anchor_store::SdacRecord;
+use anchor_domain::records::AgentRecord;
+use anchor_domain::records::SdacRecord;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

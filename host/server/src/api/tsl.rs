@@ -6,8 +6,8 @@ use crate::payment::with_settlement;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, InputNamed, Named, Rate, Time, ToolPrice};
 use anchor_app::tsl::{self, Purchased, Registration};
+use anchor_domain::records::{DependencyRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord};
 use anchor_domain::tsl::{Layer, ObservationType, PurchaseStatus, ShareKind, ToolStatus, TransferAction, TransferStatus};
-use anchor_store::{DependencyRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord};
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -86,7 +86,11 @@ impl From<&ToolRecord> for ToolView {
 }
 
 /// A tool's registration, as REST and the MCP tool register_tool answer it.
-pub(crate) async fn register_tool(state: &AppState, agent: &anchor_store::AgentRecord, request: RegisterRequest) -> ApiResult<ToolView> {
+pub(crate) async fn register_tool(
+    state: &AppState,
+    agent: &anchor_domain::records::AgentRecord,
+    request: RegisterRequest,
+) -> ApiResult<ToolView> {
     let registration = Registration {
         name: request.tool_name,
         description: request.tool_description,
@@ -247,7 +251,7 @@ pub(crate) fn purchased(done: Purchased) -> Response {
 /// A layer-1 tool's purchase, as REST and the MCP tool purchase_tool carry it out.
 pub(crate) async fn buy_tool(
     state: &AppState,
-    agent: &anchor_store::AgentRecord,
+    agent: &anchor_domain::records::AgentRecord,
     offered: anchor_app::charge::Offered,
     request: PurchaseRequest,
 ) -> ApiResult<Purchased> {

@@ -18,7 +18,7 @@ use anchor_app::ara::agents::{self as agent_level, Queried, QueryType};
 use anchor_app::ara::releases::{self, Kind};
 use anchor_app::ara::{self, Observed};
 use anchor_domain::ara::Dimension;
-use anchor_store::AgentRecord;
+use anchor_domain::records::AgentRecord;
 use axum::Json;
 use axum::extract::{FromRequestParts, State};
 use axum::http::Method;

@@ -226,7 +226,7 @@ fn view(state: &AppState, s: &AsaSubscription, terms: &Terms) -> SubscriptionVie
 
 async fn buy(
     state: AppState,
-    agent: anchor_store::AgentRecord,
+    agent: anchor_domain::records::AgentRecord,
     kind: AsaPurchaseKind,
     request: Option<BuyRequest>,
     offered: anchor_app::charge::Offered,

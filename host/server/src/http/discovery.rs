@@ -188,8 +188,8 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
 
 async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
     let base = &state.settings.public_url;
-    let policy = state.pricing.policy().ok();
-    let services = state.pricing.services().ok().flatten();
+    let policy = state.app.pricing.policy().ok();
+    let services = state.app.pricing.services().ok().flatten();
     // Prices in USD: milli-DAC are micro-USD, in exact integer math.
     // At least cents, as prices are written ("$0.10"), more digits when needed ("$0.001").
     let usd = |amount: MilliDac| {

@@ -17,7 +17,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
     let client = crate::listener::client_key(
         request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1])),
     );
-    let verdict = state.limiter.check(client, state.clock.now().timestamp());
+    let verdict = state.limiter.check(client, state.app.clock.now().timestamp());
     let mut response = if verdict.allowed {
         next.run(request).await
     } else {

@@ -15,8 +15,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use anchor_app::tools::{self, RunAsk};
+use anchor_domain::records::{ComponentRecord, RunRecord};
 use anchor_domain::tools::ToolLimits;
-use anchor_store::{ComponentRecord, RunRecord};
 
 use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use anchor_app::charge::Offered;
-use anchor_store::AgentRecord;
+use anchor_domain::records::AgentRecord;
 
 use crate::api::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::error::{ApiError, AuthFailure};
@@ -254,7 +254,7 @@ pub fn create_request(mut arguments: Map<String, Value>, mode: &str) -> Value {
 /// submit_feedback: a note kept with nothing that names its sender.
 async fn submit_feedback(state: &AppState, mut arguments: Map<String, Value>) -> Outcome {
     let mut text = |name: &str| arguments.remove(name).and_then(|v| v.as_str().map(str::to_string));
-    let feedback = anchor_store::Feedback {
+    let feedback = anchor_domain::records::Feedback {
         note: text("note"),
         would_recommend: text("would_recommend"),
         recommend_reason: text("recommend_reason"),

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use anchor_app::owners::{self, account};
 use anchor_domain::owners::{AccountStatus, ContentPolicy, OwnerType, Residence};
-use anchor_store::OwnerRecord;
+use anchor_domain::records::OwnerRecord;
 
 use super::registry::Category;
 use crate::error::ApiResult;
@@ -156,7 +156,7 @@ struct Me {
 }
 
 async fn me(State(state): State<AppState>, owner: AuthOwner) -> Json<Me> {
-    Json(Me { profile: Profile::of(&owner.owner, state.clock.now()), csrf_token: owner.csrf_token })
+    Json(Me { profile: Profile::of(&owner.owner, state.app.clock.now()), csrf_token: owner.csrf_token })
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -230,7 +230,7 @@ impl DeletionStatus {
         let days = state.settings.dap.deletion_grace_days;
         DeletionStatus {
             owner_id: owner.owner_id,
-            status: Named(owners::account_status(owner, state.clock.now())),
+            status: Named(owners::account_status(owner, state.app.clock.now())),
             deletion_requested_at: owner.deletion_requested_at.map(Time),
             deletion_response_due_at: owner.deletion_response_due_at.map(Time),
             grace_period_days: days,

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use anchor_app::owners::auth::{self, SignUp};
 use anchor_app::owners::sessions::{self, Session};
 use anchor_domain::owners::{OwnerType, Residence};
-use anchor_store::OwnerRecord;
+use anchor_domain::records::OwnerRecord;
 
 use super::Message;
 use crate::error::ApiResult;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use anchor_app::owners::registry;
 use anchor_domain::owners::{ContentPolicy, DESCRIPTION_MAX, KEY_MAX, KEY_PATTERN, LABEL_MAX};
-use anchor_store::OwnerClassification;
+use anchor_domain::records::OwnerClassification;
 
 use crate::body::path_uuid;
 use crate::error::ApiResult;

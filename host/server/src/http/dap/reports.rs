@@ -24,7 +24,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::agents::AuthStatus;
 use anchor_domain::declarations::{dd, ee};
 use anchor_domain::payments::SettlementStatus;
-use anchor_store::Totals;
+use anchor_domain::records::Totals;
 
 use crate::body::path_uuid;
 use crate::error::ApiResult;

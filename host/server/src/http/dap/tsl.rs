@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use anchor_store::HumanShareRecord;
+use anchor_domain::records::HumanShareRecord;
 
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, Body};
