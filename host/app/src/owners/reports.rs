@@ -152,6 +152,49 @@ pub struct Weekly {
     pub distribution: Vec<(Axes, i64)>,
 }
 
+/// How one week compares with the one before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub dd_count: i64,
+    /// Per mille of the previous week's count, truncated; `None` when it had none.
+    pub dd_per_mille: Option<i64>,
+    pub dac: MilliDac,
+    pub dac_per_mille: Option<i64>,
+}
+
+/// `(this - prev) / prev` in per mille, truncated toward zero; `None` when `prev` is zero.
+pub fn per_mille(this: i64, prev: i64) -> Option<i64> {
+    (prev != 0).then(|| ((i128::from(this) - i128::from(prev)) * 1000 / i128::from(prev)) as i64)
+}
+
+impl Weekly {
+    pub fn change(&self) -> Change {
+        Change {
+            dd_count: self.this_week.count - self.prev_week.count,
+            dd_per_mille: per_mille(self.this_week.count, self.prev_week.count),
+            dac: self.this_week.dac - self.prev_week.dac,
+            dac_per_mille: per_mille(self.this_week.dac.milli(), self.prev_week.dac.milli()),
+        }
+    }
+}
+
+/// The owner's DAC usage summary (DUR) of one managed agent, or of all of
+/// them, over the range the query names.
+pub async fn usage_summary(
+    services: &Services,
+    owner: &OwnerRecord,
+    agent_id: Option<Uuid>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> AppResult<crate::dur::Summary> {
+    let agents: Vec<Uuid> = match agent_id {
+        Some(agent_id) => vec![managed(services, owner, agent_id).await?.agent.agent_id],
+        None => super::agents::list(services, owner).await?.iter().map(|a| a.agent.agent_id).collect(),
+    };
+    let range = crate::dur::range(services, from, to)?;
+    crate::dur::summary(services, &agents, range).await
+}
+
 pub async fn weekly(services: &Services, owner: &OwnerRecord, agent_id: Uuid) -> AppResult<Weekly> {
     managed(services, owner, agent_id).await?;
     let now = services.clock.now();

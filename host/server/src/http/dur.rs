@@ -190,12 +190,15 @@ async fn owner_summary(
     owner: AuthOwner,
     ApiQuery(query): ApiQuery<OwnerSummaryQuery>,
 ) -> ApiResult<Json<SummaryView>> {
-    let agents: Vec<Uuid> = match query.agent_id {
-        Some(Id(agent_id)) => vec![owners::managed(&state.app, &owner.owner, agent_id).await?.agent.agent_id],
-        None => owners::agents::list(&state.app, &owner.owner).await?.iter().map(|a| a.agent.agent_id).collect(),
-    };
-    let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    Ok(Json(SummaryView::of(&dur::summary(&state.app, &agents, range).await?, &state.settings.fiat)))
+    let summary = owners::reports::usage_summary(
+        &state.app,
+        &owner.owner,
+        query.agent_id.map(|id| id.0),
+        query.from.as_deref(),
+        query.to.as_deref(),
+    )
+    .await?;
+    Ok(Json(SummaryView::of(&summary, &state.settings.fiat)))
 }
 
 async fn owner_export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<OwnerExportQuery>) -> ApiResult<Response> {

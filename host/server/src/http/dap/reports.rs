@@ -295,9 +295,12 @@ struct ScopeCount {
     dd_count: i64,
 }
 
-/// `(this - prev) / prev` in percent, one decimal; `None` when prev is zero.
-fn percent(this: i64, prev: i64) -> Option<f64> {
-    (prev != 0).then(|| (((this - prev) * 1000) / prev) as f64 / 10.0)
+impl Change {
+    /// Percent with one decimal, from the use case's per mille.
+    fn of(c: reports::Change) -> Change {
+        let percent = |per_mille: Option<i64>| per_mille.map(|p| p as f64 / 10.0);
+        Change { dd_count: c.dd_count, dd_pct: percent(c.dd_per_mille), dac_total: SignedDac(c.dac), dac_pct: percent(c.dac_per_mille) }
+    }
 }
 
 async fn weekly(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_id): ApiPath<String>) -> ApiResult<Json<Weekly>> {
@@ -306,12 +309,7 @@ async fn weekly(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_i
     Ok(Json(Weekly {
         agent_id,
         period: WeekPeriod { start: w.start.into(), end: w.end.into() },
-        change: Change {
-            dd_count: w.this_week.count - w.prev_week.count,
-            dd_pct: percent(w.this_week.count, w.prev_week.count),
-            dac_total: SignedDac(w.this_week.dac - w.prev_week.dac),
-            dac_pct: percent(w.this_week.dac.milli(), w.prev_week.dac.milli()),
-        },
+        change: Change::of(w.change()),
         this_week: w.this_week.into(),
         prev_week: w.prev_week.into(),
         ee_distribution: w
