@@ -269,3 +269,17 @@ pub async fn usage_daily(services: &Services, owner: &OwnerRecord, days: i64, ag
     }
     Ok(Usage { from, to: now, days: buckets.into_iter().map(|(day, (n, dac))| (day, n, dac)).collect(), total })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::per_mille;
+
+    #[test]
+    fn week_over_week_is_per_mille_truncated_and_absent_from_nothing() {
+        assert_eq!(per_mille(110, 100), Some(100));
+        assert_eq!(per_mille(90, 100), Some(-100));
+        assert_eq!(per_mille(1, 3), Some(-666));
+        assert_eq!(per_mille(5, 0), None);
+        assert_eq!(per_mille(0, 7), Some(-1000));
+    }
+}

@@ -8,7 +8,6 @@ use crate::extract::{ApiQuery, AuthAgent};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
-use crate::wire::Id;
 use anchor_app::dur::{self};
 use anchor_app::owners;
 use anchor_domain::MilliDac;
@@ -17,7 +16,6 @@ use axum::extract::State;
 use axum::http::Method;
 use axum::response::Response;
 use axum::routing::get;
-use uuid::Uuid;
 
 pub fn operations() -> Vec<Operation> {
     let decision_report = |path: &'static str, handler, summary, returns: fn(Operation) -> Operation| {
@@ -190,14 +188,9 @@ async fn owner_summary(
     owner: AuthOwner,
     ApiQuery(query): ApiQuery<OwnerSummaryQuery>,
 ) -> ApiResult<Json<SummaryView>> {
-    let summary = owners::reports::usage_summary(
-        &state.app,
-        &owner.owner,
-        query.agent_id.map(|id| id.0),
-        query.from.as_deref(),
-        query.to.as_deref(),
-    )
-    .await?;
+    let summary =
+        owners::reports::usage_summary(&state.app, &owner.owner, query.agent_id.map(|id| id.0), query.from.as_deref(), query.to.as_deref())
+            .await?;
     Ok(Json(SummaryView::of(&summary, &state.settings.fiat)))
 }
 
