@@ -57,10 +57,13 @@ fn input(preset: &str) -> CreateRequest {
 }
 
 /// Services over a fresh store of `backend` with a manual clock, and one new agent.
-async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<ManualClock>, AgentRecord, Cleanup) {
+async fn setup(
+    backend: Backend,
+    settler: Arc<dyn Settler>,
+) -> (Services, Arc<dyn anchor_store::Store>, Arc<ManualClock>, AgentRecord, Cleanup) {
     let (store, cleanup) = fresh_store(backend).await;
     let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
-    let services = Services {
+    let services: Services = anchor_app::Parts {
         store: store.clone(),
         pricing: default_pricing(),
         settler,
@@ -79,7 +82,8 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
         switches: anchor_app::features::Switches::new(Default::default()),
         schedule: anchor_app::pricing::Schedule::new(default_pricing(), clock.clone()),
         trust: Default::default(),
-    };
+    }
+    .into();
     let now = clock.now();
     let agent_id = Uuid::new_v4();
     store
@@ -95,12 +99,11 @@ async fn setup(backend: Backend, settler: Arc<dyn Settler>) -> (Services, Arc<Ma
         .await
         .unwrap();
     let agent = store.agent(agent_id).await.unwrap().unwrap();
-    (services, clock, agent, cleanup)
+    (services, store, clock, agent, cleanup)
 }
 
 async fn create_and_confirm_through_the_use_cases(backend: Backend) {
-    let (services, clock, agent, _cleanup) = setup(backend, Arc::new(anchor_x402::settlement::LocalSettler)).await;
-    let store = services.store.clone();
+    let (services, store, clock, agent, _cleanup) = setup(backend, Arc::new(anchor_x402::settlement::LocalSettler)).await;
     let now = clock.now();
     let agent_id = agent.agent_id;
 
@@ -171,8 +174,7 @@ impl Commit for Observe {
 
 async fn inline_payments_settle_before_the_answer(backend: Backend) {
     let settler = Scripted::new(Vec::new());
-    let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
-    let store = services.store.clone();
+    let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
     let now = clock.now();
     let agent_id = agent.agent_id;
     let route = Route { method: "GET", path: "/v1/ara/environment" };
@@ -264,8 +266,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
 /// balance cannot pay.
 async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend: Backend) {
     let settler = Scripted::new(Vec::new());
-    let (services, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
-    let store = services.store.clone();
+    let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
     let now = clock.now();
     let agent_id = agent.agent_id;
     store.credit_earned(agent_id, MilliDac::from_dac(40), "tool sale", None, now + chrono::Duration::days(365), now).await.unwrap();

@@ -88,7 +88,7 @@ struct Function {
 fn fn_name(line: &str) -> Option<String> {
     let at = line.find("fn ")?;
     let before = &line[..at];
-    if !before.trim().split_whitespace().all(|w| ["pub", "pub(crate)", "async", "const", "unsafe"].contains(&w)) {
+    if !before.split_whitespace().all(|w| ["pub", "pub(crate)", "async", "const", "unsafe"].contains(&w)) {
         return None;
     }
     let name: String = line[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();

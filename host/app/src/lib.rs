@@ -151,9 +151,13 @@ impl Features {
 /// Everything a use case reaches. Cheap to clone.
 #[derive(Clone)]
 pub struct Services {
-    pub store: Arc<dyn Store>,
+    /// The storage ports. Only the use cases reach them: the crates above
+    /// (the server, its operations, MCP) cannot name this field.
+    pub(crate) store: Arc<dyn Store>,
     pub pricing: Arc<dyn Pricing>,
-    pub settler: Arc<dyn Settler>,
+    /// How x402 payments are verified and settled; only the charge pipeline
+    /// and the reconciliation job call it.
+    pub(crate) settler: Arc<dyn Settler>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     /// Where sellers' tools run.
@@ -171,7 +175,46 @@ pub struct Services {
     pub trust: witness::Trust,
 }
 
+/// What [`Services`] is made of, handed over once when a host (or a test)
+/// assembles it; afterwards the store and the settler are the use cases' own.
+pub struct Parts {
+    pub store: Arc<dyn Store>,
+    pub pricing: Arc<dyn Pricing>,
+    pub settler: Arc<dyn Settler>,
+    pub clock: Arc<dyn Clock>,
+    pub config: Arc<Config>,
+    pub tools: tools::Tools,
+    pub metrics: Arc<metrics::Metrics>,
+    pub replica: Replica,
+    pub switches: features::Switches,
+    pub schedule: Arc<pricing::Schedule>,
+    pub trust: witness::Trust,
+}
+
+impl From<Parts> for Services {
+    fn from(p: Parts) -> Services {
+        Services {
+            store: p.store,
+            pricing: p.pricing,
+            settler: p.settler,
+            clock: p.clock,
+            config: p.config,
+            tools: p.tools,
+            metrics: p.metrics,
+            replica: p.replica,
+            switches: p.switches,
+            schedule: p.schedule,
+            trust: p.trust,
+        }
+    }
+}
+
 impl Services {
+    /// The same services, paying through another settler (facilitator mode).
+    pub fn set_settler(&mut self, settler: Arc<dyn Settler>) {
+        self.settler = settler;
+    }
+
     /// The areas switched on at this moment.
     pub fn features(&self) -> Features {
         self.switches.get()

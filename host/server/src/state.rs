@@ -86,7 +86,7 @@ impl AppState {
         let schedule = anchor_app::pricing::Schedule::new(pricing, clock.clone());
         let scheduled: Arc<dyn Pricing> = Arc::new(anchor_app::pricing::Scheduled(schedule.clone()));
         let pricing = anchor_app::metrics::MeteredPricing::wrap(scheduled, metrics.clone());
-        let app = anchor_app::Services {
+        let app: anchor_app::Services = anchor_app::Parts {
             metrics,
             replica: Default::default(),
             switches: anchor_app::features::Switches::new(settings.features),
@@ -109,7 +109,8 @@ impl AppState {
                 anchor_plugins::WasmTools::new(None, anchor_domain::tools::ToolLimits::DEFAULT)
                     .expect("the tools' WebAssembly engine starts"),
             )),
-        };
+        }
+        .into();
         AppState(Arc::new(Shared {
             host_id: uuid::Uuid::new_v4(),
             log_key,
@@ -132,7 +133,7 @@ impl AppState {
 
     /// The same state with another settler (facilitator mode).
     pub fn with_settler(mut self, settler: Arc<dyn Settler>) -> AppState {
-        Arc::make_mut(&mut self.0).app.settler = settler;
+        Arc::make_mut(&mut self.0).app.set_settler(settler);
         self
     }
 
