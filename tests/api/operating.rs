@@ -266,6 +266,7 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
 }
 
 both_backends!(
+    ready_only_on_a_writable_database_at_this_builds_schema,
     a_request_keeps_the_generation_it_started_with,
     metrics_counters_add_up_to_the_workload,
     every_answer_names_its_request_id,
@@ -312,4 +313,39 @@ async fn feature_switches_apply_while_serving(backend: Backend) {
     switch("agent_owners", false).await;
     anchor_app::features::refresh(&t.state.app).await.unwrap();
     t.post("/dap/auth/agent-login", Some(&agent.token), &json!({})).await.assert_error(503, "FEATURE_NOT_AVAILABLE");
+}
+
+/// `GET /ready` (what a load balancer asks): ready on a writable database
+/// holding exactly this build's migrations; a schema a newer build migrated
+/// makes the host not ready, with Retry-After, until it matches again.
+/// `/health` stays a liveness check throughout. (A standby is not writable:
+/// `replica::observations_read_from_a_streaming_replica_and_fall_back_when_it_stops`.)
+async fn ready_only_on_a_writable_database_at_this_builds_schema(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let ready = t.get("/ready", None).await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.text);
+    assert_eq!(ready.json["status"], "ready");
+    assert_eq!(ready.json["writable"], true);
+    assert_eq!(ready.json["migrations_applied"], true);
+    assert_eq!(ready.json["storage"], if backend == Backend::Sqlite { "sqlite" } else { "postgres" });
+
+    let checksum = match backend {
+        Backend::Sqlite => "X'00'",
+        Backend::Postgres => "'\\x00'::bytea",
+    };
+    let newer = format!(
+        "insert into _sqlx_migrations (version, description, success, checksum, execution_time) \
+         values (99999, 'a newer build', true, {checksum}, 0) returning version"
+    );
+    assert_eq!(t.scalar(&newer).await, 99999);
+    let not_ready = t.get("/ready", None).await;
+    assert_eq!(not_ready.status, StatusCode::SERVICE_UNAVAILABLE, "{}", not_ready.text);
+    assert_eq!(not_ready.json["status"], "not_ready");
+    assert_eq!(not_ready.json["migrations_applied"], false);
+    assert_eq!(not_ready.json["storage_reachable"], true);
+    assert_eq!(not_ready.headers["retry-after"], "5");
+    assert_eq!(t.get("/health", None).await.status, StatusCode::OK, "alive all the same");
+
+    assert_eq!(t.scalar("delete from _sqlx_migrations where version = 99999 returning version").await, 99999);
+    assert_eq!(t.get("/ready", None).await.status, StatusCode::OK);
 }

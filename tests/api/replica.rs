@@ -170,6 +170,12 @@ async fn observations_read_from_a_streaming_replica_and_fall_back_when_it_stops(
     let schema = t.strings("select current_schema()").await.remove(0);
     let replica = anchor_store::open_replica(&standby.url(&database), Some(&schema)).await.unwrap();
     t.state.app.replica.set(Some(replica));
+    // What a host's readiness asks of its database: the standby answers and
+    // takes no write (in recovery), the primary takes them.
+    let as_is = anchor_store::inspect(&standby.url(&database)).await.unwrap();
+    assert!(as_is.ping().await.is_ok());
+    assert!(!as_is.writable().await.unwrap(), "a standby in recovery is not writable");
+    assert!(t.store.writable().await.unwrap(), "the primary is");
 
     // Served from the replica; the observation's record and payment went to the primary.
     assert_eq!(dd_count(&t, &observer, &open).await, 1);

@@ -27,3 +27,44 @@ pub async fn status(services: &Services) -> Status {
         checkpoint_size,
     }
 }
+
+/// Whether this host can serve requests now, for a load balancer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub storage_reachable: bool,
+    /// A write would be accepted (PostgreSQL: this is the primary, not a standby).
+    pub writable: bool,
+    /// Every migration this build carries is applied, and nothing newer.
+    pub migrations_applied: bool,
+}
+
+impl Readiness {
+    pub fn ready(&self) -> bool {
+        self.storage_reachable && self.writable && self.migrations_applied
+    }
+}
+
+/// `GET /ready`: the database answers, takes writes, and holds exactly the
+/// migrations this build carries (a host of an older build beside a newer
+/// schema, or of a newer build before its migrations ran, is not ready).
+pub async fn readiness(services: &Services) -> Readiness {
+    let store = &services.store;
+    let storage_reachable = store.ping().await.is_ok();
+    if !storage_reachable {
+        return Readiness { storage_reachable, writable: false, migrations_applied: false };
+    }
+    let writable = store.writable().await.unwrap_or(false);
+    let migrations_applied = match store.applied_migrations().await {
+        Ok(applied) => {
+            let applied: Vec<(i64, Vec<u8>)> = applied.into_iter().filter(|(_, _, ok)| *ok).map(|(v, c, _)| (v, c)).collect();
+            applied == store.expected_migrations()
+        }
+        Err(_) => false,
+    };
+    Readiness { storage_reachable, writable, migrations_applied }
+}
+
+/// `sqlite` or `postgres`.
+pub fn status_backend(services: &Services) -> &'static str {
+    services.store.backend()
+}

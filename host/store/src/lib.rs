@@ -217,6 +217,12 @@ pub trait Store:
     /// The migrations the database records (version, checksum, whether it
     /// succeeded), in order.
     async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>>;
+    /// The migrations this build carries for its engine (version, checksum).
+    fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)>;
+    /// Whether a write would be accepted now: on PostgreSQL, a primary (not
+    /// in recovery) whose sessions are not read-only; on SQLite, a file not
+    /// opened for queries only.
+    async fn writable(&self) -> Result<bool>;
 }
 
 #[async_trait]
@@ -260,6 +266,21 @@ impl<E: Engine> Store for SqlStore<E> {
     async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>> {
         let rows = self.db().fetch_all(sql("select version, checksum, success from _sqlx_migrations order by version")).await?;
         rows.iter().map(|r| Ok((r.get("version")?, r.get("checksum")?, r.get("success")?))).collect()
+    }
+
+    fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)> {
+        let migrator = if self.db.name() == "postgres" { engine::postgres_migrator() } else { engine::sqlite_migrator() };
+        migrator.iter().map(|m| (m.version, m.checksum.to_vec())).collect()
+    }
+
+    async fn writable(&self) -> Result<bool> {
+        let query = if self.db.name() == "postgres" {
+            "select case when (not pg_is_in_recovery()) and current_setting('transaction_read_only') = 'off' then 1 else 0 end as writable"
+        } else {
+            "select case when query_only = 0 then 1 else 0 end as writable from pragma_query_only"
+        };
+        let row = self.db().fetch_one(sql(query)).await?;
+        Ok(row.get::<i64>("writable")? == 1)
     }
 }
 

@@ -17,6 +17,37 @@ pub(crate) enum HealthStatus {
     Degraded,
 }
 
+/// Whether this host can serve requests now (a load balancer's check);
+/// `GET /health` says whether the process is alive.
+#[derive(Serialize, JsonSchema)]
+#[schemars(extend("x-anchor-beyond-reference" = "a readiness check for load balancers"))]
+pub(crate) struct Ready {
+    /// ready or not_ready.
+    #[schemars(extend("enum" = ["ready", "not_ready"]))]
+    pub(crate) status: &'static str,
+    /// sqlite or postgres.
+    pub(crate) storage: &'static str,
+    pub(crate) storage_reachable: bool,
+    /// A write would be accepted (on PostgreSQL: this host's database is the primary).
+    pub(crate) writable: bool,
+    /// Every migration this build carries is applied, and no other.
+    pub(crate) migrations_applied: bool,
+    pub(crate) host_id: Uuid,
+}
+
+impl Ready {
+    pub(crate) fn of(r: &anchor_app::status::Readiness, storage: &'static str, host_id: Uuid) -> Ready {
+        Ready {
+            status: if r.ready() { "ready" } else { "not_ready" },
+            storage,
+            storage_reachable: r.storage_reachable,
+            writable: r.writable,
+            migrations_applied: r.migrations_applied,
+            host_id,
+        }
+    }
+}
+
 #[derive(Serialize, JsonSchema)]
 pub(crate) struct Health {
     pub(crate) status: HealthStatus,

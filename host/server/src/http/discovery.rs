@@ -23,6 +23,16 @@ pub fn operations() -> Vec<Operation> {
             .extension()
             .returns::<Health>(200, "Healthy")
             .returns::<Health>(503, "Storage does not answer"),
+        op(Method::GET, "/ready", get(ready))
+            .tag("Discovery")
+            .summary("Whether this host can serve now: its database answers, takes writes, and has this build's migrations")
+            .describe(
+                "For load balancers (HAProxy's health check): 503 while the database is unreachable, read-only (a standby after a \
+                 failover) or at another schema version, with Retry-After. GET /health says whether the process is alive.",
+            )
+            .extension()
+            .returns::<Ready>(200, "Ready")
+            .returns::<Ready>(503, "Not ready; the body says which check failed"),
         op(Method::GET, "/", get(root))
             .tag("Discovery")
             .summary("What this service is and where to start")
@@ -49,6 +59,16 @@ pub fn operations() -> Vec<Operation> {
             .extension()
             .returns::<X402Discovery>(200, "x402 discovery"),
     ]
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    let readiness = anchor_app::status::readiness(&state.app).await;
+    let body = Json(Ready::of(&readiness, anchor_app::status::status_backend(&state.app), state.host_id));
+    if readiness.ready() {
+        (StatusCode::OK, body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "5")], body).into_response()
+    }
 }
 
 async fn health(State(state): State<AppState>) -> Response {
