@@ -144,6 +144,16 @@ impl From<Invalid> for AppError {
 
 impl From<StoreError> for AppError {
     fn from(error: StoreError) -> AppError {
+        if error.is_unavailable() {
+            // A failover, a restart, a lock: said as 503 with Retry-After, so
+            // a client (and a load balancer) tries again; never a 500.
+            tracing::warn!(%error, "storage unavailable");
+            return AppError::Busy {
+                code: "STORAGE_UNAVAILABLE",
+                message: "the database is not reachable or not taking writes at the moment; try again shortly (a create retried with its request_id, or a confirm retried, is recorded once)".into(),
+                retry_after_secs: 2,
+            };
+        }
         AppError::Internal(error.into())
     }
 }

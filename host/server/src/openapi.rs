@@ -259,6 +259,7 @@ fn common_responses(error: &Value) -> Value {
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
         "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry. Code: RATE_LIMITED."),
+        "StorageUnavailable": error("The database is not reachable or not taking writes for now (a restart, a failover); Retry-After says when to try again, and a create retried with its request_id, or a confirm retried, is recorded once. Code: STORAGE_UNAVAILABLE."),
     })
 }
 
@@ -371,7 +372,8 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         }
         // What any operation may answer before its handler runs: refusals of
         // the request's form (400 when it has input to refuse), its size
-        // (413, 414, 431), its pace (408, 429).
+        // (413, 414, 431), its pace (408, 429); and what any may answer
+        // while the database is away (503).
         let has_input = operation.request.is_some() || !operation.parameters.is_empty();
         for (status, name, applies) in [
             ("400", "BadRequest", has_input),
@@ -380,6 +382,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             ("414", "UriTooLong", true),
             ("429", "RateLimited", true),
             ("431", "HeadersTooLarge", true),
+            ("503", "StorageUnavailable", true),
         ] {
             if applies && !responses.contains_key(status) {
                 responses.insert(status.into(), json!({ "$ref": format!("#/components/responses/{name}") }));

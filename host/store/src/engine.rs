@@ -988,9 +988,10 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
         admin.close().await;
         options = options.options([("search_path", schema)]);
     }
-    let pool = PgPoolOptions::new().max_connections(16).connect_with(options.clone()).await?;
+    let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options.clone()).await?;
     postgres_migrator().run(&pool).await?;
-    let hot = PgPoolOptions::new().max_connections(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
+    let hot =
+        PgPoolOptions::new().max_connections(HOT_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
     // settings; its statements then run on the ordinary pool, said once here
     // rather than as every batch failing.
@@ -1003,6 +1004,12 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
     };
     Ok(Db { hot, ..Db::new(pool) })
 }
+
+/// How long a statement waits for a PostgreSQL connection before it is
+/// answered as storage unavailable (503 with Retry-After): while the server
+/// is down or failing over, a request learns it in seconds rather than
+/// holding its client (and a load balancer's check) for sqlx's default 30 s.
+const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
 /// The most connections of the hot path's pool: the committer's two batch
 /// statements and the two readers' two kinds of read, each in flight at once

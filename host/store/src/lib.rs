@@ -92,6 +92,32 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl StoreError {
+    /// Whether the database could not be reached or would not take the
+    /// statement for now, rather than refusing it: a lost or refused
+    /// connection, a pool that timed out, a server shutting down or starting
+    /// (a failover), a standby refusing a write, SQLite's lock held past its
+    /// busy timeout. The request may succeed when tried again.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(error) = self else { return false };
+        match error {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code();
+                let code = code.as_deref().unwrap_or("");
+                // PostgreSQL: connection exceptions (08), the server shutting down or
+                // starting (57P01-57P03), a read-only transaction (25006: a standby).
+                // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with extended codes.
+                code.starts_with("08")
+                    || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
+                    || (db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                        && (code == "5" || code == "6" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6)))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The store over one engine.
 pub struct SqlStore<E: Engine> {
     db: E,
@@ -275,7 +301,7 @@ impl<E: Engine> Store for SqlStore<E> {
 
     async fn writable(&self) -> Result<bool> {
         let query = if self.db.name() == "postgres" {
-            "select case when (not pg_is_in_recovery()) and current_setting('transaction_read_only') = 'off' then 1 else 0 end as writable"
+            "select case when (not pg_is_in_recovery()) and current_setting('transaction_read_only') = 'off' then 1::bigint else 0::bigint end as writable"
         } else {
             "select case when query_only = 0 then 1 else 0 end as writable from pragma_query_only"
         };

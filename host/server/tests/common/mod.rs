@@ -75,3 +75,84 @@ pub fn postgres_or_skip(test: &str) -> Option<String> {
     }
     None
 }
+
+/// The PostgreSQL server programs (`initdb`, `pg_ctl`) of the newest version installed.
+pub fn pg_bin() -> Option<std::path::PathBuf> {
+    let mut versions: Vec<std::path::PathBuf> =
+        std::fs::read_dir("/usr/lib/postgresql").ok()?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    versions.sort();
+    versions.into_iter().rev().map(|v| v.join("bin")).find(|bin| bin.join("initdb").exists() && bin.join("pg_ctl").exists())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// A PostgreSQL program, as the `postgres` user when this is root (the server refuses root).
+fn pg(bin: &std::path::Path, program: &str, args: &[&str]) -> std::process::Output {
+    let path = bin.join(program);
+    let mut command = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&path);
+        c
+    } else {
+        Command::new(&path)
+    };
+    command.args(args).output().expect("a PostgreSQL program runs")
+}
+
+/// A PostgreSQL cluster of a test's own (initdb under a temporary directory,
+/// loopback only, trust authentication), so the test may stop and start the
+/// database under a running host; removed when dropped.
+pub struct PrivateCluster {
+    bin: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl PrivateCluster {
+    pub fn init(bin: &std::path::Path) -> PrivateCluster {
+        let dir = std::env::temp_dir().join(format!("anchor-pg-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            assert!(Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]).status().unwrap().success());
+        }
+        let data = dir.join("data");
+        let init = pg(bin, "initdb", &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+        assert!(init.status.success(), "initdb: {}{}", String::from_utf8_lossy(&init.stdout), String::from_utf8_lossy(&init.stderr));
+        let cluster = PrivateCluster { bin: bin.to_path_buf(), dir, port: free_port() };
+        cluster.start();
+        cluster
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn start(&self) {
+        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off", self.port, self.dir.display());
+        let data = self.dir.join("data");
+        let log = self.dir.join("log");
+        let started = pg(
+            &self.bin,
+            "pg_ctl",
+            &["-D", data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"],
+        );
+        assert!(started.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&started.stderr));
+    }
+
+    /// Stops the server at once, as a crash would (`-m immediate`).
+    pub fn crash(&self) {
+        let data = self.dir.join("data");
+        let stopped = pg(&self.bin, "pg_ctl", &["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        assert!(stopped.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&stopped.stderr));
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = pg(&self.bin, "pg_ctl", &["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
