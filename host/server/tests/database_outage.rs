@@ -113,3 +113,96 @@ async fn a_database_outage_is_answered_503_and_the_host_recovers_by_itself() {
     assert_eq!(again["dd_id"], first["dd_id"], "one record for one request_id");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// libpq's multi-host URL: the host writes to whichever listed host is the
+/// primary. With a synchronous standby, the primary crashes and the standby
+/// is promoted: the host follows it by itself, serves writes again within
+/// 15 s, and every declaration it acknowledged before is there, confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_follows_the_primary_to_its_promoted_standby() {
+    let test = "database_outage::a_host_follows_the_primary_to_its_promoted_standby";
+    if common::postgres_or_skip(test).is_none() {
+        return;
+    }
+    let bin = pg_bin().expect("PostgreSQL's server programs (initdb, pg_ctl, pg_basebackup) under /usr/lib/postgresql");
+    let primary = PrivateCluster::init(&bin);
+    let standby = PrivateCluster::standby_of(&bin, &primary);
+    // Synchronous replication: a commit is acknowledged once the standby has it.
+    let admin = sqlx::PgPool::connect(&primary.url()).await.unwrap();
+    for statement in ["alter system set synchronous_standby_names = '*'", "select pg_reload_conf()"] {
+        sqlx::raw_sql(statement).execute(&admin).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sync: Option<String> =
+            sqlx::query_scalar("select sync_state from pg_stat_replication limit 1").fetch_optional(&admin).await.unwrap();
+        if sync.as_deref() == Some("sync") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the standby never became synchronous");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    admin.close().await;
+
+    let url = format!("postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write", standby.port, primary.port);
+    let port = free_port();
+    let data = std::env::temp_dir().join(format!("anchor-failover-{}-{port}", std::process::id()));
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--rate-limit", "1000000", "--database-url", &url, "--data-dir"])
+            .arg(&data)
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    wait_healthy(&http, &base).await;
+    // The standby is listed first: the host found the primary all the same.
+    assert_eq!(http.get(format!("{base}/ready")).send().await.unwrap().status(), 200);
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let token = agent["auth_token"].as_str().unwrap().to_string();
+    let anchor_one = || async {
+        let created = http
+            .post(format!("{base}/v1/dd/create"))
+            .bearer_auth(&token)
+            .json(&json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": "EE_basic" } }))
+            .send()
+            .await
+            .ok()?;
+        if created.status() != 201 {
+            return None;
+        }
+        let dd_id = created.json::<Value>().await.ok()?["dd_id"].as_str()?.to_string();
+        let confirmed =
+            http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&token).json(&json!({ "dd_id": dd_id })).send().await.ok()?;
+        (confirmed.status() == 200).then_some(dd_id)
+    };
+    let mut acknowledged = Vec::new();
+    for _ in 0..20 {
+        acknowledged.push(anchor_one().await.expect("anchored on the first primary"));
+    }
+
+    primary.crash();
+    standby.promote();
+    let promoted = Instant::now();
+    loop {
+        if let Some(dd_id) = anchor_one().await {
+            acknowledged.push(dd_id);
+            break;
+        }
+        assert!(promoted.elapsed() < Duration::from_secs(15), "no write was served within 15 s of the promotion");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("writes served again {:?} after the promotion", promoted.elapsed());
+    for dd_id in &acknowledged {
+        let read = http.get(format!("{base}/v1/dd/{dd_id}")).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(read.status(), 200, "acknowledged {dd_id} is on the new primary");
+        let body: Value = read.json().await.unwrap();
+        assert_eq!(body["payment"]["settlement_status"], "settled", "{dd_id} confirmed: {body}");
+    }
+    assert_eq!(http.get(format!("{base}/ready")).send().await.unwrap().status(), 200);
+    let _ = std::fs::remove_dir_all(&data);
+}

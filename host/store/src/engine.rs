@@ -980,18 +980,39 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
 /// created if missing and used as the search path (tests isolate themselves
 /// this way).
 pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Postgres>> {
-    let mut options: PgConnectOptions = url.parse()?;
+    // One host, or several (libpq's list): then the primary among them.
+    let mut hosts = crate::hosts::parse(url)?;
+    let primary = match hosts.len() {
+        1 => 0,
+        n => crate::hosts::find_primary(&hosts)
+            .await
+            .ok_or_else(|| StoreError::Unsupported(format!("none of the {n} hosts of the database URL is a primary taking writes")))?,
+    };
     if let Some(schema) = schema {
-        let admin = PgPoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let admin = PgPoolOptions::new().max_connections(1).connect_with(hosts[primary].clone()).await?;
         let create = format!("create schema if not exists \"{}\"", schema.replace('"', ""));
         sqlx::raw_sql(sqlx::AssertSqlSafe(create)).execute(&admin).await?;
         admin.close().await;
-        options = options.options([("search_path", schema)]);
+        hosts = hosts.into_iter().map(|o| o.options([("search_path", schema)])).collect();
     }
-    let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options.clone()).await?;
+    let options = hosts[primary].clone();
+    let following = (hosts.len() > 1).then(|| crate::hosts::Following::new(hosts, primary));
+    let pool_options = |max: u32| {
+        let pool = PgPoolOptions::new().max_connections(max).acquire_timeout(ACQUIRE_TIMEOUT);
+        match &following {
+            None => pool,
+            Some(following) => {
+                let following = following.clone();
+                pool.after_connect(|connection, _| Box::pin(crate::hosts::refuse_standby(connection))).before_acquire(move |_, meta| {
+                    let stale = following.predates_switch(meta.age);
+                    Box::pin(async move { Ok(!stale) })
+                })
+            }
+        }
+    };
+    let pool = pool_options(16).connect_with(options.clone()).await?;
     postgres_migrator().run(&pool).await?;
-    let hot =
-        PgPoolOptions::new().max_connections(HOT_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT).connect_lazy_with(hot_pool_options(options));
+    let hot = pool_options(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
     // settings; its statements then run on the ordinary pool, said once here
     // rather than as every batch failing.
@@ -1002,6 +1023,9 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
             None
         }
     };
+    if let Some(following) = following {
+        crate::hosts::watch(following, pool.clone(), hot.clone(), hot_pool_options);
+    }
     Ok(Db { hot, ..Db::new(pool) })
 }
 

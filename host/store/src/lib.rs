@@ -27,6 +27,7 @@ pub(crate) mod earned;
 pub mod engine;
 mod features;
 mod feedback;
+mod hosts;
 mod ise;
 mod links;
 mod log;

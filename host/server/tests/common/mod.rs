@@ -125,6 +125,33 @@ impl PrivateCluster {
         cluster
     }
 
+    /// A streaming standby of `primary` (`pg_basebackup -R`), started.
+    pub fn standby_of(bin: &std::path::Path, primary: &PrivateCluster) -> PrivateCluster {
+        let dir = std::env::temp_dir().join(format!("anchor-pg-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            assert!(Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]).status().unwrap().success());
+        }
+        let data = dir.join("data");
+        let port = primary.port.to_string();
+        let base = pg(
+            bin,
+            "pg_basebackup",
+            &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", data.to_str().unwrap(), "-R", "-X", "stream", "-c", "fast"],
+        );
+        assert!(base.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&base.stderr));
+        let standby = PrivateCluster { bin: bin.to_path_buf(), dir, port: free_port() };
+        standby.start();
+        standby
+    }
+
+    /// Promotes a standby to primary (`pg_ctl promote`), waiting for it.
+    pub fn promote(&self) {
+        let data = self.dir.join("data");
+        let promoted = pg(&self.bin, "pg_ctl", &["-D", data.to_str().unwrap(), "-w", "-t", "60", "promote"]);
+        assert!(promoted.status.success(), "pg_ctl promote: {}", String::from_utf8_lossy(&promoted.stderr));
+    }
+
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
