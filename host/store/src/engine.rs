@@ -1092,7 +1092,10 @@ pub async fn connect_postgres_replica(url: &str, schema: Option<&str>) -> Result
 /// A PostgreSQL database as it is (no migration): a restored copy, or a
 /// read-only standby.
 pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
-    let options: PgConnectOptions = url.parse()?;
+    // Of several hosts (libpq's list), the primary, else the first.
+    let hosts = crate::hosts::parse(url)?;
+    let chosen = if hosts.len() > 1 { crate::hosts::find_primary(&hosts).await.unwrap_or(0) } else { 0 };
+    let options = hosts[chosen].clone();
     let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
     Ok(Db::new(pool))
 }
