@@ -185,6 +185,9 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
         acknowledged.push(anchor_one().await.expect("anchored on the first primary"));
     }
 
+    // The log as it stood before the fault: a signed checkpoint covering the 20.
+    let (size_before, note_before) = checkpoint_at_least(&http, &base, 20).await;
+
     primary.crash();
     standby.promote();
     let promoted = Instant::now();
@@ -204,5 +207,41 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
         assert_eq!(body["payment"]["settlement_status"], "settled", "{dd_id} confirmed: {body}");
     }
     assert_eq!(http.get(format!("{base}/ready")).send().await.unwrap().status(), 200);
+
+    // The log went on from where it stood: a checkpoint after the fault is
+    // consistent with the one before, and every receipt verifies.
+    let (size_after, note_after) = checkpoint_at_least(&http, &base, acknowledged.len() as u64).await;
+    let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
+    let vkey = key["public_key"].as_str().unwrap().to_string();
+    let proof: anchor_verify::ConsistencyProof =
+        http.get(format!("{base}/v1/log/consistency?from={size_before}&to={size_after}")).send().await.unwrap().json().await.unwrap();
+    anchor_verify::verify_consistency(&note_before, &note_after, &proof, &vkey)
+        .unwrap_or_else(|e| panic!("checkpoints {size_before} -> {size_after} across the failover: {e}"));
+    let mut leaves = std::collections::HashSet::new();
+    for dd_id in &acknowledged {
+        let receipt: Value =
+            http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        let receipt: anchor_verify::Receipt = serde_json::from_value(receipt).unwrap();
+        let verified = anchor_verify::verify_receipt(&receipt, &vkey).unwrap_or_else(|e| panic!("{dd_id}: {e}"));
+        assert!(leaves.insert(verified.leaf_index), "one leaf per declaration");
+    }
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The latest signed checkpoint once it covers at least `size` leaves: its size and note.
+async fn checkpoint_at_least(http: &reqwest::Client, base: &str, size: u64) -> (u64, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(reply) = http.get(format!("{base}/v1/log/checkpoint")).send().await
+            && reply.status() == 200
+        {
+            let note = reply.text().await.unwrap();
+            let covered: u64 = note.lines().nth(1).and_then(|l| l.parse().ok()).unwrap_or(0);
+            if covered >= size {
+                return (covered, note);
+            }
+        }
+        assert!(Instant::now() < deadline, "no checkpoint covered {size} leaves within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
