@@ -104,7 +104,7 @@ impl<E: Engine> AgentStore for SqlStore<E> {
         if let Some(reader) = self.reader()
             && let Some(found) = reader.agent(*token_hash).await
         {
-            return Ok(found);
+            return found;
         }
         let query = || sql(format!("{AGENT_SELECT} where a.token_hash = $1")).bind(token_hash);
         if let Some(found) = self.read_direct(query(), decode_agent) {

@@ -43,8 +43,9 @@ pub(crate) const MAX_BATCH: usize = 64;
 pub(crate) struct CreateJob {
     pub new: NewDeclaration,
     pub now: DateTime<Utc>,
-    /// The stored record, or `None`: not taken.
-    pub reply: oneshot::Sender<Option<StoredDeclaration>>,
+    /// The stored record, or `None`: not taken; an error when the database
+    /// is unavailable (the write alone would fail the same way).
+    pub reply: oneshot::Sender<Result<Option<StoredDeclaration>>>,
 }
 
 /// A confirmation the batch may take.
@@ -54,8 +55,9 @@ pub(crate) struct ConfirmJob {
     pub now: DateTime<Utc>,
     pub usage: Vec<UsageEntry>,
     pub leaf_data: Vec<u8>,
-    /// Whether the record was confirmed by this write, or `None`: not taken.
-    pub reply: oneshot::Sender<Option<bool>>,
+    /// Whether the record was confirmed by this write, or `None`: not taken;
+    /// an error when the database is unavailable.
+    pub reply: oneshot::Sender<Result<Option<bool>>>,
 }
 
 pub(crate) enum Job {
@@ -189,7 +191,18 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
 /// or "not taken".
 fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>) {
     for job in creates {
-        let _ = job.reply.send(stored.remove(&job.new.declaration.dd_id));
+        let _ = job.reply.send(Ok(stored.remove(&job.new.declaration.dd_id)));
+    }
+}
+
+/// Answers every write of a batch that failed because the database is
+/// unavailable: running each alone would only wait for it again.
+fn refuse_all(creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>, error: &StoreError) {
+    for job in creates {
+        let _ = job.reply.send(Err(StoreError::Unavailable(error.to_string())));
+    }
+    for job in confirms {
+        let _ = job.reply.send(Err(StoreError::Unavailable(error.to_string())));
     }
 }
 
@@ -211,6 +224,10 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
         Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
+            if error.is_unavailable() {
+                drop(rows);
+                return refuse_all(creates, Vec::new(), &error);
+            }
             tracing::debug!(%error, "a batch of creates failed as a whole; each runs alone");
             HashMap::new()
         }
@@ -270,9 +287,12 @@ async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<Confir
         Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
+            if error.is_unavailable() {
+                return refuse_all(Vec::new(), confirms, &error);
+            }
             tracing::debug!(%error, "a batch of confirmations failed as a whole; each runs alone");
             for job in confirms {
-                let _ = job.reply.send(None);
+                let _ = job.reply.send(Ok(None));
             }
             return;
         }
@@ -288,7 +308,7 @@ async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<Confir
             Some(false)
         };
         first.entry(job.dd_id).or_insert(i);
-        let _ = job.reply.send(answer);
+        let _ = job.reply.send(Ok(answer));
     }
 }
 
@@ -355,15 +375,18 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
         Ok((stored, confirmed)) => {
             answer_creates(creates, stored);
             for (job, answer) in confirms.into_iter().zip(confirmed) {
-                let _ = job.reply.send(Some(answer));
+                let _ = job.reply.send(Ok(Some(answer)));
             }
         }
         Err(error) => {
             metrics.failed_batches.inc();
+            if error.is_unavailable() {
+                return refuse_all(creates, confirms, &error);
+            }
             tracing::debug!(%error, "a batch failed as a whole; each write runs alone");
             answer_creates(creates, HashMap::new());
             for job in confirms {
-                let _ = job.reply.send(None);
+                let _ = job.reply.send(Ok(None));
             }
         }
     }

@@ -135,11 +135,15 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let job = batch::Job::Create(Box::new(batch::CreateJob { new: new.clone(), now, reply }));
-            if batcher.submit(job).await
-                && let Ok(Some(record)) = answer.await
-            {
-                let record = Box::new(record);
-                return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
+            if batcher.submit(job).await {
+                match answer.await {
+                    Ok(Ok(Some(record))) => {
+                        let record = Box::new(record);
+                        return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
+                    }
+                    Ok(Err(unavailable)) => return Err(unavailable),
+                    _ => {}
+                }
             }
         }
         // Not taken by a batch (or none runs here), on PostgreSQL: one statement.
@@ -267,7 +271,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         if let Some(reader) = self.reader()
             && let Some(found) = reader.declaration(dd_id).await
         {
-            return Ok(found);
+            return found;
         }
         let query = || sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id);
         if let Some(found) = self.read_direct(query(), decode_declaration) {
@@ -299,10 +303,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 leaf_data: leaf_data.to_vec(),
                 reply,
             }));
-            if batcher.submit(job).await
-                && let Ok(Some(confirmed)) = answer.await
-            {
-                return Ok(confirmed);
+            if batcher.submit(job).await {
+                match answer.await {
+                    Ok(Ok(Some(confirmed))) => return Ok(confirmed),
+                    Ok(Err(unavailable)) => return Err(unavailable),
+                    _ => {}
+                }
             }
         }
         // Not taken by a batch, on PostgreSQL: one statement.

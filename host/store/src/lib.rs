@@ -89,6 +89,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("not supported here: {0}")]
     Unsupported(String),
+    /// The database was unreachable for a write another task made on this
+    /// request's behalf (the group committer's batch).
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -100,7 +104,11 @@ impl StoreError {
     /// (a failover), a standby refusing a write, SQLite's lock held past its
     /// busy timeout. The request may succeed when tried again.
     pub fn is_unavailable(&self) -> bool {
-        let StoreError::Database(error) = self else { return false };
+        let error = match self {
+            StoreError::Unavailable(_) => return true,
+            StoreError::Database(error) => error,
+            _ => return false,
+        };
         match error {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
             sqlx::Error::Database(db) => {

@@ -26,7 +26,7 @@ use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
 use crate::engine::{Array, Engine, Exec, Kept, sql};
 use crate::metrics::StoreMetrics;
 use crate::rows::decode_declaration;
-use crate::{Result, StoredDeclaration};
+use crate::{Result, StoreError, StoredDeclaration};
 
 /// The most reads one statement answers.
 pub(crate) const MAX_READS: usize = 64;
@@ -34,7 +34,9 @@ pub(crate) const MAX_READS: usize = 64;
 /// One read: its key, and where the answer goes (`None`: not read).
 pub(crate) struct Read<K, T> {
     key: K,
-    reply: oneshot::Sender<Option<Option<T>>>,
+    /// The row (or none), or `None`: not read here (the caller reads alone);
+    /// an error when the database is unavailable (alone would fail too).
+    reply: oneshot::Sender<Option<Result<Option<T>>>>,
 }
 
 pub(crate) enum Lookup {
@@ -61,14 +63,14 @@ impl Reader {
     }
 
     /// The agent holding this token hash; `None` if it was not read here.
-    pub(crate) async fn agent(&self, token_hash: [u8; 32]) -> Option<Option<AgentRecord>> {
+    pub(crate) async fn agent(&self, token_hash: [u8; 32]) -> Option<Result<Option<AgentRecord>>> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Lookup::Agent(Read { key: token_hash, reply })).await.ok()?;
         answer.await.ok()?
     }
 
     /// The declaration (not de-identified); `None` if it was not read here.
-    pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Option<StoredDeclaration>> {
+    pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Result<Option<StoredDeclaration>>> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Lookup::Declaration(Read { key: dd_id, reply })).await.ok()?;
         answer.await.ok()?
@@ -115,7 +117,13 @@ fn answer<K: Eq + std::hash::Hash, T: Clone>(metrics: &StoreMetrics, reads: Vec<
         Ok(found) => {
             let found: HashMap<K, T> = found.into_iter().collect();
             for read in reads {
-                let _ = read.reply.send(Some(found.get(&read.key).cloned()));
+                let _ = read.reply.send(Some(Ok(found.get(&read.key).cloned())));
+            }
+        }
+        Err(error) if error.is_unavailable() => {
+            metrics.failed_reads.inc();
+            for read in reads {
+                let _ = read.reply.send(Some(Err(StoreError::Unavailable(error.to_string()))));
             }
         }
         Err(error) => {
