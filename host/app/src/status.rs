@@ -31,10 +31,13 @@ pub async fn status(services: &Services) -> Status {
 /// Whether this host can serve requests now, for a load balancer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Readiness {
+    /// `sqlite` or `postgres`.
+    pub storage: &'static str,
     pub storage_reachable: bool,
     /// A write would be accepted (PostgreSQL: this is the primary, not a standby).
     pub writable: bool,
-    /// Every migration this build carries is applied, and nothing newer.
+    /// Every migration this build carries is applied, nothing newer and
+    /// none half-applied (what `anchor backup --check` asks of a copy).
     pub migrations_applied: bool,
 }
 
@@ -49,22 +52,12 @@ impl Readiness {
 /// schema, or of a newer build before its migrations ran, is not ready).
 pub async fn readiness(services: &Services) -> Readiness {
     let store = &services.store;
+    let storage = store.backend();
     let storage_reachable = store.ping().await.is_ok();
     if !storage_reachable {
-        return Readiness { storage_reachable, writable: false, migrations_applied: false };
+        return Readiness { storage, storage_reachable, writable: false, migrations_applied: false };
     }
     let writable = store.writable().await.unwrap_or(false);
-    let migrations_applied = match store.applied_migrations().await {
-        Ok(applied) => {
-            let applied: Vec<(i64, Vec<u8>)> = applied.into_iter().filter(|(_, _, ok)| *ok).map(|(v, c, _)| (v, c)).collect();
-            applied == store.expected_migrations()
-        }
-        Err(_) => false,
-    };
-    Readiness { storage_reachable, writable, migrations_applied }
-}
-
-/// `sqlite` or `postgres`.
-pub fn status_backend(services: &Services) -> &'static str {
-    services.store.backend()
+    let migrations_applied = crate::backup::check_migrations(store.as_ref(), &store.expected_migrations()).await.is_ok();
+    Readiness { storage, storage_reachable, writable, migrations_applied }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use sqlx::{ConnectOptions, Connection, Executor};
+use sqlx::{ConnectOptions, Connection};
 
 use crate::{Result, StoreError};
 
@@ -55,13 +55,18 @@ fn strip_param(tail: &str, name: &str) -> String {
     if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
 }
 
+/// Whether the server behind `executor` is in recovery (a standby).
+async fn in_recovery<'e>(executor: impl sqlx::PgExecutor<'e>) -> std::result::Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(executor).await
+}
+
 /// Whether the server behind `options` takes writes: reachable, not in recovery.
 async fn is_primary(options: &PgConnectOptions) -> bool {
     let asked = async {
         let mut connection = options.connect().await?;
-        let in_recovery: bool = sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(&mut connection).await?;
+        let standby = in_recovery(&mut connection).await?;
         let _ = connection.close().await;
-        Ok::<bool, sqlx::Error>(!in_recovery)
+        Ok::<bool, sqlx::Error>(!standby)
     };
     matches!(tokio::time::timeout(PROBE_TIMEOUT, asked).await, Ok(Ok(true)))
 }
@@ -100,8 +105,7 @@ impl Following {
     /// among the hosts and points `pools` at it (with `adjust` applied to
     /// its options, per pool). Returns the index switched to, if any.
     pub async fn check(&self, probe: &PgPool, pools: &[(&PgPool, Adjust)]) -> Option<usize> {
-        let still: std::result::Result<std::result::Result<bool, sqlx::Error>, _> =
-            tokio::time::timeout(PROBE_TIMEOUT, sqlx::query_scalar::<_, bool>("select pg_is_in_recovery()").fetch_one(probe)).await;
+        let still = tokio::time::timeout(PROBE_TIMEOUT, in_recovery(probe)).await;
         if matches!(still, Ok(Ok(false))) {
             return None;
         }
@@ -126,11 +130,7 @@ fn describe(options: &PgConnectOptions) -> String {
 /// Refuses a new connection to a server in recovery (a demoted primary
 /// still listening): the pool then tries again, on the host it is pointed at.
 pub async fn refuse_standby(connection: &mut sqlx::PgConnection) -> std::result::Result<(), sqlx::Error> {
-    let in_recovery: bool = connection.fetch_one("select pg_is_in_recovery()").await.and_then(|row| {
-        use sqlx::Row;
-        row.try_get(0)
-    })?;
-    if in_recovery {
+    if in_recovery(connection).await? {
         return Err(sqlx::Error::Protocol("this host is a standby now; the primary is elsewhere".into()));
     }
     Ok(())

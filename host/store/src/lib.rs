@@ -304,8 +304,7 @@ impl<E: Engine> Store for SqlStore<E> {
     }
 
     fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)> {
-        let migrator = if self.db.name() == "postgres" { engine::postgres_migrator() } else { engine::sqlite_migrator() };
-        migrator.iter().map(|m| (m.version, m.checksum.to_vec())).collect()
+        migrations_of(if self.db.name() == "postgres" { engine::postgres_migrator() } else { engine::sqlite_migrator() })
     }
 
     async fn writable(&self) -> Result<bool> {
@@ -321,7 +320,11 @@ impl<E: Engine> Store for SqlStore<E> {
 
 /// The migrations this build carries (version, checksum), for the engine a URL names.
 pub fn expected_migrations(url: &str) -> Vec<(i64, Vec<u8>)> {
-    let migrator = if is_postgres(url) { engine::postgres_migrator() } else { engine::sqlite_migrator() };
+    migrations_of(if is_postgres(url) { engine::postgres_migrator() } else { engine::sqlite_migrator() })
+}
+
+/// A migrator's migrations as (version, checksum).
+fn migrations_of(migrator: sqlx::migrate::Migrator) -> Vec<(i64, Vec<u8>)> {
     migrator.iter().map(|m| (m.version, m.checksum.to_vec())).collect()
 }
 

@@ -36,10 +36,10 @@ pub(crate) struct Ready {
 }
 
 impl Ready {
-    pub(crate) fn of(r: &anchor_app::status::Readiness, storage: &'static str, host_id: Uuid) -> Ready {
+    pub(crate) fn of(r: &anchor_app::status::Readiness, host_id: Uuid) -> Ready {
         Ready {
             status: if r.ready() { "ready" } else { "not_ready" },
-            storage,
+            storage: r.storage,
             storage_reachable: r.storage_reachable,
             writable: r.writable,
             migrations_applied: r.migrations_applied,

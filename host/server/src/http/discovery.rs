@@ -63,7 +63,7 @@ pub fn operations() -> Vec<Operation> {
 
 async fn ready(State(state): State<AppState>) -> Response {
     let readiness = anchor_app::status::readiness(&state.app).await;
-    let body = Json(Ready::of(&readiness, anchor_app::status::status_backend(&state.app), state.host_id));
+    let body = Json(Ready::of(&readiness, state.host_id));
     if readiness.ready() {
         (StatusCode::OK, body).into_response()
     } else {
