@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{PrivateCluster, Server, free_port, pg_bin, wait_healthy};
+use common::{PrivateCluster, pg_bin, serve};
 
 fn dd() -> Value {
     json!({
@@ -29,30 +28,8 @@ async fn a_database_outage_is_answered_503_and_the_host_recovers_by_itself() {
     }
     let bin = pg_bin().expect("PostgreSQL's server programs (initdb, pg_ctl) under /usr/lib/postgresql");
     let cluster = PrivateCluster::init(&bin);
-    let port = free_port();
-    let data = std::env::temp_dir().join(format!("anchor-outage-{}-{port}", std::process::id()));
-    let _server = Server(
-        Command::new(env!("CARGO_BIN_EXE_anchor"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--rate-limit",
-                "1000000",
-                "--database-url",
-                &cluster.url(),
-                "--data-dir",
-            ])
-            .arg(&data)
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let (_server, base, data) = serve("outage", &["--rate-limit", "1000000", "--database-url", &cluster.url()]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    wait_healthy(&http, &base).await;
     let ready = http.get(format!("{base}/ready")).send().await.unwrap();
     assert_eq!(ready.status(), 200, "{}", ready.text().await.unwrap_or_default());
     let agent: Value = http.post(format!("{base}/v1/agent/register")).json(&json!({})).send().await.unwrap().json().await.unwrap();
@@ -145,21 +122,8 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
     admin.close().await;
 
     let url = format!("postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write", standby.port, primary.port);
-    let port = free_port();
-    let data = std::env::temp_dir().join(format!("anchor-failover-{}-{port}", std::process::id()));
-    let _server = Server(
-        Command::new(env!("CARGO_BIN_EXE_anchor"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--rate-limit", "1000000", "--database-url", &url, "--data-dir"])
-            .arg(&data)
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let (_server, base, data) = serve("failover", &["--rate-limit", "1000000", "--database-url", &url]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    wait_healthy(&http, &base).await;
     // The standby is listed first: the host found the primary all the same.
     assert_eq!(http.get(format!("{base}/ready")).send().await.unwrap().status(), 200);
     let agent: Value = http.post(format!("{base}/v1/agent/register")).json(&json!({})).send().await.unwrap().json().await.unwrap();

@@ -38,6 +38,13 @@ pub async fn wait_healthy(http: &reqwest::Client, base: &str) -> Value {
 /// temporary directory (`name` tells the directories apart), plus `extra`
 /// flags; returns the server, its base URL and the data directory.
 pub async fn serve_sqlite(name: &str, extra: &[&str]) -> (Server, String, std::path::PathBuf) {
+    serve(name, extra).await
+}
+
+/// `anchor serve` as [`serve_sqlite`] starts it, on the database `extra`
+/// names if it names one (`--database-url`); the data directory then holds
+/// only the host's own files.
+pub async fn serve(name: &str, extra: &[&str]) -> (Server, String, std::path::PathBuf) {
     let port = free_port();
     let data = std::env::temp_dir().join(format!("anchor-{name}-{}-{port}", std::process::id()));
     let server = Server(
