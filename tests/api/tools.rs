@@ -99,6 +99,30 @@ async fn the_rust_and_the_javascript_tool_give_the_same_report() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_and_the_python_tool_give_the_same_report() {
+    let python = tokio::task::spawn_blocking(python_tool_component).await.unwrap();
+    let rust = component_bytes("tool-example");
+    let dir = temp_dir("same-py");
+    let tools = runtime(&dir, ToolLimits::DEFAULT);
+    let rust_id = tools.accept(&rust).expect("the Rust tool is accepted").sha256;
+    let py = tools.accept(&python).expect("the Python tool is accepted");
+    assert!(
+        py.imports.iter().all(|i| i.starts_with("anchor:tool/types@1.0.0") || i == "input" || i == "report"),
+        "the Python tool imports no WASI at all: {:?}",
+        py.imports
+    );
+    for input in [input(30), input(1)] {
+        let (from_rust, rust_stats) = tools.run(&rust_id, None, &input).expect("the Rust tool runs");
+        let (from_py, py_stats) = tools.run(&py.sha256, None, &input).expect("the Python tool runs");
+        assert_eq!(from_rust, from_py, "the two languages disagree");
+        assert!(py_stats.fuel_used > rust_stats.fuel_used, "{rust_stats:?} {py_stats:?}");
+    }
+    let empty = ToolInput { today: 0, observations: Vec::new() };
+    assert_eq!(tools.run(&py.sha256, None, &empty).unwrap_err(), RunFailure::Refused("no observations".into()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_components_fail_their_own_runs_with_a_named_reason() {
     let dir = temp_dir("hostile");
     let tools = runtime(&dir, ToolLimits::DEFAULT);
@@ -162,8 +186,8 @@ async fn a_runs_budget_holds_for_all_its_instances_memories_and_tables() {
         other => panic!("a memory growing without end was not stopped: {other:?}"),
     }
 
-    // Sixty instances of 128 MiB each: refused from the bytes.
-    match tools.accept(&hostile::with_hogs(60, 2048, 0)) {
+    // A hundred instances of 128 MiB each: refused from the bytes.
+    match tools.accept(&hostile::with_hogs(100, 2048, 0)) {
         Err(Rejected::OverLimits(why)) => assert!(why.contains("core instances"), "{why}"),
         other => panic!("{other:?}"),
     }
@@ -444,7 +468,7 @@ async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Bac
     put_component(&t, &seller, &example, component_bytes("tool-example")).await;
     // Over a run's limits from its bytes: refused at upload, with the code.
     let hogs = registered(&t, &seller, &profile_tool("hogs")).await;
-    let refused = put_component(&t, &seller, &hogs, hostile::with_hogs(60, 2048, 0)).await;
+    let refused = put_component(&t, &seller, &hogs, hostile::with_hogs(100, 2048, 0)).await;
     refused.assert_error(400, "COMPONENT_OVER_LIMITS");
     assert!(refused.text.contains("core instances"), "{}", refused.text);
     put_component(&t, &seller, &hogs, hostile::with_hogs(20, 1, 127)).await.assert_error(400, "COMPONENT_OVER_LIMITS");

@@ -117,6 +117,40 @@ pub fn js_tool_component() -> Vec<u8> {
         .clone()
 }
 
+/// The Python example tool (`plugins/tools/example-py`), built by
+/// componentize-py, offline, once per test process. `scripts/test` installs
+/// the pinned componentize-py and names it in ANCHOR_COMPONENTIZE_PY. Blocks
+/// for the build: call it off the executor.
+pub fn python_tool_component() -> Vec<u8> {
+    static BUILT: OnceLock<Vec<u8>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/tools/example-py");
+            let componentize = std::env::var("ANCHOR_COMPONENTIZE_PY").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| {
+                panic!(
+                    "ANCHOR_COMPONENTIZE_PY names componentize-py (pip install -r {}/requirements.txt; scripts/test does)",
+                    dir.display()
+                )
+            });
+            let out = std::env::temp_dir().join(format!("anchor-tool-py-{}.wasm", std::process::id()));
+            let built = std::process::Command::new(dir.join("build.sh"))
+                .arg(&out)
+                .env("COMPONENTIZE_PY", componentize)
+                .output()
+                .expect("build.sh runs");
+            assert!(
+                built.status.success(),
+                "building the Python tool failed:\n{}{}",
+                String::from_utf8_lossy(&built.stdout),
+                String::from_utf8_lossy(&built.stderr)
+            );
+            let bytes = std::fs::read(&out).expect("the built component");
+            let _ = std::fs::remove_file(&out);
+            bytes
+        })
+        .clone()
+}
+
 /// `wasm` with a custom section `anchor-variant` holding `index`: the same
 /// component, another hash (distinct uploads, each compiled on its own).
 pub fn component_variant(wasm: &[u8], index: usize) -> Vec<u8> {

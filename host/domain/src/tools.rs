@@ -132,7 +132,7 @@ impl ToolLimits {
         wall_ms: 2_000,
         memory_bytes: 128 << 20,
         table_elements: 200_000,
-        instances: 32,
+        instances: 64,
         memories: 32,
         tables: 32,
         output_bytes: 256 << 10,

@@ -19,6 +19,7 @@ pub mod owner;
 pub mod payment;
 pub mod ratelimit;
 pub mod state;
+pub mod tool_kit;
 pub mod wire;
 pub mod witness;
 

@@ -464,18 +464,33 @@ struct RestoreArgs {
 
 #[derive(Subcommand)]
 enum ToolCommand {
+    /// Write a working tool project: the world's WIT, the tool, a build
+    /// script, sample observations and a test that runs offline.
+    New {
+        /// The project's language.
+        #[arg(long, value_enum)]
+        lang: anchor_server::tool_kit::Language,
+        /// The tool's name (lowercase letters, digits, dashes); the project's folder.
+        name: String,
+        /// Where to write it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Check a component of anchor:tool@1.0.0 as an upload is checked, run it
-    /// under the service's limits, print its report (JSON) and what it used.
-    Run(ToolRunArgs),
+    /// under the service's limits, print its report (JSON) and what it used
+    /// (the fuel, the time).
+    #[command(alias = "run")]
+    Test(ToolRunArgs),
 }
 
 #[derive(clap::Args)]
 struct ToolRunArgs {
     /// The component (.wasm).
     file: std::path::PathBuf,
-    /// The observations, as JSON: {"today": DAY, "observations": [...]} (`-` reads stdin).
-    #[arg(long, conflicts_with = "sample")]
-    input: Option<std::path::PathBuf>,
+    /// The observations, as JSON: {"today": DAY, "observations": [...]} (`-`
+    /// reads stdin). Without it (or --sample), three sample observations.
+    #[arg(long, alias = "input", conflicts_with = "sample")]
+    observations: Option<std::path::PathBuf>,
     /// Instead of --input: N synthetic observations of every shape.
     #[arg(long)]
     sample: Option<usize>,
@@ -645,14 +660,23 @@ async fn main() -> anyhow::Result<()> {
             let vkey = args.database.vkey()?;
             anchor_server::operate::restore(&args.database.embedded()?, &args.source, vkey.as_deref(), args.accept_log_fork).await
         }
-        Some(Command::Tool { command: ToolCommand::Run(args) }) => tool_run(args),
+        Some(Command::Tool { command: ToolCommand::Test(args) }) => tool_run(args),
+        Some(Command::Tool { command: ToolCommand::New { lang, name, dir } }) => {
+            let dir = dir.unwrap_or_else(|| std::path::PathBuf::from(&name));
+            let written = anchor_server::tool_kit::new_project(&dir, &name, lang)?;
+            for file in &written {
+                println!("{}", file.display());
+            }
+            eprintln!("a {lang:?} tool project in {}: see its README.md to test, build and run it", dir.display());
+            Ok(())
+        }
     }
 }
 
 fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
     use anchor_domain::tools::{ToolInput, ToolLimits, ToolRuntime};
     let wasm = std::fs::read(&args.file).map_err(|e| anyhow::anyhow!("reading {}: {e}", args.file.display()))?;
-    let input: ToolInput = match (&args.input, args.sample) {
+    let input: ToolInput = match (&args.observations, args.sample) {
         (_, Some(n)) => anchor_domain::tools::sample_input(n),
         (Some(path), None) => {
             let text = if path.as_os_str() == "-" {
@@ -662,7 +686,7 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
             };
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("the input is not a tool input: {e}"))?
         }
-        (None, None) => anyhow::bail!("give the observations with --input FILE (or --sample N)"),
+        (None, None) => anchor_domain::tools::sample_input(3),
     };
     let limits = ToolLimits::for_this_machine();
     let tools = anchor_plugins::WasmTools::new(None, limits)?;

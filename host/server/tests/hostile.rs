@@ -1,7 +1,7 @@
 //! Hostile components against the real `anchor` binary, with its resident
 //! memory watched from outside: a run that grows its table by 2^31 - 1
 //! elements, one that grows its memory without end, components whose
-//! instances together are over a run's memory (sixty of 128 MiB, twenty that
+//! instances together are over a run's memory (a hundred of 128 MiB, twenty that
 //! grow when instantiated), and a large component uploaded again and again.
 //! Each fails only itself, with a JSON error; another agent's tool keeps
 //! running; the server's resident memory stays under 512 MiB throughout
@@ -154,7 +154,7 @@ async fn attack(database: Option<&str>, name: &str) {
         }
     }
     // Instances over a run's memory together: refused at upload.
-    for (label, wasm) in [("sixty", hostile::with_hogs(60, 2048, 0)), ("twenty", hostile::with_hogs(20, 1, 127))] {
+    for (label, wasm) in [("a hundred", hostile::with_hogs(100, 2048, 0)), ("twenty", hostile::with_hogs(20, 1, 127))] {
         let tool = c.tool(&attacker, label).await;
         let (status, body) = c.upload(&attacker, &tool, wasm).await;
         assert_eq!((status, body["error_code"].clone()), (400, json!("COMPONENT_OVER_LIMITS")), "{label}: {body}");

@@ -1,0 +1,216 @@
+"""Offline verification of receipts and consistency proofs, needing nothing of the service.
+
+A receipt is checked in four steps, the same the `anchor verify` command takes:
+the record hashes to its integrity hash and names the receipt's dd_id and time;
+the log leaf is derived from them; the checkpoint is a signed note whose Ed25519
+signature verifies under the log's public key; and the RFC 6962 inclusion proof
+leads from the leaf to the checkpoint's root.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel
+
+RECEIPT_FORMAT = "anchor-receipt/1"
+LEAF_FORMAT = "anchor-leaf/1"
+_ED25519 = 0x01
+
+
+class VerificationError(Exception):
+    """A check failed; `check` names which (record, leaf, signature, inclusion, consistency, format)."""
+
+    def __init__(self, check: str, why: str):
+        super().__init__(f"{check} check failed: {why}")
+        self.check = check
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+
+
+@dataclass(frozen=True)
+class Verified:
+    origin: str
+    tree_size: int
+    root: bytes
+    leaf_index: int
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return _sha256(b"\x01" + left + right)
+
+
+def _key(vkey: str) -> tuple[str, bytes, Ed25519PublicKey]:
+    """A C2SP verifier key `<name>+<hex key id>+<base64 of 0x01 and the key>`."""
+    try:
+        name, key_id, encoded = vkey.split("+", 2)
+        raw = base64.b64decode(encoded, validate=True)
+    except ValueError as e:
+        raise VerificationError("format", f"not a verifier key: {vkey!r}") from e
+    if len(raw) != 33 or raw[0] != _ED25519:
+        raise VerificationError("format", "not an Ed25519 verifier key")
+    expected = _sha256(name.encode() + b"\n" + raw)[:4]
+    if key_id != expected.hex():
+        raise VerificationError("format", "the key id does not match the key")
+    return name, expected, Ed25519PublicKey.from_public_bytes(raw[1:])
+
+
+def open_checkpoint(note: str, vkey: str) -> Checkpoint:
+    """The body of a signed checkpoint, once its signature by `vkey` verifies."""
+    name, key_hash, public = _key(vkey)
+    text, sep, signatures = note.partition("\n\n")
+    if not sep:
+        raise VerificationError("signature", "not a signed note")
+    text += "\n"
+    signed = False
+    for line in signatures.splitlines():
+        if not line.startswith("\u2014 "):
+            raise VerificationError("signature", f"malformed signature line {line!r}")
+        signer, _, encoded = line[2:].rpartition(" ")
+        if signer != name:
+            continue  # a witness's cosignature: not the log's
+        blob = base64.b64decode(encoded)
+        if blob[:4] != key_hash:
+            continue
+        try:
+            public.verify(blob[4:], text.encode())
+        except InvalidSignature as e:
+            raise VerificationError("signature", "the checkpoint is not signed by this key") from e
+        signed = True
+    if not signed:
+        raise VerificationError("signature", "the checkpoint carries no signature by this key")
+    lines = text.split("\n")
+    try:
+        origin, size, root = lines[0], int(lines[1]), base64.b64decode(lines[2], validate=True)
+    except (IndexError, ValueError) as e:
+        raise VerificationError("signature", "not a checkpoint") from e
+    if len(root) != 32:
+        raise VerificationError("signature", "the root is not 32 bytes")
+    return Checkpoint(origin, size, root)
+
+
+def leaf_hash(integrity_hash: str, anchored_at: str) -> bytes:
+    """SHA-256(0x00 ‖ leaf data), the leaf data being the record's public part only."""
+    return _sha256(b"\x00" + f"{LEAF_FORMAT}\n{integrity_hash}\n{anchored_at}\n".encode())
+
+
+def _hashes(encoded: list[str], check: str) -> list[bytes]:
+    out = []
+    for h in encoded:
+        raw = base64.b64decode(h)
+        if len(raw) != 32:
+            raise VerificationError(check, f"{h!r} is not a 32-byte hash")
+        out.append(raw)
+    return out
+
+
+def root_from_inclusion(index: int, size: int, leaf: bytes, proof: list[bytes]) -> bytes:
+    """The root an RFC 6962 inclusion proof leads to from `leaf` at `index` in a tree of `size`."""
+    if index >= size:
+        raise VerificationError("inclusion", f"leaf {index} is outside a tree of {size}")
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            raise VerificationError("inclusion", "the proof is too long")
+        if fn & 1 or fn == sn:
+            r = _node(p, r)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = _node(r, p)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise VerificationError("inclusion", "the proof is too short")
+    return r
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise VerificationError("format", "a receipt is a mapping or a model")
+
+
+def verify_receipt(receipt: Any, key: str) -> Verified:
+    """Checks a receipt offline under the log's public key (`GET /v1/log/key`, `public_key`)."""
+    r = _as_dict(receipt)
+    if r.get("format") != RECEIPT_FORMAT:
+        raise VerificationError("format", f"unknown receipt format {r.get('format')!r}")
+    record, integrity = r["canonical_record"], r["integrity_hash"]
+    recomputed = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
+    if recomputed != integrity:
+        raise VerificationError("record", f"the record hashes to {recomputed}, not {integrity}")
+    if not record.startswith("anchor-dd/1\n"):
+        raise VerificationError("record", "the record is not an anchor-dd/1 encoding")
+    if f"\nanchored_at={r['anchored_at']}\n" not in record:
+        raise VerificationError("record", "the record's anchored_at is not the receipt's")
+    if f"\ndd_id={r['dd_id']}\n" not in record:
+        raise VerificationError("record", "the record's dd_id is not the receipt's")
+    leaf = leaf_hash(integrity, r["anchored_at"])
+    checkpoint = open_checkpoint(r["checkpoint"], key)
+    if checkpoint.size != r["tree_size"]:
+        raise VerificationError("signature", f"the checkpoint is for size {checkpoint.size}, the receipt says {r['tree_size']}")
+    root = root_from_inclusion(r["leaf_index"], r["tree_size"], leaf, _hashes(r["inclusion_proof"], "inclusion"))
+    if root != checkpoint.root:
+        raise VerificationError("inclusion", "the proof does not lead from this leaf to the signed root")
+    return Verified(checkpoint.origin, checkpoint.size, checkpoint.root, r["leaf_index"])
+
+
+def verify_consistency(older: str, newer: str, proof: Any, key: str) -> None:
+    """Checks that the signed checkpoint `older` is a prefix of the signed `newer` (RFC 6962)."""
+    old, new = open_checkpoint(older, key), open_checkpoint(newer, key)
+    p = _as_dict(proof)
+    if old.origin != new.origin:
+        raise VerificationError("consistency", f"checkpoints of two logs: {old.origin} and {new.origin}")
+    if (old.size, new.size) != (p["from_size"], p["to_size"]):
+        raise VerificationError("consistency", "the proof is not for these two checkpoints")
+    if old.size > new.size:
+        raise VerificationError("consistency", "the earlier checkpoint is larger than the later one")
+    path = _hashes(p["proof"], "consistency")
+    if old.size == new.size:
+        if old.root != new.root or path:
+            raise VerificationError("consistency", "two different roots for one size: the log forked")
+        return
+    if old.size == 0:
+        return
+    if old.size & (old.size - 1) == 0:
+        path = [old.root, *path]
+    if not path:
+        raise VerificationError("consistency", "an empty proof")
+    fn, sn = old.size - 1, new.size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise VerificationError("consistency", "the proof is too long")
+        if fn & 1 or fn == sn:
+            fr, sr = _node(c, fr), _node(c, sr)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = _node(sr, c)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0 or fr != old.root or sr != new.root:
+        raise VerificationError("consistency", "the earlier tree is not a prefix of the later one")

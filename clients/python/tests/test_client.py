@@ -1,0 +1,306 @@
+"""The client against a running server (ANCHOR_BASE_URL): the calls an agent makes,
+offline verification of what it gets back, and the models against the served document."""
+
+import asyncio
+import base64
+import copy
+import json
+import pathlib
+import sys
+import time
+import uuid
+
+import httpx
+import pytest
+from conftest import DD
+
+from anchor_client import (
+    Anchor,
+    AnchorError,
+    AsyncAnchor,
+    PaymentRequired,
+    VerificationError,
+    models,
+    verify_consistency,
+    verify_receipt,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def receipt_of(anchor: Anchor, dd_id) -> models.Receipt:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return anchor.decisions.receipt(dd_id)
+        except AnchorError as e:
+            # 409 until the log has integrated the record
+            assert e.status == 409, e
+            assert time.monotonic() < deadline, f"{dd_id} was never integrated"
+            time.sleep(0.1)
+
+
+def size_of(note: str) -> int:
+    return int(note.split("\n")[1])
+
+
+def test_an_agent_registers_anchors_confirms_and_verifies_its_receipt(base_url):
+    with Anchor(base_url) as anchor:
+        agent = anchor.agents.register()
+        assert isinstance(agent, models.Registered)
+        assert anchor.token == agent.auth_token and agent.auth_token.startswith("da_tk_")
+
+        created = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        assert isinstance(created, models.CreateResponse)
+        confirmed = anchor.decisions.confirm(created.dd_id)
+        assert isinstance(confirmed, models.ConfirmResponse)
+        assert confirmed.dd_id == created.dd_id
+
+        detail = anchor.decisions.get(created.dd_id)
+        assert isinstance(detail, models.Detail)
+        listed = anchor.decisions.list(limit=10)
+        assert str(created.dd_id) in json.dumps(listed.model_dump(mode="json"))
+
+        receipt = receipt_of(anchor, created.dd_id)
+        key = anchor.log.key().public_key
+        verified = verify_receipt(receipt, key)
+        assert verified.leaf_index == receipt.leaf_index
+        assert verified.tree_size == receipt.tree_size
+
+        # The log only grows: a later checkpoint is consistent with the receipt's.
+        later = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        anchor.decisions.confirm(later.dd_id)
+        newer = receipt_of(anchor, later.dd_id).checkpoint
+        first, second = size_of(receipt.checkpoint), size_of(newer)
+        assert second > first
+        verify_consistency(receipt.checkpoint, newer, anchor.log.consistency(first, second), key)
+
+
+def test_a_retried_create_with_its_request_id_is_recorded_once(base_url):
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        request_id = uuid.uuid4()
+        first = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"}, request_id=request_id)
+        again = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"}, request_id=request_id)
+        assert first.dd_id == again.dd_id
+
+
+def test_a_tampered_receipt_fails_the_check_that_catches_it(base_url):
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        created = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        anchor.decisions.confirm(created.dd_id)
+        receipt = receipt_of(anchor, created.dd_id).model_dump(mode="json")
+        key = anchor.log.key().public_key
+
+    record = copy.deepcopy(receipt)
+    record["canonical_record"] = record["canonical_record"].replace("execute", "analyze")
+    with pytest.raises(VerificationError) as failed:
+        verify_receipt(record, key)
+    assert failed.value.check == "record"
+
+    moved = copy.deepcopy(receipt)
+    moved["leaf_index"] = receipt["tree_size"]  # outside the tree
+    with pytest.raises(VerificationError) as failed:
+        verify_receipt(moved, key)
+    assert failed.value.check == "inclusion"
+
+    if receipt["inclusion_proof"]:
+        bent = copy.deepcopy(receipt)
+        bent["inclusion_proof"][0] = base64.b64encode(b"\x00" * 32).decode()
+        with pytest.raises(VerificationError) as failed:
+            verify_receipt(bent, key)
+        assert failed.value.check == "inclusion"
+
+    forged = copy.deepcopy(receipt)
+    lines = forged["checkpoint"].split("\n")
+    lines[1] = str(int(lines[1]) + 1)  # a size the log never signed
+    forged["checkpoint"] = "\n".join(lines)
+    with pytest.raises(VerificationError) as failed:
+        verify_receipt(forged, key)
+    assert failed.value.check == "signature"
+
+    # Another log's key does not open this log's checkpoint.
+    other = "other.example/log+" + key.split("+", 2)[1] + "+" + key.split("+", 2)[2]
+    with pytest.raises(VerificationError):
+        verify_receipt(receipt, other)
+
+
+def test_refusals_carry_the_documented_error_code(base_url):
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        with pytest.raises(AnchorError) as refused:
+            anchor.decisions.get(uuid.uuid4())
+        assert refused.value.status == 404 and refused.value.error_code == "DD_NOT_FOUND"
+    with Anchor(base_url, token="da_tk_" + "0" * 64) as stranger:
+        with pytest.raises(AnchorError) as refused:
+            stranger.decisions.list()
+        assert refused.value.status == 401 and refused.value.error_code
+    # A body the generated model refuses never leaves the client.
+    with Anchor(base_url) as anchor:
+        with pytest.raises(ValueError):
+            anchor.decisions.create(dd={**DD, "selection_state": "MAYBE"}, ee={"ee_preset": "EE_basic"})
+
+
+def test_a_spent_trial_is_a_payment_required_with_the_challenge(base_url):
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        # 3 x EE_high spend 472.5 of the 500 Trial DAC; the fourth does not fit.
+        for _ in range(3):
+            anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_high"})
+        with pytest.raises(PaymentRequired) as unpaid:
+            anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_high"})
+        accepts = unpaid.value.challenge["accepts"]
+        assert accepts and accepts[0]["scheme"] == "exact"
+        assert int(accepts[0]["amount"]) == 157500  # 157.5 DAC in USDC base units
+
+
+def test_the_async_client_does_what_the_sync_one_does(base_url):
+    async def flow():
+        async with AsyncAnchor(base_url) as anchor:
+            agent = await anchor.agents.register()
+            assert anchor.token == agent.auth_token
+            created, _ = await asyncio.gather(
+                anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"}), anchor.earned.balance()
+            )
+            await anchor.decisions.confirm(created.dd_id)
+            key = (await anchor.log.key()).public_key
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    receipt = await anchor.decisions.receipt(created.dd_id)
+                    break
+                except AnchorError as e:
+                    assert e.status == 409 and time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+            return verify_receipt(receipt, key)
+
+    assert asyncio.run(flow()).tree_size >= 1
+
+
+def test_the_models_are_those_of_the_served_document(base_url):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import generate
+
+    fresh = generate.generate(base_url.rstrip("/") + "/openapi.json")
+    for name, text in fresh.items():
+        committed = (ROOT / "anchor_client" / name).read_text()
+        assert committed == text, f"anchor_client/{name} differs from the served /openapi.json: run tools/generate.py"
+
+
+def test_the_account_views_parse_into_their_models(base_url):
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        assert isinstance(anchor.earned.balance(), models.BalanceView)
+        assert isinstance(anchor.earned.ledger(limit=5), models.LedgerView)
+        assert isinstance(anchor.dur.summary(), models.SummaryView)
+        assert isinstance(anchor.tsl.tools(), models.ToolList)
+        assert isinstance(anchor.agents.trial(), models.TrialStatus)
+        with httpx.Client() as raw:
+            assert raw.get(base_url.rstrip("/") + "/health").status_code == 200
+
+
+def test_the_worked_agent_example_runs(base_url, tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "agent.py"), str(tmp_path)],
+        env={**__import__("os").environ, "ANCHOR_BASE_URL": base_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    kept = sorted(tmp_path.glob("*.json"))
+    assert len(kept) == 3, done.stdout
+    with Anchor(base_url) as anchor:
+        key = anchor.log.key().public_key
+    for path in kept:
+        verify_receipt(json.loads(path.read_text()), key)
+
+
+# Anvil's public test key #0: never holds real money.
+TEST_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+EXTERNAL = {**DD, "decision_type": "external_interaction", "origin_context_type": "external"}
+
+
+def _spend_trial(anchor: Anchor) -> None:
+    # 3 x EE_high spend 472.5 of the 500 Trial DAC; the next one is paid.
+    for _ in range(3):
+        anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+
+
+def test_the_official_x402_package_pays_once_the_trial_is_spent(base_url):
+    from eth_account import Account
+    from x402 import x402ClientSync
+    from x402.mechanisms.evm.exact import register_exact_evm_client
+    from x402.mechanisms.evm.signers import EthAccountSigner
+
+    from anchor_client import PaymentRefused
+
+    account = Account.from_key(TEST_KEY)
+    payer = x402ClientSync()
+    register_exact_evm_client(payer, EthAccountSigner(account))
+    quotes = []
+    with Anchor(base_url, payer=payer, approve=lambda q: quotes.append(q) or True) as anchor:
+        anchor.agents.register()
+        _spend_trial(anchor)
+        assert not quotes, "Trial paid these"
+        request_id = uuid.uuid4()
+        created = anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"}, request_id=request_id)
+        assert created.status.root == "pending_payment"
+        # The caller saw the price, exact, and its DAB before anything was signed.
+        (quote,) = quotes
+        assert quote.amount_units == 157500 and str(quote.amount_dac) == "157.5"
+        assert quote.operation == "POST /v1/dd/create" and quote.network == "eip155:8453"
+        assert isinstance(quote.dab, models.DabStatus)
+        confirmed = anchor.decisions.confirm(created.dd_id)
+        assert confirmed.settlement_status == "settled"
+        status = anchor.decisions.payment(created.dd_id)
+        assert status.settlement_status == "settled"
+        assert status.x402.payer.lower() == account.address.lower()
+        assert status.x402.amount_units == "157500"
+        # The same request_id again: the same record, not a second payment.
+        again = anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"}, request_id=request_id)
+        assert again.dd_id == created.dd_id
+
+        # A caller that declines pays nothing and gets the quote back.
+        anchor.approve = lambda q: q.amount_dac < 100
+        with pytest.raises(PaymentRefused) as refused:
+            anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+        assert str(refused.value.quote.amount_dac) == "157.5"
+
+
+def test_the_async_client_pays_with_the_async_x402_client(base_url):
+    from eth_account import Account
+    from x402 import x402Client
+    from x402.mechanisms.evm.exact import register_exact_evm_client
+    from x402.mechanisms.evm.signers import EthAccountSigner
+
+    payer = x402Client()
+    register_exact_evm_client(payer, EthAccountSigner(Account.from_key(TEST_KEY)))
+
+    async def flow():
+        async with AsyncAnchor(base_url, payer=payer) as anchor:
+            await anchor.agents.register()
+            for _ in range(3):
+                await anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+            created = await anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+            confirmed = await anchor.decisions.confirm(created.dd_id)
+            return confirmed.settlement_status
+
+    assert asyncio.run(flow()) == "settled"
+
+
+def test_the_mcp_example_runs_with_the_official_mcp_sdk(base_url):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "mcp_agent.py")],
+        env={**__import__("os").environ, "ANCHOR_BASE_URL": base_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 declarations anchored over MCP" in done.stdout
