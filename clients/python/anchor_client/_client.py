@@ -97,7 +97,7 @@ def _quote(call: Call, challenge: dict[str, Any], dab: Any) -> Quote:
     offer = (challenge.get("accepts") or [{}])[0]
     units = int(offer.get("amount", "0"))
     return Quote(
-        operation=f"{call.method} {call.path}",
+        operation=f"{call.method} {call.url}",
         amount_units=units,
         amount_dac=Decimal(units) / 1000,
         network=offer.get("network", ""),
@@ -120,6 +120,24 @@ class Call:
     auth: bool = True
     # Run on the parsed answer before it is returned (the register call keeps the token).
     after: Callable[[Any], Any] | None = None
+    # A body that is not JSON (a tool's component), with its content type.
+    content: bytes | None = None
+    content_type: str | None = None
+
+
+def _operation(method: str, path: str) -> tuple[str | None, dict[int, str | None]]:
+    """The operation of `path`, a template (`/v1/dd/{dd_id}`) or a filled one (`/v1/dd/1c5…`)."""
+    found = OPERATIONS.get((method, path))
+    if found is not None:
+        return found
+    parts = path.split("/")
+    for (m, template), operation in OPERATIONS.items():
+        pieces = template.split("/")
+        if m == method and len(pieces) == len(parts) and all(
+            p == q or (p.startswith("{") and p.endswith("}") and q) for p, q in zip(pieces, parts)
+        ):
+            return operation
+    return None, {}
 
 
 def _dump(value: Any) -> Any:
@@ -133,7 +151,7 @@ def _checked_body(call: Call) -> Any:
     if call.body is None:
         return None
     body = _dump(call.body)
-    request_model = OPERATIONS.get((call.method, call.path), (None, {}))[0]
+    request_model = _operation(call.method, call.path)[0]
     if request_model and isinstance(body, Mapping):
         model = getattr(models, request_model)
         body = model.model_validate(body).model_dump(mode="json", exclude_none=True)
@@ -162,7 +180,7 @@ def _answer(call: Call, reply: httpx.Response) -> Any:
         if reply.status_code == 402:
             raise PaymentRequired(402, error_code or "PAYMENT_REQUIRED", message, body, _challenge(reply, body))
         raise AnchorError(reply.status_code, error_code or f"HTTP_{reply.status_code}", message, body)
-    responses = OPERATIONS.get((call.method, call.path), (None, {}))[1]
+    responses = _operation(call.method, call.path)[1]
     name = responses.get(reply.status_code)
     parsed = getattr(models, name).model_validate(body) if name and isinstance(body, dict) else body
     return call.after(parsed) if call.after else parsed
@@ -200,7 +218,14 @@ class _Base:
         headers = {"accept": "application/json"}
         if call.auth and self.token:
             headers["authorization"] = f"Bearer {self.token}"
+        if call.content_type:
+            headers["content-type"] = call.content_type
         return headers
+
+    def _request(self, call: Call, body: Any, headers: dict[str, str]) -> dict[str, Any]:
+        """httpx.request's arguments for `call`."""
+        payload = {"content": call.content} if call.content is not None else {"json": body}
+        return {"method": call.method, "url": self.base_url + call.url, "params": _query(call.params), "headers": headers, **payload}
 
     def _send(self, call: Call) -> Any:  # pragma: no cover - each client sends its own way
         raise NotImplementedError
@@ -226,7 +251,7 @@ class Anchor(_Base):
         body, attempt, extra = _checked_body(call), 0, {}
         while True:
             headers = {**self._headers(call), **extra}
-            reply = self._http.request(call.method, self.base_url + call.url, json=body, params=_query(call.params), headers=headers)
+            reply = self._http.request(**self._request(call, body, headers))
             if reply.status_code == 402 and self.payer is not None and not extra:
                 extra = self._pay(call, reply)
                 continue
@@ -281,7 +306,7 @@ class AsyncAnchor(_Base):
         body, attempt, extra = _checked_body(call), 0, {}
         while True:
             headers = {**self._headers(call), **extra}
-            reply = await self._http.request(call.method, self.base_url + call.url, json=body, params=_query(call.params), headers=headers)
+            reply = await self._http.request(**self._request(call, body, headers))
             if reply.status_code == 402 and self.payer is not None and not extra:
                 extra = await self._pay(call, reply)
                 continue
@@ -339,6 +364,10 @@ class Agents(_Resource):
     def trial(self) -> Any:
         return self._get("/v1/trial/status")
 
+    def disclosure(self, level: str) -> Any:
+        """Sets what other agents may observe of this agent (none, summary, full, ...)."""
+        return self._client._send(Call("PUT", "/v1/agent/disclosure", "/v1/agent/disclosure", body={"disclosure_level": level}))
+
 
 class Decisions(_Resource):
     def create(
@@ -384,6 +413,15 @@ class Ara(_Resource):
 
 
 class Tsl(_Resource):
+    def register(self, body: Mapping[str, Any]) -> Any:
+        """Lists a tool on the market: a name, a price, the ARA observations it reads."""
+        return self._post("/v1/tsl/tool/register", dict(body))
+
+    def upload(self, tool_id: str, component: bytes) -> Any:
+        """Uploads the tool's WebAssembly component (anchor:tool@1.0.0): its next version."""
+        path = "/v1/tsl/tool/{tool_id}/component"
+        return self._client._send(Call("PUT", path, f"/v1/tsl/tool/{tool_id}/component", content=component, content_type="application/wasm"))
+
     def tools(self, **params: Any) -> Any:
         return self._get("/v1/tsl/tools", **params)
 

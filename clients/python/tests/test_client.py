@@ -11,6 +11,7 @@ import time
 import uuid
 
 import httpx
+from pydantic import BaseModel
 import pytest
 from conftest import DD
 
@@ -304,3 +305,72 @@ def test_the_mcp_example_runs_with_the_official_mcp_sdk(base_url):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 declarations anchored over MCP" in done.stdout
+
+
+def _payer():
+    from eth_account import Account
+    from x402 import x402ClientSync
+    from x402.mechanisms.evm.exact import register_exact_evm_client
+    from x402.mechanisms.evm.signers import EthAccountSigner
+
+    payer = x402ClientSync()
+    register_exact_evm_client(payer, EthAccountSigner(Account.from_key(TEST_KEY)))
+    return payer
+
+
+def test_an_ara_observation_is_paid_with_the_official_x402_package(base_url):
+    with Anchor(base_url) as observed:
+        target = observed.agents.register()
+        observed.agents.disclosure("full")
+        created = observed.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        observed.decisions.confirm(created.dd_id)
+    quotes = []
+    with Anchor(base_url, payer=_payer(), approve=lambda q: quotes.append(q) or True) as observer:
+        observer.agents.register()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                # Another agent's profile, within its disclosure level, at ARA's price.
+                profile = observer.ara.observe(f"agent/{target.agent_id}/profile")
+                break
+            except AnchorError as e:
+                # 404 until the aggregates have folded the new declaration in
+                assert e.error_code == "DATA_UNAVAILABLE" and time.monotonic() < deadline, e
+                time.sleep(0.2)
+    assert isinstance(profile, BaseModel), profile
+    (quote,) = quotes
+    assert quote.operation == f"GET /v1/ara/agent/{target.agent_id}/profile"
+    assert quote.amount_units > 0 and quote.amount_dac == quote.amount_units / 1000
+
+
+def test_a_tool_is_listed_uploaded_bought_with_x402_and_run(base_url):
+    wasm = pathlib.Path(__import__("os").environ["ANCHOR_TOOL_WASM"]).read_bytes()
+    with Anchor(base_url) as seller:
+        seller.agents.register()
+        tool = seller.tsl.register(
+            {"tool_name": "profile-shares", "price_dac": 5, "ara_connections": [{"observation_type": "agent_profile"}]}
+        )
+        seller.tsl.upload(tool.tool_id, wasm)
+    quotes = []
+    with Anchor(base_url, payer=_payer(), approve=lambda q: quotes.append(q) or True) as buyer:
+        buyer.agents.register()
+        created = buyer.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        buyer.decisions.confirm(created.dd_id)
+        bought = buyer.tsl.purchase({"tool_id": str(tool.tool_id)})
+        assert isinstance(bought, models.PurchaseView)
+        # The tool's price and the 10 DAC service fee, seen before paying.
+        assert [str(q.amount_dac) for q in quotes] == ["15"]
+        # Its own profile, free; once the aggregates hold the declaration, the
+        # report has its rows.
+        deadline = time.monotonic() + 30
+        while True:
+            ran = buyer.tsl.run(str(tool.tool_id), {})
+            assert isinstance(ran, models.RunView)
+            report = ran.model_dump(mode="json")["report"]
+            assert report["columns"] == ["count", "share_ppm"]
+            assert report["metrics"][0] == {"name": "observations", "value": 1, "scale": 0}
+            if report["rows"]:
+                break
+            assert time.monotonic() < deadline, report
+            time.sleep(0.2)
+        assert any(row["label"] == "agent-profile:action_type=execute" for row in report["rows"]), report

@@ -1,7 +1,9 @@
 //! The Python client (clients/python, installed with pip) against a running
 //! `anchor`: its own pytest suite (register, anchor, confirm, receipts
-//! verified in Python, payment with the official `x402` package, the worked
-//! example, the models against the served document) on SQLite and, with
+//! verified in Python, declarations, an ARA observation and a tool purchase
+//! paid with the official `x402` package, a tool uploaded and run, the worked
+//! example and the MCP one with the official `mcp` SDK, the models against
+//! the served document) on SQLite and, with
 //! ANCHOR_TEST_POSTGRES_URL, on PostgreSQL. `scripts/test` makes the virtual
 //! environment (`pip install ./clients/python[dev]`) and names its Python in
 //! ANCHOR_PYTHON.
@@ -26,6 +28,8 @@ fn pytest(base: &str) {
         .args(["-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(&client)
         .env("ANCHOR_BASE_URL", base)
+        // The example tool the seller in the tests uploads.
+        .env("ANCHOR_TOOL_WASM", Path::new(anchor_plugins::PLUGINS_DIR).join("tool_example.wasm"))
         .output()
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
