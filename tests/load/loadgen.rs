@@ -4,9 +4,16 @@
 //!     loadgen --url http://127.0.0.1:18181 --pairs 5000 --concurrency 16
 //!
 //! Agents are registered before the clock starts; each pays 50 EE_basic
-//! declarations from its Trial, so the run registers pairs / 50 agents. The
-//! server must allow the request rate (`--rate-limit`). Bounded in count: it
-//! sends exactly `pairs` creates and `pairs` confirms, then stops.
+//! declarations from its Trial, so the run registers pairs / 50 agents, and
+//! the agents take turns. The server must allow the request rate
+//! (`--rate-limit`). Bounded in count: it sends exactly `pairs` creates and
+//! `pairs` confirms, then stops.
+//!
+//! `--paid`: each agent spends its Trial first, then every declaration
+//! (EE_standard) is paid over x402: the create answers 402, is sent again
+//! with a payment signed as the official client signs it (EIP-712
+//! TransferWithAuthorization, a test key), and the confirm settles it. The
+//! payments are signed before the clock starts.
 //!
 //! `--rate R` paces the pairs to R per second (pair k starts no earlier than
 //! k / R seconds after the start), to measure latency below the peak; without
@@ -87,9 +94,25 @@ async fn main() -> anyhow::Result<()> {
         }
         tokens.push(token);
     }
-    // Work items: (token, request number) so each agent is used at most 50 times.
-    let work: Vec<String> = tokens.iter().flat_map(|t| std::iter::repeat_n(t.clone(), 50)).take(args.pairs).collect();
+    // Work items: each agent at most 50 times, the agents taking turns (as
+    // many agents acting at once would), not one agent's 50 in a row.
+    let work: Vec<String> = (0..50).flat_map(|_| tokens.iter().cloned()).take(args.pairs).collect();
     let queue = Arc::new(Mutex::new(work));
+    // Paid runs: every payment signed before the clock starts (as the
+    // official client signs, EIP-712 TransferWithAuthorization), so that the
+    // generator's own signing does not share the measurement. The challenge
+    // is the same for every EE_standard create.
+    let signed = if args.paid {
+        let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": "EE_standard" } });
+        let reply = http.post(format!("{}/v1/dd/create", args.url)).bearer_auth(&tokens[0]).json(&body).send().await?;
+        assert_eq!(reply.status().as_u16(), 402, "expected a challenge");
+        let challenge: Value = reply.json().await?;
+        let signer: alloy_signer_local::PrivateKeySigner = TEST_KEY.parse().expect("test key");
+        (0..args.pairs).map(|_| sign_payment(&signer, &challenge)).collect()
+    } else {
+        Vec::new()
+    };
+    let signed = Arc::new(Mutex::new(signed));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
     let confirm_latencies = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
     let next_pair = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -125,7 +148,7 @@ async fn main() -> anyhow::Result<()> {
             (witnessed_lags.clone(), pollers.clone(), sampled.clone(), args.witnessed_every);
         let (http, queue, latencies, url, confirmed_at, paid) =
             (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone(), args.paid);
-        let (confirm_latencies, next_pair, rate) = (confirm_latencies.clone(), next_pair.clone(), args.rate);
+        let (confirm_latencies, next_pair, rate, signed) = (confirm_latencies.clone(), next_pair.clone(), args.rate, signed.clone());
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().await.pop() else { break };
@@ -138,9 +161,10 @@ async fn main() -> anyhow::Result<()> {
                 let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
                 let mut created = http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.expect("create");
                 if paid {
+                    // The 402 and its challenge, as the official client sees them first.
                     assert_eq!(created.status().as_u16(), 402, "expected a challenge");
-                    let challenge: Value = created.json().await.expect("challenge");
-                    let header = sign_payment(&challenge);
+                    let _challenge: Value = created.json().await.expect("challenge");
+                    let header = signed.lock().await.pop().expect("one signed payment per pair");
                     created = http
                         .post(format!("{url}/v1/dd/create"))
                         .bearer_auth(&token)
@@ -245,13 +269,14 @@ fn dd() -> Value {
     })
 }
 
-/// Signs the challenge's one requirement with Anvil's public test key #0, as the official client does.
-fn sign_payment(challenge: &Value) -> String {
+/// Anvil's public test key #0: never holds real money.
+const TEST_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// Signs the challenge's one requirement with `signer`, as the official client does (a fresh nonce each time).
+fn sign_payment(signer: &alloy_signer_local::PrivateKeySigner, challenge: &Value) -> String {
     use alloy_signer::SignerSync;
     use alloy_sol_types::SolStruct;
     use base64::Engine;
-    let signer: alloy_signer_local::PrivateKeySigner =
-        "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80".parse().expect("test key");
     let accepts = &challenge["accepts"][0];
     let amount: u64 = accepts["amount"].as_str().expect("amount").parse().expect("amount");
     let to: alloy_primitives::Address = accepts["payTo"].as_str().expect("payTo").parse().expect("payTo");

@@ -15,7 +15,16 @@ are generated from the service's OpenAPI document by tools/generate.py.
 
 from . import models
 from ._client import Anchor, AnchorError, AsyncAnchor, PaymentRefused, PaymentRequired, Quote
-from .verify import Checkpoint, Verified, VerificationError, open_checkpoint, verify_consistency, verify_receipt
+from .verify import (
+    Checkpoint,
+    Cosigned,
+    Verified,
+    VerificationError,
+    open_checkpoint,
+    verify_consistency,
+    verify_cosignatures,
+    verify_receipt,
+)
 
 __all__ = [
     "Anchor",
@@ -25,10 +34,12 @@ __all__ = [
     "PaymentRefused",
     "Quote",
     "Checkpoint",
+    "Cosigned",
     "Verified",
     "VerificationError",
     "models",
     "open_checkpoint",
     "verify_consistency",
+    "verify_cosignatures",
     "verify_receipt",
 ]

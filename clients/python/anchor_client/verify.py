@@ -22,6 +22,7 @@ from pydantic import BaseModel
 RECEIPT_FORMAT = "anchor-receipt/1"
 LEAF_FORMAT = "anchor-leaf/1"
 _ED25519 = 0x01
+_COSIGNATURE_V1 = 0x04
 
 
 class VerificationError(Exception):
@@ -40,11 +41,20 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Cosigned:
+    """A witness's valid cosignature: who, and the time it says it saw the tree."""
+
+    witness: str
+    timestamp: int
+
+
+@dataclass(frozen=True)
 class Verified:
     origin: str
     tree_size: int
     root: bytes
     leaf_index: int
+    cosigned_by: tuple[Cosigned, ...] = ()
 
 
 def _sha256(data: bytes) -> bytes:
@@ -55,15 +65,16 @@ def _node(left: bytes, right: bytes) -> bytes:
     return _sha256(b"\x01" + left + right)
 
 
-def _key(vkey: str) -> tuple[str, bytes, Ed25519PublicKey]:
-    """A C2SP verifier key `<name>+<hex key id>+<base64 of 0x01 and the key>`."""
+def _key(vkey: str, kind: int = _ED25519) -> tuple[str, bytes, Ed25519PublicKey]:
+    """A C2SP verifier key `<name>+<hex key id>+<base64 of the type byte and the key>`:
+    type 0x01 for a log's signed notes, 0x04 for a witness's cosignature/v1."""
     try:
         name, key_id, encoded = vkey.split("+", 2)
         raw = base64.b64decode(encoded, validate=True)
     except ValueError as e:
         raise VerificationError("format", f"not a verifier key: {vkey!r}") from e
-    if len(raw) != 33 or raw[0] != _ED25519:
-        raise VerificationError("format", "not an Ed25519 verifier key")
+    if len(raw) != 33 or raw[0] != kind:
+        raise VerificationError("format", "not an Ed25519 verifier key" if kind == _ED25519 else "not a cosignature/v1 key")
     expected = _sha256(name.encode() + b"\n" + raw)[:4]
     if key_id != expected.hex():
         raise VerificationError("format", "the key id does not match the key")
@@ -102,6 +113,39 @@ def open_checkpoint(note: str, vkey: str) -> Checkpoint:
     if len(root) != 32:
         raise VerificationError("signature", "the root is not 32 bytes")
     return Checkpoint(origin, size, root)
+
+
+def verify_cosignatures(note: str, witnesses: list[str], quorum: int) -> tuple[Cosigned, ...]:
+    """Checks that the signed checkpoint `note` carries valid cosignatures
+    (C2SP tlog-cosignature, Ed25519 cosignature/v1) from at least `quorum` of
+    the `witnesses` (their verifier keys). A line naming one of them that does
+    not verify fails; lines of other keys are passed over."""
+    text, sep, signatures = note.partition("\n\n")
+    if not sep:
+        raise VerificationError("witness", "not a signed note")
+    body = (text + "\n").encode()
+    keys = [_key(w, _COSIGNATURE_V1) for w in witnesses]
+    found: dict[bytes, Cosigned] = {}
+    for line in signatures.splitlines():
+        if not line.startswith("\u2014 "):
+            raise VerificationError("witness", f"malformed signature line {line!r}")
+        signer, _, encoded = line[2:].rpartition(" ")
+        blob = base64.b64decode(encoded)
+        for name, key_hash, public in keys:
+            if signer != name or blob[:4] != key_hash:
+                continue
+            if len(blob) != 4 + 8 + 64:
+                raise VerificationError("witness", f"{name}'s cosignature is malformed")
+            timestamp = int.from_bytes(blob[4:12], "big")
+            try:
+                public.verify(blob[12:], f"cosignature/v1\ntime {timestamp}\n".encode() + body)
+            except InvalidSignature as e:
+                raise VerificationError("witness", f"{name}'s cosignature does not verify") from e
+            found[key_hash] = Cosigned(name, timestamp)
+    if len(found) < quorum:
+        names = ", ".join(c.witness for c in found.values()) or "none"
+        raise VerificationError("witness", f"{len(found)} of the {quorum} cosignatures asked for ({names})")
+    return tuple(found.values())
 
 
 def leaf_hash(integrity_hash: str, anchored_at: str) -> bytes:
@@ -149,8 +193,12 @@ def _as_dict(value: Any) -> dict[str, Any]:
     raise VerificationError("format", "a receipt is a mapping or a model")
 
 
-def verify_receipt(receipt: Any, key: str) -> Verified:
-    """Checks a receipt offline under the log's public key (`GET /v1/log/key`, `public_key`)."""
+def verify_receipt(receipt: Any, key: str, witnesses: list[str] | None = None, quorum: int | None = None) -> Verified:
+    """Checks a receipt offline under the log's public key (`GET /v1/log/key`, `public_key`).
+
+    With `witnesses` (their cosignature/v1 verifier keys), its checkpoint must
+    also carry valid cosignatures of `quorum` of them (all, by default).
+    """
     r = _as_dict(receipt)
     if r.get("format") != RECEIPT_FORMAT:
         raise VerificationError("format", f"unknown receipt format {r.get('format')!r}")
@@ -171,7 +219,10 @@ def verify_receipt(receipt: Any, key: str) -> Verified:
     root = root_from_inclusion(r["leaf_index"], r["tree_size"], leaf, _hashes(r["inclusion_proof"], "inclusion"))
     if root != checkpoint.root:
         raise VerificationError("inclusion", "the proof does not lead from this leaf to the signed root")
-    return Verified(checkpoint.origin, checkpoint.size, checkpoint.root, r["leaf_index"])
+    cosigned: tuple[Cosigned, ...] = ()
+    if witnesses:
+        cosigned = verify_cosignatures(r["checkpoint"], witnesses, len(witnesses) if quorum is None else quorum)
+    return Verified(checkpoint.origin, checkpoint.size, checkpoint.root, r["leaf_index"], cosigned)
 
 
 def verify_consistency(older: str, newer: str, proof: Any, key: str) -> None:

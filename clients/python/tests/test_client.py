@@ -374,3 +374,54 @@ def test_a_tool_is_listed_uploaded_bought_with_x402_and_run(base_url):
             assert time.monotonic() < deadline, report
             time.sleep(0.2)
         assert any(row["label"] == "agent-profile:action_type=execute" for row in report["rows"]), report
+
+
+def _other_witness_key() -> str:
+    """A cosignature/v1 verifier key of a witness that never saw this log."""
+    import hashlib
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    name = "stranger.example/witness"
+    public = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    raw = b"\x04" + public
+    key_id = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
+    return f"{name}+{key_id}+{base64.b64encode(raw).decode()}"
+
+
+def test_a_witnessed_receipt_verifies_with_the_witness_cosignature(base_url):
+    witness = __import__("os").environ.get("ANCHOR_WITNESS_KEY")
+    if not witness:
+        pytest.skip("ANCHOR_WITNESS_KEY is not set: the server has no witness")
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        created = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        anchor.decisions.confirm(created.dd_id)
+        key = anchor.log.key().public_key
+        deadline = time.monotonic() + 30
+        while True:
+            receipt = receipt_of(anchor, created.dd_id)
+            if receipt.witnessed:
+                break
+            assert time.monotonic() < deadline, "no witnessed checkpoint covered the record"
+            time.sleep(0.2)
+    verified = verify_receipt(receipt, key, witnesses=[witness], quorum=1)
+    (cosigned,) = verified.cosigned_by
+    assert cosigned.witness == witness.split("+")[0]
+    assert cosigned.timestamp > 1_700_000_000
+    # A witness that never cosigned is no quorum.
+    with pytest.raises(VerificationError) as failed:
+        verify_receipt(receipt, key, witnesses=[_other_witness_key()], quorum=1)
+    assert failed.value.check == "witness"
+    # A cosignature over another body does not verify.
+    forged = receipt.model_dump(mode="json")
+    cosignature_line = [l for l in forged["checkpoint"].splitlines() if l.startswith("\u2014 " + cosigned.witness + " ")][0]
+    blob = bytearray(base64.b64decode(cosignature_line.rsplit(" ", 1)[1]))
+    blob[-1] ^= 1
+    forged["checkpoint"] = forged["checkpoint"].replace(
+        cosignature_line, cosignature_line.rsplit(" ", 1)[0] + " " + base64.b64encode(bytes(blob)).decode()
+    )
+    with pytest.raises(VerificationError) as failed:
+        verify_receipt(forged, key, witnesses=[witness], quorum=1)
+    assert failed.value.check == "witness"
