@@ -24,6 +24,7 @@
 //! others, and nothing is decided here that the ordinary path does not
 //! decide again.
 
+use anchor_domain::MilliDac;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
@@ -43,9 +44,21 @@ pub(crate) const MAX_BATCH: usize = 64;
 pub(crate) struct CreateJob {
     pub new: NewDeclaration,
     pub now: DateTime<Utc>,
-    /// The stored record, or `None`: not taken; an error when the database
-    /// is unavailable (the write alone would fail the same way).
-    pub reply: oneshot::Sender<Result<Option<StoredDeclaration>>>,
+    /// What became of it; an error when the database is unavailable (the
+    /// write alone would fail the same way).
+    pub reply: oneshot::Sender<Result<Taken>>,
+}
+
+/// A create's outcome in a batch.
+pub(crate) enum Taken {
+    /// Stored, its Trial debited.
+    Stored(Box<StoredDeclaration>),
+    /// Trial could not pay it when the batch ran (SQLite, where the batch
+    /// reads the balance its debits left): refused with no write of its own.
+    TrialShort { balance: MilliDac, expired: bool },
+    /// Not taken, for any other reason (its request_id used before, the
+    /// batch failing as a whole, a concurrent debit): the write runs alone.
+    Not,
 }
 
 /// A confirmation the batch may take.
@@ -188,10 +201,16 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
 }
 
 /// Answers every job of `creates` with the record stored under its dd_id,
-/// or "not taken".
-fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>) {
+/// its Trial's shortfall, or "not taken".
+fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>, short: HashMap<Uuid, (MilliDac, bool)>) {
     for job in creates {
-        let _ = job.reply.send(Ok(stored.remove(&job.new.declaration.dd_id)));
+        let dd_id = job.new.declaration.dd_id;
+        let taken = match (stored.remove(&dd_id), short.get(&dd_id)) {
+            (Some(record), _) => Taken::Stored(Box::new(record)),
+            (None, Some(&(balance, expired))) => Taken::TrialShort { balance, expired },
+            (None, None) => Taken::Not,
+        };
+        let _ = job.reply.send(Ok(taken));
     }
 }
 
@@ -233,7 +252,7 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
         }
     };
     drop(rows);
-    answer_creates(creates, stored);
+    answer_creates(creates, stored, HashMap::new());
 }
 
 /// The batch's creates as one statement of one text whatever their number:
@@ -372,8 +391,8 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
         Ok(done)
     };
     match run() {
-        Ok((stored, confirmed)) => {
-            answer_creates(creates, stored);
+        Ok((stored, short, confirmed)) => {
+            answer_creates(creates, stored, short);
             for (job, answer) in confirms.into_iter().zip(confirmed) {
                 let _ = job.reply.send(Ok(Some(answer)));
             }
@@ -384,7 +403,7 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
                 return refuse_all(creates, confirms, &error);
             }
             tracing::debug!(%error, "a batch failed as a whole; each write runs alone");
-            answer_creates(creates, HashMap::new());
+            answer_creates(creates, HashMap::new(), HashMap::new());
             for job in confirms {
                 let _ = job.reply.send(Ok(None));
             }
@@ -394,12 +413,8 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
 
 /// The batch's writes, each its own statements (one writer: the balance a
 /// create reads is the one its debit changes).
-async fn sqlite_writes<X: Exec>(
-    tx: &mut X,
-    creates: &[CreateJob],
-    confirms: &[ConfirmJob],
-) -> Result<(HashMap<Uuid, StoredDeclaration>, Vec<bool>)> {
-    let mut stored = HashMap::new();
+async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[ConfirmJob]) -> Result<SqliteDone> {
+    let (mut stored, mut short) = (HashMap::new(), HashMap::new());
     for job in creates {
         let d = &job.new.declaration;
         let amount = d.dac_amount.milli();
@@ -414,7 +429,16 @@ async fn sqlite_writes<X: Exec>(
         q.push("a.trial_balance_milli - ").push(&amount_p).push(" from agent a where a.agent_id = ").push_bind(d.agent_id);
         q.push(" and a.trial_balance_milli >= ").push(&amount_p).push(" and a.trial_expires_at > ").push_bind(job.now);
         q.push(" on conflict do nothing returning *");
-        let Some(row) = tx.fetch_optional(q).await? else { continue };
+        let Some(row) = tx.fetch_optional(q).await? else {
+            // Trial short (or expired) now, after this batch's earlier debits:
+            // said so, with the balance. A used request_id with Trial enough
+            // is left to the write alone, which answers with its record.
+            let (balance, expired) = crate::agents::trial_shortfall(tx, d.agent_id, job.now).await?;
+            if expired || balance.milli() < amount {
+                short.insert(d.dd_id, (balance, expired));
+            }
+            continue;
+        };
         let record = decode_declaration(&row)?;
         tx.execute(
             sql("update agent set trial_balance_milli = trial_balance_milli - $1 where agent_id = $2").bind(amount).bind(d.agent_id),
@@ -427,5 +451,9 @@ async fn sqlite_writes<X: Exec>(
         let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
         confirmed.push(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?);
     }
-    Ok((stored, confirmed))
+    Ok((stored, short, confirmed))
 }
+
+/// A SQLite batch's outcome: the records stored, the creates Trial could
+/// not pay (balance, expired), and whether each confirmation was taken.
+type SqliteDone = (HashMap<Uuid, StoredDeclaration>, HashMap<Uuid, (MilliDac, bool)>, Vec<bool>);

@@ -137,9 +137,13 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             let job = batch::Job::Create(Box::new(batch::CreateJob { new: new.clone(), now, reply }));
             if batcher.submit(job).await {
                 match answer.await {
-                    Ok(Ok(Some(record))) => {
-                        let record = Box::new(record);
+                    Ok(Ok(batch::Taken::Stored(record))) => {
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
+                    }
+                    // Refused from the batch's own reading, with no write of its own
+                    // (a paid create tries Trial first, on its 402 and its retry).
+                    Ok(Ok(batch::Taken::TrialShort { balance, expired })) => {
+                        return refused(Created::TrialCannotPay { balance, expired }).await;
                     }
                     Ok(Err(unavailable)) => return Err(unavailable),
                     _ => {}
