@@ -147,24 +147,6 @@ async fn agent_loop(http: reqwest::Client, base: String, seen: Arc<Mutex<Seen>>,
     }
 }
 
-/// The latest signed checkpoint, once it covers at least `size` leaves.
-async fn checkpoint_at_least(http: &reqwest::Client, base: &str, size: u64) -> (u64, String) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(reply) = http.get(format!("{base}/v1/log/checkpoint")).send().await
-            && reply.status() == 200
-        {
-            let note = reply.text().await.unwrap();
-            let covered: u64 = note.lines().nth(1).and_then(|l| l.parse().ok()).unwrap_or(0);
-            if covered >= size {
-                return (covered, note);
-            }
-        }
-        assert!(Instant::now() < deadline, "no checkpoint covered {size} leaves within 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Reads back an acknowledged create; if its confirm was acknowledged too,
 /// checks it is settled and returns the log leaf its verified receipt names.
 async fn check_acknowledged(http: &reqwest::Client, base: &str, vkey: &str, token: &str, dd_id: &str, confirmed: bool) -> Option<u64> {
@@ -241,7 +223,7 @@ async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_prima
     tokio::time::sleep(Duration::from_secs(4)).await;
     let before_any = seen.lock().await.created.len() as u64;
     assert!(before_any > 0, "nothing was anchored before the faults");
-    checkpoints.push(checkpoint_at_least(&http, &base, 1).await);
+    checkpoints.push(common::checkpoint_at_least(&http, &base, 1, Duration::from_secs(60)).await);
 
     for fault in ["host killed", "planned switchover", "primary node lost"] {
         let at = Instant::now();
@@ -262,7 +244,7 @@ async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_prima
         }
         let created = seen.lock().await.created.len() as u64;
         assert!(created > before_any, "nothing was anchored since the faults began");
-        checkpoints.push(checkpoint_at_least(&http, &base, before_any).await);
+        checkpoints.push(common::checkpoint_at_least(&http, &base, before_any, Duration::from_secs(60)).await);
     }
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
@@ -295,8 +277,8 @@ async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_prima
     let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
     let vkey = key["public_key"].as_str().unwrap().to_string();
     assert_eq!(vkey, cluster.get("LOG_VERIFY_KEY"), "the hosts sign with the key the cluster made");
-    let (last_size, _) = checkpoint_at_least(&http, &base, seen.confirmed.len() as u64).await;
-    checkpoints.push(checkpoint_at_least(&http, &base, last_size).await);
+    let (last_size, _) = common::checkpoint_at_least(&http, &base, seen.confirmed.len() as u64, Duration::from_secs(60)).await;
+    checkpoints.push(common::checkpoint_at_least(&http, &base, last_size, Duration::from_secs(60)).await);
     let first = &checkpoints[0];
     for pair in checkpoints.windows(2) {
         for (from, to) in [(&pair[0], &pair[1]), (first, &pair[1])] {

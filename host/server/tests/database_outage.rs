@@ -150,7 +150,7 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
     }
 
     // The log as it stood before the fault: a signed checkpoint covering the 20.
-    let (size_before, note_before) = checkpoint_at_least(&http, &base, 20).await;
+    let (size_before, note_before) = common::checkpoint_at_least(&http, &base, 20, Duration::from_secs(30)).await;
 
     primary.crash();
     standby.promote();
@@ -174,7 +174,7 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
 
     // The log went on from where it stood: a checkpoint after the fault is
     // consistent with the one before, and every receipt verifies.
-    let (size_after, note_after) = checkpoint_at_least(&http, &base, acknowledged.len() as u64).await;
+    let (size_after, note_after) = common::checkpoint_at_least(&http, &base, acknowledged.len() as u64, Duration::from_secs(30)).await;
     let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
     let vkey = key["public_key"].as_str().unwrap().to_string();
     let proof: anchor_verify::ConsistencyProof =
@@ -190,22 +190,4 @@ async fn a_host_follows_the_primary_to_its_promoted_standby() {
         assert!(leaves.insert(verified.leaf_index), "one leaf per declaration");
     }
     let _ = std::fs::remove_dir_all(&data);
-}
-
-/// The latest signed checkpoint once it covers at least `size` leaves: its size and note.
-async fn checkpoint_at_least(http: &reqwest::Client, base: &str, size: u64) -> (u64, String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(reply) = http.get(format!("{base}/v1/log/checkpoint")).send().await
-            && reply.status() == 200
-        {
-            let note = reply.text().await.unwrap();
-            let covered: u64 = note.lines().nth(1).and_then(|l| l.parse().ok()).unwrap_or(0);
-            if covered >= size {
-                return (covered, note);
-            }
-        }
-        assert!(Instant::now() < deadline, "no checkpoint covered {size} leaves within 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

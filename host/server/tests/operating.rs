@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{free_port, wait_healthy};
+use common::{PgDatabase, free_port, wait_healthy};
 
 struct Host {
     child: Child,
@@ -82,32 +82,11 @@ async fn start(data: &Path, env: &[(&str, &str)], extra: &[&str]) -> Host {
 
 /// A database of its own on the test PostgreSQL (`ANCHOR_TEST_POSTGRES_URL`),
 /// named `<prefix>_<random>`; `None`, said loudly, when there is no URL.
-struct PgDatabase {
-    admin: sqlx::PgPool,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    async fn create(prefix: &str) -> Option<PgDatabase> {
-        let url = common::postgres_or_skip(&format!("operating (a PostgreSQL database {prefix})"))?;
-        let admin = sqlx::PgPool::connect(&url).await.unwrap();
-        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {name}"))).execute(&admin).await.unwrap();
-        let (server, _) = url.rsplit_once('/').unwrap();
-        Some(PgDatabase { url: format!("{server}/{name}"), admin, name })
-    }
-
-    async fn drop_now(self) {
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {} with (force)", self.name))).execute(&self.admin).await;
-    }
-}
-
 /// Two hosts on one fresh PostgreSQL database, signing one log with a shared
 /// key: the database, the hosts' data directory, and the hosts. `None` (the
 /// test then returns, saying so) when no PostgreSQL is configured.
 async fn two_hosts_on_postgres(name: &str) -> Option<(PgDatabase, PathBuf, Vec<Host>)> {
-    let pg = PgDatabase::create(&format!("anchor_{name}")).await?;
+    let pg = PgDatabase::create("operating", &format!("anchor_{name}")).await?;
     let data = scratch(name);
     let skey = shared_key(&data, &format!("{name}.test/log"));
     let env = [("DATABASE_URL", pg.url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
@@ -459,8 +438,8 @@ async fn backup_restore_and_check_round_trip_on_sqlite() {
 /// `psql`, then `anchor backup --check` on it, with the log's key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_dump_restored_elsewhere_passes_the_check() {
-    let Some(source) = PgDatabase::create("anchor_dump_src").await else { return };
-    let Some(target) = PgDatabase::create("anchor_dump_dst").await else { return };
+    let Some(source) = PgDatabase::create("operating", "anchor_dump_src").await else { return };
+    let Some(target) = PgDatabase::create("operating", "anchor_dump_dst").await else { return };
     let (source_url, target_url) = (source.url.clone(), target.url.clone());
     let data = scratch("pgdump");
     let host = start(&data, &[("DATABASE_URL", source_url.as_str())], &[]).await;
@@ -623,7 +602,7 @@ async fn kill_9_loses_nothing_acknowledged_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_loses_nothing_acknowledged_on_postgres() {
-    let Some(pg) = PgDatabase::create("anchor_kill9").await else { return };
+    let Some(pg) = PgDatabase::create("operating", "anchor_kill9").await else { return };
     let db_url = pg.url.clone();
     kill_9_loses_no_acknowledged_declaration(&[("DATABASE_URL", db_url.as_str())], "kill9-postgres").await;
     pg.drop_now().await;

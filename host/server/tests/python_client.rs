@@ -103,17 +103,12 @@ async fn the_python_client_on_sqlite() {
 
 #[tokio::test]
 async fn the_python_client_on_postgres() {
-    let Some(url) = common::postgres_or_skip("python_client::the_python_client_on_postgres") else {
+    let Some(pg) = common::PgDatabase::create("python_client::the_python_client_on_postgres", "anchor_python").await else {
         return;
     };
-    let admin = sqlx::PgPool::connect(&url).await.unwrap();
-    let database = format!("anchor_python_{}", uuid::Uuid::new_v4().simple());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {database}"))).execute(&admin).await.unwrap();
-    let (prefix, _) = url.rsplit_once('/').unwrap();
-    let db_url = format!("{prefix}/{database}");
     let dir = scratch("python-pg-witness");
     let (witness, mut flags, witness_vkey) = witnessed(&dir).await;
-    flags.extend(["--database-url".to_string(), db_url]);
+    flags.extend(["--database-url".to_string(), pg.url.clone()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (server, base, data) = common::serve("python-pg", &flags).await;
     pytest(&base, &witness_vkey);
@@ -121,5 +116,5 @@ async fn the_python_client_on_postgres() {
     drop(witness);
     let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database if exists {database} with (force)"))).execute(&admin).await;
+    pg.drop_now().await;
 }

@@ -190,3 +190,45 @@ impl Drop for PrivateCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The latest signed checkpoint once it covers at least `size` leaves (its
+/// size and note), polled for at most `within`.
+pub async fn checkpoint_at_least(http: &reqwest::Client, base: &str, size: u64, within: Duration) -> (u64, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(reply) = http.get(format!("{base}/v1/log/checkpoint")).send().await
+            && reply.status() == 200
+        {
+            let note = reply.text().await.unwrap();
+            let covered: u64 = note.lines().nth(1).and_then(|l| l.parse().ok()).unwrap_or(0);
+            if covered >= size {
+                return (covered, note);
+            }
+        }
+        assert!(Instant::now() < deadline, "no checkpoint covered {size} leaves within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A fresh PostgreSQL database on the test server, for one test: `None`
+/// (after saying `test` was skipped) when no PostgreSQL is configured.
+pub struct PgDatabase {
+    pub admin: sqlx::PgPool,
+    pub name: String,
+    pub url: String,
+}
+
+impl PgDatabase {
+    pub async fn create(test: &str, prefix: &str) -> Option<PgDatabase> {
+        let url = postgres_or_skip(&format!("{test} (a PostgreSQL database {prefix})"))?;
+        let admin = sqlx::PgPool::connect(&url).await.unwrap();
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {name}"))).execute(&admin).await.unwrap();
+        let (server, _) = url.rsplit_once('/').unwrap();
+        Some(PgDatabase { url: format!("{server}/{name}"), admin, name })
+    }
+
+    pub async fn drop_now(self) {
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {} with (force)", self.name))).execute(&self.admin).await;
+    }
+}
