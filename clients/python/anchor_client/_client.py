@@ -196,6 +196,8 @@ def _query(params: dict[str, Any]) -> dict[str, Any]:
 
 
 Approve = Callable[[Quote], bool]
+# Read before paying, so that `approve` sees the agent's DAB.
+DAB_STATUS = Call("GET", "/v1/dab/status", "/v1/dab/status")
 
 
 class _Base:
@@ -229,6 +231,13 @@ class _Base:
 
     def _send(self, call: Call) -> Any:  # pragma: no cover - each client sends its own way
         raise NotImplementedError
+
+    def _approved(self, call: Call, reply: httpx.Response, dab: Any) -> Quote:
+        """The quote for the 402 `reply` to `call`, once `approve` agreed to it."""
+        quote = _quote(call, _challenge(reply, reply.json() if reply.content else None), dab)
+        if self.approve is not None and not self.approve(quote):
+            raise PaymentRefused(quote)
+        return quote
 
 
 class Anchor(_Base):
@@ -265,14 +274,11 @@ class Anchor(_Base):
         """The headers that pay for `call`, once `approve` agreed to the quote."""
         from x402.http import x402HTTPClientSync
 
-        challenge = _challenge(reply, reply.json() if reply.content else None)
         try:
-            dab = self._send(Call("GET", "/v1/dab/status", "/v1/dab/status"))
+            dab = self._send(DAB_STATUS)
         except AnchorError:
             dab = None
-        quote = _quote(call, challenge, dab)
-        if self.approve is not None and not self.approve(quote):
-            raise PaymentRefused(quote)
+        self._approved(call, reply, dab)
         headers, _ = x402HTTPClientSync(self.payer).handle_402_response(dict(reply.headers), reply.content, self.base_url + call.url)
         return headers
 
@@ -319,14 +325,11 @@ class AsyncAnchor(_Base):
     async def _pay(self, call: Call, reply: httpx.Response) -> dict[str, str]:
         from x402.http import x402HTTPClient
 
-        challenge = _challenge(reply, reply.json() if reply.content else None)
         try:
-            dab = await self._send(Call("GET", "/v1/dab/status", "/v1/dab/status"))
+            dab = await self._send(DAB_STATUS)
         except AnchorError:
             dab = None
-        quote = _quote(call, challenge, dab)
-        if self.approve is not None and not self.approve(quote):
-            raise PaymentRefused(quote)
+        self._approved(call, reply, dab)
         headers, _ = await x402HTTPClient(self.payer).handle_402_response(dict(reply.headers), reply.content, self.base_url + call.url)
         return headers
 
