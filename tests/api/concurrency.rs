@@ -11,6 +11,7 @@ anchor_tests::both_backends!(
     sixty_parallel_creates_debit_exactly_the_trial,
     fifty_request_ids_sent_twice_at_once_spend_the_trial_once,
     batched_writes_of_eight_agents_keep_each_trial_and_request_id,
+    batched_payments_keep_each_dab_nonce_and_request_id,
     gathered_reads_answer_each_request_with_its_own_agent_and_record
 );
 
@@ -156,6 +157,115 @@ async fn batched_writes_of_eight_agents_keep_each_trial_and_request_id(backend: 
     assert_eq!(t.scalar(&one_each("usage_entry")).await, 400, "one usage row per record");
     let leaves = t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await;
     assert_eq!(leaves, 400, "one log leaf per record");
+    assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
+    assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole (each write would then run alone)");
+    closes_once_idle(&t).await;
+}
+
+/// Every call (agent, path, body, PAYMENT-SIGNATURE header) at once; answers in order.
+async fn fire_paid(t: &TestServer, calls: Vec<(&Agent, &str, Value, Option<String>)>) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(calls.len()));
+    let mut handles = Vec::new();
+    for (agent, path, body, payment) in calls {
+        let (http, url, token, barrier) = (t.http.clone(), t.url(path), agent.token.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut request = http.post(url).bearer_auth(token).header("content-type", "application/json").body(body.to_string());
+            if let Some(payment) = payment {
+                request = request.header("PAYMENT-SIGNATURE", payment);
+            }
+            let response = request.send().await.expect("request");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }));
+    }
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.expect("task"));
+    }
+    out
+}
+
+/// The group committer with payments: five agents whose Trial has expired
+/// send paid creates at once. Four have a DAB that pays 10 of their 12
+/// payments, and send their first three requests twice with the same
+/// authorization; the fifth sends six requests, each two of them carrying
+/// one authorization. Each DAB is kept exactly, both copies of a request get
+/// the same answer, an authorization pays one record; then every record is
+/// confirmed twice at once: one confirmation each, its payment settled, one
+/// log leaf and one usage row naming the payment.
+async fn batched_payments_keep_each_dab_nonce_and_request_id(backend: Backend) {
+    use anchor_domain::Clock;
+    use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+    let t = TestServer::with(backend, Options { dab_default: anchor_domain::MilliDac::from_dac(100), ..Options::default() }).await;
+    let mut agents = Vec::new();
+    for _ in 0..5 {
+        agents.push(t.register().await);
+    }
+    t.clock.advance(chrono::Duration::days(31));
+    let now = t.clock.now().timestamp();
+    let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agents[0].token), &create_body(basic_axes())).await);
+    let shared_before = t.store.metrics().shared_batches.get();
+    let mut calls = Vec::new();
+    for agent in &agents[..4] {
+        let requests: Vec<(Value, String)> =
+            (0..12).map(|_| (create_body(basic_axes()), b64(&pay(&challenge, now, Twist::default())))).collect();
+        for (body, payment) in requests.iter().chain(&requests[..3]) {
+            calls.push((agent, "/v1/dd/create", body.clone(), Some(payment.clone())));
+        }
+    }
+    let shared: Vec<String> = (0..3).map(|_| b64(&pay(&challenge, now, Twist::default()))).collect();
+    for n in 0..6 {
+        calls.push((&agents[4], "/v1/dd/create", create_body(basic_axes()), Some(shared[n / 2].clone())));
+    }
+    let replies = fire_paid(&t, calls).await;
+    let mut records = Vec::new();
+    for (a, agent) in agents[..4].iter().enumerate() {
+        let mine = &replies[a * 15..(a + 1) * 15];
+        let created: HashSet<&str> = mine.iter().filter(|(s, _)| *s == 201).map(|(_, b)| b["dd_id"].as_str().unwrap()).collect();
+        let refused = mine[..12].iter().filter(|(s, b)| *s == 403 && b["error_code"] == "DAB_LIMIT_REACHED").count();
+        assert_eq!((created.len(), refused), (10, 2), "agent {a}: {:?}", mine.iter().find(|(s, _)| *s != 201 && *s != 403));
+        for n in 0..3 {
+            let (first, copy) = (&mine[n], &mine[12 + n]);
+            assert_eq!((first.0, &first.1["dd_id"]), (copy.0, &copy.1["dd_id"]), "agent {a}, request {n}: both copies answered alike");
+        }
+        let dab = t.get("/v1/dab/status", Some(&agent.token)).await.json;
+        assert_eq!((&dab["spent_dac"], &dab["remaining_dac"]), (&json!(100), &json!(0)), "agent {a}");
+        assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(10));
+        records.extend(created.into_iter().map(|id| (agent, id.to_string())));
+    }
+    let fifth = &replies[60..];
+    for pair in fifth.chunks(2) {
+        let mut statuses = [pair[0].0, pair[1].0];
+        statuses.sort();
+        assert_eq!(statuses, [201, 402], "one authorization pays one record: {pair:?}");
+        let refused = pair.iter().find(|(s, _)| *s == 402).unwrap();
+        assert_eq!(refused.1["error"], "invalid_exact_evm_nonce_already_used", "{refused:?}");
+        let created = pair.iter().find(|(s, _)| *s == 201).unwrap();
+        records.push((&agents[4], created.1["dd_id"].as_str().unwrap().to_string()));
+    }
+    assert_eq!(t.get("/v1/dd/list", Some(&agents[4].token)).await.json["total"], json!(3));
+    let reserved = t.scalar("select count(*) from x402_payment where status = 'reserved' and dd_id is not null").await;
+    assert_eq!(reserved, 43, "one reservation per record, each naming its record");
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, 43, "nothing reserved for a refused payment");
+
+    let mut confirms = Vec::new();
+    for (agent, dd_id) in records.iter().chain(&records) {
+        confirms.push((*agent, "/v1/dd/confirm", json!({ "dd_id": dd_id }), None));
+    }
+    let replies = fire_paid(&t, confirms).await;
+    let (first, second) = replies.split_at(records.len());
+    for (n, (reply, copy)) in first.iter().zip(second).enumerate() {
+        let mut statuses = [reply.0, copy.0];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "record {}: one confirmation, one ALREADY_CONFIRMED: {reply:?} {copy:?}", records[n].1);
+    }
+    assert_eq!(t.scalar("select count(*) from x402_payment where status = 'settled'").await, 43, "every payment settled once");
+    assert_eq!(t.scalar("select count(*) from x402_payment_event where status = 'settled'").await, 43);
+    let paid_usage = "select count(*) from usage_entry u join x402_payment p on p.payment_id = u.payment_id and p.dd_id = u.dd_id";
+    assert_eq!(t.scalar(paid_usage).await, 43, "one usage row per record, naming its payment");
+    let leaves = t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await;
+    assert_eq!(leaves, 43, "one log leaf per record");
     assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole (each write would then run alone)");
     closes_once_idle(&t).await;

@@ -61,6 +61,24 @@ pub enum TrialUse {
     Whole,
     /// Only this part (the base fee); the rest is paid externally.
     Part(MilliDac),
+    /// The whole price, but the balance read with the agent's token cannot
+    /// pay it (Trial is only ever debited, so it cannot pay now either): not
+    /// tried, said in the challenge as a refused `Whole` would be.
+    Short { balance: MilliDac, expired: bool },
+}
+
+impl TrialUse {
+    /// `Whole`, or `Short` if `balance` (read with the token, by `now`)
+    /// cannot pay `amount` or its Trial has expired.
+    pub fn whole_from(balance: MilliDac, expires_at: DateTime<Utc>, amount: MilliDac, now: DateTime<Utc>) -> TrialUse {
+        let expired = expires_at <= now;
+        if expired || balance < amount { TrialUse::Short { balance, expired } } else { TrialUse::Whole }
+    }
+}
+
+/// Why Trial did not pay, as a challenge's description says it.
+fn trial_short(balance: MilliDac, expired: bool) -> String {
+    if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") }
 }
 
 /// What a payment offered with the request looked like.
@@ -365,8 +383,7 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
                 return Ok(output);
             }
             Committed::TrialShort { balance, expired } => {
-                let why = if expired { "Trial has expired".to_string() } else { format!("Trial holds {balance} DAC") };
-                description = format!("{description}; {why}");
+                description = format!("{description}; {}", trial_short(balance, expired));
                 MilliDac::ZERO
             }
             Committed::EarnedShort { balance } => return Err(short(balance)),
@@ -374,6 +391,10 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
                 return Err(AppError::Internal(anyhow::anyhow!("a Trial-only commit reported an external payment outcome")));
             }
         },
+        TrialUse::Short { balance, expired } => {
+            description = format!("{description}; {}", trial_short(balance, expired));
+            MilliDac::ZERO
+        }
         TrialUse::Part(part) => part,
         TrialUse::None => MilliDac::ZERO,
     };

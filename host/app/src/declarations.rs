@@ -181,6 +181,7 @@ pub(crate) async fn record(
         dac_amount: quote.total,
         salt,
     };
+    let earned_part = earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
     let new = NewDeclaration {
         direct_access_expires_at: declaration.ee.direct_access_period.end_from(now),
         declaration,
@@ -222,14 +223,24 @@ pub(crate) async fn record(
             TrialUse::None
         } else if split {
             TrialUse::Part(quote.base_fee)
+        } else if parent_dd_id.is_none() {
+            TrialUse::whole_from(agent.trial_balance, agent.trial_expires_at, quote.total - earned_part, now)
         } else {
+            // Tried, so that a parent that is not there is said before any challenge.
             TrialUse::Whole
         },
-        earned: earned_premium.map_or(MilliDac::ZERO, |e| e.amount),
+        earned: earned_part,
         offered,
         settle: Settle::AtConfirm,
         pending: None,
     };
+    // Trial not tried (its balance cannot pay): a request_id used before is
+    // still answered with its record, not with a challenge.
+    if matches!(order.trial, TrialUse::Short { .. })
+        && let Some(earlier) = services.store.declaration_by_request(agent.agent_id, input.request_id).await?
+    {
+        return Ok(earlier);
+    }
     let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
     match created {
         Created::New { record, .. } => {

@@ -1,5 +1,5 @@
-//! Group commit of the hot path: Trial-paid creates with no parent, and
-//! confirmations with no payment to settle.
+//! Group commit of the hot path: creates with no parent paid from Trial or
+//! over x402, and confirmations (settling their payment, if any).
 //!
 //! A request hands its write to a committer and waits for the answer, which
 //! comes only once the transaction holding the write has committed. A
@@ -12,9 +12,17 @@
 //!   of the batch is one array parameter (`unnest`), so a statement's text
 //!   does not depend on its number of rows: each connection prepares it
 //!   once, and PostgreSQL keeps one plan for it.
+//!   Writes that pay over x402 (a create reserving its authorization, a
+//!   confirmation settling it) are a third transaction, each write in a
+//!   savepoint of its own (below).
 //! - SQLite: the batch is one transaction (one sync of the write-ahead log)
 //!   on the committer thread's own writer connection, each write its own
 //!   statements, run back to back on that thread ([`crate::direct`]).
+//!
+//! A write that pays over x402 runs the ordinary path's own steps
+//! ([`rows::record_steps`], [`confirm_steps`]) in a savepoint: a used nonce, a DAB
+//! reached, a payment no longer reserved rolls back that write alone, and is
+//! answered as the ordinary path answers it.
 //!
 //! A write the batch did not take (a replayed request_id, a Trial that cannot
 //! pay, a record confirmed twice in one batch, or a batch that failed as a
@@ -34,8 +42,8 @@ use crate::direct::{DirectTx, run_now};
 use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
-use crate::rows::{DeclarationRow, confirm_steps, decode_declaration};
-use crate::{NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
+use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
+use crate::{Created, NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -51,8 +59,15 @@ pub(crate) struct CreateJob {
 
 /// A create's outcome in a batch.
 pub(crate) enum Taken {
-    /// Stored, its Trial debited.
+    /// Stored, its Trial debited or its payment reserved.
     Stored(Box<StoredDeclaration>),
+    /// A payment's create whose request_id the agent used before: the
+    /// earlier record (looked up in the batch, nothing written).
+    Replayed(Box<StoredDeclaration>),
+    /// A payment's authorization already used (its nonce is reserved).
+    NonceUsed,
+    /// A payment that would pass the agent's DAB.
+    DabReached { limit: MilliDac, spent: MilliDac },
     /// Trial could not pay it when the batch ran (SQLite, where the batch
     /// reads the balance its debits left): refused with no write of its own.
     TrialShort { balance: MilliDac, expired: bool },
@@ -68,6 +83,9 @@ pub(crate) struct ConfirmJob {
     pub now: DateTime<Utc>,
     pub usage: Vec<UsageEntry>,
     pub leaf_data: Vec<u8>,
+    /// An externally paid record's settlement reference: its payment is
+    /// marked settled with the confirmation.
+    pub settlement_ref: Option<String>,
     /// Whether the record was confirmed by this write, or `None`: not taken;
     /// an error when the database is unavailable.
     pub reply: oneshot::Sender<Result<Option<bool>>>,
@@ -157,9 +175,15 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
     while let Some(first) = next(&mut jobs, [&mut for_creates, &mut for_confirms]).await {
         let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
+        let (paid, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| job.new.external.is_some());
+        let (settling, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| job.settlement_ref.is_some());
         // Each kind is its own statement, hence its own transaction: a
         // confirmation's commit does not wait for the creates'.
-        tokio::join!(pg_creates(&db, &mut for_creates, creates), pg_confirms(&db, &mut for_confirms, confirms));
+        tokio::join!(
+            pg_creates(&db, &mut for_creates, creates),
+            pg_confirms(&db, &mut for_confirms, confirms),
+            pg_paid(&db, paid, settling)
+        );
         if let Some(stop) = stop {
             let _ = stop.send(());
         }
@@ -200,17 +224,12 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
     }
 }
 
-/// Answers every job of `creates` with the record stored under its dd_id,
-/// its Trial's shortfall, or "not taken".
-fn answer_creates(creates: Vec<CreateJob>, mut stored: HashMap<Uuid, StoredDeclaration>, short: HashMap<Uuid, (MilliDac, bool)>) {
+/// Answers every job of `creates` with what became of it: the record
+/// stored under its dd_id, or its refusal; "not taken" if neither.
+fn answer_creates(creates: Vec<CreateJob>, mut taken: HashMap<Uuid, Taken>) {
     for job in creates {
-        let dd_id = job.new.declaration.dd_id;
-        let taken = match (stored.remove(&dd_id), short.get(&dd_id)) {
-            (Some(record), _) => Taken::Stored(Box::new(record)),
-            (None, Some(&(balance, expired))) => Taken::TrialShort { balance, expired },
-            (None, None) => Taken::Not,
-        };
-        let _ = job.reply.send(Ok(taken));
+        let answer = taken.remove(&job.new.declaration.dd_id).unwrap_or(Taken::Not);
+        let _ = job.reply.send(Ok(answer));
     }
 }
 
@@ -240,7 +259,9 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
     let stored = match async { conn.fetch_all(statement?).await }.await {
-        Ok(found) => found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, r)).collect(),
+        Ok(found) => {
+            found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, Taken::Stored(Box::new(r)))).collect()
+        }
         Err(error) => {
             db.metrics().failed_batches.inc();
             if error.is_unavailable() {
@@ -252,7 +273,7 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
         }
     };
     drop(rows);
-    answer_creates(creates, stored, HashMap::new());
+    answer_creates(creates, stored);
 }
 
 /// The batch's creates as one statement of one text whatever their number:
@@ -382,6 +403,122 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     Some(q)
 }
 
+/// PostgreSQL: the batch's writes that pay over x402, in one transaction,
+/// each in a savepoint of its own; creates in agent order (the
+/// reservations lock their agents' rows until the commit).
+async fn pg_paid<E: Engine>(db: &E, mut creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+    if creates.is_empty() && confirms.is_empty() {
+        return;
+    }
+    creates.sort_by_key(|job| job.new.declaration.agent_id);
+    let run = async {
+        let mut tx = db.begin_write().await?;
+        let done = paid_writes(&mut tx, db.for_update(), &creates, &confirms).await?;
+        crate::engine::Transaction::commit(tx).await?;
+        Ok::<_, StoreError>(done)
+    };
+    match run.await {
+        Ok((taken, settled)) => {
+            answer_creates(creates, taken);
+            for (job, answer) in confirms.into_iter().zip(settled) {
+                let _ = job.reply.send(Ok(answer));
+            }
+        }
+        Err(error) => {
+            db.metrics().failed_batches.inc();
+            if error.is_unavailable() {
+                return refuse_all(creates, confirms, &error);
+            }
+            tracing::debug!(%error, "a batch of payments failed as a whole; each runs alone");
+            answer_creates(creates, HashMap::new());
+            for job in confirms {
+                let _ = job.reply.send(Ok(None));
+            }
+        }
+    }
+}
+
+/// The writes that pay over x402, each in its savepoint: what became of
+/// each create (by dd_id) and of each confirmation (`None`: not taken).
+async fn paid_writes<X: Exec>(
+    tx: &mut X,
+    for_update: &str,
+    creates: &[CreateJob],
+    confirms: &[ConfirmJob],
+) -> Result<(HashMap<Uuid, Taken>, Vec<Option<bool>>)> {
+    let mut taken = HashMap::with_capacity(creates.len());
+    for job in creates {
+        taken.insert(job.new.declaration.dd_id, paid_create(tx, for_update, job).await?);
+    }
+    let mut settled = Vec::with_capacity(confirms.len());
+    for job in confirms {
+        settled.push(settling_confirm(tx, job).await?);
+    }
+    Ok((taken, settled))
+}
+
+/// A create that reserves a payment, in a savepoint: a refusal or a failure
+/// rolls back its writes alone. A failure (other than the database being
+/// unavailable) is "not taken": the write then runs alone and finds why.
+async fn paid_create<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> Result<Taken> {
+    tx.execute(sql("savepoint job")).await?;
+    let outcome = paid_steps(tx, for_update, job).await;
+    end_savepoint(tx, matches!(outcome, Ok(Taken::Stored(_)))).await?;
+    match outcome {
+        Err(error) if error.is_unavailable() => Err(error),
+        Err(error) => {
+            tracing::debug!(%error, "a payment's create failed in its batch; it runs alone");
+            Ok(Taken::Not)
+        }
+        done => done,
+    }
+}
+
+/// The ordinary path's steps for a create that reserves a payment, its
+/// request_id looked up first (a retried request carries the same
+/// authorization, whose nonce would otherwise refuse it).
+async fn paid_steps<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> Result<Taken> {
+    let (new, d) = (&job.new, &job.new.declaration);
+    let earlier = sql("select * from declaration where agent_id = $1 and request_id = $2").bind(d.agent_id).bind(new.request_id);
+    if let Some(row) = tx.fetch_optional(earlier).await? {
+        return Ok(Taken::Replayed(Box::new(decode_declaration(&row)?)));
+    }
+    Ok(match rows::record_steps(tx, for_update, new, d.dd_id, job.now).await? {
+        Created::New { record, .. } => Taken::Stored(record),
+        Created::PaymentReplayed => Taken::NonceUsed,
+        Created::DabReached { limit, spent } => Taken::DabReached { limit, spent },
+        Created::TrialCannotPay { balance, expired } => Taken::TrialShort { balance, expired },
+        Created::Replayed(_) | Created::ParentNotFound | Created::ParentForeign | Created::EarnedShort { .. } => Taken::Not,
+    })
+}
+
+/// A confirmation that settles its payment, in a savepoint: one that
+/// confirms nothing (already confirmed, released, its payment no longer
+/// reserved) rolls back its writes alone.
+async fn settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Result<Option<bool>> {
+    tx.execute(sql("savepoint job")).await?;
+    let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
+    let outcome = confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, job.settlement_ref.as_deref()).await;
+    end_savepoint(tx, matches!(outcome, Ok(true))).await?;
+    match outcome {
+        Ok(confirmed) => Ok(Some(confirmed)),
+        Err(error) if error.is_unavailable() => Err(error),
+        Err(error) => {
+            tracing::debug!(%error, "a settling confirmation failed in its batch; it runs alone");
+            Ok(None)
+        }
+    }
+}
+
+/// Keeps a savepoint's writes, or rolls them back; either way it ends.
+async fn end_savepoint<X: Exec>(tx: &mut X, keep: bool) -> Result<()> {
+    if !keep {
+        tx.execute(sql("rollback to savepoint job")).await?;
+    }
+    tx.execute(sql("release savepoint job")).await?;
+    Ok(())
+}
+
 /// SQLite: the whole batch in one transaction on the committer's connection.
 fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
     let mut run = || -> Result<_> {
@@ -391,10 +528,10 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
         Ok(done)
     };
     match run() {
-        Ok((stored, short, confirmed)) => {
-            answer_creates(creates, stored, short);
+        Ok((taken, confirmed)) => {
+            answer_creates(creates, taken);
             for (job, answer) in confirms.into_iter().zip(confirmed) {
-                let _ = job.reply.send(Ok(Some(answer)));
+                let _ = job.reply.send(Ok(answer));
             }
         }
         Err(error) => {
@@ -403,7 +540,7 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
                 return refuse_all(creates, confirms, &error);
             }
             tracing::debug!(%error, "a batch failed as a whole; each write runs alone");
-            answer_creates(creates, HashMap::new(), HashMap::new());
+            answer_creates(creates, HashMap::new());
             for job in confirms {
                 let _ = job.reply.send(Ok(None));
             }
@@ -414,9 +551,13 @@ fn sqlite_batch(conn: &mut rusqlite::Connection, metrics: &StoreMetrics, creates
 /// The batch's writes, each its own statements (one writer: the balance a
 /// create reads is the one its debit changes).
 async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[ConfirmJob]) -> Result<SqliteDone> {
-    let (mut stored, mut short) = (HashMap::new(), HashMap::new());
+    let mut taken = HashMap::with_capacity(creates.len());
     for job in creates {
         let d = &job.new.declaration;
+        if job.new.external.is_some() {
+            taken.insert(d.dd_id, paid_create(tx, "", job).await?);
+            continue;
+        }
         let amount = d.dac_amount.milli();
         // A request_id used before inserts nothing (not taken).
         let columns = DeclarationRow::trial_paid(&job.new).columns_but_trial_left();
@@ -435,7 +576,7 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
             // is left to the write alone, which answers with its record.
             let (balance, expired) = crate::agents::trial_shortfall(tx, d.agent_id, job.now).await?;
             if expired || balance.milli() < amount {
-                short.insert(d.dd_id, (balance, expired));
+                taken.insert(d.dd_id, Taken::TrialShort { balance, expired });
             }
             continue;
         };
@@ -444,16 +585,20 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
             sql("update agent set trial_balance_milli = trial_balance_milli - $1 where agent_id = $2").bind(amount).bind(d.agent_id),
         )
         .await?;
-        stored.insert(d.dd_id, record);
+        taken.insert(d.dd_id, Taken::Stored(Box::new(record)));
     }
     let mut confirmed = Vec::with_capacity(confirms.len());
     for job in confirms {
+        if job.settlement_ref.is_some() {
+            confirmed.push(settling_confirm(tx, job).await?);
+            continue;
+        }
         let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
-        confirmed.push(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?);
+        confirmed.push(Some(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?));
     }
-    Ok((stored, short, confirmed))
+    Ok((taken, confirmed))
 }
 
-/// A SQLite batch's outcome: the records stored, the creates Trial could
-/// not pay (balance, expired), and whether each confirmation was taken.
-type SqliteDone = (HashMap<Uuid, StoredDeclaration>, HashMap<Uuid, (MilliDac, bool)>, Vec<bool>);
+/// A SQLite batch's outcome: what became of each create (by dd_id), and
+/// whether each confirmation was taken (`None`: not taken).
+type SqliteDone = (HashMap<Uuid, Taken>, Vec<Option<bool>>);

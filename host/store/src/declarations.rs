@@ -9,8 +9,7 @@ use uuid::Uuid;
 use crate::agents;
 use crate::batch;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
-use crate::payments;
-use crate::rows::{DeclarationRow, confirm_in_one, confirm_steps, decode_declaration};
+use crate::rows::{self, DeclarationRow, confirm_in_one, confirm_steps, decode_declaration};
 use crate::*;
 pub use anchor_domain::records::{ListFilter, StoredDeclaration};
 
@@ -109,17 +108,6 @@ pub trait DeclarationStore: Send + Sync {
 impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
         let d = &new.declaration;
-        // A request_id used before is answered with its record. Paid over x402,
-        // that is looked up first: a retried request carries the same
-        // authorization, whose nonce would otherwise refuse it. Otherwise the
-        // unique (agent, request_id) key finds it with no lookup of its own:
-        // the insert fails, the transaction (and its debit) is dropped, and
-        // every refusal below is checked against an earlier record first.
-        if new.external.is_some()
-            && let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await?
-        {
-            return Ok(Created::Replayed(Box::new(earlier)));
-        }
         let refused = |outcome: Created| async move {
             Ok::<_, StoreError>(match self.declaration_for_request(d.agent_id, new.request_id).await? {
                 Some(earlier) => Created::Replayed(Box::new(earlier)),
@@ -127,9 +115,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             })
         };
         let trial_only = new.external.is_none() && new.earned_premium.is_none() && new.agreement.is_none();
-        // Paid wholly from Trial, with no parent: handed to the group
-        // committer, which answers once its batch has committed.
-        if trial_only
+        // Paid from Trial or over x402 (Earned DAC, a bilateral agreement or a
+        // parent aside): handed to the group committer, which answers once its
+        // batch has committed.
+        if new.earned_premium.is_none()
+            && new.agreement.is_none()
             && d.dd.parent_dd_id.is_none()
             && let Some(batcher) = self.batcher()
         {
@@ -140,15 +130,31 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     Ok(Ok(batch::Taken::Stored(record))) => {
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
                     }
+                    Ok(Ok(batch::Taken::Replayed(earlier))) => return Ok(Created::Replayed(earlier)),
                     // Refused from the batch's own reading, with no write of its own
                     // (a paid create tries Trial first, on its 402 and its retry).
-                    Ok(Ok(batch::Taken::TrialShort { balance, expired })) => {
+                    Ok(Ok(batch::Taken::TrialShort { balance, expired })) if trial_only => {
                         return refused(Created::TrialCannotPay { balance, expired }).await;
                     }
+                    // A payment's job looked its request_id up first.
+                    Ok(Ok(batch::Taken::TrialShort { balance, expired })) => return Ok(Created::TrialCannotPay { balance, expired }),
+                    Ok(Ok(batch::Taken::NonceUsed)) => return Ok(Created::PaymentReplayed),
+                    Ok(Ok(batch::Taken::DabReached { limit, spent })) => return Ok(Created::DabReached { limit, spent }),
                     Ok(Err(unavailable)) => return Err(unavailable),
                     _ => {}
                 }
             }
+        }
+        // A request_id used before is answered with its record. Paid over x402,
+        // that is looked up first: a retried request carries the same
+        // authorization, whose nonce would otherwise refuse it. Otherwise the
+        // unique (agent, request_id) key finds it with no lookup of its own:
+        // the insert fails, the transaction (and its debit) is dropped, and
+        // every refusal below is checked against an earlier record first.
+        if new.external.is_some()
+            && let Some(earlier) = self.declaration_for_request(d.agent_id, new.request_id).await?
+        {
+            return Ok(Created::Replayed(Box::new(earlier)));
         }
         // Not taken by a batch (or none runs here), on PostgreSQL: one statement.
         if self.db.writes_in_with() && trial_only && d.dd.parent_dd_id.is_none() {
@@ -183,77 +189,19 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             }
             lineage_group_id = row.get("lineage_group_id")?;
         }
-        let trial_remaining = if let Some(payment) = &new.external {
-            let subject = Subject::declaration(d.dd_id);
-            match payments::reserve(&mut tx, self.db.for_update(), payment, d.agent_id, subject, now).await? {
-                Reservation::Reserved => {}
-                Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
-                Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
-                // `reserve` itself never debits Earned DAC nor writes a pending record (only `reserve_payment` does).
-                Reservation::EarnedShort { .. } | Reservation::Duplicate => {
-                    return Err(StoreError::Corrupt("a declaration's reservation reported what only reserve_payment does".into()));
-                }
-            }
-            if new.base_from_trial {
-                match agents::debit_trial(&mut tx, d.agent_id, new.base_fee, now).await? {
-                    Some(left) => Some(left),
-                    None => return Ok(Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }),
-                }
-            } else {
-                None
-            }
-        } else {
-            let earned_part = new.earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
-            let Some(trial_remaining) = agents::debit_trial(&mut tx, d.agent_id, d.dac_amount - earned_part, now).await? else {
-                let (balance, expired) = agents::trial_shortfall(&mut tx, d.agent_id, now).await?;
-                drop(tx);
-                return refused(Created::TrialCannotPay { balance, expired }).await;
-            };
-            Some(trial_remaining)
-        };
-        if let Some(part) = new.earned_premium {
-            let subject = Some(Subject::declaration(d.dd_id));
-            let spend =
-                earned::debit(&mut tx, self.db.for_update(), d.agent_id, part.amount, part.threshold, "declaration premium", subject, now);
-            if let Some(balance) = spend.await?.shortfall() {
-                drop(tx);
-                return refused(Created::EarnedShort { balance }).await;
-            }
-        }
-        let (base_source, mut premium_source) = match (&new.external, new.base_from_trial) {
-            (None, _) => (PaymentSource::Trial, PaymentSource::Trial),
-            (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
-            (Some(_), false) => (PaymentSource::External, PaymentSource::External),
-        };
-        if new.earned_premium.is_some() {
-            premium_source = PaymentSource::Earned;
-        }
-        let settlement = if new.external.is_some() { SettlementStatus::Pending } else { SettlementStatus::Unreserved };
-        let row = DeclarationRow {
-            new,
-            lineage_group_id,
-            trial_remaining,
-            base_source,
-            premium_source,
-            settlement,
-            agreement_id: new.agreement.map(|a| a.agreement_id),
-        };
-        let mut insert = row.query();
-        insert.push(" returning *");
-        let inserted = tx.fetch_one(insert).await;
-        match inserted {
-            Ok(stored) => {
-                let record = Box::new(decode_declaration(&stored)?);
+        match rows::record_steps(&mut tx, self.db.for_update(), new, lineage_group_id, now).await {
+            Ok(created @ Created::New { .. }) => {
                 if let Some(agreement) = &new.agreement {
                     bilateral::insert(&mut tx, agreement, d, now).await?;
                 }
-                if let Some(payment) = &new.external {
-                    tx.execute(sql("update x402_payment set dd_id = $1 where payment_id = $2").bind(d.dd_id).bind(payment.payment_id))
-                        .await?;
-                }
                 tx.commit().await?;
-                Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)), record })
+                Ok(created)
             }
+            Ok(refusal @ (Created::TrialCannotPay { .. } | Created::EarnedShort { .. })) => {
+                drop(tx);
+                refused(refusal).await
+            }
+            Ok(other) => Ok(other),
             // A concurrent request with the same request_id won: drop our
             // debit with the transaction and answer with its record.
             Err(error) if is_unique_violation(&error) => {
@@ -294,10 +242,8 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
     ) -> Result<bool> {
-        // Paid from Trial or Earned DAC: handed to the group committer.
-        if settlement_ref.is_none()
-            && let Some(batcher) = self.batcher()
-        {
+        // Handed to the group committer (settling the payment, if any).
+        if let Some(batcher) = self.batcher() {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
                 dd_id,
@@ -305,6 +251,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 now,
                 usage: usage.to_vec(),
                 leaf_data: leaf_data.to_vec(),
+                settlement_ref: settlement_ref.map(str::to_owned),
                 reply,
             }));
             if batcher.submit(job).await {
@@ -394,10 +341,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
 
 impl<E: Engine> SqlStore<E> {
     async fn declaration_for_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
-        let row = self
-            .db()
-            .fetch_optional(sql("select * from declaration where agent_id = $1 and request_id = $2").bind(agent_id).bind(request_id))
-            .await?;
+        let query = || sql("select * from declaration where agent_id = $1 and request_id = $2").bind(agent_id).bind(request_id);
+        if let Some(found) = self.read_direct(query(), decode_declaration) {
+            return Ok(found);
+        }
+        let row = self.db().fetch_optional(query()).await?;
         row.as_ref().map(decode_declaration).transpose()
     }
 }

@@ -42,6 +42,13 @@ pub(crate) fn open_writer(path: &Path) -> Result<rusqlite::Connection> {
 }
 
 fn direct(error: rusqlite::Error) -> StoreError {
+    // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY: told apart,
+    // as the pool's errors are, so a used key is a refusal and not a failure.
+    if let rusqlite::Error::SqliteFailure(failure, _) = &error
+        && matches!(failure.extended_code, rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
+    {
+        return StoreError::UniqueKey(error.to_string());
+    }
     StoreError::Database(sqlx::Error::Protocol(format!("sqlite: {error}")))
 }
 

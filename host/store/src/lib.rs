@@ -93,6 +93,10 @@ pub enum StoreError {
     /// request's behalf (the group committer's batch).
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// A unique key refused a write on SQLite's direct connection (the
+    /// group committer's): a used nonce, a request_id recorded already.
+    #[error("unique key: {0}")]
+    UniqueKey(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -203,7 +207,11 @@ impl<E: Engine> SqlStore<E> {
 
 /// A unique constraint refused the write.
 fn is_unique_violation(error: &StoreError) -> bool {
-    matches!(error, StoreError::Database(sqlx::Error::Database(db)) if db.is_unique_violation())
+    match error {
+        StoreError::UniqueKey(_) => true,
+        StoreError::Database(sqlx::Error::Database(db)) => db.is_unique_violation(),
+        _ => false,
+    }
 }
 
 fn hash32(column: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {

@@ -131,6 +131,10 @@ pub struct UnknownSettlement {
 }
 
 /// An agent's external spending since a time: reserved and settled payments count.
+/// [`DAB_SPENT`] as a subquery of a statement over the agent `a`.
+const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
+     where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= $2";
+
 pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
      where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2";
 
@@ -375,8 +379,20 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
     }
 
     async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus> {
-        let own: Option<i64> = self.db().scalar(sql("select dab_limit_milli from agent where agent_id = $1").bind(agent_id)).await?;
-        let spent: i64 = self.db().scalar(sql(DAB_SPENT).bind(agent_id).bind(period_start)).await?;
+        // One statement: the agent's own limit and its spending, side by side.
+        let query = || {
+            sql(format!("select a.dab_limit_milli as own, ({DAB_SPENT_OF_A}) as spent from agent a where a.agent_id = $1"))
+                .bind(agent_id)
+                .bind(period_start)
+        };
+        let found = match self.read_direct(query(), |row| Ok((row.get::<Option<i64>>("own")?, row.get::<i64>("spent")?))) {
+            Some(found) => found,
+            None => match self.db().fetch_optional(query()).await? {
+                Some(row) => Some((row.get::<Option<i64>>("own")?, row.get::<i64>("spent")?)),
+                None => None,
+            },
+        };
+        let (own, spent) = found.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")))?;
         Ok(DabStatus { own_limit: own.map(MilliDac), spent: MilliDac(spent) })
     }
 }

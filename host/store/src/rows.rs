@@ -1,5 +1,6 @@
 //! A declaration as a row: how a record is written (alone, or in a batch of
-//! the group committer) and read back, and the steps of a confirmation.
+//! the group committer) and read back, and the steps of a record and of a
+//! confirmation.
 //! Shared by the declaration store and the group committer, below both.
 
 use anchor_domain::MilliDac;
@@ -10,6 +11,7 @@ use uuid::Uuid;
 use crate::engine::{Bind, Exec, Query, Row, sql};
 use crate::payments::{self, UsageEntry};
 use crate::*;
+use crate::{agents, earned};
 
 /// The declaration row of a record to insert.
 pub(crate) struct DeclarationRow<'a> {
@@ -280,4 +282,79 @@ pub(crate) async fn confirm_steps<X: Exec>(
     tx.execute(sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now))
         .await?;
     Ok(true)
+}
+
+/// A declaration's writes in `tx`, its parent (if any) already looked up:
+/// the payment reserved (nonce and DAB), Trial and Earned DAC debited, the
+/// record inserted (a bilateral agreement is the caller's). A refusal is answered with the writes
+/// before it left in `tx`, for the caller to drop (or roll back to its
+/// savepoint); a used request_id fails the insert (a unique key).
+pub(crate) async fn record_steps<X: Exec>(
+    tx: &mut X,
+    for_update: &str,
+    new: &NewDeclaration,
+    lineage_group_id: Uuid,
+    now: DateTime<Utc>,
+) -> Result<Created> {
+    let d = &new.declaration;
+    let trial_remaining = if let Some(payment) = &new.external {
+        let subject = Subject::declaration(d.dd_id);
+        match payments::reserve(tx, for_update, payment, d.agent_id, subject, now).await? {
+            Reservation::Reserved => {}
+            Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
+            Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
+            // `reserve` itself never debits Earned DAC nor writes a pending record (only `reserve_payment` does).
+            Reservation::EarnedShort { .. } | Reservation::Duplicate => {
+                return Err(StoreError::Corrupt("a declaration's reservation reported what only reserve_payment does".into()));
+            }
+        }
+        if new.base_from_trial {
+            match agents::debit_trial(tx, d.agent_id, new.base_fee, now).await? {
+                Some(left) => Some(left),
+                None => return Ok(Created::TrialCannotPay { balance: MilliDac::ZERO, expired: false }),
+            }
+        } else {
+            None
+        }
+    } else {
+        let earned_part = new.earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
+        let Some(trial_remaining) = agents::debit_trial(tx, d.agent_id, d.dac_amount - earned_part, now).await? else {
+            let (balance, expired) = agents::trial_shortfall(tx, d.agent_id, now).await?;
+            return Ok(Created::TrialCannotPay { balance, expired });
+        };
+        Some(trial_remaining)
+    };
+    if let Some(part) = new.earned_premium {
+        let subject = Some(Subject::declaration(d.dd_id));
+        let spend = earned::debit(tx, for_update, d.agent_id, part.amount, part.threshold, "declaration premium", subject, now);
+        if let Some(balance) = spend.await?.shortfall() {
+            return Ok(Created::EarnedShort { balance });
+        }
+    }
+    let (base_source, mut premium_source) = match (&new.external, new.base_from_trial) {
+        (None, _) => (PaymentSource::Trial, PaymentSource::Trial),
+        (Some(_), true) => (PaymentSource::Trial, PaymentSource::External),
+        (Some(_), false) => (PaymentSource::External, PaymentSource::External),
+    };
+    if new.earned_premium.is_some() {
+        premium_source = PaymentSource::Earned;
+    }
+    let settlement = if new.external.is_some() { SettlementStatus::Pending } else { SettlementStatus::Unreserved };
+    let row = DeclarationRow {
+        new,
+        lineage_group_id,
+        trial_remaining,
+        base_source,
+        premium_source,
+        settlement,
+        agreement_id: new.agreement.map(|a| a.agreement_id),
+    };
+    let mut insert = row.query();
+    insert.push(" returning *");
+    let stored = tx.fetch_one(insert).await?;
+    let record = Box::new(decode_declaration(&stored)?);
+    if let Some(payment) = &new.external {
+        tx.execute(sql("update x402_payment set dd_id = $1 where payment_id = $2").bind(d.dd_id).bind(payment.payment_id)).await?;
+    }
+    Ok(Created::New { trial_remaining: MilliDac(trial_remaining.unwrap_or(0)), record })
 }
