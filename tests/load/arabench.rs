@@ -19,7 +19,6 @@
 use std::time::{Duration, Instant};
 
 use anchor_domain::{Clock, MilliDac};
-use anchor_tests::x402::{Twist, b64, pay};
 use anchor_tests::*;
 use serde_json::json;
 use uuid::Uuid;
@@ -129,7 +128,7 @@ async fn run(backend: Backend, declarations: usize, agents: usize, requests: usi
         let mut times = Vec::with_capacity(requests);
         for i in 0..requests + requests / 10 {
             let path = path(i);
-            let elapsed = observe(&t, &observer.token, &path, *paid).await;
+            let elapsed = seed::observe(&t, &observer.token, &path, *paid).await;
             if i >= requests / 10 {
                 times.push(elapsed);
             }
@@ -158,28 +157,4 @@ async fn commits(t: &TestServer, backend: Backend) -> Option<i64> {
             Some(t.scalar("select xact_commit from pg_stat_database where datname = current_database()").await)
         }
     }
-}
-
-/// One observation; a paid one answers its challenge first, and only the
-/// paid request is timed.
-async fn observe(t: &TestServer, token: &str, path: &str, paid: bool) -> Duration {
-    let bearer = format!("Bearer {token}");
-    let mut signature = None;
-    if paid {
-        let challenge = t.http.get(t.url(path)).header("authorization", &bearer).send().await.expect("challenge");
-        assert_eq!(challenge.status().as_u16(), 402, "{path}: {}", challenge.text().await.unwrap_or_default());
-        let challenge: serde_json::Value = challenge.json().await.expect("challenge body");
-        signature = Some(b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default())));
-    }
-    let mut request = t.http.get(t.url(path)).header("authorization", &bearer);
-    if let Some(signature) = &signature {
-        request = request.header("payment-signature", signature);
-    }
-    let started = Instant::now();
-    let response = request.send().await.expect("observation");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("body");
-    let elapsed = started.elapsed();
-    assert_eq!(status, 200, "{path}: {text}");
-    elapsed
 }

@@ -118,17 +118,16 @@ async fn main() -> anyhow::Result<()> {
     let next_pair = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let confirmed_at = Arc::new(Mutex::new(Vec::with_capacity(args.pairs)));
     let started = Instant::now();
-    // Watches the published checkpoint: when each size was first seen.
+    // Watches the published checkpoint: when each size was first seen, from
+    // the size the log had before the run (a database with history).
     let seen = Arc::new(Mutex::new(Vec::<(u64, Instant)>::new()));
+    let baseline = if args.log { checkpoint_size(&http, &args.url).await.unwrap_or(0) } else { 0 };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = args.log.then(|| {
         let (http, url, seen, stop) = (http.clone(), args.url.clone(), seen.clone(), stop.clone());
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(reply) = http.get(format!("{url}/v1/log/checkpoint")).send().await
-                    && let Ok(text) = reply.text().await
-                    && let Some(size) = text.lines().nth(1).and_then(|l| l.parse::<u64>().ok())
-                {
+                if let Some(size) = checkpoint_size(&http, &url).await {
                     let mut seen = seen.lock().await;
                     if seen.last().is_none_or(|(s, _)| *s < size) {
                         seen.push((size, Instant::now()));
@@ -256,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     if let Some(watcher) = watcher {
-        log_report(&http, &args.url, &confirmed_at.lock().await, &seen, &stop, watcher).await?;
+        log_report(&http, &args.url, &confirmed_at.lock().await, baseline, &seen, &stop, watcher).await?;
     }
     Ok(())
 }
@@ -313,19 +312,26 @@ fn sign_payment(signer: &alloy_signer_local::PrivateKeySigner, challenge: &Value
     base64::engine::general_purpose::STANDARD.encode(payload.to_string())
 }
 
+/// The size of the log's published checkpoint.
+async fn checkpoint_size(http: &reqwest::Client, url: &str) -> Option<u64> {
+    let text = http.get(format!("{url}/v1/log/checkpoint")).send().await.ok()?.text().await.ok()?;
+    text.lines().nth(1)?.parse().ok()
+}
+
 /// Confirm-to-checkpoint latency (from the watcher's first sight of a
 /// checkpoint covering each leaf) and receipt fetch time.
 async fn log_report(
     http: &reqwest::Client,
     url: &str,
     confirmed: &[(String, String, Instant)],
+    baseline: u64,
     seen: &Arc<Mutex<Vec<(u64, Instant)>>>,
     stop: &Arc<std::sync::atomic::AtomicBool>,
     watcher: tokio::task::JoinHandle<()>,
 ) -> anyhow::Result<()> {
     // Wait until the last checkpoint covers everything (bounded).
     let deadline = Instant::now() + Duration::from_secs(60);
-    let total = confirmed.len() as u64;
+    let total = baseline + confirmed.len() as u64;
     while seen.lock().await.last().map_or(0, |(s, _)| *s) < total && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -55,6 +55,37 @@ pub async fn declarations(
     plain: &str,
     branch_one: &str,
 ) {
+    rows(t, backend, declarations, agents, now, plain, branch_one).await;
+    let stamp = match backend {
+        Backend::Sqlite => format!("'{}'", now.to_rfc3339()),
+        Backend::Postgres => format!("timestamptz '{}'", now.to_rfc3339()),
+    };
+    let zero = match backend {
+        Backend::Sqlite => "x'00'",
+        Backend::Postgres => "decode('00', 'hex')",
+    };
+    t.tamper(&format!(
+        "insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) \
+         select row_number() over (order by anchored_at, dd_id) - 1, dd_id, {zero}, {stamp} from declaration where confirmed_at is not null"
+    ))
+    .await;
+    t.tamper("delete from log_pending").await;
+    t.tamper("update log_state set size = (select count(*) from log_entry) where log_state_id = 0").await;
+    t.tamper("analyze").await;
+}
+
+/// The declarations alone: `declarations` clones of the two templates (one
+/// in five from `branch_one`), confirmed, by agent ordinal, 100,000 per
+/// statement.
+pub async fn rows(
+    t: &TestServer,
+    backend: Backend,
+    declarations: usize,
+    agents: usize,
+    now: chrono::DateTime<chrono::Utc>,
+    plain: &str,
+    branch_one: &str,
+) {
     let columns = match backend {
         Backend::Sqlite => t.strings("select name from pragma_table_info('declaration') order by cid").await,
         Backend::Postgres => {
@@ -72,22 +103,6 @@ pub async fn declarations(
         t.tamper(&clone_statement(backend, t, &columns, lo, hi, agents, now, plain, branch_one)).await;
         lo = hi;
     }
-    let stamp = match backend {
-        Backend::Sqlite => format!("'{}'", now.to_rfc3339()),
-        Backend::Postgres => format!("timestamptz '{}'", now.to_rfc3339()),
-    };
-    let zero = match backend {
-        Backend::Sqlite => "x'00'",
-        Backend::Postgres => "decode('00', 'hex')",
-    };
-    t.tamper(&format!(
-        "insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) \
-         select row_number() over (order by anchored_at, dd_id) - 1, dd_id, {zero}, {stamp} from declaration where confirmed_at is not null"
-    ))
-    .await;
-    t.tamper("delete from log_pending").await;
-    t.tamper("update log_state set size = (select count(*) from log_entry) where log_state_id = 0").await;
-    t.tamper("analyze").await;
 }
 
 /// `insert into declaration … select` cloning declarations `lo..hi` from the
@@ -151,4 +166,31 @@ fn uuid_literal(backend: Backend, t: &TestServer, id: &str) -> String {
         Backend::Sqlite => t.uuid_sql(id),
         Backend::Postgres => format!("cast('{id}' as uuid)"),
     }
+}
+
+/// One ARA observation; a paid one answers its challenge first, and only
+/// the paid request is timed.
+#[allow(dead_code)] // deidbench includes this file and observes nothing
+pub async fn observe(t: &TestServer, token: &str, path: &str, paid: bool) -> std::time::Duration {
+    use anchor_domain::Clock;
+    use anchor_tests::x402::{Twist, b64, pay};
+    let bearer = format!("Bearer {token}");
+    let mut signature = None;
+    if paid {
+        let challenge = t.http.get(t.url(path)).header("authorization", &bearer).send().await.expect("challenge");
+        assert_eq!(challenge.status().as_u16(), 402, "{path}: {}", challenge.text().await.unwrap_or_default());
+        let challenge: serde_json::Value = challenge.json().await.expect("challenge body");
+        signature = Some(b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default())));
+    }
+    let mut request = t.http.get(t.url(path)).header("authorization", &bearer);
+    if let Some(signature) = &signature {
+        request = request.header("payment-signature", signature);
+    }
+    let started = std::time::Instant::now();
+    let response = request.send().await.expect("observation");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let elapsed = started.elapsed();
+    assert_eq!(status, 200, "{path}: {text}");
+    elapsed
 }

@@ -373,6 +373,22 @@ impl TestServer {
         TestServer { base, clock, store, http, backend, log_key, state, _cleanup: cleanup, _server: server, _integrator: integrator }
     }
 
+    /// The SQLite file this server's database is (`None` on PostgreSQL).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        match &self._cleanup {
+            Cleanup::Dir(dir) => Some(dir.join("anchor.db")),
+            Cleanup::Schema { .. } => None,
+        }
+    }
+
+    /// The PostgreSQL URL and schema this server's database is (`None` on SQLite).
+    pub fn postgres_schema(&self) -> Option<(&str, &str)> {
+        match &self._cleanup {
+            Cleanup::Dir(_) => None,
+            Cleanup::Schema { url, schema } => Some((url.as_str(), schema.as_str())),
+        }
+    }
+
     /// Runs one SQL statement directly against this server's database, behind
     /// the service's back (tamper tests).
     pub async fn tamper(&self, statement: &str) {
