@@ -13,16 +13,18 @@
 //!   does not depend on its number of rows: each connection prepares it
 //!   once, and PostgreSQL keeps one plan for it.
 //!   Writes that pay over x402 (a create reserving its authorization, a
-//!   confirmation settling it) are a third transaction, each write in a
-//!   savepoint of its own (below).
+//!   confirmation settling it) are a third transaction: the paying agents'
+//!   rows locked, then the creates as one statement and the settlements as
+//!   another.
 //! - SQLite: the batch is one transaction (one sync of the write-ahead log)
 //!   on the committer thread's own writer connection, each write its own
 //!   statements, run back to back on that thread ([`crate::direct`]).
 //!
-//! A write that pays over x402 runs the ordinary path's own steps
-//! ([`rows::record_steps`], [`confirm_steps`]) in a savepoint: a used nonce, a DAB
-//! reached, a payment no longer reserved rolls back that write alone, and is
-//! answered as the ordinary path answers it.
+//! On SQLite (and on PostgreSQL for a create whose base fee Trial pays), a
+//! write that pays over x402 runs the ordinary path's own steps
+//! ([`rows::record_steps`], [`confirm_steps`]) in a savepoint: a used nonce,
+//! a DAB reached, a payment no longer reserved rolls back that write alone,
+//! and is answered as the ordinary path answers it.
 //!
 //! A write the batch did not take (a replayed request_id, a Trial that cannot
 //! pay, a record confirmed twice in one batch, or a batch that failed as a
@@ -39,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
+use crate::engine::{Bind, Engine, Exec, Kept, Query, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
@@ -403,21 +405,46 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     Some(q)
 }
 
-/// PostgreSQL: the batch's writes that pay over x402, in one transaction,
-/// each in a savepoint of its own; creates in agent order (the
-/// reservations lock their agents' rows until the commit).
-async fn pg_paid<E: Engine>(db: &E, mut creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+/// PostgreSQL: the batch's writes that pay over x402, in one transaction:
+/// every paying agent's row locked first (in agent order, so that the DAB
+/// read after it counts every payment committed before), then the creates
+/// as one statement and the settling confirmations as another. A create
+/// whose base fee Trial pays runs the ordinary steps in a savepoint.
+async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
     if creates.is_empty() && confirms.is_empty() {
         return;
     }
-    creates.sort_by_key(|job| job.new.declaration.agent_id);
+    let (whole, parted): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.new.base_from_trial);
     let run = async {
         let mut tx = db.begin_write().await?;
-        let done = paid_writes(&mut tx, db.for_update(), &creates, &confirms).await?;
+        let mut agents: Vec<Uuid> = whole.iter().chain(&parted).map(|job| job.new.declaration.agent_id).collect();
+        agents.sort();
+        agents.dedup();
+        if !agents.is_empty() {
+            let mut lock = sql("select a.agent_id from agent a join (select * from ");
+            lock.push_unnest("paying", agents.iter().map(|id| vec![("agent_id", id.value())]).collect())
+                .ok_or_else(|| StoreError::Unsupported("agents as an array".into()))?;
+            lock.push(") paying on paying.agent_id = a.agent_id order by a.agent_id for update of a");
+            tx.fetch_all(lock).await?;
+        }
+        let mut taken = HashMap::with_capacity(whole.len() + parted.len());
+        if !whole.is_empty() {
+            let statement = pg_paid_create_statement(&whole).ok_or_else(|| StoreError::Unsupported("paid creates as arrays".into()))?;
+            for row in tx.fetch_all(statement).await? {
+                let record = decode_declaration(&row)?;
+                taken.insert(record.declaration.dd_id, Taken::Stored(Box::new(record)));
+            }
+        }
+        for job in &parted {
+            taken.insert(job.new.declaration.dd_id, paid_create(&mut tx, db.for_update(), job).await?);
+        }
+        let settled = if confirms.is_empty() { Vec::new() } else { pg_settle(&mut tx, &confirms).await? };
         crate::engine::Transaction::commit(tx).await?;
-        Ok::<_, StoreError>(done)
+        Ok::<_, StoreError>((taken, settled))
     };
-    match run.await {
+    let outcome = run.await;
+    let creates: Vec<CreateJob> = whole.into_iter().chain(parted).collect();
+    match outcome {
         Ok((taken, settled)) => {
             answer_creates(creates, taken);
             for (job, answer) in confirms.into_iter().zip(settled) {
@@ -438,23 +465,174 @@ async fn pg_paid<E: Engine>(db: &E, mut creates: Vec<CreateJob>, confirms: Vec<C
     }
 }
 
-/// The writes that pay over x402, each in its savepoint: what became of
-/// each create (by dd_id) and of each confirmation (`None`: not taken).
-async fn paid_writes<X: Exec>(
-    tx: &mut X,
-    for_update: &str,
-    creates: &[CreateJob],
-    confirms: &[ConfirmJob],
-) -> Result<(HashMap<Uuid, Taken>, Vec<Option<bool>>)> {
-    let mut taken = HashMap::with_capacity(creates.len());
-    for job in creates {
-        taken.insert(job.new.declaration.dd_id, paid_create(tx, for_update, job).await?);
+/// The batch's paid creates as one statement (their agents locked): each
+/// reserves its authorization and records its declaration, or is left out:
+/// a request_id recorded already or repeated in the batch, a nonce used
+/// already or repeated, a payment that would take its agent past its DAB
+/// (counting every earlier create of the batch for that agent, taken or
+/// not, so it never overspends). Left out is "not taken": the write then
+/// runs alone and answers why.
+fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
+    let rows: Vec<DeclarationRow<'_>> = jobs.iter().map(|job| DeclarationRow::paid_externally(&job.new)).collect();
+    let mut input = Vec::with_capacity(jobs.len());
+    for (n, (row, job)) in rows.iter().zip(jobs).enumerate() {
+        let payment = job.new.external.as_ref()?;
+        let mut columns = vec![
+            ("b_i", (n as i64).value()),
+            ("b_now", job.now.value()),
+            ("b_period_start", payment.period_start.value()),
+            ("b_dab_default", payment.dab_default.milli().value()),
+            ("p_payment_id", payment.payment_id.value()),
+            ("p_network", payment.network.as_str().value()),
+            ("p_asset", payment.asset.as_str().value()),
+            ("p_payer", payment.payer.as_str().value()),
+            ("p_nonce", payment.nonce.as_str().value()),
+            ("p_amount_units", payment.amount_units.value()),
+            ("p_pay_to", payment.pay_to.as_str().value()),
+            ("p_valid_after", payment.valid_after.value()),
+            ("p_valid_before", payment.valid_before.value()),
+            ("p_route", payment.route.as_str().value()),
+            ("p_pricing_version", payment.priced_by.version.as_str().value()),
+            ("p_pricing_sha256", payment.priced_by.sha256.as_str().value()),
+            ("p_payload", payment.payload.as_str().value()),
+        ];
+        columns.extend(row.columns());
+        input.push(columns);
     }
-    let mut settled = Vec::with_capacity(confirms.len());
-    for job in confirms {
-        settled.push(settling_confirm(tx, job).await?);
+    let names: Vec<&str> =
+        input.first()?.iter().map(|(name, _)| *name).filter(|name| !name.starts_with("b_") && !name.starts_with("p_")).collect();
+    let mut q = sql("with input as (select * from ");
+    q.push_unnest("input", input)?;
+    q.push(
+        "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
+         where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \
+         and not exists (select 1 from x402_payment x where x.network = input.p_network and x.asset = input.p_asset \
+         and x.payer = input.p_payer and x.nonce = input.p_nonce) \
+         order by input.agent_id, input.request_id, input.b_i), \
+         once as (select distinct on (p_network, p_asset, p_payer, p_nonce) * from fresh \
+         order by p_network, p_asset, p_payer, p_nonce, b_i), \
+         running as (select input.b_i, sum(input.p_amount_units) over (partition by input.agent_id order by input.b_i) as b_running \
+         from input), \
+         fits as (select once.* from once join running on running.b_i = once.b_i join agent a on a.agent_id = once.agent_id \
+         where running.b_running + (select cast(coalesce(sum(x.amount_units), 0) as bigint) from x402_payment x \
+         where x.agent_id = once.agent_id and x.status in ('reserved', 'settled') and x.created_at >= once.b_period_start) \
+         <= coalesce(a.dab_limit_milli, once.b_dab_default)), \
+         p as (insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, valid_after, \
+         valid_before, route, pricing_version, pricing_sha256, agent_id, subject_domain, subject_id, payload, status, \
+         created_at, updated_at, dd_id) \
+         select p_payment_id, p_network, p_asset, p_payer, p_nonce, p_amount_units, p_pay_to, p_valid_after, p_valid_before, \
+         p_route, p_pricing_version, p_pricing_sha256, agent_id, 'declaration', dd_id, p_payload, 'reserved', b_now, b_now, dd_id \
+         from fits on conflict do nothing returning payment_id), \
+         e as (insert into x402_payment_event (payment_id, status, reason, at) \
+         select p.payment_id, 'reserved', null, fits.b_now from p join fits on fits.p_payment_id = p.payment_id) \
+         insert into declaration (",
+    );
+    q.push(&names.join(", ")).push(") select ");
+    q.push(&names.iter().map(|name| format!("fits.{name}")).collect::<Vec<_>>().join(", "));
+    q.push(" from fits join p on p.payment_id = fits.p_payment_id returning *");
+    Some(q)
+}
+
+/// The batch's settling confirmations as one statement: each moves its
+/// reserved payment to settled (with its event), fixes the record, writes
+/// its usage rows (the external ones naming the payment) and queues its log
+/// leaf. The statement reports which records it confirmed and which
+/// payments it moved; a payment moved for a record a concurrent write
+/// changed first fails the whole batch (each then runs alone).
+async fn pg_settle<X: Exec>(tx: &mut X, confirms: &[ConfirmJob]) -> Result<Vec<Option<bool>>> {
+    let statement = pg_settle_statement(confirms).ok_or_else(|| StoreError::Unsupported("settlements as arrays".into()))?;
+    let (mut confirmed, mut moved) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    for row in tx.fetch_all(statement).await? {
+        let i: i64 = row.get("b_i")?;
+        let kind: i64 = row.get("b_kind")?;
+        if kind == 1 {
+            confirmed.insert(i)
+        } else {
+            moved.insert(i)
+        };
     }
-    Ok((taken, settled))
+    if moved != confirmed {
+        return Err(StoreError::Unsupported("a settled payment's record changed under the batch".into()));
+    }
+    let mut first = HashMap::new();
+    let mut answers = Vec::with_capacity(confirms.len());
+    for (i, job) in confirms.iter().enumerate() {
+        answers.push(if confirmed.contains(&(i as i64)) {
+            Some(true)
+        } else if first.contains_key(&job.dd_id) {
+            None
+        } else {
+            // Matched nothing: confirmed already, released, or its payment no longer reserved.
+            Some(false)
+        });
+        first.entry(job.dd_id).or_insert(i);
+    }
+    Ok(answers)
+}
+
+fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
+    let input = confirms
+        .iter()
+        .enumerate()
+        .map(|(n, job)| {
+            vec![
+                ("b_i", (n as i64).value()),
+                ("b_dd_id", job.dd_id.value()),
+                ("b_hash", job.integrity_hash.as_str().value()),
+                ("b_now", job.now.value()),
+                ("b_leaf", job.leaf_data.as_slice().value()),
+                ("b_ref", job.settlement_ref.as_deref().value()),
+            ]
+        })
+        .collect();
+    let mut q = sql("with input as (select * from ");
+    q.push_unnest("input", input)?;
+    q.push(
+        "), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i), \
+         p as (update x402_payment set status = 'settled', settlement_ref = coalesce(once.b_ref, x402_payment.settlement_ref), \
+         updated_at = once.b_now from once where x402_payment.dd_id = once.b_dd_id \
+         and x402_payment.status in ('reserved', 'settle_unknown') \
+         and exists (select 1 from declaration r where r.dd_id = once.b_dd_id and r.confirmed_at is null \
+         and r.settlement_status <> 'released') \
+         returning x402_payment.payment_id, once.b_i, once.b_now), \
+         d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
+         from once join p on p.b_i = once.b_i where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
+         and declaration.settlement_status <> 'released' \
+         returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf, p.payment_id), \
+         e as (insert into x402_payment_event (payment_id, status, reason, at) select payment_id, 'settled', null, b_now from p)",
+    );
+    let usage: Vec<_> = confirms
+        .iter()
+        .enumerate()
+        .flat_map(|(n, job)| {
+            job.usage.iter().map(move |entry| {
+                let mut columns =
+                    vec![("b_i", (n as i64).value()), ("b_external", (entry.source == crate::PaymentSource::External).value())];
+                columns.extend(
+                    payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now)
+                        .into_iter()
+                        .filter(|(name, _)| *name != "payment_id"),
+                );
+                columns
+            })
+        })
+        .collect();
+    if let Some(first) = usage.first() {
+        let names: Vec<&str> = first.iter().skip(2).map(|(name, _)| *name).collect();
+        q.push(", usage_input as (select * from ");
+        q.push_unnest("usage_input", usage)?;
+        q.push("), u as (insert into usage_entry (agent_id, payment_id, ");
+        q.push(&names.join(", ")).push(") select d.agent_id, case when usage_input.b_external then d.payment_id end");
+        for name in &names {
+            q.push(", usage_input.").push(name);
+        }
+        q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
+    }
+    q.push(
+        ", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) \
+         select b_i, cast(1 as bigint) as b_kind from d union all select b_i, cast(0 as bigint) from p",
+    );
+    Some(q)
 }
 
 /// A create that reserves a payment, in a savepoint: a refusal or a failure

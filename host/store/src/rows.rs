@@ -39,12 +39,26 @@ impl<'a> DeclarationRow<'a> {
         }
     }
 
+    /// A record paid wholly over x402, with no parent: its payment pending
+    /// until the confirmation settles it.
+    pub(crate) fn paid_externally(new: &'a NewDeclaration) -> DeclarationRow<'a> {
+        DeclarationRow {
+            new,
+            lineage_group_id: new.declaration.lineage_group_id,
+            trial_remaining: None,
+            base_source: PaymentSource::External,
+            premium_source: PaymentSource::External,
+            settlement: SettlementStatus::Pending,
+            agreement_id: None,
+        }
+    }
+
     pub(crate) fn query(&self) -> Query<'a> {
         Query::insert("declaration", self.columns())
     }
 
     /// Every column with its value.
-    fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+    pub(crate) fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
         let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
         let d = &new.declaration;
