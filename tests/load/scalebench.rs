@@ -510,6 +510,14 @@ async fn backup(t: &TestServer, backend: Backend, f: &mut Figures) -> anyhow::Re
     std::fs::create_dir_all(&dir)?;
     match backend {
         Backend::Sqlite => {
+            // The copy and the restored database are each as large as the database.
+            let free = available_bytes(&dir.to_string_lossy());
+            if free.is_some_and(|free| free < f.db_bytes as u64 * 5 / 2) {
+                eprintln!("  backup and restore not tried: {free:?} bytes free beside {} for two copies", f.db_bytes);
+                (f.backup_s, f.restore_s) = (f64::NAN, f64::NAN);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(());
+            }
             let file = t.sqlite_file().expect("SQLite file");
             let copy = dir.join("backup.db");
             let started = Instant::now();
@@ -532,8 +540,17 @@ async fn backup(t: &TestServer, backend: Backend, f: &mut Figures) -> anyhow::Re
             anyhow::ensure!(status.success(), "pg_dump failed");
             f.backup_s = started.elapsed().as_secs_f64();
             f.backup_bytes = std::fs::metadata(&dump)?.len();
-            let database = format!("scalebench_{}", Uuid::new_v4().simple());
             let admin = sqlx::PgPool::connect(url).await?;
+            // A restored copy is as large as the database: not tried where the disk cannot hold it.
+            let data_directory: String = sqlx::query_scalar("show data_directory").fetch_one(&admin).await?;
+            let free = available_bytes(&data_directory);
+            if free.is_some_and(|free| free < f.db_bytes as u64 * 3 / 2) {
+                eprintln!("  restore not tried: {free:?} bytes free beside {} for the copy", f.db_bytes);
+                f.restore_s = f64::NAN;
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(());
+            }
+            let database = format!("scalebench_{}", Uuid::new_v4().simple());
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {database}"))).execute(&admin).await?;
             let target = match url.rsplit_once('/') {
                 Some((server, _)) => format!("{server}/{database}"),
@@ -552,6 +569,12 @@ async fn backup(t: &TestServer, backend: Backend, f: &mut Figures) -> anyhow::Re
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Bytes free on the file system holding `path` (`df`), if it can be read.
+fn available_bytes(path: &str) -> Option<u64> {
+    let output = std::process::Command::new("df").args(["--output=avail", "-B1", path]).output().ok()?;
+    String::from_utf8_lossy(&output.stdout).lines().nth(1)?.trim().parse().ok()
 }
 
 /// Runs the load generator against `url`; its report.
