@@ -16,7 +16,30 @@ anchor_tests::both_backends!(
     tampering_is_caught_by_a_named_check,
     checkpoints_verify_with_an_independent_implementation,
     consecutive_checkpoints_are_consistent,
+    a_backlog_is_checkpointed_while_it_drains,
 );
+
+/// A backlog of leaves is taken a checkpoint interval at a time: each round
+/// of the log job publishes a checkpoint of what it took so far, rather than
+/// none until everything pending is in.
+async fn a_backlog_is_checkpointed_while_it_drains(backend: Backend) {
+    let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
+    let agent = t.register().await;
+    for _ in 0..6 {
+        let dd = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+        assert_eq!(t.confirm(&agent, dd["dd_id"].as_str().unwrap()).await.status.as_u16(), 200);
+    }
+    let clock = t.clock.clone() as std::sync::Arc<dyn anchor_domain::Clock>;
+    let mut last = None;
+    let mut sizes = Vec::new();
+    // Batches of two leaves; a checkpoint interval of zero: due after every batch.
+    while let Some(c) =
+        anchor_app::log::integrate(t.store.as_ref(), &t.log_key, clock.as_ref(), 2, std::time::Duration::ZERO, &mut last).await.unwrap()
+    {
+        sizes.push(c.size);
+    }
+    assert_eq!(sizes, vec![2, 4, 6], "one checkpoint per interval while the backlog drains");
+}
 
 /// Creates and confirms `n` EE_basic declarations (50 per agent), concurrently.
 async fn anchor_many(t: &TestServer, n: usize) -> Vec<(String, String)> {

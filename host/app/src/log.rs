@@ -229,10 +229,12 @@ pub fn plan(state: &LogState, batch: &[PendingLeaf]) -> Result<IntegrationPlan, 
     Ok(IntegrationPlan { entries, hashes: written, state: LogState { size: new_size as i64, root: root.0, edge } })
 }
 
-/// Integrates everything pending (in batches of `batch` leaves) and publishes
+/// Integrates what is pending (in batches of `batch` leaves) and publishes
 /// a checkpoint if the tree grew and the last one is older than
-/// `checkpoint_every`. The caller holds the lease (`jobs`). Returns the
-/// published checkpoint, if any.
+/// `checkpoint_every`. A backlog is drained a checkpoint interval at a time,
+/// so that receipts keep coming while it drains (the next round goes on
+/// with it). The caller holds the lease (`jobs`). Returns the published
+/// checkpoint, if any.
 pub async fn integrate(
     store: &dyn Store,
     key: &LogKey,
@@ -241,7 +243,12 @@ pub async fn integrate(
     checkpoint_every: Duration,
     last_published: &mut Option<std::time::Instant>,
 ) -> anyhow::Result<Option<CheckpointRecord>> {
-    while store.integrate_log(batch, clock.now(), &plan).await?.is_some() {}
+    let draining = std::time::Instant::now();
+    while store.integrate_log(batch, clock.now(), &plan).await?.is_some() {
+        if draining.elapsed() >= checkpoint_every {
+            break;
+        }
+    }
     let state = store.log_state().await?;
     let latest = store.latest_checkpoint().await?;
     let published_size = latest.as_ref().map_or(0, |c| c.size);
