@@ -163,7 +163,7 @@ async fn measure(backend: Backend, size: usize, config: &Config, loadgen: &std::
         wait_for_size(&t, (size + 3) as i64).await;
         let integrated = integrating.elapsed();
         let counting = Instant::now();
-        aggregates(&t, backend, &plain, &branch_one, config.agents, templates).await?;
+        aggregates(&t, backend, &plain, &branch_one, templates).await?;
         t.tamper("delete from ara_release").await;
         anchor_app::ara::releases::cut_due(&t.state.app).await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let counted = counting.elapsed();
@@ -286,7 +286,7 @@ async fn wait_for_size(t: &TestServer, size: i64) {
 /// ARA's day and total counts of the seeded declarations, in SQL: each
 /// clone counts what its template would with the clone's action type and
 /// time of day (`bench_contrib`, from the fold's own `contributions`).
-async fn aggregates(t: &TestServer, backend: Backend, plain: &str, branch_one: &str, agents: usize, templates: &str) -> anyhow::Result<()> {
+async fn aggregates(t: &TestServer, backend: Backend, plain: &str, branch_one: &str, templates: &str) -> anyhow::Result<()> {
     t.tamper("create table bench_contrib (tpl integer, action text, zone integer, dimension text, value text, visibility integer)").await;
     let mut rows = Vec::new();
     for (tpl, id) in [(0, plain), (1, branch_one)] {
@@ -322,27 +322,39 @@ async fn aggregates(t: &TestServer, backend: Backend, plain: &str, branch_one: &
             "case when d.content_inclusion then 1 else 0 end",
         ),
     };
-    let chunk = 5_000;
-    for lo in (0..agents).step_by(chunk) {
-        t.tamper(&format!(
-            "insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) \
-             select d.agent_id, {day}, c.dimension, c.value, c.visibility, count(*) \
-             from bench_agent a join declaration d on d.agent_id = a.agent_id \
-             join bench_contrib c on c.tpl = {tpl} and c.action = d.decision_action_type and c.zone = {zone} \
-             where a.k >= {lo} and a.k < {} and d.confirmed_at is not null and d.dd_id not in {templates} \
-             group by d.agent_id, {day}, c.dimension, c.value, c.visibility \
-             on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n",
-            lo + chunk
-        ))
-        .await;
-    }
-    t.tamper("delete from ara_agent_total").await;
-    t.tamper(
-        "insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) \
-         select agent_id, dimension, value, visibility, sum(n), min(day), max(day) from ara_agent_day \
-         group by agent_id, dimension, value, visibility",
-    )
+    // Two passes, each one sort or hash of its own: the clones counted per
+    // (agent, day, template, action, time of day) in one scan of the table,
+    // then those counts spread over their dimensions. On PostgreSQL with the
+    // memory to hash them (the default 4 MB would spill every step to disk).
+    let (memory, table) = match backend {
+        Backend::Sqlite => ("", "create table"),
+        Backend::Postgres => ("set work_mem = '1GB'; ", "create unlogged table"),
+    };
+    t.tamper(&format!(
+        "{memory}{table} bench_counts as select d.agent_id, {day} as day, {tpl} as tpl, d.decision_action_type as action, \
+         {zone} as zone, count(*) as n from declaration d \
+         where d.confirmed_at is not null and d.dd_id not in {templates} group by 1, 2, 3, 4, 5"
+    ))
     .await;
+    t.tamper(&format!(
+        "{memory}insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) \
+         select b.agent_id, b.day, c.dimension, c.value, c.visibility, sum(b.n) from bench_counts b \
+         join bench_contrib c on c.tpl = b.tpl and c.action = b.action and c.zone = b.zone \
+         where true group by b.agent_id, b.day, c.dimension, c.value, c.visibility \
+         on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n"
+    ))
+    .await;
+    t.tamper("delete from ara_agent_total").await;
+    t.tamper(&format!(
+        "{memory}insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) \
+         select agent_id, dimension, value, visibility, sum(n), min(day), max(day) from ara_agent_day \
+         group by agent_id, dimension, value, visibility"
+    ))
+    .await;
+    // Every confirmed declaration counted once, as the fold counts it.
+    let counted = t.scalar("select cast(sum(n) as bigint) from ara_agent_day where dimension = 'all'").await;
+    let confirmed = t.scalar("select count(*) from declaration where confirmed_at is not null").await;
+    anyhow::ensure!(counted == confirmed, "ARA counts {counted} declarations of {confirmed}");
     Ok(())
 }
 
