@@ -36,7 +36,7 @@
 
 use anchor_domain::MilliDac;
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -325,8 +325,8 @@ async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<Confir
         return;
     }
     let statement = pg_confirm_statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
-    let confirmed: HashMap<i64, bool> = match async { conn.scalar_all::<i64>(statement?).await }.await {
-        Ok(taken) => taken.into_iter().map(|i| (i, true)).collect(),
+    let confirmed: HashSet<i64> = match async { conn.scalar_all::<i64>(statement?).await }.await {
+        Ok(taken) => taken.into_iter().collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
             if error.is_unavailable() {
@@ -339,26 +339,41 @@ async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<Confir
             return;
         }
     };
-    let mut first = HashMap::new();
-    for (i, job) in confirms.into_iter().enumerate() {
-        let answer = if confirmed.contains_key(&(i as i64)) {
-            Some(true)
-        } else if first.contains_key(&job.dd_id) {
-            None
-        } else {
-            // Matched nothing: already confirmed, released, or not there.
-            Some(false)
-        };
-        first.entry(job.dd_id).or_insert(i);
+    let answers = confirm_answers(&confirms, &confirmed);
+    for (job, answer) in confirms.into_iter().zip(answers) {
         let _ = job.reply.send(Ok(answer));
     }
 }
 
-/// The batch's confirmations as one statement of one text whatever their
-/// number (two texts: with usage rows and without); `None` if the rows
-/// cannot be put as array parameters.
-fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
-    let input = confirms
+/// What became of each confirmation of a batch statement, given the jobs
+/// (by index) it confirmed: a record named twice is confirmed by its first
+/// job, the other is not taken (`None`; alone, it finds it confirmed); one
+/// that matched nothing was confirmed already, released, not there, or
+/// (settling) its payment was no longer reserved.
+fn confirm_answers(confirms: &[ConfirmJob], confirmed: &HashSet<i64>) -> Vec<Option<bool>> {
+    let mut first = HashSet::new();
+    confirms
+        .iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let answer = if confirmed.contains(&(i as i64)) {
+                Some(true)
+            } else if first.contains(&job.dd_id) {
+                None
+            } else {
+                Some(false)
+            };
+            first.insert(job.dd_id);
+            answer
+        })
+        .collect()
+}
+
+/// A batch's confirmations as array rows: the columns both confirmation
+/// statements read (the settlement reference is null for a record paid
+/// from Trial or Earned DAC).
+fn confirm_input(confirms: &[ConfirmJob]) -> Vec<Vec<(&'static str, crate::engine::Value<'_>)>> {
+    confirms
         .iter()
         .enumerate()
         .map(|(n, job)| {
@@ -368,9 +383,50 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
                 ("b_hash", job.integrity_hash.as_str().value()),
                 ("b_now", job.now.value()),
                 ("b_leaf", job.leaf_data.as_slice().value()),
+                ("b_ref", job.settlement_ref.as_deref().value()),
             ]
         })
+        .collect()
+}
+
+/// Appends the usage rows of the confirmed records `d` (a CTE with `b_i`,
+/// `agent_id`, and `payment` as the SQL of the payment an external entry
+/// names): one `usage_entry` row per entry of each confirmed job.
+fn push_usage<'q>(q: &mut Query<'q>, confirms: &'q [ConfirmJob], payment: &str) -> Option<()> {
+    let usage: Vec<_> = confirms
+        .iter()
+        .enumerate()
+        .flat_map(|(n, job)| {
+            job.usage.iter().map(move |entry| {
+                let mut columns =
+                    vec![("b_i", (n as i64).value()), ("b_external", (entry.source == crate::PaymentSource::External).value())];
+                columns.extend(
+                    payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now)
+                        .into_iter()
+                        .filter(|(name, _)| *name != "payment_id"),
+                );
+                columns
+            })
+        })
         .collect();
+    let Some(first) = usage.first() else { return Some(()) };
+    let names: Vec<&str> = first.iter().skip(2).map(|(name, _)| *name).collect();
+    q.push(", usage_input as (select * from ");
+    q.push_unnest("usage_input", usage)?;
+    q.push("), u as (insert into usage_entry (agent_id, payment_id, ");
+    q.push(&names.join(", ")).push(") select d.agent_id, case when usage_input.b_external then ").push(payment).push(" end");
+    for name in &names {
+        q.push(", usage_input.").push(name);
+    }
+    q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
+    Some(())
+}
+
+/// The batch's confirmations as one statement of one text whatever their
+/// number (two texts: with usage rows and without); `None` if the rows
+/// cannot be put as array parameters.
+fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
+    let input = confirm_input(confirms);
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
     q.push(
@@ -379,28 +435,7 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
          from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
          and declaration.settlement_status <> 'released' returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
     );
-    let usage: Vec<_> = confirms
-        .iter()
-        .enumerate()
-        .flat_map(|(n, job)| {
-            job.usage.iter().map(move |entry| {
-                let mut columns = vec![("b_i", (n as i64).value())];
-                columns.extend(payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now));
-                columns
-            })
-        })
-        .collect();
-    if let Some(first) = usage.first() {
-        let names: Vec<&str> = first.iter().skip(1).map(|(name, _)| *name).collect();
-        q.push(", usage_input as (select * from ");
-        q.push_unnest("usage_input", usage)?;
-        q.push("), u as (insert into usage_entry (agent_id, ");
-        q.push(&names.join(", ")).push(") select d.agent_id");
-        for name in &names {
-            q.push(", usage_input.").push(name);
-        }
-        q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
-    }
+    push_usage(&mut q, confirms, "cast(null as uuid)")?;
     q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) select b_i from d");
     Some(q)
 }
@@ -541,7 +576,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
 /// changed first fails the whole batch (each then runs alone).
 async fn pg_settle<X: Exec>(tx: &mut X, confirms: &[ConfirmJob]) -> Result<Vec<Option<bool>>> {
     let statement = pg_settle_statement(confirms).ok_or_else(|| StoreError::Unsupported("settlements as arrays".into()))?;
-    let (mut confirmed, mut moved) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    let (mut confirmed, mut moved) = (HashSet::new(), HashSet::new());
     for row in tx.fetch_all(statement).await? {
         let i: i64 = row.get("b_i")?;
         let kind: i64 = row.get("b_kind")?;
@@ -554,37 +589,11 @@ async fn pg_settle<X: Exec>(tx: &mut X, confirms: &[ConfirmJob]) -> Result<Vec<O
     if moved != confirmed {
         return Err(StoreError::Unsupported("a settled payment's record changed under the batch".into()));
     }
-    let mut first = HashMap::new();
-    let mut answers = Vec::with_capacity(confirms.len());
-    for (i, job) in confirms.iter().enumerate() {
-        answers.push(if confirmed.contains(&(i as i64)) {
-            Some(true)
-        } else if first.contains_key(&job.dd_id) {
-            None
-        } else {
-            // Matched nothing: confirmed already, released, or its payment no longer reserved.
-            Some(false)
-        });
-        first.entry(job.dd_id).or_insert(i);
-    }
-    Ok(answers)
+    Ok(confirm_answers(confirms, &confirmed))
 }
 
 fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
-    let input = confirms
-        .iter()
-        .enumerate()
-        .map(|(n, job)| {
-            vec![
-                ("b_i", (n as i64).value()),
-                ("b_dd_id", job.dd_id.value()),
-                ("b_hash", job.integrity_hash.as_str().value()),
-                ("b_now", job.now.value()),
-                ("b_leaf", job.leaf_data.as_slice().value()),
-                ("b_ref", job.settlement_ref.as_deref().value()),
-            ]
-        })
-        .collect();
+    let input = confirm_input(confirms);
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
     q.push(
@@ -601,33 +610,7 @@ fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
          returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf, p.payment_id), \
          e as (insert into x402_payment_event (payment_id, status, reason, at) select payment_id, 'settled', null, b_now from p)",
     );
-    let usage: Vec<_> = confirms
-        .iter()
-        .enumerate()
-        .flat_map(|(n, job)| {
-            job.usage.iter().map(move |entry| {
-                let mut columns =
-                    vec![("b_i", (n as i64).value()), ("b_external", (entry.source == crate::PaymentSource::External).value())];
-                columns.extend(
-                    payments::usage_columns(Subject::declaration(job.dd_id), None, entry, job.now)
-                        .into_iter()
-                        .filter(|(name, _)| *name != "payment_id"),
-                );
-                columns
-            })
-        })
-        .collect();
-    if let Some(first) = usage.first() {
-        let names: Vec<&str> = first.iter().skip(2).map(|(name, _)| *name).collect();
-        q.push(", usage_input as (select * from ");
-        q.push_unnest("usage_input", usage)?;
-        q.push("), u as (insert into usage_entry (agent_id, payment_id, ");
-        q.push(&names.join(", ")).push(") select d.agent_id, case when usage_input.b_external then d.payment_id end");
-        for name in &names {
-            q.push(", usage_input.").push(name);
-        }
-        q.push(" from usage_input join d on d.b_i = usage_input.b_i)");
-    }
+    push_usage(&mut q, confirms, "d.payment_id")?;
     q.push(
         ", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) \
          select b_i, cast(1 as bigint) as b_kind from d union all select b_i, cast(0 as bigint) from p",
