@@ -22,29 +22,7 @@ async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Va
 
 /// Sends every call (agent, path, body) at once, answers in the same order.
 async fn fire_all(t: &TestServer, calls: Vec<(&Agent, &str, Value)>) -> Vec<(u16, Value)> {
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(calls.len()));
-    let mut handles = Vec::new();
-    for (agent, path, body) in calls {
-        let (http, url, token, barrier) = (t.http.clone(), t.url(path), agent.token.clone(), barrier.clone());
-        handles.push(tokio::spawn(async move {
-            barrier.wait().await;
-            let response = http
-                .post(url)
-                .bearer_auth(token)
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await
-                .expect("request");
-            let status = response.status().as_u16();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
-        }));
-    }
-    let mut out = Vec::new();
-    for handle in handles {
-        out.push(handle.await.expect("task"));
-    }
-    out
+    fire_paid(t, calls.into_iter().map(|(agent, path, body)| (agent, path, body, None)).collect()).await
 }
 
 async fn hundred_parallel_creates_with_one_request_id_make_one_dd(backend: Backend) {

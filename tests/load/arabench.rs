@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use anchor_domain::{Clock, MilliDac};
 use anchor_tests::*;
-use serde_json::json;
 use uuid::Uuid;
 
 #[path = "seed.rs"]
@@ -67,16 +66,7 @@ async fn run(backend: Backend, declarations: usize, agents: usize, requests: usi
     let started = Instant::now();
 
     // The observer, and two real declarations of its own to clone.
-    let observer = t.register().await;
-    let plain = t.create(&observer, json!({ "ee_preset": "EE_basic" })).await["dd_id"].as_str().expect("dd_id").to_string();
-    let mut body = create_body(json!({ "ee_preset": "EE_standard" }));
-    body["content_inclusion_flag"] = json!(1);
-    body["template"] =
-        json!({ "decision_class": "payment", "decision_scale_value": 1, "decision_scale_unit": "USDC", "human_involvement": "approval" });
-    let branch_one = t.post("/v1/dd/create", Some(&observer.token), &body).await.json["dd_id"].as_str().expect("dd_id").to_string();
-    for dd in [&plain, &branch_one] {
-        assert_eq!(t.confirm(&observer, dd).await.status.as_u16(), 200);
-    }
+    let (observer, plain, branch_one) = seed::templates(&t).await;
 
     seed::agents(&t, agents, now).await?;
     seed::declarations(&t, backend, declarations, agents, now, &plain, &branch_one).await;

@@ -118,16 +118,7 @@ async fn measure(backend: Backend, size: usize, config: &Config, loadgen: &std::
     let options = Options { dab_default: MilliDac::from_dac(1_000_000_000), rate_limit: u32::MAX, ..Default::default() };
     let t = TestServer::with(backend, options).await;
     let now = t.clock.now();
-    let observer = t.register().await;
-    let plain = t.create(&observer, json!({ "ee_preset": "EE_basic" })).await["dd_id"].as_str().expect("dd_id").to_string();
-    let mut body = create_body(json!({ "ee_preset": "EE_standard" }));
-    body["content_inclusion_flag"] = json!(1);
-    body["template"] =
-        json!({ "decision_class": "payment", "decision_scale_value": 1, "decision_scale_unit": "USDC", "human_involvement": "approval" });
-    let branch_one = t.post("/v1/dd/create", Some(&observer.token), &body).await.json["dd_id"].as_str().expect("dd_id").to_string();
-    for dd in [&plain, &branch_one] {
-        assert_eq!(t.confirm(&observer, dd).await.status.as_u16(), 200);
-    }
+    let (observer, plain, branch_one) = seed::templates(&t).await;
     // Another agent with a record of its own, so that even the empty database
     // has someone else to observe.
     t.anchored_agent(json!({ "ee_preset": "EE_basic" })).await;
@@ -203,8 +194,8 @@ async fn measure(backend: Backend, size: usize, config: &Config, loadgen: &std::
 /// `agents - 1` agents cloned in SQL from the observer's row, with fresh ids
 /// and secrets, numbered with every agent in `bench_agent` (k, agent_id).
 async fn agents(t: &TestServer, backend: Backend, agents: usize, observer: &str) {
-    let columns = columns(t, backend, "agent").await;
-    let observer = uuid_literal(t, backend, observer);
+    let columns = seed::columns(t, backend, "agent").await;
+    let observer = seed::uuid_literal(backend, t, observer);
     let (random_id, random_hash, series) = match backend {
         Backend::Sqlite => (
             "randomblob(16)",
@@ -234,35 +225,7 @@ async fn agents(t: &TestServer, backend: Backend, agents: usize, observer: &str)
         ))
         .await;
     }
-    t.tamper("update agent set disclosure_level = 'full'").await;
-    let nil = t.uuid_sql(&Uuid::nil().to_string());
-    t.tamper(&format!(
-        "create table bench_agent as select row_number() over (order by agent_id) - 1 as k, agent_id from agent where agent_id <> {nil}"
-    ))
-    .await;
-    t.tamper("create index bench_agent_k on bench_agent (k)").await;
-    t.tamper("create index bench_agent_id on bench_agent (agent_id)").await;
-}
-
-/// The columns of `table`, in order.
-async fn columns(t: &TestServer, backend: Backend, table: &str) -> Vec<String> {
-    match backend {
-        Backend::Sqlite => t.strings(&format!("select name from pragma_table_info('{table}') order by cid")).await,
-        Backend::Postgres => {
-            t.strings(&format!(
-                "select column_name::text from information_schema.columns \
-                 where table_schema = current_schema() and table_name = '{table}' order by ordinal_position"
-            ))
-            .await
-        }
-    }
-}
-
-fn uuid_literal(t: &TestServer, backend: Backend, id: &str) -> String {
-    match backend {
-        Backend::Sqlite => t.uuid_sql(id),
-        Backend::Postgres => format!("cast('{id}' as uuid)"),
-    }
+    seed::number_agents(t).await;
 }
 
 /// Waits for the integrator to take every pending leaf (a checkpoint of `size`).
@@ -371,7 +334,7 @@ async fn sample_records(t: &TestServer, backend: Backend, owners: &[Agent]) -> V
         let records = t
             .strings(&format!(
                 "select {hex} from declaration where agent_id = {} order by anchored_at limit 20",
-                uuid_literal(t, backend, &owner.id)
+                seed::uuid_literal(backend, t, &owner.id)
             ))
             .await;
         for record in records {

@@ -20,6 +20,13 @@ pub async fn agents(t: &TestServer, agents: usize, now: chrono::DateTime<chrono:
         };
         t.store.insert_agent(&agent).await?;
     }
+    number_agents(t).await;
+    Ok(())
+}
+
+/// Every agent observable in full, and numbered in the table `bench_agent`
+/// (k, agent_id), which the clones of [`rows`] are spread over.
+pub async fn number_agents(t: &TestServer) {
     t.tamper("update agent set disclosure_level = 'full'").await;
     // The nil agent (the owner of de-identified records) is no bench agent.
     let nil = t.uuid_sql(&Uuid::nil().to_string());
@@ -28,7 +35,39 @@ pub async fn agents(t: &TestServer, agents: usize, now: chrono::DateTime<chrono:
     ))
     .await;
     t.tamper("create index bench_agent_k on bench_agent (k)").await;
-    Ok(())
+    t.tamper("create index bench_agent_id on bench_agent (agent_id)").await;
+}
+
+/// The observer, and two confirmed declarations of its own to clone: a
+/// plain EE_basic one and a branch-1 one with a template.
+#[allow(dead_code)] // deidbench clones templates of its own (no human involvement)
+pub async fn templates(t: &TestServer) -> (Agent, String, String) {
+    use serde_json::json;
+    let observer = t.register().await;
+    let plain = t.create(&observer, json!({ "ee_preset": "EE_basic" })).await["dd_id"].as_str().expect("dd_id").to_string();
+    let mut body = create_body(json!({ "ee_preset": "EE_standard" }));
+    body["content_inclusion_flag"] = json!(1);
+    body["template"] =
+        json!({ "decision_class": "payment", "decision_scale_value": 1, "decision_scale_unit": "USDC", "human_involvement": "approval" });
+    let branch_one = t.post("/v1/dd/create", Some(&observer.token), &body).await.json["dd_id"].as_str().expect("dd_id").to_string();
+    for dd in [&plain, &branch_one] {
+        assert_eq!(t.confirm(&observer, dd).await.status.as_u16(), 200);
+    }
+    (observer, plain, branch_one)
+}
+
+/// The columns of `table`, in order.
+pub async fn columns(t: &TestServer, backend: Backend, table: &str) -> Vec<String> {
+    match backend {
+        Backend::Sqlite => t.strings(&format!("select name from pragma_table_info('{table}') order by cid")).await,
+        Backend::Postgres => {
+            t.strings(&format!(
+                "select column_name::text from information_schema.columns \
+                 where table_schema = current_schema() and table_name = '{table}' order by ordinal_position"
+            ))
+            .await
+        }
+    }
 }
 
 /// Folds everything the log holds into ARA, as the job would; how many.
@@ -86,16 +125,7 @@ pub async fn rows(
     plain: &str,
     branch_one: &str,
 ) {
-    let columns = match backend {
-        Backend::Sqlite => t.strings("select name from pragma_table_info('declaration') order by cid").await,
-        Backend::Postgres => {
-            t.strings(
-                "select column_name::text from information_schema.columns \
-                 where table_schema = current_schema() and table_name = 'declaration' order by ordinal_position",
-            )
-            .await
-        }
-    };
+    let columns = columns(t, backend, "declaration").await;
     let chunk = 100_000;
     let mut lo = 0;
     while lo < declarations {
@@ -161,7 +191,7 @@ fn clone_statement(
 }
 
 /// A UUID literal that compares with the id column on both engines.
-fn uuid_literal(backend: Backend, t: &TestServer, id: &str) -> String {
+pub fn uuid_literal(backend: Backend, t: &TestServer, id: &str) -> String {
     match backend {
         Backend::Sqlite => t.uuid_sql(id),
         Backend::Postgres => format!("cast('{id}' as uuid)"),
