@@ -447,7 +447,15 @@ async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: B
 }
 
 async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Backend) {
-    let t = TestServer::start(backend).await;
+    // The default fuel budget, with a deadline a spinning run never reaches
+    // first: burning four billion units of fuel can take longer than the
+    // default's 2 s on a loaded machine, and the run would then end on its
+    // deadline instead. Fuel is counted, not timed: each hostile tool fails
+    // for its own reason whatever the machine's speed.
+    let limits = ToolLimits { wall_ms: 60_000, ..ToolLimits::DEFAULT };
+    let wait = std::time::Duration::from_secs(300);
+    let tools = anchor_app::tools::Tools::with_waits(Arc::new(runtime(&temp_dir("hostile"), limits)), wait, wait);
+    let t = TestServer::with(backend, Options { tools: Some(tools), ..Options::default() }).await;
     let seller = t.register().await;
     let created = t.create(&seller, json!({ "ee_preset": "EE_basic" })).await;
     t.confirm(&seller, created["dd_id"].as_str().unwrap()).await;
