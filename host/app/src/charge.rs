@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject};
+use anchor_store::{DabStatus, EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -337,8 +337,22 @@ pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppR
     settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, reconciling).await
 }
 
+/// The agent's DAB status as the use case read it already, with its own
+/// reads (one statement), for the period starting at `period_start`.
+#[derive(Clone, Copy, Debug)]
+pub struct KnownDab {
+    pub period_start: DateTime<Utc>,
+    pub status: DabStatus,
+}
+
 /// Takes payment for `order` and records it through `commit`.
 pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) -> AppResult<C::Output> {
+    charge_knowing(services, order, commit, None).await
+}
+
+/// [`charge`], with the DAB status read already (it is not read again if
+/// its period is still the current one).
+pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit: &C, known: Option<KnownDab>) -> AppResult<C::Output> {
     // The catalog is what the discovery documents say of a route: an order
     // that would use Trial or Earned DAC where they say it cannot is a defect.
     if let Some(rules) = crate::catalog::paid_route(order.route) {
@@ -422,7 +436,10 @@ pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) ->
     }
     // DAB: external spending only, before any challenge is issued.
     let (period_start, resets) = anchor_domain::dab::period(now);
-    let dab = services.store.dab_status(order.agent_id, period_start).await?;
+    let dab = match known {
+        Some(known) if known.period_start == period_start => known.status,
+        _ => services.store.dab_status(order.agent_id, period_start).await?,
+    };
     let limit = dab.own_limit.unwrap_or(services.config.dab_default);
     if dab.spent + amount > limit {
         return Err(dab_reached(limit, dab.spent, amount, resets));

@@ -235,13 +235,18 @@ pub(crate) async fn record(
         pending: None,
     };
     // Trial not tried (its balance cannot pay): a request_id used before is
-    // still answered with its record, not with a challenge.
-    if matches!(order.trial, TrialUse::Short { .. })
-        && let Some(earlier) = services.store.declaration_by_request(agent.agent_id, input.request_id).await?
-    {
-        return Ok(earlier);
+    // still answered with its record, not with a challenge. The DAB the
+    // payment is checked against comes with it, in the same statement.
+    let mut known_dab = None;
+    if matches!(order.trial, TrialUse::Short { .. }) {
+        let (period_start, _) = anchor_domain::dab::period(now);
+        let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;
+        if let Some(earlier) = earlier {
+            return Ok(earlier);
+        }
+        known_dab = Some(charge::KnownDab { period_start, status });
     }
-    let created = charge::charge(services, order, &RecordDeclaration { services, new, now }).await?;
+    let created = charge::charge_knowing(services, order, &RecordDeclaration { services, new, now }, known_dab).await?;
     match created {
         Created::New { record, .. } => {
             services.metrics.declarations_created.inc();

@@ -83,6 +83,15 @@ pub trait DeclarationStore: Send + Sync {
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// The agent's declaration recorded under `request_id`, if any.
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
+    /// The same, beside the agent's DAB and its external spending since
+    /// `period_start` (what a create that must be paid externally reads
+    /// before its challenge), in one statement.
+    async fn declaration_by_request_and_dab(
+        &self,
+        agent_id: Uuid,
+        request_id: Uuid,
+        period_start: DateTime<Utc>,
+    ) -> Result<(Option<StoredDeclaration>, DabStatus)>;
     /// Settles a declaration once and queues its log leaf, in one transaction:
     /// false if it was already confirmed or released. `settlement_ref`, for an
     /// externally paid declaration, marks its payment settled in the same
@@ -217,6 +226,37 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
 
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
         self.declaration_for_request(agent_id, request_id).await
+    }
+
+    async fn declaration_by_request_and_dab(
+        &self,
+        agent_id: Uuid,
+        request_id: Uuid,
+        period_start: DateTime<Utc>,
+    ) -> Result<(Option<StoredDeclaration>, DabStatus)> {
+        let query = || {
+            sql(format!(
+                "select a.dab_limit_milli as b_own, ({}) as b_spent, d.* from agent a \
+                 left join declaration d on d.agent_id = a.agent_id and d.request_id = $3 where a.agent_id = $1",
+                crate::payments::DAB_SPENT_OF_A
+            ))
+            .bind(agent_id)
+            .bind(period_start)
+            .bind(request_id)
+        };
+        fn decode(row: &impl Row) -> Result<(Option<StoredDeclaration>, DabStatus)> {
+            let dab = DabStatus { own_limit: row.get::<Option<i64>>("b_own")?.map(MilliDac), spent: MilliDac(row.get("b_spent")?) };
+            let earlier = match row.get::<Option<Uuid>>("dd_id")? {
+                Some(_) => Some(decode_declaration(row)?),
+                None => None,
+            };
+            Ok((earlier, dab))
+        }
+        let found = match self.read_direct(query(), decode) {
+            Some(found) => found,
+            None => self.db().fetch_optional(query()).await?.as_ref().map(decode).transpose()?,
+        };
+        found.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")))
     }
 
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>> {

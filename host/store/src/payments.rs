@@ -132,7 +132,7 @@ pub struct UnknownSettlement {
 
 /// An agent's external spending since a time: reserved and settled payments count.
 /// [`DAB_SPENT`] as a subquery of a statement over the agent `a`.
-const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
+pub(crate) const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
      where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= $2";
 
 pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
@@ -608,16 +608,29 @@ fn subject(row: &impl Row) -> Result<Option<Subject>> {
 }
 
 async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentRecord>> {
-    let row = x.fetch_optional(sql(format!("select * from x402_payment where {} = $1", key.column())).bind(key.id())).await?;
-    let Some(row) = row else { return Ok(None) };
-    let payment_id: Uuid = row.get("payment_id")?;
-    let events = x
+    // One statement: the row once per event of its history, in order.
+    let rows = x
         .fetch_all(
-            sql("select status, reason, at from x402_payment_event where payment_id = $1 \
-                 order by at, case status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end")
-            .bind(payment_id),
+            sql(format!(
+                "select p.*, e.status as e_status, e.reason as e_reason, e.at as e_at from x402_payment p \
+                 left join x402_payment_event e on e.payment_id = p.payment_id where p.{} = $1 \
+                 order by p.payment_id, e.at, case e.status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end",
+                key.column()
+            ))
+            .bind(key.id()),
         )
         .await?;
+    let Some(row) = rows.first() else { return Ok(None) };
+    let payment_id: Uuid = row.get("payment_id")?;
+    let mut history = Vec::with_capacity(rows.len());
+    for event in &rows {
+        if event.get::<Uuid>("payment_id")? != payment_id {
+            break;
+        }
+        if let Some(at) = event.get::<Option<DateTime<Utc>>>("e_at")? {
+            history.push((event.named("e_status")?, event.get("e_reason")?, at));
+        }
+    }
     Ok(Some(PaymentRecord {
         payment_id,
         network: row.get("network")?,
@@ -626,13 +639,13 @@ async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentReco
         amount_units: row.get("amount_units")?,
         pay_to: row.get("pay_to")?,
         agent_id: row.get("agent_id")?,
-        subject: subject(&row)?,
+        subject: subject(row)?,
         status: row.named("status")?,
         error_reason: row.get("error_reason")?,
         settlement_ref: row.get("settlement_ref")?,
         payload: row.get("payload")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
-        history: events.iter().map(|e| Ok((e.named("status")?, e.get("reason")?, e.get("at")?))).collect::<Result<_>>()?,
+        history,
     }))
 }
