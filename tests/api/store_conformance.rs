@@ -118,6 +118,46 @@ async fn store_conforms(backend: Backend) {
     dearer.request_id = first.request_id;
     assert!(matches!(store.create_declaration(&dearer, now()).await.unwrap(), Created::Replayed(_)));
     assert_eq!(store.agent(agent).await.unwrap().unwrap().trial_balance, MilliDac(5_000), "replays debit nothing");
+    // What a create paid externally reads before its challenge, in one
+    // statement: the earlier record under its request_id, beside the DAB.
+    let (earlier, dab) = store.declaration_by_request_and_dab(agent, first.request_id, now() - Duration::days(1)).await.unwrap();
+    assert_eq!(earlier.map(|d| d.declaration), Some(first.declaration.clone()));
+    assert_eq!(dab, DabStatus { own_limit: None, spent: MilliDac::ZERO });
+    let (none, dab) = store.declaration_by_request_and_dab(agent, Uuid::new_v4(), now()).await.unwrap();
+    assert!(none.is_none());
+    assert_eq!(dab.spent, MilliDac::ZERO);
+    assert!(store.declaration_by_request_and_dab(Uuid::new_v4(), first.request_id, now()).await.is_err(), "no such agent");
+    // A record paid externally: its reserved payment counts against the DAB
+    // from its period on, and the record answers its request_id.
+    let payer = new_agent(&store, 0).await;
+    let mut paid = declaration(payer, 15_000, None);
+    paid.external = Some(NewPayment {
+        payment_id: Uuid::new_v4(),
+        network: "eip155:8453".into(),
+        asset: "0xusdc".into(),
+        payer: "0xpayer".into(),
+        nonce: "0x01".into(),
+        amount_units: 15_000,
+        pay_to: "0xpayto".into(),
+        valid_after: 0,
+        valid_before: i64::MAX / 2,
+        route: "POST /v1/dd/create".into(),
+        payload: "{}".into(),
+        deadline: now() + Duration::minutes(30),
+        dab_default: MilliDac(1_000_000),
+        period_start: now() - Duration::days(1),
+        priced_by: PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) },
+    });
+    assert!(matches!(store.create_declaration(&paid, now()).await.unwrap(), Created::New { .. }));
+    let (earlier, dab) = store.declaration_by_request_and_dab(payer, paid.request_id, now() - Duration::days(1)).await.unwrap();
+    assert_eq!(earlier.map(|d| d.declaration.dd_id), Some(paid.declaration.dd_id));
+    assert_eq!(dab, DabStatus { own_limit: None, spent: MilliDac(15_000) });
+    assert_eq!(dab, store.dab_status(payer, now() - Duration::days(1)).await.unwrap(), "the same as the DAB read alone");
+    let (_, later) = store.declaration_by_request_and_dab(payer, paid.request_id, now() + Duration::days(1)).await.unwrap();
+    assert_eq!(later.spent, MilliDac::ZERO, "a payment made before the period counts in its own");
+    let payment = store.payment_for(paid.declaration.dd_id).await.unwrap().unwrap();
+    assert_eq!(payment.history.iter().map(|(status, _, _)| status.clone()).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
+    assert_eq!(payment.status, PaymentStatus::Reserved);
     // Trial cannot go below zero.
     match store.create_declaration(&declaration(agent, 5_001, None), now()).await.unwrap() {
         Created::TrialCannotPay { balance, expired } => assert_eq!((balance.milli(), expired), (5_000, false)),
