@@ -156,7 +156,7 @@ async fn store_conforms(backend: Backend) {
     let (_, later) = store.declaration_by_request_and_dab(payer, paid.request_id, now() + Duration::days(1)).await.unwrap();
     assert_eq!(later.spent, MilliDac::ZERO, "a payment made before the period counts in its own");
     let payment = store.payment_for(paid.declaration.dd_id).await.unwrap().unwrap();
-    assert_eq!(payment.history.iter().map(|(status, _, _)| status.clone()).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
+    assert_eq!(payment.history.iter().map(|(status, _, _)| *status).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
     assert_eq!(payment.status, PaymentStatus::Reserved);
     // Trial cannot go below zero.
     match store.create_declaration(&declaration(agent, 5_001, None), now()).await.unwrap() {
