@@ -422,21 +422,31 @@ fn push_usage<'q>(q: &mut Query<'q>, confirms: &'q [ConfirmJob], payment: &str) 
     Some(())
 }
 
+/// How both confirmation statements begin: the batch's rows (`input`), and
+/// each record once, its first confirmation in the batch (`once`).
+fn confirm_head(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
+    let mut q = sql("with input as (select * from ");
+    q.push_unnest("input", confirm_input(confirms))?;
+    q.push("), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i)");
+    Some(q)
+}
+
+/// How both confirmation statements end: a log leaf queued for each record
+/// the CTE `d` confirmed.
+const QUEUE_LEAVES: &str = ", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d)";
+
 /// The batch's confirmations as one statement of one text whatever their
 /// number (two texts: with usage rows and without); `None` if the rows
 /// cannot be put as array parameters.
 fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
-    let input = confirm_input(confirms);
-    let mut q = sql("with input as (select * from ");
-    q.push_unnest("input", input)?;
+    let mut q = confirm_head(confirms)?;
     q.push(
-        "), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i), \
-         d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
+        ", d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
          from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
          and declaration.settlement_status <> 'released' returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
     );
     push_usage(&mut q, confirms, "cast(null as uuid)")?;
-    q.push(", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) select b_i from d");
+    q.push(QUEUE_LEAVES).push(" select b_i from d");
     Some(q)
 }
 
@@ -593,12 +603,9 @@ async fn pg_settle<X: Exec>(tx: &mut X, confirms: &[ConfirmJob]) -> Result<Vec<O
 }
 
 fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
-    let input = confirm_input(confirms);
-    let mut q = sql("with input as (select * from ");
-    q.push_unnest("input", input)?;
+    let mut q = confirm_head(confirms)?;
     q.push(
-        "), once as (select distinct on (b_dd_id) * from input order by b_dd_id, b_i), \
-         p as (update x402_payment set status = 'settled', settlement_ref = coalesce(once.b_ref, x402_payment.settlement_ref), \
+        ", p as (update x402_payment set status = 'settled', settlement_ref = coalesce(once.b_ref, x402_payment.settlement_ref), \
          updated_at = once.b_now from once where x402_payment.dd_id = once.b_dd_id \
          and x402_payment.status in ('reserved', 'settle_unknown') \
          and exists (select 1 from declaration r where r.dd_id = once.b_dd_id and r.confirmed_at is null \
@@ -611,10 +618,7 @@ fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
          e as (insert into x402_payment_event (payment_id, status, reason, at) select payment_id, 'settled', null, b_now from p)",
     );
     push_usage(&mut q, confirms, "d.payment_id")?;
-    q.push(
-        ", l as (insert into log_pending (dd_id, leaf_data, enqueued_at) select dd_id, b_leaf, b_now from d) \
-         select b_i, cast(1 as bigint) as b_kind from d union all select b_i, cast(0 as bigint) from p",
-    );
+    q.push(QUEUE_LEAVES).push(" select b_i, cast(1 as bigint) as b_kind from d union all select b_i, cast(0 as bigint) from p");
     Some(q)
 }
 

@@ -236,16 +236,16 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
     ) -> Result<(Option<StoredDeclaration>, DabStatus)> {
         let query = || {
             sql(format!(
-                "select a.dab_limit_milli as b_own, ({}) as b_spent, d.* from agent a \
+                "select {}, d.* from agent a \
                  left join declaration d on d.agent_id = a.agent_id and d.request_id = $3 where a.agent_id = $1",
-                crate::payments::DAB_SPENT_OF_A
+                crate::payments::dab_columns()
             ))
             .bind(agent_id)
             .bind(period_start)
             .bind(request_id)
         };
         fn decode(row: &impl Row) -> Result<(Option<StoredDeclaration>, DabStatus)> {
-            let dab = DabStatus { own_limit: row.get::<Option<i64>>("b_own")?.map(MilliDac), spent: MilliDac(row.get("b_spent")?) };
+            let dab = crate::payments::decode_dab(row)?;
             let earlier = match row.get::<Option<Uuid>>("dd_id")? {
                 Some(_) => Some(decode_declaration(row)?),
                 None => None,

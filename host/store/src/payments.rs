@@ -132,8 +132,18 @@ pub struct UnknownSettlement {
 
 /// An agent's external spending since a time: reserved and settled payments count.
 /// [`DAB_SPENT`] as a subquery of a statement over the agent `a`.
-pub(crate) const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
+const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
      where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= $2";
+
+/// The agent `a`'s DAB status as two columns of a statement over it
+/// (`b_own`, `b_spent`), which [`decode_dab`] reads.
+pub(crate) fn dab_columns() -> String {
+    format!("a.dab_limit_milli as b_own, ({DAB_SPENT_OF_A}) as b_spent")
+}
+
+pub(crate) fn decode_dab(row: &impl Row) -> Result<DabStatus> {
+    Ok(DabStatus { own_limit: row.get::<Option<i64>>("b_own")?.map(MilliDac), spent: MilliDac(row.get("b_spent")?) })
+}
 
 pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
      where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2";
@@ -380,20 +390,12 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
 
     async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus> {
         // One statement: the agent's own limit and its spending, side by side.
-        let query = || {
-            sql(format!("select a.dab_limit_milli as own, ({DAB_SPENT_OF_A}) as spent from agent a where a.agent_id = $1"))
-                .bind(agent_id)
-                .bind(period_start)
-        };
-        let found = match self.read_direct(query(), |row| Ok((row.get::<Option<i64>>("own")?, row.get::<i64>("spent")?))) {
+        let query = || sql(format!("select {} from agent a where a.agent_id = $1", dab_columns())).bind(agent_id).bind(period_start);
+        let found = match self.read_direct(query(), decode_dab) {
             Some(found) => found,
-            None => match self.db().fetch_optional(query()).await? {
-                Some(row) => Some((row.get::<Option<i64>>("own")?, row.get::<i64>("spent")?)),
-                None => None,
-            },
+            None => self.db().fetch_optional(query()).await?.as_ref().map(decode_dab).transpose()?,
         };
-        let (own, spent) = found.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")))?;
-        Ok(DabStatus { own_limit: own.map(MilliDac), spent: MilliDac(spent) })
+        found.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")))
     }
 }
 
