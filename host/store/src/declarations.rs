@@ -147,8 +147,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     }
                     // A payment's job looked its request_id up first.
                     Ok(Ok(batch::Taken::TrialShort { balance, expired })) => return Ok(Created::TrialCannotPay { balance, expired }),
-                    Ok(Ok(batch::Taken::NonceUsed)) => return Ok(Created::PaymentReplayed),
-                    Ok(Ok(batch::Taken::DabReached { limit, spent })) => return Ok(Created::DabReached { limit, spent }),
+                    // A copy of this request may have committed since its
+                    // lookup (with its payment): it is answered with that record.
+                    Ok(Ok(batch::Taken::NonceUsed)) => return refused(Created::PaymentReplayed).await,
+                    Ok(Ok(batch::Taken::DabReached { limit, spent })) => return refused(Created::DabReached { limit, spent }).await,
                     Ok(Err(unavailable)) => return Err(unavailable),
                     _ => {}
                 }
@@ -206,7 +208,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 tx.commit().await?;
                 Ok(created)
             }
-            Ok(refusal @ (Created::TrialCannotPay { .. } | Created::EarnedShort { .. })) => {
+            Ok(
+                refusal @ (Created::TrialCannotPay { .. }
+                | Created::EarnedShort { .. }
+                | Created::DabReached { .. }
+                | Created::PaymentReplayed),
+            ) => {
                 drop(tx);
                 refused(refusal).await
             }
