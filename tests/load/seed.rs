@@ -166,9 +166,21 @@ fn clone_statement(
         Backend::Sqlite => "g".to_string(),
         Backend::Postgres => format!("generate_series(cast({lo} as bigint), {}) as g(i)", hi - 1),
     };
+    // The service's record ids are UUIDv7 (`anchor_domain::record_id`): on
+    // PostgreSQL the clones' are too, their time the clone's anchoring time,
+    // so that the indexes keyed by them are shaped as the service's would be.
+    let record_id = match backend {
+        Backend::Sqlite => random_id.clone(),
+        Backend::Postgres => format!(
+            "cast(encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing \
+             substring(int8send(cast(floor(extract(epoch from {time}) * 1000) as bigint)) from 3 for 6) from 1 for 6), \
+             52, 1), 53, 1), 'hex') as uuid)"
+        ),
+    };
     let value = |column: &str| -> String {
         match column {
-            "dd_id" | "ee_id" | "request_id" | "lineage_group_id" => random_id.clone(),
+            "dd_id" | "ee_id" | "lineage_group_id" => record_id.clone(),
+            "request_id" => random_id.clone(),
             "agent_id" => "a.agent_id".into(),
             "anchored_at" | "confirmed_at" => time.clone(),
             "decision_action_type" => {

@@ -85,12 +85,12 @@ fn mirror(proposal: &StoredDeclaration, counterparty: Uuid, services: &Services)
     let p = &proposal.declaration;
     let mut salt = [0u8; 32];
     rand::rng().fill_bytes(&mut salt);
-    let dd_id = Uuid::new_v4();
+    let dd_id = anchor_domain::record_id();
     let mut dd = p.dd.clone();
     dd.parent_dd_id = None;
     let declaration = Declaration {
         dd_id,
-        ee_id: Uuid::new_v4(),
+        ee_id: anchor_domain::record_id(),
         agent_id: counterparty,
         dd,
         ee: p.ee.clone(),

@@ -461,7 +461,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
     }
     verification("verified");
     let payment = NewPayment {
-        payment_id: Uuid::new_v4(),
+        payment_id: anchor_domain::record_id(),
         network: anchor_x402::NETWORK.into(),
         asset: anchor_x402::USDC_BASE.to_ascii_lowercase(),
         payer: verified.payer.clone(),

@@ -158,11 +158,11 @@ pub(crate) async fn record(
 
     let mut salt = [0u8; 32];
     rand::rng().fill_bytes(&mut salt);
-    let dd_id = Uuid::new_v4();
+    let dd_id = anchor_domain::record_id();
     let parent_dd_id = input.dd.parent_dd_id;
     let declaration = Declaration {
         dd_id,
-        ee_id: Uuid::new_v4(),
+        ee_id: anchor_domain::record_id(),
         agent_id: agent.agent_id,
         dd: input.dd,
         ee: EeFields {

@@ -590,7 +590,7 @@ pub(crate) fn usage_columns<'q>(
 ) -> Vec<(&'static str, crate::engine::Value<'q>)> {
     let dd_id = (subject.domain == SubjectDomain::Declaration).then_some(subject.id);
     vec![
-        ("usage_id", Uuid::new_v4().value()),
+        ("usage_id", anchor_domain::record_id().value()),
         ("dd_id", dd_id.value()),
         ("subject_domain", subject.domain.as_str().value()),
         ("subject_id", subject.id.value()),
