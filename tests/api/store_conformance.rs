@@ -11,7 +11,7 @@ use anchor_tests::*;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use uuid::Uuid;
 
-anchor_tests::both_backends!(store_conforms, the_fold_counts_each_declaration_once);
+anchor_tests::both_backends!(store_conforms, the_fold_counts_each_declaration_once, a_leaf_enqueued_late_still_enters_the_log);
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap()
@@ -272,6 +272,44 @@ async fn the_fold_counts_each_declaration_once(backend: Backend) {
     assert_eq!(all, [(3, 20_390, 20_391)]);
     let days = store.agent_days(agent, 20_390, 20_392, &[Dimension::All], false).await.unwrap();
     assert_eq!(days.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 1)]);
+}
+
+/// The integrator reads `log_pending` from a little before where it last
+/// ended (past the entries it deleted): a leaf whose enqueuing time is older
+/// than that (a transaction that committed long after it read its clock, or
+/// another host's slow clock) still enters the log, once the newer ones
+/// are in.
+async fn a_leaf_enqueued_late_still_enters_the_log(backend: Backend) {
+    let (store, _cleanup) = fresh_store(backend).await;
+    let agent = new_agent(&store, 1_000_000).await;
+    let anchor = |at: DateTime<Utc>| {
+        let store = &store;
+        async move {
+            let new = declaration(agent, 10_000, None);
+            store.create_declaration(&new, at).await.unwrap();
+            let leaf = new.declaration.dd_id.to_string();
+            assert!(store.confirm_declaration(new.declaration.dd_id, "sha256:00", at, &[], leaf.as_bytes(), None).await.unwrap());
+        }
+    };
+    let drain = || async {
+        let mut rounds = 0;
+        while store.integrate_log(2, now(), &anchor_app::log::plan).await.unwrap().is_some() {
+            rounds += 1;
+        }
+        rounds
+    };
+    for _ in 0..3 {
+        anchor(now()).await;
+    }
+    assert_eq!(drain().await, 2);
+    for _ in 0..3 {
+        anchor(now() + Duration::minutes(5)).await;
+    }
+    anchor(now() - Duration::hours(2)).await;
+    assert_eq!(store.log_pending_count().await.unwrap(), 4);
+    drain().await;
+    assert_eq!(store.log_pending_count().await.unwrap(), 0);
+    assert_eq!(store.log_state().await.unwrap().size, 7);
 }
 
 /// Migration 0008 rebuilds SQLite's `usage_entry`: rows written before it

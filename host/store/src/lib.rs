@@ -141,6 +141,9 @@ pub struct SqlStore<E: Engine> {
     reader: std::sync::OnceLock<lookup::Reader>,
     /// The hot path's reads on connections of their own (SQLite only).
     direct: Option<direct::Readers>,
+    /// Where this host's integrator last left `log_pending` (PostgreSQL):
+    /// see `LogStore::integrate_log`.
+    pending_from: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 /// The embedded default: one SQLite file in WAL mode.
@@ -166,7 +169,13 @@ impl PostgresStore {
 impl<E: Engine> SqlStore<E> {
     fn new(db: E) -> SqlStore<E> {
         let direct = db.sqlite_file().map(direct::Readers::new);
-        SqlStore { db, batch: std::sync::OnceLock::new(), reader: std::sync::OnceLock::new(), direct }
+        SqlStore {
+            db,
+            batch: std::sync::OnceLock::new(),
+            reader: std::sync::OnceLock::new(),
+            direct,
+            pending_from: std::sync::Mutex::new(None),
+        }
     }
 
     /// The group committer, started if it is not yet; `None` in a round of

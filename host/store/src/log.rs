@@ -145,10 +145,38 @@ impl<E: Engine> LogStore for SqlStore<E> {
         let row =
             tx.fetch_one(sql(format!("select size, root, edge from log_state where log_state_id = 0{}", self.db.for_update()))).await?;
         let state = decode_state(&row)?;
-        let rows = tx.fetch_all(sql("select dd_id, leaf_data from log_pending order by enqueued_at, dd_id limit $1").bind(max)).await?;
+        // PostgreSQL leaves the entries this integrator deleted in the order
+        // index, dead, until vacuum comes: a read from the start of the
+        // index walks all of them, and while a backlog of millions drains
+        // that walk costs more than the rest of the batch (130 ms a read at
+        // ten million). So a read begins a minute before where this host's
+        // last one ended, past them. A leaf committed more than a minute
+        // after its enqueuing time is not lost: whenever the bounded read
+        // comes back short, the read from the start follows.
+        let from = match self.db.round_trips() {
+            true => *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()),
+            false => None,
+        };
+        let mut rows = Vec::new();
+        if let Some(from) = from {
+            rows = tx
+                .fetch_all(
+                    sql("select dd_id, leaf_data, enqueued_at from log_pending where enqueued_at >= $1 \
+                         order by enqueued_at, dd_id limit $2")
+                    .bind(from - Duration::minutes(1))
+                    .bind(max),
+                )
+                .await?;
+        }
+        if (rows.len() as i64) < max {
+            rows = tx
+                .fetch_all(sql("select dd_id, leaf_data, enqueued_at from log_pending order by enqueued_at, dd_id limit $1").bind(max))
+                .await?;
+        }
         if rows.is_empty() {
             return Ok(None);
         }
+        let last: DateTime<Utc> = rows.last().expect("not empty").get("enqueued_at")?;
         let batch =
             rows.iter().map(|r| Ok(PendingLeaf { dd_id: r.get("dd_id")?, leaf_data: r.get("leaf_data")? })).collect::<Result<Vec<_>>>()?;
         let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
@@ -195,6 +223,9 @@ impl<E: Engine> LogStore for SqlStore<E> {
         )
         .await?;
         tx.commit().await?;
+        if self.db.round_trips() {
+            *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+        }
         Ok(Some(plan.state))
     }
 
