@@ -302,14 +302,17 @@ async fn a_leaf_enqueued_late_still_enters_the_log(backend: Backend) {
         anchor(now()).await;
     }
     assert_eq!(drain().await, 2);
-    for _ in 0..3 {
+    // A backlog drains: one full batch is taken, then a leaf arrives whose
+    // enqueuing time is two hours before everything pending.
+    for _ in 0..5 {
         anchor(now() + Duration::minutes(5)).await;
     }
+    assert!(store.integrate_log(2, now(), &anchor_app::log::plan).await.unwrap().is_some());
     anchor(now() - Duration::hours(2)).await;
     assert_eq!(store.log_pending_count().await.unwrap(), 4);
     drain().await;
     assert_eq!(store.log_pending_count().await.unwrap(), 0);
-    assert_eq!(store.log_state().await.unwrap().size, 7);
+    assert_eq!(store.log_state().await.unwrap().size, 9);
 }
 
 /// Migration 0008 rebuilds SQLite's `usage_entry`: rows written before it

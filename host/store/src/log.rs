@@ -149,10 +149,12 @@ impl<E: Engine> LogStore for SqlStore<E> {
         // index, dead, until vacuum comes: a read from the start of the
         // index walks all of them, and while a backlog of millions drains
         // that walk costs more than the rest of the batch (130 ms a read at
-        // ten million). So a read begins a minute before where this host's
-        // last one ended, past them. A leaf committed more than a minute
-        // after its enqueuing time is not lost: whenever the bounded read
-        // comes back short, the read from the start follows.
+        // ten million). So while a backlog drains (the last batch was
+        // full), a read begins five seconds before where this host's last
+        // one ended, past them. A leaf committed later than that after its
+        // enqueuing time is not lost: whenever the bounded read comes back
+        // short, the read from the start follows (and, the backlog drained,
+        // is the only read again).
         let from = match self.db.round_trips() {
             true => *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()),
             false => None,
@@ -163,7 +165,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
                 .fetch_all(
                     sql("select dd_id, leaf_data, enqueued_at from log_pending where enqueued_at >= $1 \
                          order by enqueued_at, dd_id limit $2")
-                    .bind(from - Duration::minutes(1))
+                    .bind(from - Duration::seconds(5))
                     .bind(max),
                 )
                 .await?;
@@ -224,7 +226,7 @@ impl<E: Engine> LogStore for SqlStore<E> {
         .await?;
         tx.commit().await?;
         if self.db.round_trips() {
-            *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+            *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()) = (batch.len() as i64 >= max).then_some(last);
         }
         Ok(Some(plan.state))
     }
