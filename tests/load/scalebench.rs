@@ -219,6 +219,9 @@ async fn settle_postgres(t: &TestServer) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A statement's text, calls, total and mean ms, buffers hit and read per call.
+type StatementRow = (String, i64, f64, f64, f64, f64);
+
 /// Where `pg_stat_statements` is loaded (`shared_preload_libraries`), the
 /// statements of a load run with their time and buffers, so that a figure
 /// that grows with the database says which statement grew. Elsewhere, nothing.
@@ -237,7 +240,7 @@ impl Statements {
     }
 
     async fn print(&self, pairs: usize) {
-        let rows: Result<Vec<(String, i64, f64, f64, f64, f64)>, _> = sqlx::query_as(
+        let rows: Result<Vec<StatementRow>, _> = sqlx::query_as(
             "select left(regexp_replace(query, '\\s+', ' ', 'g'), 110), calls, total_exec_time, mean_exec_time, \
              cast(shared_blks_hit as float8) / greatest(calls, 1), cast(shared_blks_read as float8) / greatest(calls, 1) \
              from pg_stat_statements where query not like '%pg_stat_statements%' order by total_exec_time desc limit 10",
