@@ -122,13 +122,17 @@ async fn the_rust_and_the_python_tool_give_the_same_report() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The default fuel budget, with a deadline a spinning run never reaches
+/// first: burning four billion units of fuel can take longer than the
+/// default's 2 s on a loaded machine, and the run would then end on its
+/// deadline instead. Fuel is counted, not timed: each hostile tool fails for
+/// its own reason whatever the machine's speed.
+const FUEL_FIRST: ToolLimits = ToolLimits { wall_ms: 60_000, ..ToolLimits::DEFAULT };
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_components_fail_their_own_runs_with_a_named_reason() {
     let dir = temp_dir("hostile");
-    // The default fuel budget with a deadline a spinning run never reaches
-    // first, so the spinning tool ends out of fuel (counted) rather than on
-    // the clock (timed) however loaded the machine is.
-    let tools = runtime(&dir, ToolLimits { wall_ms: 60_000, ..ToolLimits::DEFAULT });
+    let tools = runtime(&dir, FUEL_FIRST);
     let input = input(3);
     for (name, expected) in
         [("tool-spin", "out_of_fuel"), ("tool-grow", "out_of_memory"), ("tool-huge", "output_too_large"), ("tool-trap", "trap")]
@@ -450,12 +454,7 @@ async fn a_tool_is_uploaded_bought_and_run_on_the_buyers_observations(backend: B
 }
 
 async fn hostile_tools_fail_their_own_runs_while_declarations_go_on(backend: Backend) {
-    // The default fuel budget, with a deadline a spinning run never reaches
-    // first: burning four billion units of fuel can take longer than the
-    // default's 2 s on a loaded machine, and the run would then end on its
-    // deadline instead. Fuel is counted, not timed: each hostile tool fails
-    // for its own reason whatever the machine's speed.
-    let limits = ToolLimits { wall_ms: 60_000, ..ToolLimits::DEFAULT };
+    let limits = FUEL_FIRST;
     let wait = std::time::Duration::from_secs(300);
     let tools = anchor_app::tools::Tools::with_waits(Arc::new(runtime(&temp_dir("hostile"), limits)), wait, wait);
     let t = TestServer::with(backend, Options { tools: Some(tools), ..Options::default() }).await;

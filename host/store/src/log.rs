@@ -155,25 +155,22 @@ impl<E: Engine> LogStore for SqlStore<E> {
         // enqueuing time is not lost: whenever the bounded read comes back
         // short, the read from the start follows (and, the backlog drained,
         // is the only read again).
-        let from = match self.db.round_trips() {
-            true => *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()),
-            false => None,
+        // (Only set on PostgreSQL, below.)
+        let from = *self.pending_from.lock().unwrap_or_else(|e| e.into_inner());
+        let read = |from: Option<DateTime<Utc>>| {
+            let mut q = sql("select dd_id, leaf_data, enqueued_at from log_pending");
+            if let Some(from) = from {
+                q.push(" where enqueued_at >= ").push_bind(from - Duration::seconds(5));
+            }
+            q.push(" order by enqueued_at, dd_id limit ").push_bind(max);
+            q
         };
         let mut rows = Vec::new();
-        if let Some(from) = from {
-            rows = tx
-                .fetch_all(
-                    sql("select dd_id, leaf_data, enqueued_at from log_pending where enqueued_at >= $1 \
-                         order by enqueued_at, dd_id limit $2")
-                    .bind(from - Duration::seconds(5))
-                    .bind(max),
-                )
-                .await?;
+        if from.is_some() {
+            rows = tx.fetch_all(read(from)).await?;
         }
         if (rows.len() as i64) < max {
-            rows = tx
-                .fetch_all(sql("select dd_id, leaf_data, enqueued_at from log_pending order by enqueued_at, dd_id limit $1").bind(max))
-                .await?;
+            rows = tx.fetch_all(read(None)).await?;
         }
         if rows.is_empty() {
             return Ok(None);
