@@ -217,7 +217,7 @@ impl<E: Engine> AraStore for SqlStore<E> {
             tx.rollback().await?;
             return Ok(false);
         }
-        add_counts(&mut tx, self.db.rows_per_statement(7), counts).await?;
+        add_counts(&mut tx, self.db.rows_per_statement(7), self.db.arrays(), counts).await?;
         for chunk in bands.chunks(self.db.rows_per_statement(4)) {
             let mut insert = sql("insert into ara_band (dd_id, dimension, value, visibility) values ");
             for (i, b) in chunk.iter().enumerate() {
@@ -456,16 +456,46 @@ impl<E: Engine> AraStore for SqlStore<E> {
 /// An all-time row's key: agent, dimension, value, visibility.
 type TotalKey<'a> = (Uuid, &'a str, &'a str, i32);
 
-pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, counts: &[DayCount]) -> Result<()> {
-    for chunk in counts.chunks(rows) {
-        let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
-        for (i, c) in chunk.iter().enumerate() {
-            days.push(if i == 0 { "(" } else { ", (" });
-            days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
-            days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
+/// Rows of counts one array statement carries (PostgreSQL).
+const COUNTS_PER_ARRAY_STATEMENT: usize = 20_000;
+
+/// Adds `counts` to the per-day and all-time tables. Where the engine takes
+/// arrays (PostgreSQL) each table's rows are one statement of a fixed text,
+/// its columns bound as arrays, planned once per connection; elsewhere they
+/// are multi-row statements of at most `rows` rows.
+pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, arrays: bool, counts: &[DayCount]) -> Result<()> {
+    const ADD_DAYS: &str = " on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n";
+    if arrays {
+        for chunk in counts.chunks(COUNTS_PER_ARRAY_STATEMENT) {
+            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) select * from ");
+            let columns = chunk
+                .iter()
+                .map(|c| {
+                    vec![
+                        ("agent_id", c.agent_id.value()),
+                        ("day", c.day.value()),
+                        ("dimension", c.dimension.as_str().value()),
+                        ("value", c.value.as_str().value()),
+                        ("visibility", c.visibility.code().value()),
+                        ("n", c.n.value()),
+                    ]
+                })
+                .collect();
+            days.push_unnest("counted", columns).ok_or_else(|| StoreError::Unsupported("ARA counts as arrays".into()))?;
+            days.push(ADD_DAYS);
+            tx.execute(days).await?;
         }
-        days.push(" on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n");
-        tx.execute(days).await?;
+    } else {
+        for chunk in counts.chunks(rows) {
+            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
+            for (i, c) in chunk.iter().enumerate() {
+                days.push(if i == 0 { "(" } else { ", (" });
+                days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
+                days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
+            }
+            days.push(ADD_DAYS);
+            tx.execute(days).await?;
+        }
     }
     // One row per all-time key: a statement may not update a row twice
     // (PostgreSQL refuses it), and a batch counts one key on several days.
@@ -475,20 +505,43 @@ pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, counts: &[DayCo
         *total = (total.0 + c.n, total.1.min(c.day), total.2.max(c.day));
     }
     let totals: Vec<_> = totals.into_iter().collect();
-    for chunk in totals.chunks(rows) {
-        let mut insert = sql("insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) values ");
-        for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
-            insert.push(if i == 0 { "(" } else { ", (" });
-            insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
-            insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
-            insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+    const ADD_TOTALS: &str = " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
+         first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
+         last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end";
+    const INSERT_TOTALS: &str = "insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) ";
+    if arrays {
+        for chunk in totals.chunks(COUNTS_PER_ARRAY_STATEMENT) {
+            let mut insert = sql(format!("{INSERT_TOTALS}select * from "));
+            let columns = chunk
+                .iter()
+                .map(|((agent_id, dimension, value, visibility), (n, first_day, last_day))| {
+                    vec![
+                        ("agent_id", agent_id.value()),
+                        ("dimension", dimension.value()),
+                        ("value", value.value()),
+                        ("visibility", visibility.value()),
+                        ("n", n.value()),
+                        ("first_day", first_day.value()),
+                        ("last_day", last_day.value()),
+                    ]
+                })
+                .collect();
+            insert.push_unnest("counted", columns).ok_or_else(|| StoreError::Unsupported("ARA totals as arrays".into()))?;
+            insert.push(ADD_TOTALS);
+            tx.execute(insert).await?;
         }
-        insert.push(
-                " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
-                 first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
-                 last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
-            );
-        tx.execute(insert).await?;
+    } else {
+        for chunk in totals.chunks(rows) {
+            let mut insert = sql(format!("{INSERT_TOTALS}values "));
+            for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
+                insert.push(if i == 0 { "(" } else { ", (" });
+                insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
+                insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
+                insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+            }
+            insert.push(ADD_TOTALS);
+            tx.execute(insert).await?;
+        }
     }
     Ok(())
 }

@@ -155,7 +155,7 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
             .into_iter()
             .map(|((agent_id, day, dimension, value, visibility), n)| DayCount { agent_id, day, dimension, value, visibility, n: -n })
             .collect();
-        add_counts(&mut tx, self.db.rows_per_statement(7), &taken).await?;
+        add_counts(&mut tx, self.db.rows_per_statement(7), self.db.arrays(), &taken).await?;
         // A count taken below zero can only be one the fold never added
         // (a database changed by hand): it ends at zero, as every emptied key.
         for table in ["ara_agent_day", "ara_agent_total"] {

@@ -422,6 +422,10 @@ pub trait Engine: Send + Sync + Clone + 'static {
     /// Whether each statement is a round trip to a server (PostgreSQL), so
     /// that concurrent reads are worth gathering into one.
     fn round_trips(&self) -> bool;
+    /// Whether the engine takes array parameters (PostgreSQL), so that a
+    /// statement over many rows can be one text whatever their number
+    /// ([`Query::push_unnest`]).
+    fn arrays(&self) -> bool;
     fn pool(&self) -> Self::Pool<'_>;
     /// A connection of the hot path's own pool, for the group committer's
     /// and the gathered reads' statements, kept between them ([`Kept`]);
@@ -455,6 +459,8 @@ pub trait Dialect: sqlx::Database {
     const BINDS_PER_STATEMENT: usize;
     /// Whether each statement is a round trip to a server.
     const ROUND_TRIPS: bool;
+    /// Whether a column of values may be bound as one array parameter.
+    const ARRAYS: bool;
     fn rows_affected(result: &Self::QueryResult) -> u64;
     /// Binds a column of values as one array parameter.
     fn bind_array<'q>(
@@ -470,6 +476,7 @@ impl Dialect for Sqlite {
     const WRITES_IN_WITH: bool = false;
     const BINDS_PER_STATEMENT: usize = 256;
     const ROUND_TRIPS: bool = false;
+    const ARRAYS: bool = false;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -488,6 +495,7 @@ impl Dialect for Postgres {
     const WRITES_IN_WITH: bool = true;
     const BINDS_PER_STATEMENT: usize = 4096;
     const ROUND_TRIPS: bool = true;
+    const ARRAYS: bool = true;
     fn rows_affected(result: &Self::QueryResult) -> u64 {
         result.rows_affected()
     }
@@ -906,6 +914,9 @@ impl<DB: Driver> Engine for Db<DB> {
     }
     fn round_trips(&self) -> bool {
         DB::ROUND_TRIPS
+    }
+    fn arrays(&self) -> bool {
+        DB::ARRAYS
     }
     fn rows_per_statement(&self, columns: usize) -> usize {
         (DB::BINDS_PER_STATEMENT / columns.max(1)).max(1)
