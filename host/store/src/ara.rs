@@ -199,9 +199,13 @@ impl<E: Engine> AraStore for SqlStore<E> {
         let rows = self
             .db()
             .fetch_all(
-                sql("select l.leaf_index, d.* from log_entry l join declaration d on d.dd_id = l.dd_id \
-                     where l.leaf_index >= (select next_leaf from ara_fold where ara_fold_id = 0) \
-                     order by l.leaf_index limit $1")
+                // The leaves first, limited: the join then plans for `limit`
+                // rows, where a limit over the join let PostgreSQL plan for a
+                // third of the log and start parallel workers for each read
+                // (31 ms a read at ten million records, 3 ms this way).
+                sql("select l.leaf_index, d.* from (select leaf_index, dd_id from log_entry \
+                     where leaf_index >= (select next_leaf from ara_fold where ara_fold_id = 0) order by leaf_index limit $1) l \
+                     join declaration d on d.dd_id = l.dd_id order by l.leaf_index")
                 .bind(limit),
             )
             .await?;
