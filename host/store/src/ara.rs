@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
+use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, Value, sql};
 use crate::rows::decode_declaration;
 use crate::*;
 
@@ -463,44 +463,31 @@ type TotalKey<'a> = (Uuid, &'a str, &'a str, i32);
 /// Rows of counts one array statement carries (PostgreSQL).
 const COUNTS_PER_ARRAY_STATEMENT: usize = 20_000;
 
-/// Adds `counts` to the per-day and all-time tables. Where the engine takes
-/// arrays (PostgreSQL) each table's rows are one statement of a fixed text,
-/// its columns bound as arrays, planned once per connection; elsewhere they
-/// are multi-row statements of at most `rows` rows.
+/// Adds `counts` to the per-day and all-time tables (see [`upsert_counts`]
+/// for how the rows are sent).
 pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, arrays: bool, counts: &[DayCount]) -> Result<()> {
-    const ADD_DAYS: &str = " on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n";
-    if arrays {
-        for chunk in counts.chunks(COUNTS_PER_ARRAY_STATEMENT) {
-            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) select * from ");
-            let columns = chunk
-                .iter()
-                .map(|c| {
-                    vec![
-                        ("agent_id", c.agent_id.value()),
-                        ("day", c.day.value()),
-                        ("dimension", c.dimension.as_str().value()),
-                        ("value", c.value.as_str().value()),
-                        ("visibility", c.visibility.code().value()),
-                        ("n", c.n.value()),
-                    ]
-                })
-                .collect();
-            days.push_unnest("counted", columns).ok_or_else(|| StoreError::Unsupported("ARA counts as arrays".into()))?;
-            days.push(ADD_DAYS);
-            tx.execute(days).await?;
-        }
-    } else {
-        for chunk in counts.chunks(rows) {
-            let mut days = sql("insert into ara_agent_day (agent_id, day, dimension, value, visibility, n) values ");
-            for (i, c) in chunk.iter().enumerate() {
-                days.push(if i == 0 { "(" } else { ", (" });
-                days.push_bind(c.agent_id).push(", ").push_bind(c.day).push(", ").push_bind(c.dimension.as_str());
-                days.push(", ").push_bind(c.value.as_str()).push(", ").push_bind(c.visibility.code()).push(", ").push_bind(c.n).push(")");
-            }
-            days.push(ADD_DAYS);
-            tx.execute(days).await?;
-        }
-    }
+    let days = counts
+        .iter()
+        .map(|c| {
+            vec![
+                ("agent_id", c.agent_id.value()),
+                ("day", c.day.value()),
+                ("dimension", c.dimension.as_str().value()),
+                ("value", c.value.as_str().value()),
+                ("visibility", c.visibility.code().value()),
+                ("n", c.n.value()),
+            ]
+        })
+        .collect();
+    upsert_counts(
+        tx,
+        "ara_agent_day",
+        days,
+        " on conflict (agent_id, day, dimension, value, visibility) do update set n = ara_agent_day.n + excluded.n",
+        rows,
+        arrays,
+    )
+    .await?;
     // One row per all-time key: a statement may not update a row twice
     // (PostgreSQL refuses it), and a batch counts one key on several days.
     let mut totals: BTreeMap<TotalKey, (i64, i32, i32)> = BTreeMap::new();
@@ -508,44 +495,71 @@ pub(crate) async fn add_counts<X: Exec>(tx: &mut X, rows: usize, arrays: bool, c
         let total = totals.entry((c.agent_id, c.dimension.as_str(), c.value.as_str(), c.visibility.code())).or_insert((0, c.day, c.day));
         *total = (total.0 + c.n, total.1.min(c.day), total.2.max(c.day));
     }
-    let totals: Vec<_> = totals.into_iter().collect();
-    const ADD_TOTALS: &str = " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
+    let totals = totals
+        .into_iter()
+        .map(|((agent_id, dimension, value, visibility), (n, first_day, last_day))| {
+            vec![
+                ("agent_id", agent_id.value()),
+                ("dimension", dimension.value()),
+                ("value", value.value()),
+                ("visibility", visibility.value()),
+                ("n", n.value()),
+                ("first_day", first_day.value()),
+                ("last_day", last_day.value()),
+            ]
+        })
+        .collect();
+    upsert_counts(
+        tx,
+        "ara_agent_total",
+        totals,
+        " on conflict (agent_id, dimension, value, visibility) do update set n = ara_agent_total.n + excluded.n, \
          first_day = case when excluded.first_day < ara_agent_total.first_day then excluded.first_day else ara_agent_total.first_day end, \
-         last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end";
-    const INSERT_TOTALS: &str = "insert into ara_agent_total (agent_id, dimension, value, visibility, n, first_day, last_day) ";
-    if arrays {
-        for chunk in totals.chunks(COUNTS_PER_ARRAY_STATEMENT) {
-            let mut insert = sql(format!("{INSERT_TOTALS}select * from "));
-            let columns = chunk
-                .iter()
-                .map(|((agent_id, dimension, value, visibility), (n, first_day, last_day))| {
-                    vec![
-                        ("agent_id", agent_id.value()),
-                        ("dimension", dimension.value()),
-                        ("value", value.value()),
-                        ("visibility", visibility.value()),
-                        ("n", n.value()),
-                        ("first_day", first_day.value()),
-                        ("last_day", last_day.value()),
-                    ]
-                })
-                .collect();
-            insert.push_unnest("counted", columns).ok_or_else(|| StoreError::Unsupported("ARA totals as arrays".into()))?;
-            insert.push(ADD_TOTALS);
-            tx.execute(insert).await?;
-        }
-    } else {
-        for chunk in totals.chunks(rows) {
-            let mut insert = sql(format!("{INSERT_TOTALS}values "));
-            for (i, ((agent_id, dimension, value, visibility), (n, first_day, last_day))) in chunk.iter().enumerate() {
+         last_day = case when excluded.last_day > ara_agent_total.last_day then excluded.last_day else ara_agent_total.last_day end",
+        rows,
+        arrays,
+    )
+    .await
+}
+
+/// Inserts `rows` (the same named columns in each) into `table`, `conflict`
+/// saying how a row already there is updated. Where the engine takes arrays
+/// (PostgreSQL) the rows are one statement of a fixed text per
+/// [`COUNTS_PER_ARRAY_STATEMENT`], its columns bound as arrays and planned
+/// once per connection; elsewhere they are VALUES lists of `per_statement` rows.
+async fn upsert_counts<'q, X: Exec>(
+    tx: &mut X,
+    table: &str,
+    rows: Vec<Vec<(&'static str, Value<'q>)>>,
+    conflict: &str,
+    per_statement: usize,
+    arrays: bool,
+) -> Result<()> {
+    let Some(first) = rows.first() else { return Ok(()) };
+    let names: Vec<&str> = first.iter().map(|(name, _)| *name).collect();
+    let head = format!("insert into {table} ({}) ", names.join(", "));
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(if arrays { COUNTS_PER_ARRAY_STATEMENT } else { per_statement }).collect();
+        let mut insert = sql(head.clone());
+        if arrays {
+            insert.push("select * from ");
+            insert.push_unnest("counted", chunk).ok_or_else(|| StoreError::Unsupported(format!("{table} rows as arrays")))?;
+        } else {
+            insert.push("values ");
+            for (i, row) in chunk.into_iter().enumerate() {
                 insert.push(if i == 0 { "(" } else { ", (" });
-                insert.push_bind(*agent_id).push(", ").push_bind(*dimension).push(", ").push_bind(*value);
-                insert.push(", ").push_bind(*visibility).push(", ").push_bind(*n);
-                insert.push(", ").push_bind(*first_day).push(", ").push_bind(*last_day).push(")");
+                for (j, (_, value)) in row.into_iter().enumerate() {
+                    if j > 0 {
+                        insert.push(", ");
+                    }
+                    insert.push_value(value);
+                }
+                insert.push(")");
             }
-            insert.push(ADD_TOTALS);
-            tx.execute(insert).await?;
         }
+        insert.push(conflict);
+        tx.execute(insert).await?;
     }
     Ok(())
 }
