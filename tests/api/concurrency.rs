@@ -184,6 +184,7 @@ async fn batched_payments_keep_each_dab_nonce_and_request_id(backend: Backend) {
     let now = t.clock.now().timestamp();
     let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agents[0].token), &create_body(basic_axes())).await);
     let shared_before = t.store.metrics().shared_batches.get();
+    let shared_reads_before = t.store.metrics().shared_reads.get();
     let mut calls = Vec::new();
     for agent in &agents[..4] {
         let requests: Vec<(Value, String)> =
@@ -246,6 +247,13 @@ async fn batched_payments_keep_each_dab_nonce_and_request_id(backend: Backend) {
     assert_eq!(leaves, 43, "one log leaf per record");
     assert!(t.store.metrics().shared_batches.get() > shared_before, "some writes shared a commit");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole (each write would then run alone)");
+    // On PostgreSQL the creates' reads of their request_id and DAB, and the
+    // confirmations' reads of their payment, are gathered: none failed as a
+    // whole (each read would then run alone, hiding a broken statement).
+    if backend == Backend::Postgres {
+        assert!(t.store.metrics().shared_reads.get() > shared_reads_before, "some reads shared a statement");
+    }
+    assert_eq!(t.store.metrics().failed_reads.get(), 0, "no gathered read failed as a whole (each would then run alone)");
     closes_once_idle(&t).await;
 }
 

@@ -461,7 +461,8 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<Confi
     }
     let (whole, parted): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.new.base_from_trial);
     let run = async {
-        let mut tx = db.begin_write().await?;
+        // On the hot pool: its statements are arrays, planned once per connection.
+        let mut tx = db.begin_hot().await?;
         let mut agents: Vec<Uuid> = whole.iter().chain(&parted).map(|job| job.new.declaration.agent_id).collect();
         agents.sort();
         agents.dedup();

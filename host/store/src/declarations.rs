@@ -241,6 +241,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         request_id: Uuid,
         period_start: DateTime<Utc>,
     ) -> Result<(Option<StoredDeclaration>, DabStatus)> {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.request((agent_id, request_id, period_start)).await
+        {
+            return found?.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")));
+        }
         let query = || {
             sql(format!(
                 "select {}, d.* from agent a \

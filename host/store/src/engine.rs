@@ -436,6 +436,10 @@ pub trait Engine: Send + Sync + Clone + 'static {
     /// (`None` on PostgreSQL and for a read-only copy).
     fn sqlite_file(&self) -> Option<&Path>;
     async fn begin_write(&self) -> Result<Self::Tx>;
+    /// A write transaction on the hot path's pool (its statements planned
+    /// once per connection), for the group committer's transactions of
+    /// several statements; [`Engine::begin_write`] where there is no hot pool.
+    async fn begin_hot(&self) -> Result<Self::Tx>;
     fn metrics(&self) -> &StoreMetrics;
     fn pool_state(&self) -> PoolState;
     /// Closes the pool once its connections are returned (SQLite checkpoints
@@ -934,16 +938,13 @@ impl<DB: Driver> Engine for Db<DB> {
         Ok(OnConn::new(acquire(pool, &self.metrics).await?, self.metrics.clone()))
     }
     async fn begin_write(&self) -> Result<Tx<DB>> {
-        let started = Instant::now();
-        let pool = self.write_pool();
-        let waits = must_wait(pool);
-        let tx = pool.begin_with(DB::BEGIN_WRITE).await?;
-        if waits {
-            self.metrics.acquire_waits.inc();
-            self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
+        self.begin_on(self.write_pool()).await
+    }
+    async fn begin_hot(&self) -> Result<Tx<DB>> {
+        match &self.hot {
+            Some(hot) if !is_background() => self.begin_on(hot).await,
+            _ => self.begin_write().await,
         }
-        self.metrics.observe_step("begin", started.elapsed().as_secs_f64());
-        Ok(OnConn::new(tx, self.metrics.clone()))
     }
     fn metrics(&self) -> &StoreMetrics {
         &self.metrics
@@ -957,6 +958,20 @@ impl<DB: Driver> Engine for Db<DB> {
             writer.close().await;
         }
         self.pool.close().await;
+    }
+}
+
+impl<DB: Driver> Db<DB> {
+    async fn begin_on(&self, pool: &Pool<DB>) -> Result<Tx<DB>> {
+        let started = Instant::now();
+        let waits = must_wait(pool);
+        let tx = pool.begin_with(DB::BEGIN_WRITE).await?;
+        if waits {
+            self.metrics.acquire_waits.inc();
+            self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
+        }
+        self.metrics.observe_step("begin", started.elapsed().as_secs_f64());
+        Ok(OnConn::new(tx, self.metrics.clone()))
     }
 }
 
@@ -1047,11 +1062,11 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
 /// The most connections of the hot path's pool: the committer's two batch
-/// statements and the two readers' two kinds of read, each in flight at once
-/// and each keeping its connection while it has work ([`Kept`]), and two to
-/// spare, so a task whose connection is still being returned (after a
-/// failure, or after [`KEPT_AT_MOST`]) need not wait for it.
-const HOT_CONNECTIONS: u32 = 8;
+/// statements and the two readers' four kinds of read, each in flight at
+/// once and each keeping its connection while it has work ([`Kept`]), and
+/// two to spare, so a task whose connection is still being returned (after
+/// a failure, or after [`KEPT_AT_MOST`]) need not wait for it.
+const HOT_CONNECTIONS: u32 = 12;
 
 /// How the hot path's connections are set up. Its statements have one text
 /// each whatever their number of rows (array parameters), and each is a

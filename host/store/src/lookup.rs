@@ -1,6 +1,9 @@
 //! Gathered reads of the hot path, where every statement is a round trip to
 //! a server (PostgreSQL): the agent a bearer token names (every
-//! authenticated request) and a declaration by dd_id (every confirmation).
+//! authenticated request), a declaration by dd_id (every confirmation), an
+//! agent's declaration by request_id with its DAB status (every create
+//! that may be paid over x402) and a declaration's payment with its history
+//! (every confirmation that settles one).
 //!
 //! A read hands its key to a reader task and waits. A reader takes whatever
 //! is queued when it is free (up to [`MAX_READS`]) and runs one statement
@@ -19,12 +22,14 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
-use crate::engine::{Array, Engine, Exec, Kept, sql};
+use crate::engine::{Array, Bind, Engine, Exec, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
+use crate::payments::{DabStatus, PAYMENT_EVENT_ORDER, PAYMENT_SELECT, PaymentRecord, dab_columns_since, decode_dab, decode_payments};
 use crate::rows::decode_declaration;
 use crate::{Result, StoreError, StoredDeclaration};
 
@@ -39,9 +44,19 @@ pub(crate) struct Read<K, T> {
     reply: oneshot::Sender<Option<Result<Option<T>>>>,
 }
 
+/// An agent, one of its request_ids, and the start of the DAB period its
+/// external spending is summed from.
+pub(crate) type RequestKey = (Uuid, Uuid, DateTime<Utc>);
+
+/// The declaration recorded under a request_id (if any), and the DAB status
+/// of its agent.
+pub(crate) type RequestFound = (Option<StoredDeclaration>, DabStatus);
+
 pub(crate) enum Lookup {
     Agent(Read<[u8; 32], AgentRecord>),
     Declaration(Read<Uuid, StoredDeclaration>),
+    Request(Read<RequestKey, RequestFound>),
+    Payment(Read<Uuid, PaymentRecord>),
 }
 
 /// The queue the reader tasks take from.
@@ -75,10 +90,26 @@ impl Reader {
         self.queue.send(Lookup::Declaration(Read { key: dd_id, reply })).await.ok()?;
         answer.await.ok()?
     }
+
+    /// The agent's declaration under `request_id` and its DAB status (`Ok(None)`:
+    /// no such agent); `None` if it was not read here.
+    pub(crate) async fn request(&self, key: RequestKey) -> Option<Result<Option<RequestFound>>> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Lookup::Request(Read { key, reply })).await.ok()?;
+        answer.await.ok()?
+    }
+
+    /// The declaration's payment, as `PaymentStore::payment_for` reads it;
+    /// `None` if it was not read here.
+    pub(crate) async fn payment(&self, dd_id: Uuid) -> Option<Result<Option<PaymentRecord>>> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Lookup::Payment(Read { key: dd_id, reply })).await.ok()?;
+        answer.await.ok()?
+    }
 }
 
 async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) {
-    let (mut for_agents, mut for_declarations) = (Kept::new(&db), Kept::new(&db));
+    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
     loop {
         let batch = {
             let mut reads = match reads.try_lock() {
@@ -87,26 +118,35 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
                 // taking them: this one may wait a while, so it lets its
                 // connections go first.
                 Err(_) => {
-                    for_agents.release();
-                    for_declarations.release();
+                    kept.iter_mut().for_each(Kept::release);
                     reads.lock().await
                 }
             };
-            let Some(first) = crate::batch::next(&mut reads, [&mut for_agents, &mut for_declarations]).await else { return };
+            let [a, d, r, p] = &mut kept;
+            let Some(first) = crate::batch::next(&mut reads, [a, d, r, p]).await else { return };
             crate::batch::gather(first, &mut reads, MAX_READS)
         };
         db.metrics().read_batch_size.observe(batch.len() as f64);
         if batch.len() > 1 {
             db.metrics().shared_reads.inc();
         }
-        let (mut agents, mut declarations) = (Vec::new(), Vec::new());
+        let (mut agents, mut declarations, mut requests, mut payments) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for read in batch {
             match read {
                 Lookup::Agent(read) => agents.push(read),
                 Lookup::Declaration(read) => declarations.push(read),
+                Lookup::Request(read) => requests.push(read),
+                Lookup::Payment(read) => payments.push(read),
             }
         }
-        tokio::join!(read_agents(&db, &mut for_agents, agents), read_declarations(&db, &mut for_declarations, declarations));
+        // A kind with no reads does not touch its connection.
+        let [for_agents, for_declarations, for_requests, for_payments] = &mut kept;
+        tokio::join!(
+            read_agents(&db, for_agents, agents),
+            read_declarations(&db, for_declarations, declarations),
+            read_requests(&db, for_requests, requests),
+            read_payments(&db, for_payments, payments)
+        );
     }
 }
 
@@ -161,6 +201,61 @@ async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Rea
         q.push_array(ids).push(")");
         let rows = conn.fetch_all(q).await?;
         rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
+    }
+    .await;
+    answer(db.metrics(), reads, found);
+}
+
+async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<RequestKey, RequestFound>>) {
+    if reads.is_empty() {
+        return;
+    }
+    let found = async {
+        let keys = reads
+            .iter()
+            .map(|read| {
+                let (agent_id, request_id, since) = read.key;
+                vec![("r_agent_id", agent_id.value()), ("r_request_id", request_id.value()), ("r_since", since.value())]
+            })
+            .collect();
+        let mut q = sql("select r.r_agent_id, r.r_request_id, r.r_since, ");
+        q.push(&dab_columns_since("r.r_since")).push(", d.* from ");
+        q.push_unnest("r", keys).ok_or_else(|| StoreError::Unsupported("request reads as arrays".into()))?;
+        q.push(
+            " join agent a on a.agent_id = r.r_agent_id \
+             left join declaration d on d.agent_id = a.agent_id and d.request_id = r.r_request_id",
+        );
+        let rows = conn.fetch_all(q).await?;
+        rows.iter()
+            .map(|row| {
+                let key = (row.get("r_agent_id")?, row.get("r_request_id")?, row.get("r_since")?);
+                let earlier = match row.get::<Option<Uuid>>("dd_id")? {
+                    Some(_) => Some(decode_declaration(row)?),
+                    None => None,
+                };
+                Ok((key, (earlier, decode_dab(row)?)))
+            })
+            .collect::<Result<Vec<_>>>()
+    }
+    .await;
+    answer(db.metrics(), reads, found);
+}
+
+async fn read_payments<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uuid, PaymentRecord>>) {
+    if reads.is_empty() {
+        return;
+    }
+    let found = async {
+        let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
+        let mut q = sql(format!("{PAYMENT_SELECT} where p.dd_id = any("));
+        q.push_array(ids).push(&format!(") order by p.dd_id, p.payment_id, {PAYMENT_EVENT_ORDER}"));
+        let rows = conn.fetch_all(q).await?;
+        // A declaration's first payment, as a read of its own takes it.
+        let mut seen = std::collections::HashSet::new();
+        Ok(decode_payments(&rows)?
+            .into_iter()
+            .filter_map(|(dd_id, payment)| dd_id.filter(|dd_id| seen.insert(*dd_id)).map(|dd_id| (dd_id, payment)))
+            .collect())
     }
     .await;
     answer(db.metrics(), reads, found);

@@ -130,15 +130,19 @@ pub struct UnknownSettlement {
     pub subject: Subject,
 }
 
-/// An agent's external spending since a time: reserved and settled payments count.
-/// [`DAB_SPENT`] as a subquery of a statement over the agent `a`.
-const DAB_SPENT_OF_A: &str = "select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
-     where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= $2";
-
 /// The agent `a`'s DAB status as two columns of a statement over it
-/// (`b_own`, `b_spent`), which [`decode_dab`] reads.
+/// (`b_own`, `b_spent`), which [`decode_dab`] reads: its external spending
+/// since the period start `$2` ([`DAB_SPENT`] as a subquery).
 pub(crate) fn dab_columns() -> String {
-    format!("a.dab_limit_milli as b_own, ({DAB_SPENT_OF_A}) as b_spent")
+    dab_columns_since("$2")
+}
+
+/// [`dab_columns`] with the period start `since` (a parameter or a column).
+pub(crate) fn dab_columns_since(since: &str) -> String {
+    format!(
+        "a.dab_limit_milli as b_own, (select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
+         where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= {since}) as b_spent"
+    )
 }
 
 pub(crate) fn decode_dab(row: &impl Row) -> Result<DabStatus> {
@@ -363,6 +367,11 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
     }
 
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>> {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.payment(dd_id).await
+        {
+            return found;
+        }
         read_payment(&mut self.db(), Key::Declaration(dd_id)).await
     }
 
@@ -609,31 +618,43 @@ fn subject(row: &impl Row) -> Result<Option<Subject>> {
     Ok(Some(Subject { domain, id: row.get("subject_id")? }))
 }
 
+/// What [`read_payment`] and the gathered read of payments select: each
+/// payment once per event of its history (rows grouped by payment, its
+/// events in [`PAYMENT_EVENT_ORDER`]), which [`decode_payments`] reads.
+pub(crate) const PAYMENT_SELECT: &str = "select p.*, e.status as e_status, e.reason as e_reason, e.at as e_at from x402_payment p \
+     left join x402_payment_event e on e.payment_id = p.payment_id";
+
+/// The order of [`PAYMENT_SELECT`]'s rows after their payment's.
+pub(crate) const PAYMENT_EVENT_ORDER: &str = "e.at, case e.status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end";
+
 async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentRecord>> {
     // One statement: the row once per event of its history, in order.
     let rows = x
         .fetch_all(
-            sql(format!(
-                "select p.*, e.status as e_status, e.reason as e_reason, e.at as e_at from x402_payment p \
-                 left join x402_payment_event e on e.payment_id = p.payment_id where p.{} = $1 \
-                 order by p.payment_id, e.at, case e.status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end",
-                key.column()
-            ))
-            .bind(key.id()),
+            sql(format!("{PAYMENT_SELECT} where p.{} = $1 order by p.payment_id, {PAYMENT_EVENT_ORDER}", key.column())).bind(key.id()),
         )
         .await?;
-    let Some(row) = rows.first() else { return Ok(None) };
-    let payment_id: Uuid = row.get("payment_id")?;
-    let mut history = Vec::with_capacity(rows.len());
-    for event in &rows {
-        if event.get::<Uuid>("payment_id")? != payment_id {
-            break;
+    Ok(decode_payments(&rows)?.into_iter().next().map(|(_, payment)| payment))
+}
+
+/// The payments of [`PAYMENT_SELECT`]'s rows, each with its history and
+/// the declaration it pays (if any), in the rows' order.
+pub(crate) fn decode_payments<R: Row>(rows: &[R]) -> Result<Vec<(Option<Uuid>, PaymentRecord)>> {
+    let mut payments: Vec<(Option<Uuid>, PaymentRecord)> = Vec::new();
+    for row in rows {
+        let payment_id: Uuid = row.get("payment_id")?;
+        if payments.last().is_none_or(|(_, last)| last.payment_id != payment_id) {
+            payments.push((row.get("dd_id")?, decode_payment(row, payment_id)?));
         }
-        if let Some(at) = event.get::<Option<DateTime<Utc>>>("e_at")? {
-            history.push((event.named("e_status")?, event.get("e_reason")?, at));
+        if let (Some(at), Some((_, payment))) = (row.get::<Option<DateTime<Utc>>>("e_at")?, payments.last_mut()) {
+            payment.history.push((row.named("e_status")?, row.get("e_reason")?, at));
         }
     }
-    Ok(Some(PaymentRecord {
+    Ok(payments)
+}
+
+fn decode_payment(row: &impl Row, payment_id: Uuid) -> Result<PaymentRecord> {
+    Ok(PaymentRecord {
         payment_id,
         network: row.get("network")?,
         asset: row.get("asset")?,
@@ -648,6 +669,6 @@ async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentReco
         payload: row.get("payload")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
-        history,
-    }))
+        history: Vec::new(),
+    })
 }
