@@ -12,10 +12,10 @@
 //!   of the batch is one array parameter (`unnest`), so a statement's text
 //!   does not depend on its number of rows: each connection prepares it
 //!   once, and PostgreSQL keeps one plan for it.
-//!   Writes that pay over x402 (a create reserving its authorization, a
-//!   confirmation settling it) are a third transaction: the paying agents'
-//!   rows locked, then the creates as one statement and the settlements as
-//!   another.
+//!   Creates that pay over x402 (each reserving its authorization) are a
+//!   third transaction: the paying agents' rows locked, then the creates as
+//!   one statement; confirmations that settle a payment are a fourth
+//!   statement. The four run at once, each on its own connection.
 //! - SQLite: the batch is one transaction (one sync of the write-ahead log)
 //!   on the committer thread's own writer connection, each write its own
 //!   statements, run back to back on that thread ([`crate::direct`]).
@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Bind, Engine, Exec, Kept, Query, Row, sql};
+use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
@@ -173,18 +173,20 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 }
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
-    let (mut for_creates, mut for_confirms) = (Kept::new(&db), Kept::new(&db));
-    while let Some(first) = next(&mut jobs, [&mut for_creates, &mut for_confirms]).await {
+    let (mut for_creates, mut for_confirms, mut for_settles) = (Kept::new(&db), Kept::new(&db), Kept::new(&db));
+    while let Some(first) = next(&mut jobs, [&mut for_creates, &mut for_confirms, &mut for_settles]).await {
         let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
         let (paid, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| job.new.external.is_some());
         let (settling, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| job.settlement_ref.is_some());
-        // Each kind is its own statement, hence its own transaction: a
-        // confirmation's commit does not wait for the creates'.
+        // Each kind is its own statement (the paid creates their own
+        // transaction), on its own connection: a confirmation's commit does
+        // not wait for the creates'.
         tokio::join!(
             pg_creates(&db, &mut for_creates, creates),
-            pg_confirms(&db, &mut for_confirms, confirms),
-            pg_paid(&db, paid, settling)
+            pg_confirms(&db, &mut for_confirms, confirms, pg_confirm_statement),
+            pg_confirms(&db, &mut for_settles, settling, pg_settle_statement),
+            pg_paid(&db, paid)
         );
         if let Some(stop) = stop {
             let _ = stop.send(());
@@ -316,15 +318,17 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
     Some(q)
 }
 
-/// PostgreSQL: the batch's confirmations as one statement: the records'
-/// updates, their usage rows and their log leaves, each written only for a
-/// record the update matched. A record named twice is confirmed by its
-/// first job; the other is not taken (and, alone, finds it confirmed).
-async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<ConfirmJob>) {
+/// PostgreSQL: the batch's confirmations as one statement (`statement`:
+/// [`pg_confirm_statement`], or [`pg_settle_statement`] for those settling a
+/// payment): the records' updates, their usage rows and their log leaves,
+/// each written only for a record the update matched. A record named twice
+/// is confirmed by its first job; the other is not taken (and, alone, finds
+/// it confirmed).
+async fn pg_confirms<E: Engine>(db: &E, conn: &mut Kept<E>, confirms: Vec<ConfirmJob>, statement: fn(&[ConfirmJob]) -> Option<Query<'_>>) {
     if confirms.is_empty() {
         return;
     }
-    let statement = pg_confirm_statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
+    let statement = statement(&confirms).ok_or_else(|| StoreError::Unsupported("confirmations as arrays".into()));
     let confirmed: HashSet<i64> = match async { conn.scalar_all::<i64>(statement?).await }.await {
         Ok(taken) => taken.into_iter().collect(),
         Err(error) => {
@@ -450,13 +454,15 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     Some(q)
 }
 
-/// PostgreSQL: the batch's writes that pay over x402, in one transaction:
+/// PostgreSQL: the batch's creates that pay over x402, in one transaction:
 /// every paying agent's row locked first (in agent order, so that the DAB
 /// read after it counts every payment committed before), then the creates
-/// as one statement and the settling confirmations as another. A create
-/// whose base fee Trial pays runs the ordinary steps in a savepoint.
-async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
-    if creates.is_empty() && confirms.is_empty() {
+/// as one statement. A create whose base fee Trial pays runs the ordinary
+/// steps in a savepoint. The lock is `for no key update`: it excludes the
+/// other writes of the agent's spending (which take it or `for update`) but
+/// not a confirmation's usage rows, whose foreign key only shares the row.
+async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
+    if creates.is_empty() {
         return;
     }
     let (whole, parted): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.new.base_from_trial);
@@ -466,13 +472,11 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<Confi
         let mut agents: Vec<Uuid> = whole.iter().chain(&parted).map(|job| job.new.declaration.agent_id).collect();
         agents.sort();
         agents.dedup();
-        if !agents.is_empty() {
-            let mut lock = sql("select a.agent_id from agent a join (select * from ");
-            lock.push_unnest("paying", agents.iter().map(|id| vec![("agent_id", id.value())]).collect())
-                .ok_or_else(|| StoreError::Unsupported("agents as an array".into()))?;
-            lock.push(") paying on paying.agent_id = a.agent_id order by a.agent_id for update of a");
-            tx.fetch_all(lock).await?;
-        }
+        let mut lock = sql("select a.agent_id from agent a join (select * from ");
+        lock.push_unnest("paying", agents.iter().map(|id| vec![("agent_id", id.value())]).collect())
+            .ok_or_else(|| StoreError::Unsupported("agents as an array".into()))?;
+        lock.push(") paying on paying.agent_id = a.agent_id order by a.agent_id for no key update of a");
+        tx.fetch_all(lock).await?;
         let mut taken = HashMap::with_capacity(whole.len() + parted.len());
         if !whole.is_empty() {
             let statement = pg_paid_create_statement(&whole).ok_or_else(|| StoreError::Unsupported("paid creates as arrays".into()))?;
@@ -484,29 +488,20 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, confirms: Vec<Confi
         for job in &parted {
             taken.insert(job.new.declaration.dd_id, paid_create(&mut tx, db.for_update(), job).await?);
         }
-        let settled = if confirms.is_empty() { Vec::new() } else { pg_settle(&mut tx, &confirms).await? };
         crate::engine::Transaction::commit(tx).await?;
-        Ok::<_, StoreError>((taken, settled))
+        Ok::<_, StoreError>(taken)
     };
     let outcome = run.await;
     let creates: Vec<CreateJob> = whole.into_iter().chain(parted).collect();
     match outcome {
-        Ok((taken, settled)) => {
-            answer_creates(creates, taken);
-            for (job, answer) in confirms.into_iter().zip(settled) {
-                let _ = job.reply.send(Ok(answer));
-            }
-        }
+        Ok(taken) => answer_creates(creates, taken),
         Err(error) => {
             db.metrics().failed_batches.inc();
             if error.is_unavailable() {
-                return refuse_all(creates, confirms, &error);
+                return refuse_all(creates, Vec::new(), &error);
             }
-            tracing::debug!(%error, "a batch of payments failed as a whole; each runs alone");
+            tracing::debug!(%error, "a batch of paid creates failed as a whole; each runs alone");
             answer_creates(creates, HashMap::new());
-            for job in confirms {
-                let _ = job.reply.send(Ok(None));
-            }
         }
     }
 }
@@ -582,27 +577,10 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
 /// The batch's settling confirmations as one statement: each moves its
 /// reserved payment to settled (with its event), fixes the record, writes
 /// its usage rows (the external ones naming the payment) and queues its log
-/// leaf. The statement reports which records it confirmed and which
-/// payments it moved; a payment moved for a record a concurrent write
-/// changed first fails the whole batch (each then runs alone).
-async fn pg_settle<X: Exec>(tx: &mut X, confirms: &[ConfirmJob]) -> Result<Vec<Option<bool>>> {
-    let statement = pg_settle_statement(confirms).ok_or_else(|| StoreError::Unsupported("settlements as arrays".into()))?;
-    let (mut confirmed, mut moved) = (HashSet::new(), HashSet::new());
-    for row in tx.fetch_all(statement).await? {
-        let i: i64 = row.get("b_i")?;
-        let kind: i64 = row.get("b_kind")?;
-        if kind == 1 {
-            confirmed.insert(i)
-        } else {
-            moved.insert(i)
-        };
-    }
-    if moved != confirmed {
-        return Err(StoreError::Unsupported("a settled payment's record changed under the batch".into()));
-    }
-    Ok(confirm_answers(confirms, &confirmed))
-}
-
+/// leaf; it returns the jobs (by index) it confirmed. A payment moved for a
+/// record a concurrent write changed first (released, or confirmed by
+/// another host) makes the statement fail, so that nothing of it is
+/// written; each confirmation then runs alone.
 fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     let mut q = confirm_head(confirms)?;
     q.push(
@@ -619,7 +597,15 @@ fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
          e as (insert into x402_payment_event (payment_id, status, reason, at) select payment_id, 'settled', null, b_now from p)",
     );
     push_usage(&mut q, confirms, "d.payment_id")?;
-    q.push(QUEUE_LEAVES).push(" select b_i, cast(1 as bigint) as b_kind from d union all select b_i, cast(0 as bigint) from p");
+    // The check: only when more payments moved than records were confirmed
+    // is a text (made of the counts, so not folded into a constant when the
+    // statement is planned) read as a number, which fails the statement.
+    q.push(QUEUE_LEAVES).push(
+        ", counts as (select (select count(*) from p) as moved, (select count(*) from d) as confirmed) \
+         select b_i from d union all \
+         select cast(moved || ' payments moved for ' || confirmed || ' records: a record changed under the batch' as bigint) \
+         from counts where moved <> confirmed",
+    );
     Some(q)
 }
 

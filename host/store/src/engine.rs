@@ -1061,12 +1061,13 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 /// holding its client (and a load balancer's check) for sqlx's default 30 s.
 const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
-/// The most connections of the hot path's pool: the committer's two batch
-/// statements and the two readers' four kinds of read, each in flight at
-/// once and each keeping its connection while it has work ([`Kept`]), and
-/// two to spare, so a task whose connection is still being returned (after
-/// a failure, or after [`KEPT_AT_MOST`]) need not wait for it.
-const HOT_CONNECTIONS: u32 = 12;
+/// The most connections of the hot path's pool: the committer's three batch
+/// statements and its paid creates' transaction, and the two readers' four
+/// kinds of read, each in flight at once and each statement keeping its
+/// connection while it has work ([`Kept`]), and two to spare, so a task
+/// whose connection is still being returned (after a failure, or after
+/// [`KEPT_AT_MOST`]) need not wait for it.
+const HOT_CONNECTIONS: u32 = 14;
 
 /// How the hot path's connections are set up. Its statements have one text
 /// each whatever their number of rows (array parameters), and each is a
