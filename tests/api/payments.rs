@@ -565,3 +565,65 @@ async fn every_challenge_validates_against_the_reference_schema() {
     conforms(&reference, schema, &wrong, "X402Challenge", &mut problems);
     assert_eq!(problems.len(), 2, "{problems:?}");
 }
+
+/// PostgreSQL: the batch's settling confirmations are one statement, which
+/// moves each payment to settled and then confirms its record. A record
+/// released by another writer between the two (held here under a row lock
+/// while the statement waits for it) makes that statement fail as a whole:
+/// the payment it had moved stays reserved, nothing is settled or written
+/// for the record, and the confirmation, run again alone, answers that the
+/// window closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_racing_a_release_writes_nothing() {
+    if postgres_or_skip("payments::a_settlement_racing_a_release_writes_nothing").is_none() {
+        return;
+    }
+    let t = TestServer::start(Backend::Postgres).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let created =
+        send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()))))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
+    let mut other = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a second connection");
+    let id = uuid::Uuid::parse_str(&dd_id).unwrap();
+    sqlx::query("begin").execute(&mut other).await.unwrap();
+    sqlx::query("select 1 from declaration where dd_id = $1 for update").bind(id).execute(&mut other).await.unwrap();
+
+    let confirm = {
+        let (http, url, token) = (t.http.clone(), t.url("/v1/dd/confirm"), agent.token.clone());
+        let body = json!({ "dd_id": dd_id }).to_string();
+        tokio::spawn(async move {
+            let reply = http.post(url).bearer_auth(token).header("content-type", "application/json").body(body).send().await.unwrap();
+            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
+        })
+    };
+    // The settling statement has moved the payment and waits for the record.
+    let mut waited = 0;
+    loop {
+        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 200, "the settling statement never waited for the record's lock");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    sqlx::query("update declaration set settlement_status = 'released' where dd_id = $1").bind(id).execute(&mut other).await.unwrap();
+    sqlx::query("commit").execute(&mut other).await.unwrap();
+
+    let (status, reply) = confirm.await.unwrap();
+    assert_eq!((status, reply["error_code"].as_str()), (410, Some("PAYMENT_EXPIRED")), "{reply}");
+    let payment = |column: &str| format!("select count(*) from x402_payment where dd_id = {} and status = '{column}'", t.uuid_sql(&dd_id));
+    assert_eq!(t.scalar(&payment("settled")).await, 0, "the payment was not settled");
+    assert_eq!(t.scalar(&payment("reserved")).await, 1, "the payment is as the release left it");
+    assert_eq!(t.scalar("select count(*) from x402_payment_event where status = 'settled'").await, 0);
+    assert_eq!(t.scalar("select count(*) from usage_entry").await, 0, "no usage written");
+    assert_eq!(t.scalar("select (select count(*) from log_pending) + (select count(*) from log_entry)").await, 0, "no log leaf queued");
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 0);
+    assert_eq!(t.store.metrics().failed_batches.get(), 1, "the settling statement failed as a whole, once");
+}
