@@ -29,7 +29,9 @@ use uuid::Uuid;
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
 use crate::engine::{Array, Bind, Engine, Exec, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
-use crate::payments::{DabStatus, PAYMENT_EVENT_ORDER, PAYMENT_SELECT, PaymentRecord, dab_columns_since, decode_dab, decode_payments};
+use crate::payments::{
+    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, dab_columns_since, decode_dab, decode_payments,
+};
 use crate::rows::decode_declaration;
 use crate::{Result, StoreError, StoredDeclaration};
 
@@ -247,7 +249,9 @@ async fn read_payments<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uu
     }
     let found = async {
         let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
-        let mut q = sql(format!("{PAYMENT_SELECT} where p.dd_id = any("));
+        // Each payment by its index, then its events by theirs
+        // ([`PAYMENT_EVENTS_EACH`]).
+        let mut q = sql(format!("select {PAYMENT_COLUMNS} from x402_payment p {PAYMENT_EVENTS_EACH} where p.dd_id = any("));
         q.push_array(ids).push(&format!(") order by p.dd_id, p.payment_id, {PAYMENT_EVENT_ORDER}"));
         let rows = conn.fetch_all(q).await?;
         // A declaration's first payment, as a read of its own takes it.
