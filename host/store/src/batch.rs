@@ -544,7 +544,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
         input.first()?.iter().map(|(name, _)| *name).filter(|name| !name.starts_with("b_") && !name.starts_with("p_")).collect();
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
-    q.push(
+    let spent = payments::dab_spent("once.agent_id", "once.b_period_start");
+    q.push(&format!(
         "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
          where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \
          and not exists (select 1 from x402_payment x where x.network = input.p_network and x.asset = input.p_asset \
@@ -555,9 +556,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          running as (select input.b_i, sum(input.p_amount_units) over (partition by input.agent_id order by input.b_i) as b_running \
          from input), \
          fits as (select once.* from once join running on running.b_i = once.b_i join agent a on a.agent_id = once.agent_id \
-         where running.b_running + (select cast(coalesce(sum(x.amount_units), 0) as bigint) from x402_payment x \
-         where x.agent_id = once.agent_id and x.status in ('reserved', 'settled') and x.created_at >= once.b_period_start) \
-         <= coalesce(a.dab_limit_milli, once.b_dab_default)), \
+         where running.b_running + ({spent}) <= coalesce(a.dab_limit_milli, once.b_dab_default)), \
          p as (insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, valid_after, \
          valid_before, route, pricing_version, pricing_sha256, agent_id, subject_domain, subject_id, payload, status, \
          created_at, updated_at, dd_id) \
@@ -566,8 +565,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          from fits on conflict do nothing returning payment_id), \
          e as (insert into x402_payment_event (payment_id, status, reason, at) \
          select p.payment_id, 'reserved', null, fits.b_now from p join fits on fits.p_payment_id = p.payment_id) \
-         insert into declaration (",
-    );
+         insert into declaration ("
+    ));
     q.push(&names.join(", ")).push(") select ");
     q.push(&names.iter().map(|name| format!("fits.{name}")).collect::<Vec<_>>().join(", "));
     q.push(" from fits join p on p.payment_id = fits.p_payment_id returning *");

@@ -113,6 +113,17 @@ pub trait DeclarationStore: Send + Sync {
     async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
 }
 
+/// A row of an agent's DAB columns (`payments::dab_columns`) beside the
+/// declaration it recorded under a request_id (`d.*`, all null if none).
+pub(crate) fn decode_request(row: &impl Row) -> Result<(Option<StoredDeclaration>, DabStatus)> {
+    let dab = crate::payments::decode_dab(row)?;
+    let earlier = match row.get::<Option<Uuid>>("dd_id")? {
+        Some(_) => Some(decode_declaration(row)?),
+        None => None,
+    };
+    Ok((earlier, dab))
+}
+
 #[async_trait]
 impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
@@ -256,17 +267,9 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             .bind(period_start)
             .bind(request_id)
         };
-        fn decode(row: &impl Row) -> Result<(Option<StoredDeclaration>, DabStatus)> {
-            let dab = crate::payments::decode_dab(row)?;
-            let earlier = match row.get::<Option<Uuid>>("dd_id")? {
-                Some(_) => Some(decode_declaration(row)?),
-                None => None,
-            };
-            Ok((earlier, dab))
-        }
-        let found = match self.read_direct(query(), decode) {
+        let found = match self.read_direct(query(), decode_request) {
             Some(found) => found,
-            None => self.db().fetch_optional(query()).await?.as_ref().map(decode).transpose()?,
+            None => self.db().fetch_optional(query()).await?.as_ref().map(decode_request).transpose()?,
         };
         found.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")))
     }

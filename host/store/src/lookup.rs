@@ -27,10 +27,11 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
+use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
-    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, dab_columns_since, decode_dab, decode_payments,
+    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, dab_columns_since, decode_payments,
 };
 use crate::rows::decode_declaration;
 use crate::{Result, StoreError, StoredDeclaration};
@@ -81,31 +82,30 @@ impl Reader {
 
     /// The agent holding this token hash; `None` if it was not read here.
     pub(crate) async fn agent(&self, token_hash: [u8; 32]) -> Option<Result<Option<AgentRecord>>> {
-        let (reply, answer) = oneshot::channel();
-        self.queue.send(Lookup::Agent(Read { key: token_hash, reply })).await.ok()?;
-        answer.await.ok()?
+        self.ask(token_hash, Lookup::Agent).await
     }
 
     /// The declaration (not de-identified); `None` if it was not read here.
     pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Result<Option<StoredDeclaration>>> {
-        let (reply, answer) = oneshot::channel();
-        self.queue.send(Lookup::Declaration(Read { key: dd_id, reply })).await.ok()?;
-        answer.await.ok()?
+        self.ask(dd_id, Lookup::Declaration).await
     }
 
     /// The agent's declaration under `request_id` and its DAB status (`Ok(None)`:
     /// no such agent); `None` if it was not read here.
     pub(crate) async fn request(&self, key: RequestKey) -> Option<Result<Option<RequestFound>>> {
-        let (reply, answer) = oneshot::channel();
-        self.queue.send(Lookup::Request(Read { key, reply })).await.ok()?;
-        answer.await.ok()?
+        self.ask(key, Lookup::Request).await
     }
 
     /// The declaration's payment, as `PaymentStore::payment_for` reads it;
     /// `None` if it was not read here.
     pub(crate) async fn payment(&self, dd_id: Uuid) -> Option<Result<Option<PaymentRecord>>> {
+        self.ask(dd_id, Lookup::Payment).await
+    }
+
+    /// Queues a read of `key` as `kind` and waits for its answer.
+    async fn ask<K, T>(&self, key: K, kind: fn(Read<K, T>) -> Lookup) -> Option<Result<Option<T>>> {
         let (reply, answer) = oneshot::channel();
-        self.queue.send(Lookup::Payment(Read { key: dd_id, reply })).await.ok()?;
+        self.queue.send(kind(Read { key, reply })).await.ok()?;
         answer.await.ok()?
     }
 }
@@ -124,8 +124,7 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
                     reads.lock().await
                 }
             };
-            let [a, d, r, p] = &mut kept;
-            let Some(first) = crate::batch::next(&mut reads, [a, d, r, p]).await else { return };
+            let Some(first) = crate::batch::next(&mut reads, kept.each_mut()).await else { return };
             crate::batch::gather(first, &mut reads, MAX_READS)
         };
         db.metrics().read_batch_size.observe(batch.len() as f64);
@@ -229,14 +228,7 @@ async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Re
         );
         let rows = conn.fetch_all(q).await?;
         rows.iter()
-            .map(|row| {
-                let key = (row.get("r_agent_id")?, row.get("r_request_id")?, row.get("r_since")?);
-                let earlier = match row.get::<Option<Uuid>>("dd_id")? {
-                    Some(_) => Some(decode_declaration(row)?),
-                    None => None,
-                };
-                Ok((key, (earlier, decode_dab(row)?)))
-            })
+            .map(|row| Ok(((row.get("r_agent_id")?, row.get("r_request_id")?, row.get("r_since")?), decode_request(row)?)))
             .collect::<Result<Vec<_>>>()
     }
     .await;

@@ -130,27 +130,31 @@ pub struct UnknownSettlement {
     pub subject: Subject,
 }
 
+/// What counts against the DAB: the external spending of the agent `agent`
+/// since `since` (each a parameter or a column), reserved and settled
+/// payments, as a scalar query.
+pub(crate) fn dab_spent(agent: &str, since: &str) -> String {
+    format!(
+        "select cast(coalesce(sum(spent.amount_units), 0) as bigint) from x402_payment spent \
+         where spent.agent_id = {agent} and spent.status in ('reserved', 'settled') and spent.created_at >= {since}"
+    )
+}
+
 /// The agent `a`'s DAB status as two columns of a statement over it
 /// (`b_own`, `b_spent`), which [`decode_dab`] reads: its external spending
-/// since the period start `$2` ([`DAB_SPENT`] as a subquery).
+/// since the period start `$2`.
 pub(crate) fn dab_columns() -> String {
     dab_columns_since("$2")
 }
 
 /// [`dab_columns`] with the period start `since` (a parameter or a column).
 pub(crate) fn dab_columns_since(since: &str) -> String {
-    format!(
-        "a.dab_limit_milli as b_own, (select cast(coalesce(sum(p.amount_units), 0) as bigint) from x402_payment p \
-         where p.agent_id = a.agent_id and p.status in ('reserved', 'settled') and p.created_at >= {since}) as b_spent"
-    )
+    format!("a.dab_limit_milli as b_own, ({}) as b_spent", dab_spent("a.agent_id", since))
 }
 
 pub(crate) fn decode_dab(row: &impl Row) -> Result<DabStatus> {
     Ok(DabStatus { own_limit: row.get::<Option<i64>>("b_own")?.map(MilliDac), spent: MilliDac(row.get("b_spent")?) })
 }
-
-pub(crate) const DAB_SPENT: &str = "select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment \
-     where agent_id = $1 and status in ('reserved', 'settled') and created_at >= $2";
 
 #[async_trait]
 pub trait PaymentStore: Send + Sync {
@@ -451,7 +455,7 @@ pub(crate) async fn reserve<X: Exec>(
     let own: Option<i64> =
         tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
     let limit = own.unwrap_or(payment.dab_default.milli());
-    let spent: i64 = tx.scalar(sql(DAB_SPENT).bind(agent_id).bind(payment.period_start)).await?;
+    let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(payment.period_start)).await?;
     if spent + payment.amount_units > limit {
         return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
     }
