@@ -600,8 +600,11 @@ async fn a_settlement_racing_a_release_writes_nothing() {
         })
     };
     // The settling statement has moved the payment and waits for the record.
+    // (Inside a transaction PostgreSQL answers pg_stat_activity from the
+    // snapshot its first read took: each look takes a new one.)
     let mut waited = 0;
     loop {
+        sqlx::query("select pg_stat_clear_snapshot()").execute(&mut other).await.unwrap();
         let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
             .fetch_one(&mut other)
             .await

@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Bind, Engine, Exec, Kept, Query, sql};
+use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{self, UsageEntry};
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
@@ -195,10 +195,16 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
 }
 
 /// The next item of `queue`: taken at once if one is queued; otherwise the
-/// kept connections are let go before waiting for one (`None`: closed).
+/// kept connections are kept for [`KEPT_IDLE`] while waiting for one (under
+/// load the next comes within it: lent and taken back each time, a kept
+/// connection would cost two checks, each a round trip), then let go before
+/// waiting on (`None`: closed).
 pub(crate) async fn next<T, E: Engine, const N: usize>(queue: &mut mpsc::Receiver<T>, kept: [&mut Kept<E>; N]) -> Option<T> {
     if let Ok(item) = queue.try_recv() {
         return Some(item);
+    }
+    if let Ok(item) = tokio::time::timeout(KEPT_IDLE, queue.recv()).await {
+        return item;
     }
     for kept in kept {
         kept.release();

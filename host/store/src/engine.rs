@@ -791,6 +791,11 @@ pub(crate) struct Kept<E: Engine> {
 /// whose checks (a round trip, its maximum lifetime) run as usual.
 const KEPT_AT_MOST: StdDuration = StdDuration::from_secs(60);
 
+/// How long a task with nothing to do keeps its connections before it lets
+/// them go: long beside the gaps between a loaded server's statements, short
+/// enough that an idle server's pool can close at once at shutdown.
+pub(crate) const KEPT_IDLE: StdDuration = StdDuration::from_millis(100);
+
 impl<E: Engine> Kept<E> {
     pub(crate) fn new(db: &E) -> Kept<E> {
         Kept { db: db.clone(), held: None }

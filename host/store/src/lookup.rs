@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
 use crate::declarations::decode_request;
-use crate::engine::{Array, Bind, Engine, Exec, Kept, Row, sql};
+use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
     DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, dab_columns_since, decode_payments,
@@ -117,12 +117,16 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
             let mut reads = match reads.try_lock() {
                 Ok(reads) => reads,
                 // The other reader holds the queue, waiting for reads or
-                // taking them: this one may wait a while, so it lets its
-                // connections go first.
-                Err(_) => {
-                    kept.iter_mut().for_each(Kept::release);
-                    reads.lock().await
-                }
+                // taking them: this one keeps its connections while it
+                // waits, as a reader waiting for reads does, for a while
+                // ([`KEPT_IDLE`]), then lets them go.
+                Err(_) => match tokio::time::timeout(KEPT_IDLE, reads.lock()).await {
+                    Ok(reads) => reads,
+                    Err(_) => {
+                        kept.iter_mut().for_each(Kept::release);
+                        reads.lock().await
+                    }
+                },
             };
             let Some(first) = crate::batch::next(&mut reads, kept.each_mut()).await else { return };
             crate::batch::gather(first, &mut reads, MAX_READS)
