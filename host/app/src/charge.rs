@@ -345,14 +345,46 @@ pub struct KnownDab {
     pub status: DabStatus,
 }
 
-/// Takes payment for `order` and records it through `commit`.
-pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) -> AppResult<C::Output> {
-    charge_knowing(services, order, commit, None).await
+/// What the use case found out before the charge.
+#[derive(Clone, Debug)]
+pub enum Known {
+    /// Nothing: the pipeline reads the DAB status itself.
+    Nothing,
+    /// The DAB status, read with the use case's own reads (not read again
+    /// if its period is still the current one).
+    Dab(KnownDab),
+    /// The offered payment, verified already ([`verify_ahead`]): the DAB is
+    /// not read before the commit, whose own check under the agent's lock
+    /// refuses a payment past it as the first check would have.
+    Verified(Box<anchor_x402::Verified>),
 }
 
-/// [`charge`], with the DAB status read already (it is not read again if
-/// its period is still the current one).
-pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit: &C, known: Option<KnownDab>) -> AppResult<C::Output> {
+/// The x402 requirement an external payment of `amount` must match.
+fn requirement_for(services: &Services, amount: MilliDac) -> anchor_x402::Requirement {
+    anchor_x402::requirement(&services.config.pay_to, amount.usdc_base_units(), CONFIRM_MAX_TIMEOUT_SECS)
+}
+
+/// The payment offered for an order Trial cannot pay (`TrialUse::Short`),
+/// verified before anything is read, where nothing but this verification
+/// looks at it before settlement (local settlement mode). `None` when no
+/// payment is offered, a facilitator verifies too, or it does not verify:
+/// the pipeline then reads the DAB first and refuses in its usual order.
+pub fn verify_ahead(services: &Services, order: &Order) -> Option<anchor_x402::Verified> {
+    if !matches!(order.trial, TrialUse::Short { .. }) || services.settler.mode() != "local" {
+        return None;
+    }
+    let Offered::Payload(payload) = &order.offered else { return None };
+    let requirement = requirement_for(services, order.total - order.earned).to_value();
+    anchor_x402::verify(payload, &requirement, services.clock.now().timestamp()).ok()
+}
+
+/// Takes payment for `order` and records it through `commit`.
+pub async fn charge<C: Commit>(services: &Services, order: Order, commit: &C) -> AppResult<C::Output> {
+    charge_knowing(services, order, commit, Known::Nothing).await
+}
+
+/// [`charge`], with what the use case knows already.
+pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit: &C, known: Known) -> AppResult<C::Output> {
     // The catalog is what the discovery documents say of a route: an order
     // that would use Trial or Earned DAC where they say it cannot is a defect.
     if let Some(rules) = crate::catalog::paid_route(order.route) {
@@ -417,7 +449,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         TrialUse::None => vec![PaymentSource::External],
         _ => vec![PaymentSource::Trial, PaymentSource::External],
     };
-    let typed_requirement = anchor_x402::requirement(&services.config.pay_to, amount.usdc_base_units(), CONFIRM_MAX_TIMEOUT_SECS);
+    let typed_requirement = requirement_for(services, amount);
     let requirement = typed_requirement.to_value();
     let required = |reason: Option<String>| {
         AppError::PaymentRequired(Box::new(PaymentRequired {
@@ -436,13 +468,17 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
     }
     // DAB: external spending only, before any challenge is issued.
     let (period_start, resets) = anchor_domain::dab::period(now);
-    let dab = match known {
-        Some(known) if known.period_start == period_start => known.status,
-        _ => services.store.dab_status(order.agent_id, period_start).await?,
+    let (dab, ahead) = match known {
+        Known::Dab(known) if known.period_start == period_start => (Some(known.status), None),
+        // Verified for the amount asked here (the order Trial cannot pay).
+        Known::Verified(verified) if trial_part == MilliDac::ZERO => (None, Some(verified)),
+        _ => (Some(services.store.dab_status(order.agent_id, period_start).await?), None),
     };
-    let limit = dab.own_limit.unwrap_or(services.config.dab_default);
-    if dab.spent + amount > limit {
-        return Err(dab_reached(limit, dab.spent, amount, resets));
+    if let Some(dab) = dab {
+        let limit = dab.own_limit.unwrap_or(services.config.dab_default);
+        if dab.spent + amount > limit {
+            return Err(dab_reached(limit, dab.spent, amount, resets));
+        }
     }
     let payload = match order.offered {
         Offered::None => return Err(required(None)),
@@ -451,14 +487,20 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         Offered::Unavailable => return Err(required(None)),
     };
     let verification = |outcome| services.metrics.x402_verifications.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
-    let verified = anchor_x402::verify(&payload, &requirement, now.timestamp()).map_err(|r| {
-        verification("refused");
-        required(Some(r.as_str().into()))
-    })?;
-    if let Err(reason) = services.settler.verify(&payload, &requirement).await {
-        verification("refused_by_settler");
-        return Err(required(Some(reason)));
-    }
+    let verified = match ahead {
+        Some(verified) => *verified,
+        None => {
+            let verified = anchor_x402::verify(&payload, &requirement, now.timestamp()).map_err(|r| {
+                verification("refused");
+                required(Some(r.as_str().into()))
+            })?;
+            if let Err(reason) = services.settler.verify(&payload, &requirement).await {
+                verification("refused_by_settler");
+                return Err(required(Some(reason)));
+            }
+            verified
+        }
+    };
     verification("verified");
     let payment = NewPayment {
         payment_id: anchor_domain::record_id(),

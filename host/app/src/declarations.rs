@@ -236,17 +236,24 @@ pub(crate) async fn record(
     };
     // Trial not tried (its balance cannot pay): a request_id used before is
     // still answered with its record, not with a challenge. The DAB the
-    // payment is checked against comes with it, in the same statement.
-    let mut known_dab = None;
+    // payment is checked against comes with it, in the same statement. A
+    // payment that verifies needs neither read first: the commit answers an
+    // earlier request_id with its record, and checks the DAB under the
+    // agent's lock, before it reserves anything.
+    let mut known = charge::Known::Nothing;
     if matches!(order.trial, TrialUse::Short { .. }) {
-        let (period_start, _) = anchor_domain::dab::period(now);
-        let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;
-        if let Some(earlier) = earlier {
-            return Ok(earlier);
+        if let Some(verified) = charge::verify_ahead(services, &order) {
+            known = charge::Known::Verified(Box::new(verified));
+        } else {
+            let (period_start, _) = anchor_domain::dab::period(now);
+            let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;
+            if let Some(earlier) = earlier {
+                return Ok(earlier);
+            }
+            known = charge::Known::Dab(charge::KnownDab { period_start, status });
         }
-        known_dab = Some(charge::KnownDab { period_start, status });
     }
-    let created = charge::charge_knowing(services, order, &RecordDeclaration { services, new, now }, known_dab).await?;
+    let created = charge::charge_knowing(services, order, &RecordDeclaration { services, new, now }, known).await?;
     match created {
         Created::New { record, .. } => {
             services.metrics.declarations_created.inc();
