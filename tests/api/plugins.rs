@@ -130,6 +130,31 @@ fn a_trapping_component_fails_its_call_only() {
     assert_eq!(default_pricing().quote(basic_scope()).unwrap().total.milli(), 10_000);
 }
 
+/// A generation is a pure function of the scope, so the host keeps each
+/// scope's answer once a call gave it: every later quote of the scope is
+/// what a fresh instance of the component answers, and the first call of
+/// another component (or generation) is its own.
+#[test]
+fn a_kept_answer_is_the_components_own() {
+    let default =
+        anchor_plugins::WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, anchor_plugins::Limits::PRICING).unwrap();
+    let alt = load_component("pricing-alt");
+    for scope in anchor_app::pricing::grid() {
+        for pricing in [&default, &alt] {
+            let fresh = pricing.answer(scope).expect("the call succeeds").map(|quote| quote.total);
+            for _ in 0..2 {
+                let quoted = match pricing.quote(scope) {
+                    Ok(quote) => Ok(quote.total),
+                    Err(PricingError::Refused { reason, .. }) => Err(reason),
+                    Err(other) => panic!("{other}"),
+                };
+                assert_eq!(quoted, fresh, "{scope:?}");
+            }
+        }
+    }
+    assert_ne!(default.quote(basic_scope()).unwrap().total, alt.quote(basic_scope()).unwrap().total);
+}
+
 #[test]
 fn a_spinning_component_is_stopped_by_its_cpu_bound() {
     let spin = load_component("pricing-spin");

@@ -81,6 +81,15 @@ pub struct WasmPricing {
     pre: Pre,
     limits: Limits,
     generation: Generation,
+    /// The presets, once a call has answered them: a generation is a pure
+    /// function, so its named scopes are the same on every call, and every
+    /// create expands its preset through them.
+    presets: std::sync::OnceLock<Vec<Preset>>,
+    /// Each scope's answer (a quote or a refusal) once a call has given it,
+    /// for the same reason: every create prices its scope, and there are
+    /// only so many scopes (the product of the six axes' values). A call
+    /// that failed (a trap, its bounds) is not kept: it is tried again.
+    quotes: std::sync::RwLock<std::collections::HashMap<Scope, Result<Quote, String>>>,
 }
 
 impl WasmPricing {
@@ -123,6 +132,8 @@ impl WasmPricing {
             pre,
             limits,
             generation: Generation { version: String::from("(loading)"), sha256, interface: format!("anchor:pricing@{interface}") },
+            presets: std::sync::OnceLock::new(),
+            quotes: std::sync::RwLock::default(),
         };
         let version = pricing.call(|instance, store| instance.generation(store)).map_err(anyhow::Error::msg)?;
         pricing.generation.version = version;
@@ -171,6 +182,12 @@ impl WarmQuoter {
 }
 
 impl WasmPricing {
+    /// The component's answer for `scope` (a quote, or its refusal), from a
+    /// fresh instance, whatever was answered before; `Err`: the call failed.
+    pub fn answer(&self, scope: Scope) -> Result<Result<Quote, String>, String> {
+        self.call(|instance, store| instance.quote(store, scope)).map(|answer| answer.map(types::quote))
+    }
+
     /// A warm instance of this component (see [`WarmQuoter`]).
     pub fn warm(&self) -> anyhow::Result<WarmQuoter> {
         let mut store = self.engine.store(self.limits)?;
@@ -185,15 +202,26 @@ impl Pricing for WasmPricing {
     }
 
     fn quote(&self, scope: Scope) -> Result<Quote, PricingError> {
-        match self.call(|instance, store| instance.quote(store, scope)) {
-            Ok(Ok(quote)) => Ok(types::quote(quote)),
-            Ok(Err(reason)) => Err(PricingError::Refused { version: self.generation.version.clone(), reason }),
-            Err(reason) => Err(self.failed(reason)),
-        }
+        let known = self.quotes.read().ok().and_then(|quotes| quotes.get(&scope).cloned());
+        let answer = match known {
+            Some(answer) => answer,
+            None => {
+                let answer = self.answer(scope).map_err(|reason| self.failed(reason))?;
+                if let Ok(mut quotes) = self.quotes.write() {
+                    quotes.insert(scope, answer.clone());
+                }
+                answer
+            }
+        };
+        answer.map_err(|reason| PricingError::Refused { version: self.generation.version.clone(), reason })
     }
 
     fn presets(&self) -> Result<Vec<Preset>, PricingError> {
-        self.call(|instance, store| instance.presets(store)).map_err(|reason| self.failed(reason))
+        if let Some(presets) = self.presets.get() {
+            return Ok(presets.clone());
+        }
+        let presets = self.call(|instance, store| instance.presets(store)).map_err(|reason| self.failed(reason))?;
+        Ok(self.presets.get_or_init(|| presets).clone())
     }
 
     fn policy(&self) -> Result<Policy, PricingError> {
