@@ -153,11 +153,33 @@ async fn store_conforms(backend: Backend) {
     assert_eq!(earlier.map(|d| d.declaration.dd_id), Some(paid.declaration.dd_id));
     assert_eq!(dab, DabStatus { own_limit: None, spent: MilliDac(15_000) });
     assert_eq!(dab, store.dab_status(payer, now() - Duration::days(1)).await.unwrap(), "the same as the DAB read alone");
-    let (_, later) = store.declaration_by_request_and_dab(payer, paid.request_id, now() + Duration::days(1)).await.unwrap();
-    assert_eq!(later.spent, MilliDac::ZERO, "a payment made before the period counts in its own");
+    let next_month = anchor_domain::dab::period(now()).1;
+    let (_, later) = store.declaration_by_request_and_dab(payer, paid.request_id, next_month).await.unwrap();
+    assert_eq!(later.spent, MilliDac::ZERO, "a payment made in an earlier month counts in its own");
     let payment = store.payment_for(paid.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(payment.history.iter().map(|(status, _, _)| *status).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
     assert_eq!(payment.status, PaymentStatus::Reserved);
+    // The month's spending follows each payment's status: one whose
+    // settlement outcome is unknown does not count, and counts again once
+    // its confirmation settles it; one released or failed stops counting.
+    let month = anchor_domain::dab::period(now()).0;
+    let spent = async |store: &Arc<dyn Store>| store.dab_status(payer, month).await.unwrap().spent;
+    assert!(store.mark_settlement_unknown(paid.declaration.dd_id, "no answer", now()).await.unwrap());
+    assert_eq!(spent(&store).await, MilliDac::ZERO, "an unknown outcome does not count");
+    let settled =
+        [UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::External, amount: MilliDac(15_000), priced_by: None }];
+    assert!(store.confirm_declaration(paid.declaration.dd_id, "sha256:22", now(), &settled, b"leaf", Some("local:0x01")).await.unwrap());
+    assert_eq!(spent(&store).await, MilliDac(15_000), "settled after an unknown outcome, it counts again");
+    let mut released = declaration(payer, 4_000, None);
+    let mut payment = paid.external.clone().unwrap();
+    (payment.payment_id, payment.nonce, payment.amount_units) = (Uuid::new_v4(), "0x02".into(), 4_000);
+    released.external = Some(payment);
+    assert!(matches!(store.create_declaration(&released, now()).await.unwrap(), Created::New { .. }));
+    assert_eq!(spent(&store).await, MilliDac(19_000), "reserved, it counts");
+    let closed = store.close_payment(released.declaration.dd_id, SettlementStatus::Released, PaymentStatus::Released, "window", now());
+    assert!(closed.await.unwrap());
+    assert_eq!(spent(&store).await, MilliDac(15_000), "released, it no longer counts");
+    assert_eq!(store.dab_status(payer, next_month).await.unwrap().spent, MilliDac::ZERO, "nor does any of it next month");
     // Trial cannot go below zero.
     match store.create_declaration(&declaration(agent, 5_001, None), now()).await.unwrap() {
         Created::TrialCannotPay { balance, expired } => assert_eq!((balance.milli(), expired), (5_000, false)),
@@ -191,13 +213,14 @@ async fn store_conforms(backend: Backend) {
         amount: MilliDac(10_000),
         priced_by: priced_by.clone(),
     }];
+    let pending = store.log_pending_count().await.unwrap();
     assert!(store.confirm_declaration(first.declaration.dd_id, "sha256:00", now(), &usage, b"leaf", None).await.unwrap());
     assert!(!store.confirm_declaration(first.declaration.dd_id, "sha256:11", now(), &usage, b"leaf", None).await.unwrap());
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
     assert_eq!(confirmed.settlement_status.as_str(), "settled");
     assert_eq!(store.usage_for(anchor_store::Subject::declaration(first.declaration.dd_id)).await.unwrap(), usage.to_vec());
-    assert_eq!(store.log_pending_count().await.unwrap(), 1, "the leaf is queued with the confirmation, once");
+    assert_eq!(store.log_pending_count().await.unwrap(), pending + 1, "the leaf is queued with the confirmation, once");
 
     // Direct reads: two, then exhausted; past the period, expired.
     let id = first.declaration.dd_id;

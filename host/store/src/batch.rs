@@ -527,7 +527,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
         let mut columns = vec![
             ("b_i", (n as i64).value()),
             ("b_now", job.now.value()),
-            ("b_period_start", payment.period_start.value()),
+            ("b_period", payments::period_key(payment.period_start).value()),
             ("b_dab_default", payment.dab_default.milli().value()),
             ("p_payment_id", payment.payment_id.value()),
             ("p_network", payment.network.as_str().value()),
@@ -550,7 +550,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
         input.first()?.iter().map(|(name, _)| *name).filter(|name| !name.starts_with("b_") && !name.starts_with("p_")).collect();
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
-    let spent = payments::dab_spent("once.agent_id", "once.b_period_start");
+    let spent = payments::dab_spent("once.agent_id", "once.b_period");
     q.push(&format!(
         "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
          where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \

@@ -264,7 +264,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 crate::payments::dab_columns()
             ))
             .bind(agent_id)
-            .bind(period_start)
+            .bind(crate::payments::period_key(period_start))
             .bind(request_id)
         };
         let found = match self.read_direct(query(), decode_request) {

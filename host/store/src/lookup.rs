@@ -220,11 +220,16 @@ async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Re
             .iter()
             .map(|read| {
                 let (agent_id, request_id, since) = read.key;
-                vec![("r_agent_id", agent_id.value()), ("r_request_id", request_id.value()), ("r_since", since.value())]
+                vec![
+                    ("r_agent_id", agent_id.value()),
+                    ("r_request_id", request_id.value()),
+                    ("r_since", since.value()),
+                    ("r_period", crate::payments::period_key(since).value()),
+                ]
             })
             .collect();
         let mut q = sql("select r.r_agent_id, r.r_request_id, r.r_since, ");
-        q.push(&dab_columns_since("r.r_since")).push(", d.* from ");
+        q.push(&dab_columns_since("r.r_period")).push(", d.* from ");
         q.push_unnest("r", keys).ok_or_else(|| StoreError::Unsupported("request reads as arrays".into()))?;
         q.push(
             " join agent a on a.agent_id = r.r_agent_id \

@@ -131,25 +131,33 @@ pub struct UnknownSettlement {
 }
 
 /// What counts against the DAB: the external spending of the agent `agent`
-/// since `since` (each a parameter or a column), reserved and settled
-/// payments, as a scalar query.
-pub(crate) fn dab_spent(agent: &str, since: &str) -> String {
+/// in the period `period` and after (each a parameter or a column; a
+/// period is named by [`period_key`]), its payments reserved and settled, as
+/// a scalar query. The trigger of migration 0033 keeps the total per agent
+/// and month as payments move, so this reads a row, not every payment.
+pub(crate) fn dab_spent(agent: &str, period: &str) -> String {
     format!(
-        "select cast(coalesce(sum(spent.amount_units), 0) as bigint) from x402_payment spent \
-         where spent.agent_id = {agent} and spent.status in ('reserved', 'settled') and spent.created_at >= {since}"
+        "select cast(coalesce(sum(spent.spent_units), 0) as bigint) from dab_spent spent \
+         where spent.agent_id = {agent} and spent.period >= {period}"
     )
+}
+
+/// The name of the DAB period (a calendar month, UTC) starting at `start`,
+/// as `dab_spent` rows are kept under it: `YYYY-MM`.
+pub(crate) fn period_key(start: DateTime<Utc>) -> String {
+    start.format("%Y-%m").to_string()
 }
 
 /// The agent `a`'s DAB status as two columns of a statement over it
 /// (`b_own`, `b_spent`), which [`decode_dab`] reads: its external spending
-/// since the period start `$2`.
+/// in the period `$2` ([`period_key`]).
 pub(crate) fn dab_columns() -> String {
     dab_columns_since("$2")
 }
 
-/// [`dab_columns`] with the period start `since` (a parameter or a column).
-pub(crate) fn dab_columns_since(since: &str) -> String {
-    format!("a.dab_limit_milli as b_own, ({}) as b_spent", dab_spent("a.agent_id", since))
+/// [`dab_columns`] with the period `period` (a parameter or a column).
+pub(crate) fn dab_columns_since(period: &str) -> String {
+    format!("a.dab_limit_milli as b_own, ({}) as b_spent", dab_spent("a.agent_id", period))
 }
 
 pub(crate) fn decode_dab(row: &impl Row) -> Result<DabStatus> {
@@ -403,7 +411,8 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
 
     async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus> {
         // One statement: the agent's own limit and its spending, side by side.
-        let query = || sql(format!("select {} from agent a where a.agent_id = $1", dab_columns())).bind(agent_id).bind(period_start);
+        let query =
+            || sql(format!("select {} from agent a where a.agent_id = $1", dab_columns())).bind(agent_id).bind(period_key(period_start));
         let found = match self.read_direct(query(), decode_dab) {
             Some(found) => found,
             None => self.db().fetch_optional(query()).await?.as_ref().map(decode_dab).transpose()?,
@@ -455,7 +464,7 @@ pub(crate) async fn reserve<X: Exec>(
     let own: Option<i64> =
         tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
     let limit = own.unwrap_or(payment.dab_default.milli());
-    let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(payment.period_start)).await?;
+    let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(period_key(payment.period_start))).await?;
     if spent + payment.amount_units > limit {
         return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
     }
