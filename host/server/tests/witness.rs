@@ -579,6 +579,8 @@ async fn two_witnesses_cosign_receipts_on_postgres() {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database {database}"))).execute(&admin).await.unwrap();
     let (prefix, _) = url.rsplit_once('/').unwrap();
     two_witnesses_cosign_receipts(Some(&format!("{prefix}/{database}"))).await;
+    // The server has stopped: its database goes, so runs leave none behind.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {database} with (force)"))).execute(&admin).await.unwrap();
 }
 
 /// A witness that answers 200 with a cosignature line of the right name and
