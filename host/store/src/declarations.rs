@@ -252,8 +252,9 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         request_id: Uuid,
         period_start: DateTime<Utc>,
     ) -> Result<(Option<StoredDeclaration>, DabStatus)> {
+        let period = crate::payments::period_key(period_start);
         if let Some(reader) = self.reader()
-            && let Some(found) = reader.request((agent_id, request_id, period_start)).await
+            && let Some(found) = reader.request((agent_id, request_id, period.clone())).await
         {
             return found?.ok_or_else(|| StoreError::Corrupt(format!("no agent {agent_id} for its DAB")));
         }
@@ -264,7 +265,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 crate::payments::dab_columns()
             ))
             .bind(agent_id)
-            .bind(crate::payments::period_key(period_start))
+            .bind(period.as_str())
             .bind(request_id)
         };
         let found = match self.read_direct(query(), decode_request) {

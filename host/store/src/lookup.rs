@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
@@ -47,9 +46,9 @@ pub(crate) struct Read<K, T> {
     reply: oneshot::Sender<Option<Result<Option<T>>>>,
 }
 
-/// An agent, one of its request_ids, and the start of the DAB period its
-/// external spending is summed from.
-pub(crate) type RequestKey = (Uuid, Uuid, DateTime<Utc>);
+/// An agent, one of its request_ids, and the DAB period its external
+/// spending is read for ([`crate::payments::period_key`]).
+pub(crate) type RequestKey = (Uuid, Uuid, String);
 
 /// The declaration recorded under a request_id (if any), and the DAB status
 /// of its agent.
@@ -219,16 +218,11 @@ async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Re
         let keys = reads
             .iter()
             .map(|read| {
-                let (agent_id, request_id, since) = read.key;
-                vec![
-                    ("r_agent_id", agent_id.value()),
-                    ("r_request_id", request_id.value()),
-                    ("r_since", since.value()),
-                    ("r_period", crate::payments::period_key(since).value()),
-                ]
+                let (agent_id, request_id, period) = &read.key;
+                vec![("r_agent_id", agent_id.value()), ("r_request_id", request_id.value()), ("r_period", period.as_str().value())]
             })
             .collect();
-        let mut q = sql("select r.r_agent_id, r.r_request_id, r.r_since, ");
+        let mut q = sql("select r.r_agent_id, r.r_request_id, r.r_period, ");
         q.push(&dab_columns_since("r.r_period")).push(", d.* from ");
         q.push_unnest("r", keys).ok_or_else(|| StoreError::Unsupported("request reads as arrays".into()))?;
         q.push(
@@ -237,7 +231,7 @@ async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Re
         );
         let rows = conn.fetch_all(q).await?;
         rows.iter()
-            .map(|row| Ok(((row.get("r_agent_id")?, row.get("r_request_id")?, row.get("r_since")?), decode_request(row)?)))
+            .map(|row| Ok(((row.get("r_agent_id")?, row.get("r_request_id")?, row.get("r_period")?), decode_request(row)?)))
             .collect::<Result<Vec<_>>>()
     }
     .await;
