@@ -630,3 +630,49 @@ async fn a_settlement_racing_a_release_writes_nothing() {
     assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 0);
     assert_eq!(t.store.metrics().failed_batches.get(), 1, "the settling statement failed as a whole, once");
 }
+
+/// PostgreSQL: settling a payment changes its status, its reference and
+/// its update time; no index of the payments names one of them (in its
+/// key, its expressions or its predicate), so a settlement can rewrite the
+/// row on its page without an entry in any index (a HOT update, migration
+/// 0034). The subjects paid at most once keep their guard: a second live
+/// payment for the same stay is refused by the database itself, and once
+/// the first is released a new one is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_touches_no_index_and_a_stay_keeps_one_live_payment() {
+    if postgres_or_skip("payments::a_settlement_touches_no_index_and_a_stay_keeps_one_live_payment").is_none() {
+        return;
+    }
+    let t = TestServer::start(Backend::Postgres).await;
+    let definitions = t.strings("select pg_get_indexdef(indexrelid) from pg_index where indrelid = 'x402_payment'::regclass").await;
+    assert!(definitions.iter().any(|d| d.contains("x402_payment_one_per_stay")), "{definitions:?}");
+    for changed in ["status", "settlement_ref", "updated_at", "error_reason"] {
+        let naming: Vec<_> = definitions.iter().filter(|d| d.contains(changed)).collect();
+        assert!(naming.is_empty(), "an index names {changed}, which a settlement changes: {naming:?}");
+    }
+
+    let agent = t.register().await;
+    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
+    let mut db = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a connection");
+    let (agent_id, stay) = (uuid::Uuid::parse_str(&agent.id).unwrap(), uuid::Uuid::new_v4());
+    let insert = |nonce: &'static str| {
+        sqlx::query(
+            "insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, valid_after, valid_before, \
+             route, agent_id, payload, status, created_at, updated_at, subject_domain, subject_id) \
+             values ($1, 'eip155:8453', '0xa', '0xb', $2, 10, '0xc', 0, 1, 'POST /v1/ise/enter', $3, '{}', 'reserved', now(), now(), \
+             'ise_session', $4)",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(nonce)
+        .bind(agent_id)
+        .bind(stay)
+    };
+    insert("0x01").execute(&mut db).await.expect("the stay's first payment");
+    let twice = insert("0x02").execute(&mut db).await.expect_err("a second live payment for the same stay");
+    assert!(twice.to_string().contains("x402_payment_one_per_stay"), "{twice}");
+    sqlx::query("update x402_payment set status = 'settled' where nonce = '0x01'").execute(&mut db).await.unwrap();
+    insert("0x02").execute(&mut db).await.expect_err("a settled payment is live too");
+    sqlx::query("update x402_payment set status = 'released' where nonce = '0x01'").execute(&mut db).await.unwrap();
+    insert("0x02").execute(&mut db).await.expect("once the first is released, a new payment for the stay");
+}
