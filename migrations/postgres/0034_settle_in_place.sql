@@ -26,3 +26,14 @@ create unique index x402_payment_one_per_sdac on x402_payment (live_subject)
     where subject_domain = 'sdac_session';
 create unique index x402_payment_one_per_asa_purchase on x402_payment (live_subject)
     where subject_domain = 'asa_subscription';
+
+-- The DAB's running total (0033) moves only when a payment enters or
+-- leaves the counted statuses. A settlement (reserved to settled) does
+-- neither: the triggers' conditions, evaluated without calling the
+-- function, leave it alone.
+drop trigger x402_payment_dab on x402_payment;
+create trigger x402_payment_dab_insert after insert on x402_payment
+for each row when (new.status in ('reserved', 'settled')) execute function dab_spent_follow();
+create trigger x402_payment_dab_update after update of status on x402_payment
+for each row when ((old.status in ('reserved', 'settled')) <> (new.status in ('reserved', 'settled')))
+execute function dab_spent_follow();

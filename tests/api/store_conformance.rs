@@ -159,6 +159,21 @@ async fn store_conforms(backend: Backend) {
     let payment = store.payment_for(paid.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(payment.history.iter().map(|(status, _, _)| *status).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
     assert_eq!(payment.status, PaymentStatus::Reserved);
+    // A confirmation reads the record and what settling its payment needs
+    // together; a record Trial paid has no payment to settle.
+    let (stored, settling) = store.declaration_to_confirm(paid.declaration.dd_id).await.unwrap().expect("the paid record");
+    let settling = settling.expect("the paid record's payment");
+    assert_eq!(
+        (stored.declaration.dd_id, settling.payment_id, settling.payer.as_str(), settling.status),
+        (paid.declaration.dd_id, payment.payment_id, "0xpayer", PaymentStatus::Reserved)
+    );
+    assert_eq!(
+        (settling.network, settling.asset, settling.payload),
+        (payment.network.clone(), payment.asset.clone(), payment.payload.clone())
+    );
+    let (trial_paid, none) = store.declaration_to_confirm(first.declaration.dd_id).await.unwrap().expect("the Trial-paid record");
+    assert_eq!((trial_paid.declaration.dd_id, none.map(|s| s.payment_id)), (first.declaration.dd_id, None));
+    assert!(store.declaration_to_confirm(Uuid::new_v4()).await.unwrap().is_none());
     // The month's spending follows each payment's status: one whose
     // settlement outcome is unknown does not count, and counts again once
     // its confirmation settles it; one released or failed stops counting.

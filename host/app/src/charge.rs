@@ -265,7 +265,8 @@ pub fn local_settlement_reference(payment: &PaymentRecord) -> String {
     local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id)
 }
 
-fn local_reference(network: &str, asset: &str, payer: &str, payment_id: Uuid) -> String {
+/// [`local_settlement_reference`] from the identity's parts.
+pub fn local_reference(network: &str, asset: &str, payer: &str, payment_id: Uuid) -> String {
     let identity = format!("{network}|{asset}|{payer}|{payment_id}");
     format!("local:{}", keccak256(identity.as_bytes()))
 }

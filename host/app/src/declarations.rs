@@ -14,7 +14,7 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
     AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentSource, PaymentStatus,
-    SettlementStatus, StoredDeclaration, UsageEntry,
+    SettlementStatus, Settling, StoredDeclaration, UsageEntry,
 };
 use anchor_x402::settlement::Settled;
 
@@ -292,9 +292,16 @@ pub fn deidentified(dd_id: Uuid) -> AppError {
 pub async fn stored(services: &Services, dd_id: Uuid) -> AppResult<StoredDeclaration> {
     match services.store.declaration(dd_id).await? {
         Some(stored) => Ok(stored),
-        None if services.store.is_deidentified(dd_id).await? => Err(deidentified(dd_id)),
-        None => Err(AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}"))),
+        None => Err(missing(services, dd_id).await?),
     }
+}
+
+/// Why a declaration was not found: de-identified (410), or never recorded.
+async fn missing(services: &Services, dd_id: Uuid) -> AppResult<AppError> {
+    Ok(match services.store.is_deidentified(dd_id).await? {
+        true => deidentified(dd_id),
+        false => AppError::not_found("DD_NOT_FOUND", format!("no declaration {dd_id}")),
+    })
 }
 
 /// The declaration, if it exists and belongs to `agent` (410 once de-identified).
@@ -336,7 +343,13 @@ fn payment_expired() -> AppError {
 
 /// DD confirm: settles an external payment (if any) and anchors the declaration.
 pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Confirmed> {
-    let stored = owned(services, agent_id, dd_id).await?;
+    // The record, and its payment if it has one, in one read.
+    let Some((stored, settling)) = services.store.declaration_to_confirm(dd_id).await? else {
+        return Err(missing(services, dd_id).await?);
+    };
+    if stored.declaration.agent_id != agent_id {
+        return Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
+    }
     if stored.confirmed_at.is_some() {
         return Err(already_confirmed());
     }
@@ -353,18 +366,30 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
             message: "this declaration's payment failed to settle; nothing was charged and it can no longer be confirmed".into(),
         });
     }
-    settle_and_anchor(services, &stored, services.clock.now()).await
+    settle_and_anchor(services, &stored, settling, services.clock.now()).await
 }
 
 /// Settles an externally paid declaration's payment (if it has one), then
 /// anchors the declaration: integrity hash, usage entries and log leaf in one
-/// transaction. Used by confirm and by the reconciliation job.
-pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, now: DateTime<Utc>) -> AppResult<Confirmed> {
+/// transaction. Used by confirm and by the reconciliation job. `settling`:
+/// the payment, read with the declaration (read here when `None`).
+pub async fn settle_and_anchor(
+    services: &Services,
+    stored: &StoredDeclaration,
+    settling: Option<Settling>,
+    now: DateTime<Utc>,
+) -> AppResult<Confirmed> {
     let dd_id = stored.declaration.dd_id;
     let store = &services.store;
     let settlement = if paid_externally(stored) {
-        let payment =
-            store.payment_for(dd_id).await?.ok_or_else(|| AppError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?;
+        let payment = match settling {
+            Some(settling) => settling,
+            None => store
+                .payment_for(dd_id)
+                .await?
+                .map(Settling::from)
+                .ok_or_else(|| AppError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?,
+        };
         // An unknown outcome is reconciled before the window is looked at: the
         // money may already have moved.
         if payment.status != PaymentStatus::SettleUnknown && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
@@ -382,7 +407,7 @@ pub async fn settle_and_anchor(services: &Services, stored: &StoredDeclaration, 
         let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
         let requirements = payload["accepted"].clone();
         let reconciling = payment.status == PaymentStatus::SettleUnknown;
-        let local = charge::local_settlement_reference(&payment);
+        let local = charge::local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         match charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await {
             Settled::Yes { reference } => Some((reference, payment.payer)),
             Settled::No { reason } => {

@@ -246,7 +246,7 @@ pub async fn reconcile_unknown_settlements(services: &Services) -> anyhow::Resul
             if stored.confirmed_at.is_some() || stored.settlement_status != SettlementStatus::Pending {
                 continue;
             }
-            declarations::settle_and_anchor(services, &stored, services.clock.now()).await.map(drop)
+            declarations::settle_and_anchor(services, &stored, None, services.clock.now()).await.map(drop)
         } else {
             let Some(payment) = services.store.payment(unknown.payment_id).await? else { continue };
             charge::settle_inline(services, &payment).await.map(drop)

@@ -81,6 +81,10 @@ pub trait DeclarationStore: Send + Sync {
     /// returns the earlier record for a reused request_id.
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
     async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
+    /// The declaration, and for one paid externally what settling its
+    /// payment needs ([`PaymentStore::payment_for`]'s payment): what a
+    /// confirmation reads, in one statement where reads are gathered.
+    async fn declaration_to_confirm(&self, dd_id: Uuid) -> Result<Option<(StoredDeclaration, Option<Settling>)>>;
     /// The agent's declaration recorded under `request_id`, if any.
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// The same, beside the agent's DAB and its external spending since
@@ -242,6 +246,18 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         }
     }
 
+    async fn declaration_to_confirm(&self, dd_id: Uuid) -> Result<Option<(StoredDeclaration, Option<Settling>)>> {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.declaration(dd_id).await
+        {
+            return found;
+        }
+        let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
+        let paid = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
+        let settling = if paid { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
+        Ok(Some((stored, settling)))
+    }
+
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
         self.declaration_for_request(agent_id, request_id).await
     }
@@ -279,7 +295,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         if let Some(reader) = self.reader()
             && let Some(found) = reader.declaration(dd_id).await
         {
-            return found;
+            return found.map(|found| found.map(|(stored, _)| stored));
         }
         let query = || sql("select * from declaration where dd_id = $1 and deidentified_at is null").bind(dd_id);
         if let Some(found) = self.read_direct(query(), decode_declaration) {

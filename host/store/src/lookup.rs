@@ -30,7 +30,8 @@ use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
-    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, dab_columns_since, decode_payments,
+    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, SETTLING_COLUMNS, SETTLING_JOIN, Settling,
+    dab_columns_since, decode_payments, decode_settling,
 };
 use crate::rows::decode_declaration;
 use crate::{Result, StoreError, StoredDeclaration};
@@ -56,7 +57,7 @@ pub(crate) type RequestFound = (Option<StoredDeclaration>, DabStatus);
 
 pub(crate) enum Lookup {
     Agent(Read<[u8; 32], AgentRecord>),
-    Declaration(Read<Uuid, StoredDeclaration>),
+    Declaration(Read<Uuid, (StoredDeclaration, Option<Settling>)>),
     Request(Read<RequestKey, RequestFound>),
     Payment(Read<Uuid, PaymentRecord>),
 }
@@ -84,8 +85,9 @@ impl Reader {
         self.ask(token_hash, Lookup::Agent).await
     }
 
-    /// The declaration (not de-identified); `None` if it was not read here.
-    pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Result<Option<StoredDeclaration>>> {
+    /// The declaration (not de-identified), with its payment's settling
+    /// facts if it is paid externally; `None` if it was not read here.
+    pub(crate) async fn declaration(&self, dd_id: Uuid) -> Option<Result<Option<(StoredDeclaration, Option<Settling>)>>> {
         self.ask(dd_id, Lookup::Declaration).await
     }
 
@@ -195,16 +197,37 @@ async fn read_agents<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<[u8;
     answer(db.metrics(), reads, found);
 }
 
-async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uuid, StoredDeclaration>>) {
+/// Declarations by dd_id, each externally paid one with what settling its
+/// payment needs (a confirmation reads both; one statement, not two).
+async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uuid, (StoredDeclaration, Option<Settling>)>>) {
     if reads.is_empty() {
         return;
     }
     let found = async {
         let ids = Array::Uuid(reads.iter().map(|read| Some(read.key)).collect());
-        let mut q = sql("select * from declaration where deidentified_at is null and dd_id = any(");
-        q.push_array(ids).push(")");
+        // The records first, as a statement of their own (materialized: the
+        // plan of the records' read does not depend on the payments').
+        let mut q = sql("with d as materialized (select * from declaration where deidentified_at is null and dd_id = any(");
+        q.push_array(ids).push(&format!(")) select d.*, {SETTLING_COLUMNS} from d {SETTLING_JOIN}"));
         let rows = conn.fetch_all(q).await?;
-        rows.iter().map(|row| decode_declaration(row).map(|d| (d.declaration.dd_id, d))).collect::<Result<Vec<_>>>()
+        // A record with several payments: the first by payment_id, as
+        // `payment_for` reads it.
+        let mut found: HashMap<Uuid, (StoredDeclaration, Option<Settling>)> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let (dd_id, settling) = (row.get::<Uuid>("dd_id")?, decode_settling(row)?);
+            match found.get_mut(&dd_id) {
+                Some((_, Some(first))) => {
+                    if settling.as_ref().is_some_and(|s| s.payment_id < first.payment_id) {
+                        *first = settling.expect("checked");
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    found.insert(dd_id, (decode_declaration(row)?, settling));
+                }
+            }
+        }
+        Ok(found.into_iter().collect::<Vec<_>>())
     }
     .await;
     answer(db.metrics(), reads, found);

@@ -66,6 +66,48 @@ pub struct PaymentRecord {
     pub history: Vec<(PaymentStatus, Option<String>, DateTime<Utc>)>,
 }
 
+/// What settling a declaration's payment needs of it, read beside the
+/// declaration by a confirmation ([`DeclarationStore::declaration_to_confirm`]).
+#[derive(Clone, Debug)]
+pub struct Settling {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub status: PaymentStatus,
+    /// The PaymentPayload as received (its `accepted` is the requirement).
+    pub payload: String,
+}
+
+impl From<PaymentRecord> for Settling {
+    fn from(payment: PaymentRecord) -> Settling {
+        let PaymentRecord { payment_id, network, asset, payer, status, payload, .. } = payment;
+        Settling { payment_id, network, asset, payer, status, payload }
+    }
+}
+
+/// The columns of a declaration `d`'s payments that [`decode_settling`]
+/// reads, for a declaration paid externally (none for others: no lookup is
+/// made). A row per payment: the reader keeps [`PaymentStore::payment_for`]'s
+/// choice, the first by payment_id (not ordered here: a plan made while the
+/// table is small would walk the whole primary key for the order).
+pub(crate) const SETTLING_COLUMNS: &str = "s.payment_id as s_payment_id, s.network as s_network, s.asset as s_asset, \
+     s.payer as s_payer, s.status as s_status, s.payload as s_payload";
+pub(crate) const SETTLING_JOIN: &str = "left join lateral (select x.payment_id, x.network, x.asset, x.payer, x.status, x.payload \
+     from x402_payment x where x.dd_id = d.dd_id and (d.base_fee_source = 'external' or d.premium_source = 'external')) s on true";
+
+pub(crate) fn decode_settling(row: &impl Row) -> Result<Option<Settling>> {
+    let Some(payment_id) = row.get::<Option<Uuid>>("s_payment_id")? else { return Ok(None) };
+    Ok(Some(Settling {
+        payment_id,
+        network: row.get("s_network")?,
+        asset: row.get("s_asset")?,
+        payer: row.get("s_payer")?,
+        status: row.named("s_status")?,
+        payload: row.get("s_payload")?,
+    }))
+}
+
 /// What reserving an authorization concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reservation {
