@@ -13,8 +13,8 @@ use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::integrity::integrity_hash;
 use anchor_store::{
-    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentSource, PaymentStatus,
-    SettlementStatus, Settling, StoredDeclaration, UsageEntry,
+    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentStatus, SettlementStatus,
+    Settling, StoredDeclaration, UsageEntry,
 };
 use anchor_x402::settlement::Settled;
 
@@ -307,15 +307,16 @@ async fn missing(services: &Services, dd_id: Uuid) -> AppResult<AppError> {
 /// The declaration, if it exists and belongs to `agent` (410 once de-identified).
 pub async fn owned(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<StoredDeclaration> {
     let stored = stored(services, dd_id).await?;
-    if stored.declaration.agent_id != agent_id {
-        return Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
-    }
+    must_own(&stored, agent_id)?;
     Ok(stored)
 }
 
-/// Whether any part of a declaration's price is paid externally.
-pub fn paid_externally(stored: &StoredDeclaration) -> bool {
-    stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External
+/// Refuses a declaration that belongs to another agent than `agent_id`.
+fn must_own(stored: &StoredDeclaration, agent_id: Uuid) -> AppResult<()> {
+    match stored.declaration.agent_id == agent_id {
+        true => Ok(()),
+        false => Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent")),
+    }
 }
 
 /// What confirming a declaration fixed.
@@ -347,9 +348,7 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
     let Some((stored, settling)) = services.store.declaration_to_confirm(dd_id).await? else {
         return Err(missing(services, dd_id).await?);
     };
-    if stored.declaration.agent_id != agent_id {
-        return Err(AppError::forbidden("FORBIDDEN", "this declaration belongs to another agent"));
-    }
+    must_own(&stored, agent_id)?;
     if stored.confirmed_at.is_some() {
         return Err(already_confirmed());
     }
@@ -381,7 +380,7 @@ pub async fn settle_and_anchor(
 ) -> AppResult<Confirmed> {
     let dd_id = stored.declaration.dd_id;
     let store = &services.store;
-    let settlement = if paid_externally(stored) {
+    let settlement = if stored.paid_externally() {
         let payment = match settling {
             Some(settling) => settling,
             None => store

@@ -74,6 +74,11 @@ impl StoredDeclaration {
     pub fn premium(&self) -> MilliDac {
         self.declaration.dac_amount - self.base_fee
     }
+
+    /// Whether any part of its price is paid externally (over x402).
+    pub fn paid_externally(&self) -> bool {
+        self.base_fee_source == PaymentSource::External || self.premium_source == PaymentSource::External
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -253,8 +253,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             return found;
         }
         let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
-        let paid = stored.base_fee_source == PaymentSource::External || stored.premium_source == PaymentSource::External;
-        let settling = if paid { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
+        let settling = if stored.paid_externally() { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
         Ok(Some((stored, settling)))
     }
 

@@ -20,6 +20,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -214,16 +215,18 @@ async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Rea
         // `payment_for` reads it.
         let mut found: HashMap<Uuid, (StoredDeclaration, Option<Settling>)> = HashMap::with_capacity(rows.len());
         for row in &rows {
-            let (dd_id, settling) = (row.get::<Uuid>("dd_id")?, decode_settling(row)?);
-            match found.get_mut(&dd_id) {
-                Some((_, Some(first))) => {
-                    if settling.as_ref().is_some_and(|s| s.payment_id < first.payment_id) {
-                        *first = settling.expect("checked");
-                    }
+            let settling = decode_settling(row)?;
+            match found.entry(row.get("dd_id")?) {
+                Entry::Vacant(entry) => {
+                    entry.insert((decode_declaration(row)?, settling));
                 }
-                Some(_) => {}
-                None => {
-                    found.insert(dd_id, (decode_declaration(row)?, settling));
+                Entry::Occupied(mut entry) => {
+                    let kept = &mut entry.get_mut().1;
+                    if let Some(settling) = settling
+                        && kept.as_ref().is_none_or(|first| settling.payment_id < first.payment_id)
+                    {
+                        *kept = Some(settling);
+                    }
                 }
             }
         }

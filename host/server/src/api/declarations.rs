@@ -433,7 +433,7 @@ impl CreateResponse {
         reachable: ee::Integrity,
     ) -> CreateResponse {
         let d = &s.declaration;
-        let external = declarations::paid_externally(s);
+        let external = s.paid_externally();
         let trial_payment = (s.base_fee_source == PaymentSource::Trial).then(|| TrialPayment {
             payment_source: Named(PaymentSource::Trial),
             trial_remaining: s.trial_remaining_after.unwrap_or(MilliDac::ZERO).into(),
