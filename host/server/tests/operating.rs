@@ -645,7 +645,10 @@ async fn a_published_generation_takes_over_on_every_host_at_its_time() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    // Far enough ahead that the command, which compiles the component before
+    // it checks the time (slow in a debug build beside the load), still leaves
+    // the hosts their 2 s to load it.
+    let at = chrono::Utc::now() + chrono::Duration::seconds(8);
     let alt = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_alt.wasm");
     let published = Command::new(env!("CARGO_BIN_EXE_anchor"))
         .args(["pricing", "publish"])
@@ -658,7 +661,9 @@ async fn a_published_generation_takes_over_on_every_host_at_its_time() {
     assert!(text(&published).contains("v9.0.0-test"), "{}", text(&published));
     let listed = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["pricing", "list"]).env("DATABASE_URL", &db_url).output().unwrap();
     assert!(text(&listed).starts_with("scheduled "), "{}", text(&listed));
-    tokio::time::sleep(Duration::from_millis(5500)).await;
+    // Creates go on until 2.5 s past the activation.
+    let left = (at + chrono::Duration::milliseconds(2500) - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left).await;
     stop.store(true, Ordering::Relaxed);
     let mut made = Vec::new();
     for task in tasks {
