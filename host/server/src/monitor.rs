@@ -75,12 +75,25 @@ pub fn key_or_file(given: &str) -> String {
     std::fs::read_to_string(given).map_or_else(|_| given.to_owned(), |text| text.trim().to_owned())
 }
 
+/// The most a monitor reads of one answer. Everything it asks for is small
+/// (a checkpoint with its cosignatures, a proof of at most 64 hashes, a tile
+/// of at most 256 hashes): an instance that answers more is not believed,
+/// and cannot make the monitor hold it in memory.
+const MAX_ANSWER: usize = 1 << 20;
+
 async fn get(http: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
-    let response = http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    let mut response = http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
     if !response.status().is_success() {
         return Err(format!("{url}: {}", response.status()));
     }
-    Ok(response.bytes().await.map_err(|e| format!("{url}: {e}"))?.to_vec())
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+        if body.len() + chunk.len() > MAX_ANSWER {
+            return Err(format!("{url}: answered more than {MAX_ANSWER} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Serves tiles fetched beforehand; notes the ones asked for and missing.
@@ -241,4 +254,42 @@ async fn run_inner(args: &MonitorArgs) -> Result<Vec<String>, Verdict> {
         .and_then(|()| std::fs::rename(&temporary, &args.state))
         .map_err(|e| Verdict::Unchecked(format!("{}: {e}", args.state.display())))?;
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback server answering every connection with `body` (chunked).
+    async fn answering(body: Vec<u8>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut head = [0u8; 4096];
+                    let _ = stream.read(&mut head).await;
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n").await;
+                    for part in body.chunks(64 * 1024) {
+                        let _ = stream.write_all(format!("{:x}\r\n", part.len()).as_bytes()).await;
+                        let _ = stream.write_all(part).await;
+                        let _ = stream.write_all(b"\r\n").await;
+                    }
+                    let _ = stream.write_all(b"0\r\n\r\n").await;
+                });
+            }
+        });
+        format!("http://{address}/v1/log/checkpoint")
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_cap_is_refused_and_one_within_it_read_whole() {
+        let http = reqwest::Client::new();
+        let huge = answering(vec![b'x'; super::MAX_ANSWER + 1]).await;
+        let refused = super::get(&http, &huge).await.unwrap_err();
+        assert!(refused.contains("answered more than 1048576 bytes"), "{refused}");
+        let fits = answering(vec![b'y'; super::MAX_ANSWER]).await;
+        assert_eq!(super::get(&http, &fits).await.unwrap().len(), super::MAX_ANSWER);
+    }
 }
