@@ -430,6 +430,11 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!(status.json["x402"]["status"], "settle_unknown");
     assert_eq!(status.json["settlement_status"], "pending", "nothing anchored while unknown");
+    // Its money may have moved: it counts against the DAB, as both payments do.
+    let kept = t.scalar("select cast(coalesce(sum(spent_units), 0) as bigint) from dab_spent").await;
+    let paid_in_all = t.scalar("select cast(coalesce(sum(amount_units), 0) as bigint) from x402_payment").await;
+    assert!(paid_in_all > 0);
+    assert_eq!(kept, paid_in_all, "the DAB's running total counts the unknown payment");
     *facilitator.behaviour.lock().unwrap() = stub::Settle::Succeed;
     // Even past the window: an unknown outcome is reconciled, not released.
     t.clock.advance(chrono::Duration::minutes(40));

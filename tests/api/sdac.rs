@@ -7,7 +7,7 @@ use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use serde_json::json;
 
-both_backends!(trials_are_priced_for_real_and_the_session_end_pays_a_share);
+both_backends!(trials_are_priced_for_real_and_the_session_end_pays_a_share, an_end_racing_its_trials_charges_every_trial_it_counts);
 
 fn axes(retention: &str) -> serde_json::Value {
     json!({
@@ -76,4 +76,36 @@ async fn trials_are_priced_for_real_and_the_session_end_pays_a_share(backend: Ba
     assert_eq!((settled.status.as_u16(), settled.json["payment_source"].clone()), (200, json!("external")), "{}", settled.text);
     assert!(settled.headers.get("payment-response").is_some());
     assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'sdac_session'").await, 2);
+}
+
+/// Trials sent while the session is being ended: each trial answered 200 is
+/// counted in the ended session, and the end charged the price of exactly
+/// the trials counted (none slip in after the end was priced). An end is
+/// priced again only after a trial was counted, so eight trials can make
+/// it retry at most eight times, within its ten attempts.
+async fn an_end_racing_its_trials_charges_every_trial_it_counts(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    for round in 0..6 {
+        let session =
+            t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
+        let body = json!({ "session_id": session, "ee": axes("short") });
+        let trials = (0..8).map(|_| t.post("/v1/sdac/trial", Some(&agent.token), &body));
+        let end_body = json!({ "session_id": session });
+        let end = t.post("/v1/sdac/session/end", Some(&agent.token), &end_body);
+        let (answers, ended) = tokio::join!(futures_util::future::join_all(trials), end);
+        assert_eq!(ended.status.as_u16(), 200, "round {round}: {}", ended.text);
+        let counted = answers.iter().filter(|a| a.status.as_u16() == 200).count() as i64;
+        for answer in answers.iter().filter(|a| a.status.as_u16() != 200) {
+            answer.assert_error(404, "SESSION_NOT_FOUND");
+        }
+        let id = t.uuid_sql(&session);
+        let stored = t.scalar(&format!("select cast(trials as bigint) from sdac_session where session_id = {id}")).await;
+        let simulated = t.scalar(&format!("select simulated_milli from sdac_session where session_id = {id}")).await;
+        let charged = t.scalar(&format!("select charged_milli from sdac_session where session_id = {id}")).await;
+        assert_eq!(stored, counted, "round {round}: every trial answered 200 is in the session");
+        let price = if stored == 0 { 0 } else { 10_000 + (simulated * 100 + 500) / 1000 };
+        assert_eq!(charged, price, "round {round}: {stored} trials ({simulated} milli-DAC simulated) charged {charged}");
+        assert_eq!(ended.json["dac_charged"].as_f64().unwrap(), price as f64 / 1000.0, "{}", ended.text);
+    }
 }

@@ -11,7 +11,14 @@ use anchor_tests::*;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use uuid::Uuid;
 
-anchor_tests::both_backends!(store_conforms, the_fold_counts_each_declaration_once, a_leaf_enqueued_late_still_enters_the_log);
+anchor_tests::both_backends!(
+    store_conforms,
+    the_fold_counts_each_declaration_once,
+    a_leaf_enqueued_late_still_enters_the_log,
+    releases_of_two_windows_at_once_keep_to_the_budget,
+    a_session_opens_only_with_the_password_still_in_place,
+    a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payment
+);
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap()
@@ -175,16 +182,17 @@ async fn store_conforms(backend: Backend) {
     assert_eq!((trial_paid.declaration.dd_id, none.map(|s| s.payment_id)), (first.declaration.dd_id, None));
     assert!(store.declaration_to_confirm(Uuid::new_v4()).await.unwrap().is_none());
     // The month's spending follows each payment's status: one whose
-    // settlement outcome is unknown does not count, and counts again once
-    // its confirmation settles it; one released or failed stops counting.
+    // settlement outcome is unknown still counts (its money may have moved),
+    // and keeps counting once its confirmation settles it; one released or
+    // failed stops counting.
     let month = anchor_domain::dab::period(now()).0;
     let spent = async |store: &Arc<dyn Store>| store.dab_status(payer, month).await.unwrap().spent;
     assert!(store.mark_settlement_unknown(paid.declaration.dd_id, "no answer", now()).await.unwrap());
-    assert_eq!(spent(&store).await, MilliDac::ZERO, "an unknown outcome does not count");
+    assert_eq!(spent(&store).await, MilliDac(15_000), "an unknown outcome counts");
     let settled =
         [UsageEntry { cost_component: CostComponent::BaseFee, source: PaymentSource::External, amount: MilliDac(15_000), priced_by: None }];
     assert!(store.confirm_declaration(paid.declaration.dd_id, "sha256:22", now(), &settled, b"leaf", Some("local:0x01")).await.unwrap());
-    assert_eq!(spent(&store).await, MilliDac(15_000), "settled after an unknown outcome, it counts again");
+    assert_eq!(spent(&store).await, MilliDac(15_000), "settled after an unknown outcome, it counts once");
     let mut released = declaration(payer, 4_000, None);
     let mut payment = paid.external.clone().unwrap();
     (payment.payment_id, payment.nonce, payment.amount_units) = (Uuid::new_v4(), "0x02".into(), 4_000);
@@ -310,6 +318,155 @@ async fn the_fold_counts_each_declaration_once(backend: Backend) {
     assert_eq!(all, [(3, 20_390, 20_391)]);
     let days = store.agent_days(agent, 20_390, 20_392, &[Dimension::All], false).await.unwrap();
     assert_eq!(days.iter().map(|c| (c.first_day, c.n)).collect::<Vec<_>>(), [(20_390, 2), (20_391, 1)]);
+}
+
+/// The ε ledger under parallel requests: a 7-day and a 90-day release of one
+/// kind, cut at the same moment, share the 7 days before today. Each fits the
+/// budget alone (20 of 30), not both (40 on those days): exactly one is
+/// stored, and no day of the ledger goes past the budget.
+async fn releases_of_two_windows_at_once_keep_to_the_budget(backend: Backend) {
+    use anchor_domain::ara::Window;
+    let (store, _cleanup) = fresh_store(backend).await;
+    let (epsilon, budget) = (20_000_000, 30_000_000);
+    let end = 20_400;
+    for round in 0..6 {
+        let kind = format!("kind-{round}");
+        let (short, long) = (Window { days: 7, end }, Window { days: 90, end });
+        let (a, b) = tokio::join!(
+            store.save_release_within_budget(&kind, short, "{\"short\":1}", epsilon, budget, now()),
+            store.save_release_within_budget(&kind, long, "{\"long\":1}", epsilon, budget, now()),
+        );
+        let stored = [a.unwrap(), b.unwrap()].iter().filter(|saved| matches!(saved, SavedRelease::Stored(_))).count();
+        assert_eq!(stored, 1, "{kind}: one release of the two fits the budget");
+        let on_shared_days = store.epsilon_spent(&kind, short).await.unwrap();
+        assert_eq!(on_shared_days, epsilon, "{kind}: the days both windows cover carry one release");
+        let cut = usize::from(store.release(&kind, short).await.unwrap().is_some())
+            + usize::from(store.release(&kind, long).await.unwrap().is_some());
+        assert_eq!(cut, 1, "{kind}: the refused release is not stored");
+        // The one refused is refused again, with the ledger it found.
+        let again = store.save_release_within_budget(&kind, long, "{}", epsilon, budget, now()).await.unwrap();
+        let again_short = store.save_release_within_budget(&kind, short, "{}", epsilon, budget, now()).await.unwrap();
+        let refused = [again, again_short]
+            .into_iter()
+            .filter_map(|saved| match saved {
+                SavedRelease::OverBudget { spent_micro } => Some(spent_micro),
+                SavedRelease::Stored(_) => None,
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(refused, [epsilon], "{kind}: the stored one is served, the other refused at 20 of 30");
+    }
+}
+
+/// A sign-in checks the password (slowly), then opens its session: the
+/// session goes in only if the hash it checked is still the owner's. One
+/// checked against a password changed meanwhile (whose change ended the
+/// other sessions already) is refused; so is one for a deleted account.
+async fn a_session_opens_only_with_the_password_still_in_place(backend: Backend) {
+    let (store, _cleanup) = fresh_store(backend).await;
+    let owner = NewOwner {
+        owner_id: Uuid::new_v4(),
+        email: Some("owner@example.com".into()),
+        password_hash: Some("$argon2id$old".into()),
+        owner_type: anchor_domain::owners::OwnerType::Human,
+        managing_agent_id: None,
+        parent_owner_id: None,
+        owner_depth: 0,
+        browser_language: None,
+        timezone: None,
+        residence_country: None,
+        terms_version: "1".into(),
+        privacy_version: "1".into(),
+        created_at: now(),
+    };
+    assert!(store.insert_owner(&owner).await.unwrap());
+    let later = now() + Duration::hours(12);
+    let live = |hash: [u8; 32]| {
+        let store = store.clone();
+        async move { store.session_owner(&hash, now()).await.unwrap().is_some() }
+    };
+    assert!(store.insert_session(&[1; 32], owner.owner_id, Some("$argon2id$old"), now(), later).await.unwrap());
+    assert!(live([1; 32]).await);
+    store.set_owner_password(owner.owner_id, "$argon2id$new").await.unwrap();
+    store.delete_other_sessions(owner.owner_id, &[0; 32]).await.unwrap();
+    assert!(!live([1; 32]).await, "the change ended the session");
+    // A sign-in that verified the old hash before the change.
+    assert!(!store.insert_session(&[2; 32], owner.owner_id, Some("$argon2id$old"), now(), later).await.unwrap());
+    assert!(!live([2; 32]).await, "nothing went in");
+    assert!(!store.insert_session(&[3; 32], owner.owner_id, None, now(), later).await.unwrap(), "a password is required");
+    assert!(store.insert_session(&[4; 32], owner.owner_id, Some("$argon2id$new"), now(), later).await.unwrap());
+    assert!(live([4; 32]).await);
+    assert!(!store.insert_session(&[5; 32], Uuid::new_v4(), None, now(), later).await.unwrap(), "no such owner");
+}
+
+/// An sDAC session whose end is being paid inline: while the payment is
+/// live no trial is counted and no other end (from Trial, or free) closes
+/// it; the settled end does. A session ended meanwhile takes no payment,
+/// and an end priced before a trial was counted is refused as changed.
+async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payment(backend: Backend) {
+    let (store, _cleanup) = fresh_store(backend).await;
+    let agent = new_agent(&store, 1_000_000).await;
+    let balance = |agent: Uuid| {
+        let store = store.clone();
+        async move { store.agent(agent).await.unwrap().unwrap().trial_balance }
+    };
+    let priced_by = PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) };
+    let scope = Scope {
+        retention: Retention::Medium,
+        integrity: Integrity::Certifiable,
+        disclosure: Disclosure::Exportable,
+        responsibility: Responsibility::Standard,
+        content_scope: ContentScope::External,
+        delegation: Delegation::Partial,
+    };
+    let payment = |nonce: &str| NewPayment {
+        payment_id: Uuid::new_v4(),
+        network: "eip155:8453".into(),
+        asset: "0xusdc".into(),
+        payer: "0xpayer".into(),
+        nonce: nonce.into(),
+        amount_units: 12_000,
+        pay_to: "0xpayto".into(),
+        valid_after: 0,
+        valid_before: i64::MAX / 2,
+        route: "POST /v1/sdac/session/end".into(),
+        payload: "{}".into(),
+        deadline: now() + Duration::minutes(30),
+        dab_default: MilliDac(1_000_000),
+        period_start: now() - Duration::days(1),
+        priced_by: priced_by.clone(),
+    };
+    let session = Uuid::new_v4();
+    let subject = Subject { domain: SubjectDomain::SdacSession, id: session };
+    assert!(store.start_sdac(session, agent, now()).await.unwrap());
+    let one = store.add_sdac_trial(session, agent, scope, MilliDac(20_000), now()).await.unwrap().unwrap();
+    assert_eq!(one.trials, 1);
+    // An end priced at no trial finds one counted: nothing is written.
+    let unpriced = SdacRecord { trials: 0, simulated: MilliDac::ZERO, ..one.clone() };
+    assert_eq!(store.end_sdac_free(&unpriced, &priced_by, now()).await.unwrap(), SdacEnded::Changed);
+    let charged = MilliDac(12_000);
+    let trial_end = store.end_sdac(&unpriced, charged, SdacFunding::Trial, &priced_by, now()).await.unwrap();
+    assert_eq!(trial_end, SdacEnded::Changed);
+    assert_eq!(balance(agent).await, MilliDac(1_000_000), "the debit rolled back");
+
+    let paying = payment("0x51");
+    assert_eq!(store.reserve_payment(&paying, agent, subject, None, None, now()).await.unwrap(), Reservation::Reserved);
+    assert!(store.add_sdac_trial(session, agent, scope, MilliDac(20_000), now()).await.unwrap().is_none(), "no trial while paid for");
+    let other = store.end_sdac(&one, charged, SdacFunding::Trial, &priced_by, now()).await.unwrap();
+    assert_eq!(other, SdacEnded::NotOpen, "no end from Trial while a payment for it is live");
+    assert_eq!(balance(agent).await, MilliDac(1_000_000));
+    assert!(store.settle_payment(paying.payment_id, "0xref", now()).await.unwrap());
+    let external = SdacFunding::External { payment_id: paying.payment_id };
+    let ended = store.end_sdac(&one, charged, external, &priced_by, now()).await.unwrap();
+    assert!(matches!(ended, SdacEnded::Ended(ref record) if record.trials == 1 && record.charged == charged), "{ended:?}");
+
+    // Ended (here from Trial), a session takes no payment for its end.
+    let closed = Uuid::new_v4();
+    assert!(store.start_sdac(closed, agent, now()).await.unwrap());
+    let counted = store.add_sdac_trial(closed, agent, scope, MilliDac(20_000), now()).await.unwrap().unwrap();
+    assert!(matches!(store.end_sdac(&counted, charged, SdacFunding::Trial, &priced_by, now()).await.unwrap(), SdacEnded::Ended(_)));
+    let late = payment("0x52");
+    let subject = Subject { domain: SubjectDomain::SdacSession, id: closed };
+    assert_eq!(store.reserve_payment(&late, agent, subject, None, None, now()).await.unwrap(), Reservation::SubjectClosed);
 }
 
 /// The integrator reads `log_pending` from a little before where it last

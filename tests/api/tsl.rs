@@ -347,11 +347,19 @@ async fn shares_never_take_more_than_the_price(backend: Backend) {
     let unlink =
         t.as_owner(&owner, "DELETE", "/dap/agent/unlink", Some(&json!({ "agent_id": seller.id, "password": OWNER_PASSWORD }))).await;
     assert_eq!(unlink.status.as_u16(), 200, "{}", unlink.text);
+    // The agreement of 0.25 (the other was superseded at the same instant).
+    let quarter = |list: &Value| {
+        let share = list["human_shares"].as_array().unwrap().iter().find(|h| h["human_share_rate"] == json!(0.25)).cloned().unwrap();
+        (share["in_force"].clone(), share["end_reason"].clone())
+    };
     let list = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
-    assert_eq!(
-        (list.json["human_shares"][0]["in_force"].clone(), list.json["human_shares"][0]["end_reason"].clone()),
-        (json!(false), json!("unlinked"))
-    );
+    assert_eq!(quarter(&list.json), (json!(false), json!("unlinked")), "{}", list.text);
+    // Linked again, it stays ended (revenue shares set while it did not
+    // count could otherwise take the rates past the whole price).
+    t.link(&owner, &mut seller).await;
+    let list = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
+    assert_eq!(quarter(&list.json), (json!(false), json!("unlinked")), "{}", list.text);
+    assert_eq!(t.scalar("select count(*) from tsl_human_share where ended_at is null").await, 0);
 }
 
 async fn dependencies_never_form_a_cycle(backend: Backend) {

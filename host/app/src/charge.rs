@@ -37,7 +37,9 @@ use uuid::Uuid;
 
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
-use anchor_store::{DabStatus, EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject};
+use anchor_store::{
+    DabStatus, EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject, SubjectDomain,
+};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -532,6 +534,13 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
             Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
             Reservation::EarnedShort { balance } => return Err(short(balance)),
+            Reservation::SubjectClosed => {
+                let (code, what) = match subject.domain {
+                    SubjectDomain::IseSession => ("NO_ACTIVE_SESSION", "stay"),
+                    _ => ("SESSION_NOT_FOUND", "session"),
+                };
+                return Err(AppError::not_found(code, format!("the {what} was closed meanwhile; nothing was charged")));
+            }
         }
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;

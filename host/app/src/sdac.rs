@@ -91,21 +91,47 @@ impl Commit for EndSession<'_> {
             }
         };
         let now = self.services.clock.now();
-        match self
-            .services
-            .store
-            .end_sdac(self.session.session_id, self.session.agent_id, self.charged, funding, &self.services.priced_by(), now)
-            .await?
-        {
+        match self.services.store.end_sdac(self.session, self.charged, funding, &self.services.priced_by(), now).await? {
             SdacEnded::Ended(record) => Ok(Committed::Done((record, settlement))),
             SdacEnded::TrialShort { balance, expired } => Ok(Committed::TrialShort { balance, expired }),
             SdacEnded::NotOpen => Err(no_session(self.session.session_id)),
+            SdacEnded::Changed => Err(changed()),
         }
     }
 }
 
-/// POST /v1/sdac/session/end.
+/// A trial counted while the session was being ended: it is priced again.
+fn changed() -> AppError {
+    AppError::Conflict {
+        code: "SESSION_CHANGED",
+        message: "trials were counted in this session while it was being ended; end it again to pay for them".into(),
+    }
+}
+
+/// How many times an end is priced: each time after the first follows a
+/// trial counted meanwhile, so only a client adding trials all along
+/// (against its own end) sees the conflict.
+const END_ATTEMPTS: usize = 10;
+
+/// POST /v1/sdac/session/end: priced from the session as read, and priced
+/// again when a trial is counted before the end is written (a parallel
+/// trial cannot slip past the price).
 pub async fn end(
+    services: &Services,
+    agent: &AgentRecord,
+    session_id: Uuid,
+    offered: Offered,
+) -> AppResult<(SdacRecord, Option<(String, String)>)> {
+    let mut attempt = 1;
+    loop {
+        match end_as_read(services, agent, session_id, offered.clone()).await {
+            Err(AppError::Conflict { code: "SESSION_CHANGED", .. }) if attempt < END_ATTEMPTS => attempt += 1,
+            outcome => return outcome,
+        }
+    }
+}
+
+async fn end_as_read(
     services: &Services,
     agent: &AgentRecord,
     session_id: Uuid,
@@ -119,8 +145,9 @@ pub async fn end(
         .ok_or_else(|| no_session(session_id))?;
     let charged = price(services, &session)?;
     if charged == MilliDac::ZERO {
-        return match services.store.end_sdac_free(session_id, agent.agent_id, &services.priced_by(), services.clock.now()).await? {
+        return match services.store.end_sdac_free(&session, &services.priced_by(), services.clock.now()).await? {
             SdacEnded::Ended(record) => Ok((record, None)),
+            SdacEnded::Changed => Err(changed()),
             _ => Err(no_session(session_id)),
         };
     }

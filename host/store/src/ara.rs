@@ -370,18 +370,12 @@ impl<E: Engine> AraStore for SqlStore<E> {
             let stored = self.release(kind, window).await?.ok_or_else(|| StoreError::Corrupt(format!("release {kind} vanished")))?;
             return Ok(SavedRelease::Stored(stored));
         }
-        let spent: i64 = tx
-            .scalar(
-                sql("select cast(coalesce(max(epsilon_micro), 0) as bigint) from ara_epsilon where kind = $1 and day >= $2 and day < $3")
-                    .bind(kind)
-                    .bind(window.start())
-                    .bind(window.end),
-            )
-            .await?;
-        if spent.saturating_add(epsilon_micro) > budget_micro {
-            // Rolled back with the transaction: nothing stored, nothing charged.
-            return Ok(SavedRelease::OverBudget { spent_micro: spent });
-        }
+        // Each day of the window is charged first, in ascending order: the
+        // upserts lock the days' rows (a concurrent release of another window
+        // of the kind, sharing days, waits for this one or went first and is
+        // counted), and ascending order keeps two of them from deadlocking.
+        // Only then is the ledger read; past the budget, the transaction
+        // rolls back and nothing was charged.
         for day in window.start()..window.end {
             tx.execute(
                 sql("insert into ara_epsilon (kind, day, epsilon_micro) values ($1, $2, $3) \
@@ -391,6 +385,18 @@ impl<E: Engine> AraStore for SqlStore<E> {
                 .bind(epsilon_micro),
             )
             .await?;
+        }
+        let ledger: i64 = tx
+            .scalar(
+                sql("select cast(coalesce(max(epsilon_micro), 0) as bigint) from ara_epsilon where kind = $1 and day >= $2 and day < $3")
+                    .bind(kind)
+                    .bind(window.start())
+                    .bind(window.end),
+            )
+            .await?;
+        if ledger > budget_micro {
+            // Rolled back with the transaction: nothing stored, nothing charged.
+            return Ok(SavedRelease::OverBudget { spent_micro: ledger.saturating_sub(epsilon_micro) });
         }
         tx.commit().await?;
         Ok(SavedRelease::Stored(body.to_string()))

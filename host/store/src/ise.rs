@@ -129,6 +129,12 @@ impl<E: Engine> IseStore for SqlStore<E> {
     async fn close_ise(&self, close: &IseClose) -> Result<IseClosed> {
         let mut tx = self.begin_write().await?;
         let subject = Subject { domain: SubjectDomain::IseSession, id: close.session_id };
+        let external = matches!(close.funding, IseFunding::External { .. });
+        if !external {
+            // The agent's lock orders this close with a reservation for the
+            // stay (payments::reserve): one of the two sees the other.
+            earned::lock_agent(&mut tx, self.db.for_update(), close.agent_id).await?;
+        }
         let source = match close.funding {
             IseFunding::Nothing { .. } => None,
             IseFunding::Trial => {
@@ -162,10 +168,15 @@ impl<E: Engine> IseStore for SqlStore<E> {
             _ => None,
         };
         let unpaid = matches!(close.funding, IseFunding::Nothing { unpaid: true });
+        // Paid otherwise, it leaves a stay alone while a payment for it is live.
+        let live_guard =
+            if external { String::new() } else { format!(" and {}", payments::no_live_payment("ise_session", "ise_session.session_id")) };
         let row = tx
             .fetch_optional(
-                sql("update ise_session set exited_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4, closed_by = $5, unpaid = $6 \
-                     where session_id = $7 and exited_at is null returning *")
+                sql(format!(
+                    "update ise_session set exited_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4, closed_by = $5, unpaid = $6 \
+                     where session_id = $7 and exited_at is null{live_guard} returning *"
+                ))
                 .bind(close.exited_at)
                 .bind(close.charged.milli())
                 .bind(source.map(|s| s.as_str()))

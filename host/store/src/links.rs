@@ -29,6 +29,8 @@ pub enum Link {
     LinkedElsewhere,
     /// The owner already manages the maximum number of agents.
     TooMany,
+    /// The owner's account was erased meanwhile.
+    OwnerGone,
 }
 
 #[async_trait]
@@ -46,7 +48,9 @@ pub trait LinkStore: Send + Sync {
     ) -> Result<Link>;
     /// Unlinks the agent from the owner and drops the owner-set DAB; false if
     /// the owner does not manage it.
-    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool>;
+    /// Unlinks the agent from the owner, ending the owner's human shares of
+    /// the agent's tool sales; false if the owner does not manage it.
+    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
     /// The owner's agents, oldest link first.
     async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>>;
     /// The agent, if the owner manages it.
@@ -70,7 +74,13 @@ impl<E: Engine> LinkStore for SqlStore<E> {
     ) -> Result<Link> {
         let mut tx = self.begin_write().await?;
         // The owner row is the lock that serialises this owner's links.
-        tx.execute(sql("update owner set owner_depth = owner_depth where owner_id = $1").bind(owner_id)).await?;
+        // An account erased meanwhile links nothing (its erasure, holding
+        // this row, unlinks the agents linked before it).
+        let owner =
+            tx.execute(sql("update owner set owner_depth = owner_depth where owner_id = $1 and deleted_at is null").bind(owner_id)).await?;
+        if owner == 0 {
+            return Ok(Link::OwnerGone);
+        }
         let current = tx.fetch_optional(sql("select owner_id, token_hash from agent where agent_id = $1").bind(agent_id)).await?;
         let Some(current) = current else { return Ok(Link::WrongToken) };
         let current_owner: Option<Uuid> = current.get("owner_id")?;
@@ -100,21 +110,40 @@ impl<E: Engine> LinkStore for SqlStore<E> {
                 .bind(token_hash),
             )
             .await?;
-        let Some(linked_at) = linked_at else { return Ok(Link::WrongToken) };
+        let Some(linked_at) = linked_at else {
+            // Another owner linked it since it was read (the token matched then).
+            let now_owner: Option<Uuid> =
+                tx.scalar_optional(sql("select owner_id from agent where agent_id = $1").bind(agent_id)).await?.flatten();
+            return Ok(if now_owner.is_some_and(|other| other != owner_id) { Link::LinkedElsewhere } else { Link::WrongToken });
+        };
         tx.commit().await?;
         Ok(Link::Linked { linked_at })
     }
 
-    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid) -> Result<bool> {
-        let done = self
-            .db()
+    async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid, now: DateTime<Utc>) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = tx
             .execute(
                 sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where agent_id = $1 and owner_id = $2")
                     .bind(agent_id)
                     .bind(owner_id),
             )
             .await?;
-        Ok(done == 1)
+        if done != 1 {
+            return Ok(false);
+        }
+        // A share that outlived the link would count again on a new link,
+        // beside revenue shares set while it did not count.
+        tx.execute(
+            sql("update tsl_human_share set ended_at = $1, end_reason = 'unlinked' where agent_id = $2 and owner_id = $3 \
+                 and ended_at is null")
+            .bind(now)
+            .bind(agent_id)
+            .bind(owner_id),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>> {

@@ -47,7 +47,19 @@ pub trait OwnerStore: Send + Sync {
     /// expired sessions and attempt windows older than a day. Returns how many
     /// owners were erased.
     async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64>;
-    async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()>;
+    /// Opens a session for the owner if its password hash is still the one
+    /// verified (`None`: an owner without a password); false if the
+    /// password changed (or the account was deleted) meanwhile, so a
+    /// session opened with an old password cannot outlive the change that
+    /// ended the others.
+    async fn insert_session(
+        &self,
+        session_hash: &[u8; 32],
+        owner_id: Uuid,
+        verified_hash: Option<&str>,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<bool>;
     /// The owner of an unexpired session.
     async fn session_owner(&self, session_hash: &[u8; 32], now: DateTime<Utc>) -> Result<Option<OwnerRecord>>;
     async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()>;
@@ -171,38 +183,71 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
                 .bind(now),
             )
             .await?;
+        let mut erased = 0;
         for owner_id in &due {
+            // Erased only if still due when its row is written: a deletion
+            // cancelled (or erased by another host) since the read is left alone.
+            let tombstoned = tx
+                .execute(
+                    sql("update owner set deleted_at = $1, email = null, password_hash = null, browser_language = null, \
+                         timezone = null, residence_country = null, marketing_agreed_at = null where owner_id = $2 \
+                         and deleted_at is null and deletion_response_due_at is not null and deletion_response_due_at <= $1")
+                    .bind(now)
+                    .bind(owner_id),
+                )
+                .await?;
+            if tombstoned == 0 {
+                continue;
+            }
+            erased += 1;
             tx.execute(
                 sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where owner_id = $1").bind(owner_id),
             )
             .await?;
-            tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
-            tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
+            // Its human shares of its agents' tool sales end with the links.
             tx.execute(
-                sql("update owner set deleted_at = $1, email = null, password_hash = null, browser_language = null, \
-                 timezone = null, residence_country = null, marketing_agreed_at = null where owner_id = $2")
-                .bind(now)
-                .bind(owner_id),
+                sql("update tsl_human_share set ended_at = $1, end_reason = 'owner_erased' where owner_id = $2 and ended_at is null")
+                    .bind(now)
+                    .bind(owner_id),
             )
             .await?;
+            tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
+            tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
         }
         tx.execute(sql("delete from owner_session where expires_at <= $1").bind(now)).await?;
         tx.execute(sql("delete from attempt_window where window_start <= $1").bind(now - chrono::Duration::days(1))).await?;
         tx.commit().await?;
-        Ok(due.len() as u64)
+        Ok(erased)
     }
 
-    async fn insert_session(&self, session_hash: &[u8; 32], owner_id: Uuid, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> Result<()> {
-        self.db()
+    async fn insert_session(
+        &self,
+        session_hash: &[u8; 32],
+        owner_id: Uuid,
+        verified_hash: Option<&str>,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<bool> {
+        // The owner's row is locked while the session goes in: a password
+        // change either commits first (the hash differs, nothing goes in) or
+        // waits for this insert, and then ends this session with the others.
+        let inserted = self
+            .db()
             .execute(
-                sql("insert into owner_session (session_hash, owner_id, created_at, expires_at) values ($1, $2, $3, $4)")
-                    .bind(session_hash)
-                    .bind(owner_id)
-                    .bind(now)
-                    .bind(expires_at),
+                sql(format!(
+                    "insert into owner_session (session_hash, owner_id, created_at, expires_at) \
+                     select $1, owner_id, $3, $4 from owner where owner_id = $2 and deleted_at is null \
+                     and coalesce(password_hash, '') = coalesce($5, ''){}",
+                    self.db.for_update()
+                ))
+                .bind(session_hash)
+                .bind(owner_id)
+                .bind(now)
+                .bind(expires_at)
+                .bind(verified_hash),
             )
             .await?;
-        Ok(())
+        Ok(inserted == 1)
     }
 
     async fn session_owner(&self, session_hash: &[u8; 32], now: DateTime<Utc>) -> Result<Option<OwnerRecord>> {

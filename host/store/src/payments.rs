@@ -126,6 +126,9 @@ pub enum Reservation {
     /// The record to write with the reservation exists already (a purchase
     /// of the same tool, or with the same request id): nothing was written.
     Duplicate,
+    /// The stay or sDAC session to pay for was closed meanwhile (paid from
+    /// Trial or Earned, or by the service): nothing was written.
+    SubjectClosed,
 }
 
 /// The part of an inline payment's price that Earned DAC pays, debited in
@@ -490,6 +493,16 @@ impl Key {
 /// says so in the schema).
 const ONE_PAYMENT_SUBJECTS: &[&str] = &["ise_session", "sdac_session", "asa_subscription"];
 
+/// SQL true when no payment for the subject (`domain`, the id in
+/// `id_column`) is live: a close paid otherwise leaves a stay or session
+/// alone while a payment for it is on its way.
+pub(crate) fn no_live_payment(domain: &str, id_column: &str) -> String {
+    format!(
+        "not exists (select 1 from x402_payment x where x.subject_domain = '{domain}' and x.subject_id = {id_column} \
+         and x.status in ('reserved', 'settled', 'settle_unknown'))"
+    )
+}
+
 /// Checks the DAB under the agent's row lock, then reserves the
 /// authorization for `subject`, with its first event. Nothing is written
 /// unless it returns `Reserved`.
@@ -509,6 +522,19 @@ pub(crate) async fn reserve<X: Exec>(
     let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(period_key(payment.period_start))).await?;
     if spent + payment.amount_units > limit {
         return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+    }
+    // A stay or an sDAC session closed since it was priced takes no payment.
+    // Its closes lock the agent's row too, so one committed before the lock
+    // above is seen here, and one after it finds this payment live.
+    let open = match subject.domain {
+        SubjectDomain::IseSession => Some("select cast(1 as bigint) from ise_session where session_id = $1 and exited_at is null"),
+        SubjectDomain::SdacSession => Some("select cast(1 as bigint) from sdac_session where session_id = $1 and ended_at is null"),
+        _ => None,
+    };
+    if let Some(open) = open
+        && tx.scalar_optional::<i64>(sql(open).bind(subject.id)).await?.is_none()
+    {
+        return Ok(Reservation::SubjectClosed);
     }
     // A subject paid once at most (a stay, an sDAC session, an ASA
     // purchase) with a live payment already: the same purchase made twice,

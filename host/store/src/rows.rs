@@ -317,8 +317,9 @@ pub(crate) async fn record_steps<X: Exec>(
             Reservation::Reserved => {}
             Reservation::NonceUsed => return Ok(Created::PaymentReplayed),
             Reservation::DabReached { limit, spent } => return Ok(Created::DabReached { limit, spent }),
-            // `reserve` itself never debits Earned DAC nor writes a pending record (only `reserve_payment` does).
-            Reservation::EarnedShort { .. } | Reservation::Duplicate => {
+            // `reserve` itself never debits Earned DAC nor writes a pending record (only `reserve_payment` does),
+            // and a declaration is no stay or session that closes.
+            Reservation::EarnedShort { .. } | Reservation::Duplicate | Reservation::SubjectClosed => {
                 return Err(StoreError::Corrupt("a declaration's reservation reported what only reserve_payment does".into()));
             }
         }

@@ -39,7 +39,13 @@ pub enum SdacFunding {
 pub enum SdacEnded {
     Ended(SdacRecord),
     NotOpen,
-    TrialShort { balance: MilliDac, expired: bool },
+    /// A trial was counted after the session was priced: priced again, it
+    /// costs more (only for an end that was not paid before it ran).
+    Changed,
+    TrialShort {
+        balance: MilliDac,
+        expired: bool,
+    },
 }
 
 #[async_trait]
@@ -48,7 +54,8 @@ pub trait SdacStore {
     async fn start_sdac(&self, session_id: Uuid, agent_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
     async fn sdac_session(&self, session_id: Uuid) -> Result<Option<SdacRecord>>;
     async fn sdac_trials(&self, session_id: Uuid) -> Result<Vec<SdacTrial>>;
-    /// Counts a trial in the agent's open session `session_id`; the session after it, or `None` if it is not open.
+    /// Counts a trial in the agent's open session `session_id`; the session
+    /// after it, or `None` if it is not open (or a payment for its end is live).
     async fn add_sdac_trial(
         &self,
         session_id: Uuid,
@@ -57,18 +64,22 @@ pub trait SdacStore {
         total: MilliDac,
         now: DateTime<Utc>,
     ) -> Result<Option<SdacRecord>>;
-    /// Ends a session paid as `funding` says (the charge pipeline's commit).
+    /// Ends a session paid as `funding` says (the charge pipeline's commit),
+    /// priced as `priced` (the session as read). Paid from Trial (or free), it
+    /// ends only if no trial was counted since ([`SdacEnded::Changed`]
+    /// otherwise, nothing written); paid externally, the payment has settled
+    /// already and it ends as it stands.
     async fn end_sdac(
         &self,
-        session_id: Uuid,
-        agent_id: Uuid,
+        priced: &SdacRecord,
         charged: MilliDac,
         funding: SdacFunding,
         priced_by: &PricedBy,
         now: DateTime<Utc>,
     ) -> Result<SdacEnded>;
-    /// Ends a session that costs nothing (no trial was run): no DAC moves.
-    async fn end_sdac_free(&self, session_id: Uuid, agent_id: Uuid, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded>;
+    /// Ends a session that costs nothing (no trial was run): no DAC moves;
+    /// [`SdacEnded::Changed`] if a trial was counted meanwhile.
+    async fn end_sdac_free(&self, priced: &SdacRecord, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded>;
 }
 
 #[async_trait]
@@ -124,8 +135,13 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         let mut tx = self.begin_write().await?;
         let row = tx
             .fetch_optional(
-                sql("update sdac_session set trials = trials + 1, simulated_milli = simulated_milli + $1 \
-                     where session_id = $2 and agent_id = $3 and ended_at is null returning *")
+                // Not while a payment for its end is live: the session is
+                // being paid for as priced, and ends once it settles.
+                sql(format!(
+                    "update sdac_session set trials = trials + 1, simulated_milli = simulated_milli + $1 \
+                     where session_id = $2 and agent_id = $3 and ended_at is null and {} returning *",
+                    payments::no_live_payment("sdac_session", "sdac_session.session_id")
+                ))
                 .bind(total.milli())
                 .bind(session_id)
                 .bind(agent_id),
@@ -154,20 +170,26 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         Ok(Some(record))
     }
 
-    async fn end_sdac_free(&self, session_id: Uuid, agent_id: Uuid, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded> {
-        self.end_sdac(session_id, agent_id, MilliDac::ZERO, SdacFunding::Nothing, priced_by, now).await
+    async fn end_sdac_free(&self, priced: &SdacRecord, priced_by: &PricedBy, now: DateTime<Utc>) -> Result<SdacEnded> {
+        self.end_sdac(priced, MilliDac::ZERO, SdacFunding::Nothing, priced_by, now).await
     }
 
     async fn end_sdac(
         &self,
-        session_id: Uuid,
-        agent_id: Uuid,
+        priced: &SdacRecord,
         charged: MilliDac,
         funding: SdacFunding,
         priced_by: &PricedBy,
         now: DateTime<Utc>,
     ) -> Result<SdacEnded> {
+        let (session_id, agent_id) = (priced.session_id, priced.agent_id);
         let mut tx = self.begin_write().await?;
+        let external = matches!(funding, SdacFunding::External { .. });
+        if !external {
+            // The agent's lock orders this end with a reservation for the
+            // session (payments::reserve): one of the two sees the other.
+            earned::lock_agent(&mut tx, self.db.for_update(), agent_id).await?;
+        }
         let source = match funding {
             SdacFunding::Nothing => None,
             SdacFunding::Trial => {
@@ -183,10 +205,15 @@ impl<E: Engine> SdacStore for SqlStore<E> {
             SdacFunding::External { payment_id } => Some(payment_id),
             _ => None,
         };
+        // Paid otherwise, it leaves a session alone while a payment for it is live.
+        let live_guard =
+            if external { String::new() } else { format!(" and {}", payments::no_live_payment("sdac_session", "sdac_session.session_id")) };
         let row = tx
             .fetch_optional(
-                sql("update sdac_session set ended_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4 \
-                     where session_id = $5 and agent_id = $6 and ended_at is null returning *")
+                sql(format!(
+                    "update sdac_session set ended_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4 \
+                     where session_id = $5 and agent_id = $6 and ended_at is null{live_guard} returning *"
+                ))
                 .bind(now)
                 .bind(charged.milli())
                 .bind(source.map(|s| s.as_str()))
@@ -196,6 +223,11 @@ impl<E: Engine> SdacStore for SqlStore<E> {
             )
             .await?;
         let Some(row) = row else { return Ok(SdacEnded::NotOpen) };
+        let record = record_of(&row)?;
+        if record.trials != priced.trials && !external {
+            // Rolled back with the transaction (the Trial debit too).
+            return Ok(SdacEnded::Changed);
+        }
         if source == Some(PaymentSource::Trial) {
             let subject = Subject { domain: SubjectDomain::SdacSession, id: session_id };
             let entry = UsageEntry {
@@ -206,7 +238,6 @@ impl<E: Engine> SdacStore for SqlStore<E> {
             };
             payments::insert_usage(&mut tx, agent_id, subject, None, &entry, now).await?;
         }
-        let record = record_of(&row)?;
         tx.commit().await?;
         Ok(SdacEnded::Ended(record))
     }

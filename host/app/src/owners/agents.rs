@@ -50,6 +50,7 @@ pub async fn link(services: &Services, owner: &OwnerRecord, agent_id: Uuid, toke
             message: "another owner manages this agent; it must unlink it first".into(),
         }),
         Link::TooMany => Err(AppError::forbidden("AGENT_LIMIT_REACHED", format!("an owner manages at most {max} agents"))),
+        Link::OwnerGone => Err(AppError::Unauthenticated { message: "this account was deleted".into() }),
     }
 }
 
@@ -58,7 +59,7 @@ pub async fn link(services: &Services, owner: &OwnerRecord, agent_id: Uuid, toke
 pub async fn unlink(services: &Services, owner: &OwnerRecord, agent_id: Uuid, password: &str) -> AppResult<()> {
     managed(services, owner, agent_id).await?;
     super::confirm_password(services, owner, password).await?;
-    if !services.store.unlink_agent(agent_id, owner.owner_id).await? {
+    if !services.store.unlink_agent(agent_id, owner.owner_id, services.clock.now()).await? {
         return Err(super::not_linked(agent_id));
     }
     Ok(())

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use anchor_domain::owners::AccountStatus;
 use anchor_store::OwnerRecord;
 
-use crate::{AppResult, Services};
+use crate::{AppError, AppResult, Services};
 
 /// A session just opened: its secret (shown once, to set the cookie).
 #[derive(Clone, Debug)]
@@ -42,7 +42,12 @@ pub async fn open(services: &Services, owner: &OwnerRecord) -> AppResult<Session
     let secret = new_secret();
     let now = services.clock.now();
     let expires_at = now + services.config.owners.session_ttl;
-    services.store.insert_session(&session_hash(&secret), owner.owner_id, now, expires_at).await?;
+    let opened =
+        services.store.insert_session(&session_hash(&secret), owner.owner_id, owner.password_hash.as_deref(), now, expires_at).await?;
+    if !opened {
+        // The password changed (or the account went) since it was checked.
+        return Err(AppError::Unauthenticated { message: "email or password is wrong".into() });
+    }
     Ok(Session { csrf_token: csrf_token(&secret), secret, expires_at })
 }
 

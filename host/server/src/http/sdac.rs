@@ -36,7 +36,7 @@ pub fn operations() -> Vec<Operation> {
             }))
             .returns::<TrialView>(200, "Simulation result (DAC cost preview)")
             .error(400, "A malformed session id or EE, or ee_preset.", &["INVALID_UUID", "MISSING_FIELD", "INVALID_ENUM", "INVALID_VALUE", "UNKNOWN_FIELD"])
-            .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"]),
+            .error(404, "No open session of this agent with that id (or its end is being paid).", &["SESSION_NOT_FOUND"]),
         op(Method::GET, "/v1/sdac/session/{session_id}", get(history))
             .tag("sDAC")
             .summary("A session of yours: its trials, their simulated totals, what it cost (free)")
@@ -55,7 +55,11 @@ pub fn operations() -> Vec<Operation> {
             .error(400, "A malformed session id or payment header.", &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
             .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"])
-            .error(409, "Another end of the same session is being paid; it is paid once.", &["DUPLICATE_REQUEST"])
+            .error(
+                409,
+                "Another end of the same session is being paid (it is paid once), or trials kept being counted while it was priced again.",
+                &["DUPLICATE_REQUEST", "SESSION_CHANGED"],
+            )
             .paid_inline("Trial cannot pay and no payment came, or it was refused (the reason is in `error`).")
             .error(503, "The settlement's outcome is unknown; it is settled in the background and charged at most once.", &["SETTLEMENT_PENDING"]),
     ]
