@@ -17,7 +17,8 @@ anchor_tests::both_backends!(
     a_leaf_enqueued_late_still_enters_the_log,
     releases_of_two_windows_at_once_keep_to_the_budget,
     a_session_opens_only_with_the_password_still_in_place,
-    a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payment
+    a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payment,
+    a_stay_whose_payment_settled_is_closed_by_it_and_a_stale_reservation_holds_nothing
 );
 
 fn now() -> DateTime<Utc> {
@@ -467,6 +468,81 @@ async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payme
     let late = payment("0x52");
     let subject = Subject { domain: SubjectDomain::SdacSession, id: closed };
     assert_eq!(store.reserve_payment(&late, agent, subject, None, None, now()).await.unwrap(), Reservation::SubjectClosed);
+}
+
+/// An ISE stay whose inline payment settled but was not closed with it (an
+/// unknown outcome reconciled later, or a host that stopped in between):
+/// no close paid otherwise takes it, and the job's sweep closes it as paid
+/// by that payment once the settlement is a minute old. A reservation left
+/// unsettled for ten minutes holds its stay no longer.
+async fn a_stay_whose_payment_settled_is_closed_by_it_and_a_stale_reservation_holds_nothing(backend: Backend) {
+    use anchor_domain::ise::IseMode;
+    let (store, _cleanup) = fresh_store(backend).await;
+    let agent = new_agent(&store, 1_000_000).await;
+    let priced_by = PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) };
+    let payment = |nonce: &str, at: DateTime<Utc>| NewPayment {
+        payment_id: Uuid::new_v4(),
+        network: "eip155:8453".into(),
+        asset: "0xusdc".into(),
+        payer: "0xpayer".into(),
+        nonce: nonce.into(),
+        amount_units: 10_000,
+        pay_to: "0xpayto".into(),
+        valid_after: 0,
+        valid_before: i64::MAX / 2,
+        route: "POST /v1/ise/exit".into(),
+        payload: "{}".into(),
+        deadline: at + Duration::minutes(30),
+        dab_default: MilliDac(1_000_000),
+        period_start: now() - Duration::days(1),
+        priced_by: priced_by.clone(),
+    };
+    let close = |session_id: Uuid, funding: IseFunding| IseClose {
+        session_id,
+        agent_id: agent,
+        exited_at: now(),
+        charged: MilliDac(10_000),
+        funding,
+        closed_by: "agent",
+        now: now(),
+        priced_by: priced_by.clone(),
+    };
+    let stay = Uuid::new_v4();
+    assert!(store.enter_ise(stay, agent, IseMode::External, now() - Duration::hours(1)).await.unwrap());
+    let paid = payment("0x61", now() - Duration::seconds(5));
+    let subject = Subject { domain: SubjectDomain::IseSession, id: stay };
+    let reserved = store.reserve_payment(&paid, agent, subject, None, None, now() - Duration::seconds(5)).await.unwrap();
+    assert_eq!(reserved, Reservation::Reserved);
+    assert!(store.settle_payment(paid.payment_id, "0xref", now() - Duration::seconds(5)).await.unwrap());
+    assert!(matches!(store.close_ise(&close(stay, IseFunding::Trial)).await.unwrap(), IseClosed::NotOpen), "paid already");
+    let unpaid = IseUnpaid {
+        session_id: stay,
+        agent_id: agent,
+        exited_at: now(),
+        unpaid: true,
+        closed_by: "service",
+        now: now(),
+        priced_by: priced_by.clone(),
+    };
+    assert!(matches!(store.close_ise_unpaid(&unpaid).await.unwrap(), IseClosed::NotOpen), "nor closed unpaid by the job");
+    // Settled five seconds ago: the request that settled it may still close it.
+    assert_eq!(store.close_settled_subjects(now() - Duration::minutes(1), now(), 100).await.unwrap(), 0);
+    assert_eq!(store.close_settled_subjects(now(), now(), 100).await.unwrap(), 1);
+    let closed = store.open_ise(agent).await.unwrap();
+    assert!(closed.is_none(), "closed");
+    let usage = store.usage_for(subject).await.unwrap();
+    assert_eq!(usage.iter().map(|u| (u.source, u.amount)).collect::<Vec<_>>(), [(PaymentSource::External, MilliDac(10_000))]);
+    assert_eq!(store.close_settled_subjects(now(), now(), 100).await.unwrap(), 0, "once");
+
+    // A reservation a stopped host left eleven minutes ago holds nothing.
+    let next = Uuid::new_v4();
+    assert!(store.enter_ise(next, agent, IseMode::External, now() - Duration::hours(1)).await.unwrap());
+    let left = payment("0x62", now() - Duration::minutes(11));
+    let subject = Subject { domain: SubjectDomain::IseSession, id: next };
+    let reserved = store.reserve_payment(&left, agent, subject, None, None, now() - Duration::minutes(11)).await.unwrap();
+    assert_eq!(reserved, Reservation::Reserved);
+    let by_trial = store.close_ise(&close(next, IseFunding::Trial)).await.unwrap();
+    assert!(matches!(by_trial, IseClosed::Closed(ref record) if record.source == Some(PaymentSource::Trial)), "{by_trial:?}");
 }
 
 /// The integrator reads `log_pending` from a little before where it last

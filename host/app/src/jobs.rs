@@ -187,6 +187,11 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(n) => tracing::info!(payments = n, "reconciled payments whose settlement was unknown"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "settlement reconciliation failed"),
         }
+        match metrics.job("close_settled", close_settled_subjects(services).await) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(subjects = n, "closed stays and sDAC sessions their settled payments paid for"),
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "closing settled stays and sessions failed"),
+        }
     }
     if due(&mut runs.erase, schedule.erase_every) {
         match metrics.job("erase", erase_due_owners(services).await) {
@@ -258,6 +263,16 @@ pub async fn reconcile_unknown_settlements(services: &Services) -> anyhow::Resul
         }
     }
     Ok(resolved)
+}
+
+/// Stays and sDAC sessions whose inline payment settled (a reconciled
+/// outcome, or a host that stopped between the settlement and the close)
+/// are closed as paid by it, a minute after the settlement (the request
+/// that settled it closes it itself meanwhile). Their other closes wait
+/// while such a payment is live, so without this they would stay open.
+pub async fn close_settled_subjects(services: &Services) -> anyhow::Result<u64> {
+    let now = services.clock.now();
+    Ok(services.store.close_settled_subjects(now - chrono::Duration::minutes(1), now, 100).await?)
 }
 
 /// Owner accounts whose deletion grace period ended are erased.

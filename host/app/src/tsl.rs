@@ -568,6 +568,9 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
     let id = match services.store.set_human_share(owner.owner_id, tool.seller_agent_id, tool_id, rate_ppm, services.clock.now()).await? {
         HumanShareSet::Set { human_share_id } => human_share_id,
         HumanShareSet::Exceeded { committed_ppm } => return Err(exceeded(committed_ppm, rate_ppm)),
+        HumanShareSet::NotLinked => {
+            return Err(AppError::forbidden("NOT_LINKED", format!("agent {} is not managed by this owner", tool.seller_agent_id)));
+        }
     };
     services
         .store

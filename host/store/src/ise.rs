@@ -169,23 +169,26 @@ impl<E: Engine> IseStore for SqlStore<E> {
         };
         let unpaid = matches!(close.funding, IseFunding::Nothing { unpaid: true });
         // Paid otherwise, it leaves a stay alone while a payment for it is live.
-        let live_guard =
-            if external { String::new() } else { format!(" and {}", payments::no_live_payment("ise_session", "ise_session.session_id")) };
-        let row = tx
-            .fetch_optional(
-                sql(format!(
-                    "update ise_session set exited_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4, closed_by = $5, unpaid = $6 \
-                     where session_id = $7 and exited_at is null{live_guard} returning *"
-                ))
-                .bind(close.exited_at)
-                .bind(close.charged.milli())
-                .bind(source.map(|s| s.as_str()))
-                .bind(payment_id)
-                .bind(close.closed_by)
-                .bind(unpaid)
-                .bind(close.session_id),
-            )
-            .await?;
+        let live_guard = if external {
+            String::new()
+        } else {
+            format!(" and {}", payments::no_live_payment("ise_session", "ise_session.session_id", "$8"))
+        };
+        let mut update = sql(format!(
+            "update ise_session set exited_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4, closed_by = $5, unpaid = $6 \
+             where session_id = $7 and exited_at is null{live_guard} returning *"
+        ))
+        .bind(close.exited_at)
+        .bind(close.charged.milli())
+        .bind(source.map(|s| s.as_str()))
+        .bind(payment_id)
+        .bind(close.closed_by)
+        .bind(unpaid)
+        .bind(close.session_id);
+        if !external {
+            update = update.bind(payments::stale_before(close.now));
+        }
+        let row = tx.fetch_optional(update).await?;
         let Some(row) = row else { return Ok(IseClosed::NotOpen) };
         // Trial and Earned are usage now; an external payment recorded its own with its settlement.
         if let Some(source @ (PaymentSource::Trial | PaymentSource::Earned)) = source {

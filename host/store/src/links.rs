@@ -46,10 +46,9 @@ pub trait LinkStore: Send + Sync {
         now: DateTime<Utc>,
         max_agents: i64,
     ) -> Result<Link>;
-    /// Unlinks the agent from the owner and drops the owner-set DAB; false if
-    /// the owner does not manage it.
-    /// Unlinks the agent from the owner, ending the owner's human shares of
-    /// the agent's tool sales; false if the owner does not manage it.
+    /// Unlinks the agent from the owner, drops the owner-set DAB and ends the
+    /// owner's human shares of the agent's tool sales; false if the owner
+    /// does not manage it.
     async fn unlink_agent(&self, agent_id: Uuid, owner_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
     /// The owner's agents, oldest link first.
     async fn owner_agents(&self, owner_id: Uuid) -> Result<Vec<LinkedAgent>>;

@@ -179,7 +179,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         let due: Vec<Uuid> = tx
             .scalar_all(
                 sql("select owner_id from owner where deleted_at is null and deletion_response_due_at is not null \
-             and deletion_response_due_at <= $1")
+             and deletion_response_due_at <= $1 order by owner_id")
                 .bind(now),
             )
             .await?;

@@ -254,6 +254,12 @@ pub trait PaymentStore: Send + Sync {
     ) -> Result<bool>;
     /// Payments whose settlement outcome is unknown, oldest first.
     async fn unknown_settlements(&self, limit: i64) -> Result<Vec<UnknownSettlement>>;
+    /// Closes the ISE stays and sDAC sessions still open whose inline payment
+    /// settled before `settled_before` (reconciled by the job after an
+    /// unknown outcome, or settled by a host that stopped before it closed
+    /// the subject), as paid by that payment; returns how many. A stay ends
+    /// when its payment was reserved, a session at `now`.
+    async fn close_settled_subjects(&self, settled_before: DateTime<Utc>, now: DateTime<Utc>, limit: i64) -> Result<u64>;
     /// Marks a declaration's payment whose settlement outcome is unknown.
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.
@@ -416,6 +422,44 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             .collect()
     }
 
+    async fn close_settled_subjects(&self, settled_before: DateTime<Utc>, now: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let mut tx = self.begin_write().await?;
+        // Driven by the open subjects (few), each joined to its payments by
+        // x402_payment_by_subject.
+        let rows = tx
+            .fetch_all(
+                sql("select x.payment_id, x.subject_domain, x.subject_id, x.amount_units, x.created_at from ise_session s \
+                     join x402_payment x on x.subject_domain = 'ise_session' and x.subject_id = s.session_id \
+                     where s.exited_at is null and x.status = 'settled' and x.updated_at <= $1 \
+                     union all \
+                     select x.payment_id, x.subject_domain, x.subject_id, x.amount_units, x.created_at from sdac_session s \
+                     join x402_payment x on x.subject_domain = 'sdac_session' and x.subject_id = s.session_id \
+                     where s.ended_at is null and x.status = 'settled' and x.updated_at <= $1 limit $2")
+                .bind(settled_before)
+                .bind(limit),
+            )
+            .await?;
+        let mut closed = 0;
+        for row in &rows {
+            let domain: String = row.get("subject_domain")?;
+            let reserved_at: DateTime<Utc> = row.get("created_at")?;
+            let close = if domain == SubjectDomain::IseSession.as_str() {
+                sql("update ise_session set exited_at = $1, charged_milli = $2, payment_source = 'external', payment_id = $3, \
+                     closed_by = 'service', unpaid = false where session_id = $4 and exited_at is null")
+                .bind(reserved_at)
+            } else {
+                sql("update sdac_session set ended_at = $1, charged_milli = $2, payment_source = 'external', payment_id = $3 \
+                     where session_id = $4 and ended_at is null")
+                .bind(now)
+            };
+            let amount: i64 = row.get("amount_units")?;
+            let (payment_id, subject_id): (Uuid, Uuid) = (row.get("payment_id")?, row.get("subject_id")?);
+            closed += tx.execute(close.bind(amount).bind(payment_id).bind(subject_id)).await?;
+        }
+        tx.commit().await?;
+        Ok(closed)
+    }
+
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let moved = move_payment(&mut tx, Key::Declaration(dd_id), PaymentStatus::SettleUnknown, Some(detail), None, now).await?;
@@ -495,12 +539,20 @@ const ONE_PAYMENT_SUBJECTS: &[&str] = &["ise_session", "sdac_session", "asa_subs
 
 /// SQL true when no payment for the subject (`domain`, the id in
 /// `id_column`) is live: a close paid otherwise leaves a stay or session
-/// alone while a payment for it is on its way.
-pub(crate) fn no_live_payment(domain: &str, id_column: &str) -> String {
+/// alone while a payment for it is on its way. An inline reservation is
+/// settled within its request; one older than `stale_param` (a timestamp
+/// parameter, [`stale_before`]) was left by a host that stopped, and no
+/// longer holds the subject.
+pub(crate) fn no_live_payment(domain: &str, id_column: &str, stale_param: &str) -> String {
     format!(
         "not exists (select 1 from x402_payment x where x.subject_domain = '{domain}' and x.subject_id = {id_column} \
-         and x.status in ('reserved', 'settled', 'settle_unknown'))"
+         and (x.status in ('settled', 'settle_unknown') or (x.status = 'reserved' and x.created_at > {stale_param})))"
     )
+}
+
+/// Reservations of inline payments made before this are stale (see [`no_live_payment`]).
+pub(crate) fn stale_before(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - chrono::Duration::minutes(10)
 }
 
 /// Checks the DAB under the agent's row lock, then reserves the
@@ -518,11 +570,6 @@ pub(crate) async fn reserve<X: Exec>(
     // agent count one after another; SQLite has a single writer.
     let own: Option<i64> =
         tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
-    let limit = own.unwrap_or(payment.dab_default.milli());
-    let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(period_key(payment.period_start))).await?;
-    if spent + payment.amount_units > limit {
-        return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
-    }
     // A stay or an sDAC session closed since it was priced takes no payment.
     // Its closes lock the agent's row too, so one committed before the lock
     // above is seen here, and one after it finds this payment live.
@@ -535,6 +582,11 @@ pub(crate) async fn reserve<X: Exec>(
         && tx.scalar_optional::<i64>(sql(open).bind(subject.id)).await?.is_none()
     {
         return Ok(Reservation::SubjectClosed);
+    }
+    let limit = own.unwrap_or(payment.dab_default.milli());
+    let spent: i64 = tx.scalar(sql(dab_spent("$1", "$2")).bind(agent_id).bind(period_key(payment.period_start))).await?;
+    if spent + payment.amount_units > limit {
+        return Ok(Reservation::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
     }
     // A subject paid once at most (a stay, an sDAC session, an ASA
     // purchase) with a live payment already: the same purchase made twice,

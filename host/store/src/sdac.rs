@@ -140,11 +140,12 @@ impl<E: Engine> SdacStore for SqlStore<E> {
                 sql(format!(
                     "update sdac_session set trials = trials + 1, simulated_milli = simulated_milli + $1 \
                      where session_id = $2 and agent_id = $3 and ended_at is null and {} returning *",
-                    payments::no_live_payment("sdac_session", "sdac_session.session_id")
+                    payments::no_live_payment("sdac_session", "sdac_session.session_id", "$4")
                 ))
                 .bind(total.milli())
                 .bind(session_id)
-                .bind(agent_id),
+                .bind(agent_id)
+                .bind(payments::stale_before(now)),
             )
             .await?;
         let Some(row) = row else { return Ok(None) };
@@ -206,22 +207,25 @@ impl<E: Engine> SdacStore for SqlStore<E> {
             _ => None,
         };
         // Paid otherwise, it leaves a session alone while a payment for it is live.
-        let live_guard =
-            if external { String::new() } else { format!(" and {}", payments::no_live_payment("sdac_session", "sdac_session.session_id")) };
-        let row = tx
-            .fetch_optional(
-                sql(format!(
-                    "update sdac_session set ended_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4 \
-                     where session_id = $5 and agent_id = $6 and ended_at is null{live_guard} returning *"
-                ))
-                .bind(now)
-                .bind(charged.milli())
-                .bind(source.map(|s| s.as_str()))
-                .bind(payment_id)
-                .bind(session_id)
-                .bind(agent_id),
-            )
-            .await?;
+        let live_guard = if external {
+            String::new()
+        } else {
+            format!(" and {}", payments::no_live_payment("sdac_session", "sdac_session.session_id", "$7"))
+        };
+        let mut end = sql(format!(
+            "update sdac_session set ended_at = $1, charged_milli = $2, payment_source = $3, payment_id = $4 \
+             where session_id = $5 and agent_id = $6 and ended_at is null{live_guard} returning *"
+        ))
+        .bind(now)
+        .bind(charged.milli())
+        .bind(source.map(|s| s.as_str()))
+        .bind(payment_id)
+        .bind(session_id)
+        .bind(agent_id);
+        if !external {
+            end = end.bind(payments::stale_before(now));
+        }
+        let row = tx.fetch_optional(end).await?;
         let Some(row) = row else { return Ok(SdacEnded::NotOpen) };
         let record = record_of(&row)?;
         if record.trials != priced.trials && !external {

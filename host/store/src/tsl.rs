@@ -143,6 +143,9 @@ pub enum HumanShareSet {
     Exceeded {
         committed_ppm: u32,
     },
+    /// The owner no longer manages the tool's seller (unlinked, or the tool
+    /// moved, since it was checked).
+    NotLinked,
 }
 
 /// The market over a window, for its de-identified release.
@@ -586,6 +589,24 @@ impl<E: Engine> TslStore for SqlStore<E> {
     ) -> Result<HumanShareSet> {
         let mut tx = self.begin_write().await?;
         lock_tool(&mut tx, self.db.for_update(), tool_id).await?;
+        // The seller's row, while the owner still manages it and it still
+        // sells the tool: an unlinking (which ends the owner's shares) waits
+        // for this share or went first and refuses it.
+        let linked: Option<Uuid> = tx
+            .scalar_optional(
+                sql(format!(
+                    "select agent_id from agent where agent_id = $1 and owner_id = $2 \
+                     and agent_id = (select seller_agent_id from tsl_tool where tool_id = $3){}",
+                    self.db.for_update()
+                ))
+                .bind(agent_id)
+                .bind(owner_id)
+                .bind(tool_id),
+            )
+            .await?;
+        if linked.is_none() {
+            return Ok(HumanShareSet::NotLinked);
+        }
         let shares: i64 = tx
             .scalar(sql("select cast(coalesce(sum(rate_ppm), 0) as bigint) from tsl_revenue_share where tool_id = $1").bind(tool_id))
             .await?;

@@ -46,7 +46,7 @@ pub fn operations() -> Vec<Operation> {
             .returns::<Exited>(200, "Session ended with DAC charge info")
             .error(400, "Earned DAC cannot pay an earned_only stay; a malformed payment header.", &["INSUFFICIENT_DAC", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-            .error(404, "The agent is not in an ISE session.", &["NO_ACTIVE_SESSION"])
+            .error(404, "The agent is not in an ISE session (or its stay's exit is being paid).", &["NO_ACTIVE_SESSION"])
             .error(409, "Another exit of the same stay is being paid; it is paid once.", &["DUPLICATE_REQUEST"])
             .paid_inline("Trial cannot pay the stay and no payment came, or it was refused (the reason is in `error`).")
             .error(

@@ -54,7 +54,7 @@ pub fn operations() -> Vec<Operation> {
             .returns::<SessionView>(200, "Session ended")
             .error(400, "A malformed session id or payment header.", &["INVALID_UUID", "MISSING_FIELD", "UNKNOWN_FIELD", "INVALID_PAYLOAD"])
             .error(403, "The payment would pass the agent's DAB.", &["DAB_LIMIT_REACHED"])
-            .error(404, "No open session of this agent with that id.", &["SESSION_NOT_FOUND"])
+            .error(404, "No open session of this agent with that id (or another end of it is being paid).", &["SESSION_NOT_FOUND"])
             .error(
                 409,
                 "Another end of the same session is being paid (it is paid once), or trials kept being counted while it was priced again.",

@@ -179,7 +179,7 @@ struct HumanShareView {
     in_force: bool,
     created_at: Time,
     ended_at: Option<Time>,
-    /// superseded, transferred, retired or unlinked.
+    /// superseded, transferred, retired, unlinked or owner_erased.
     end_reason: Option<String>,
     sales: i64,
     accrued_dac: Dac,
