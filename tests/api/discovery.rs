@@ -107,17 +107,53 @@ async fn get_on_a_post_only_route_explains_how_to_call_it() {
 async fn rate_limit_headers_and_429_follow_the_window() {
     let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 5, ..Options::default() }).await;
     for n in 0..5 {
-        let reply = t.get("/health", None).await;
+        let reply = t.get("/v1/dd/create", None).await;
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(reply.headers["ratelimit-limit"], "5");
         assert_eq!(reply.headers["ratelimit-remaining"], (4 - n).to_string().as_str());
         assert_eq!(reply.headers["ratelimit-policy"], "5;w=60");
         assert!(reply.headers.contains_key("ratelimit-reset"));
     }
-    let limited = t.get("/health", None).await;
+    let limited = t.get("/v1/dd/create", None).await;
     limited.assert_error(429, "RATE_LIMITED");
     assert!(limited.headers.contains_key("retry-after"));
     assert_eq!(limited.headers["ratelimit-remaining"], "0");
+    assert_eq!(limited.headers["connection"], "close", "a refusal does not keep its connection");
+    // The probes are never limited: a balancer checking them shares its address with the traffic.
+    for probe in ["/health", "/ready"] {
+        assert_eq!(t.get(probe, None).await.status, StatusCode::OK, "{probe}");
+    }
     t.clock.advance(chrono::Duration::seconds(60));
-    assert_eq!(t.get("/health", None).await.status, StatusCode::OK);
+    assert_eq!(t.get("/v1/dd/create", None).await.status, StatusCode::OK);
+}
+
+/// Behind a trusted proxy, each client named in `X-Forwarded-For` has its
+/// own window; a peer that is not trusted is its own client, whatever it
+/// forwards.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_window() {
+    let trusted = anchor_server::http::forwarded::TrustedProxies::parse("127.0.0.0/8").unwrap();
+    let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 3, trusted_proxies: trusted, ..Options::default() }).await;
+    let from = |client: &'static str| [("x-forwarded-for", client)];
+    for _ in 0..3 {
+        assert_eq!(t.call_with("GET", "/v1/dd/create", &from("198.51.100.1"), None).await.status, StatusCode::OK);
+    }
+    t.call_with("GET", "/v1/dd/create", &from("198.51.100.1"), None).await.assert_error(429, "RATE_LIMITED");
+    // Another client behind the same proxy, and one the client tried to name before the proxy's hop.
+    assert_eq!(t.call_with("GET", "/v1/dd/create", &from("198.51.100.2"), None).await.status, StatusCode::OK);
+    let spoofed = t.call_with("GET", "/v1/dd/create", &[("x-forwarded-for", "203.0.113.50, 198.51.100.1")], None).await;
+    spoofed.assert_error(429, "RATE_LIMITED");
+
+    let untrusted = anchor_server::http::forwarded::TrustedProxies::parse("10.0.0.0/8").unwrap();
+    let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 3, trusted_proxies: untrusted, ..Options::default() }).await;
+    for n in 0..4 {
+        let reply = t
+            .call_with("GET", "/v1/dd/create", &[("x-forwarded-for", ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"][n])], None)
+            .await;
+        if n < 3 {
+            assert_eq!(reply.status, StatusCode::OK);
+        } else {
+            reply.assert_error(429, "RATE_LIMITED");
+        }
+    }
 }

@@ -250,6 +250,8 @@ pub fn shared_tools() -> anchor_app::tools::Tools {
 pub struct Options {
     pub pricing: Arc<dyn Pricing>,
     pub rate_limit: u32,
+    /// Proxies whose `X-Forwarded-For` names the client (none by default).
+    pub trusted_proxies: anchor_server::http::forwarded::TrustedProxies,
     pub dab_default: anchor_domain::MilliDac,
     /// `None`: local settlement.
     pub settler: Option<Arc<dyn anchor_x402::settlement::Settler>>,
@@ -271,6 +273,7 @@ impl Default for Options {
         Options {
             pricing: default_pricing(),
             rate_limit: 1_000_000,
+            trusted_proxies: Default::default(),
             dab_default: anchor_domain::MilliDac::from_dac(1000),
             settler: None,
             // Tests play many agents from one loopback address, several
@@ -325,6 +328,7 @@ impl TestServer {
             pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
             rate_limit: options.rate_limit,
             rate_window_secs: 60,
+            trusted_proxies: options.trusted_proxies.clone(),
             dab_default: options.dab_default,
             dap: Default::default(),
             http: options.http,

@@ -1751,7 +1751,7 @@ class HumanShareView(BaseModel):
     created_at: AwareDatetime
     ended_at: AwareDatetime | None = Field(...)
     end_reason: str | None = Field(
-        ..., description='superseded, transferred, retired or unlinked.'
+        ..., description='superseded, transferred, retired, unlinked or owner_erased.'
     )
     sales: int
     accrued_dac: confloat(ge=0.0, multiple_of=0.001)

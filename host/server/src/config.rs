@@ -39,6 +39,13 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_RATE_LIMIT", default_value_t = 100)]
     pub rate_limit: u32,
 
+    /// Load balancers whose connections carry the client in
+    /// `X-Forwarded-For` (addresses or networks, comma-separated, e.g.
+    /// `10.0.0.0/8`): per-client limits then count that client. Empty: the
+    /// peer of each connection is the client.
+    #[arg(long, env = "ANCHOR_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+
     /// The rate-limit window, in seconds.
     #[arg(long, env = "ANCHOR_RATE_WINDOW_SECS", default_value_t = 60)]
     pub rate_window_secs: u64,

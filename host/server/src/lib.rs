@@ -99,6 +99,8 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         pay_to: config.pay_to.clone(),
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
+        trusted_proxies: crate::http::forwarded::TrustedProxies::parse(&config.trusted_proxies)
+            .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
         dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
         dap: state::DapSettings {
             dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),

@@ -21,6 +21,8 @@ pub struct Settings {
     pub pay_to: String,
     pub rate_limit: u32,
     pub rate_window_secs: u64,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: crate::http::forwarded::TrustedProxies,
     /// The DAB of agents whose owner set none.
     pub dab_default: anchor_domain::MilliDac,
     pub dap: DapSettings,

@@ -15,6 +15,7 @@ pub mod declarations;
 pub mod discovery;
 pub mod dur;
 pub mod earned;
+pub mod forwarded;
 pub mod ise;
 pub mod observe;
 pub mod payments;
@@ -110,6 +111,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .layer(axum::middleware::from_fn(no_store_for_credentials))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), forwarded::middleware))
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(axum::middleware::from_fn(move |request, next| {
             listener::body_deadline(limits.body_read_timeout, limits.max_body_bytes, request, next)
