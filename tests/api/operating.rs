@@ -118,7 +118,7 @@ async fn metrics_counters_add_up_to_the_workload(backend: Backend) {
     // Past the per-client limit (60 a minute here): refusals are counted.
     let mut refused = 0;
     for _ in 0..70 {
-        if t.get("/health", None).await.status == StatusCode::TOO_MANY_REQUESTS {
+        if t.get("/v1/dd/create", None).await.status == StatusCode::TOO_MANY_REQUESTS {
             refused += 1;
         }
     }

@@ -140,7 +140,7 @@ pub(crate) fn llms_text(state: &AppState) -> String {
 ## Conventions\n\
 - Errors are JSON: {{\"error_code\": \"UPPER_SNAKE\", \"message\": \"…\"}}. Unknown fields are refused with UNKNOWN_FIELD, except what the published SDK sends that this service does not use: context on DD create (dropped, never stored: it may carry decision content) and transaction_id on DD confirm (not needed).\n\
 - request_id makes DD create idempotent per agent: sending it again returns the first result.\n\
-- Every response carries RateLimit-* headers.\n"
+- Every response but /health and /ready (never limited) carries RateLimit-* headers.\n"
     )
 }
 
