@@ -94,6 +94,28 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
     }
 }
 
+/// A verified x402 authorization of `amount_units` for `route`, made at `at`
+/// (its 30-minute window runs from then), priced by the test generation.
+fn new_payment(nonce: &str, amount_units: i64, route: &str, at: DateTime<Utc>) -> NewPayment {
+    NewPayment {
+        payment_id: Uuid::new_v4(),
+        network: "eip155:8453".into(),
+        asset: "0xusdc".into(),
+        payer: "0xpayer".into(),
+        nonce: nonce.into(),
+        amount_units,
+        pay_to: "0xpayto".into(),
+        valid_after: 0,
+        valid_before: i64::MAX / 2,
+        route: route.into(),
+        payload: "{}".into(),
+        deadline: at + Duration::minutes(30),
+        dab_default: MilliDac(1_000_000),
+        period_start: now() - Duration::days(1),
+        priced_by: PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) },
+    }
+}
+
 async fn store_conforms(backend: Backend) {
     let (store, _cleanup) = fresh_store(backend).await;
     store.ping().await.unwrap();
@@ -139,23 +161,7 @@ async fn store_conforms(backend: Backend) {
     // from its period on, and the record answers its request_id.
     let payer = new_agent(&store, 0).await;
     let mut paid = declaration(payer, 15_000, None);
-    paid.external = Some(NewPayment {
-        payment_id: Uuid::new_v4(),
-        network: "eip155:8453".into(),
-        asset: "0xusdc".into(),
-        payer: "0xpayer".into(),
-        nonce: "0x01".into(),
-        amount_units: 15_000,
-        pay_to: "0xpayto".into(),
-        valid_after: 0,
-        valid_before: i64::MAX / 2,
-        route: "POST /v1/dd/create".into(),
-        payload: "{}".into(),
-        deadline: now() + Duration::minutes(30),
-        dab_default: MilliDac(1_000_000),
-        period_start: now() - Duration::days(1),
-        priced_by: PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) },
-    });
+    paid.external = Some(new_payment("0x01", 15_000, "POST /v1/dd/create", now()));
     assert!(matches!(store.create_declaration(&paid, now()).await.unwrap(), Created::New { .. }));
     let (earlier, dab) = store.declaration_by_request_and_dab(payer, paid.request_id, now() - Duration::days(1)).await.unwrap();
     assert_eq!(earlier.map(|d| d.declaration.dd_id), Some(paid.declaration.dd_id));
@@ -419,23 +425,7 @@ async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payme
         content_scope: ContentScope::External,
         delegation: Delegation::Partial,
     };
-    let payment = |nonce: &str| NewPayment {
-        payment_id: Uuid::new_v4(),
-        network: "eip155:8453".into(),
-        asset: "0xusdc".into(),
-        payer: "0xpayer".into(),
-        nonce: nonce.into(),
-        amount_units: 12_000,
-        pay_to: "0xpayto".into(),
-        valid_after: 0,
-        valid_before: i64::MAX / 2,
-        route: "POST /v1/sdac/session/end".into(),
-        payload: "{}".into(),
-        deadline: now() + Duration::minutes(30),
-        dab_default: MilliDac(1_000_000),
-        period_start: now() - Duration::days(1),
-        priced_by: priced_by.clone(),
-    };
+    let payment = |nonce: &str| new_payment(nonce, 12_000, "POST /v1/sdac/session/end", now());
     let session = Uuid::new_v4();
     let subject = Subject { domain: SubjectDomain::SdacSession, id: session };
     assert!(store.start_sdac(session, agent, now()).await.unwrap());
@@ -480,23 +470,7 @@ async fn a_stay_whose_payment_settled_is_closed_by_it_and_a_stale_reservation_ho
     let (store, _cleanup) = fresh_store(backend).await;
     let agent = new_agent(&store, 1_000_000).await;
     let priced_by = PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) };
-    let payment = |nonce: &str, at: DateTime<Utc>| NewPayment {
-        payment_id: Uuid::new_v4(),
-        network: "eip155:8453".into(),
-        asset: "0xusdc".into(),
-        payer: "0xpayer".into(),
-        nonce: nonce.into(),
-        amount_units: 10_000,
-        pay_to: "0xpayto".into(),
-        valid_after: 0,
-        valid_before: i64::MAX / 2,
-        route: "POST /v1/ise/exit".into(),
-        payload: "{}".into(),
-        deadline: at + Duration::minutes(30),
-        dab_default: MilliDac(1_000_000),
-        period_start: now() - Duration::days(1),
-        priced_by: priced_by.clone(),
-    };
+    let payment = |nonce: &str, at: DateTime<Utc>| new_payment(nonce, 10_000, "POST /v1/ise/exit", at);
     let close = |session_id: Uuid, funding: IseFunding| IseClose {
         session_id,
         agent_id: agent,
