@@ -168,6 +168,33 @@ async fn one_client_holds_a_bounded_number_of_connections() {
     }
 }
 
+/// A trusted balancer carries many clients' connections: it is not held to
+/// the per-client limit (the shipped HAProxy opens up to 512 to a host),
+/// while a peer that is not trusted still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_balancer_is_not_held_to_one_clients_connections() {
+    let limits = anchor_server::listener::HttpLimits { max_connections_per_client: 5, ..Default::default() };
+    let trusted = anchor_server::http::forwarded::TrustedProxies::parse("127.0.0.30").unwrap();
+    let t = TestServer::with(Backend::Sqlite, Options { http: limits, trusted_proxies: trusted, ..Options::default() }).await;
+    let addr = addr_of(&t);
+    let mut idle = Vec::new();
+    for from in [[127, 0, 0, 30], [127, 0, 0, 31]] {
+        for _ in 0..5 {
+            idle.push(connect_from(from, addr).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let request = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.9\r\nConnection: close\r\n\r\n";
+    for n in 0..10 {
+        let answer = raw_from([127, 0, 0, 30], addr, request, Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "the balancer's connection {} past five: {answer:?}", n + 6);
+    }
+    let answer = raw_from([127, 0, 0, 31], addr, request, Duration::from_secs(5)).await;
+    let (status, body) = split(&answer);
+    assert!(status.starts_with("HTTP/1.1 429") && body["error_code"] == "TOO_MANY_CONNECTIONS", "{answer:?}");
+    drop(idle);
+}
+
 /// What the HTTP parser answers by itself is JSON too, and a body declared
 /// over the limit is refused at once, before any of it is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,8 @@ both_backends!(
     a_tool_is_uploaded_bought_and_run_on_the_buyers_observations,
     hostile_tools_fail_their_own_runs_while_declarations_go_on,
     one_agents_spinning_runs_leave_another_agents_tool_its_slot,
-    uploads_are_counted_before_anything_compiles
+    uploads_are_counted_before_anything_compiles,
+    uploads_are_let_in_before_their_bytes_are_read
 );
 
 /// `n` observations of every shape: cells over two dimensions, a series.
@@ -642,4 +643,114 @@ async fn uploads_are_counted_before_anything_compiles(backend: Backend) {
     let another = t.register().await;
     let theirs = registered(&t, &another, &profile_tool("theirs")).await;
     assert_eq!(put_component(&t, &another, &theirs, component_bytes("tool-example")).await.status.as_u16(), 201);
+}
+
+/// The head of a component upload by `agent` to `tool`, declaring `length` bytes.
+fn upload_head(agent: &Agent, tool: &str, length: usize) -> String {
+    format!(
+        "PUT /v1/tsl/tool/{tool}/component HTTP/1.1\r\nHost: anchor\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/wasm\r\nContent-Length: {length}\r\n\r\n",
+        agent.token
+    )
+}
+
+/// Reads one answer from `stream`: its head and as much body as its
+/// Content-Length says (or until the server closes, or `wait` passes).
+async fn answer_on(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(wait, async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)));
+                if length.is_some_and(|n: usize| body.len() >= n) {
+                    return;
+                }
+            }
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// An upload is let in before a byte of its body is read: someone else's
+/// tool is refused at once (no upload makes the host read for a stranger);
+/// the host reads and compiles four uploads at once, a seller one, and a
+/// fifth seller waits its turn and is told to come back (503) instead of
+/// adding its 24 MiB to memory; every upload let in is answered when its
+/// bytes arrive, and the places come back.
+async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    let runtime = Arc::new(runtime(&temp_dir("places"), ToolLimits::DEFAULT));
+    let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(3));
+    let t = TestServer::with(backend, Options { tools: Some(slots), ..Options::default() }).await;
+    let addr = t.base.trim_start_matches("http://").to_string();
+    let wasm = component_variant(&component_bytes("tool-example"), 777_002);
+    let owner = t.register().await;
+    let owned = registered(&t, &owner, &profile_tool("placed")).await;
+
+    // A stranger declaring 20 MiB and sending none of it: answered at once
+    // (the body timeout is 30 s), and the connection closes.
+    let stranger = t.register().await;
+    for (tool, status, code) in
+        [(owned.as_str(), "403", "NOT_TOOL_OWNER"), ("6f1c2b9e-0d4a-4c1e-9f0b-3a2d1c0b9a88", "404", "TOOL_NOT_FOUND")]
+    {
+        let started = Instant::now();
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(upload_head(&stranger, tool, 20 << 20).as_bytes()).await.unwrap();
+        let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+    }
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "a refused stranger counts against no quota");
+
+    // Four sellers' uploads under way, each with part of its body sent: the host's places.
+    let mut under_way = Vec::new();
+    for n in 0..4 {
+        let seller = t.register().await;
+        let tool = registered(&t, &seller, &profile_tool(&format!("held-{n}"))).await;
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(upload_head(&seller, &tool, wasm.len()).as_bytes()).await.unwrap();
+        stream.write_all(&wasm[..1000]).await.unwrap();
+        under_way.push((seller, tool, stream));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.scalar("select count(*) from tsl_tool_upload").await < 4 {
+        assert!(Instant::now() < deadline, "the four uploads were not let in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A seller with an upload under way sends another: 429 at once.
+    let (seller, tool, _) = &under_way[0];
+    let again = put_component(&t, seller, tool, wasm.clone()).await;
+    again.assert_error(429, "RATE_LIMITED");
+    assert!(again.headers.get("retry-after").is_some() && again.text.contains("under way"), "{}", again.text);
+    // A fifth seller waits for a place, then is told to try again, before its body is read.
+    let fifth = t.register().await;
+    let fifth_tool = registered(&t, &fifth, &profile_tool("fifth")).await;
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream.write_all(upload_head(&fifth, &fifth_tool, wasm.len()).as_bytes()).await.unwrap();
+    let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("TOOL_RUNNER_BUSY"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after:"), "{answer}");
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 4, "only the uploads let in are counted");
+
+    // Each upload under way is answered once its bytes arrive.
+    for (_, _, mut stream) in under_way {
+        stream.write_all(&wasm[1000..]).await.unwrap();
+        let answer = answer_on(&mut stream, Duration::from_secs(60)).await;
+        assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    }
+    // The places are back: the fifth seller's upload goes through.
+    let done = put_component(&t, &fifth, &fifth_tool, wasm.clone()).await;
+    assert_eq!(done.status.as_u16(), 201, "{}", done.text);
 }

@@ -15,10 +15,15 @@
 //! Retry-After). One agent's spinning tool therefore holds at most its own
 //! slots, and every other agent finds the rest.
 //!
-//! An upload is counted against the seller's and the tool's daily quota
-//! before anything is compiled (a refused component counts too); the same
-//! bytes as the current version change nothing and compile nothing, and a
-//! component this host has compiled before is not compiled again.
+//! An upload is let in before its bytes are read ([`admit_upload`]): the tool
+//! must be the seller's and take components, the upload is counted against
+//! the seller's and the tool's daily quota (a refused component counts too),
+//! and it takes one of the host's [`UPLOADS_AT_ONCE`] upload places, one per
+//! seller at a time, held until it is compiled; so the bytes uploads hold in
+//! memory at once are bounded, and no one but a tool's seller makes the host
+//! read any. The same bytes as the current version change nothing and
+//! compile nothing, and a component this host has compiled before is not
+//! compiled again.
 //!
 //! Content-blind: a run's observations and report are never stored, only
 //! who ran which component version, when, the outcome and the instructions used.
@@ -54,6 +59,9 @@ const COMPILE_WAIT: Duration = Duration::from_secs(10);
 pub const UPLOADS_PER_DAY: i64 = 10;
 /// The most uploads one seller makes in a UTC day, all its tools together.
 pub const UPLOADS_PER_SELLER_PER_DAY: i64 = 30;
+/// Uploads a host reads and compiles at once (each holds up to
+/// [`ToolLimits::component_bytes`] in memory); a seller has one at a time.
+pub const UPLOADS_AT_ONCE: usize = 4;
 
 /// The tool runtime and the slots runs and compiles take on this host. Cheap to clone.
 #[derive(Clone)]
@@ -63,7 +71,10 @@ pub struct Tools {
     /// Each agent's own slots, while it has a run under way or waiting.
     agents: Arc<Mutex<HashMap<Uuid, Arc<Semaphore>>>>,
     compiles: Arc<Semaphore>,
-    /// How long a run, and a compile, wait for their slot.
+    /// The host's upload places, and the sellers holding one.
+    uploads: Arc<Semaphore>,
+    uploading: Arc<Mutex<std::collections::HashSet<Uuid>>>,
+    /// How long a run, and a compile (or an upload its place), wait for their slot.
     waits: (Duration, Duration),
 }
 
@@ -103,7 +114,15 @@ impl Tools {
     /// runtime among many servers compiles far more than one host does).
     pub fn with_waits(runtime: Arc<dyn ToolRuntime>, run_wait: Duration, compile_wait: Duration) -> Tools {
         let runs = Arc::new(Semaphore::new(runtime.limits().concurrent_runs.max(1)));
-        Tools { runtime, runs, agents: Arc::default(), compiles: Arc::new(Semaphore::new(1)), waits: (run_wait, compile_wait) }
+        Tools {
+            runtime,
+            runs,
+            agents: Arc::default(),
+            compiles: Arc::new(Semaphore::new(1)),
+            uploads: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
+            uploading: Arc::default(),
+            waits: (run_wait, compile_wait),
+        }
     }
 
     pub fn limits(&self) -> ToolLimits {
@@ -135,8 +154,8 @@ impl Tools {
         }
     }
 
-    /// Runs `work` on a blocking thread once a slot is free.
-    async fn blocking<T: Send + 'static>(&self, slot: Slot, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
+    /// A slot of this host's (and the agent's own, for a run), once one is free.
+    async fn hold(&self, slot: Slot) -> AppResult<Held> {
         let agent_slot = match slot {
             Slot::Run(agent) => Some(self.agent_slot(agent).await?),
             Slot::Compile => None,
@@ -153,16 +172,72 @@ impl Tools {
                 retry_after_secs: self.limits().wall_ms.div_ceil(1000).max(1),
             })?
             .map_err(|e| AppError::Internal(e.into()))?;
+        Ok(Held { _permit: permit, _agent: agent_slot })
+    }
+
+    /// Runs `work` on a blocking thread once a slot is free.
+    async fn blocking<T: Send + 'static>(&self, slot: Slot, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
+        let held = self.hold(slot).await?;
+        self.blocking_in(held, work).await
+    }
+
+    /// Runs `work` on a blocking thread in a slot already held, giving it back after.
+    async fn blocking_in<T: Send + 'static>(&self, held: Held, work: impl FnOnce(&dyn ToolRuntime) -> T + Send + 'static) -> AppResult<T> {
         let runtime = self.runtime.clone();
         let out = tokio::task::spawn_blocking(move || {
             let out = work(runtime.as_ref());
-            drop(permit);
-            drop(agent_slot);
+            drop(held);
             out
         })
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("a tool task failed: {e}")))?;
         Ok(out)
+    }
+
+    /// One of the host's upload places for `seller`: 429 while the seller
+    /// has an upload under way here, 503 when every place stays taken for
+    /// the compile wait.
+    async fn upload_place(&self, seller: Uuid) -> AppResult<UploadPlace> {
+        let inserted = self.uploading.lock().unwrap_or_else(|p| p.into_inner()).insert(seller);
+        if !inserted {
+            return Err(AppError::RateLimited {
+                message: "this seller already has an upload under way on this host; send the next when it is answered".into(),
+                retry_after_secs: 2,
+            });
+        }
+        // From here on the seller's entry is cleared however this ends.
+        let mut place = UploadPlace { uploading: self.uploading.clone(), seller, _permit: None };
+        let permit = tokio::time::timeout(self.waits.1, self.uploads.clone().acquire_owned())
+            .await
+            .map_err(|_| AppError::Busy {
+                code: "TOOL_RUNNER_BUSY",
+                message: format!(
+                    "this host is receiving or compiling {UPLOADS_AT_ONCE} uploads already, the most it does at once; try again in a few seconds"
+                ),
+                retry_after_secs: 2,
+            })?
+            .map_err(|e| AppError::Internal(e.into()))?;
+        place._permit = Some(permit);
+        Ok(place)
+    }
+}
+
+/// A slot taken: the host's, and the agent's own for a run.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    _agent: Option<AgentSlot>,
+}
+
+/// One of the host's upload places, held by a seller.
+struct UploadPlace {
+    uploading: Arc<Mutex<std::collections::HashSet<Uuid>>>,
+    seller: Uuid,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for UploadPlace {
+    fn drop(&mut self) {
+        self.uploading.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.seller);
     }
 }
 
@@ -182,8 +257,18 @@ pub struct Uploaded {
     pub imports: Vec<String>,
 }
 
-/// PUT /v1/tsl/tool/{tool_id}/component: the seller's component for its tool.
-pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, wasm: Vec<u8>) -> AppResult<Uploaded> {
+/// An upload let in, before its bytes are read: the tool is the seller's
+/// and takes components, the upload is counted, and the seller holds one of
+/// the host's upload places until the upload is answered.
+pub struct UploadAdmitted {
+    tool_id: Uuid,
+    seller: Uuid,
+    _place: UploadPlace,
+}
+
+/// PUT /v1/tsl/tool/{tool_id}/component, before its body is read: the checks
+/// that need no byte of it, the day's quota, and an upload place.
+pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<UploadAdmitted> {
     let tool = owned_tool(crate::tsl::tool(services, tool_id).await?, agent)?;
     if tool.status == ToolStatus::Defunct {
         return Err(AppError::Conflict { code: "TOOL_NOT_AVAILABLE", message: format!("tool {tool_id} is defunct") });
@@ -194,20 +279,7 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
             message: format!("the tool declares {}, which tools cannot receive yet; register a tool without it", c.observation_type),
         });
     }
-    if wasm.is_empty() {
-        return Err(AppError::invalid(
-            "COMPONENT_INVALID",
-            "the body is empty: send the component's bytes (Content-Type: application/wasm)",
-        ));
-    }
-    let limits = services.tools.limits();
-    if wasm.len() > limits.component_bytes {
-        return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
-    }
-    // Hash first: the quota and the "unchanged" answer cost no compilation.
-    let (sha256, wasm) = tokio::task::spawn_blocking(move || (<[u8; 32]>::from(Sha256::digest(&wasm)), wasm))
-        .await
-        .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing the component failed: {e}")))?;
+    let place = services.tools.upload_place(agent.agent_id).await?;
     let now = services.clock.now();
     let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
     let counted = services.store.count_upload(tool_id, agent.agent_id, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await?;
@@ -222,6 +294,27 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
         };
         return Err(AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 });
     }
+    Ok(UploadAdmitted { tool_id, seller: agent.agent_id, _place: place })
+}
+
+/// PUT /v1/tsl/tool/{tool_id}/component: the seller's component for its
+/// tool, once [`admit_upload`] let it in and its bytes are read.
+pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>) -> AppResult<Uploaded> {
+    let (tool_id, seller) = (admitted.tool_id, admitted.seller);
+    if wasm.is_empty() {
+        return Err(AppError::invalid(
+            "COMPONENT_INVALID",
+            "the body is empty: send the component's bytes (Content-Type: application/wasm)",
+        ));
+    }
+    let limits = services.tools.limits();
+    if wasm.len() > limits.component_bytes {
+        return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
+    }
+    // Hash first: the "unchanged" answer costs no compilation.
+    let (sha256, wasm) = tokio::task::spawn_blocking(move || (<[u8; 32]>::from(Sha256::digest(&wasm)), wasm))
+        .await
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing the component failed: {e}")))?;
     if let Some(current) = services.store.current_component(tool_id).await?.filter(|c| c.sha256 == sha256) {
         return Ok(Uploaded { component: current, unchanged: true, imports: Vec::new() });
     }
@@ -233,7 +326,8 @@ pub async fn upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, was
         })
         .await?;
     let accepted = accepted.map_err(rejected)?;
-    let upload = NewComponent { tool_id, sha256: &accepted.sha256, wasm: &wasm, uploaded_by: agent.agent_id, now };
+    let now = services.clock.now();
+    let upload = NewComponent { tool_id, sha256: &accepted.sha256, wasm: &wasm, uploaded_by: seller, now };
     let added = services.store.add_component(&upload).await?;
     let uploaded = match added {
         ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
@@ -378,11 +472,13 @@ pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: 
     let input =
         ToolInput { today: anchor_domain::ara::day_of(now), observations: gathered.iter().map(|g| g.observation.clone()).collect() };
     let sha256 = component.sha256;
+    // The slot first: a component's bytes (up to 24 MiB) are loaded only by a run that holds one.
+    let held = services.tools.hold(Slot::Run(runner.agent_id)).await?;
     let wasm = if services.tools.runtime.ready(&sha256) { None } else { services.store.component_wasm(&sha256).await? };
     let metrics = services.metrics.clone();
     let outcome = services
         .tools
-        .blocking(Slot::Run(runner.agent_id), move |runtime| {
+        .blocking_in(held, move |runtime| {
             metrics.guest("tool", "run", crate::metrics::tool_reason, || runtime.run(&sha256, wasm.as_deref(), &input))
         })
         .await?;

@@ -41,8 +41,9 @@ pub struct ServeConfig {
 
     /// Load balancers whose connections carry the client in
     /// `X-Forwarded-For` (addresses or networks, comma-separated, e.g.
-    /// `10.0.0.0/8`): per-client limits then count that client. Empty: the
-    /// peer of each connection is the client.
+    /// `10.0.0.0/8`): per-client limits then count that client, and the
+    /// balancers' own connections are not held to the per-client connection
+    /// limit. Empty: the peer of each connection is the client.
     #[arg(long, env = "ANCHOR_TRUSTED_PROXIES", default_value = "")]
     pub trusted_proxies: String,
 

@@ -234,7 +234,8 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         start_ms = starting.elapsed().as_millis() as u64,
         "anchor is serving"
     );
-    listener::serve(listener, app(state), limits, shutdown_signal()).await?;
+    let proxies = state.settings.trusted_proxies.clone();
+    listener::serve_behind(listener, app(state), limits, proxies, shutdown_signal()).await?;
     // Requests are done: the jobs finish their round and give up the lease,
     // then the pool closes (SQLite checkpoints its write-ahead log).
     let _ = stop_jobs.send(true);
@@ -281,6 +282,6 @@ async fn shutdown_signal() {
 /// Serves `state` on an already-bound listener with its connection limits
 /// (tests bind port 0 themselves), until the task is dropped.
 pub async fn serve_listener(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
-    let limits = state.settings.http;
-    listener::serve(listener, app(state), limits, std::future::pending()).await
+    let (limits, proxies) = (state.settings.http, state.settings.trusted_proxies.clone());
+    listener::serve_behind(listener, app(state), limits, proxies, std::future::pending()).await
 }

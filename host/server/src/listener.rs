@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use crate::http::forwarded::TrustedProxies;
 
 /// The longest request target (path and query) a handler sees.
 pub const MAX_URL_BYTES: usize = 8 * 1024;
@@ -105,8 +106,23 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_behind(listener, router, limits, TrustedProxies::default(), shutdown).await
+}
+
+/// [`serve`], with the balancers in `proxies` outside the per-client
+/// connection limit: each carries many clients' connections (the shipped
+/// HAProxy opens up to 512 to a host), which the per-request limits then
+/// tell apart by `X-Forwarded-For` ([`crate::http::forwarded`]). They still
+/// count towards `max_connections`.
+pub async fn serve_behind(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    proxies: TrustedProxies,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let clients = Clients::new(limits.max_connections_per_client.max(1));
+    let clients = Clients::new(limits.max_connections_per_client.max(1), proxies);
     let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let draining = Arc::new(AtomicBool::new(false));
@@ -252,21 +268,27 @@ pub fn client_key(ip: IpAddr) -> IpAddr {
 struct Clients {
     max: usize,
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// Balancers, not counted per client.
+    proxies: Arc<TrustedProxies>,
 }
 
-/// One open connection of a client's, counted until it is dropped.
+/// One open connection of a client's, counted until it is dropped (a
+/// trusted proxy's is not counted: `key` is `None`).
 struct ClientConnection {
     clients: Clients,
-    key: IpAddr,
+    key: Option<IpAddr>,
 }
 
 impl Clients {
-    fn new(max: usize) -> Clients {
-        Clients { max, open: Arc::default() }
+    fn new(max: usize, proxies: TrustedProxies) -> Clients {
+        Clients { max, open: Arc::default(), proxies: Arc::new(proxies) }
     }
 
     /// Counts a new connection of `ip`'s client, unless it holds its most already.
     fn enter(&self, ip: IpAddr) -> Option<ClientConnection> {
+        if self.proxies.contains(ip) {
+            return Some(ClientConnection { clients: self.clone(), key: None });
+        }
         let key = client_key(ip);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let count = open.entry(key).or_insert(0);
@@ -274,17 +296,18 @@ impl Clients {
             return None;
         }
         *count += 1;
-        Some(ClientConnection { clients: self.clone(), key })
+        Some(ClientConnection { clients: self.clone(), key: Some(key) })
     }
 }
 
 impl Drop for ClientConnection {
     fn drop(&mut self) {
+        let Some(key) = self.key else { return };
         let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = open.get_mut(&self.key) {
+        if let Some(count) = open.get_mut(&key) {
             *count -= 1;
             if *count == 0 {
-                open.remove(&self.key);
+                open.remove(&key);
             }
         }
     }
@@ -513,7 +536,7 @@ pub async fn body_deadline(limit: Duration, max: usize, request: Request, next: 
 const DISCARD_MAX_BYTES: usize = 64 << 20;
 
 /// Reads `body` to its end, up to [`DISCARD_MAX_BYTES`] and `limit`, and drops it.
-async fn discard(body: Body, limit: Duration) {
+pub async fn discard(body: Body, limit: Duration) {
     use http_body_util::BodyExt;
     let mut body = body;
     let mut read = 0usize;

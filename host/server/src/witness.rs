@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 use signed_note::{Note, NoteError, StandardVerifier, VerifierList};
 use tlog_tiles::{Checkpoint, Hash};
 
+use crate::listener::HttpLimits;
 use crate::ratelimit::RateLimiter;
 
 /// The largest request body a witness reads.
@@ -304,9 +305,26 @@ pub async fn serve(args: WitnessServeArgs) -> anyhow::Result<()> {
     let witness = Arc::new(Witness::new(signer, &args.logs, state, args.rate_limit)?);
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| anyhow::anyhow!("listening on {}: {e}", args.listen))?;
     tracing::info!(listen = %listener.local_addr()?, witness = %witness.vkey(), logs = witness.logs.len(), "witness serving");
-    let app = router(witness).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app).with_graceful_shutdown(crate::shutdown_signal()).await?;
+    let limits = HttpLimits { max_body_bytes: MAX_BODY, ..HttpLimits::default() };
+    crate::listener::raise_open_files(&limits);
+    serve_on(listener, witness, limits, crate::shutdown_signal()).await?;
     Ok(())
+}
+
+/// Serves the witness on `listener` until `shutdown`, on the service's own
+/// listener: its connection limits (per client and in all), its head and
+/// body deadlines, and its bounds on URLs, heads and bodies.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    witness: Arc<Witness>,
+    limits: HttpLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (timeout, max) = (limits.body_read_timeout, limits.max_body_bytes.min(MAX_BODY));
+    let app = router(witness)
+        .layer(axum::middleware::from_fn(move |request, next| crate::listener::body_deadline(timeout, max, request, next)))
+        .layer(axum::middleware::from_fn(crate::listener::protocol_limits));
+    crate::listener::serve(listener, app, limits, shutdown).await
 }
 
 /// Reads an answer's body, refusing one over `limit` bytes without reading the rest.

@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anchor_server::listener::HttpLimits;
 use anchor_store::witness::WitnessState;
 use anchor_verify::cosignature::{WitnessKey, WitnessSigner, add_checkpoint_request};
 use base64::Engine;
@@ -712,6 +712,11 @@ fn proof(leaves: &[Vec<u8>], from: usize, to: usize) -> Vec<[u8; 32]> {
 }
 
 async fn in_process_witness(log: &TestLog) -> (String, WitnessKey, PathBuf) {
+    in_process_witness_with(log, HttpLimits::default()).await
+}
+
+/// A witness served in this process as `anchor witness serve` serves it, with these limits.
+async fn in_process_witness_with(log: &TestLog, limits: HttpLimits) -> (String, WitnessKey, PathBuf) {
     let dir = scratch("protocol");
     let signer = WitnessSigner::from_seed("witness.test/in-process", &[9; 32]).unwrap();
     let key = signer.public().clone();
@@ -719,9 +724,65 @@ async fn in_process_witness(log: &TestLog) -> (String, WitnessKey, PathBuf) {
     let witness = Arc::new(anchor_server::witness::Witness::new(signer, std::slice::from_ref(&log.vkey), state, 10_000).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = anchor_server::witness::router(witness).into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(anchor_server::witness::serve_on(listener, witness, limits, std::future::pending()));
     (url, key, dir)
+}
+
+/// Sends `request` on a new connection and reads until the witness closes
+/// it or `wait` passes; says whether it closed, and what it answered.
+async fn raw(addr: &str, request: &[u8], wait: Duration) -> (bool, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(wait, async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (closed, String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// The witness is served by the service's own listener: a client past its
+/// connections is refused, a connection that sends no head is closed, a body
+/// declared over 64 KiB is refused before it is read; and the protocol still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_witness_holds_its_clients_to_the_listeners_limits() {
+    let log = TestLog::new("limits.test/log", 6);
+    let limits = HttpLimits { max_connections_per_client: 3, header_read_timeout: Duration::from_secs(1), ..HttpLimits::default() };
+    let (url, _key, dir) = in_process_witness_with(&log, limits).await;
+    let addr = url.trim_start_matches("http://").to_owned();
+
+    // Three idle connections are this client's all; a fourth is refused.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let (_, answer) = raw(&addr, b"GET /health HTTP/1.1\r\nHost: w\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 429") && answer.contains("TOO_MANY_CONNECTIONS"), "{answer}");
+    drop(held);
+
+    // A connection that never sends its head is closed after the head timeout.
+    let started = Instant::now();
+    let (closed, answer) = raw(&addr, b"", Duration::from_secs(10)).await;
+    assert!(closed && started.elapsed() < Duration::from_secs(5), "closed {closed} after {:?}: {answer}", started.elapsed());
+
+    // A body declared over the witness's 64 KiB: 413 before it is sent.
+    let head = format!("POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: {}\r\n\r\n", 1 << 20);
+    let (_, answer) = raw(&addr, head.as_bytes(), Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
+    // And the protocol answers as before.
+    let http = reqwest::Client::new();
+    let (status, _, body) = submit(&http, &url, add_checkpoint_request(0, &[], &log.signed(&TestLog::leaves("l", 3)))).await;
+    assert_eq!(status, 200, "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 async fn submit(http: &reqwest::Client, url: &str, body: String) -> (u16, String, String) {

@@ -5,7 +5,7 @@
 
 use crate::api::tools::RunLimitsView;
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -41,8 +41,10 @@ pub fn operations() -> Vec<Operation> {
                  import no capability: no filesystem, network, clock or randomness (a standard library's wasi:cli and wasi:io \
                  imports are accepted and fail the run if called). It is compiled once, on upload. Each upload becomes the tool's \
                  next version; the same bytes again change nothing (200). Buyers run the latest version. The tool may declare \
-                 only the observations tools can receive (GET /v1/tsl/runtime lists them). Every upload counts against the day's \
-                 quota before anything is compiled; a component is compiled once per host, on a pool of its own.",
+                 only the observations tools can receive (GET /v1/tsl/runtime lists them). An upload is let in before its body is \
+                 read: the tool must be yours and take components, the upload counts against the day's quota, and it takes one \
+                 of the host's four upload places (a seller has one at a time); a refusal then closes the connection. A \
+                 component is compiled once per host, on a pool of its own.",
             )
             .extension()
             .agent()
@@ -78,12 +80,16 @@ pub fn operations() -> Vec<Operation> {
             )
             .error(
                 429,
-                "The tool had its uploads for the day (10), or its seller (30, all its tools together); Retry-After says when the day turns.",
+                "The tool had its uploads for the day (10), or its seller (30, all its tools together), and Retry-After says when the \
+                 day turns; or the seller has an upload under way on this host already.",
                 &["RATE_LIMITED"],
             )
-            .error(503, "Another component is compiling on this host and the line is full; Retry-After says when to try again.", &[
-                "TOOL_RUNNER_BUSY",
-            ]),
+            .error(
+                503,
+                "The host's upload places stayed taken, or another component is compiling and the line is full; Retry-After says when \
+                 to try again.",
+                &["TOOL_RUNNER_BUSY"],
+            ),
         op(Method::GET, "/v1/tsl/tool/{tool_id}/component", get(component))
             .tag(TAG)
             .summary("The tool's current component: version, SHA-256 and size (public)")
@@ -139,9 +145,11 @@ pub fn operations() -> Vec<Operation> {
                 ],
             )
             .paid_inline("The run's observations cost something and no payment came, or it was refused (the reason is in `error`).")
-            .error(429, "You already have your run(s) under way on this host (GET /v1/tsl/runtime); Retry-After says when to try again.", &[
-                "RATE_LIMITED",
-            ])
+            .error(
+                429,
+                "You already have your run(s) under way on this host (GET /v1/tsl/runtime); Retry-After says when to try again.",
+                &["RATE_LIMITED"],
+            )
             .error(
                 503,
                 "Every tool slot of this host is busy and so is its line (Retry-After), or the settlement's outcome is unknown.",
@@ -189,41 +197,52 @@ impl ComponentView {
     }
 }
 
-/// The request body as raw bytes, within the route's size limit.
-struct WasmBody(Vec<u8>);
-
-impl<S: Send + Sync> FromRequest<S> for WasmBody {
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<WasmBody, ApiError> {
-        let media = request.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-        let media = media.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        if media != "application/wasm" && media != "application/octet-stream" {
-            return Err(ApiError::Protocol {
-                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                code: "UNSUPPORTED_MEDIA_TYPE",
-                message: "send the component's bytes with Content-Type: application/wasm".into(),
-                allow: None,
-            });
-        }
-        let bytes = crate::extract::read_body(request, state, || ApiError::Protocol {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "PAYLOAD_TOO_LARGE",
-            message: format!("a component is at most {} bytes", ToolLimits::DEFAULT.component_bytes),
+/// 415 unless the body is sent as a component (`application/wasm`, or
+/// `application/octet-stream`).
+fn wasm_media(request: &Request) -> ApiResult<()> {
+    let media = request.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let media = media.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if media != "application/wasm" && media != "application/octet-stream" {
+        return Err(ApiError::Protocol {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "UNSUPPORTED_MEDIA_TYPE",
+            message: "send the component's bytes with Content-Type: application/wasm".into(),
             allow: None,
-        })
-        .await?;
-        Ok(WasmBody(bytes.to_vec()))
+        });
     }
+    Ok(())
 }
 
+/// The upload is let in (the seller's tool, the quota, a place on this host)
+/// before a byte of its body is read; a refusal leaves the body to be read
+/// and thrown away, and closes the connection.
 async fn upload(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
     ApiPath(tool_id): ApiPath<String>,
-    WasmBody(wasm): WasmBody,
+    request: Request,
 ) -> ApiResult<Response> {
-    let uploaded = tools::upload(&state.app, &agent, path_uuid("tool_id", &tool_id)?, wasm).await?;
+    let tool_id = path_uuid("tool_id", &tool_id)?;
+    wasm_media(&request)?;
+    let admitted = match tools::admit_upload(&state.app, &agent, tool_id).await {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            let (_, body) = request.into_parts();
+            // The body's own deadline (the listener's body timeout) ends this sooner.
+            tokio::spawn(crate::listener::discard(body, std::time::Duration::from_secs(300)));
+            let mut response = ApiError::from(refused).into_response();
+            response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            return Ok(response);
+        }
+    };
+    let wasm = crate::extract::read_body(request, &state, || ApiError::Protocol {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "PAYLOAD_TOO_LARGE",
+        message: format!("a component is at most {} bytes", ToolLimits::DEFAULT.component_bytes),
+        allow: None,
+    })
+    .await?;
+    let uploaded = tools::upload(&state.app, admitted, Vec::from(wasm)).await?;
     let status = if uploaded.unchanged { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(ComponentView::of(&uploaded.component, Some(uploaded.imports)))).into_response())
 }
