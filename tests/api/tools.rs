@@ -654,6 +654,28 @@ fn upload_head(agent: &Agent, tool: &str, length: usize) -> String {
     )
 }
 
+/// The same, asking to be told to go on before the body is sent (`Expect: 100-continue`).
+fn upload_head_expecting(agent: &Agent, tool: &str, length: usize) -> String {
+    upload_head(agent, tool, length).replacen("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n", 1)
+}
+
+/// Reads up to the end of one answer's head (an interim `100 Continue`, say).
+async fn head_on(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let _ = tokio::time::timeout(wait, async {
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => head.push(byte[0]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&head).into_owned()
+}
+
 /// Reads one answer from `stream`: its head and as much body as its
 /// Content-Length says (or until the server closes, or `wait` passes).
 async fn answer_on(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> String {
@@ -691,28 +713,37 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
     use std::time::{Duration, Instant};
     use tokio::io::AsyncWriteExt;
     let runtime = Arc::new(runtime(&temp_dir("places"), ToolLimits::DEFAULT));
-    let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(3));
-    let t = TestServer::with(backend, Options { tools: Some(slots), ..Options::default() }).await;
+    // A short wait for a place, a long one for the compiler (the four compile in turn).
+    let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(120))
+        .with_upload_wait(Duration::from_secs(2));
+    let http = anchor_server::listener::HttpLimits { body_read_timeout: Duration::from_secs(120), ..Default::default() };
+    let t = TestServer::with(backend, Options { tools: Some(slots), http, ..Options::default() }).await;
     let addr = t.base.trim_start_matches("http://").to_string();
     let wasm = component_variant(&component_bytes("tool-example"), 777_002);
     let owner = t.register().await;
     let owned = registered(&t, &owner, &profile_tool("placed")).await;
 
     // A stranger declaring 20 MiB and sending none of it: answered at once
-    // (the body timeout is 30 s), and the connection closes.
+    // (the body timeout is 120 s), and the connection closes.
     let stranger = t.register().await;
-    for (tool, status, code) in
-        [(owned.as_str(), "403", "NOT_TOOL_OWNER"), ("6f1c2b9e-0d4a-4c1e-9f0b-3a2d1c0b9a88", "404", "TOOL_NOT_FOUND")]
-    {
+    let refused = [(owned.as_str(), "403", "NOT_TOOL_OWNER"), ("6f1c2b9e-0d4a-4c1e-9f0b-3a2d1c0b9a88", "404", "TOOL_NOT_FOUND")];
+    for (n, (tool, status, code)) in refused.into_iter().enumerate() {
         let started = Instant::now();
         let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        stream.write_all(upload_head(&stranger, tool, 20 << 20).as_bytes()).await.unwrap();
+        // With or without Expect: 100-continue, the refusal is the answer.
+        let head = if n == 0 { upload_head(&stranger, tool, 20 << 20) } else { upload_head_expecting(&stranger, tool, 20 << 20) };
+        stream.write_all(head.as_bytes()).await.unwrap();
         let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code), "{answer}");
         assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
     }
-    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "a refused stranger counts against no quota");
+    // A malformed tool id is refused the same way.
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream.write_all(upload_head(&owner, "not-a-uuid", 20 << 20).as_bytes()).await.unwrap();
+    let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("INVALID_UUID"), "{answer}");
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "nothing refused before its bytes counts against a quota");
 
     // Four sellers' uploads under way, each with part of its body sent: the host's places.
     let mut under_way = Vec::new();
@@ -720,14 +751,12 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
         let seller = t.register().await;
         let tool = registered(&t, &seller, &profile_tool(&format!("held-{n}"))).await;
         let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        stream.write_all(upload_head(&seller, &tool, wasm.len()).as_bytes()).await.unwrap();
+        stream.write_all(upload_head_expecting(&seller, &tool, wasm.len()).as_bytes()).await.unwrap();
+        // Told to go on only once it is let in.
+        let go_on = head_on(&mut stream, Duration::from_secs(20)).await;
+        assert!(go_on.starts_with("HTTP/1.1 100"), "{go_on}");
         stream.write_all(&wasm[..1000]).await.unwrap();
         under_way.push((seller, tool, stream));
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while t.scalar("select count(*) from tsl_tool_upload").await < 4 {
-        assert!(Instant::now() < deadline, "the four uploads were not let in");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A seller with an upload under way sends another: 429 at once.
     let (seller, tool, _) = &under_way[0];
@@ -742,14 +771,17 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
     let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("TOOL_RUNNER_BUSY"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("retry-after:"), "{answer}");
-    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 4, "only the uploads let in are counted");
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "an upload counts once its bytes have arrived");
 
-    // Each upload under way is answered once its bytes arrive.
-    for (_, _, mut stream) in under_way {
+    // Each upload under way is answered once its bytes arrive, and counts.
+    for (_, _, stream) in &mut under_way {
         stream.write_all(&wasm[1000..]).await.unwrap();
-        let answer = answer_on(&mut stream, Duration::from_secs(60)).await;
+    }
+    for (_, _, stream) in &mut under_way {
+        let answer = answer_on(stream, Duration::from_secs(180)).await;
         assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     }
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 4);
     // The places are back: the fifth seller's upload goes through.
     let done = put_component(&t, &fifth, &fifth_tool, wasm.clone()).await;
     assert_eq!(done.status.as_u16(), 201, "{}", done.text);

@@ -16,12 +16,13 @@
 //! slots, and every other agent finds the rest.
 //!
 //! An upload is let in before its bytes are read ([`admit_upload`]): the tool
-//! must be the seller's and take components, the upload is counted against
-//! the seller's and the tool's daily quota (a refused component counts too),
-//! and it takes one of the host's [`UPLOADS_AT_ONCE`] upload places, one per
-//! seller at a time, held until it is compiled; so the bytes uploads hold in
-//! memory at once are bounded, and no one but a tool's seller makes the host
-//! read any. The same bytes as the current version change nothing and
+//! must be the seller's and take components, its daily quota not spent, and
+//! it takes one of the host's [`UPLOADS_AT_ONCE`] upload places, one per
+//! seller at a time, held until the work on its bytes ends; so the bytes
+//! uploads hold in memory at once are bounded, and no one but a tool's
+//! seller makes the host read any. Once its bytes have arrived it counts
+//! against the seller's and the tool's daily quota (a refused component
+//! counts too). The same bytes as the current version change nothing and
 //! compile nothing, and a component this host has compiled before is not
 //! compiled again.
 //!
@@ -74,8 +75,10 @@ pub struct Tools {
     /// The host's upload places, and the sellers holding one.
     uploads: Arc<Semaphore>,
     uploading: Arc<Mutex<std::collections::HashSet<Uuid>>>,
-    /// How long a run, and a compile (or an upload its place), wait for their slot.
+    /// How long a run, and a compile, wait for their slot.
     waits: (Duration, Duration),
+    /// How long an upload waits for its place.
+    upload_wait: Duration,
 }
 
 /// What a blocking tool task waits for.
@@ -122,7 +125,13 @@ impl Tools {
             uploads: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
             uploading: Arc::default(),
             waits: (run_wait, compile_wait),
+            upload_wait: compile_wait,
         }
+    }
+
+    /// The same with another wait for an upload place (the compile wait by default).
+    pub fn with_upload_wait(self, upload_wait: Duration) -> Tools {
+        Tools { upload_wait, ..self }
     }
 
     pub fn limits(&self) -> ToolLimits {
@@ -202,12 +211,12 @@ impl Tools {
         if !inserted {
             return Err(AppError::RateLimited {
                 message: "this seller already has an upload under way on this host; send the next when it is answered".into(),
-                retry_after_secs: 2,
+                retry_after_secs: 10,
             });
         }
         // From here on the seller's entry is cleared however this ends.
         let mut place = UploadPlace { uploading: self.uploading.clone(), seller, _permit: None };
-        let permit = tokio::time::timeout(self.waits.1, self.uploads.clone().acquire_owned())
+        let permit = tokio::time::timeout(self.upload_wait, self.uploads.clone().acquire_owned())
             .await
             .map_err(|_| AppError::Busy {
                 code: "TOOL_RUNNER_BUSY",
@@ -258,16 +267,18 @@ pub struct Uploaded {
 }
 
 /// An upload let in, before its bytes are read: the tool is the seller's
-/// and takes components, the upload is counted, and the seller holds one of
-/// the host's upload places until the upload is answered.
+/// and takes components, its quota is not spent, and the seller holds one of
+/// the host's upload places until the upload is answered (or, if the client
+/// goes away meanwhile, until the work on its bytes ends).
 pub struct UploadAdmitted {
     tool_id: Uuid,
     seller: Uuid,
-    _place: UploadPlace,
+    place: UploadPlace,
 }
 
 /// PUT /v1/tsl/tool/{tool_id}/component, before its body is read: the checks
-/// that need no byte of it, the day's quota, and an upload place.
+/// that need no byte of it, the day's quota (read; the upload counts once
+/// its bytes have arrived), and an upload place.
 pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<UploadAdmitted> {
     let tool = owned_tool(crate::tsl::tool(services, tool_id).await?, agent)?;
     if tool.status == ToolStatus::Defunct {
@@ -279,28 +290,34 @@ pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uui
             message: format!("the tool declares {}, which tools cannot receive yet; register a tool without it", c.observation_type),
         });
     }
-    let place = services.tools.upload_place(agent.agent_id).await?;
     let now = services.clock.now();
     let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
-    let counted = services.store.count_upload(tool_id, agent.agent_id, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await?;
-    if let UploadCounted::TooMany { per_seller } = counted {
-        let tomorrow = day_start + chrono::Duration::days(1);
-        let message = if per_seller {
-            format!(
-                "a seller makes at most {UPLOADS_PER_SELLER_PER_DAY} uploads a UTC day, all its tools together; try again after the day turns"
-            )
-        } else {
-            format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns")
-        };
-        return Err(AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 });
+    let (tool_uploads, seller_uploads) = services.store.uploads_since(tool_id, agent.agent_id, day_start).await?;
+    if seller_uploads >= UPLOADS_PER_SELLER_PER_DAY || tool_uploads >= UPLOADS_PER_DAY {
+        return Err(quota_spent(seller_uploads >= UPLOADS_PER_SELLER_PER_DAY, now, day_start));
     }
-    Ok(UploadAdmitted { tool_id, seller: agent.agent_id, _place: place })
+    let place = services.tools.upload_place(agent.agent_id).await?;
+    Ok(UploadAdmitted { tool_id, seller: agent.agent_id, place })
+}
+
+/// 429 for a spent daily upload quota (the seller's, or the tool's).
+fn quota_spent(per_seller: bool, now: chrono::DateTime<chrono::Utc>, day_start: chrono::DateTime<chrono::Utc>) -> AppError {
+    let tomorrow = day_start + chrono::Duration::days(1);
+    let message = if per_seller {
+        format!(
+            "a seller makes at most {UPLOADS_PER_SELLER_PER_DAY} uploads a UTC day, all its tools together; try again after the day turns"
+        )
+    } else {
+        format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns")
+    };
+    AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 }
 }
 
 /// PUT /v1/tsl/tool/{tool_id}/component: the seller's component for its
-/// tool, once [`admit_upload`] let it in and its bytes are read.
+/// tool, once [`admit_upload`] let it in and its bytes are read. The upload
+/// counts against the day's quota before anything is compiled.
 pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>) -> AppResult<Uploaded> {
-    let (tool_id, seller) = (admitted.tool_id, admitted.seller);
+    let UploadAdmitted { tool_id, seller, place } = admitted;
     if wasm.is_empty() {
         return Err(AppError::invalid(
             "COMPONENT_INVALID",
@@ -311,22 +328,29 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
     if wasm.len() > limits.component_bytes {
         return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
     }
-    // Hash first: the "unchanged" answer costs no compilation.
-    let (sha256, wasm) = tokio::task::spawn_blocking(move || (<[u8; 32]>::from(Sha256::digest(&wasm)), wasm))
+    let now = services.clock.now();
+    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let counted = services.store.count_upload(tool_id, seller, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await?;
+    if let UploadCounted::TooMany { per_seller } = counted {
+        return Err(quota_spent(per_seller, now, day_start));
+    }
+    // Hash first: the "unchanged" answer costs no compilation. The place
+    // goes with the bytes into each blocking task: a client gone meanwhile
+    // frees it only when the work on them ends.
+    let (sha256, wasm, place) = tokio::task::spawn_blocking(move || (<[u8; 32]>::from(Sha256::digest(&wasm)), wasm, place))
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing the component failed: {e}")))?;
     if let Some(current) = services.store.current_component(tool_id).await?.filter(|c| c.sha256 == sha256) {
         return Ok(Uploaded { component: current, unchanged: true, imports: Vec::new() });
     }
-    let (accepted, wasm) = services
+    let (accepted, wasm, _place) = services
         .tools
         .blocking(Slot::Compile, move |runtime| {
             let accepted = runtime.accept(&wasm);
-            (accepted, wasm)
+            (accepted, wasm, place)
         })
         .await?;
     let accepted = accepted.map_err(rejected)?;
-    let now = services.clock.now();
     let upload = NewComponent { tool_id, sha256: &accepted.sha256, wasm: &wasm, uploaded_by: seller, now };
     let added = services.store.add_component(&upload).await?;
     let uploaded = match added {

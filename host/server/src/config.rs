@@ -128,8 +128,8 @@ pub struct ServeConfig {
 
     /// Open connections at most from one client (an IPv4 address, or an
     /// IPv6 /64); past that a new one is answered 429 TOO_MANY_CONNECTIONS.
-    /// 0: no limit per client (behind a load balancer every connection comes
-    /// from the balancer's address; let it limit clients).
+    /// 0: no limit per client. The balancers named by `--trusted-proxies`
+    /// are not held to it (they carry many clients' connections).
     #[arg(long, env = "ANCHOR_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 256)]
     pub max_connections_per_client: u32,
 

@@ -313,7 +313,8 @@ pub async fn serve(args: WitnessServeArgs) -> anyhow::Result<()> {
 
 /// Serves the witness on `listener` until `shutdown`, on the service's own
 /// listener: its connection limits (per client and in all), its head and
-/// body deadlines, and its bounds on URLs, heads and bodies.
+/// body deadlines, its bounds on URLs, heads and bodies, and a panic caught
+/// as a 500.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     witness: Arc<Witness>,
@@ -323,7 +324,8 @@ pub async fn serve_on(
     let (timeout, max) = (limits.body_read_timeout, limits.max_body_bytes.min(MAX_BODY));
     let app = router(witness)
         .layer(axum::middleware::from_fn(move |request, next| crate::listener::body_deadline(timeout, max, request, next)))
-        .layer(axum::middleware::from_fn(crate::listener::protocol_limits));
+        .layer(axum::middleware::from_fn(crate::listener::protocol_limits))
+        .layer(axum::middleware::from_fn(crate::listener::catch_panic));
     crate::listener::serve(listener, app, limits, shutdown).await
 }
 

@@ -43,9 +43,9 @@ pub enum UploadCounted {
 
 #[async_trait]
 pub trait ToolComponentStore {
-    /// Adds a component as the tool's next version (unless it is the current
-    /// one, or the tool had its uploads of the day), and drops the bytes of
-    /// the versions it supersedes (their facts stay).
+    /// The uploads to the tool, and by its seller to all its tools, since
+    /// `day_start` (a read: [`count_upload`](Self::count_upload) is what counts).
+    async fn uploads_since(&self, tool_id: Uuid, seller: Uuid, day_start: DateTime<Utc>) -> Result<(i64, i64)>;
     /// Counts an upload to the tool by its seller, unless the tool already
     /// had `per_tool` uploads since `day_start` or the seller `per_seller`.
     async fn count_upload(
@@ -57,6 +57,8 @@ pub trait ToolComponentStore {
         per_tool: i64,
         per_seller: i64,
     ) -> Result<UploadCounted>;
+    /// Adds a component as the tool's next version (unless it is the current
+    /// one), and drops the bytes of the versions it supersedes (their facts stay).
     async fn add_component(&self, upload: &NewComponent<'_>) -> Result<ComponentAdded>;
     /// The tool's current (latest) component.
     async fn current_component(&self, tool_id: Uuid) -> Result<Option<ComponentRecord>>;
@@ -71,6 +73,11 @@ pub trait ToolComponentStore {
 
 #[async_trait]
 impl<E: Engine> ToolComponentStore for SqlStore<E> {
+    async fn uploads_since(&self, tool_id: Uuid, seller: Uuid, day_start: DateTime<Utc>) -> Result<(i64, i64)> {
+        let row = self.db().fetch_one(uploads_since(tool_id, seller, day_start)).await?;
+        Ok((row.get("tool")?, row.get("mine")?))
+    }
+
     async fn count_upload(
         &self,
         tool_id: Uuid,
@@ -85,18 +92,8 @@ impl<E: Engine> ToolComponentStore for SqlStore<E> {
         let found: Option<Uuid> =
             tx.scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(seller)).await?;
         found.ok_or(StoreError::Database(sqlx::Error::RowNotFound))?;
-        let (tool, mine): (i64, i64) = {
-            let row = tx
-                .fetch_one(
-                    sql("select (select count(*) from tsl_tool_upload where tool_id = $1 and uploaded_at >= $3) as tool, \
-                            (select count(*) from tsl_tool_upload where seller_agent_id = $2 and uploaded_at >= $3) as mine")
-                    .bind(tool_id)
-                    .bind(seller)
-                    .bind(day_start),
-                )
-                .await?;
-            (row.get("tool")?, row.get("mine")?)
-        };
+        let row = tx.fetch_one(uploads_since(tool_id, seller, day_start)).await?;
+        let (tool, mine): (i64, i64) = (row.get("tool")?, row.get("mine")?);
         if mine >= per_seller || tool >= per_tool {
             return Ok(UploadCounted::TooMany { per_seller: mine >= per_seller });
         }
@@ -251,4 +248,13 @@ fn component_of(row: &impl Row) -> Result<ComponentRecord> {
         uploaded_by: row.get("uploaded_by")?,
         uploaded_at: row.get("uploaded_at")?,
     })
+}
+
+/// The uploads to a tool (`tool`) and by its seller (`mine`) since `day_start`.
+fn uploads_since(tool_id: Uuid, seller: Uuid, day_start: DateTime<Utc>) -> Query<'static> {
+    sql("select (select count(*) from tsl_tool_upload where tool_id = $1 and uploaded_at >= $3) as tool, \
+            (select count(*) from tsl_tool_upload where seller_agent_id = $2 and uploaded_at >= $3) as mine")
+    .bind(tool_id)
+    .bind(seller)
+    .bind(day_start)
 }

@@ -42,9 +42,10 @@ pub fn operations() -> Vec<Operation> {
                  imports are accepted and fail the run if called). It is compiled once, on upload. Each upload becomes the tool's \
                  next version; the same bytes again change nothing (200). Buyers run the latest version. The tool may declare \
                  only the observations tools can receive (GET /v1/tsl/runtime lists them). An upload is let in before its body is \
-                 read: the tool must be yours and take components, the upload counts against the day's quota, and it takes one \
-                 of the host's four upload places (a seller has one at a time); a refusal then closes the connection. A \
-                 component is compiled once per host, on a pool of its own.",
+                 read: the tool must be yours and take components, with uploads left in the day's quota, and it takes one of the \
+                 host's four upload places (a seller has one at a time); a refusal then closes the connection. Once its bytes \
+                 have arrived, the upload counts against the quota before anything is compiled. A component is compiled once \
+                 per host, on a pool of its own.",
             )
             .extension()
             .agent()
@@ -222,15 +223,20 @@ async fn upload(
     ApiPath(tool_id): ApiPath<String>,
     request: Request,
 ) -> ApiResult<Response> {
-    let tool_id = path_uuid("tool_id", &tool_id)?;
-    wasm_media(&request)?;
-    let admitted = match tools::admit_upload(&state.app, &agent, tool_id).await {
+    // (The request itself stays out of the future: its body is not Sync.)
+    let media = wasm_media(&request);
+    let admission = async {
+        let tool_id = path_uuid("tool_id", &tool_id)?;
+        media?;
+        Ok::<_, ApiError>(tools::admit_upload(&state.app, &agent, tool_id).await?)
+    };
+    let admitted = match admission.await {
         Ok(admitted) => admitted,
         Err(refused) => {
             let (_, body) = request.into_parts();
             // The body's own deadline (the listener's body timeout) ends this sooner.
             tokio::spawn(crate::listener::discard(body, std::time::Duration::from_secs(300)));
-            let mut response = ApiError::from(refused).into_response();
+            let mut response = refused.into_response();
             response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
             return Ok(response);
         }
