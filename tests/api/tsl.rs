@@ -17,6 +17,7 @@ both_backends!(
     shares_never_take_more_than_the_price,
     dependencies_never_form_a_cycle,
     transfers_and_retirements_take_effect_after_seven_days,
+    a_transfer_never_gives_an_agent_more_than_its_most_tools,
     a_purchase_settles_once_or_not_at_all,
     the_markets_release_counts_tools_and_at_least_ten_buyers
 );
@@ -465,6 +466,38 @@ async fn transfers_and_retirements_take_effect_after_seven_days(backend: Backend
     let late = t.register().await;
     send(&t, &late, "/v1/tsl/purchase", &json!({ "tool_id": tool }), None).await.assert_error(409, "TOOL_NOT_AVAILABLE");
     t.post(&path, Some(&target.token), &json!({ "action": "retire" })).await.assert_error(409, "TOOL_NOT_AVAILABLE");
+}
+
+/// An agent sells at most 100 active tools, transfers included: a transfer
+/// to one that sells 100 is refused, and one declared before it reached 100
+/// is cancelled when it falls due, the tool staying with its seller.
+async fn a_transfer_never_gives_an_agent_more_than_its_most_tools(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let target = t.register().await;
+    let first = register_tool(&t, &seller, "first", 1.0, "layer1").await;
+    let second = register_tool(&t, &seller, "second", 1.0, "layer1").await;
+    for i in 0..99 {
+        register_tool(&t, &target, &format!("target's {i}"), 1.0, "layer1").await;
+    }
+    let (t, seller) = (&t, &seller);
+    let body = json!({ "action": "transfer", "target_agent_id": target.id });
+    let declare = |tool: &str| {
+        let (path, body) = (format!("/v1/tsl/tool/{tool}/transfer-declaration"), body.clone());
+        async move { t.post(&path, Some(&seller.token), &body).await }
+    };
+    let declared = declare(&first).await;
+    assert_eq!(declared.status.as_u16(), 201, "{}", declared.text);
+    // The target reaches 100 meanwhile: a transfer to it is refused now...
+    register_tool(t, &target, "target's 100th", 1.0, "layer1").await;
+    declare(&second).await.assert_error(409, "TOOL_LIMIT_REACHED");
+    // ...and the one declared before is cancelled when it falls due.
+    t.clock.advance(Duration::days(7));
+    assert_eq!(anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap(), 0);
+    let seen = t.get(&format!("/v1/tsl/tool/{first}/transfer-declaration"), Some(&seller.token)).await;
+    assert_eq!(seen.json["status"], "cancelled", "{}", seen.text);
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{first}"), None).await.json["seller_agent_id"], seller.id.as_str());
+    assert_eq!(t.scalar("select count(*) from tsl_tool where status = 'active'").await, 102, "the target's 100 and the seller's two");
 }
 
 async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {

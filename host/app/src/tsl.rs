@@ -494,6 +494,10 @@ pub async fn declare_transfer(
         }
         (TransferAction::Transfer, Some(target)) => {
             existing_agent(services, "target_agent_id", target).await?;
+            let filter = ToolFilter { layer: None, status: Some(ToolStatus::Active), seller: Some(target), limit: 1, offset: 0 };
+            if services.store.tools(filter).await?.1 >= TOOLS_PER_AGENT {
+                return Err(target_full(target));
+            }
         }
         (TransferAction::Retire, Some(_)) => {
             return Err(AppError::invalid("INVALID_INPUT", "a retirement names no target_agent_id"));
@@ -522,6 +526,14 @@ pub async fn declare_transfer(
         .ok_or_else(|| conflict("TRANSFER_PENDING", format!("tool {tool_id} has a pending transfer declaration; cancel it first (DELETE)")))
 }
 
+/// 409 for a transfer to an agent that sells its most active tools already.
+fn target_full(target: Uuid) -> AppError {
+    conflict(
+        "TOOL_LIMIT_REACHED",
+        format!("agent {target} sells {TOOLS_PER_AGENT} active tools already, the most an agent may; it must retire one first"),
+    )
+}
+
 fn no_declaration(tool_id: Uuid) -> AppError {
     AppError::not_found("NO_TRANSFER_DECLARATION", format!("tool {tool_id} has no transfer declaration"))
 }
@@ -546,7 +558,7 @@ pub async fn cancel_transfer(services: &Services, agent: &AgentRecord, tool_id: 
 
 /// The job: carries out the declarations whose seven days are over.
 pub async fn execute_due_transfers(services: &Services) -> anyhow::Result<u64> {
-    Ok(services.store.execute_due_transfers(services.clock.now(), 100).await?)
+    Ok(services.store.execute_due_transfers(services.clock.now(), 100, TOOLS_PER_AGENT).await?)
 }
 
 /// POST /dap/tsl/human-share: a human owner takes `rate_ppm` (at most one

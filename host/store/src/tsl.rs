@@ -221,7 +221,11 @@ pub trait TslStore {
     /// Cancels the tool's pending declaration, if it has one.
     async fn cancel_transfer(&self, tool_id: Uuid, now: DateTime<Utc>) -> Result<Option<TransferRecord>>;
     /// Carries out up to `limit` declarations due at `now`; returns how many.
-    async fn execute_due_transfers(&self, now: DateTime<Utc>, limit: i64) -> Result<u64>;
+    /// Carries out up to `limit` declarations due by `now`; a transfer to
+    /// an agent that sells `max_active` active tools by then is cancelled
+    /// instead (the tool stays with its seller). Returns how many were
+    /// carried out.
+    async fn execute_due_transfers(&self, now: DateTime<Utc>, limit: i64, max_active: i64) -> Result<u64>;
 }
 
 #[async_trait]
@@ -723,7 +727,7 @@ impl<E: Engine> TslStore for SqlStore<E> {
         row.as_ref().map(transfer_of).transpose()
     }
 
-    async fn execute_due_transfers(&self, now: DateTime<Utc>, limit: i64) -> Result<u64> {
+    async fn execute_due_transfers(&self, now: DateTime<Utc>, limit: i64, max_active: i64) -> Result<u64> {
         let due: Vec<Uuid> = self
             .db()
             .scalar_all(
@@ -746,6 +750,21 @@ impl<E: Engine> TslStore for SqlStore<E> {
             let Some(row) = row else { continue };
             let transfer = transfer_of(&row)?;
             lock_tool(&mut tx, self.db.for_update(), transfer.tool_id).await?;
+            if let (TransferAction::Transfer, Some(target)) = (transfer.action, transfer.target_agent_id) {
+                // The target's row, locked as a registration locks it: its
+                // active tools are counted one change at a time.
+                let _: Option<Uuid> = tx
+                    .scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(target))
+                    .await?;
+                let active: i64 =
+                    tx.scalar(sql("select count(*) from tsl_tool where seller_agent_id = $1 and status = 'active'").bind(target)).await?;
+                if active >= max_active {
+                    tx.execute(sql("update tsl_transfer set status = 'cancelled' where transfer_id = $1").bind(transfer_id)).await?;
+                    tx.commit().await?;
+                    tracing::info!(%transfer_id, tool_id = %transfer.tool_id, %target, "a transfer was cancelled: its target sells the most active tools");
+                    continue;
+                }
+            }
             let (update, reason) = match (transfer.action, transfer.target_agent_id) {
                 (TransferAction::Transfer, Some(target)) => (
                     sql("update tsl_tool set seller_agent_id = $1, updated_at = $2 where tool_id = $3").bind(target).bind(now),

@@ -168,7 +168,8 @@ pub fn operations() -> Vec<Operation> {
             .describe(
                 "action transfer (with target_agent_id) moves the seller role, and the revenue of later sales, to the target; \
                  retire makes the tool defunct, so it no longer sells. Either takes effect 7 days after the declaration unless it \
-                 is cancelled first; a tool has one pending declaration at a time.",
+                 is cancelled first; a tool has one pending declaration at a time. A transfer whose target sells 100 active tools \
+                 when it falls due is cancelled instead (status cancelled), and the tool stays yours.",
             )
             .agent()
             .path::<Uuid>("tool_id")
@@ -181,7 +182,11 @@ pub fn operations() -> Vec<Operation> {
             )
             .error(403, "You do not sell the tool.", &["NOT_TOOL_OWNER"])
             .error(404, "No such tool or target agent.", &["TOOL_NOT_FOUND", "AGENT_NOT_FOUND"])
-            .error(409, "A declaration is pending already, or the tool is defunct.", &["TRANSFER_PENDING", "TOOL_NOT_AVAILABLE"]),
+            .error(
+                409,
+                "A declaration is pending already, the tool is defunct, or the target sells 100 active tools already.",
+                &["TRANSFER_PENDING", "TOOL_NOT_AVAILABLE", "TOOL_LIMIT_REACHED"],
+            ),
         op(Method::GET, "/v1/tsl/tool/{tool_id}/transfer-declaration", get(transfer_declaration))
             .tag(TAG)
             .summary("The tool's transfer declaration: the pending one, else the latest")
