@@ -738,11 +738,23 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
         assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
     }
-    // A malformed tool id is refused the same way.
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    stream.write_all(upload_head(&owner, "not-a-uuid", 20 << 20).as_bytes()).await.unwrap();
-    let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
-    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("INVALID_UUID"), "{answer}");
+    // A malformed tool id, a body that is not a component, a token that is
+    // not one: refused the same way, before the body.
+    let wrong_media = upload_head(&owner, &owned, 20 << 20).replace("application/wasm", "text/plain");
+    let wrong_token = upload_head(&owner, &owned, 20 << 20).replace(&owner.token, "da_tk_not-a-token");
+    for (head, status, code) in [
+        (upload_head(&owner, "not-a-uuid", 20 << 20), "400", "INVALID_UUID"),
+        (wrong_media, "415", "UNSUPPORTED_MEDIA_TYPE"),
+        (wrong_token, "401", "INVALID_TOKEN"),
+    ] {
+        let started = Instant::now();
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+    }
     assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "nothing refused before its bytes counts against a quota");
 
     // Four sellers' uploads under way, each with part of its body sent: the host's places.

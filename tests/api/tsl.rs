@@ -496,7 +496,12 @@ async fn a_transfer_never_gives_an_agent_more_than_its_most_tools(backend: Backe
     assert_eq!(anchor_app::tsl::execute_due_transfers(&t.state.app).await.unwrap(), 0);
     let seen = t.get(&format!("/v1/tsl/tool/{first}/transfer-declaration"), Some(&seller.token)).await;
     assert_eq!(seen.json["status"], "cancelled", "{}", seen.text);
+    assert!(seen.json["ended_at"].is_string(), "{}", seen.text);
     assert_eq!(t.get(&format!("/v1/tsl/tool/{first}"), None).await.json["seller_agent_id"], seller.id.as_str());
+    // Nothing is left pending: the seller may declare again (a retirement here).
+    let path = format!("/v1/tsl/tool/{first}/transfer-declaration");
+    let again = t.post(&path, Some(&seller.token), &json!({ "action": "retire" })).await;
+    assert_eq!(again.status.as_u16(), 201, "{}", again.text);
     assert_eq!(t.scalar("select count(*) from tsl_tool where status = 'active'").await, 102, "the target's 100 and the seller's two");
 }
 

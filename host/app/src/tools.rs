@@ -20,9 +20,10 @@
 //! it takes one of the host's [`UPLOADS_AT_ONCE`] upload places, one per
 //! seller at a time, held until the work on its bytes ends; so the bytes
 //! uploads hold in memory at once are bounded, and no one but a tool's
-//! seller makes the host read any. Once its bytes have arrived it counts
-//! against the seller's and the tool's daily quota (a refused component
-//! counts too). The same bytes as the current version change nothing and
+//! seller makes the host read any. Once its bytes have arrived (not empty,
+//! not over the size) it counts against the seller's and the tool's daily
+//! quota, a component refused at compilation and the same bytes again
+//! included; an upload told to try again later (503) does not count. The same bytes as the current version change nothing and
 //! compile nothing, and a component this host has compiled before is not
 //! compiled again.
 //!
@@ -328,12 +329,6 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
     if wasm.len() > limits.component_bytes {
         return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
     }
-    let now = services.clock.now();
-    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
-    let counted = services.store.count_upload(tool_id, seller, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await?;
-    if let UploadCounted::TooMany { per_seller } = counted {
-        return Err(quota_spent(per_seller, now, day_start));
-    }
     // Hash first: the "unchanged" answer costs no compilation. The place
     // goes with the bytes into each blocking task: a client gone meanwhile
     // frees it only when the work on them ends.
@@ -341,26 +336,50 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
         .await
         .map_err(|e| AppError::Internal(anyhow::anyhow!("hashing the component failed: {e}")))?;
     if let Some(current) = services.store.current_component(tool_id).await?.filter(|c| c.sha256 == sha256) {
+        count_upload(services, tool_id, seller).await?;
         return Ok(Uploaded { component: current, unchanged: true, imports: Vec::new() });
     }
+    // The compiler's slot before the count: an upload told to try again
+    // later (503) has not spent an upload of the day.
+    let held = services.tools.hold(Slot::Compile).await?;
+    count_upload(services, tool_id, seller).await?;
     let (accepted, wasm, _place) = services
         .tools
-        .blocking(Slot::Compile, move |runtime| {
+        .blocking_in(held, move |runtime| {
             let accepted = runtime.accept(&wasm);
             (accepted, wasm, place)
         })
         .await?;
     let accepted = accepted.map_err(rejected)?;
+    let now = services.clock.now();
     let upload = NewComponent { tool_id, sha256: &accepted.sha256, wasm: &wasm, uploaded_by: seller, now };
     let added = services.store.add_component(&upload).await?;
     let uploaded = match added {
         ComponentAdded::Added(component) => Uploaded { component, unchanged: false, imports: accepted.imports },
         ComponentAdded::Unchanged(component) => Uploaded { component, unchanged: true, imports: accepted.imports },
     };
-    // The version this one superseded (and anything else no longer current) leaves this host's cache.
-    let current = services.store.current_component_hashes().await?;
-    services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&current)).await?;
+    // The version this one superseded (and anything else no longer current)
+    // leaves this host's cache; the upload is done whether or not that
+    // happens now (the next upload, or start-up, tidies again).
+    let tidied = match services.store.current_component_hashes().await {
+        Ok(current) => services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&current)).await,
+        Err(error) => Err(error.into()),
+    };
+    if let Err(error) = tidied {
+        tracing::warn!(%tool_id, %error, "the compiled-component cache was not tidied after an upload");
+    }
     Ok(uploaded)
+}
+
+/// Counts an upload whose bytes arrived against the seller's and the tool's
+/// quota of the day (refused with 429 when one is spent).
+async fn count_upload(services: &Services, tool_id: Uuid, seller: Uuid) -> AppResult<()> {
+    let now = services.clock.now();
+    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    match services.store.count_upload(tool_id, seller, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await? {
+        UploadCounted::TooMany { per_seller } => Err(quota_spent(per_seller, now, day_start)),
+        UploadCounted::Counted => Ok(()),
+    }
 }
 
 /// A refused component, with its documented code.

@@ -494,10 +494,6 @@ pub async fn declare_transfer(
         }
         (TransferAction::Transfer, Some(target)) => {
             existing_agent(services, "target_agent_id", target).await?;
-            let filter = ToolFilter { layer: None, status: Some(ToolStatus::Active), seller: Some(target), limit: 1, offset: 0 };
-            if services.store.tools(filter).await?.1 >= TOOLS_PER_AGENT {
-                return Err(target_full(target));
-            }
         }
         (TransferAction::Retire, Some(_)) => {
             return Err(AppError::invalid("INVALID_INPUT", "a retirement names no target_agent_id"));
@@ -506,6 +502,12 @@ pub async fn declare_transfer(
     }
     if tool.status == ToolStatus::Defunct {
         return Err(conflict("TOOL_NOT_AVAILABLE", format!("tool {tool_id} is defunct")));
+    }
+    if let Some(target) = target {
+        let filter = ToolFilter { layer: None, status: Some(ToolStatus::Active), seller: Some(target), limit: 1, offset: 0 };
+        if services.store.tools(filter).await?.1 >= TOOLS_PER_AGENT {
+            return Err(target_full(target));
+        }
     }
     let now = services.clock.now();
     let declaration = TransferRecord {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-/// The most clients one window keeps a count of (about 10 MiB): past it,
+/// The most clients one window keeps a count of (about 20 MiB of table): past it,
 /// clients not yet counted in the window share one count until the window
 /// ends, so memory stays bounded and the newcomers are limited together,
 /// never let through unlimited (which also means a flood of distinct clients

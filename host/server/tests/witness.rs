@@ -784,6 +784,7 @@ async fn the_witness_holds_its_clients_to_the_listeners_limits() {
     let (closed, answer) = raw(&addr, b"", Duration::from_secs(15)).await;
     let after = started.elapsed();
     assert!(closed && after >= Duration::from_secs(3) && after < Duration::from_secs(12), "closed {closed} after {after:?}: {answer}");
+    assert!(!answer.contains("429"), "closed for its silence, not refused: {answer}");
 
     // A body declared over the witness's 64 KiB: 413 before it is sent.
     let head = format!("POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: {}\r\n\r\n", 1 << 20);

@@ -728,17 +728,22 @@ impl<E: Engine> TslStore for SqlStore<E> {
     }
 
     async fn execute_due_transfers(&self, now: DateTime<Utc>, limit: i64, max_active: i64) -> Result<u64> {
-        let due: Vec<Uuid> = self
+        let due = self
             .db()
-            .scalar_all(
-                sql("select transfer_id from tsl_transfer where status = 'pending' and effective_at <= $1 order by effective_at limit $2")
-                    .bind(now)
-                    .bind(limit),
+            .fetch_all(
+                sql("select transfer_id, tool_id from tsl_transfer where status = 'pending' and effective_at <= $1 \
+                     order by effective_at limit $2")
+                .bind(now)
+                .bind(limit),
             )
             .await?;
         let mut done = 0;
-        for transfer_id in due {
+        for row in due {
+            let (transfer_id, tool_id): (Uuid, Uuid) = (row.get("transfer_id")?, row.get("tool_id")?);
             let mut tx = self.begin_write().await?;
+            // The tool first, as a declaration locks it before its insert:
+            // the two never wait for each other in a circle.
+            lock_tool(&mut tx, self.db.for_update(), tool_id).await?;
             let row = tx
                 .fetch_optional(
                     sql("update tsl_transfer set status = 'executed', ended_at = $1 where transfer_id = $2 and status = 'pending' returning *")
@@ -749,7 +754,6 @@ impl<E: Engine> TslStore for SqlStore<E> {
             // Another host carried it out, or it was cancelled, in between.
             let Some(row) = row else { continue };
             let transfer = transfer_of(&row)?;
-            lock_tool(&mut tx, self.db.for_update(), transfer.tool_id).await?;
             if let (TransferAction::Transfer, Some(target)) = (transfer.action, transfer.target_agent_id) {
                 // The target's row, locked as a registration locks it: its
                 // active tools are counted one change at a time.
@@ -954,8 +958,14 @@ async fn insert_distribution<X: Exec>(
 
 /// Locks a tool's row: changes to its rates and transfers run one at a time.
 pub(crate) async fn lock_tool<X: Exec>(tx: &mut X, for_update: &str, tool_id: Uuid) -> Result<()> {
+    // On PostgreSQL `for no key update`: changes of one tool still take
+    // turns, but rows that merely point at the tool (a purchase, an upload,
+    // a run) are not held up by them, so a purchase that holds its buyer's
+    // row can never wait in a circle with a transfer that moves the tool to
+    // that buyer (tool, then agent).
+    let mode = if for_update.is_empty() { "" } else { " for no key update" };
     let found: Option<Uuid> =
-        tx.scalar_optional(sql(format!("select tool_id from tsl_tool where tool_id = $1{for_update}")).bind(tool_id)).await?;
+        tx.scalar_optional(sql(format!("select tool_id from tsl_tool where tool_id = $1{mode}")).bind(tool_id)).await?;
     found.map(|_| ()).ok_or_else(|| StoreError::Database(sqlx::Error::RowNotFound))
 }
 

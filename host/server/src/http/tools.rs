@@ -214,18 +214,21 @@ fn wasm_media(request: &Request) -> ApiResult<()> {
     Ok(())
 }
 
-/// The upload is let in (the seller's tool, the quota, a place on this host)
-/// before a byte of its body is read; a refusal leaves the body to be read
-/// and thrown away, and closes the connection.
+/// The upload is let in (the agent's token, the seller's tool, the quota, a
+/// place on this host) before a byte of its body is read; every refusal
+/// before it leaves the body to be read and thrown away, and closes the
+/// connection.
 async fn upload(
     State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    ApiPath(tool_id): ApiPath<String>,
+    agent: Result<AuthAgent, ApiError>,
+    tool_id: Result<ApiPath<String>, ApiError>,
     request: Request,
 ) -> ApiResult<Response> {
     // (The request itself stays out of the future: its body is not Sync.)
     let media = wasm_media(&request);
     let admission = async {
+        let AuthAgent(agent) = agent?;
+        let ApiPath(tool_id) = tool_id?;
         let tool_id = path_uuid("tool_id", &tool_id)?;
         media?;
         Ok::<_, ApiError>(tools::admit_upload(&state.app, &agent, tool_id).await?)
