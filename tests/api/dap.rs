@@ -431,6 +431,23 @@ async fn classification_registry(backend: Backend) {
         .await
         .assert_error(409, "CLASSIFICATION_KEY_EXISTS");
     t.as_owner(&owner, "GET", "/dap/classification?include_inactive=maybe", None).await.assert_error(400, "INVALID_VALUE");
+
+    // An owner registers at most 500 categories, inactive ones included (it has 2).
+    for n in 2..500 {
+        let added = post(&owner, json!({ "classification_key": format!("cat_{n}"), "classification_label": "Some" })).await;
+        assert_eq!(added.status, StatusCode::CREATED, "{n}: {}", added.text);
+    }
+    post(&owner, json!({ "classification_key": "cat_500", "classification_label": "One more" }))
+        .await
+        .assert_error(409, "CLASSIFICATION_LIMIT_REACHED");
+    // The key taken is still said first; another owner is not held by it.
+    post(&owner, json!({ "classification_key": "cat_7", "classification_label": "Again" }))
+        .await
+        .assert_error(409, "CLASSIFICATION_KEY_EXISTS");
+    assert_eq!(
+        post(&stranger, json!({ "classification_key": "cat_500", "classification_label": "Mine" })).await.status,
+        StatusCode::CREATED
+    );
 }
 
 async fn content_inclusion_policy_is_enforced_on_create(backend: Backend) {

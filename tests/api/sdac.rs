@@ -7,7 +7,11 @@ use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use serde_json::json;
 
-both_backends!(trials_are_priced_for_real_and_the_session_end_pays_a_share, an_end_racing_its_trials_charges_every_trial_it_counts);
+both_backends!(
+    trials_are_priced_for_real_and_the_session_end_pays_a_share,
+    an_end_racing_its_trials_charges_every_trial_it_counts,
+    a_session_counts_at_most_a_thousand_trials
+);
 
 fn axes(retention: &str) -> serde_json::Value {
     json!({
@@ -108,4 +112,25 @@ async fn an_end_racing_its_trials_charges_every_trial_it_counts(backend: Backend
         assert_eq!(charged, price, "round {round}: {stored} trials ({simulated} milli-DAC simulated) charged {charged}");
         assert_eq!(ended.json["dac_charged"].as_f64().unwrap(), price as f64 / 1000.0, "{}", ended.text);
     }
+}
+
+/// Trials are kept and answered whole with the session: a session counts at
+/// most 1,000, then says so (not "no session"), and still ends.
+async fn a_session_counts_at_most_a_thousand_trials(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let started = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await;
+    let session = started.json["session_id"].as_str().unwrap().to_string();
+    let trial = json!({ "session_id": session, "ee": axes("short") });
+    for n in 0..1000 {
+        let counted = t.post("/v1/sdac/trial", Some(&agent.token), &trial).await;
+        assert_eq!(counted.status.as_u16(), 200, "trial {n}: {}", counted.text);
+    }
+    t.post("/v1/sdac/trial", Some(&agent.token), &trial).await.assert_error(409, "SDAC_TRIAL_LIMIT_REACHED");
+    let seen = t.get(&format!("/v1/sdac/session/{session}"), Some(&agent.token)).await;
+    assert_eq!(seen.status.as_u16(), 200, "{}", seen.text);
+    assert_eq!(t.scalar("select count(*) from sdac_trial").await, 1000);
+    // Another agent's session id is still "no session", full or not.
+    let other = t.register().await;
+    t.post("/v1/sdac/trial", Some(&other.token), &trial).await.assert_error(404, "SESSION_NOT_FOUND");
 }

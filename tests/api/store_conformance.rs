@@ -429,7 +429,7 @@ async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payme
     let session = Uuid::new_v4();
     let subject = Subject { domain: SubjectDomain::SdacSession, id: session };
     assert!(store.start_sdac(session, agent, now()).await.unwrap());
-    let one = store.add_sdac_trial(session, agent, scope, MilliDac(20_000), now()).await.unwrap().unwrap();
+    let one = store.add_sdac_trial(session, agent, scope, MilliDac(20_000), 1000, now()).await.unwrap().unwrap();
     assert_eq!(one.trials, 1);
     // An end priced at no trial finds one counted: nothing is written.
     let unpriced = SdacRecord { trials: 0, simulated: MilliDac::ZERO, ..one.clone() };
@@ -441,7 +441,7 @@ async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payme
 
     let paying = payment("0x51");
     assert_eq!(store.reserve_payment(&paying, agent, subject, None, None, now()).await.unwrap(), Reservation::Reserved);
-    assert!(store.add_sdac_trial(session, agent, scope, MilliDac(20_000), now()).await.unwrap().is_none(), "no trial while paid for");
+    assert!(store.add_sdac_trial(session, agent, scope, MilliDac(20_000), 1000, now()).await.unwrap().is_none(), "no trial while paid for");
     let other = store.end_sdac(&one, charged, SdacFunding::Trial, &priced_by, now()).await.unwrap();
     assert_eq!(other, SdacEnded::NotOpen, "no end from Trial while a payment for it is live");
     assert_eq!(balance(agent).await, MilliDac(1_000_000));
@@ -453,7 +453,7 @@ async fn a_session_being_paid_for_takes_no_other_close_and_a_closed_one_no_payme
     // Ended (here from Trial), a session takes no payment for its end.
     let closed = Uuid::new_v4();
     assert!(store.start_sdac(closed, agent, now()).await.unwrap());
-    let counted = store.add_sdac_trial(closed, agent, scope, MilliDac(20_000), now()).await.unwrap().unwrap();
+    let counted = store.add_sdac_trial(closed, agent, scope, MilliDac(20_000), 1000, now()).await.unwrap().unwrap();
     assert!(matches!(store.end_sdac(&counted, charged, SdacFunding::Trial, &priced_by, now()).await.unwrap(), SdacEnded::Ended(_)));
     let late = payment("0x52");
     let subject = Subject { domain: SubjectDomain::SdacSession, id: closed };

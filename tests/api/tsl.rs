@@ -18,6 +18,7 @@ both_backends!(
     dependencies_never_form_a_cycle,
     transfers_and_retirements_take_effect_after_seven_days,
     a_transfer_never_gives_an_agent_more_than_its_most_tools,
+    a_tool_has_at_most_fifty_dependencies_and_twenty_shares,
     a_purchase_settles_once_or_not_at_all,
     the_markets_release_counts_tools_and_at_least_ten_buyers
 );
@@ -503,6 +504,42 @@ async fn a_transfer_never_gives_an_agent_more_than_its_most_tools(backend: Backe
     let again = t.post(&path, Some(&seller.token), &json!({ "action": "retire" })).await;
     assert_eq!(again.status.as_u16(), 201, "{}", again.text);
     assert_eq!(t.scalar("select count(*) from tsl_tool where status = 'active'").await, 102, "the target's 100 and the seller's two");
+}
+
+/// Each sale writes a distribution per revenue share, and every share names
+/// a dependency: a tool holds at most 20 shares (rates of zero included)
+/// and 50 dependencies, whoever the beneficiaries are.
+async fn a_tool_has_at_most_fifty_dependencies_and_twenty_shares(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let author = t.register().await;
+    let tool = register_tool(&t, &seller, "many", 1.0, "layer1").await;
+    let dependency = |component: String| {
+        let (t, seller, tool) = (&t, &seller, tool.clone());
+        async move { t.post(&format!("/v1/tsl/tool/{tool}/dependency"), Some(&seller.token), &json!({ "depends_on_tool_id": component })).await }
+    };
+    let mut components = Vec::new();
+    for i in 0..50 {
+        let component = register_tool(&t, &author, &format!("part {i}"), 1.0, "layer1").await;
+        let added = dependency(component.clone()).await;
+        assert_eq!(added.status.as_u16(), 201, "{}", added.text);
+        components.push(component);
+    }
+    let one_more = register_tool(&t, &author, "part 50", 1.0, "layer1").await;
+    dependency(one_more).await.assert_error(409, "DEPENDENCY_LIMIT_REACHED");
+
+    let share = |beneficiary: &str, component: &str| json!({ "tool_id": tool, "component_tool_id": component, "beneficiary_agent_id": beneficiary, "share_rate": 0 });
+    for n in 0..20 {
+        let beneficiary = t.register().await;
+        let shared = t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&beneficiary.id, &components[n % 3])).await;
+        assert_eq!(shared.status.as_u16(), 201, "{}", shared.text);
+    }
+    let beneficiary = t.register().await;
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share(&beneficiary.id, &components[0]))
+        .await
+        .assert_error(409, "REVENUE_SHARE_LIMIT_REACHED");
+    assert_eq!(t.scalar("select count(*) from tsl_revenue_share").await, 20);
+    assert_eq!(t.scalar("select count(*) from tsl_dependency").await, 50);
 }
 
 async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {

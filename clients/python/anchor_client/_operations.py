@@ -121,7 +121,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('POST', '/v1/sdac/session/end'): ('EndRequest', {200: 'SessionView', 400: 'Error', 401: 'UnauthorizedBody', 402: None, 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('POST', '/v1/sdac/session/start'): (None, {201: 'SessionView', 401: 'UnauthorizedBody', 409: 'Error', 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/v1/sdac/session/{session_id}'): (None, {200: 'HistoryView', 400: 'Error', 401: 'UnauthorizedBody', 404: 'Error', 414: None, 429: None, 431: None, 503: None}),
-    ('POST', '/v1/sdac/trial'): ('TrialRequest', {200: 'TrialView', 400: 'Error', 401: 'UnauthorizedBody', 404: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('POST', '/v1/sdac/trial'): ('TrialRequest', {200: 'TrialView', 400: 'Error', 401: 'UnauthorizedBody', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/v1/trial/status'): (None, {200: 'TrialStatus', 401: 'UnauthorizedBody', 414: None, 429: None, 431: None, 503: None}),
     ('POST', '/v1/tsl/purchase'): ('PurchaseRequest', {201: 'PurchaseView', 400: 'Error', 401: 'UnauthorizedBody', 402: None, 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('POST', '/v1/tsl/purchase/layer2'): ('Layer2Request', {201: 'PurchaseView', 400: 'Error', 401: 'UnauthorizedBody', 402: None, 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),

@@ -508,6 +508,9 @@ pub struct Lineage {
     pub ancestors: Vec<StoredDeclaration>,
     /// Every declaration of the group, oldest first.
     pub group: Vec<StoredDeclaration>,
+    /// For each parent, its children's places in `group` (built once, so a
+    /// tree of N declarations is rendered in O(N), not O(N²)).
+    children: std::collections::HashMap<Uuid, Vec<usize>>,
 }
 
 impl Lineage {
@@ -516,9 +519,9 @@ impl Lineage {
         self.ancestors.first().unwrap_or(&self.declaration)
     }
 
-    /// The declarations whose parent is `dd_id`.
+    /// The declarations whose parent is `dd_id`, oldest first.
     pub fn children(&self, dd_id: Uuid) -> impl Iterator<Item = &StoredDeclaration> {
-        self.group.iter().filter(move |s| s.declaration.dd.parent_dd_id == Some(dd_id))
+        self.children.get(&dd_id).into_iter().flatten().map(|&i| &self.group[i])
     }
 }
 
@@ -526,9 +529,16 @@ impl Lineage {
 pub async fn lineage(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Lineage> {
     let declaration = owned(services, agent_id, dd_id).await?;
     let group = services.store.lineage_group(agent_id, declaration.declaration.lineage_group_id).await?;
+    let by_id: std::collections::HashMap<Uuid, usize> = group.iter().enumerate().map(|(i, s)| (s.declaration.dd_id, i)).collect();
+    let mut children: std::collections::HashMap<Uuid, Vec<usize>> = std::collections::HashMap::new();
+    for (i, s) in group.iter().enumerate() {
+        if let Some(parent) = s.declaration.dd.parent_dd_id {
+            children.entry(parent).or_default().push(i);
+        }
+    }
     let mut ancestors: Vec<StoredDeclaration> = Vec::new();
     let mut cursor = declaration.declaration.dd.parent_dd_id;
-    while let Some(parent) = cursor.and_then(|id| group.iter().find(|s| s.declaration.dd_id == id)) {
+    while let Some(parent) = cursor.and_then(|id| by_id.get(&id)).map(|&i| &group[i]) {
         ancestors.push(parent.clone());
         cursor = parent.declaration.dd.parent_dd_id;
         if ancestors.len() > group.len() {
@@ -536,7 +546,7 @@ pub async fn lineage(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
         }
     }
     ancestors.reverse();
-    Ok(Lineage { declaration, ancestors, group })
+    Ok(Lineage { declaration, ancestors, group, children })
 }
 
 /// GET /v1/dd/lineage-group/{group_id}: the agent's declarations of one group, oldest first.

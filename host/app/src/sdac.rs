@@ -39,13 +39,29 @@ pub async fn trial(services: &Services, agent: &AgentRecord, session_id: Uuid, e
     }
     let scope = resolve_scope(services, &ee.into_input()?)?;
     let quote = services.pricing.quote(scope)?;
-    let session = services
-        .store
-        .add_sdac_trial(session_id, agent.agent_id, scope, quote.total, services.clock.now())
-        .await?
-        .ok_or_else(|| no_session(session_id))?;
+    let counted =
+        services.store.add_sdac_trial(session_id, agent.agent_id, scope, quote.total, TRIALS_PER_SESSION, services.clock.now()).await?;
+    let Some(session) = counted else {
+        // Not counted: the session is not this agent's open one, or it is full.
+        let full = services
+            .store
+            .sdac_session(session_id)
+            .await?
+            .is_some_and(|s| s.agent_id == agent.agent_id && s.ended_at.is_none() && s.trials >= TRIALS_PER_SESSION);
+        if full {
+            return Err(AppError::Conflict {
+                code: "SDAC_TRIAL_LIMIT_REACHED",
+                message: format!("a session holds at most {TRIALS_PER_SESSION} trials; end it and start another"),
+            });
+        }
+        return Err(no_session(session_id));
+    };
     Ok((quote, session))
 }
+
+/// The most trials one session counts (each is kept, and its history is
+/// answered whole).
+pub const TRIALS_PER_SESSION: i32 = 1000;
 
 /// GET /v1/sdac/session/{session_id}: the agent's own session and its trials.
 pub async fn history(services: &Services, agent: &AgentRecord, session_id: Uuid) -> AppResult<(SdacRecord, Vec<SdacTrial>)> {

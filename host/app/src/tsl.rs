@@ -32,6 +32,11 @@ pub const PURCHASE_LAYER2: Route = Route { method: "POST", path: "/v1/tsl/purcha
 pub const PAGE_MAX: i64 = 100;
 /// The most active tools one agent may sell.
 pub const TOOLS_PER_AGENT: i64 = 100;
+/// The most dependencies one tool declares.
+pub const DEPENDENCIES_PER_TOOL: i64 = 50;
+/// The most revenue shares one tool agrees (each sale writes one
+/// distribution per share, in the settlement's transaction).
+pub const SHARES_PER_TOOL: i64 = 20;
 
 fn tool_not_found(tool_id: Uuid) -> AppError {
     AppError::not_found("TOOL_NOT_FOUND", format!("no tool {tool_id} is registered"))
@@ -206,8 +211,14 @@ pub async fn add_dependency(
             ));
         }
     }
-    match services.store.add_dependency(tool_id, depends_on, purchase_id, services.clock.now()).await? {
+    match services.store.add_dependency(tool_id, depends_on, purchase_id, DEPENDENCIES_PER_TOOL, services.clock.now()).await? {
         DependencyAdded::Added => {}
+        DependencyAdded::TooMany => {
+            return Err(conflict(
+                "DEPENDENCY_LIMIT_REACHED",
+                format!("tool {tool_id} declares {DEPENDENCIES_PER_TOOL} dependencies already, the most a tool may"),
+            ));
+        }
         DependencyAdded::Exists => return Err(conflict("DEPENDENCY_EXISTS", format!("tool {tool_id} already depends on {depends_on}"))),
         DependencyAdded::Cycle => {
             return Err(AppError::invalid(
@@ -425,8 +436,14 @@ pub async fn add_revenue_share(
         created_by: agent.agent_id,
         created_at: services.clock.now(),
     };
-    match services.store.add_revenue_share(&share).await? {
+    match services.store.add_revenue_share(&share, SHARES_PER_TOOL).await? {
         ShareAdded::Added => {}
+        ShareAdded::TooMany => {
+            return Err(conflict(
+                "REVENUE_SHARE_LIMIT_REACHED",
+                format!("tool {tool_id} has {SHARES_PER_TOOL} revenue shares already, the most a tool may"),
+            ));
+        }
         ShareAdded::Exists => {
             return Err(conflict(
                 "REVENUE_SHARE_EXISTS",

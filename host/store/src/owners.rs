@@ -69,7 +69,9 @@ pub trait OwnerStore: Send + Sync {
     /// True if a base category has this key.
     async fn base_classification_exists(&self, key: &str) -> Result<bool>;
     /// False if the owner already has a category with this key (active or not).
-    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification) -> Result<bool>;
+    /// Adds an owner's category, unless its key is taken or the owner has
+    /// `max` categories already (active or not, counted under its row's lock).
+    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification, max: i64) -> Result<CategoryAdded>;
     /// Updates an active category's label and description (each when `Some`).
     async fn update_classification(
         &self,
@@ -80,6 +82,16 @@ pub trait OwnerStore: Send + Sync {
     ) -> Result<Option<OwnerClassification>>;
     /// Deactivates an active category; false if none.
     async fn deactivate_classification(&self, owner_id: Uuid, id: Uuid) -> Result<bool>;
+}
+
+/// What adding an owner's category concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CategoryAdded {
+    Added,
+    /// The owner has a category with that key already.
+    Exists,
+    /// The owner has its most categories already.
+    TooMany,
 }
 
 #[async_trait]
@@ -295,9 +307,27 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         Ok(found.is_some())
     }
 
-    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification) -> Result<bool> {
-        let done = self
-            .db()
+    async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification, max: i64) -> Result<CategoryAdded> {
+        let mut tx = self.begin_write().await?;
+        let _: Option<Uuid> = tx
+            .scalar_optional(sql(format!("select owner_id from owner where owner_id = $1{}", self.db.for_update())).bind(owner_id))
+            .await?;
+        let row = tx
+            .fetch_one(
+                sql("select (select count(*) from classification where owner_id = $1) as held, \
+                            (select count(*) from classification where owner_id = $1 and classification_key = $2) as same")
+                .bind(owner_id)
+                .bind(&c.key),
+            )
+            .await?;
+        let (held, same): (i64, i64) = (row.get("held")?, row.get("same")?);
+        if same > 0 {
+            return Ok(CategoryAdded::Exists);
+        }
+        if held >= max {
+            return Ok(CategoryAdded::TooMany);
+        }
+        let done = tx
             .execute(
                 sql("insert into classification (classification_id, owner_id, classification_key, classification_label, \
              description, active, created_at) values ($1, $2, $3, $4, $5, $6, $7)")
@@ -311,8 +341,11 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
             )
             .await;
         match done {
-            Ok(_) => Ok(true),
-            Err(e) if is_unique_violation(&e) => Ok(false),
+            Ok(_) => {
+                tx.commit().await?;
+                Ok(CategoryAdded::Added)
+            }
+            Err(e) if is_unique_violation(&e) => Ok(CategoryAdded::Exists),
             Err(e) => Err(e),
         }
     }

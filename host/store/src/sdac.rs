@@ -55,13 +55,15 @@ pub trait SdacStore {
     async fn sdac_session(&self, session_id: Uuid) -> Result<Option<SdacRecord>>;
     async fn sdac_trials(&self, session_id: Uuid) -> Result<Vec<SdacTrial>>;
     /// Counts a trial in the agent's open session `session_id`; the session
-    /// after it, or `None` if it is not open (or a payment for its end is live).
+    /// after it, or `None` if it is not open (or a payment for its end is
+    /// live, or it has `max_trials` already).
     async fn add_sdac_trial(
         &self,
         session_id: Uuid,
         agent_id: Uuid,
         scope: Scope,
         total: MilliDac,
+        max_trials: i32,
         now: DateTime<Utc>,
     ) -> Result<Option<SdacRecord>>;
     /// Ends a session paid as `funding` says (the charge pipeline's commit),
@@ -130,6 +132,7 @@ impl<E: Engine> SdacStore for SqlStore<E> {
         agent_id: Uuid,
         scope: Scope,
         total: MilliDac,
+        max_trials: i32,
         now: DateTime<Utc>,
     ) -> Result<Option<SdacRecord>> {
         let mut tx = self.begin_write().await?;
@@ -139,13 +142,14 @@ impl<E: Engine> SdacStore for SqlStore<E> {
                 // being paid for as priced, and ends once it settles.
                 sql(format!(
                     "update sdac_session set trials = trials + 1, simulated_milli = simulated_milli + $1 \
-                     where session_id = $2 and agent_id = $3 and ended_at is null and {} returning *",
+                     where session_id = $2 and agent_id = $3 and ended_at is null and trials < $5 and {} returning *",
                     payments::no_live_payment("sdac_session", "sdac_session.session_id", "$4")
                 ))
                 .bind(total.milli())
                 .bind(session_id)
                 .bind(agent_id)
-                .bind(payments::stale_before(now)),
+                .bind(payments::stale_before(now))
+                .bind(max_trials),
             )
             .await?;
         let Some(row) = row else { return Ok(None) };

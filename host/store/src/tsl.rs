@@ -53,6 +53,8 @@ pub enum DependencyAdded {
     Exists,
     /// The dependency already depends, directly or not, on the tool.
     Cycle,
+    /// The tool has its most dependencies already.
+    TooMany,
 }
 
 /// A purchase to write with its payment's reservation.
@@ -131,6 +133,8 @@ pub enum ShareAdded {
     Exceeded {
         committed_ppm: u32,
     },
+    /// The tool has its most revenue shares already.
+    TooMany,
 }
 
 /// What setting a human share concluded.
@@ -182,11 +186,14 @@ pub trait TslStore {
     async fn tools(&self, filter: ToolFilter) -> Result<(Vec<ToolRecord>, i64)>;
     async fn dependencies(&self, tool_id: Uuid) -> Result<Vec<DependencyRecord>>;
     /// Adds `tool_id -> depends_on` unless it exists or closes a cycle.
+    /// Adds a dependency of the tool, unless it exists, would close a
+    /// cycle, or the tool has `max_dependencies` already.
     async fn add_dependency(
         &self,
         tool_id: Uuid,
         depends_on: Uuid,
         purchase_id: Option<Uuid>,
+        max_dependencies: i64,
         now: DateTime<Utc>,
     ) -> Result<DependencyAdded>;
     async fn purchase(&self, purchase_id: Uuid) -> Result<Option<PurchaseRecord>>;
@@ -201,7 +208,9 @@ pub trait TslStore {
     async fn tool_sales(&self, seller: Uuid) -> Result<Vec<ToolSales>>;
     /// The market between `from` and `to`, each buyer's purchases counted at most `cap` times.
     async fn market_window(&self, from: DateTime<Utc>, to: DateTime<Utc>, cap: i64) -> Result<MarketWindow>;
-    async fn add_revenue_share(&self, share: &NewShare) -> Result<ShareAdded>;
+    /// Adds a revenue share of the tool, unless it has `max_shares` already
+    /// (counted under the tool's lock).
+    async fn add_revenue_share(&self, share: &NewShare, max_shares: i64) -> Result<ShareAdded>;
     async fn revenue_shares(&self, tool_id: Uuid) -> Result<Vec<ShareRecord>>;
     /// Sets the owner's human share of the tool, superseding any earlier one.
     async fn set_human_share(
@@ -220,7 +229,6 @@ pub trait TslStore {
     async fn latest_transfer(&self, tool_id: Uuid) -> Result<Option<TransferRecord>>;
     /// Cancels the tool's pending declaration, if it has one.
     async fn cancel_transfer(&self, tool_id: Uuid, now: DateTime<Utc>) -> Result<Option<TransferRecord>>;
-    /// Carries out up to `limit` declarations due at `now`; returns how many.
     /// Carries out up to `limit` declarations due by `now`; a transfer to
     /// an agent that sells `max_active` active tools by then is cancelled
     /// instead (the tool stays with its seller). Returns how many were
@@ -343,6 +351,7 @@ impl<E: Engine> TslStore for SqlStore<E> {
         tool_id: Uuid,
         depends_on: Uuid,
         purchase_id: Option<Uuid>,
+        max_dependencies: i64,
         now: DateTime<Utc>,
     ) -> Result<DependencyAdded> {
         let mut tx = self.begin_write().await?;
@@ -350,13 +359,20 @@ impl<E: Engine> TslStore for SqlStore<E> {
         // inserts would be invisible to each of them.
         let _: Option<i32> =
             tx.scalar_optional(sql(format!("select lock_id from tsl_graph_lock where lock_id = 1{}", self.db.for_update()))).await?;
-        let exists: i64 = tx
-            .scalar(
-                sql("select count(*) from tsl_dependency where tool_id = $1 and depends_on_tool_id = $2").bind(tool_id).bind(depends_on),
+        let row = tx
+            .fetch_one(
+                sql("select (select count(*) from tsl_dependency where tool_id = $1 and depends_on_tool_id = $2) as same, \
+                            (select count(*) from tsl_dependency where tool_id = $1) as dependencies")
+                .bind(tool_id)
+                .bind(depends_on),
             )
             .await?;
-        if exists > 0 {
+        let (same, dependencies): (i64, i64) = (row.get("same")?, row.get("dependencies")?);
+        if same > 0 {
             return Ok(DependencyAdded::Exists);
+        }
+        if dependencies >= max_dependencies {
+            return Ok(DependencyAdded::TooMany);
         }
         // Does the dependency reach the tool already?
         let reaches: i64 = tx
@@ -529,19 +545,25 @@ impl<E: Engine> TslStore for SqlStore<E> {
             .collect()
     }
 
-    async fn add_revenue_share(&self, share: &NewShare) -> Result<ShareAdded> {
+    async fn add_revenue_share(&self, share: &NewShare, max_shares: i64) -> Result<ShareAdded> {
         let mut tx = self.begin_write().await?;
         lock_tool(&mut tx, self.db.for_update(), share.tool_id).await?;
-        let exists: i64 = tx
-            .scalar(
-                sql("select count(*) from tsl_revenue_share where tool_id = $1 and component_tool_id = $2 and beneficiary_agent_id = $3")
-                    .bind(share.tool_id)
-                    .bind(share.component_tool_id)
-                    .bind(share.beneficiary_agent_id),
+        let row = tx
+            .fetch_one(
+                sql("select (select count(*) from tsl_revenue_share where tool_id = $1 and component_tool_id = $2 \
+                               and beneficiary_agent_id = $3) as same, \
+                            (select count(*) from tsl_revenue_share where tool_id = $1) as shares")
+                .bind(share.tool_id)
+                .bind(share.component_tool_id)
+                .bind(share.beneficiary_agent_id),
             )
             .await?;
-        if exists > 0 {
+        let (same, shares): (i64, i64) = (row.get("same")?, row.get("shares")?);
+        if same > 0 {
             return Ok(ShareAdded::Exists);
+        }
+        if shares >= max_shares {
+            return Ok(ShareAdded::TooMany);
         }
         let committed = committed_ppm(&mut tx, share.tool_id).await?;
         if u64::from(committed) + u64::from(share.rate_ppm) > u64::from(PPM_ONE) {

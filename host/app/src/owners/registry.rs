@@ -27,6 +27,10 @@ pub async fn categories(
 }
 
 /// A new category for the owner's agents.
+/// The most categories one owner registers, inactive ones included (each
+/// is listed, exported and checked by its agents' declarations).
+pub const CATEGORIES_PER_OWNER: i64 = 500;
+
 pub async fn add(
     services: &Services,
     owner: &OwnerRecord,
@@ -54,8 +58,17 @@ pub async fn add(
         active: true,
         created_at: services.clock.now(),
     };
-    if !services.store.insert_classification(owner.owner_id, &category).await? {
-        return Err(exists());
+    match services.store.insert_classification(owner.owner_id, &category, CATEGORIES_PER_OWNER).await? {
+        anchor_store::CategoryAdded::Added => {}
+        anchor_store::CategoryAdded::Exists => return Err(exists()),
+        anchor_store::CategoryAdded::TooMany => {
+            return Err(AppError::Conflict {
+                code: "CLASSIFICATION_LIMIT_REACHED",
+                message: format!(
+                    "an owner registers at most {CATEGORIES_PER_OWNER} categories (inactive ones included); edit or reuse one"
+                ),
+            });
+        }
     }
     Ok(category)
 }

@@ -36,7 +36,8 @@ pub fn operations() -> Vec<Operation> {
             }))
             .returns::<TrialView>(200, "Simulation result (DAC cost preview)")
             .error(400, "A malformed session id or EE, or ee_preset.", &["INVALID_UUID", "MISSING_FIELD", "INVALID_ENUM", "INVALID_VALUE", "UNKNOWN_FIELD"])
-            .error(404, "No open session of this agent with that id (or its end is being paid).", &["SESSION_NOT_FOUND"]),
+            .error(404, "No open session of this agent with that id (or its end is being paid).", &["SESSION_NOT_FOUND"])
+            .error(409, "The session holds its most trials (1,000) already; end it and start another.", &["SDAC_TRIAL_LIMIT_REACHED"]),
         op(Method::GET, "/v1/sdac/session/{session_id}", get(history))
             .tag("sDAC")
             .summary("A session of yours: its trials, their simulated totals, what it cost (free)")

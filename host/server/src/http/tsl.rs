@@ -98,7 +98,11 @@ pub fn operations() -> Vec<Operation> {
             )
             .error(403, "You do not sell tool_id.", &["NOT_TOOL_OWNER"])
             .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
-            .error(409, "The dependency is declared already.", &["DEPENDENCY_EXISTS"]),
+            .error(
+                409,
+                "The dependency is declared already, or the tool declares 50 dependencies already.",
+                &["DEPENDENCY_EXISTS", "DEPENDENCY_LIMIT_REACHED"],
+            ),
         purchase_operation(tsl::PURCHASE, post(purchase), "Buy a layer 1 tool: its price plus the service fee, over x402")
             .error(
                 409,
@@ -152,7 +156,11 @@ pub fn operations() -> Vec<Operation> {
             )
             .error(403, "You do not sell tool_id.", &["NOT_TOOL_OWNER"])
             .error(404, "No such tool or beneficiary.", &["TOOL_NOT_FOUND", "AGENT_NOT_FOUND"])
-            .error(409, "This tool, component and beneficiary have a share already.", &["REVENUE_SHARE_EXISTS"]),
+            .error(
+                409,
+                "This tool, component and beneficiary have a share already, or the tool has 20 revenue shares already.",
+                &["REVENUE_SHARE_EXISTS", "REVENUE_SHARE_LIMIT_REACHED"],
+            ),
         op(Method::GET, "/v1/tsl/tool/{tool_id}/revenue-shares", get(revenue_shares))
             .tag(TAG)
             .summary("A tool's revenue shares (its seller and beneficiaries only)")

@@ -38,7 +38,11 @@ pub fn operations() -> Vec<Operation> {
             .takes::<NewCategory>(json!({ "classification_key": "vendor_payment", "classification_label": "Vendor payment" }))
             .returns::<Category>(201, "Created")
             .error(400, "Invalid key, label or description", &["MISSING_FIELD", "INVALID_VALUE", "UNKNOWN_FIELD"])
-            .error(409, "The key exists already (this owner's, active or not, or a base key)", &["CLASSIFICATION_KEY_EXISTS"]),
+            .error(
+                409,
+                "The key exists already (this owner's, active or not, or a base key), or the owner has 500 categories already",
+                &["CLASSIFICATION_KEY_EXISTS", "CLASSIFICATION_LIMIT_REACHED"],
+            ),
         op(Method::PATCH, "/dap/classification/{id}", patch(update))
             .tag("Classification")
             .summary("Change an active category's label or description (the key stays)")
