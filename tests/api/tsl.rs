@@ -362,6 +362,20 @@ async fn shares_never_take_more_than_the_price(backend: Backend) {
     let list = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
     assert_eq!(quarter(&list.json), (json!(false), json!("unlinked")), "{}", list.text);
     assert_eq!(t.scalar("select count(*) from tsl_human_share where ended_at is null").await, 0);
+
+    // Each setting is kept: a tool's human share is set at most ten times a UTC day.
+    let daily = register_tool(&t, &seller, "daily", 10.0, "layer1").await;
+    for n in 0..10 {
+        let set = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&daily, 0.01 * f64::from(n + 1)))).await;
+        assert_eq!(set.status.as_u16(), 201, "{n}: {}", set.text);
+    }
+    let eleventh = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&daily, 0.2))).await;
+    eleventh.assert_error(429, "RATE_LIMITED");
+    assert!(eleventh.headers.get("retry-after").is_some(), "{}", eleventh.text);
+    t.clock.advance(Duration::days(1));
+    let owner = t.login(&owner.email, OWNER_PASSWORD).await;
+    let next_day = t.as_owner(&owner, "POST", "/dap/tsl/human-share", Some(&human(&daily, 0.2))).await;
+    assert_eq!(next_day.status.as_u16(), 201, "{}", next_day.text);
 }
 
 async fn dependencies_never_form_a_cycle(backend: Backend) {

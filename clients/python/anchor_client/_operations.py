@@ -49,7 +49,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('GET', '/dap/register/suggested-country'): (None, {200: 'SuggestedCountry', 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/system/limits'): (None, {200: 'Limits', 401: 'Error', 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/trial/status'): (None, {200: 'Trials', 401: 'Error', 414: None, 429: None, 431: None, 503: None}),
-    ('POST', '/dap/tsl/human-share'): ('HumanShareRequest', {201: 'HumanShareView', 400: 'Error', 401: 'Error', 403: 'Error', 404: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('POST', '/dap/tsl/human-share'): ('HumanShareRequest', {201: 'HumanShareView', 400: 'Error', 401: 'Error', 403: 'Error', 404: 'Error', 408: None, 413: None, 414: None, 429: 'Error', 431: None, 503: None}),
     ('GET', '/dap/tsl/human-shares'): (None, {200: 'HumanShareList', 401: 'Error', 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/usage/daily'): (None, {200: 'Usage', 400: 'Error', 401: 'Error', 403: 'Error', 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/health'): (None, {200: 'Health', 414: None, 429: None, 431: None, 503: 'Health'}),

@@ -37,6 +37,9 @@ pub const DEPENDENCIES_PER_TOOL: i64 = 50;
 /// The most revenue shares one tool agrees (each sale writes one
 /// distribution per share, in the settlement's transaction).
 pub const SHARES_PER_TOOL: i64 = 20;
+/// The most times a tool's human share is set in a UTC day (each setting
+/// stays in the owner's listing).
+pub const HUMAN_SHARE_SETTINGS_PER_DAY: i64 = 10;
 
 fn tool_not_found(tool_id: Uuid) -> AppError {
     AppError::not_found("TOOL_NOT_FOUND", format!("no tool {tool_id} is registered"))
@@ -596,8 +599,23 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
     }
     let tool = tool(services, tool_id).await?;
     crate::owners::managed(services, owner, tool.seller_agent_id).await?;
-    let id = match services.store.set_human_share(owner.owner_id, tool.seller_agent_id, tool_id, rate_ppm, services.clock.now()).await? {
+    let now = services.clock.now();
+    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let set = services
+        .store
+        .set_human_share(owner.owner_id, tool.seller_agent_id, tool_id, rate_ppm, day_start, HUMAN_SHARE_SETTINGS_PER_DAY, now)
+        .await?;
+    let id = match set {
         HumanShareSet::Set { human_share_id } => human_share_id,
+        HumanShareSet::TooOften => {
+            let tomorrow = day_start + Duration::days(1);
+            return Err(AppError::RateLimited {
+                message: format!(
+                    "a tool's human share is set at most {HUMAN_SHARE_SETTINGS_PER_DAY} times a UTC day (each setting is kept); try again after the day turns"
+                ),
+                retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64,
+            });
+        }
         HumanShareSet::Exceeded { committed_ppm } => return Err(exceeded(committed_ppm, rate_ppm)),
         HumanShareSet::NotLinked => {
             return Err(AppError::forbidden("NOT_LINKED", format!("agent {} is not managed by this owner", tool.seller_agent_id)));

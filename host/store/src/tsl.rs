@@ -150,6 +150,8 @@ pub enum HumanShareSet {
     /// The owner no longer manages the tool's seller (unlinked, or the tool
     /// moved, since it was checked).
     NotLinked,
+    /// The tool's human share was set its most times since the day began.
+    TooOften,
 }
 
 /// The market over a window, for its de-identified release.
@@ -212,13 +214,17 @@ pub trait TslStore {
     /// (counted under the tool's lock).
     async fn add_revenue_share(&self, share: &NewShare, max_shares: i64) -> Result<ShareAdded>;
     async fn revenue_shares(&self, tool_id: Uuid) -> Result<Vec<ShareRecord>>;
-    /// Sets the owner's human share of the tool, superseding any earlier one.
+    /// Sets the owner's human share of the tool (superseding any earlier
+    /// one), unless it was set `per_day` times since `day_start`.
+    #[allow(clippy::too_many_arguments)]
     async fn set_human_share(
         &self,
         owner_id: Uuid,
         agent_id: Uuid,
         tool_id: Uuid,
         rate_ppm: u32,
+        day_start: DateTime<Utc>,
+        per_day: i64,
         now: DateTime<Utc>,
     ) -> Result<HumanShareSet>;
     /// The owner's human shares, newest first, with what they accrued.
@@ -605,12 +611,15 @@ impl<E: Engine> TslStore for SqlStore<E> {
             .collect()
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn set_human_share(
         &self,
         owner_id: Uuid,
         agent_id: Uuid,
         tool_id: Uuid,
         rate_ppm: u32,
+        day_start: DateTime<Utc>,
+        per_day: i64,
         now: DateTime<Utc>,
     ) -> Result<HumanShareSet> {
         let mut tx = self.begin_write().await?;
@@ -632,6 +641,13 @@ impl<E: Engine> TslStore for SqlStore<E> {
             .await?;
         if linked.is_none() {
             return Ok(HumanShareSet::NotLinked);
+        }
+        // Each setting is kept (the listing shows them all): a day's are bounded.
+        let today: i64 = tx
+            .scalar(sql("select count(*) from tsl_human_share where tool_id = $1 and created_at >= $2").bind(tool_id).bind(day_start))
+            .await?;
+        if today >= per_day {
+            return Ok(HumanShareSet::TooOften);
         }
         let shares: i64 = tx
             .scalar(sql("select cast(coalesce(sum(rate_ppm), 0) as bigint) from tsl_revenue_share where tool_id = $1").bind(tool_id))

@@ -39,7 +39,12 @@ pub fn operations() -> Vec<Operation> {
                 &["INVALID_UUID", "INVALID_VALUE", "MISSING_FIELD", "UNKNOWN_FIELD", "SHARE_RATE_EXCEEDED"],
             )
             .error(403, "An agent-type owner, or the tool's seller is not your agent.", &["HUMAN_OWNER_REQUIRED", "NOT_LINKED"])
-            .error(404, "No such tool.", &["TOOL_NOT_FOUND"]),
+            .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
+            .error(
+                429,
+                "The tool's human share was set 10 times today already (each setting is kept); Retry-After says when the day turns.",
+                &["RATE_LIMITED"],
+            ),
         op(Method::GET, "/dap/tsl/human-shares", get(list))
             .tag("DAP TSL")
             .summary("Your human shares, newest first, with what each accrued")
