@@ -115,7 +115,7 @@ async fn an_end_racing_its_trials_charges_every_trial_it_counts(backend: Backend
 }
 
 /// Trials are kept and answered whole with the session: a session counts at
-/// most 1,000, then says so (not "no session"), and still ends.
+/// most 1,000, then says so (not "no session"), and is still read whole.
 async fn a_session_counts_at_most_a_thousand_trials(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;

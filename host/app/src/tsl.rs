@@ -611,7 +611,7 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
             let tomorrow = day_start + Duration::days(1);
             return Err(AppError::RateLimited {
                 message: format!(
-                    "a tool's human share is set at most {HUMAN_SHARE_SETTINGS_PER_DAY} times a UTC day (each setting is kept); try again after the day turns"
+                    "an owner sets a tool's human share at most {HUMAN_SHARE_SETTINGS_PER_DAY} times a UTC day (each setting is kept); try again after the day turns"
                 ),
                 retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64,
             });

@@ -68,7 +68,6 @@ pub trait OwnerStore: Send + Sync {
     async fn owner_classifications(&self, owner_id: Uuid, include_inactive: bool) -> Result<Vec<OwnerClassification>>;
     /// True if a base category has this key.
     async fn base_classification_exists(&self, key: &str) -> Result<bool>;
-    /// False if the owner already has a category with this key (active or not).
     /// Adds an owner's category, unless its key is taken or the owner has
     /// `max` categories already (active or not, counted under its row's lock).
     async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification, max: i64) -> Result<CategoryAdded>;

@@ -187,7 +187,6 @@ pub trait TslStore {
     /// A page of tools, newest first, and how many match in all.
     async fn tools(&self, filter: ToolFilter) -> Result<(Vec<ToolRecord>, i64)>;
     async fn dependencies(&self, tool_id: Uuid) -> Result<Vec<DependencyRecord>>;
-    /// Adds `tool_id -> depends_on` unless it exists or closes a cycle.
     /// Adds a dependency of the tool, unless it exists, would close a
     /// cycle, or the tool has `max_dependencies` already.
     async fn add_dependency(
@@ -215,7 +214,7 @@ pub trait TslStore {
     async fn add_revenue_share(&self, share: &NewShare, max_shares: i64) -> Result<ShareAdded>;
     async fn revenue_shares(&self, tool_id: Uuid) -> Result<Vec<ShareRecord>>;
     /// Sets the owner's human share of the tool (superseding any earlier
-    /// one), unless it was set `per_day` times since `day_start`.
+    /// one), unless the owner set it `per_day` times since `day_start`.
     #[allow(clippy::too_many_arguments)]
     async fn set_human_share(
         &self,
@@ -642,9 +641,16 @@ impl<E: Engine> TslStore for SqlStore<E> {
         if linked.is_none() {
             return Ok(HumanShareSet::NotLinked);
         }
-        // Each setting is kept (the listing shows them all): a day's are bounded.
+        // Each setting is kept (the owner's listing shows them all): an
+        // owner's settings of a tool in a day are bounded (read by the
+        // owner's index; another owner's settings do not count).
         let today: i64 = tx
-            .scalar(sql("select count(*) from tsl_human_share where tool_id = $1 and created_at >= $2").bind(tool_id).bind(day_start))
+            .scalar(
+                sql("select count(*) from tsl_human_share where owner_id = $1 and created_at >= $2 and tool_id = $3")
+                    .bind(owner_id)
+                    .bind(day_start)
+                    .bind(tool_id),
+            )
             .await?;
         if today >= per_day {
             return Ok(HumanShareSet::TooOften);

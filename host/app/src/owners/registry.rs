@@ -26,11 +26,11 @@ pub async fn categories(
     Ok((mine, base))
 }
 
-/// A new category for the owner's agents.
 /// The most categories one owner registers, inactive ones included (each
 /// is listed, exported and checked by its agents' declarations).
 pub const CATEGORIES_PER_OWNER: i64 = 500;
 
+/// A new category for the owner's agents.
 pub async fn add(
     services: &Services,
     owner: &OwnerRecord,

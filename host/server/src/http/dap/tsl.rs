@@ -42,7 +42,7 @@ pub fn operations() -> Vec<Operation> {
             .error(404, "No such tool.", &["TOOL_NOT_FOUND"])
             .error(
                 429,
-                "The tool's human share was set 10 times today already (each setting is kept); Retry-After says when the day turns.",
+                "You set the tool's human share 10 times today already (each setting is kept); Retry-After says when the day turns.",
                 &["RATE_LIMITED"],
             ),
         op(Method::GET, "/dap/tsl/human-shares", get(list))
