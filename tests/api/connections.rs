@@ -44,27 +44,7 @@ fn split(answer: &str) -> (&str, Value) {
 async fn raw_from(from: [u8; 4], to: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = connect_from(from, to).await;
     let _ = stream.write_all(request).await;
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(wait, async {
-        let mut buffer = [0u8; 4096];
-        loop {
-            let text = String::from_utf8_lossy(&answer).into_owned();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
-                if length.is_some_and(|n| body.len() >= n) {
-                    return;
-                }
-            }
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => answer.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
-    String::from_utf8_lossy(&answer).into_owned()
+    read_answer(&mut stream, wait).await
 }
 
 /// 1,100 unauthenticated `POST /mcp` heads whose bodies drip a byte at a

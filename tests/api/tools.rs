@@ -676,33 +676,6 @@ async fn head_on(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) 
     String::from_utf8_lossy(&head).into_owned()
 }
 
-/// Reads one answer from `stream`: its head and as much body as its
-/// Content-Length says (or until the server closes, or `wait` passes).
-async fn answer_on(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> String {
-    use tokio::io::AsyncReadExt;
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(wait, async {
-        let mut buffer = [0u8; 4096];
-        loop {
-            let text = String::from_utf8_lossy(&answer).into_owned();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)));
-                if length.is_some_and(|n: usize| body.len() >= n) {
-                    return;
-                }
-            }
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => answer.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 /// An upload is let in before a byte of its body is read: someone else's
 /// tool is refused at once (no upload makes the host read for a stranger);
 /// the host reads and compiles four uploads at once, a seller one, and a
@@ -733,7 +706,7 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
         // With or without Expect: 100-continue, the refusal is the answer.
         let head = if n == 0 { upload_head(&stranger, tool, 20 << 20) } else { upload_head_expecting(&stranger, tool, 20 << 20) };
         stream.write_all(head.as_bytes()).await.unwrap();
-        let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+        let answer = read_answer(&mut stream, Duration::from_secs(20)).await;
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code), "{answer}");
         assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
@@ -750,7 +723,7 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
         let started = Instant::now();
         let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
         stream.write_all(head.as_bytes()).await.unwrap();
-        let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+        let answer = read_answer(&mut stream, Duration::from_secs(20)).await;
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")) && answer.contains(code), "{answer}");
         assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
@@ -780,7 +753,7 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
     let fifth_tool = registered(&t, &fifth, &profile_tool("fifth")).await;
     let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     stream.write_all(upload_head(&fifth, &fifth_tool, wasm.len()).as_bytes()).await.unwrap();
-    let answer = answer_on(&mut stream, Duration::from_secs(20)).await;
+    let answer = read_answer(&mut stream, Duration::from_secs(20)).await;
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("TOOL_RUNNER_BUSY"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("retry-after:"), "{answer}");
     assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 0, "an upload counts once its bytes have arrived");
@@ -790,7 +763,7 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
         stream.write_all(&wasm[1000..]).await.unwrap();
     }
     for (_, _, stream) in &mut under_way {
-        let answer = answer_on(stream, Duration::from_secs(180)).await;
+        let answer = read_answer(stream, Duration::from_secs(180)).await;
         assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     }
     assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 4);

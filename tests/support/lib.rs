@@ -722,3 +722,30 @@ macro_rules! both_backends {
         }
     };
 }
+
+/// Reads one HTTP answer from `stream`: its head and as much body as its
+/// Content-Length says (or until the server closes, or `wait` passes).
+pub async fn read_answer(stream: &mut tokio::net::TcpStream, wait: std::time::Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(wait, async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
+                if length.is_some_and(|n| body.len() >= n) {
+                    return;
+                }
+            }
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&answer).into_owned()
+}

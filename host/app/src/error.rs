@@ -90,6 +90,12 @@ impl AppError {
         AppError::NotFound { code, message: message.into() }
     }
 
+    /// 429 for a quota of the UTC day spent at `now`: Retry-After counts to the next midnight.
+    pub fn until_the_day_turns(message: String, now: chrono::DateTime<chrono::Utc>) -> AppError {
+        let tomorrow = anchor_domain::ara::day_start_of(now) + chrono::Duration::days(1);
+        AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 }
+    }
+
     /// The documented `error_code`.
     pub fn code(&self) -> &str {
         match self {

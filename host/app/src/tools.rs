@@ -23,9 +23,9 @@
 //! seller makes the host read any. Once its bytes have arrived (not empty,
 //! not over the size) it counts against the seller's and the tool's daily
 //! quota, a component refused at compilation and the same bytes again
-//! included; an upload told to try again later (503) does not count. The same bytes as the current version change nothing and
-//! compile nothing, and a component this host has compiled before is not
-//! compiled again.
+//! included; an upload told to try again later (503) does not count. The
+//! same bytes as the current version change nothing and compile nothing,
+//! and a component this host has compiled before is not compiled again.
 //!
 //! Content-blind: a run's observations and report are never stored, only
 //! who ran which component version, when, the outcome and the instructions used.
@@ -292,18 +292,17 @@ pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uui
         });
     }
     let now = services.clock.now();
-    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let day_start = anchor_domain::ara::day_start_of(now);
     let (tool_uploads, seller_uploads) = services.store.uploads_since(tool_id, agent.agent_id, day_start).await?;
     if seller_uploads >= UPLOADS_PER_SELLER_PER_DAY || tool_uploads >= UPLOADS_PER_DAY {
-        return Err(quota_spent(seller_uploads >= UPLOADS_PER_SELLER_PER_DAY, now, day_start));
+        return Err(quota_spent(seller_uploads >= UPLOADS_PER_SELLER_PER_DAY, now));
     }
     let place = services.tools.upload_place(agent.agent_id).await?;
     Ok(UploadAdmitted { tool_id, seller: agent.agent_id, place })
 }
 
 /// 429 for a spent daily upload quota (the seller's, or the tool's).
-fn quota_spent(per_seller: bool, now: chrono::DateTime<chrono::Utc>, day_start: chrono::DateTime<chrono::Utc>) -> AppError {
-    let tomorrow = day_start + chrono::Duration::days(1);
+fn quota_spent(per_seller: bool, now: chrono::DateTime<chrono::Utc>) -> AppError {
     let message = if per_seller {
         format!(
             "a seller makes at most {UPLOADS_PER_SELLER_PER_DAY} uploads a UTC day, all its tools together; try again after the day turns"
@@ -311,7 +310,7 @@ fn quota_spent(per_seller: bool, now: chrono::DateTime<chrono::Utc>, day_start: 
     } else {
         format!("a tool takes at most {UPLOADS_PER_DAY} uploads a UTC day; try again after the day turns")
     };
-    AppError::RateLimited { message, retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64 }
+    AppError::until_the_day_turns(message, now)
 }
 
 /// PUT /v1/tsl/tool/{tool_id}/component: the seller's component for its
@@ -375,9 +374,9 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
 /// quota of the day (refused with 429 when one is spent).
 async fn count_upload(services: &Services, tool_id: Uuid, seller: Uuid) -> AppResult<()> {
     let now = services.clock.now();
-    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let day_start = anchor_domain::ara::day_start_of(now);
     match services.store.count_upload(tool_id, seller, now, day_start, UPLOADS_PER_DAY, UPLOADS_PER_SELLER_PER_DAY).await? {
-        UploadCounted::TooMany { per_seller } => Err(quota_spent(per_seller, now, day_start)),
+        UploadCounted::TooMany { per_seller } => Err(quota_spent(per_seller, now)),
         UploadCounted::Counted => Ok(()),
     }
 }

@@ -600,7 +600,7 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
     let tool = tool(services, tool_id).await?;
     crate::owners::managed(services, owner, tool.seller_agent_id).await?;
     let now = services.clock.now();
-    let day_start = anchor_domain::ara::day_start(anchor_domain::ara::day_of(now));
+    let day_start = anchor_domain::ara::day_start_of(now);
     let set = services
         .store
         .set_human_share(owner.owner_id, tool.seller_agent_id, tool_id, rate_ppm, day_start, HUMAN_SHARE_SETTINGS_PER_DAY, now)
@@ -608,13 +608,12 @@ pub async fn set_human_share(services: &Services, owner: &OwnerRecord, tool_id: 
     let id = match set {
         HumanShareSet::Set { human_share_id } => human_share_id,
         HumanShareSet::TooOften => {
-            let tomorrow = day_start + Duration::days(1);
-            return Err(AppError::RateLimited {
-                message: format!(
+            return Err(AppError::until_the_day_turns(
+                format!(
                     "an owner sets a tool's human share at most {HUMAN_SHARE_SETTINGS_PER_DAY} times a UTC day (each setting is kept); try again after the day turns"
                 ),
-                retry_after_secs: (tomorrow - now).num_seconds().max(1) as u64,
-            });
+                now,
+            ));
         }
         HumanShareSet::Exceeded { committed_ppm } => return Err(exceeded(committed_ppm, rate_ppm)),
         HumanShareSet::NotLinked => {

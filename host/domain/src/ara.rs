@@ -87,6 +87,11 @@ pub fn day_start(day: i32) -> DateTime<Utc> {
     Utc.timestamp_opt(0, 0).single().expect("epoch") + Duration::days(i64::from(day))
 }
 
+/// The start (00:00 UTC) of the day `t` falls in.
+pub fn day_start_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    day_start(day_of(t))
+}
+
 /// The 6-hour UTC bucket (`00-06`, `06-12`, `12-18`, `18-24`) of a time.
 pub fn time_zone(t: DateTime<Utc>) -> &'static str {
     ["00-06", "06-12", "12-18", "18-24"][(t.hour() / 6) as usize]

@@ -490,6 +490,18 @@ pub async fn protocol_limits(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
+/// `router` behind the request-level limits every server of this binary
+/// keeps: each body's deadline and declared size ([`body_deadline`]), the
+/// URL and header bounds ([`protocol_limits`]), and a panic answered as a
+/// 500 ([`catch_panic`]).
+pub fn guarded<S: Clone + Send + Sync + 'static>(router: Router<S>, limits: HttpLimits) -> Router<S> {
+    let (timeout, max) = (limits.body_read_timeout, limits.max_body_bytes);
+    router
+        .layer(axum::middleware::from_fn(move |request, next| body_deadline(timeout, max, request, next)))
+        .layer(axum::middleware::from_fn(protocol_limits))
+        .layer(axum::middleware::from_fn(catch_panic))
+}
+
 /// The error a request body gives when it did not arrive in time.
 #[derive(Debug)]
 pub struct BodyTimeout;

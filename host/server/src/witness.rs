@@ -321,12 +321,8 @@ pub async fn serve_on(
     limits: HttpLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (timeout, max) = (limits.body_read_timeout, limits.max_body_bytes.min(MAX_BODY));
-    let app = router(witness)
-        .layer(axum::middleware::from_fn(move |request, next| crate::listener::body_deadline(timeout, max, request, next)))
-        .layer(axum::middleware::from_fn(crate::listener::protocol_limits))
-        .layer(axum::middleware::from_fn(crate::listener::catch_panic));
-    crate::listener::serve(listener, app, limits, shutdown).await
+    let limits = HttpLimits { max_body_bytes: limits.max_body_bytes.min(MAX_BODY), ..limits };
+    crate::listener::serve(listener, crate::listener::guarded(router(witness), limits), limits, shutdown).await
 }
 
 /// Reads an answer's body, refusing one over `limit` bytes without reading the rest.

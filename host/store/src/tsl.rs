@@ -245,14 +245,7 @@ pub trait TslStore {
 impl<E: Engine> TslStore for SqlStore<E> {
     async fn register_tool(&self, tool: &NewTool, max_active: i64) -> Result<bool> {
         let mut tx = self.begin_write().await?;
-        let _: Option<Uuid> = tx
-            .scalar_optional(
-                sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(tool.seller_agent_id),
-            )
-            .await?;
-        let active: i64 = tx
-            .scalar(sql("select count(*) from tsl_tool where seller_agent_id = $1 and status = 'active'").bind(tool.seller_agent_id))
-            .await?;
+        let active = lock_and_count_active_tools(&mut tx, self.db.for_update(), tool.seller_agent_id).await?;
         if active >= max_active {
             return Ok(false);
         }
@@ -799,14 +792,8 @@ impl<E: Engine> TslStore for SqlStore<E> {
             let Some(row) = row else { continue };
             let transfer = transfer_of(&row)?;
             if let (TransferAction::Transfer, Some(target)) = (transfer.action, transfer.target_agent_id) {
-                // The target's row, locked as a registration locks it: its
-                // active tools are counted one change at a time.
-                let _: Option<Uuid> = tx
-                    .scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{}", self.db.for_update())).bind(target))
-                    .await?;
-                let active: i64 =
-                    tx.scalar(sql("select count(*) from tsl_tool where seller_agent_id = $1 and status = 'active'").bind(target)).await?;
-                if active >= max_active {
+                // Counted as a registration counts them.
+                if lock_and_count_active_tools(&mut tx, self.db.for_update(), target).await? >= max_active {
                     tx.execute(sql("update tsl_transfer set status = 'cancelled' where transfer_id = $1").bind(transfer_id)).await?;
                     tx.commit().await?;
                     tracing::info!(%transfer_id, tool_id = %transfer.tool_id, %target, "a transfer was cancelled: its target sells the most active tools");
@@ -1001,6 +988,14 @@ async fn insert_distribution<X: Exec>(
 }
 
 /// Locks a tool's row: changes to its rates and transfers run one at a time.
+/// The agent's active tools, counted under a lock of its row, so that a
+/// registration and a transfer to it are counted one at a time.
+async fn lock_and_count_active_tools<X: Exec>(tx: &mut X, for_update: &str, agent_id: Uuid) -> Result<i64> {
+    let _: Option<Uuid> =
+        tx.scalar_optional(sql(format!("select agent_id from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
+    tx.scalar(sql("select count(*) from tsl_tool where seller_agent_id = $1 and status = 'active'").bind(agent_id)).await
+}
+
 pub(crate) async fn lock_tool<X: Exec>(tx: &mut X, for_update: &str, tool_id: Uuid) -> Result<()> {
     // On PostgreSQL `for no key update`: changes of one tool still take
     // turns, but rows that merely point at the tool (a purchase, an upload,

@@ -104,7 +104,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
     if state.settings.metrics_on_api {
         router = router.route("/metrics", get(observe::metrics));
     }
-    router
+    let router = router
         .merge(portal::router())
         .merge(others)
         .fallback(not_found)
@@ -112,14 +112,8 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forwarded::middleware))
-        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            listener::body_deadline(limits.body_read_timeout, limits.max_body_bytes, request, next)
-        }))
-        .layer(axum::middleware::from_fn(listener::protocol_limits))
-        .layer(axum::middleware::from_fn(listener::catch_panic))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware))
-        .with_state(state)
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes));
+    listener::guarded(router, limits).layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware)).with_state(state)
 }
 
 /// A response to a request that carried credentials (a bearer token or a
