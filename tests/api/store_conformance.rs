@@ -403,6 +403,27 @@ async fn a_session_opens_only_with_the_password_still_in_place(backend: Backend)
     assert!(store.insert_session(&[4; 32], owner.owner_id, Some("$argon2id$new"), now(), later).await.unwrap());
     assert!(live([4; 32]).await);
     assert!(!store.insert_session(&[5; 32], Uuid::new_v4(), None, now(), later).await.unwrap(), "no such owner");
+
+    // A category added by a request that authenticated before the owner was
+    // erased finds the owner gone: the erasure deleted every category, and
+    // none comes back after it.
+    let category = |key: &str| OwnerClassification {
+        classification_id: Uuid::new_v4(),
+        key: key.into(),
+        label: "label".into(),
+        description: None,
+        active: true,
+        created_at: now(),
+    };
+    assert_eq!(store.insert_classification(owner.owner_id, &category("kept_until_erased"), 500).await.unwrap(), CategoryAdded::Added);
+    store.set_owner_deletion(owner.owner_id, Some((now(), now() + Duration::days(1)))).await.unwrap();
+    assert_eq!(store.erase_due_owners(now() + Duration::days(2)).await.unwrap(), 1);
+    assert_eq!(store.insert_classification(owner.owner_id, &category("after_erasure"), 500).await.unwrap(), CategoryAdded::OwnerGone);
+    assert!(
+        store.owner_classifications(owner.owner_id, true).await.unwrap().is_empty(),
+        "nothing of the erased owner's categories is left"
+    );
+    assert_eq!(store.insert_classification(Uuid::new_v4(), &category("nobody"), 500).await.unwrap(), CategoryAdded::OwnerGone);
 }
 
 /// An sDAC session whose end is being paid inline: while the payment is

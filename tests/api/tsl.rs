@@ -633,3 +633,53 @@ async fn paid_market(t: &TestServer, agent: &Agent) -> Value {
     assert_eq!(reply.status.as_u16(), 200, "{}", reply.text);
     reply.json
 }
+
+/// PostgreSQL picks one transaction of a deadlock to roll back: when that is
+/// a request's, the agent is told 503 STORAGE_UNAVAILABLE with Retry-After
+/// (not a 500), nothing of the request is kept, and the same request made
+/// again is served. The deadlock is made on purpose: another session holds
+/// the tool table and then asks for the seller's row, which the
+/// registration locked before it waited for the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlocks_victim_is_told_to_try_again_and_nothing_is_kept() {
+    if postgres_or_skip("tsl::a_deadlocks_victim_is_told_to_try_again_and_nothing_is_kept").is_none() {
+        return;
+    }
+    use sqlx::Connection;
+    let t = TestServer::start(Backend::Postgres).await;
+    let seller = t.register().await;
+    let (url, schema) = t.postgres_schema().unwrap();
+    let mut other = sqlx::PgConnection::connect(url).await.unwrap();
+    // This session waits long before looking for a deadlock: the request's does first, and is the victim.
+    let setup = format!("set search_path to \"{schema}\"; set deadlock_timeout = '60s'; begin; lock table tsl_tool in exclusive mode");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(setup)).execute(&mut other).await.unwrap();
+
+    let registration = {
+        let (base, token) = (t.url("/v1/tsl/tool/register"), seller.token.clone());
+        tokio::spawn(async move {
+            let reply =
+                reqwest::Client::new().post(base).bearer_auth(token).json(&tool_body("deadlocked", 1.0, "layer1")).send().await.unwrap();
+            let retry_after = reply.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+            (reply.status().as_u16(), retry_after, reply.json::<Value>().await.unwrap())
+        })
+    };
+    // Once the registration waits for the table, ask for the row it holds.
+    let waiting = format!("select count(*) from pg_locks where not granted and relation = '\"{schema}\".tsl_tool'::regclass");
+    let mut waited = 0;
+    while sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(waiting.clone())).fetch_one(&mut other).await.unwrap() == 0 {
+        waited += 1;
+        assert!(waited < 200, "the registration never waited for the tool table");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let lock_row = format!("select 1 from agent where agent_id = '{}' for update", seller.id);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(lock_row)).execute(&mut other).await.expect("the other session is not the victim");
+    let (status, retry_after, body) = registration.await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error_code"], "STORAGE_UNAVAILABLE", "{body}");
+    assert!(retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|n| n > 0)), "503 says when to try again");
+    sqlx::raw_sql("rollback").execute(&mut other).await.unwrap();
+
+    assert_eq!(t.scalar("select count(*) from tsl_tool").await, 0, "the victim's registration kept nothing");
+    let tool = register_tool(&t, &seller, "deadlocked", 1.0, "layer1").await;
+    assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}"), None).await.json["tool_name"], "deadlocked");
+}

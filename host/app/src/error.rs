@@ -150,13 +150,14 @@ impl From<Invalid> for AppError {
 
 impl From<StoreError> for AppError {
     fn from(error: StoreError) -> AppError {
-        if error.is_unavailable() {
-            // A failover, a restart, a lock: said as 503 with Retry-After, so
-            // a client (and a load balancer) tries again; never a 500.
+        if error.is_transient() {
+            // A failover, a restart, a lock, a deadlock's victim: said as 503
+            // with Retry-After, so a client (and a load balancer) tries
+            // again; never a 500.
             tracing::warn!(%error, "storage unavailable");
             return AppError::Busy {
                 code: "STORAGE_UNAVAILABLE",
-                message: "the database is not reachable or not taking writes at the moment; try again shortly (a create retried with its request_id, or a confirm retried, is recorded once)".into(),
+                message: "the database is not reachable, or could not take this request at the moment (nothing of it was kept); try again shortly (a create retried with its request_id, or a confirm retried, is recorded once)".into(),
                 retry_after_secs: 2,
             };
         }

@@ -129,6 +129,24 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// Whether the statement was refused for what other transactions were
+    /// doing at the same moment, and rolled back whole: PostgreSQL chose it
+    /// as a deadlock's victim (40P01), could not serialize it (40001), gave
+    /// up waiting for a lock (55P03) or cancelled it at its statement
+    /// timeout (57014), or had no connection slot left (53300). Nothing of
+    /// it was kept, and the same request may succeed when tried again, as
+    /// when the database is unavailable (which this includes).
+    pub fn is_transient(&self) -> bool {
+        if self.is_unavailable() {
+            return true;
+        }
+        let StoreError::Database(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
+            && matches!(db.code().as_deref(), Some("40P01" | "40001" | "55P03" | "57014" | "53300"))
+    }
 }
 
 /// The store over one engine.

@@ -91,6 +91,8 @@ pub enum CategoryAdded {
     Exists,
     /// The owner has its most categories already.
     TooMany,
+    /// The owner was erased (or never was).
+    OwnerGone,
 }
 
 #[async_trait]
@@ -308,9 +310,17 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
 
     async fn insert_classification(&self, owner_id: Uuid, c: &OwnerClassification, max: i64) -> Result<CategoryAdded> {
         let mut tx = self.begin_write().await?;
-        let _: Option<Uuid> = tx
-            .scalar_optional(sql(format!("select owner_id from owner where owner_id = $1{}", self.db.for_update())).bind(owner_id))
+        // An erasure that went first leaves nothing to add to (it deleted the
+        // owner's categories under this lock); one that comes after deletes this one too.
+        let live: Option<Uuid> = tx
+            .scalar_optional(
+                sql(format!("select owner_id from owner where owner_id = $1 and deleted_at is null{}", self.db.for_update()))
+                    .bind(owner_id),
+            )
             .await?;
+        if live.is_none() {
+            return Ok(CategoryAdded::OwnerGone);
+        }
         let row = tx
             .fetch_one(
                 sql("select (select count(*) from classification where owner_id = $1) as held, \

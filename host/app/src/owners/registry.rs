@@ -61,6 +61,7 @@ pub async fn add(
     match services.store.insert_classification(owner.owner_id, &category, CATEGORIES_PER_OWNER).await? {
         anchor_store::CategoryAdded::Added => {}
         anchor_store::CategoryAdded::Exists => return Err(exists()),
+        anchor_store::CategoryAdded::OwnerGone => return Err(AppError::Unauthenticated { message: "this account was deleted".into() }),
         anchor_store::CategoryAdded::TooMany => {
             return Err(AppError::Conflict {
                 code: "CLASSIFICATION_LIMIT_REACHED",
