@@ -12,7 +12,8 @@ anchor_tests::both_backends!(
     fifty_request_ids_sent_twice_at_once_spend_the_trial_once,
     batched_writes_of_eight_agents_keep_each_trial_and_request_id,
     batched_payments_keep_each_dab_nonce_and_request_id,
-    gathered_reads_answer_each_request_with_its_own_agent_and_record
+    gathered_reads_answer_each_request_with_its_own_agent_and_record,
+    entering_and_leaving_idle_state_at_once_is_never_a_server_error
 );
 
 async fn fire(t: &TestServer, agent: &Agent, bodies: Vec<Value>) -> Vec<(u16, Value)> {
@@ -335,4 +336,30 @@ async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backen
     assert_eq!(t.store.metrics().failed_reads.get(), 0, "no gathered read failed as a whole (each would then run alone)");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole");
     closes_once_idle(&t).await;
+}
+
+/// An agent enters and leaves a free idle-state stay at once, again and
+/// again: an exit may close the stay between the entry's insert and its
+/// answer, and the entry still answers 201 with the stay it opened (it read
+/// the stay back, found it closed and answered 500). Every answer is one the
+/// interface documents.
+async fn entering_and_leaving_idle_state_at_once_is_never_a_server_error(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let mut entered = 0;
+    for _ in 0..40 {
+        let calls = vec![(&agent, "/v1/ise/enter", json!({ "payment_mode": "free" })), (&agent, "/v1/ise/exit", json!({}))];
+        let replies = fire_all(&t, calls).await;
+        let (enter, exit) = (&replies[0], &replies[1]);
+        assert!(enter.0 == 201 || (enter.0 == 409 && enter.1["error_code"] == "SESSION_EXISTS"), "enter: {enter:?}");
+        assert!(exit.0 == 200 || (exit.0 == 404 && exit.1["error_code"] == "NO_ACTIVE_SESSION"), "exit: {exit:?}");
+        if enter.0 == 201 {
+            entered += 1;
+            assert_eq!(enter.1["payment_mode"], "free", "{enter:?}");
+        }
+        // Whatever the order was, leave no stay open for the next round.
+        let left = t.post("/v1/ise/exit", Some(&agent.token), &json!({})).await;
+        assert!(left.status == 200 || left.json["error_code"] == "NO_ACTIVE_SESSION", "{}", left.text);
+    }
+    assert_eq!(entered, 40, "each round's entry found no stay open");
 }

@@ -20,7 +20,8 @@ both_backends!(
     a_transfer_never_gives_an_agent_more_than_its_most_tools,
     a_tool_has_at_most_fifty_dependencies_and_twenty_shares,
     a_purchase_settles_once_or_not_at_all,
-    the_markets_release_counts_tools_and_at_least_ten_buyers
+    the_markets_release_counts_tools_and_at_least_ten_buyers,
+    the_nil_agent_of_deidentified_records_is_nobody
 );
 
 fn tool_body(name: &str, price: f64, layer: &str) -> Value {
@@ -682,4 +683,29 @@ async fn a_deadlocks_victim_is_told_to_try_again_and_nothing_is_kept() {
     assert_eq!(t.scalar("select count(*) from tsl_tool").await, 0, "the victim's registration kept nothing");
     let tool = register_tool(&t, &seller, "deadlocked", 1.0, "layer1").await;
     assert_eq!(t.get(&format!("/v1/tsl/tool/{tool}"), None).await.json["tool_name"], "deadlocked");
+}
+
+/// The nil agent owns every de-identified record (migration 0020) and is
+/// nobody: no tool passes to it, no share is paid to it, no agreement is
+/// proposed to it and nothing of it is observed; each answers 404
+/// AGENT_NOT_FOUND, as for an agent that never was.
+async fn the_nil_agent_of_deidentified_records_is_nobody(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let seller = t.register().await;
+    let author = t.register().await;
+    let nil = uuid::Uuid::nil().to_string();
+    let component = register_tool(&t, &author, "component", 5.0, "layer1").await;
+    let tool = register_tool(&t, &seller, "ee-mix", 100.0, "layer1").await;
+    let dep = t.post(&format!("/v1/tsl/tool/{tool}/dependency"), Some(&seller.token), &json!({ "depends_on_tool_id": component })).await;
+    assert_eq!(dep.status.as_u16(), 201, "{}", dep.text);
+    let share = json!({ "tool_id": tool, "component_tool_id": component, "beneficiary_agent_id": nil, "share_rate": 0.5 });
+    t.post("/v1/tsl/revenue-share", Some(&seller.token), &share).await.assert_error(404, "AGENT_NOT_FOUND");
+    let transfer = json!({ "action": "transfer", "target_agent_id": nil });
+    t.post(&format!("/v1/tsl/tool/{tool}/transfer-declaration"), Some(&seller.token), &transfer).await.assert_error(404, "AGENT_NOT_FOUND");
+    let mut bilateral = dd();
+    bilateral["dd_declaration_mode"] = json!("bilateral");
+    let proposal = json!({ "counterparty_agent_id": nil, "dd": bilateral, "ee": basic_axes() });
+    t.post("/v1/dd/bilateral/propose", Some(&seller.token), &proposal).await.assert_error(404, "AGENT_NOT_FOUND");
+    t.get(&format!("/v1/ara/agent/{nil}/profile"), Some(&seller.token)).await.assert_error(404, "AGENT_NOT_FOUND");
+    assert_eq!(t.scalar("select count(*) from tsl_revenue_share").await + t.scalar("select count(*) from tsl_transfer").await, 0);
 }

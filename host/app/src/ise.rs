@@ -58,15 +58,29 @@ impl Terms {
 /// POST /v1/ise/enter: 409 `SESSION_EXISTS` while a stay is open.
 pub async fn enter(services: &Services, agent: &AgentRecord, mode: Option<IseMode>) -> AppResult<(IseRecord, Terms)> {
     let terms = terms(services)?;
-    let session_id = Uuid::new_v4();
-    if !services.store.enter_ise(session_id, agent.agent_id, mode.unwrap_or(IseMode::Free), services.clock.now()).await? {
+    // Microseconds, as both engines keep them: the answer says what a later read says.
+    let now = chrono::SubsecRound::trunc_subsecs(services.clock.now(), 6);
+    let (session_id, mode) = (Uuid::new_v4(), mode.unwrap_or(IseMode::Free));
+    if !services.store.enter_ise(session_id, agent.agent_id, mode, now).await? {
         return Err(AppError::Conflict {
             code: "SESSION_EXISTS",
             message: "this agent is in an ISE session already; exit it first".into(),
         });
     }
-    let open = services.store.open_ise(agent.agent_id).await?;
-    let record = open.filter(|r| r.session_id == session_id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("ISE stay vanished")))?;
+    // The stay as it was entered, not read back: an exit sent at the same
+    // moment may have closed it already (a free stay closes at once).
+    let record = IseRecord {
+        session_id,
+        agent_id: agent.agent_id,
+        mode,
+        entered_at: now,
+        exited_at: None,
+        charged: MilliDac::ZERO,
+        source: None,
+        payment_id: None,
+        closed_by: None,
+        unpaid: false,
+    };
     Ok((record, terms))
 }
 

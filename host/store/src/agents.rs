@@ -48,6 +48,8 @@ pub struct Classification {
 #[async_trait]
 pub trait AgentStore: Send + Sync {
     async fn insert_agent(&self, agent: &NewAgent) -> Result<()>;
+    /// The agent, if it is one a request may name (never the nil agent that
+    /// holds de-identified records).
     async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>>;
     async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>>;
     /// Replaces both secrets if the agent still holds `current_token_hash`.
@@ -96,6 +98,11 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>> {
+        // The nil agent only holds de-identified records (migration 0020):
+        // no request may name it, as a target, a beneficiary or a counterparty.
+        if agent_id.is_nil() {
+            return Ok(None);
+        }
         let row = self.db().fetch_optional(sql(format!("{AGENT_SELECT} where a.agent_id = $1")).bind(agent_id)).await?;
         row.as_ref().map(decode_agent).transpose()
     }
