@@ -10,7 +10,8 @@ use serde_json::json;
 both_backends!(
     trials_are_priced_for_real_and_the_session_end_pays_a_share,
     an_end_racing_its_trials_charges_every_trial_it_counts,
-    a_session_counts_at_most_a_thousand_trials
+    a_session_counts_at_most_a_thousand_trials,
+    ends_sent_at_once_are_one_end_and_no_challenge
 );
 
 fn axes(retention: &str) -> serde_json::Value {
@@ -133,4 +134,43 @@ async fn a_session_counts_at_most_a_thousand_trials(backend: Backend) {
     // Another agent's session id is still "no session", full or not.
     let other = t.register().await;
     t.post("/v1/sdac/trial", Some(&other.token), &trial).await.assert_error(404, "SESSION_NOT_FOUND");
+}
+
+/// Ten ends of one session at once, with Trial enough for one of them: one
+/// ends it (from Trial), and the others are told the session is gone, not
+/// asked to pay for it over x402 (Trial having become too short for them).
+async fn ends_sent_at_once_are_one_end_and_no_challenge(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let started = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await;
+    let session = started.json["session_id"].as_str().unwrap().to_string();
+    let trial = t.post("/v1/sdac/trial", Some(&agent.token), &json!({ "session_id": session, "ee": axes("medium") })).await;
+    let end_milli = 10_000 + (trial.json["cost_breakdown"]["total_dac"].as_f64().unwrap() * 100.0).round() as i64;
+    t.tamper(&format!("update agent set trial_balance_milli = {} where agent_id = {}", end_milli * 3 / 2, t.uuid_sql(&agent.id))).await;
+
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(10));
+    let ends: Vec<_> = (0..10)
+        .map(|_| {
+            let (http, url, token, barrier) = (t.http.clone(), t.url("/v1/sdac/session/end"), agent.token.clone(), barrier.clone());
+            let body = json!({ "session_id": session });
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let reply = http.post(url).bearer_auth(token).json(&body).send().await.unwrap();
+                (reply.status().as_u16(), reply.json::<serde_json::Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let mut ended = 0;
+    for end in ends {
+        let (status, body) = end.await.unwrap();
+        match status {
+            200 => ended += 1,
+            404 => assert_eq!(body["error_code"], "SESSION_NOT_FOUND", "{body}"),
+            409 => assert_eq!(body["error_code"], "DUPLICATE_REQUEST", "{body}"),
+            _ => panic!("an end answered {status}: {body}"),
+        }
+    }
+    assert_eq!(ended, 1, "one end ends the session");
+    let remaining = t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].as_f64().unwrap();
+    assert!((remaining * 1000.0 - (end_milli * 3 / 2 - end_milli) as f64).abs() < 1.0, "Trial paid one end: {remaining}");
 }

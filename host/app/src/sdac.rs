@@ -179,5 +179,14 @@ async fn end_as_read(
         settle: Settle::Inline(Subject { domain: SubjectDomain::SdacSession, id: session_id }),
         pending: None,
     };
-    charge::charge(services, order, &EndSession { services, session: &session, charged }).await
+    match charge::charge(services, order, &EndSession { services, session: &session, charged }).await {
+        // A challenge for a session another end closed meanwhile (one that
+        // Trial paid, leaving too little for this one) would ask for a
+        // payment nothing could take: the session is gone.
+        Err(AppError::PaymentRequired(challenge)) => match services.store.sdac_session(session_id).await? {
+            Some(now) if now.ended_at.is_none() => Err(AppError::PaymentRequired(challenge)),
+            _ => Err(no_session(session_id)),
+        },
+        outcome => outcome,
+    }
 }
