@@ -240,6 +240,15 @@ async fn mcp_answers_malformed_input_with_json_rpc_errors() {
         (r#"{"foo": 1}"#, 400, -32600, "INVALID_INPUT"),
         (r#"{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}"#, 400, -32600, "INVALID_INPUT"),
         ("[1, 2, 3]", 400, -32600, "INVALID_INPUT"),
+        // A tool call with params that do not fit is a call with invalid params, not an unknown method.
+        (
+            r#"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_trial_status", "arguments": [1, 2]}}"#,
+            200,
+            -32602,
+            "INVALID_INPUT",
+        ),
+        (r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}}"#, 200, -32602, "INVALID_INPUT"),
+        (r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call"}"#, 200, -32602, "INVALID_INPUT"),
     ] {
         let reply = send(body, both, "application/json").await.unwrap();
         assert_eq!(reply.status().as_u16(), status, "{body}");

@@ -20,8 +20,9 @@
 //! In front of the SDK, [`front`] reads the body itself (within the body
 //! limit and deadline) and answers what is not a JSON-RPC request as
 //! JSON-RPC does: -32700 for what is not JSON, -32600 for JSON that is not a
-//! request. Every other refusal at the HTTP level (406, 408, 413, 415, 405,
-//! 403) is a JSON-RPC error object too, with the service's `error_code` in
+//! request, -32602 for a tool call whose params do not fit. Every other
+//! refusal at the HTTP level (406, 408, 413, 415, 405, 403) is a JSON-RPC
+//! error object too, with the service's `error_code` in
 //! its `data`; none is ever a 5xx. Every answer says `Cache-Control:
 //! no-store`: `register_agent` returns the new agent's token and recovery
 //! key.
@@ -146,6 +147,8 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
             }
         };
         let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
+        let call_params = (value.get("method").and_then(Value::as_str) == Some("tools/call"))
+            .then(|| value.get("params").cloned().unwrap_or(Value::Null));
         if let Err(error) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -154,6 +157,14 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
                 &format!("Invalid request: not a JSON-RPC 2.0 request, notification or response of MCP: {error}"),
                 id,
             );
+        }
+        // A tool call whose params do not fit (arguments not an object, no
+        // name) would reach the SDK as a method of its own, and be answered
+        // "method not found": it is a call with invalid params.
+        if let Some(params) = call_params
+            && let Err(error) = serde_json::from_value::<rmcp::model::CallToolRequestParams>(params)
+        {
+            return rpc_error(StatusCode::OK, -32602, "INVALID_INPUT", &format!("Invalid params for tools/call: {error}"), id);
         }
         axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
     } else {
