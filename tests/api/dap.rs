@@ -609,8 +609,17 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     assert_eq!(export.json["account"]["email"], "i@example.com");
     assert_eq!(export.json["agents"][0]["agent_id"], agent.id.as_str());
     assert!(!export.text.contains("argon2"), "the export leaks the password hash");
+    // A category label a spreadsheet would run as a formula is exported as text; control characters never go in.
+    let formula = json!({ "classification_key": "formula", "classification_label": "=HYPERLINK(\"http://x.example\",\"a\")" });
+    assert_eq!(t.as_owner(&owner, "POST", "/dap/classification", Some(&formula)).await.status, StatusCode::CREATED);
+    for label in ["\u{1b}[31mred", "a\rb", "bell\u{7}"] {
+        t.as_owner(&owner, "POST", "/dap/classification", Some(&json!({ "classification_key": "ctl", "classification_label": label })))
+            .await
+            .assert_error(400, "INVALID_VALUE");
+    }
     let csv = t.as_owner(&owner, "GET", "/dap/account/export?format=csv", None).await;
     assert!(csv.text.starts_with("section,field,value\n") && csv.text.contains("account,email,i@example.com"));
+    assert!(csv.text.contains("classification,formula,\"'=HYPERLINK(\"\"http://x.example\"\",\"\"a\"\")\"\n"), "{}", csv.text);
     t.as_owner(&owner, "GET", "/dap/account/export?format=xml", None).await.assert_error(400, "INVALID_ENUM");
 
     t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": "wrong wrong 9" }))).await.assert_error(401, "UNAUTHORIZED");

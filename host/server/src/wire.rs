@@ -82,13 +82,8 @@ impl<'de> Deserialize<'de> for Dac {
         let number = serde_json::Number::deserialize(deserializer)?;
         let text = number.to_string();
         let bad = || refused("INVALID_VALUE", format_args!("must be a DAC amount of 0 or more with at most three decimals; got {text}"));
-        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
-        if whole.starts_with('-') || frac.len() > 3 || text.contains(['e', 'E']) {
-            return Err(bad());
-        }
-        let whole: i64 = whole.parse().map_err(|_| bad())?;
-        let frac: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<3}").parse().map_err(|_| bad())? };
-        whole.checked_mul(1000).and_then(|w| w.checked_add(frac)).map(|m| Dac(MilliDac(m))).ok_or_else(bad)
+        let milli = fixed_point(&text, 3).and_then(|m| i64::try_from(m).ok()).ok_or_else(bad)?;
+        Ok(Dac(MilliDac(milli)))
     }
 }
 
@@ -104,7 +99,7 @@ impl<'de> Deserialize<'de> for ToolPrice {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ToolPrice, D::Error> {
         let value = serde_json::Value::deserialize(deserializer)?;
         let refuse =
-            || refused("INVALID_INPUT", format_args!("price_dac must be a DAC amount above 0 with at most three decimals; got {value}"));
+            || refused("INVALID_INPUT", format_args!("must be a DAC amount above 0 with at most three decimals; got {value}"));
         let serde_json::Value::Number(number) = &value else { return Err(refuse()) };
         let Ok(Dac(amount)) = serde_json::from_value::<Dac>(serde_json::Value::Number(number.clone())) else { return Err(refuse()) };
         Ok(ToolPrice(amount))
@@ -183,6 +178,45 @@ impl Serialize for Ratio {
 
 inline_schema!(Ratio, { "type": "number", "minimum": 0 });
 
+/// A JSON number's text (as serde_json's arbitrary_precision keeps it) as
+/// a whole count of `10^-decimals`: `157.5` at 3 decimals is 157,500, and
+/// so are `1.575e2` and `157500e-3` (a client's JSON encoder may write
+/// either). `None` for a negative number, one with more decimals than
+/// that, or one too large.
+pub(crate) fn fixed_point(text: &str, decimals: u32) -> Option<u64> {
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.strip_prefix('+').unwrap_or(e).parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = format!("{whole}{frac}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    // The digits times 10^shift is the count.
+    let shift = i64::from(decimals) - frac.len() as i64 + exponent;
+    let kept = if shift >= 0 {
+        digits
+    } else {
+        let cut = usize::try_from(-shift).ok().filter(|cut| *cut <= digits.len())?;
+        let (kept, dropped) = digits.split_at(digits.len() - cut);
+        if !dropped.bytes().all(|b| b == b'0') {
+            return None;
+        }
+        kept
+    };
+    if kept.len() > 20 {
+        return None;
+    }
+    let value: u64 = if kept.is_empty() { 0 } else { kept.parse().ok()? };
+    let shift = u32::try_from(shift.max(0)).ok().filter(|s| *s <= 20)?;
+    value.checked_mul(10u64.checked_pow(shift)?)
+}
+
 /// A rate between 0 and 1, exact to six decimals, read from and written as a
 /// JSON number (`0.25`) and held in parts per million, never a float.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,13 +234,7 @@ impl<'de> Deserialize<'de> for Rate {
         let number = serde_json::Number::deserialize(deserializer)?;
         let text = number.to_string();
         let bad = || refused("INVALID_VALUE", format_args!("must be a number from 0 to 1 with at most six decimals; got {text}"));
-        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
-        if whole.starts_with('-') || frac.len() > 6 || text.contains(['e', 'E']) {
-            return Err(bad());
-        }
-        let whole: u64 = whole.parse().map_err(|_| bad())?;
-        let frac: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<6}").parse().map_err(|_| bad())? };
-        let ppm = whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac)).filter(|ppm| *ppm <= 1_000_000).ok_or_else(bad)?;
+        let ppm = fixed_point(&text, 6).filter(|ppm| *ppm <= 1_000_000).ok_or_else(bad)?;
         Ok(Rate(ppm as u32))
     }
 }
@@ -399,6 +427,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn numbers_in_exponent_form_are_read_exactly() {
+        // What Python's json.dumps writes for 0.000001 and 1e-05, and other encoders for large values.
+        for (text, ppm) in [("1e-06", 1), ("1E-5", 10), ("2.5e-1", 250_000), ("1e0", 1_000_000), ("0e5", 0), ("100e-2", 1_000_000)] {
+            assert_eq!(serde_json::from_str::<Rate>(text).unwrap(), Rate(ppm), "{text}");
+        }
+        for (text, milli) in [("1.575e2", 157_500), ("157500e-3", 157_500), ("1e+3", 1_000_000), ("5E-3", 5), ("0.0", 0)] {
+            assert_eq!(serde_json::from_str::<Dac>(text).unwrap(), Dac(MilliDac(milli)), "{text}");
+        }
+        // Too many decimals, negative, past the type or the rate's 1, whatever the form.
+        for text in ["1e-7", "1.0000001", "-1e-6", "1.000001", "1e1", "1e400", "1e-400"] {
+            assert!(serde_json::from_str::<Rate>(text).is_err(), "{text}");
+        }
+        for text in ["1e-4", "0.0001", "-0", "-1e3", "1e16", "9223372036854775.808", "1e99999999999999999999"] {
+            assert!(serde_json::from_str::<Dac>(text).is_err(), "{text}");
+        }
+        assert_eq!(fixed_point("9223372036854775.807", 3), Some(i64::MAX as u64));
+    }
+
+    #[test]
     fn dac_amounts_are_exact_both_ways() {
         for (milli, text) in [(10_000, "10"), (157_500, "157.5"), (1, "0.001"), (0, "0")] {
             assert_eq!(serde_json::to_string(&Dac(MilliDac(milli))).unwrap(), text);
@@ -409,7 +456,7 @@ mod tests {
         assert_eq!(serde_json::to_string(&Usdc(10_500)).unwrap(), "0.0105");
         assert_eq!(serde_json::to_string(&Usdc(2_000_000)).unwrap(), "2");
         assert_eq!(serde_json::to_string(&Ratio(1_500)).unwrap(), "1.5");
-        for bad in ["0.0001", "-1", "1e3", "\"10\""] {
+        for bad in ["0.0001", "-1", "\"10\""] {
             assert!(serde_json::from_str::<Dac>(bad).is_err(), "{bad} was read");
         }
     }

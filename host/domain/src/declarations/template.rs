@@ -153,7 +153,10 @@ pub const SCALE_VALUE_MAX_CHARS: usize = 40;
 /// [`SCALE_VALUE_MAX_CHARS`] characters; `1e400` is refused, so no report
 /// can ever show an infinity.
 pub fn check_scale_value(text: &str) -> Result<(), Invalid> {
-    let finite = text.len() <= SCALE_VALUE_MAX_CHARS && text.parse::<f64>().is_ok_and(f64::is_finite);
+    // A power of ten past what a float can hold either way (`1e-500` reads
+    // as a finite 0, and no report could count it exactly) is refused too.
+    let exponent_fits = text.split_once(['e', 'E']).is_none_or(|(_, e)| e.parse::<i64>().is_ok_and(|e| (-400..=400).contains(&e)));
+    let finite = text.len() <= SCALE_VALUE_MAX_CHARS && exponent_fits && text.parse::<f64>().is_ok_and(f64::is_finite);
     if finite {
         Ok(())
     } else {
@@ -177,7 +180,7 @@ mod tests {
         for ok in ["0", "-3", "157.5", "1e308", "-1.7976931348623157e308", "2.5E-10"] {
             assert!(check_scale_value(ok).is_ok(), "{ok}");
         }
-        for refused in ["1e400", "-1e400", "1e309", &"9".repeat(41), "NaN", "inf"] {
+        for refused in ["1e400", "-1e400", "1e309", &"9".repeat(41), "NaN", "inf", "1e-500", "-0e-401"] {
             assert_eq!(check_scale_value(refused).unwrap_err().code, "INVALID_VALUE", "{refused}");
         }
     }

@@ -314,8 +314,13 @@ async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query)
         })
         .into_response()),
         ExportFormat::Csv => {
-            // section,field,value; values are quoted when they hold a comma or a quote.
-            let quote = |v: &str| if v.contains([',', '"', '\n']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v.to_string() };
+            // section,field,value; values are quoted when they hold a comma, a
+            // quote or a line break, and one a spreadsheet would read as a
+            // formula (=, +, -, @ first) starts with an apostrophe.
+            let quote = |v: &str| {
+                let v = if v.starts_with(['=', '+', '-', '@']) { format!("'{v}") } else { v.to_string() };
+                if v.contains([',', '"', '\n', '\r']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v }
+            };
             let mut csv = String::from("section,field,value\n");
             for (field, value) in profile.fields() {
                 csv.push_str(&format!("account,{field},{}\n", quote(&value)));
