@@ -101,6 +101,11 @@ async fn get_on_a_post_only_route_explains_how_to_call_it() {
     let create = t.get("/v1/dd/create", None).await.json;
     assert_eq!(create["payment"]["protocol"], "x402 v2");
     assert_eq!(create["how_to_call"]["authentication"], "Authorization: Bearer <auth_token>");
+    // An owner's route says it takes the portal's session, not nothing.
+    let share = t.get("/dap/tsl/human-share", None).await.json;
+    assert_eq!(share["how_to_call"]["authentication"], "the owner's session cookie connect.sid, set by POST /dap/login", "{share}");
+    assert!(share["curl_example"].as_str().unwrap().contains("connect.sid="), "{share}");
+    assert_eq!(t.get("/v1/agent/register", None).await.json["how_to_call"]["authentication"], "none");
 }
 
 #[tokio::test]

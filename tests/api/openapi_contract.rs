@@ -257,3 +257,36 @@ async fn generated_openapi_matches_the_reference_for_every_implemented_operation
     ];
     assert_eq!(implemented, expected);
 }
+
+/// Every request example the document gives is one its operation reads: sent
+/// as it is (path parameters a UUID, with an agent's token or an owner's
+/// session), none is refused 400 for its form.
+#[tokio::test]
+async fn every_request_example_is_read_by_its_operation() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    let owner = t.owner("examples@example.com").await;
+    let document = t.get("/openapi.json", None).await.json;
+    let mut sent = 0;
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let Some(example) = operation.pointer("/requestBody/content/application~1json/example") else { continue };
+            let mut concrete = String::new();
+            for part in path.split_inclusive(['{', '}']) {
+                match part.strip_suffix('}') {
+                    Some(_) => concrete.push_str("0196b1a2-7c3d-7e4f-8a5b-6c7d8e9f0a1b"),
+                    None => concrete.push_str(part.trim_end_matches('{')),
+                }
+            }
+            let method = method.to_ascii_uppercase();
+            let reply = if path.starts_with("/dap/") {
+                t.as_owner(&owner, &method, &concrete, Some(example)).await
+            } else {
+                t.call(&method, &concrete, Some(&agent.token), Some(example)).await
+            };
+            assert_ne!(reply.status.as_u16(), 400, "{method} {path}: its example {example} is refused: {}", reply.text);
+            sent += 1;
+        }
+    }
+    assert!(sent >= 20, "only {sent} examples were found");
+}

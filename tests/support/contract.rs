@@ -122,6 +122,18 @@ pub fn check(base: &str, method: &str, path: &str, status: u16, content_type: Op
         panic!("{method} {openapi_path} answered {status}, which its OpenAPI entry does not document: {}", brief(text));
     };
     let response = resolve(&c.document, response);
+    // A refusal's error_code is one the operation names for that status.
+    if status >= 400
+        && let Ok(body) = serde_json::from_str::<Value>(text)
+        && let Some(code) = body.get("error_code").and_then(Value::as_str)
+    {
+        let description = response["description"].as_str().unwrap_or_default();
+        let named = description.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).any(|word| word == code);
+        assert!(
+            named,
+            "{method} {openapi_path} answered {status} {code}, which its OpenAPI entry does not name for {status}: {description}"
+        );
+    }
     let Some(content) = response.get("content").and_then(Value::as_object) else {
         assert!(text.is_empty(), "{method} {openapi_path} {status} documents no body but sent one: {}", brief(text));
         return;

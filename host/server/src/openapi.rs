@@ -145,14 +145,18 @@ impl Operation {
         self.auth = Auth::Agent;
         self.responses.push(Response::json(
             401,
-            "Authentication failed; the body says how to authenticate",
+            "Authentication failed; the body says how to authenticate. Codes: UNAUTHORIZED (no token), INVALID_TOKEN (a token that is not an agent's current one).",
             SchemaSource::of::<crate::error::UnauthorizedBody>(),
         ));
         self
     }
     pub fn owner(mut self) -> Self {
         self.auth = Auth::Owner;
-        self.responses.push(Response::json(401, "No valid session: sign in with POST /dap/login", SchemaSource::of::<ErrorBody>()));
+        self.responses.push(Response::json(
+            401,
+            "No valid session: sign in with POST /dap/login (or, where one is asked for, the password is wrong). Code: UNAUTHORIZED.",
+            SchemaSource::of::<ErrorBody>(),
+        ));
         self
     }
     pub fn extension(mut self) -> Self {
@@ -253,12 +257,14 @@ impl Operation {
 fn common_responses(error: &Value) -> Value {
     let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": error } } });
     json!({
-        "BadRequest": error("The request could not be read: not JSON, not an object, a NUL character, a parameter given twice or not UTF-8. Codes: INVALID_INPUT, INVALID_VALUE, MISSING_FIELD, UNKNOWN_FIELD, INVALID_ENUM, INVALID_UUID."),
+        "BadRequest": error("The request could not be read: not JSON, not an object, a NUL character, a parameter given twice or not UTF-8 (BAD_REQUEST: the HTTP request itself is malformed). Codes: INVALID_INPUT, INVALID_VALUE, MISSING_FIELD, UNKNOWN_FIELD, INVALID_ENUM, INVALID_UUID, BAD_REQUEST."),
+        "PricingUnavailable": error("The pricing generation in force could not price the request (PRICING_UNAVAILABLE), or prices no such service (FEATURE_NOT_AVAILABLE); nothing was recorded or charged. Codes: PRICING_UNAVAILABLE, FEATURE_NOT_AVAILABLE."),
+        "CrossSite": error("A request that changes the owner's state was sent by another site (its Origin or Sec-Fetch-Site), or by a browser without the session's X-CSRF-Token. Code: CSRF_REJECTED."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
         "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
-        "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry. Code: RATE_LIMITED."),
+        "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry (RATE_LIMITED), or too many connections open from this client at once (TOO_MANY_CONNECTIONS). Codes: RATE_LIMITED, TOO_MANY_CONNECTIONS."),
         "StorageUnavailable": error("The database is not reachable or not taking writes for now (a restart, a failover), or refused the request for what others were doing at the same moment (a deadlock, a lock or statement timeout; nothing of it was kept); Retry-After says when to try again, and a create retried with its request_id, or a confirm retried, is recorded once. Code: STORAGE_UNAVAILABLE."),
     })
 }
@@ -327,6 +333,7 @@ impl Schemas {
 pub fn document(operations: &[Operation], server_url: &str) -> Value {
     let mut schemas = Schemas::new();
     let error = SchemaSource::of::<ErrorBody>().render(&mut schemas.responses);
+    let common = common_responses(&error);
     let mut paths = Map::new();
     let mut tags: Vec<&str> = Vec::new();
     for operation in operations {
@@ -371,21 +378,45 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             responses.insert(key, entry);
         }
         // What any operation may answer before its handler runs: refusals of
-        // the request's form (400 when it has input to refuse), its size
-        // (413, 414, 431), its pace (408, 429); and what any may answer
-        // while the database is away (503).
+        // the request's form (400 when it has input to refuse), its origin
+        // (403 on the owner's writes), its size (413, 414, 431), its pace
+        // (408, 429); and what any may answer while the database is away
+        // (503). Where the operation documents that status itself, the
+        // shared refusals are added to its description.
+        // A body is refused by its size or pace even where none is expected.
         let has_input = operation.request.is_some() || !operation.parameters.is_empty();
+        // What the pricing generation prices (anything paid, and what quotes or counts a price).
+        let priced = operation.responses.iter().any(|r| r.status == 402)
+            || ["/v1/dd/", "/v1/sdac/", "/v1/ise/", "/v1/ara/", "/v1/tsl/", "/v1/pricing/"].iter().any(|p| operation.path.starts_with(p));
+        let owner_write = operation.path.starts_with("/dap/") && operation.method != Method::GET && operation.method != Method::HEAD;
         for (status, name, applies) in [
             ("400", "BadRequest", has_input),
-            ("408", "RequestTimeout", operation.request.is_some()),
-            ("413", "PayloadTooLarge", operation.request.is_some()),
+            ("403", "CrossSite", owner_write),
+            ("408", "RequestTimeout", true),
+            ("413", "PayloadTooLarge", true),
             ("414", "UriTooLong", true),
             ("429", "RateLimited", true),
             ("431", "HeadersTooLarge", true),
             ("503", "StorageUnavailable", true),
+            ("503", "PricingUnavailable", priced),
         ] {
-            if applies && !responses.contains_key(status) {
-                responses.insert(status.into(), json!({ "$ref": format!("#/components/responses/{name}") }));
+            if !applies {
+                continue;
+            }
+            match responses.get_mut(status) {
+                None => {
+                    responses.insert(status.into(), json!({ "$ref": format!("#/components/responses/{name}") }));
+                }
+                // The operation's own refusals with this status (or another
+                // shared one), and the shared ones beside them.
+                Some(own) => {
+                    if let Some(other) = own.get("$ref").and_then(Value::as_str).and_then(|r| r.rsplit('/').next()) {
+                        *own = common[other].clone();
+                    }
+                    let shared = common[name]["description"].as_str().unwrap_or_default();
+                    let joined = format!("{} Also: {shared}", own["description"].as_str().unwrap_or_default());
+                    own["description"] = json!(joined);
+                }
             }
         }
         let mut entry = json!({
@@ -448,7 +479,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         "paths": paths,
         "components": {
             "schemas": components,
-            "responses": common_responses(&error),
+            "responses": common,
             "securitySchemes": {
                 "AgentToken": { "type": "http", "scheme": "bearer", "description": "auth_token from POST /v1/agent/register (da_tk_…)" },
                 "OwnerSession": { "type": "apiKey", "in": "cookie", "name": "connect.sid", "description": "Owner portal session, set by POST /dap/login" },

@@ -98,8 +98,7 @@ pub struct ToolPrice(pub MilliDac);
 impl<'de> Deserialize<'de> for ToolPrice {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ToolPrice, D::Error> {
         let value = serde_json::Value::deserialize(deserializer)?;
-        let refuse =
-            || refused("INVALID_INPUT", format_args!("must be a DAC amount above 0 with at most three decimals; got {value}"));
+        let refuse = || refused("INVALID_INPUT", format_args!("must be a DAC amount above 0 with at most three decimals; got {value}"));
         let serde_json::Value::Number(number) = &value else { return Err(refuse()) };
         let Ok(Dac(amount)) = serde_json::from_value::<Dac>(serde_json::Value::Number(number.clone())) else { return Err(refuse()) };
         Ok(ToolPrice(amount))

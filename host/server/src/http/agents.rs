@@ -28,7 +28,7 @@ pub fn operations() -> Vec<Operation> {
             .tag("Agent")
             .summary("Rotate the auth token and recovery key")
             .agent()
-            .takes::<RotateRequest>(json!({ "agent_id": "<your agent_id>" }))
+            .takes::<RotateRequest>(json!({ "agent_id": "0196b1a2-7c3d-7e4f-8a5b-6c7d8e9f0a1b" }))
             .returns::<Rotation>(200, "New token and recovery key; the old ones stopped working")
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
             .error(403, "agent_id is not the authenticated agent.", &["FORBIDDEN"]),
@@ -43,10 +43,10 @@ pub fn operations() -> Vec<Operation> {
             .tag("Agent")
             .summary("Recover a lost token with the recovery key")
             .describe("No bearer token needed: agent_id and recovery_key are the proof. Both secrets are replaced. At most 5 wrong keys per agent_id per 15 minutes; the right key always recovers.")
-            .takes::<RecoverRequest>(json!({ "agent_id": "<agent_id>", "recovery_key": "da_rk_<64 hex>" }))
+            .takes::<RecoverRequest>(json!({ "agent_id": "0196b1a2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", "recovery_key": "da_rk_<64 hex>" }))
             .returns::<Recovery>(200, "Recovered")
             .error(400, "Missing field or invalid UUID.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
-            .returns::<UnauthorizedBody>(401, "agent_id and recovery_key do not match (the same answer whichever is wrong)")
+            .returns::<UnauthorizedBody>(401, "agent_id and recovery_key do not match (the same answer whichever is wrong). Code: INVALID_RECOVERY_KEY.")
             .error(429, "Too many recovery attempts for this agent_id.", &["RATE_LIMITED"]),
     ]
 }

@@ -61,7 +61,7 @@ pub fn operations() -> Vec<Operation> {
             .summary("Confirm a declaration after its action")
             .describe("Settles the record once, writes its usage entries and fixes its integrity hash. transaction_id is accepted (the published SDK sends it) and not used: an external payment settles from the x402 payment signed at create, so confirm needs no transaction reference.")
             .agent()
-            .takes::<ConfirmRequest>(json!({ "dd_id": "<dd_id from create>" }))
+            .takes::<ConfirmRequest>(json!({ "dd_id": "0196b1a2-7c3d-7e4f-8a5b-6c7d8e9f0a1b" }))
             .returns::<ConfirmResponse>(200, "Confirmed")
             .error(400, "Invalid request.", &["MISSING_FIELD", "INVALID_UUID", "UNKNOWN_FIELD"])
             .error(403, "The record belongs to another agent.", &["FORBIDDEN"])

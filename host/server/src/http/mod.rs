@@ -185,7 +185,7 @@ fn allow_header(methods: &[Method], has_get: bool) -> String {
 struct Guide {
     path: &'static str,
     summary: &'static str,
-    agent_auth: bool,
+    auth: crate::openapi::Auth,
     example: Option<serde_json::Value>,
     paid: bool,
 }
@@ -195,7 +195,7 @@ impl Guide {
         Guide {
             path: operation.path,
             summary: operation.summary,
-            agent_auth: operation.auth == crate::openapi::Auth::Agent,
+            auth: operation.auth,
             example: operation.example.clone(),
             paid: operation.responses.iter().any(|r| r.status == 402),
         }
@@ -203,7 +203,11 @@ impl Guide {
 
     fn render(&self, base: &str) -> axum::Json<serde_json::Value> {
         let body = self.example.clone().unwrap_or_else(|| json!({}));
-        let auth_header = if self.agent_auth { " -H 'Authorization: Bearer <auth_token>'" } else { "" };
+        let auth_header = match self.auth {
+            crate::openapi::Auth::Agent => " -H 'Authorization: Bearer <auth_token>'",
+            crate::openapi::Auth::Owner => " -b 'connect.sid=<session from POST /dap/login>'",
+            crate::openapi::Auth::None => "",
+        };
         axum::Json(json!({
             "correct_method": "POST",
             "path": self.path,
@@ -212,7 +216,11 @@ impl Guide {
                 "method": "POST",
                 "url": format!("{base}{}", self.path),
                 "content_type": "application/json",
-                "authentication": if self.agent_auth { "Authorization: Bearer <auth_token>" } else { "none" },
+                "authentication": match self.auth {
+                    crate::openapi::Auth::Agent => "Authorization: Bearer <auth_token>",
+                    crate::openapi::Auth::Owner => "the owner's session cookie connect.sid, set by POST /dap/login",
+                    crate::openapi::Auth::None => "none",
+                },
                 "body_example": body,
             },
             "curl_example": format!(

@@ -32,7 +32,7 @@ pub fn operations() -> Vec<Operation> {
             .agent()
             .takes::<TrialRequest>(json!({
                 "session_id": "3f0c2a91-6d7e-4b8a-9c1d-2e3f4a5b6c7d",
-                "ee": { "ee_retention_period": "long", "ee_integrity_verification_level": "enhanced", "ee_disclosure_format_policy": "public", "ee_responsibility_scope": "extended" }
+                "ee": { "ee_retention_period": "long", "ee_integrity_verification_level": "enhanced", "ee_disclosure_format_policy": "shareable", "ee_responsibility_scope": "extended" }
             }))
             .returns::<TrialView>(200, "Simulation result (DAC cost preview)")
             .error(400, "A malformed session id or EE, or ee_preset.", &["INVALID_UUID", "MISSING_FIELD", "INVALID_ENUM", "INVALID_VALUE", "UNKNOWN_FIELD"])

@@ -34,7 +34,10 @@ pub fn operations() -> Vec<Operation> {
             .takes::<LinkRequest>(json!({ "agent_id": "00000000-0000-4000-8000-000000000000", "auth_token": "da_tk_…" }))
             .returns::<Linked>(200, "Linked; the agent's token was rotated")
             .error(400, "Invalid input", &["MISSING_FIELD", "INVALID_UUID", "INVALID_VALUE"])
-            .returns::<UnauthorizedBody>(401, "The token is not the agent's current token (or the session is missing).")
+            .returns::<UnauthorizedBody>(
+                401,
+                "The token is not the agent's current token (or the session is missing). Codes: INVALID_TOKEN, UNAUTHORIZED.",
+            )
             .error(403, "The owner manages as many agents as allowed", &["AGENT_LIMIT_REACHED"])
             .error(409, "Another owner manages the agent", &["AGENT_ALREADY_LINKED"]),
         op(Method::DELETE, "/dap/agent/unlink", delete(unlink))
