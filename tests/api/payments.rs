@@ -681,3 +681,43 @@ async fn a_settlement_touches_no_index_and_a_stay_keeps_one_live_payment() {
     sqlx::query("update x402_payment set status = 'released' where nonce = '0x01'").execute(&mut db).await.unwrap();
     insert("0x02").execute(&mut db).await.expect("once the first is released, a new payment for the stay");
 }
+
+/// A confirmation whose payment settled but whose record was refused (a
+/// trigger refuses the declaration's confirming update with a serialization
+/// failure while it is in place): the payment is left unknown, not reserved,
+/// so the next confirmation settles it again as a reconciliation (the
+/// facilitator's "nonce used" then means it went through) and anchors it,
+/// where it had failed the declaration whose money had moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_confirmation_whose_record_was_refused_is_finished_by_the_next() {
+    if postgres_or_skip("payments::a_settled_confirmation_whose_record_was_refused_is_finished_by_the_next").is_none() {
+        return;
+    }
+    use anchor_x402::settlement::{NONCE_USED, Settled};
+    // Popped from the end: the first settlement goes through, the second finds its nonce used.
+    let script =
+        anchor_tests::x402::Scripted::new(vec![Settled::No { reason: NONCE_USED.into() }, Settled::Yes { reference: "0xsettled".into() }]);
+    let t = TestServer::with(Backend::Postgres, Options { settler: Some(script), jobs: false, ..Default::default() }).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    t.tamper(
+        "create function refuse_confirm() returns trigger language plpgsql as $$ begin \
+           if new.confirmed_at is not null and old.confirmed_at is null then \
+             raise exception 'refused for the test' using errcode = '40001'; end if; \
+           return new; end $$; \
+         create trigger refuse_confirm before update on declaration for each row execute function refuse_confirm()",
+    )
+    .await;
+    t.confirm(&agent, &dd_id).await.assert_error(503, "SETTLEMENT_PENDING");
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!(status.json["x402"]["status"], "settle_unknown", "{}", status.text);
+
+    t.tamper("drop trigger refuse_confirm on declaration").await;
+    let confirmed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
+    assert_eq!((status.json["settlement_status"].clone(), status.json["x402"]["status"].clone()), (json!("settled"), json!("settled")));
+}

@@ -709,3 +709,48 @@ async fn the_nil_agent_of_deidentified_records_is_nobody(backend: Backend) {
     t.get(&format!("/v1/ara/agent/{nil}/profile"), Some(&seller.token)).await.assert_error(404, "AGENT_NOT_FOUND");
     assert_eq!(t.scalar("select count(*) from tsl_revenue_share").await + t.scalar("select count(*) from tsl_transfer").await, 0);
 }
+
+/// A purchase whose payment settled but whose record was refused for the
+/// moment (here a trigger refusing the payment's update with a serialization
+/// failure, as PostgreSQL refuses a deadlock's victim): tried again, the
+/// record is kept; refused every time, the payment is left to the
+/// reconciliation job instead of staying reserved for ever, and the job
+/// completes the purchase once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_payment_is_recorded_though_its_first_writes_are_refused() {
+    if postgres_or_skip("tsl::a_settled_payment_is_recorded_though_its_first_writes_are_refused").is_none() {
+        return;
+    }
+    let t =
+        TestServer::with(Backend::Postgres, Options { settler: Some(Scripted::new(Vec::new())), jobs: false, ..Default::default() }).await;
+    let seller = t.register().await;
+    let tool = register_tool(&t, &seller, "ee-mix", 10.0, "layer1").await;
+    t.tamper(
+        "create sequence refusals minvalue -100; \
+         create function refuse_some() returns trigger language plpgsql as $$ begin \
+           if nextval('refusals') <= 0 then raise exception 'refused for the test' using errcode = '40001'; end if; \
+           return new; end $$; \
+         create trigger refuse_some before update on x402_payment for each row execute function refuse_some()",
+    )
+    .await;
+
+    // Two refusals: the third try records it.
+    t.tamper("select setval('refusals', -2)").await;
+    let first = t.register().await;
+    let bought = buy(&t, &first, "/v1/tsl/purchase", &json!({ "tool_id": tool }), "20000").await;
+    assert_eq!((bought.status.as_u16(), bought.json["status"].clone()), (201, json!("completed")), "{}", bought.text);
+    assert_eq!(earned(&t, &seller).await, json!(10));
+
+    // Refused every try: 503, the payment waits for the job, not reserved.
+    t.tamper("select setval('refusals', -3)").await;
+    let second = t.register().await;
+    let body = json!({ "tool_id": tool, "request_id": uuid::Uuid::new_v4() });
+    buy(&t, &second, "/v1/tsl/purchase", &body, "20000").await.assert_error(503, "SETTLEMENT_PENDING");
+    assert_eq!(t.strings("select status from x402_payment where status <> 'settled'").await, ["settle_unknown"]);
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 1);
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&t.state.app).await.unwrap(), 0);
+    let answered = send(&t, &second, "/v1/tsl/purchase", &body, None).await;
+    assert_eq!((answered.status.as_u16(), answered.json["status"].clone()), (201, json!("completed")), "{}", answered.text);
+    assert_eq!(earned(&t, &seller).await, json!(20), "the seller earned each sale once");
+    assert_eq!(t.scalar("select count(*) from x402_payment where status = 'settled'").await, 2);
+}

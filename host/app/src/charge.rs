@@ -326,8 +326,30 @@ async fn settle_reserved(
             });
         }
     };
-    store.settle_payment(payment_id, &reference, now).await?;
-    Ok(reference)
+    // The money moved: recording it must not be lost to a moment's refusal
+    // (a deadlock's victim, a lock timeout). Tried again while the refusal
+    // is one of those; if it still fails, the payment is marked unknown, and
+    // the reconciliation job settles it again (a used nonce then means it
+    // went through) and records it.
+    let mut waits = [50u64, 200, 0].into_iter();
+    let failure = loop {
+        match store.settle_payment(payment_id, &reference, now).await {
+            Ok(_) => return Ok(reference),
+            Err(error) => match waits.next() {
+                Some(wait) if wait > 0 && error.is_transient() => tokio::time::sleep(std::time::Duration::from_millis(wait)).await,
+                _ => break error,
+            },
+        }
+    };
+    tracing::error!(%payment_id, error = %failure, "a settled payment could not be recorded; it is left to the reconciliation job");
+    let detail = format!("settled ({reference}), but recording it failed: {failure}");
+    if let Err(error) = store.end_payment(payment_id, PaymentStatus::SettleUnknown, &detail, now).await {
+        tracing::error!(%payment_id, %error, "nor could it be marked for reconciliation");
+    }
+    Err(AppError::Unavailable {
+        code: "SETTLEMENT_PENDING",
+        message: "the payment settled but could not be recorded yet; it is recorded in the background and charged at most once".into(),
+    })
 }
 
 /// Settles an inline payment again whose outcome was unknown (the

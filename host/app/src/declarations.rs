@@ -447,7 +447,25 @@ pub async fn settle_and_anchor(
     let anchored_at = stored.declaration.anchored_at;
     let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
     let reference = settlement.as_ref().map(|(r, _)| r.as_str());
-    if !store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await? {
+    let confirmed = match store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await {
+        Ok(confirmed) => confirmed,
+        // The money moved but the record did not: marked unknown, the next
+        // confirm (or the reconciliation job) settles it again, where a used
+        // nonce means it went through, and anchors it; never failed for it.
+        Err(error) if settlement.is_some() => {
+            tracing::error!(%dd_id, %error, "a settled payment's declaration could not be anchored; left to reconciliation");
+            let detail = format!("settled, but anchoring failed: {error}");
+            if let Err(error) = store.mark_settlement_unknown(dd_id, &detail, now).await {
+                tracing::error!(%dd_id, %error, "nor could its payment be marked for reconciliation");
+            }
+            return Err(AppError::Unavailable {
+                code: "SETTLEMENT_PENDING",
+                message: "the payment settled but the declaration could not be anchored yet; confirm again to finish (charged once)".into(),
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if !confirmed {
         let again = store.declaration(dd_id).await?;
         return Err(match again {
             Some(s) if s.settlement_status == SettlementStatus::Released => payment_expired(),
