@@ -684,19 +684,22 @@ async fn a_settlement_touches_no_index_and_a_stay_keeps_one_live_payment() {
 
 /// A confirmation whose payment settled but whose record was refused (a
 /// trigger refuses the declaration's confirming update with a serialization
-/// failure while it is in place): the payment is left unknown, not reserved,
-/// so the next confirmation settles it again as a reconciliation (the
-/// facilitator's "nonce used" then means it went through) and anchors it,
-/// where it had failed the declaration whose money had moved.
+/// failure while it is in place, tries again included): the payment is left
+/// unknown with its settlement's reference, not reserved, so the next
+/// confirmation anchors it without settling again (a facilitator asked again
+/// might refuse what already went through, as this script does), where it
+/// had failed the declaration whose money had moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_confirmation_whose_record_was_refused_is_finished_by_the_next() {
     if postgres_or_skip("payments::a_settled_confirmation_whose_record_was_refused_is_finished_by_the_next").is_none() {
         return;
     }
-    use anchor_x402::settlement::{NONCE_USED, Settled};
-    // Popped from the end: the first settlement goes through, the second finds its nonce used.
-    let script =
-        anchor_tests::x402::Scripted::new(vec![Settled::No { reason: NONCE_USED.into() }, Settled::Yes { reference: "0xsettled".into() }]);
+    use anchor_x402::settlement::Settled;
+    // Popped from the end: the first settlement goes through; a second would be refused.
+    let script = anchor_tests::x402::Scripted::new(vec![
+        Settled::No { reason: "insufficient_funds".into() },
+        Settled::Yes { reference: "0xsettled".into() },
+    ]);
     let t = TestServer::with(Backend::Postgres, Options { settler: Some(script), jobs: false, ..Default::default() }).await;
     let (agent, body, challenge) = spent(&t).await;
     let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
@@ -720,4 +723,6 @@ async fn a_settled_confirmation_whose_record_was_refused_is_finished_by_the_next
     assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!((status.json["settlement_status"].clone(), status.json["x402"]["status"].clone()), (json!("settled"), json!("settled")));
+    assert_eq!(t.strings("select settlement_ref from x402_payment").await, ["0xsettled"], "the first settlement's reference");
+    assert!(!status.text.contains("refused for the test"), "the database's error stays in the log: {}", status.text);
 }

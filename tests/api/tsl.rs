@@ -714,15 +714,20 @@ async fn the_nil_agent_of_deidentified_records_is_nobody(backend: Backend) {
 /// moment (here a trigger refusing the payment's update with a serialization
 /// failure, as PostgreSQL refuses a deadlock's victim): tried again, the
 /// record is kept; refused every time, the payment is left to the
-/// reconciliation job instead of staying reserved for ever, and the job
-/// completes the purchase once.
+/// reconciliation job with its reference instead of staying reserved for
+/// ever, and the job completes the purchase once without settling again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_payment_is_recorded_though_its_first_writes_are_refused() {
     if postgres_or_skip("tsl::a_settled_payment_is_recorded_though_its_first_writes_are_refused").is_none() {
         return;
     }
-    let t =
-        TestServer::with(Backend::Postgres, Options { settler: Some(Scripted::new(Vec::new())), jobs: false, ..Default::default() }).await;
+    // Popped from the end: two settlements go through; a third (settling the second again) would be refused.
+    let script = Scripted::new(vec![
+        Settled::No { reason: "insufficient_funds".into() },
+        Settled::Yes { reference: "0xsecond".into() },
+        Settled::Yes { reference: "0xfirst".into() },
+    ]);
+    let t = TestServer::with(Backend::Postgres, Options { settler: Some(script), jobs: false, ..Default::default() }).await;
     let seller = t.register().await;
     let tool = register_tool(&t, &seller, "ee-mix", 10.0, "layer1").await;
     t.tamper(
@@ -753,4 +758,7 @@ async fn a_settled_payment_is_recorded_though_its_first_writes_are_refused() {
     assert_eq!((answered.status.as_u16(), answered.json["status"].clone()), (201, json!("completed")), "{}", answered.text);
     assert_eq!(earned(&t, &seller).await, json!(20), "the seller earned each sale once");
     assert_eq!(t.scalar("select count(*) from x402_payment where status = 'settled'").await, 2);
+    let mut references = t.strings("select settlement_ref from x402_payment").await;
+    references.sort();
+    assert_eq!(references, ["0xfirst", "0xsecond"], "recorded with the settlements' own references, not settled again");
 }

@@ -38,7 +38,8 @@ use uuid::Uuid;
 use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
 use anchor_store::{
-    DabStatus, EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, Subject, SubjectDomain,
+    DabStatus, EarnedPart, NewPayment, PaymentRecord, PaymentSource, PaymentStatus, Pending, Reservation, StoreError, Subject,
+    SubjectDomain,
 };
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
@@ -326,35 +327,85 @@ async fn settle_reserved(
             });
         }
     };
-    // The money moved: recording it must not be lost to a moment's refusal
-    // (a deadlock's victim, a lock timeout). Tried again while the refusal
-    // is one of those; if it still fails, the payment is marked unknown, and
-    // the reconciliation job settles it again (a used nonce then means it
-    // went through) and records it.
-    let mut waits = [50u64, 200, 0].into_iter();
-    let failure = loop {
-        match store.settle_payment(payment_id, &reference, now).await {
-            Ok(_) => return Ok(reference),
-            Err(error) => match waits.next() {
-                Some(wait) if wait > 0 && error.is_transient() => tokio::time::sleep(std::time::Duration::from_millis(wait)).await,
-                _ => break error,
-            },
-        }
-    };
-    tracing::error!(%payment_id, error = %failure, "a settled payment could not be recorded; it is left to the reconciliation job");
-    let detail = format!("settled ({reference}), but recording it failed: {failure}");
-    if let Err(error) = store.end_payment(payment_id, PaymentStatus::SettleUnknown, &detail, now).await {
+    record_settled(services, payment_id, reference).await
+}
+
+/// Records an inline payment whose settlement went through. The money moved:
+/// the record is tried again while the database refuses it for the moment;
+/// if it still fails, the payment is marked unknown with its reference kept,
+/// and the reconciliation job records it (without settling again).
+async fn record_settled(services: &Services, payment_id: Uuid, reference: String) -> AppResult<String> {
+    let store = &services.store;
+    let now = services.clock.now();
+    match with_retries(|| store.settle_payment(payment_id, &reference, now)).await {
+        Ok(_) => Ok(reference),
+        Err(error) => Err(settled_unrecorded(services, payment_id, &reference, &error).await),
+    }
+}
+
+/// Marks a payment that settled but whose record failed with `error` for the
+/// reconciliation job, and says so (503 `SETTLEMENT_PENDING`).
+pub(crate) async fn settled_unrecorded(services: &Services, payment_id: Uuid, reference: &str, error: &StoreError) -> AppError {
+    tracing::error!(%payment_id, %error, "a settled payment could not be recorded; it is left to the reconciliation job");
+    if let Err(error) = services.store.mark_settled_unrecorded(payment_id, reference, services.clock.now()).await {
         tracing::error!(%payment_id, %error, "nor could it be marked for reconciliation");
     }
-    Err(AppError::Unavailable {
+    AppError::Unavailable {
         code: "SETTLEMENT_PENDING",
-        message: "the payment settled but could not be recorded yet; it is recorded in the background and charged at most once".into(),
-    })
+        message: "the payment settled but could not be recorded at once; it is recorded in the background and charged once".into(),
+    }
+}
+
+/// Runs `write` again, after 50 then 200 ms, while the database refuses it
+/// for the moment ([`StoreError::is_transient`]); its last outcome.
+pub(crate) async fn with_retries<T, F, Fut>(write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    retried(write, StoreError::is_transient).await
+}
+
+/// [`with_retries`] for a use case's own write, refused for the moment as
+/// 503 `STORAGE_UNAVAILABLE`.
+async fn app_with_retries<T, F, Fut>(write: F) -> AppResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = AppResult<T>>,
+{
+    retried(write, is_storage_busy).await
+}
+
+fn is_storage_busy(error: &AppError) -> bool {
+    matches!(error, AppError::Busy { code: "STORAGE_UNAVAILABLE", .. })
+}
+
+async fn retried<T, E, F, Fut>(mut write: F, transient: impl Fn(&E) -> bool) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut waits = [50u64, 200].into_iter();
+    loop {
+        match write().await {
+            Err(error) if transient(&error) => match waits.next() {
+                Some(wait) => tokio::time::sleep(std::time::Duration::from_millis(wait)).await,
+                None => return Err(error),
+            },
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Settles an inline payment again whose outcome was unknown (the
 /// reconciliation job): the reference, once settled.
 pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppResult<String> {
+    // Settled already, its record left to this job: recorded, not settled again.
+    if payment.status == PaymentStatus::SettleUnknown
+        && let Some(reference) = &payment.settlement_ref
+    {
+        return record_settled(services, payment.payment_id, reference.clone()).await;
+    }
     let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
     let requirement = payload["accepted"].clone();
     let local = local_settlement_reference(payment);
@@ -567,7 +618,20 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
         let settled = Funding::Settled { payment_id: payment.payment_id, reference, payer: payment.payer.clone() };
-        return match commit.commit(settled).await? {
+        // The payment is settled and recorded: what it paid for is closed by
+        // this commit, or else by the job that closes settled subjects.
+        let committed = match app_with_retries(|| commit.commit(settled.clone())).await {
+            Ok(committed) => committed,
+            Err(error) if is_storage_busy(&error) => {
+                tracing::warn!(%error, "a settled payment's subject is left to the job that closes settled subjects");
+                return Err(AppError::Unavailable {
+                    code: "SETTLEMENT_PENDING",
+                    message: "the payment settled and is recorded; what it paid for is completed in the background".into(),
+                });
+            }
+            Err(error) => return Err(error),
+        };
+        return match committed {
             Committed::Done(output) => {
                 if C::debited(&output) {
                     services.metrics.debit("earned", order.earned);

@@ -380,6 +380,7 @@ pub async fn settle_and_anchor(
 ) -> AppResult<Confirmed> {
     let dd_id = stored.declaration.dd_id;
     let store = &services.store;
+    let mut payment_id = None;
     let settlement = if stored.paid_externally() {
         let payment = match settling {
             Some(settling) => settling,
@@ -389,6 +390,7 @@ pub async fn settle_and_anchor(
                 .map(Settling::from)
                 .ok_or_else(|| AppError::not_found("DD_NOT_FOUND", "no payment row for this declaration"))?,
         };
+        payment_id = Some(payment.payment_id);
         // An unknown outcome is reconciled before the window is looked at: the
         // money may already have moved.
         if payment.status != PaymentStatus::SettleUnknown && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
@@ -407,7 +409,16 @@ pub async fn settle_and_anchor(
         let requirements = payload["accepted"].clone();
         let reconciling = payment.status == PaymentStatus::SettleUnknown;
         let local = charge::local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
-        match charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await {
+        // Settled already, its anchoring left to a later confirm: not settled again.
+        let known = match reconciling {
+            true => store.payment_for(dd_id).await?.and_then(|p| p.settlement_ref),
+            false => None,
+        };
+        let settled = match known {
+            Some(reference) => Settled::Yes { reference },
+            None => charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await,
+        };
+        match settled {
             Settled::Yes { reference } => Some((reference, payment.payer)),
             Settled::No { reason } => {
                 store.close_payment(dd_id, SettlementStatus::Failed, PaymentStatus::SettleFailed, &reason, now).await?;
@@ -447,23 +458,17 @@ pub async fn settle_and_anchor(
     let anchored_at = stored.declaration.anchored_at;
     let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
     let reference = settlement.as_ref().map(|(r, _)| r.as_str());
-    let confirmed = match store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await {
+    let confirmed = match charge::with_retries(|| store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference)).await {
         Ok(confirmed) => confirmed,
-        // The money moved but the record did not: marked unknown, the next
-        // confirm (or the reconciliation job) settles it again, where a used
-        // nonce means it went through, and anchors it; never failed for it.
-        Err(error) if settlement.is_some() => {
-            tracing::error!(%dd_id, %error, "a settled payment's declaration could not be anchored; left to reconciliation");
-            let detail = format!("settled, but anchoring failed: {error}");
-            if let Err(error) = store.mark_settlement_unknown(dd_id, &detail, now).await {
-                tracing::error!(%dd_id, %error, "nor could its payment be marked for reconciliation");
+        // The money moved but the record did not: marked unknown with its
+        // reference, the next confirm (or the reconciliation job) anchors it
+        // without settling again; never failed for it.
+        Err(error) => match (&settlement, payment_id) {
+            (Some((reference, _)), Some(payment_id)) => {
+                return Err(charge::settled_unrecorded(services, payment_id, reference, &error).await);
             }
-            return Err(AppError::Unavailable {
-                code: "SETTLEMENT_PENDING",
-                message: "the payment settled but the declaration could not be anchored yet; confirm again to finish (charged once)".into(),
-            });
-        }
-        Err(error) => return Err(error.into()),
+            _ => return Err(error.into()),
+        },
     };
     if !confirmed {
         let again = store.declaration(dd_id).await?;

@@ -136,7 +136,7 @@ pub fn check_category_key(key: &str) -> Result<(), Invalid> {
 }
 
 /// A label or description: not blank, at most `max` characters, no control
-/// characters but line feeds and tabs.
+/// characters but line breaks and tabs.
 pub fn check_text(name: &str, value: &str, max: usize) -> Result<(), Invalid> {
     if value.trim().is_empty() {
         return Err(Invalid::new("INVALID_VALUE", format!("{name} must not be empty")));
@@ -144,8 +144,8 @@ pub fn check_text(name: &str, value: &str, max: usize) -> Result<(), Invalid> {
     if value.chars().count() > max {
         return Err(Invalid::new("INVALID_VALUE", format!("{name} is longer than {max} characters")));
     }
-    if value.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return Err(Invalid::new("INVALID_VALUE", format!("{name} must not contain control characters (a line feed or a tab may)")));
+    if value.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
+        return Err(Invalid::new("INVALID_VALUE", format!("{name} must not contain control characters (line breaks and tabs may)")));
     }
     Ok(())
 }

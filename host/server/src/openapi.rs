@@ -387,7 +387,9 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         let has_input = operation.request.is_some() || !operation.parameters.is_empty();
         // What the pricing generation prices (anything paid, and what quotes or counts a price).
         let priced = operation.responses.iter().any(|r| r.status == 402)
-            || ["/v1/dd/", "/v1/sdac/", "/v1/ise/", "/v1/ara/", "/v1/tsl/", "/v1/pricing/"].iter().any(|p| operation.path.starts_with(p));
+            || ["/v1/dd/", "/v1/sdac/", "/v1/ise/", "/v1/ara/", "/v1/tsl/", "/v1/pricing/", "/v1/asa/", "/v1/retention/"]
+                .iter()
+                .any(|p| operation.path.starts_with(p));
         let owner_write = operation.path.starts_with("/dap/") && operation.method != Method::GET && operation.method != Method::HEAD;
         for (status, name, applies) in [
             ("400", "BadRequest", has_input),

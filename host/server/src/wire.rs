@@ -184,7 +184,8 @@ inline_schema!(Ratio, { "type": "number", "minimum": 0 });
 /// that, or one too large.
 pub(crate) fn fixed_point(text: &str, decimals: u32) -> Option<u64> {
     let (mantissa, exponent) = match text.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.strip_prefix('+').unwrap_or(e).parse::<i64>().ok()?),
+        // No amount this service reads is 10^1000 or 10^-1000 away from its digits.
+        Some((m, e)) => (m, e.strip_prefix('+').unwrap_or(e).parse::<i64>().ok().filter(|e| (-1000..=1000).contains(e))?),
         None => (text, 0),
     };
     let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
@@ -438,7 +439,17 @@ mod tests {
         for text in ["1e-7", "1.0000001", "-1e-6", "1.000001", "1e1", "1e400", "1e-400"] {
             assert!(serde_json::from_str::<Rate>(text).is_err(), "{text}");
         }
-        for text in ["1e-4", "0.0001", "-0", "-1e3", "1e16", "9223372036854775.808", "1e99999999999999999999"] {
+        for text in [
+            "1e-4",
+            "0.0001",
+            "-0",
+            "-1e3",
+            "1e16",
+            "9223372036854775.808",
+            "1e99999999999999999999",
+            "1e9223372036854775807",
+            "1.5e-9223372036854775808",
+        ] {
             assert!(serde_json::from_str::<Dac>(text).is_err(), "{text}");
         }
         assert_eq!(fixed_point("9223372036854775.807", 3), Some(i64::MAX as u64));

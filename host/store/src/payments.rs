@@ -262,6 +262,10 @@ pub trait PaymentStore: Send + Sync {
     async fn close_settled_subjects(&self, settled_before: DateTime<Utc>, now: DateTime<Utc>, limit: i64) -> Result<u64>;
     /// Marks a declaration's payment whose settlement outcome is unknown.
     async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// Marks a payment that settled but whose record could not be written:
+    /// `settle_unknown` with the settlement's reference kept, which the
+    /// reconciliation records without settling again.
+    async fn mark_settled_unrecorded(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool>;
     /// The payment row of a declaration, with its history.
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
     /// The usage entries recorded for a subject, by cost component.
@@ -467,6 +471,14 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         Ok(moved.is_some())
     }
 
+    async fn mark_settled_unrecorded(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let reason = Some(SETTLED_UNRECORDED);
+        let moved = move_payment(&mut tx, Key::Payment(payment_id), PaymentStatus::SettleUnknown, reason, Some(reference), now).await?;
+        tx.commit().await?;
+        Ok(moved.is_some())
+    }
+
     async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>> {
         if let Some(reader) = self.reader()
             && let Some(found) = reader.payment(dd_id).await
@@ -653,6 +665,9 @@ pub(crate) struct Moved {
 
 /// Moves a reserved (or unknown) payment to `status`, with its event: the
 /// row, if it moved.
+/// The reason a payment marked by [`PaymentStore::mark_settled_unrecorded`] shows.
+pub const SETTLED_UNRECORDED: &str = "settled; its record could not be written at once and is written by reconciliation";
+
 pub(crate) async fn move_payment<X: Exec>(
     tx: &mut X,
     key: Key,

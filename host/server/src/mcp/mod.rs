@@ -147,7 +147,8 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
             }
         };
         let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
-        let call_params = (value.get("method").and_then(Value::as_str) == Some("tools/call"))
+        // (A notification, with no id, is answered nothing.)
+        let call_params = (value.get("method").and_then(Value::as_str) == Some("tools/call") && value.get("id").is_some())
             .then(|| value.get("params").cloned().unwrap_or(Value::Null));
         if let Err(error) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
             return rpc_error(

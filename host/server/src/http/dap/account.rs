@@ -316,9 +316,10 @@ async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query)
         ExportFormat::Csv => {
             // section,field,value; values are quoted when they hold a comma, a
             // quote or a line break, and one a spreadsheet would read as a
-            // formula (=, +, -, @ first) starts with an apostrophe.
+            // formula (=, +, -, @, a tab or a carriage return first) starts with an
+            // apostrophe.
             let quote = |v: &str| {
-                let v = if v.starts_with(['=', '+', '-', '@']) { format!("'{v}") } else { v.to_string() };
+                let v = if v.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{v}") } else { v.to_string() };
                 if v.contains([',', '"', '\n', '\r']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v }
             };
             let mut csv = String::from("section,field,value\n");
