@@ -521,3 +521,34 @@ async fn secrets_and_personal_data_are_never_cached() {
     let dd = t.get("/v1/dd/list", Some(&agent.token)).await;
     assert_eq!(dd.headers.get("cache-control").unwrap(), "no-store", "an agent's own records");
 }
+
+/// A body that names a key twice in one object, at any depth, is refused 400
+/// INVALID_INPUT: its last value would have been taken silently (a proxy or
+/// checker in front may have read the first). Nothing is recorded; the same
+/// body without the repetition is taken.
+#[tokio::test]
+async fn a_key_named_twice_in_one_object_is_refused() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    let send = |text: String| {
+        t.http.post(t.url("/v1/tsl/tool/register")).bearer_auth(&agent.token).header("content-type", "application/json").body(text).send()
+    };
+    let tool = r#""tool_description":"shares","layer":"layer1","ara_connections":[{"observation_type":"pattern_ee_distribution"}]"#;
+    for text in [
+        format!(r#"{{"tool_name":"first","tool_name":"second","price_dac":1,{tool}}}"#),
+        format!(r#"{{"tool_name":"first","price_dac":1,"price_dac":999,{tool}}}"#),
+        r#"{"tool_name":"nested","price_dac":1,"tool_description":"shares","layer":"layer1","ara_connections":[{"observation_type":"pattern_ee_distribution","observation_type":"agent_profile"}]}"#.to_string(),
+        format!(r#"{{"tool_name":"escaped","tool\u005fname":"same key, written otherwise","price_dac":1,{tool}}}"#),
+    ] {
+        let reply = send(text.clone()).await.unwrap();
+        assert_eq!(reply.status().as_u16(), 400, "{text}");
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["error_code"], "INVALID_INPUT", "{text}: {body}");
+    }
+    assert_eq!(t.scalar("select count(*) from tsl_tool").await, 0);
+    let taken = send(format!(r#"{{"tool_name":"once","price_dac":1,{tool}}}"#)).await.unwrap();
+    assert_eq!(taken.status().as_u16(), 201);
+    // The same key in two different objects is no repetition.
+    let two = r#"{"tool_name":"two","price_dac":1,"tool_description":"shares","layer":"layer1","ara_connections":[{"observation_type":"pattern_ee_distribution"},{"observation_type":"agent_profile","resolution_level":2}]}"#;
+    assert_eq!(send(two.to_string()).await.unwrap().status().as_u16(), 201);
+}

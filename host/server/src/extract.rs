@@ -72,7 +72,64 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         if let Some(path) = nul_at(&value, "") {
             return Err(nul_refused(&path));
         }
+        // A key named twice in one object would be read as its last value
+        // here and perhaps as its first by whatever checked the body before.
+        if value.is_object() || value.is_array() {
+            serde_json::from_slice::<NoRepeatedKeys>(&bytes).map_err(|e| ApiError::bad("INVALID_INPUT", e.to_string()))?;
+        }
         Ok(JsonBody(value))
+    }
+}
+
+/// Reads a JSON text only to refuse an object that names a key twice.
+struct NoRepeatedKeys;
+
+impl<'de> serde::Deserialize<'de> for NoRepeatedKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NoRepeatedKeys, D::Error> {
+        deserializer.deserialize_any(NoRepeatedKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
+    type Value = NoRepeatedKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoRepeatedKeys>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "the request body names the key {} twice in one object",
+                    anchor_domain::brief(&format!("{key:?}"))
+                )));
+            }
+            map.next_value::<NoRepeatedKeys>()?;
+        }
+        Ok(self)
     }
 }
 

@@ -415,6 +415,11 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
                     if let Some(other) = own.get("$ref").and_then(Value::as_str).and_then(|r| r.rsplit('/').next()) {
                         *own = common[other].clone();
                     }
+                    // An answer of its own shape for that status (`/ready`'s
+                    // 503 is a readiness report): the shared error is not one of its.
+                    if own["content"]["application/json"]["schema"] != error {
+                        continue;
+                    }
                     let shared = common[name]["description"].as_str().unwrap_or_default();
                     let joined = format!("{} Also: {shared}", own["description"].as_str().unwrap_or_default());
                     own["description"] = json!(joined);
