@@ -14,6 +14,7 @@ mod dates;
 mod declarations;
 mod deidentification;
 mod discovery;
+mod docs;
 mod dur;
 mod earned;
 mod hardening;
