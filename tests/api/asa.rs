@@ -63,7 +63,6 @@ async fn periods_states_and_snapshots(backend: Backend) {
     register(json!({ "blob_hash": HASH, "label": "mail ops@example.com" })).await.assert_error(400, "PII_DETECTED");
     register(json!({ "blob_hash": HASH, "label": "x".repeat(201) })).await.assert_error(400, "INVALID_INPUT");
     register(json!({ "blob_hash": HASH, "blob_size_bytes": -1 })).await.assert_error(400, "INVALID_VALUE");
-    register(json!({ "blob_hash": HASH, "content": "state" })).await.assert_error(400, "UNKNOWN_FIELD");
     let first =
         register(json!({ "blob_hash": HASH.to_uppercase(), "blob_size_bytes": 1024, "encrypted_key": "wrapped:AAAA", "label": "nightly" }))
             .await;

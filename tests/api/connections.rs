@@ -249,6 +249,14 @@ async fn mcp_answers_malformed_input_with_json_rpc_errors() {
         ),
         (r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}}"#, 200, -32602, "INVALID_INPUT"),
         (r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call"}"#, 200, -32602, "INVALID_INPUT"),
+        // A key named twice, in a tool's arguments or in the envelope, is refused whole.
+        (
+            r#"{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "get_trial_status", "arguments": {"auth_token": "da_tk_a", "auth_token": "da_tk_b"}}}"#,
+            400,
+            -32600,
+            "INVALID_INPUT",
+        ),
+        (r#"{"jsonrpc": "2.0", "id": 8, "method": "tools/list", "method": "tools/call"}"#, 400, -32600, "INVALID_INPUT"),
     ] {
         let reply = send(body, both, "application/json").await.unwrap();
         assert_eq!(reply.status().as_u16(), status, "{body}");

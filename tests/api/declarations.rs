@@ -145,6 +145,24 @@ async fn reusing_a_request_id_returns_the_earlier_result(backend: Backend) {
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(second.status, StatusCode::CREATED);
     assert_eq!(first.json, second.json);
+    // The same key with another declaration is refused, naming what differs
+    // (decision 0061); the same body with its keys in another order is the same request.
+    let mut other_dd = body.clone();
+    other_dd["dd"]["decision_type"] = json!("external_interaction");
+    let reused = t.post("/v1/dd/create", Some(&agent.token), &other_dd).await;
+    reused.assert_error(400, "REQUEST_ID_USED");
+    assert!(reused.json["message"].as_str().unwrap().contains("another dd"), "{}", reused.text);
+    let mut other_ee = body.clone();
+    other_ee["ee"]["ee_retention_period"] = json!("long");
+    t.post("/v1/dd/create", Some(&agent.token), &other_ee).await.assert_error(400, "REQUEST_ID_USED");
+    let mut with_template = body.clone();
+    with_template["content_inclusion_flag"] = json!(1);
+    with_template["template"] = json!({ "decision_class": "payment" });
+    t.post("/v1/dd/create", Some(&agent.token), &with_template).await.assert_error(400, "REQUEST_ID_USED");
+    let reordered: Value =
+        serde_json::from_str(&format!(r#"{{"ee": {}, "dd": {}, "request_id": {}}}"#, body["ee"], body["dd"], body["request_id"])).unwrap();
+    let third = t.post("/v1/dd/create", Some(&agent.token), &reordered).await;
+    assert_eq!((third.status, third.json["dd_id"].clone()), (StatusCode::CREATED, first.json["dd_id"].clone()), "{}", third.text);
     // Charged once.
     let status = t.get("/v1/trial/status", Some(&agent.token)).await;
     assert_eq!(status.json["trial_dac_remaining"], json!(490));
@@ -157,7 +175,8 @@ async fn reusing_a_request_id_returns_the_earlier_result(backend: Backend) {
 async fn trial_pays_until_spent_then_a_402_challenge(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
-    // 3 x 157.5 = 472.5; a fourth EE_high does not fit in the 27.5 left.
+    // 3 x 157.5 = 472.5; a fourth EE_high does not fit in the 27.5 left:
+    // Trial can pay its base fee, so x402 is asked for the premium alone (decision 0062).
     for _ in 0..3 {
         t.create(&agent, json!({ "ee_preset": "EE_high" })).await;
     }
@@ -170,7 +189,7 @@ async fn trial_pays_until_spent_then_a_402_challenge(backend: Backend) {
     assert_eq!(decoded["x402Version"], 2);
     let accepts = decoded["accepts"].as_array().unwrap();
     assert_eq!(accepts.len(), 1);
-    assert_eq!(accepts[0]["amount"], "157500", "157.5 DAC in USDC base units");
+    assert_eq!(accepts[0]["amount"], "147500", "the 147.5 DAC premium in USDC base units");
     assert_eq!(accepts[0]["network"], "eip155:8453");
     assert_eq!(accepts[0]["scheme"], "exact");
     assert_eq!(decoded["resource"]["url"], json!(t.url("/v1/dd/create")));
@@ -205,8 +224,8 @@ async fn confirmation_happens_once_and_only_for_the_owner(backend: Backend) {
     t.confirm(&agent, &uuid::Uuid::new_v4().to_string()).await.assert_error(404, "DD_NOT_FOUND");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": "zzz" })).await.assert_error(400, "INVALID_UUID");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({})).await.assert_error(400, "MISSING_FIELD");
-    t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id, "extra": true })).await.assert_error(400, "UNKNOWN_FIELD");
-    let first = t.confirm(&agent, &dd_id).await;
+    let first = t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id, "extra": true })).await;
+    assert_eq!(first.headers["anchor-ignored-fields"], "extra", "{}", first.text);
     assert_eq!(first.status, StatusCode::OK);
     t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
     // Concurrent confirmations of a fresh record: exactly one wins.
@@ -293,6 +312,10 @@ async fn list_filters_and_pages(backend: Backend) {
     t.get("/v1/dd/list?from=yesterday", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
     t.get("/v1/dd/list?limit=0", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
     t.get("/v1/dd/list?limit=abc", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
+    // The reference sets no largest page: past ours (200) the page is ours, and the answer says so.
+    let large = t.get("/v1/dd/list?limit=100000", Some(&agent.token)).await;
+    assert_eq!((large.status.as_u16(), large.json["limit"].clone()), (200, json!(200)), "{}", large.text);
+    assert_eq!(large.json["dds"].as_array().unwrap().len(), 5);
     t.get("/v1/dd/list?offset=-1", Some(&agent.token)).await.assert_error(400, "INVALID_VALUE");
     // Another agent sees none of them.
     let other = t.register().await;
@@ -396,14 +419,16 @@ async fn what_a_client_sends_is_read_and_what_the_service_says_is_true(backend: 
     );
     assert_eq!(t.scalar(&stored).await, 1, "the template of a branch-0 declaration is not stored");
 
-    // 27.5 DAC of Trial left, a 45 DAC declaration: 402 for the whole, saying how to split it.
+    // 27.5 DAC of Trial left, a 45 DAC declaration: Trial pays the base fee,
+    // the 402 asks for the premium alone and says so (decision 0062).
     let spender = t.register().await;
     t.tamper(&format!("update agent set trial_balance_milli = 27500 where agent_id = {}", t.uuid_sql(&spender.id))).await;
     let standard = t.post("/v1/dd/create", Some(&spender.token), &create_body(json!({ "ee_preset": "EE_standard" }))).await;
     assert_eq!(standard.status.as_u16(), 402, "{}", standard.text);
     let challenge = anchor_tests::x402::challenge_of(&standard);
     let description = challenge["resource"]["description"].as_str().unwrap_or_default().to_string();
-    assert!(description.contains("premium_payment_source: external"), "{challenge}");
+    assert!(description.contains("Trial pays its 10 DAC base fee"), "{challenge}");
+    assert_eq!(challenge["accepts"][0]["amount"], "35000", "{challenge}");
     let mut split = create_body(json!({ "ee_preset": "EE_standard" }));
     split["premium_payment_source"] = json!("external");
     let challenged = t.post("/v1/dd/create", Some(&spender.token), &split).await;

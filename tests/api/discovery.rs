@@ -80,6 +80,24 @@ async fn discovery_documents_describe_this_server() {
     assert_eq!(openapi.json["info"]["version"], "1.3.42");
 }
 
+/// The root answers a program with the index and sends a browser to the
+/// owner portal.
+#[tokio::test]
+async fn the_root_sends_a_browser_to_the_portal() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let index = t.call_with("GET", "/", &[("accept", "*/*")], None).await;
+    assert_eq!((index.status.as_u16(), index.json["portal"].clone()), (200, json!(t.url("/portal/"))), "{}", index.text);
+    let browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    let unfollowed = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = unfollowed.get(t.url("/")).header("accept", browser).send().await.unwrap();
+    assert_eq!((page.status().as_u16(), page.headers()["location"].to_str().unwrap()), (303, "/portal/"));
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let portal = unfollowed.get(t.url("/portal/")).header("accept", browser).send().await.unwrap();
+    assert!(portal.status().is_success() && portal.text().await.unwrap().to_ascii_lowercase().contains("<html"));
+    let json_first = t.call_with("GET", "/", &[("accept", "application/json, text/html")], None).await;
+    assert_eq!(json_first.status.as_u16(), 200);
+}
+
 #[tokio::test]
 async fn unknown_paths_and_methods_answer_json() {
     let t = TestServer::start(Backend::Sqlite).await;

@@ -9,7 +9,7 @@ use anchor_tests::*;
 use chrono::Duration;
 use serde_json::json;
 
-both_backends!(stays_cost_nothing_then_the_fee_paid_as_their_mode_says, the_job_closes_stays_at_their_limit);
+both_backends!(charged_stays_cost_the_fee_paid_as_their_mode_says, the_job_closes_stays_at_their_limit);
 
 async fn enter(t: &TestServer, agent: &Agent, mode: &str) -> serde_json::Value {
     let reply = t.post("/v1/ise/enter", Some(&agent.token), &json!({ "payment_mode": mode })).await;
@@ -25,7 +25,7 @@ async fn trial(t: &TestServer, agent: &Agent) -> serde_json::Value {
     t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].clone()
 }
 
-async fn stays_cost_nothing_then_the_fee_paid_as_their_mode_says(backend: Backend) {
+async fn charged_stays_cost_the_fee_paid_as_their_mode_says(backend: Backend) {
     // No background jobs: a round that ran after a clock move would close the
     // free stay at its limit before the test's own exit.
     let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
@@ -34,24 +34,28 @@ async fn stays_cost_nothing_then_the_fee_paid_as_their_mode_says(backend: Backen
     exit(&t, &agent).await.assert_error(404, "NO_ACTIVE_SESSION");
     t.post("/v1/ise/enter", Some(&agent.token), &json!({ "payment_mode": "sometimes" })).await.assert_error(400, "INVALID_ENUM");
 
-    // Within the free seconds: nothing to pay, whatever the mode.
+    // A charged stay costs the flat fee however short it is (decision 0062): Trial pays it.
     let entered = enter(&t, &agent, "external").await;
     assert_eq!((entered["free_seconds"].clone(), entered["fee_dac"].clone()), (json!(600), json!(10)), "{entered}");
     t.post("/v1/ise/enter", Some(&agent.token), &json!({})).await.assert_error(409, "SESSION_EXISTS");
-    t.clock.advance(Duration::seconds(600));
+    t.clock.advance(Duration::seconds(30));
     let status = t.get("/v1/ise/status", Some(&agent.token)).await.json;
-    assert_eq!((status["active"].clone(), status["dac_if_exited_now"].clone()), (json!(true), json!(0)), "{status}");
-    let free = exit(&t, &agent).await;
-    assert_eq!((free.status.as_u16(), free.json["dac_charged"].clone(), free.json["payment_source"].clone()), (200, json!(0), json!(null)));
-    assert_eq!(free.json["duration_seconds"], 600);
+    assert_eq!((status["active"].clone(), status["dac_if_exited_now"].clone()), (json!(true), json!(10)), "{status}");
+    let short = exit(&t, &agent).await;
+    assert_eq!(
+        (short.status.as_u16(), short.json["dac_charged"].clone(), short.json["payment_source"].clone()),
+        (200, json!(10), json!("trial"))
+    );
+    assert_eq!(short.json["duration_seconds"], 30);
+    assert_eq!(trial(&t, &agent).await, json!(490));
 
-    // Longer, external: Trial pays the fee.
+    // Longer, external: the same fee, from Trial.
     enter(&t, &agent, "external").await;
     t.clock.advance(Duration::seconds(601));
     let paid = exit(&t, &agent).await;
     assert_eq!((paid.json["dac_charged"].clone(), paid.json["payment_source"].clone()), (json!(10), json!("trial")), "{}", paid.text);
-    assert_eq!(trial(&t, &agent).await, json!(490));
-    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'ise_session' and payment_source = 'trial'").await, 1);
+    assert_eq!(trial(&t, &agent).await, json!(480));
+    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'ise_session' and payment_source = 'trial'").await, 2);
 
     // A free stay is never charged: it ends at the free seconds.
     enter(&t, &agent, "free").await;
@@ -73,7 +77,7 @@ async fn stays_cost_nothing_then_the_fee_paid_as_their_mode_says(backend: Backen
         earned.text
     );
     assert_eq!(t.get("/v1/earned-dac/balance", Some(&agent.token)).await.json["earned_balance"], json!(30));
-    assert_eq!(trial(&t, &agent).await, json!(490), "Trial untouched");
+    assert_eq!(trial(&t, &agent).await, json!(480), "Trial untouched");
 
     // External with Trial spent: the x402 challenge, then a settled payment.
     let broke = t.register().await;

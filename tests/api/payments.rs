@@ -38,6 +38,7 @@ anchor_tests::both_backends!(
     the_dab_caps_external_spending_but_not_trial,
     facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures,
     an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee,
+    trial_pays_the_base_fee_when_it_cannot_pay_the_whole,
     a_payment_signed_before_a_price_switch_is_refused_and_never_charged,
 );
 
@@ -117,6 +118,62 @@ async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(bac
     assert_eq!(t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"], json!(490));
 }
 
+/// Decision 0062: with 40 DAC of Trial left, an EE_standard declaration (45
+/// DAC) is not challenged whole: Trial pays its 10 DAC base fee and x402 its
+/// 35 DAC premium, and the 402 and the create say so. A split record never
+/// confirmed gives its base fee back to Trial; with less than the base fee
+/// left, x402 pays the whole.
+async fn trial_pays_the_base_fee_when_it_cannot_pay_the_whole(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+
+    t.tamper(&format!("update agent set trial_balance_milli = 40000 where agent_id = {}", t.uuid_sql(&agent.id))).await;
+    let body = create_body(json!({ "ee_preset": "EE_standard" }));
+    let refused = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    let challenge = challenge_of(&refused);
+    assert_eq!(challenge["accepts"][0]["amount"], "35000", "the premium alone: {challenge}");
+    let description = challenge["resource"]["description"].as_str().unwrap();
+    assert!(description.contains("Trial pays its 10 DAC base fee"), "{description}");
+    assert_eq!(trial(&t, &agent).await, json!(40), "a challenge debits nothing");
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    assert_eq!(created.json["status"], "pending_payment");
+    assert_eq!(
+        (created.json["cost_breakdown"]["base_fee_source"].clone(), created.json["cost_breakdown"]["premium_source"].clone()),
+        (json!("trial"), json!("external")),
+        "{}",
+        created.text
+    );
+    assert_eq!(created.json["trial_payment"]["trial_remaining"], json!(30));
+    assert_eq!(created.json["payment"]["amount_usdc"], json!(0.035));
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    let confirmed = t.confirm(&agent, &dd_id).await;
+    assert_eq!(confirmed.json["payment_sources"], json!(["trial", "external"]), "{}", confirmed.text);
+    assert_eq!(trial(&t, &agent).await, json!(30));
+
+    // Split again, never confirmed: the window passes and the base fee goes back.
+    let again = create_body(json!({ "ee_preset": "EE_standard" }));
+    let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &again).await);
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let pending = send(&t, &agent, &again, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    assert_eq!(pending.json["trial_payment"]["trial_remaining"], json!(20), "{}", pending.text);
+    let pending_id = pending.json["dd_id"].as_str().unwrap().to_string();
+    t.clock.advance(chrono::Duration::minutes(31));
+    t.confirm(&agent, &pending_id).await.assert_error(410, "PAYMENT_EXPIRED");
+    assert_eq!(trial(&t, &agent).await, json!(30), "the released record's base fee is Trial's again");
+
+    // Under the base fee, x402 pays the whole.
+    t.tamper(&format!("update agent set trial_balance_milli = 9000 where agent_id = {}", t.uuid_sql(&agent.id))).await;
+    let whole = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_standard" }))).await);
+    assert_eq!(whole["accepts"][0]["amount"], "45000", "{whole}");
+    assert!(whole["resource"]["description"].as_str().unwrap().contains("Trial holds 9 DAC"), "{whole}");
+}
+
+async fn trial(t: &TestServer, agent: &Agent) -> Value {
+    t.get("/v1/trial/status", Some(&agent.token)).await.json["trial_dac_remaining"].clone()
+}
+
 async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
     let t = TestServer::with(backend, Options { dab_default: anchor_domain::MilliDac::from_dac(100), ..Options::default() }).await;
     let agent = t.register().await;
@@ -124,8 +181,10 @@ async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
         t.create(&agent, json!({ "ee_preset": "EE_high" })).await; // 472.5 of 500 Trial DAC
     }
     let now = t.clock.now().timestamp();
+    // No Trial left to split with: each declaration is paid externally, whole.
+    t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {}", t.uuid_sql(&agent.id))).await;
     for _ in 0..2 {
-        // EE_standard costs 45 DAC: more than the 27.5 Trial DAC left, so paid externally.
+        // EE_standard costs 45 DAC, paid externally.
         let body = create_body(json!({ "ee_preset": "EE_standard" }));
         let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
         let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, now, Twist::default()))))).await;
@@ -142,6 +201,7 @@ async fn the_dab_caps_external_spending_but_not_trial(backend: Backend) {
     assert!(refused.json["message"].as_str().unwrap().contains("100 DAC per month"));
     assert!(refused.json["message"].as_str().unwrap().contains("2026-12-01T00:00:00Z"), "{}", refused.text);
     // Trial-covered work is outside the cap.
+    t.tamper(&format!("update agent set trial_balance_milli = 20000 where agent_id = {}", t.uuid_sql(&agent.id))).await;
     let trial = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
     assert_eq!(trial["status"], "trial_paid");
 }
@@ -173,6 +233,13 @@ async fn a_paid_create_waits_for_confirm_then_settles(backend: Backend) {
     assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
     assert_eq!(confirmed.json["payment_sources"], json!(["external"]));
     assert_eq!(confirmed.json["settlement_currency"], "USDC");
+    // The estimates' rate is dated and sourced, the fixed indicative one too.
+    assert!(confirmed.json["exchange_rate_timestamp"].as_str().is_some_and(|t| t.starts_with("2026-11-01T00:00:00")), "{}", confirmed.text);
+    assert!(
+        confirmed.json["exchange_rate_source"].as_str().is_some_and(|s| s.starts_with("a fixed indicative rate")),
+        "{}",
+        confirmed.text
+    );
     let receipt: Value = serde_json::from_slice(
         &base64::engine::general_purpose::STANDARD.decode(confirmed.headers["payment-response"].to_str().unwrap()).unwrap(),
     )

@@ -64,10 +64,10 @@ async fn trials_are_priced_for_real_and_the_session_end_pays_a_share(backend: Ba
     assert!((trial_before - trial_after - charged).abs() < 0.001);
     t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": session })).await.assert_error(404, "SESSION_NOT_FOUND");
 
-    // No trial, nothing to pay; Trial spent, the x402 challenge and a settled payment.
+    // No trial: the base fee alone (decision 0062); Trial spent, the x402 challenge and a settled payment.
     let empty = t.post("/v1/sdac/session/start", Some(&agent.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
-    let free = t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": empty })).await;
-    assert_eq!((free.json["dac_charged"].clone(), free.json["payment_source"].clone()), (json!(0), json!(null)), "{}", free.text);
+    let base = t.post("/v1/sdac/session/end", Some(&agent.token), &json!({ "session_id": empty })).await;
+    assert_eq!((base.json["dac_charged"].clone(), base.json["payment_source"].clone()), (json!(10), json!("trial")), "{}", base.text);
     let broke = t.register().await;
     t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {}", t.uuid_sql(&broke.id))).await;
     let paid = t.post("/v1/sdac/session/start", Some(&broke.token), &json!({})).await.json["session_id"].as_str().unwrap().to_string();
@@ -80,7 +80,8 @@ async fn trials_are_priced_for_real_and_the_session_end_pays_a_share(backend: Ba
         t.call_with("POST", "/v1/sdac/session/end", &[("authorization", &bearer), ("payment-signature", &payment)], Some(&body)).await;
     assert_eq!((settled.status.as_u16(), settled.json["payment_source"].clone()), (200, json!("external")), "{}", settled.text);
     assert!(settled.headers.get("payment-response").is_some());
-    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'sdac_session'").await, 2);
+    // The first end, the empty session's base fee, this one.
+    assert_eq!(t.scalar("select count(*) from usage_entry where subject_domain = 'sdac_session'").await, 3);
 }
 
 /// Trials sent while the session is being ended: each trial answered 200 is

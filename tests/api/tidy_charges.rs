@@ -45,7 +45,7 @@ const MOVERS: &[(&str, Kind)] = &[
         "close_payment",
         Exception(
             "a declaration's reservation that ends unsettled (window passed, settlement refused, proposal rejected) gives back \
-             the Earned part its create took: a refund of what the pipeline reserved, not a purchase",
+             the Earned premium or Trial base fee its create took: a refund of what the pipeline reserved, not a purchase",
         ),
     ),
     ("expire_earned", Exception("the lots whose days are over expire (the Earned job): time, not a purchase")),

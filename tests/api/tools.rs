@@ -23,7 +23,9 @@ both_backends!(
     hostile_tools_fail_their_own_runs_while_declarations_go_on,
     one_agents_spinning_runs_leave_another_agents_tool_its_slot,
     uploads_are_counted_before_anything_compiles,
-    uploads_are_let_in_before_their_bytes_are_read
+    uploads_are_let_in_before_their_bytes_are_read,
+    a_small_upload_is_not_queued_behind_large_ones,
+    a_trickled_upload_frees_its_place
 );
 
 /// `n` observations of every shape: cells over two dimensions, a series.
@@ -688,7 +690,9 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
     let runtime = Arc::new(runtime(&temp_dir("places"), ToolLimits::DEFAULT));
     // A short wait for a place, a long one for the compiler (the four compile in turn).
     let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(120))
-        .with_upload_wait(Duration::from_secs(2));
+        .with_upload_wait(Duration::from_secs(2))
+        // Bodies held open on purpose: no upload rate here.
+        .with_upload_rate(Duration::from_secs(120), 1 << 20);
     let http = anchor_server::listener::HttpLimits { body_read_timeout: Duration::from_secs(120), ..Default::default() };
     let t = TestServer::with(backend, Options { tools: Some(slots), http, ..Options::default() }).await;
     let addr = t.base.trim_start_matches("http://").to_string();
@@ -770,4 +774,124 @@ async fn uploads_are_let_in_before_their_bytes_are_read(backend: Backend) {
     // The places are back: the fifth seller's upload goes through.
     let done = put_component(&t, &fifth, &fifth_tool, wasm.clone()).await;
     assert_eq!(done.status.as_u16(), 201, "{}", done.text);
+}
+
+/// A runtime that compiles as the real one does, slowly for large components
+/// (as an 18 MB compile-heavy component takes tens of seconds).
+struct SlowForLarge(WasmTools);
+
+impl ToolRuntime for SlowForLarge {
+    fn limits(&self) -> ToolLimits {
+        self.0.limits()
+    }
+    fn accept(&self, wasm: &[u8]) -> Result<anchor_domain::tools::Accepted, Rejected> {
+        if wasm.len() as u64 > anchor_app::tools::SMALL_UPLOAD_BYTES {
+            std::thread::sleep(std::time::Duration::from_secs(6));
+        }
+        self.0.accept(wasm)
+    }
+    fn ready(&self, sha256: &[u8; 32]) -> bool {
+        self.0.ready(sha256)
+    }
+    fn preload(&self, sha256: &[u8; 32]) -> bool {
+        self.0.preload(sha256)
+    }
+    fn retain(&self, keep: &[[u8; 32]]) -> usize {
+        self.0.retain(keep)
+    }
+    fn run(
+        &self,
+        sha256: &[u8; 32],
+        wasm: Option<&[u8]>,
+        input: &ToolInput,
+    ) -> Result<(anchor_domain::tools::Report, anchor_domain::tools::RunStats), RunFailure> {
+        self.0.run(sha256, wasm, input)
+    }
+}
+
+/// `wasm` with a custom section of `pad` bytes at its end: the same tool, larger.
+fn padded(wasm: &[u8], pad: usize) -> Vec<u8> {
+    let name = b"anchor-padding";
+    let mut body = vec![name.len() as u8];
+    body.extend_from_slice(name);
+    body.resize(body.len() + pad, 0);
+    let mut out = wasm.to_vec();
+    out.push(0);
+    let mut n = body.len();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        out.push(if n == 0 { byte } else { byte | 0x80 });
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Decision 0063: a small component (its Content-Length at most 1 MiB) has
+/// places and a compiler of its own: while a large one compiles for seconds
+/// and another large one waits, it is answered at once.
+async fn a_small_upload_is_not_queued_behind_large_ones(backend: Backend) {
+    use std::time::{Duration, Instant};
+    let runtime = Arc::new(SlowForLarge(runtime(&temp_dir("lanes"), ToolLimits::DEFAULT)));
+    let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(3));
+    let t = TestServer::with(backend, Options { tools: Some(slots), ..Options::default() }).await;
+    let base = component_bytes("tool-example");
+    let large = padded(&component_variant(&base, 1), 3 << 20);
+    assert!(large.len() as u64 > anchor_app::tools::SMALL_UPLOAD_BYTES);
+    let (big_seller, other_big, small_seller) = (t.register().await, t.register().await, t.register().await);
+    let big_tool = registered(&t, &big_seller, &profile_tool("large-1")).await;
+    let other_tool = registered(&t, &other_big, &profile_tool("large-2")).await;
+    let small_tool = registered(&t, &small_seller, &profile_tool("small")).await;
+    let first = put_component(&t, &big_seller, &big_tool, large.clone());
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Another large one waits for the large lane's compiler, and is told to try again.
+        let queued = put_component(&t, &other_big, &other_tool, padded(&component_variant(&base, 2), 3 << 20)).await;
+        // The small one is answered at once.
+        let started = Instant::now();
+        let small = put_component(&t, &small_seller, &small_tool, component_variant(&base, 3)).await;
+        (queued, small, started.elapsed())
+    };
+    let (first, (queued, small, took)) = tokio::join!(first, meanwhile);
+    queued.assert_error(503, "TOOL_RUNNER_BUSY");
+    assert_eq!(small.status.as_u16(), 201, "{}", small.text);
+    assert!(took < Duration::from_secs(2), "the small upload took {took:?}");
+    assert_eq!(first.status.as_u16(), 201, "{}", first.text);
+}
+
+/// Decision 0063: a body trickled slower than the upload rate is refused
+/// (408) within seconds and frees its place, so four throwaway sellers
+/// trickling cannot keep an honest seller out for the body deadline.
+async fn a_trickled_upload_frees_its_place(backend: Backend) {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    let runtime = Arc::new(runtime(&temp_dir("trickle"), ToolLimits::DEFAULT));
+    let slots = anchor_app::tools::Tools::with_waits(runtime, Duration::from_secs(5), Duration::from_secs(60))
+        .with_upload_wait(Duration::from_secs(10));
+    let t = TestServer::with(backend, Options { tools: Some(slots), ..Options::default() }).await;
+    let addr = t.base.trim_start_matches("http://").to_string();
+    let wasm = component_variant(&component_bytes("tool-example"), 777_003);
+    let mut trickling = Vec::new();
+    for n in 0..anchor_app::tools::UPLOADS_AT_ONCE {
+        let seller = t.register().await;
+        let tool = registered(&t, &seller, &profile_tool(&format!("trickle-{n}"))).await;
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(upload_head(&seller, &tool, wasm.len()).as_bytes()).await.unwrap();
+        stream.write_all(&wasm[..10]).await.unwrap();
+        trickling.push(stream);
+    }
+    let honest = t.register().await;
+    let tool = registered(&t, &honest, &profile_tool("honest")).await;
+    let started = Instant::now();
+    let done = put_component(&t, &honest, &tool, wasm.clone()).await;
+    assert_eq!(done.status.as_u16(), 201, "{}", done.text);
+    assert!(started.elapsed() < Duration::from_secs(8), "the honest upload waited {:?}", started.elapsed());
+    for stream in &mut trickling {
+        let answer = read_answer(stream, Duration::from_secs(10)).await;
+        assert!(answer.starts_with("HTTP/1.1 408") && answer.contains("REQUEST_TIMEOUT"), "{answer}");
+    }
+    assert_eq!(t.scalar("select count(*) from tsl_tool_upload").await, 1, "a refused trickle spends no quota");
 }

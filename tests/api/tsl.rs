@@ -86,7 +86,7 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
         (json!({ "ara_connections": [] }), "ARA_CONNECTION_REQUIRED"),
         (json!({ "ara_connections": [{ "observation_type": "environment_summary", "resolution_level": 2 }] }), "INVALID_ARA_CONNECTION"),
         (json!({ "ara_connections": [{ "observation_type": "pattern_compare", "resolution_level": 3 }] }), "INVALID_ARA_CONNECTION"),
-        (json!({ "ara_connections": [{ "observation_type": "weather" }] }), "INVALID_ENUM"),
+        (json!({ "ara_connections": [{ "observation_type": "weather" }] }), "INVALID_ARA_CONNECTION"),
         (json!({ "tool_name": "reach me at bob@example.com" }), "PII_DETECTED"),
         (json!({ "tool_description": "support line +1 555 123 4567" }), "PII_DETECTED"),
         (json!({ "tool_name": " " }), "INVALID_INPUT"),
@@ -107,6 +107,11 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
         }
         t.post("/v1/tsl/tool/register", Some(&seller.token), &body).await.assert_error(400, code);
     }
+    // A refusal quotes the value it names once, as sent.
+    let mut layered = tool_body("x", 1.0, "layer1");
+    layered["layer"] = json!("layer3");
+    let message = t.post("/v1/tsl/tool/register", Some(&seller.token), &layered).await.json["message"].as_str().unwrap().to_string();
+    assert!(message.ends_with("got \"layer3\"") && !message.contains("\\\""), "{message}");
     let mut twice = tool_body("x", 1.0, "layer1");
     twice["ara_connections"] =
         json!([{ "observation_type": "agent_profile" }, { "observation_type": "agent_profile", "resolution_level": 1 }]);
@@ -130,11 +135,25 @@ async fn tools_are_registered_listed_and_refused_with_their_codes(backend: Backe
     let paged = t.get("/v1/tsl/tools?limit=1&page=2", None).await;
     assert_eq!(paged.json["tools"][0]["tool_id"], first.as_str());
     t.get("/v1/tsl/tools?limit=0", None).await.assert_error(400, "INVALID_VALUE");
+    let large = t.get("/v1/tsl/tools?limit=1000", None).await;
+    assert_eq!(
+        (large.status.as_u16(), large.json["limit"].clone(), large.json["page"].clone()),
+        (200, json!(100), json!(1)),
+        "{}",
+        large.text
+    );
     t.get("/v1/tsl/tools?status=sold", None).await.assert_error(400, "INVALID_ENUM");
     let detail = t.get(&format!("/v1/tsl/tool/{first}"), None).await;
     assert_eq!(detail.json["tool_name"], "ee-mix");
     t.get(&format!("/v1/tsl/tool/{}", uuid::Uuid::new_v4()), None).await.assert_error(404, "TOOL_NOT_FOUND");
     t.get("/v1/tsl/tool/not-a-uuid", None).await.assert_error(400, "INVALID_UUID");
+    // The JS SDK's example sends tool_layer, which the interface does not define: left out, named.
+    let mut sdk = tool_body("from-the-sdk", 1.0, "layer1");
+    sdk["tool_layer"] = json!("layer1");
+    let sdk_seller = t.register().await;
+    let registered = t.post("/v1/tsl/tool/register", Some(&sdk_seller.token), &sdk).await;
+    assert_eq!((registered.status.as_u16(), registered.json["layer"].clone()), (201, json!("layer1")), "{}", registered.text);
+    assert_eq!(registered.headers["anchor-ignored-fields"], "tool_layer");
 
     // One agent sells at most 100 active tools; a retired one frees its place.
     for i in 2..100 {
@@ -248,7 +267,7 @@ async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend
     // A request_id answers only the purchase it was made for.
     send(&t, &buyer, "/v1/tsl/purchase", &json!({ "tool_id": component, "request_id": request_id }), None)
         .await
-        .assert_error(409, "REQUEST_ID_USED");
+        .assert_error(400, "REQUEST_ID_USED");
     assert_eq!(t.scalar("select count(*) from x402_payment").await, payments);
 
     // A layer 2 tool sells at its own route; with no shares, the seller gets the whole price.
@@ -576,7 +595,7 @@ async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
     assert_eq!(t.strings("select status from tsl_purchase").await, ["failed"]);
     assert_eq!(earned(&t, &seller).await, json!(0));
     // Its request_id is spent; a new one may try again. Unknown outcome: 503, pending.
-    send(&t, &buyer, "/v1/tsl/purchase", &body, None).await.assert_error(409, "REQUEST_ID_USED");
+    send(&t, &buyer, "/v1/tsl/purchase", &body, None).await.assert_error(400, "REQUEST_ID_USED");
     let body = json!({ "tool_id": tool, "request_id": uuid::Uuid::new_v4() });
     let unknown = buy(&t, &buyer, "/v1/tsl/purchase", &body, "20000").await;
     unknown.assert_error(503, "SETTLEMENT_PENDING");

@@ -35,15 +35,6 @@ fn apply(mut body: Value, edits: Vec<Edit>) -> Value {
 fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
     vec![
         ("body is not an object", vec![Replace(json!([1, 2]))], 400, "INVALID_INPUT"),
-        ("unknown top-level field", vec![Set("/colour", json!("blue"))], 400, "UNKNOWN_FIELD"),
-        ("unknown dd field", vec![Set("/dd/reason", json!("because"))], 400, "UNKNOWN_FIELD"),
-        ("unknown ee field", vec![Set("/ee/ee_colour", json!("x"))], 400, "UNKNOWN_FIELD"),
-        (
-            "unknown template field",
-            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "decision_class": "payment", "notes": "free text" }))],
-            400,
-            "UNKNOWN_FIELD",
-        ),
         ("missing request_id", vec![Remove("/request_id")], 400, "MISSING_FIELD"),
         ("request_id not a uuid", vec![Set("/request_id", json!("req-1"))], 400, "INVALID_UUID"),
         ("missing dd", vec![Remove("/dd")], 400, "MISSING_FIELD"),
@@ -199,7 +190,63 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
     ]
 }
 
-anchor_tests::both_backends!(every_rule_answers_its_documented_code, presets_expand_and_override_the_axes, preset_disabled_is_refused);
+anchor_tests::both_backends!(
+    every_rule_answers_its_documented_code,
+    unknown_keys_are_left_out_and_named,
+    presets_expand_and_override_the_axes,
+    preset_disabled_is_refused
+);
+
+/// A key the request does not define, at any depth, is left out (decision
+/// 0061): the declaration is recorded as if it were not there, nothing of it
+/// is kept, and the answer names it in Anchor-Ignored-Fields.
+async fn unknown_keys_are_left_out_and_named(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let body = apply(
+        create_body(basic_axes()),
+        vec![
+            Set("/colour", json!("blue")),
+            Set("/dd/reason", json!("because the customer asked")),
+            Set("/ee/ee_colour", json!("x")),
+            Set("/content_inclusion_flag", json!(1)),
+            Set("/template", json!({ "decision_class": "payment", "notes": "free text, never kept" })),
+            Set("/continuity", json!({ "parent_dd_id": null, "thread": "t-1" })),
+        ],
+    );
+    let reply = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    let named = reply.headers.get("anchor-ignored-fields").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let mut names: Vec<&str> = named.split(", ").collect();
+    names.sort();
+    assert_eq!(names, ["colour", "ee_colour", "notes", "reason", "thread"], "{named}");
+    let dd_id = reply.json["dd_id"].as_str().unwrap();
+    let read = t.get(&format!("/v1/dd/{dd_id}"), Some(&agent.token)).await;
+    assert!(!read.text.contains("free text") && !read.text.contains("because the customer"), "nothing of them is kept: {}", read.text);
+    // A body with every key known names nothing.
+    let plain = t.post("/v1/dd/create", Some(&agent.token), &create_body(basic_axes())).await;
+    assert_eq!(plain.status.as_u16(), 201, "{}", plain.text);
+    assert!(plain.headers.get("anchor-ignored-fields").is_none());
+    // A key that means something elsewhere is still refused where it cannot act.
+    let counterparty = t.register().await;
+    let mut proposal = create_body(json!({ "ee_preset": "EE_basic" }));
+    proposal["counterparty_agent_id"] = json!(counterparty.id);
+    proposal["dd"]["dd_declaration_mode"] = json!("bilateral");
+    t.post("/v1/dd/bilateral/propose", Some(&agent.token), &proposal).await.assert_error(400, "UNKNOWN_FIELD");
+    // A body sent as another media type than JSON is not read as JSON.
+    let text = t
+        .http
+        .post(t.url("/v1/dd/create"))
+        .bearer_auth(&agent.token)
+        .header("content-type", "text/plain")
+        .body(create_body(basic_axes()).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text.status().as_u16(), 415);
+    assert_eq!(text.json::<Value>().await.unwrap()["error_code"], "UNSUPPORTED_MEDIA_TYPE");
+    assert_eq!(t.get("/v1/dd/list", Some(&agent.token)).await.json["total"], json!(2));
+}
 
 async fn every_rule_answers_its_documented_code(backend: Backend) {
     let t = TestServer::start(backend).await;

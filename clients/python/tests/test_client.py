@@ -53,6 +53,8 @@ def test_an_agent_registers_anchors_confirms_and_verifies_its_receipt(base_url):
 
         created = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
         assert isinstance(created, models.CreateResponse)
+        # A closed vocabulary reads as its name.
+        assert created.status == "trial_paid", created.status
         confirmed = anchor.decisions.confirm(created.dd_id)
         assert isinstance(confirmed, models.ConfirmResponse)
         assert confirmed.dd_id == created.dd_id
@@ -146,14 +148,17 @@ def test_refusals_carry_the_documented_error_code(base_url):
 def test_a_spent_trial_is_a_payment_required_with_the_challenge(base_url):
     with Anchor(base_url) as anchor:
         anchor.agents.register()
-        # 3 x EE_high spend 472.5 of the 500 Trial DAC; the fourth does not fit.
+        # 3 x EE_high spend 472.5 of the 500 Trial DAC; the fourth does not
+        # fit: Trial pays its base fee, the premium is asked for.
         for _ in range(3):
             anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_high"})
         with pytest.raises(PaymentRequired) as unpaid:
             anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_high"})
         accepts = unpaid.value.challenge["accepts"]
         assert accepts and accepts[0]["scheme"] == "exact"
-        assert int(accepts[0]["amount"]) == 157500  # 157.5 DAC in USDC base units
+        assert int(accepts[0]["amount"]) == 147500  # the 147.5 DAC premium in USDC base units
+        # The refusal says what is bought and why, as the service does.
+        assert "Trial pays its 10 DAC base fee" in str(unpaid.value), str(unpaid.value)
 
 
 def test_the_async_client_does_what_the_sync_one_does(base_url):
@@ -218,6 +223,13 @@ def test_the_worked_agent_example_runs(base_url, tmp_path):
         key = anchor.log.key().public_key
     for path in kept:
         verify_receipt(json.loads(path.read_text()), key)
+    # A receipt the client saved is one the service's own verifier accepts
+    # (the client writes an absent list as null).
+    anchor_bin = __import__("os").environ["ANCHOR_BIN"]
+    for path in kept:
+        checked = subprocess.run([anchor_bin, "verify", "--key", key, str(path)], capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, checked.stderr
+        assert "ok: leaf" in checked.stdout, checked.stdout
 
 
 # Anvil's public test key #0: never holds real money.
@@ -226,9 +238,12 @@ EXTERNAL = {**DD, "decision_type": "external_interaction", "origin_context_type"
 
 
 def _spend_trial(anchor: Anchor) -> None:
-    # 3 x EE_high spend 472.5 of the 500 Trial DAC; the next one is paid.
+    # 3 x EE_high and 2 x EE_basic spend 492.5 of the 500 Trial DAC: less
+    # than a base fee is left, so the next one is paid whole over x402.
     for _ in range(3):
         anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+    for _ in range(2):
+        anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_basic"})
 
 
 def test_the_official_x402_package_pays_once_the_trial_is_spent(base_url):
@@ -249,7 +264,7 @@ def test_the_official_x402_package_pays_once_the_trial_is_spent(base_url):
         assert not quotes, "Trial paid these"
         request_id = uuid.uuid4()
         created = anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"}, request_id=request_id)
-        assert created.status.root == "pending_payment"
+        assert created.status == "pending_payment"
         # The caller saw the price, exact, and its DAB before anything was signed.
         (quote,) = quotes
         assert quote.amount_units == 157500 and str(quote.amount_dac) == "157.5"
@@ -286,6 +301,7 @@ def test_the_async_client_pays_with_the_async_x402_client(base_url):
             await anchor.agents.register()
             for _ in range(3):
                 await anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
+            # Trial pays the fourth's base fee; x402 its premium (and only that).
             created = await anchor.decisions.create(dd=EXTERNAL, ee={"ee_preset": "EE_high"})
             confirmed = await anchor.decisions.confirm(created.dd_id)
             return confirmed.settlement_status

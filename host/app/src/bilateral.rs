@@ -59,17 +59,19 @@ pub async fn propose(
             crate::declarations::record(services, agent, input, offered, Some(agreement)).await?
         }
     };
-    let agreement_id = stored.agreement_id.ok_or_else(|| AppError::Conflict {
-        code: "REQUEST_ID_USED",
-        message: "this request_id was used for a declaration that is no bilateral proposal; send a new request_id".into(),
+    let agreement_id = stored.agreement_id.ok_or_else(|| {
+        AppError::invalid(
+            "REQUEST_ID_USED",
+            "this request_id was used for a declaration that is no bilateral proposal; send a new request_id",
+        )
     })?;
     let agreement =
         services.store.agreement(agreement_id).await?.ok_or_else(|| AppError::Internal(anyhow::anyhow!("agreement vanished")))?;
     if agreement.counterparty_agent_id != counterparty {
-        return Err(AppError::Conflict {
-            code: "REQUEST_ID_USED",
-            message: "this request_id was used for a proposal to another agent; send a new request_id".into(),
-        });
+        return Err(AppError::invalid(
+            "REQUEST_ID_USED",
+            "this request_id was used for a proposal to another agent; send a new request_id",
+        ));
     }
     Ok((stored, agreement))
 }

@@ -652,12 +652,21 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         Committed::NonceUsed => Err(required(Some(Reason::NonceUsed.as_str().into()))),
         Committed::DabReached { limit, spent } => Err(dab_reached(limit, spent, amount, resets)),
         Committed::EarnedShort { balance } => Err(short(balance)),
-        Committed::TrialShort { .. } => Err(AppError::invalid(
-            "INSUFFICIENT_DAC",
-            format!(
-                "Trial cannot pay its {trial_part} DAC part of this price; leave premium_payment_source out to pay the whole price over x402"
-            ),
-        )),
+        // Trial was spent meanwhile: it cannot pay its part, so the whole
+        // price is asked (nothing was written; the offered payment was for
+        // the rest alone).
+        Committed::TrialShort { balance, expired } => {
+            let whole = order.total - order.earned;
+            Err(AppError::PaymentRequired(Box::new(PaymentRequired {
+                route: order.route,
+                amount: whole,
+                description: format!("{}; {}, so x402 pays the whole {whole} DAC", order.description, trial_short(balance, expired)),
+                reason: None,
+                accepts: vec![PaymentSource::External],
+                requirement: requirement_for(services, whole),
+                resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
+            })))
+        }
     }
 }
 

@@ -195,8 +195,17 @@ pub(crate) async fn record(
         earned_premium,
         agreement,
     };
-    // premium_payment_source external: Trial pays the base fee, x402 the premium.
-    let split = input.premium_source == Some(PremiumSource::External) && quote.premium() > MilliDac::ZERO;
+    // How Trial pays (decision 0062): the whole price when its balance
+    // covers it; else, when it covers the base fee, the base fee, and x402
+    // the premium; else nothing, and x402 the whole price. Sent, a
+    // premium_payment_source external asks for the split even when Trial
+    // could pay the whole.
+    let trial = if agreement.is_some() { TrialUse::None } else { trial_use(agent, &quote, input.premium_source, earned_part, now) };
+    // A split is only tried with a payment: a parent that is not there is
+    // said before the challenge (the commit says it for the other uses).
+    if let (TrialUse::Part(_), Some(parent)) = (trial, parent_dd_id) {
+        parent_of(services, agent.agent_id, parent).await?;
+    }
     let order = Order {
         agent_id: agent.agent_id,
         route: if agreement.is_some() { crate::agreements::PROPOSE } else { CREATE },
@@ -204,30 +213,17 @@ pub(crate) async fn record(
         total: quote.total,
         description: if agreement.is_some() {
             format!("Bilateral decision declaration of {} DAC (paid over x402; settled when you confirm after acceptance)", quote.total)
-        } else if split {
+        } else if matches!(trial, TrialUse::Part(_)) {
             format!("Premium of a decision declaration ({} DAC); Trial pays its {} DAC base fee", quote.premium(), quote.base_fee)
         } else if earned {
             format!("Base fee of a decision declaration ({} DAC); Earned DAC pays its {} DAC premium", quote.base_fee, quote.premium())
-        } else if quote.premium() > MilliDac::ZERO {
-            format!(
-                "Decision declaration of {} DAC. Trial pays a declaration whole or not at all; to let Trial pay the {} DAC base \
-                 fee and pay only the {} DAC premium here, send premium_payment_source: external",
-                quote.total,
-                quote.base_fee,
-                quote.premium()
-            )
         } else {
             format!("Decision declaration of {} DAC", quote.total)
         },
-        trial: if agreement.is_some() {
-            TrialUse::None
-        } else if split {
-            TrialUse::Part(quote.base_fee)
-        } else if parent_dd_id.is_none() {
-            TrialUse::whole_from(agent.trial_balance, agent.trial_expires_at, quote.total - earned_part, now)
-        } else {
+        trial: match trial {
             // Tried, so that a parent that is not there is said before any challenge.
-            TrialUse::Whole
+            TrialUse::Short { .. } if parent_dd_id.is_some() => TrialUse::Whole,
+            trial => trial,
         },
         earned: earned_part,
         offered,
@@ -248,12 +244,14 @@ pub(crate) async fn record(
             let (period_start, _) = anchor_domain::dab::period(now);
             let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;
             if let Some(earlier) = earlier {
+                same_request(&earlier, &new.declaration)?;
                 return Ok(earlier);
             }
             known = charge::Known::Dab(charge::KnownDab { period_start, status });
         }
     }
-    let created = charge::charge_knowing(services, order, &RecordDeclaration { services, new, now }, known).await?;
+    let commit = RecordDeclaration { services, new, now };
+    let created = charge::charge_knowing(services, order, &commit, known).await?;
     match created {
         Created::New { record, .. } => {
             services.metrics.declarations_created.inc();
@@ -263,7 +261,10 @@ pub(crate) async fn record(
             }
             Ok(*record)
         }
-        Created::Replayed(earlier) => Ok(*earlier),
+        Created::Replayed(earlier) => {
+            same_request(&earlier, &commit.new.declaration)?;
+            Ok(*earlier)
+        }
         Created::ParentNotFound => match parent_dd_id {
             Some(parent) if services.store.is_deidentified(parent).await? => Err(deidentified(parent)),
             _ => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),
@@ -274,6 +275,80 @@ pub(crate) async fn record(
         Created::TrialCannotPay { .. } | Created::PaymentReplayed | Created::DabReached { .. } | Created::EarnedShort { .. } => {
             Err(AppError::Internal(anyhow::anyhow!("declaration {dd_id}: payment state changed during create")))
         }
+    }
+}
+
+/// A request_id used before answers with its record only when the request
+/// declares the same thing (400 `REQUEST_ID_USED` otherwise, naming the
+/// first part that differs): a key reused by mistake for another decision
+/// must not silently return a record of the first. What the service filled
+/// in itself (a time, a demoted retention) is not compared.
+pub(crate) fn same_request(earlier: &StoredDeclaration, asked: &Declaration) -> AppResult<()> {
+    let before = &earlier.declaration;
+    let mut dd = asked.dd.clone();
+    if dd.decision_at.is_none() {
+        dd.decision_at = before.dd.decision_at;
+    }
+    let mut scope = asked.ee.scope;
+    if earlier.retention_demoted_at.is_some() {
+        scope.retention = before.ee.scope.retention;
+    }
+    let differs = if dd != before.dd {
+        Some("dd")
+    } else if asked.ee.preset != before.ee.preset || scope != before.ee.scope {
+        Some("ee")
+    } else if asked.ee.direct_access_period != before.ee.direct_access_period
+        || asked.ee.direct_access_quota != before.ee.direct_access_quota
+        || asked.ee.access_class != before.ee.access_class
+    {
+        Some("ee's direct access")
+    } else if asked.content_inclusion != before.content_inclusion || asked.template != before.template {
+        Some("content_inclusion_flag or template")
+    } else {
+        None
+    };
+    match differs {
+        None => Ok(()),
+        Some(part) => Err(AppError::invalid(
+            "REQUEST_ID_USED",
+            format!(
+                "request_id {} was used for declaration {} with another {part}; send a fresh request_id for a new declaration, \
+                 or the same body to get the earlier answer",
+                earlier.request_id, before.dd_id
+            ),
+        )),
+    }
+}
+
+/// What Trial pays of a declaration priced `quote` (Earned DAC paying
+/// `earned` of it), from the balance read with the agent's token.
+fn trial_use(
+    agent: &AgentRecord,
+    quote: &anchor_domain::pricing::Quote,
+    premium_source: Option<PremiumSource>,
+    earned: MilliDac,
+    now: DateTime<Utc>,
+) -> TrialUse {
+    let expired = agent.trial_expires_at <= now;
+    let covers = |amount: MilliDac| !expired && agent.trial_balance >= amount;
+    let premium = quote.premium();
+    let asked_split = premium_source == Some(PremiumSource::External) && premium > MilliDac::ZERO;
+    if !asked_split && covers(quote.total - earned) {
+        TrialUse::Whole
+    } else if earned == MilliDac::ZERO && premium > MilliDac::ZERO && covers(quote.base_fee) {
+        TrialUse::Part(quote.base_fee)
+    } else {
+        TrialUse::Short { balance: agent.trial_balance, expired }
+    }
+}
+
+/// A continuation's parent: this agent's declaration (404, 410 or 403 otherwise).
+async fn parent_of(services: &Services, agent_id: Uuid, parent: Uuid) -> AppResult<()> {
+    match services.store.declaration(parent).await? {
+        Some(stored) if stored.declaration.agent_id == agent_id => Ok(()),
+        Some(_) => Err(AppError::forbidden("FORBIDDEN", "the parent declaration belongs to another agent; lineage stays within one agent")),
+        None if services.store.is_deidentified(parent).await? => Err(deidentified(parent)),
+        None => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),
     }
 }
 
@@ -518,9 +593,19 @@ pub async fn read_original(services: &Services, agent_id: Uuid, dd_id: Uuid) -> 
     }
 }
 
-/// The agent's declarations in the filter's window, newest first, and how many there are in all.
-pub async fn list(services: &Services, agent_id: Uuid, filter: ListFilter) -> AppResult<(Vec<StoredDeclaration>, i64)> {
-    Ok(services.store.list_declarations(agent_id, filter).await?)
+/// GET /v1/dd/list: the agent's declarations anchored from `from` to
+/// `to`, newest first, one page of them (`limit` 50 by default, at most 200).
+pub async fn list(
+    services: &Services,
+    agent_id: Uuid,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+) -> AppResult<crate::paging::Page<StoredDeclaration>> {
+    let crate::paging::Window { limit, offset } = crate::paging::by_offset(crate::paging::DECLARATIONS, limit, offset)?;
+    let (items, total) = services.store.list_declarations(agent_id, ListFilter { from, to, limit, offset }).await?;
+    Ok(crate::paging::Page { items, total, limit, offset })
 }
 
 /// Where a declaration sits in its lineage group.

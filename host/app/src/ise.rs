@@ -2,9 +2,10 @@
 //! at their limit. A stay keeps entry, exit, duration and what it cost,
 //! nothing else; it is no declaration and no log leaf.
 //!
-//! The price of a stay (the loaded generation's): nothing up to
-//! `ise_free_seconds`, then `ise_fee`, flat. `free` stays are never charged
-//! and end at the free seconds; `earned_only` ones are paid from Earned DAC
+//! The price of a stay (the loaded generation's, decision 0062): `ise_fee`,
+//! flat, whatever its length, as the interface prices every ISE exit at the
+//! base fee. `free` stays are never charged and end at `ise_free_seconds`;
+//! `earned_only` ones are paid from Earned DAC
 //! (400 `INSUFFICIENT_DAC` keeps the stay open); `external` ones from Trial,
 //! else over x402 (DAB applies), settled before the answer. A stay open for
 //! `ise_max_minutes` is closed by the job and charged from balances only,
@@ -41,9 +42,9 @@ pub fn terms(services: &Services) -> AppResult<Terms> {
 }
 
 impl Terms {
-    /// What a stay from `entered` to `exited` costs.
-    pub fn price(&self, mode: IseMode, entered: DateTime<Utc>, exited: DateTime<Utc>) -> MilliDac {
-        if mode == IseMode::Free || (exited - entered).num_seconds() <= self.free_seconds { MilliDac::ZERO } else { self.fee }
+    /// What a stay costs: nothing in the free mode, else the flat fee.
+    pub fn price(&self, mode: IseMode) -> MilliDac {
+        if mode == IseMode::Free { MilliDac::ZERO } else { self.fee }
     }
 
     /// When a stay entered at `entered` ends by itself.
@@ -180,7 +181,7 @@ pub async fn exit(services: &Services, agent: &AgentRecord, offered: Offered) ->
     let now = services.clock.now();
     // A stay past its limit ends at its limit (the job may not have closed it yet).
     let exited_at = now.min(terms.limit(stay.mode, stay.entered_at));
-    let charged = terms.price(stay.mode, stay.entered_at, exited_at);
+    let charged = terms.price(stay.mode);
     if charged == MilliDac::ZERO {
         return match close_unpaid(services, &stay, exited_at, false, "agent").await? {
             IseClosed::Closed(record) => Ok((record, None)),
@@ -201,7 +202,7 @@ pub async fn close_due(services: &Services) -> anyhow::Result<usize> {
     let mut closed = 0;
     for stay in due {
         let exited_at = terms.limit(stay.mode, stay.entered_at);
-        let charged = terms.price(stay.mode, stay.entered_at, exited_at);
+        let charged = terms.price(stay.mode);
         let closing = CloseStay { services, stay: &stay, exited_at, charged, closed_by: "service" };
         let paid = if charged == MilliDac::ZERO {
             close_unpaid(services, &stay, exited_at, false, "service").await.map(Some)

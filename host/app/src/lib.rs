@@ -30,6 +30,7 @@ pub mod jobs;
 pub mod log;
 pub mod metrics;
 pub mod owners;
+pub mod paging;
 pub mod payments;
 pub mod pricing;
 pub mod requests;
@@ -62,6 +63,8 @@ pub struct Config {
     pub pay_to: String,
     /// The DAB of agents whose owner set none.
     pub dab_default: MilliDac,
+    /// The Trial credit each new agent receives (`anchor_domain::agents::TRIAL_DAC` by default).
+    pub trial_grant: MilliDac,
     /// What owners may do here.
     pub owners: owners::OwnerSettings,
     /// How cross-agent statistics are protected.

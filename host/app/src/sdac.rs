@@ -2,7 +2,7 @@
 //! loaded generation's real quote, and nothing else: no declaration, no log
 //! leaf, no payment. Ending a session costs the generation's sDAC base fee
 //! plus its ratio of the simulated totals (rounded half up to a milli-DAC),
-//! and nothing when no trial was run; Trial pays it first, else x402 (the
+//! the base fee alone when no trial was run (decision 0062); Trial pays it first, else x402 (the
 //! DAB applies), settled before the answer. Earned DAC never pays sDAC.
 
 use async_trait::async_trait;
@@ -77,9 +77,6 @@ pub async fn history(services: &Services, agent: &AgentRecord, session_id: Uuid)
 
 /// What ending a session with these trials costs.
 pub fn price(services: &Services, session: &SdacRecord) -> AppResult<MilliDac> {
-    if session.trials == 0 {
-        return Ok(MilliDac::ZERO);
-    }
     let prices = services.pricing.services()?.ok_or_else(|| AppError::Unavailable {
         code: "FEATURE_NOT_AVAILABLE",
         message: "the loaded pricing generation does not price sDAC sessions".into(),

@@ -61,9 +61,28 @@ const COMPILE_WAIT: Duration = Duration::from_secs(10);
 pub const UPLOADS_PER_DAY: i64 = 10;
 /// The most uploads one seller makes in a UTC day, all its tools together.
 pub const UPLOADS_PER_SELLER_PER_DAY: i64 = 30;
-/// Uploads a host reads and compiles at once (each holds up to
-/// [`ToolLimits::component_bytes`] in memory); a seller has one at a time.
+/// Uploads a host reads and compiles at once in each lane (a large one
+/// holds up to [`ToolLimits::component_bytes`] in memory); a seller has one
+/// at a time.
 pub const UPLOADS_AT_ONCE: usize = 4;
+/// An upload that says it is at most this large (its `Content-Length`)
+/// goes in the small lane: places and a compiler of its own, so small
+/// components are never queued behind large ones (decision 0063).
+pub const SMALL_UPLOAD_BYTES: u64 = 1 << 20;
+/// How fast an upload's bytes must arrive: its body is read whole within
+/// [`UPLOAD_GRACE`] plus its size at this rate, or it is refused (408) and
+/// its place freed, so a trickled body holds a place for seconds, not for
+/// the whole body deadline.
+pub const UPLOAD_MIN_BYTES_PER_SEC: u64 = 1 << 20;
+pub const UPLOAD_GRACE: Duration = Duration::from_secs(2);
+
+/// Which of the host's two upload lanes an upload is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Said to be at most [`SMALL_UPLOAD_BYTES`].
+    Small,
+    Large,
+}
 
 /// The tool runtime and the slots runs and compiles take on this host. Cheap to clone.
 #[derive(Clone)]
@@ -72,14 +91,17 @@ pub struct Tools {
     runs: Arc<Semaphore>,
     /// Each agent's own slots, while it has a run under way or waiting.
     agents: Arc<Mutex<HashMap<Uuid, Arc<Semaphore>>>>,
-    compiles: Arc<Semaphore>,
-    /// The host's upload places, and the sellers holding one.
-    uploads: Arc<Semaphore>,
+    /// The compiler, one compilation at a time in each lane (large, small).
+    compiles: (Arc<Semaphore>, Arc<Semaphore>),
+    /// The host's upload places in each lane (large, small), and the sellers holding one.
+    uploads: (Arc<Semaphore>, Arc<Semaphore>),
     uploading: Arc<Mutex<std::collections::HashSet<Uuid>>>,
     /// How long a run, and a compile, wait for their slot.
     waits: (Duration, Duration),
     /// How long an upload waits for its place.
     upload_wait: Duration,
+    /// An upload's body arrives within the grace plus its size at the rate (bytes a second).
+    upload_rate: (Duration, u64),
 }
 
 /// What a blocking tool task waits for.
@@ -87,7 +109,7 @@ pub struct Tools {
 enum Slot {
     /// A run of this agent's.
     Run(Uuid),
-    Compile,
+    Compile(Lane),
 }
 
 /// An agent's slot, given back (and its entry dropped when no one else
@@ -122,17 +144,32 @@ impl Tools {
             runtime,
             runs,
             agents: Arc::default(),
-            compiles: Arc::new(Semaphore::new(1)),
-            uploads: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
+            compiles: (Arc::new(Semaphore::new(1)), Arc::new(Semaphore::new(1))),
+            uploads: (Arc::new(Semaphore::new(UPLOADS_AT_ONCE)), Arc::new(Semaphore::new(UPLOADS_AT_ONCE))),
             uploading: Arc::default(),
             waits: (run_wait, compile_wait),
             upload_wait: compile_wait,
+            upload_rate: (UPLOAD_GRACE, UPLOAD_MIN_BYTES_PER_SEC),
         }
     }
 
     /// The same with another wait for an upload place (the compile wait by default).
     pub fn with_upload_wait(self, upload_wait: Duration) -> Tools {
         Tools { upload_wait, ..self }
+    }
+
+    /// The same with another upload rate: the body arrives within `grace`
+    /// plus its size at `bytes_per_sec` (a test that holds bodies open on purpose).
+    pub fn with_upload_rate(self, grace: Duration, bytes_per_sec: u64) -> Tools {
+        Tools { upload_rate: (grace, bytes_per_sec.max(1)), ..self }
+    }
+
+    /// How long an upload's body said to hold `declared` bytes (at most
+    /// `max`) may take to arrive.
+    pub fn upload_deadline(&self, declared: Option<u64>, max: u64) -> Duration {
+        let (grace, rate) = self.upload_rate;
+        let bytes = declared.unwrap_or(max).min(max);
+        grace + Duration::from_millis(bytes.saturating_mul(1000) / rate)
     }
 
     pub fn limits(&self) -> ToolLimits {
@@ -168,11 +205,12 @@ impl Tools {
     async fn hold(&self, slot: Slot) -> AppResult<Held> {
         let agent_slot = match slot {
             Slot::Run(agent) => Some(self.agent_slot(agent).await?),
-            Slot::Compile => None,
+            Slot::Compile(_) => None,
         };
         let (slots, wait, what) = match slot {
             Slot::Run(_) => (&self.runs, self.waits.0, "tool run"),
-            Slot::Compile => (&self.compiles, self.waits.1, "compilation"),
+            Slot::Compile(Lane::Large) => (&self.compiles.0, self.waits.1, "compilation"),
+            Slot::Compile(Lane::Small) => (&self.compiles.1, self.waits.1, "small-component compilation"),
         };
         let permit = tokio::time::timeout(wait, slots.clone().acquire_owned())
             .await
@@ -204,10 +242,10 @@ impl Tools {
         Ok(out)
     }
 
-    /// One of the host's upload places for `seller`: 429 while the seller
-    /// has an upload under way here, 503 when every place stays taken for
-    /// the compile wait.
-    async fn upload_place(&self, seller: Uuid) -> AppResult<UploadPlace> {
+    /// One of the host's upload places in `lane` for `seller`: 429 while
+    /// the seller has an upload under way here, 503 when every place stays
+    /// taken for the upload wait (places are given in the order asked).
+    async fn upload_place(&self, seller: Uuid, lane: Lane) -> AppResult<UploadPlace> {
         let inserted = self.uploading.lock().unwrap_or_else(|p| p.into_inner()).insert(seller);
         if !inserted {
             return Err(AppError::RateLimited {
@@ -217,12 +255,17 @@ impl Tools {
         }
         // From here on the seller's entry is cleared however this ends.
         let mut place = UploadPlace { uploading: self.uploading.clone(), seller, _permit: None };
-        let permit = tokio::time::timeout(self.upload_wait, self.uploads.clone().acquire_owned())
+        let places = match lane {
+            Lane::Large => &self.uploads.0,
+            Lane::Small => &self.uploads.1,
+        };
+        let size = if lane == Lane::Small { "small" } else { "large" };
+        let permit = tokio::time::timeout(self.upload_wait, places.clone().acquire_owned())
             .await
             .map_err(|_| AppError::Busy {
                 code: "TOOL_RUNNER_BUSY",
                 message: format!(
-                    "this host is receiving or compiling {UPLOADS_AT_ONCE} uploads already, the most it does at once; try again in a few seconds"
+                    "this host is receiving or compiling {UPLOADS_AT_ONCE} {size} uploads already, the most it does at once; try again in a few seconds"
                 ),
                 retry_after_secs: 2,
             })?
@@ -275,12 +318,24 @@ pub struct UploadAdmitted {
     tool_id: Uuid,
     seller: Uuid,
     place: UploadPlace,
+    lane: Lane,
+}
+
+impl UploadAdmitted {
+    /// The most bytes this upload's body may hold: its lane's.
+    pub fn max_bytes(&self, limits: &ToolLimits) -> u64 {
+        match self.lane {
+            Lane::Small => SMALL_UPLOAD_BYTES,
+            Lane::Large => limits.component_bytes as u64,
+        }
+    }
 }
 
 /// PUT /v1/tsl/tool/{tool_id}/component, before its body is read: the checks
 /// that need no byte of it, the day's quota (read; the upload counts once
-/// its bytes have arrived), and an upload place.
-pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uuid) -> AppResult<UploadAdmitted> {
+/// its bytes have arrived), and an upload place in the lane its declared
+/// size (`Content-Length`) puts it in.
+pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uuid, declared: Option<u64>) -> AppResult<UploadAdmitted> {
     let tool = owned_tool(crate::tsl::tool(services, tool_id).await?, agent)?;
     if tool.status == ToolStatus::Defunct {
         return Err(AppError::Conflict { code: "TOOL_NOT_AVAILABLE", message: format!("tool {tool_id} is defunct") });
@@ -297,8 +352,13 @@ pub async fn admit_upload(services: &Services, agent: &AgentRecord, tool_id: Uui
     if seller_uploads >= UPLOADS_PER_SELLER_PER_DAY || tool_uploads >= UPLOADS_PER_DAY {
         return Err(quota_spent(seller_uploads >= UPLOADS_PER_SELLER_PER_DAY, now));
     }
-    let place = services.tools.upload_place(agent.agent_id).await?;
-    Ok(UploadAdmitted { tool_id, seller: agent.agent_id, place })
+    let limits = services.tools.limits();
+    if let Some(size) = declared.filter(|size| *size > limits.component_bytes as u64) {
+        return Err(rejected(Rejected::TooLarge { size: size as usize, max: limits.component_bytes }));
+    }
+    let lane = if declared.is_some_and(|size| size <= SMALL_UPLOAD_BYTES) { Lane::Small } else { Lane::Large };
+    let place = services.tools.upload_place(agent.agent_id, lane).await?;
+    Ok(UploadAdmitted { tool_id, seller: agent.agent_id, place, lane })
 }
 
 /// 429 for a spent daily upload quota (the seller's, or the tool's).
@@ -317,7 +377,7 @@ fn quota_spent(per_seller: bool, now: chrono::DateTime<chrono::Utc>) -> AppError
 /// tool, once [`admit_upload`] let it in and its bytes are read. The upload
 /// counts against the day's quota before anything is compiled.
 pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>) -> AppResult<Uploaded> {
-    let UploadAdmitted { tool_id, seller, place } = admitted;
+    let UploadAdmitted { tool_id, seller, place, lane } = admitted;
     if wasm.is_empty() {
         return Err(AppError::invalid(
             "COMPONENT_INVALID",
@@ -325,8 +385,9 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
         ));
     }
     let limits = services.tools.limits();
-    if wasm.len() > limits.component_bytes {
-        return Err(rejected(Rejected::TooLarge { size: wasm.len(), max: limits.component_bytes }));
+    let max = if lane == Lane::Small { SMALL_UPLOAD_BYTES as usize } else { limits.component_bytes };
+    if wasm.len() > max {
+        return Err(rejected(Rejected::TooLarge { size: wasm.len(), max }));
     }
     // Hash first: the "unchanged" answer costs no compilation. The place
     // goes with the bytes into each blocking task: a client gone meanwhile
@@ -340,7 +401,7 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
     }
     // The compiler's slot before the count: an upload told to try again
     // later (503) has not spent an upload of the day.
-    let held = services.tools.hold(Slot::Compile).await?;
+    let held = services.tools.hold(Slot::Compile(lane)).await?;
     count_upload(services, tool_id, seller).await?;
     let (accepted, wasm, _place) = services
         .tools
@@ -361,7 +422,7 @@ pub async fn upload(services: &Services, admitted: UploadAdmitted, wasm: Vec<u8>
     // leaves this host's cache; the upload is done whether or not that
     // happens now (the next upload, or start-up, tidies again).
     let tidied = match services.store.current_component_hashes().await {
-        Ok(current) => services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&current)).await,
+        Ok(current) => services.tools.blocking(Slot::Compile(lane), move |runtime| runtime.retain(&current)).await,
         Err(error) => Err(error.into()),
     };
     if let Err(error) = tidied {
@@ -585,14 +646,7 @@ pub async fn runs(
     limit: Option<i64>,
     offset: Option<i64>,
 ) -> AppResult<crate::tsl::Page<RunRecord>> {
-    let limit = limit.unwrap_or(20);
-    if !(1..=crate::tsl::PAGE_MAX).contains(&limit) {
-        return Err(AppError::invalid("INVALID_VALUE", format!("limit must be 1 to {}; got {limit}", crate::tsl::PAGE_MAX)));
-    }
-    let offset = offset.unwrap_or(0);
-    if offset < 0 {
-        return Err(AppError::invalid("INVALID_VALUE", format!("offset must not be negative; got {offset}")));
-    }
+    let crate::paging::Window { limit, offset } = crate::paging::by_offset(crate::paging::MARKET, limit, offset)?;
     let (items, total) = services.store.runs(agent.agent_id, limit, offset).await?;
     Ok(crate::tsl::Page { items, total, limit, offset })
 }
@@ -602,10 +656,10 @@ pub async fn runs(
 pub async fn warm(services: &Services) -> anyhow::Result<usize> {
     let hashes = services.store.current_component_hashes().await?;
     let kept = hashes.clone();
-    services.tools.blocking(Slot::Compile, move |runtime| runtime.retain(&kept)).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    services.tools.blocking(Slot::Compile(Lane::Large), move |runtime| runtime.retain(&kept)).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     services
         .tools
-        .blocking(Slot::Compile, move |runtime| hashes.iter().filter(|h| runtime.preload(h)).count())
+        .blocking(Slot::Compile(Lane::Large), move |runtime| hashes.iter().filter(|h| runtime.preload(h)).count())
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
 }

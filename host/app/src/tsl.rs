@@ -147,21 +147,7 @@ async fn tool_after_write(services: &Services, tool_id: Uuid) -> AppResult<ToolR
 }
 
 /// A page of something, and how many there are in all.
-#[derive(Clone, Debug)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    pub total: i64,
-    pub limit: i64,
-    pub offset: i64,
-}
-
-fn page_limit(limit: Option<i64>) -> AppResult<i64> {
-    let limit = limit.unwrap_or(20);
-    if !(1..=PAGE_MAX).contains(&limit) {
-        return Err(AppError::invalid("INVALID_VALUE", format!("limit must be 1 to {PAGE_MAX}; got {limit}")));
-    }
-    Ok(limit)
-}
+pub use crate::paging::Page;
 
 /// GET /v1/tsl/tools (public): newest first, `page` from 1.
 pub async fn list(
@@ -171,12 +157,7 @@ pub async fn list(
     limit: Option<i64>,
     page: Option<i64>,
 ) -> AppResult<Page<ToolRecord>> {
-    let limit = page_limit(limit)?;
-    let page = page.unwrap_or(1);
-    if !(1..=1_000_000).contains(&page) {
-        return Err(AppError::invalid("INVALID_VALUE", format!("page must be 1 to 1000000; got {page}")));
-    }
-    let offset = (page - 1) * limit;
+    let crate::paging::Window { limit, offset } = crate::paging::by_page(crate::paging::MARKET, limit, page)?;
     let (items, total) = services.store.tools(ToolFilter { layer, status, seller: None, limit, offset }).await?;
     Ok(Page { items, total, limit, offset })
 }
@@ -275,7 +256,7 @@ impl Commit for ReadPurchase<'_> {
 /// charge), or the reason it cannot be.
 fn replay(earlier: PurchaseRecord, tool_id: Uuid) -> AppResult<Purchased> {
     if earlier.tool_id != tool_id {
-        return Err(conflict(
+        return Err(AppError::invalid(
             "REQUEST_ID_USED",
             format!("this request_id was used for purchase {} of another tool; send a new request_id", earlier.purchase_id),
         ));
@@ -286,7 +267,7 @@ fn replay(earlier: PurchaseRecord, tool_id: Uuid) -> AppResult<Purchased> {
             "PURCHASE_PENDING",
             format!("purchase {} with this request_id is still settling; ask again shortly", earlier.purchase_id),
         )),
-        PurchaseStatus::Failed => Err(conflict(
+        PurchaseStatus::Failed => Err(AppError::invalid(
             "REQUEST_ID_USED",
             format!("purchase {} with this request_id failed at settlement; send a new request_id to try again", earlier.purchase_id),
         )),
@@ -390,11 +371,7 @@ pub async fn purchases(
             ));
         }
     };
-    let limit = page_limit(limit)?;
-    let offset = offset.unwrap_or(0);
-    if offset < 0 {
-        return Err(AppError::invalid("INVALID_VALUE", format!("offset must not be negative; got {offset}")));
-    }
+    let crate::paging::Window { limit, offset } = crate::paging::by_offset(crate::paging::MARKET, limit, offset)?;
     let (items, total) = services.store.purchases(agent.agent_id, role, limit, offset).await?;
     Ok(Page { items, total, limit, offset })
 }

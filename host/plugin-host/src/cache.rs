@@ -98,7 +98,11 @@ impl CompiledCache {
         let mut removed = 0;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(".cwasm") || name.contains(".partial-");
+            // A partial file being written by a compile under way (the two
+            // upload lanes compile side by side) is left to its writer.
+            let partial = name.contains(".partial-");
+            let fresh = || entry.metadata().and_then(|m| m.modified()).is_ok_and(|at| at.elapsed().is_ok_and(|age| age.as_secs() < 60));
+            let ours = name.ends_with(".cwasm") || (partial && !fresh());
             // Unlinking a file a loaded component maps is safe: the mapping keeps it.
             if ours && !kept.iter().any(|k| name.starts_with(k.as_str())) && std::fs::remove_file(entry.path()).is_ok() {
                 removed += 1;

@@ -5,7 +5,7 @@
 //! | mistake | code |
 //! | --- | --- |
 //! | a required field absent (or `null`) | `MISSING_FIELD` |
-//! | a field the type does not know (strict types) | `UNKNOWN_FIELD` |
+//! | a key a route names as not accepted there (`wire::NotHere`) | `UNKNOWN_FIELD` |
 //! | a name outside a closed vocabulary | `INVALID_ENUM` |
 //! | not a UUID where one is wanted | `INVALID_UUID` |
 //! | an object wanted, something else sent | `INVALID_INPUT` |
@@ -18,6 +18,11 @@
 //! explicit `null` is the same as an absent field; every error knows its path
 //! and code. In query mode every value is text, and numbers and booleans are
 //! parsed from it.
+//!
+//! A key a request type does not define is left out, not refused (decision
+//! 0061): a client newer or older than this service keeps working. The keys
+//! left out of a body are reported ([`read_reporting`]), and the service
+//! names them to the client in the `Anchor-Ignored-Fields` header.
 
 use std::fmt;
 
@@ -29,7 +34,33 @@ use crate::error::ApiError;
 
 /// Reads a JSON body into `T`.
 pub fn read<T: DeserializeOwned>(value: &Value) -> Result<T, ReadError> {
-    T::deserialize(Reader { value, query: false })
+    read_reporting(value).0
+}
+
+/// Reads a JSON body into `T`, with the keys it left out because `T` does
+/// not define them (at most [`IGNORED_MAX`], each as a message quotes it),
+/// those met before a mistake too.
+pub fn read_reporting<T: DeserializeOwned>(value: &Value) -> (Result<T, ReadError>, Vec<String>) {
+    IGNORED.with_borrow_mut(Vec::clear);
+    let read = T::deserialize(Reader { value, query: false });
+    (read, IGNORED.with_borrow_mut(std::mem::take))
+}
+
+/// The most keys left out that one read reports.
+pub const IGNORED_MAX: usize = 16;
+
+thread_local! {
+    /// The keys the read under way on this thread left out (a read is
+    /// synchronous: nothing else runs on the thread meanwhile).
+    static IGNORED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn ignore(key: &str) {
+    IGNORED.with_borrow_mut(|ignored| {
+        if ignored.len() < IGNORED_MAX {
+            ignored.push(shorten(key));
+        }
+    });
 }
 
 /// Reads query parameters (name, value) into `T`.
@@ -307,7 +338,7 @@ impl<'de> Deserializer<'de> for Reader<'de> {
             Value::Number(n) => n.clone().deserialize_any(visitor).map_err(from_json),
             Value::String(s) => visitor.visit_borrowed_str(s),
             Value::Array(items) => visitor.visit_seq(Items { items: items.iter(), index: 0, query: self.query }),
-            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query }),
+            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query, known: None }),
         }
     }
 
@@ -365,7 +396,7 @@ impl<'de> Deserializer<'de> for Reader<'de> {
                 _ => Err(self.refuse(&visitor)),
             },
             Value::Array(items) => visitor.visit_seq(Items { items: items.iter(), index: 0, query: self.query }),
-            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query }),
+            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query, known: None }),
             Value::Null => visitor.visit_unit(),
         }
     }
@@ -413,7 +444,7 @@ impl<'de> Deserializer<'de> for Reader<'de> {
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
         match self.value {
-            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query }),
+            Value::Object(map) => visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query, known: None }),
             _ => Err(ReadError::new(Kind::NotObject)),
         }
     }
@@ -421,10 +452,18 @@ impl<'de> Deserializer<'de> for Reader<'de> {
     fn deserialize_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
-        _fields: &'static [&'static str],
+        fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, ReadError> {
-        self.deserialize_map(visitor)
+        match self.value {
+            // A body's struct leaves out the keys it does not define (a
+            // query's type decides for itself, as serde's derive does).
+            Value::Object(map) => {
+                let known = (!self.query).then_some(fields);
+                visitor.visit_map(Fields { fields: map.iter(), pending: None, query: self.query, known })
+            }
+            _ => Err(ReadError::new(Kind::NotObject)),
+        }
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -450,11 +489,13 @@ impl<'de> Deserializer<'de> for Reader<'de> {
     forward_to_deserialize_any! { i128 u128 char bytes byte_buf }
 }
 
-/// An object's fields; `null` ones are skipped, as if absent.
+/// An object's fields; `null` ones are skipped, as if absent, and so are
+/// keys outside `known` (a struct's fields), which are reported.
 struct Fields<'de> {
     fields: serde_json::map::Iter<'de>,
     pending: Option<(&'de String, &'de Value)>,
     query: bool,
+    known: Option<&'static [&'static str]>,
 }
 
 impl<'de> MapAccess<'de> for Fields<'de> {
@@ -463,6 +504,12 @@ impl<'de> MapAccess<'de> for Fields<'de> {
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, ReadError> {
         for (key, value) in self.fields.by_ref() {
             if value.is_null() {
+                continue;
+            }
+            if let Some(known) = self.known
+                && !known.contains(&key.as_str())
+            {
+                ignore(key);
                 continue;
             }
             self.pending = Some((key, value));
@@ -508,7 +555,6 @@ mod tests {
     use anchor_domain::declarations::dd::UnitType;
 
     #[derive(Deserialize, Debug)]
-    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     struct Inner {
         unit: Named<UnitType>,
@@ -516,7 +562,6 @@ mod tests {
     }
 
     #[derive(Deserialize, Debug)]
-    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     struct Outer {
         id: Id,
@@ -545,8 +590,17 @@ mod tests {
         assert_eq!(code, "INVALID_ENUM");
         assert!(message.starts_with("inner.unit must be one of single"), "{message}");
         assert_eq!(error(json!({ "id": ID, "inner": { "unit": 3 } })).0, "INVALID_ENUM");
-        let (code, message) = error(json!({ "id": ID, "inner": { "unit": "single", "zz": 1 } }));
-        assert_eq!((code, message.starts_with("unknown field \"inner.zz\"")), ("UNKNOWN_FIELD", true), "{message}");
+        let (read, ignored) = read_reporting::<Outer>(&json!({ "id": ID, "inner": { "unit": "single", "zz": 1 }, "yy": null, "xx": [] }));
+        assert!(read.is_ok());
+        assert_eq!(ignored, ["zz", "xx"], "unknown keys are left out and named; a null one is absent");
+        let (_, ignored) = read_reporting::<Outer>(&json!({ "id": ID, "inner": { "unit": "single" } }));
+        assert!(ignored.is_empty(), "a read reports only its own keys: {ignored:?}");
+        let many: serde_json::Map<String, Value> = (0..40).map(|i| (format!("k{i}"), json!(i))).collect();
+        let mut body = json!({ "id": ID, "inner": { "unit": "single" } });
+        body.as_object_mut().unwrap().extend(many);
+        assert_eq!(read_reporting::<Outer>(&body).1.len(), IGNORED_MAX);
+        let (code, message) = error(json!({ "id": ID, "inner": { "unit": "many", "zz": 1 } }));
+        assert_eq!(code, "INVALID_ENUM", "{message}");
         assert_eq!(error(json!({ "id": ID, "inner": ["single"] })), ("INVALID_INPUT", "inner must be a JSON object".into()));
         assert_eq!(error(json!([ID])), ("INVALID_INPUT", "the request body must be a JSON object".into()));
         assert_eq!(error(json!(null)).0, "INVALID_INPUT");

@@ -53,7 +53,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
     }
 }
 
-/// A JSON body. An empty body reads as `null`; anything that is not JSON is 400
+/// A JSON body. An empty body reads as `null`; a body sent as another media
+/// type than JSON is 415 `UNSUPPORTED_MEDIA_TYPE`; anything that is not JSON is 400
 /// `INVALID_INPUT`; a body over the limit is 413 `PAYLOAD_TOO_LARGE`; a NUL
 /// character anywhere in it (a key or a string) is 400 `INVALID_VALUE`, so no
 /// text the database cannot store ever reaches it.
@@ -63,9 +64,25 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<JsonBody, ApiError> {
+        let declared = request.headers().get(axum::http::header::CONTENT_TYPE).cloned();
         let bytes = read_body(request, state, too_large).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody(Value::Null));
+        }
+        // A body declared as something else is not read as JSON: a browser
+        // sends text/plain or a form across origins without asking first.
+        if let Some(declared) = declared
+            && !is_json(&declared)
+        {
+            return Err(ApiError::Protocol {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                code: "UNSUPPORTED_MEDIA_TYPE",
+                message: format!(
+                    "the request body is sent as {}; send it as Content-Type: application/json",
+                    anchor_domain::brief(&String::from_utf8_lossy(declared.as_bytes()))
+                ),
+                allow: None,
+            });
         }
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad("INVALID_INPUT", format!("the request body is not valid JSON: {e}")))?;
@@ -75,10 +92,24 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         // A key named twice in one object would be read as its last value
         // here and perhaps as its first by whatever checked the body before.
         if value.is_object() || value.is_array() {
-            serde_json::from_slice::<NoRepeatedKeys>(&bytes).map_err(|e| ApiError::bad("INVALID_INPUT", e.to_string()))?;
+            no_repeated_keys(&bytes).map_err(|e| ApiError::bad("INVALID_INPUT", e))?;
         }
         Ok(JsonBody(value))
     }
+}
+
+/// Refuses a JSON text in which an object names a key twice (at any depth,
+/// escapes decoded), with a message naming the key.
+pub fn no_repeated_keys(json: &[u8]) -> Result<(), String> {
+    serde_json::from_slice::<NoRepeatedKeys>(json).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Whether a Content-Type names JSON: `application/json` or a `+json` type,
+/// with any parameters.
+fn is_json(declared: &axum::http::HeaderValue) -> bool {
+    let Ok(text) = declared.to_str() else { return false };
+    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// Reads a JSON text only to refuse an object that names a key twice.
@@ -143,28 +174,94 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> 
 
     async fn from_request(request: Request, state: &S) -> Result<Body<T>, ApiError> {
         let JsonBody(value) = JsonBody::from_request(request, state).await?;
-        Ok(Body(crate::body::read(&value)?))
+        let (read, ignored) = crate::body::read_reporting(&value);
+        if !ignored.is_empty() {
+            let _ = IGNORED_FIELDS.try_with(|cell| cell.borrow_mut().extend(ignored));
+        }
+        Ok(Body(read?))
     }
+}
+
+tokio::task_local! {
+    /// The body keys the request's type left out, for the answer's
+    /// [`IGNORED_FIELDS_HEADER`] (scoped per request by `http::observe`).
+    pub static IGNORED_FIELDS: std::cell::RefCell<Vec<String>>;
+}
+
+/// The header that names the body keys a request's type does not define
+/// and the service left out (decision 0061), comma-separated; bytes outside
+/// visible ASCII, and `,` and `%`, percent-encoded.
+pub const IGNORED_FIELDS_HEADER: &str = "anchor-ignored-fields";
+
+/// The header's value for these keys.
+pub fn ignored_fields_value(keys: &[String]) -> String {
+    let mut value = String::new();
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            value.push_str(", ");
+        }
+        for byte in key.bytes() {
+            if byte.is_ascii_graphic() && byte != b',' && byte != b'%' {
+                value.push(byte as char);
+            } else {
+                value.push_str(&format!("%{byte:02X}"));
+            }
+        }
+    }
+    value
 }
 
 /// 413 for a body over the configured limit.
 /// The request's body, whole: over the route's limit it is `over` (413), too
 /// slow 408, unreadable 400 `INVALID_INPUT`.
 pub async fn read_body<S: Send + Sync>(request: Request, state: &S, over: impl FnOnce() -> ApiError) -> Result<Bytes, ApiError> {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    let _budget = body_budget(declared).await?;
     Bytes::from_request(request, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             over()
         } else if crate::listener::is_body_timeout(&rejection) {
-            ApiError::Protocol {
-                status: StatusCode::REQUEST_TIMEOUT,
-                code: "REQUEST_TIMEOUT",
-                message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
-                allow: None,
-            }
+            body_timeout()
         } else {
             ApiError::bad("INVALID_INPUT", "the request body could not be read")
         }
     })
+}
+
+/// The request bodies this process buffers at once, in KiB, over all
+/// requests (decision 0063): past it a body waits [`BODY_BUDGET_WAIT`] for
+/// room, then is refused unread (503 `SERVER_BUSY`), so slow clients holding
+/// bodies open cannot make the host hold more than this.
+pub const BODY_BUDGET_KIB: usize = 256 << 10;
+/// How long a body waits for room in the budget.
+pub const BODY_BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// What a body of unknown length is counted as: the default body limit.
+const UNKNOWN_BODY_KIB: u64 = 1 << 10;
+
+static BODY_BUDGET: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| std::sync::Arc::new(tokio::sync::Semaphore::new(BODY_BUDGET_KIB)));
+
+/// Room for a body said to hold `declared` bytes, held while it is read.
+async fn body_budget(declared: Option<u64>) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    let kib = declared.map_or(UNKNOWN_BODY_KIB, |bytes| bytes.div_ceil(1024)).clamp(1, BODY_BUDGET_KIB as u64) as u32;
+    match tokio::time::timeout(BODY_BUDGET_WAIT, BODY_BUDGET.clone().acquire_many_owned(kib)).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::App(anchor_app::AppError::Busy {
+            code: "SERVER_BUSY",
+            message: "this host holds as many request bodies in memory as it takes at once; send the request again in a moment".into(),
+            retry_after_secs: 1,
+        })),
+    }
+}
+
+/// 408 for a body that did not arrive within the body deadline.
+pub fn body_timeout() -> ApiError {
+    ApiError::Protocol {
+        status: StatusCode::REQUEST_TIMEOUT,
+        code: "REQUEST_TIMEOUT",
+        message: "the request body did not arrive in time; send it whole, then wait for the answer".into(),
+        allow: None,
+    }
 }
 
 pub fn too_large() -> ApiError {

@@ -70,9 +70,43 @@ pub enum Verdict {
 }
 
 /// A key given inline, or the path of a file holding it (the file wins
-/// when both could be meant).
-pub fn key_or_file(given: &str) -> String {
-    std::fs::read_to_string(given).map_or_else(|_| given.to_owned(), |text| text.trim().to_owned())
+/// when both could be meant). A file over 64 KiB is no key file.
+pub fn key_or_file(given: &str) -> Result<String, String> {
+    match read_at_most(std::path::Path::new(given), 64 << 10) {
+        Ok(bytes) => String::from_utf8(bytes).map(|text| text.trim().to_owned()).map_err(|_| format!("{given}: not UTF-8 text")),
+        Err(ReadError::TooLarge(max)) => Err(format!("{given}: larger than a key file ({max} bytes at most)")),
+        Err(ReadError::Io(_)) => Ok(given.to_owned()),
+    }
+}
+
+/// Why a file could not be read whole.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It holds more than this many bytes.
+    TooLarge(u64),
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::TooLarge(max) => write!(f, "larger than the {max} bytes such a file can hold"),
+            ReadError::Io(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// A file's bytes, if it holds at most `max`: a larger one is refused
+/// having read no more than `max + 1` bytes of it.
+pub fn read_at_most(path: &std::path::Path, max: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(ReadError::TooLarge(max));
+    }
+    Ok(bytes)
 }
 
 /// The most a monitor reads of one answer. Everything it asks for is small
@@ -158,20 +192,29 @@ pub async fn run(args: &MonitorArgs) -> Verdict {
 
 async fn run_inner(args: &MonitorArgs) -> Result<Vec<String>, Verdict> {
     let base = args.url.trim_end_matches('/');
-    let key = key_or_file(&args.key);
-    let witnesses = args
-        .witnesses
-        .iter()
-        .map(|w| WitnessKey::parse(&key_or_file(w)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Unchecked(format!("--witness: {e}")))?;
+    let key = key_or_file(&args.key).map_err(|e| Verdict::Unchecked(format!("--key {e}")))?;
+    let mut witnesses = Vec::new();
+    for given in &args.witnesses {
+        let text = key_or_file(given).map_err(|e| Verdict::Unchecked(format!("--witness {e}")))?;
+        witnesses.push(WitnessKey::parse(&text).map_err(|e| Verdict::Unchecked(format!("--witness: {e}")))?);
+    }
     let quorum = args.quorum.unwrap_or(witnesses.len());
     if quorum > witnesses.len() {
         return Err(Verdict::Unchecked(format!("--quorum {quorum} is more than the {} --witness keys given", witnesses.len())));
     }
-    let previous: Option<State> = match std::fs::read(&args.state) {
+    // The state is one checkpoint: it is never larger than an answer.
+    let previous: Option<State> = match read_at_most(&args.state, MAX_ANSWER as u64 * 2) {
         Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| Verdict::Unchecked(format!("{}: {e}", args.state.display())))?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A first run: the state's folder must be there (or be made) to keep it.
+            match args.state.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(folder) if !folder.is_dir() => std::fs::create_dir_all(folder).map_err(|e| {
+                    Verdict::Unchecked(format!("{}: the folder for --state does not exist and could not be made: {e}", folder.display()))
+                })?,
+                _ => {}
+            }
+            None
+        }
         Err(e) => return Err(Verdict::Unchecked(format!("{}: {e}", args.state.display()))),
     };
     let http = reqwest::Client::builder()

@@ -265,7 +265,7 @@ fn common_responses(error: &Value) -> Value {
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
         "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry (RATE_LIMITED), or too many connections open from this client at once (TOO_MANY_CONNECTIONS). Codes: RATE_LIMITED, TOO_MANY_CONNECTIONS."),
-        "StorageUnavailable": error("The database is not reachable or not taking writes for now (a restart, a failover), or refused the request for what others were doing at the same moment (a deadlock, a lock or statement timeout; nothing of it was kept); Retry-After says when to try again, and a create retried with its request_id, or a confirm retried, is recorded once. Code: STORAGE_UNAVAILABLE."),
+        "StorageUnavailable": error("The database is not reachable or not taking writes for now (a restart, a failover), or refused the request for what others were doing at the same moment (a deadlock, a lock or statement timeout; nothing of it was kept); Retry-After says when to try again, and a create retried with its request_id, or a confirm retried, is recorded once (STORAGE_UNAVAILABLE); or this host holds as many request bodies in memory as it takes at once (SERVER_BUSY), and the body was not read. Codes: STORAGE_UNAVAILABLE, SERVER_BUSY."),
     })
 }
 

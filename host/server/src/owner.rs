@@ -47,13 +47,29 @@ pub fn clear_cookie(secure: bool) -> HeaderValue {
 
 /// The session secret a request carries, if any.
 pub fn cookie_secret(headers: &HeaderMap) -> Option<String> {
+    cookie_value(headers, COOKIE)
+}
+
+/// The cookie that marks a browser the owner signed in from (decision
+/// 0064): sent back only to the sign-in route, for a year.
+pub const DEVICE_COOKIE: &str = "anchor.device";
+
+/// The `Set-Cookie` value that keeps a device secret.
+pub fn device_cookie(secret: &str, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!("{DEVICE_COOKIE}={secret}; Path=/dap/login; HttpOnly; SameSite=Strict; Max-Age=31536000{secure}"))
+        .expect("cookie is ASCII")
+}
+
+/// The value of the cookie `name` a request carries, if any (at most 128 characters).
+pub fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(key, _)| *key == name)
         .map(|(_, value)| value.trim().to_string())
         .filter(|value| !value.is_empty() && value.len() <= 128)
 }

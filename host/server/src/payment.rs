@@ -38,18 +38,24 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
 pub struct FiatRate {
     /// Won per US dollar, in thousandths (1400000 is 1,400).
     pub krw_per_usd_milli: i64,
-    /// When the rate was taken, if the operator said.
-    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the rate was taken: the operator's date, or the day the fixed
+    /// indicative rate was last set ([`FIXED_RATE_AS_OF`]).
+    pub as_of: chrono::DateTime<chrono::Utc>,
     /// Where it came from.
     pub source: String,
 }
+
+/// The day the fixed indicative rate (1,400 won per dollar) was last set.
+pub const FIXED_RATE_AS_OF: &str = "2026-11-01T00:00:00Z";
 
 impl Default for FiatRate {
     fn default() -> FiatRate {
         FiatRate {
             krw_per_usd_milli: 1_400_000,
-            as_of: None,
-            source: "a fixed indicative rate of this service (no market rate is configured; the operator sets one with --fiat-rate)".into(),
+            as_of: chrono::DateTime::parse_from_rfc3339(FIXED_RATE_AS_OF).expect("a constant RFC 3339 time").to_utc(),
+            source: "a fixed indicative rate of this service, set on the date given (no market rate is configured; the operator \
+                     sets one with --fiat-rate)"
+                .into(),
         }
     }
 }
@@ -80,7 +86,7 @@ impl FiatRate {
         if file.source.trim().is_empty() || file.source.chars().count() > 200 {
             anyhow::bail!("source must say where the rate comes from, in at most 200 characters");
         }
-        Ok(FiatRate { krw_per_usd_milli: milli, as_of: Some(as_of), source: file.source })
+        Ok(FiatRate { krw_per_usd_milli: milli, as_of, source: file.source })
     }
 
     /// An indicative amount in won of `amount`, rounded.
@@ -107,7 +113,7 @@ mod tests {
                 .unwrap();
         assert_eq!(rate.krw_per_usd_milli, 1_391_250);
         assert_eq!(rate.text(), "1391.25");
-        assert_eq!(rate.as_of.unwrap().to_rfc3339(), "2026-11-20T00:00:00+00:00");
+        assert_eq!(rate.as_of.to_rfc3339(), "2026-11-20T00:00:00+00:00");
         // 157.5 DAC = 0.1575 USD = 219.12 KRW, rounded to 219.
         assert_eq!(rate.krw(MilliDac(157_500)), 219);
         for bad in [
@@ -121,7 +127,8 @@ mod tests {
             assert!(FiatRate::from_json(bad).is_err(), "{bad}");
         }
         let fixed = FiatRate::default();
-        assert_eq!(fixed.as_of, None, "the fixed indicative rate has no date: it is not a market rate");
+        assert_eq!(fixed.as_of.to_rfc3339(), "2026-11-01T00:00:00+00:00", "the fixed rate says when it was set");
+        assert!(fixed.source.starts_with("a fixed indicative rate"), "and that it is not a market rate");
         assert_eq!(fixed.krw(MilliDac(10_000)), 14);
     }
 }

@@ -32,7 +32,16 @@ pub fn refused<E: de::Error>(code: &'static str, message: impl fmt::Display) -> 
 pub(crate) const CODE_MARK: char = '\u{1}';
 
 /// The codes [`refused`] may carry.
-const REFUSAL_CODES: &[&str] = &["INVALID_VALUE", "INVALID_UUID", "INVALID_ENUM", "INVALID_INPUT", "MISSING_FIELD", "PII_DETECTED"];
+const REFUSAL_CODES: &[&str] = &[
+    "INVALID_VALUE",
+    "INVALID_UUID",
+    "INVALID_ENUM",
+    "INVALID_INPUT",
+    "MISSING_FIELD",
+    "PII_DETECTED",
+    "UNKNOWN_FIELD",
+    "INVALID_ARA_CONNECTION",
+];
 
 /// Splits what [`refused`] wrote back into code and message; a code outside
 /// [`REFUSAL_CODES`] reads as `INVALID_VALUE`.
@@ -117,11 +126,64 @@ impl<'de, E: WireEnum> Deserialize<'de> for InputNamed<E> {
         let value = serde_json::Value::deserialize(deserializer)?;
         match value.as_str().and_then(E::parse) {
             Some(parsed) => Ok(InputNamed(parsed)),
+            None => Err(refused("INVALID_INPUT", format_args!("must be one of {}; got {}", E::NAMES.join(", "), quoted(&value)))),
+        }
+    }
+}
+
+/// A value as a refusal quotes it: a string once, in quotes, at most 64
+/// characters; anything else as its JSON text, as briefly.
+pub(crate) fn quoted(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => anchor_domain::brief(text),
+        serde_json::Value::Array(_) => "an array".into(),
+        serde_json::Value::Object(_) => "an object".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A closed vocabulary read where the interface names an unknown value with
+/// a code of its own: an ARA connection's `observation_type` outside the
+/// list is 400 `INVALID_ARA_CONNECTION`, as an unpriced pair is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionNamed<E>(pub E);
+
+impl<'de, E: WireEnum> Deserialize<'de> for ConnectionNamed<E> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ConnectionNamed<E>, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match value.as_str().and_then(E::parse) {
+            Some(parsed) => Ok(ConnectionNamed(parsed)),
             None => Err(refused(
-                "INVALID_INPUT",
-                format_args!("must be one of {}; got {}", E::NAMES.join(", "), anchor_domain::brief(&value.to_string())),
+                "INVALID_ARA_CONNECTION",
+                format_args!("is not an ARA observation a tool can connect to; one of {}; got {}", E::NAMES.join(", "), quoted(&value)),
             )),
         }
+    }
+}
+
+impl<E: WireEnum> JsonSchema for ConnectionNamed<E> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        E::TYPE_NAME.into()
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        Named::<E>::json_schema(generator)
+    }
+}
+
+/// A key a route does not accept though another route does (a layer-2
+/// purchase's `request_id`): refused 400 `UNKNOWN_FIELD`, so the client
+/// learns it did not do what it meant, where any other unknown key is left
+/// out (decision 0061). Not part of any schema.
+#[derive(Debug)]
+pub struct NotHere;
+
+impl<'de> Deserialize<'de> for NotHere {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<NotHere, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer)?;
+        Err(refused("UNKNOWN_FIELD", "is not accepted on this route"))
     }
 }
 

@@ -190,6 +190,11 @@ impl Witness {
         if request.old_size > size {
             return text(StatusCode::BAD_REQUEST, "the old size is larger than the checkpoint's\n");
         }
+        // The state keeps sizes as signed 64-bit integers: a tree of 2^63
+        // leaves or more is no log this witness can follow.
+        if i64::try_from(size).is_err() {
+            return text(StatusCode::BAD_REQUEST, "the checkpoint's size is 2^63 or more, larger than any log this witness follows\n");
+        }
         let stored = match self.state.latest(&origin).await {
             Ok(stored) => stored,
             Err(error) => {
@@ -348,6 +353,10 @@ impl HttpTransport {
                 .connect_timeout(std::time::Duration::from_secs(2))
                 .timeout(std::time::Duration::from_secs(5))
                 .pool_idle_timeout(std::time::Duration::from_secs(90))
+                // A witness is reached at the URL the operator named, never
+                // where an answer points (a redirect there is answered as
+                // any other unexpected status).
+                .redirect(reqwest::redirect::Policy::none())
                 .build()?,
         ))
     }
@@ -382,8 +391,9 @@ pub fn keygen(name: &str, file: &std::path::Path) -> anyhow::Result<String> {
     Ok(signer.public().vkey())
 }
 
+/// Writes a secret to `file`, readable by its owner only; refused if the file exists.
 #[cfg(unix)]
-fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -397,7 +407,7 @@ fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
 }
 
 #[cfg(not(unix))]
-fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub fn write_private(file: &std::path::Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(file, text)?;
     Ok(())
 }
@@ -416,6 +426,8 @@ impl HttpTsa {
             reqwest::Client::builder()
                 .connect_timeout(std::time::Duration::from_secs(3))
                 .timeout(std::time::Duration::from_secs(10))
+                // Only the URL the operator named is asked, never a redirect's.
+                .redirect(reqwest::redirect::Policy::none())
                 .build()?,
         ))
     }
@@ -437,5 +449,52 @@ impl anchor_app::timestamp::TsaTransport for HttpTsa {
             return Err(format!("the TSA answered {}", response.status()));
         }
         read_bounded(&mut response, MAX_TSA_REPLY, url).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use anchor_app::timestamp::TsaTransport;
+    use anchor_app::witness::Transport;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback server that counts its connections and answers each with `head`.
+    async fn answering(head: String) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let head = head.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 8192];
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream.write_all(head.as_bytes()).await;
+                });
+            }
+        });
+        (format!("http://{address}"), count)
+    }
+
+    /// A witness or TSA that answers with a redirect is not followed there:
+    /// the redirect is the answer (a log host must reach no other address
+    /// than the operator named).
+    #[tokio::test]
+    async fn witnesses_and_time_stamping_authorities_are_never_followed_elsewhere() {
+        let (elsewhere, reached) = answering("HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()).await;
+        let redirect = format!("HTTP/1.1 302 Found\r\nlocation: {elsewhere}/internal\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let (witness, asked) = answering(redirect.clone()).await;
+        let answer = super::HttpTransport::new().unwrap().add_checkpoint(&witness, "old 0\n\n".into()).await.unwrap();
+        assert_eq!(answer.status, 302);
+        let (tsa, _) = answering(redirect).await;
+        let refused = super::HttpTsa::new().unwrap().stamp(&tsa, vec![0x30, 0x00]).await.unwrap_err();
+        assert!(refused.contains("302"), "{refused}");
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "the redirect's target was never asked");
     }
 }

@@ -75,6 +75,8 @@ fn pytest(base: &str, witness_vkey: &str) {
         .current_dir(&client)
         .env("ANCHOR_BASE_URL", base)
         .env("ANCHOR_WITNESS_KEY", witness_vkey)
+        // The service's own verifier, which must accept the receipts the client saves.
+        .env("ANCHOR_BIN", env!("CARGO_BIN_EXE_anchor"))
         // The example tool the seller in the tests uploads.
         .env("ANCHOR_TOOL_WASM", Path::new(anchor_plugins::PLUGINS_DIR).join("tool_example.wasm"))
         .output()

@@ -902,3 +902,24 @@ async fn a_size_zero_checkpoint_must_have_the_empty_root() {
     assert_eq!(status, 422);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A checkpoint of 2^63 leaves or more, signed by the log, is a malformed
+/// request (400), not a failure of the witness's state (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_past_the_largest_size_is_refused_as_malformed() {
+    let log = TestLog::new("huge.test/log", 6);
+    let (url, _key, dir) = in_process_witness(&log).await;
+    let http = reqwest::Client::new();
+    for size in [1u64 << 63, u64::MAX] {
+        let body = Checkpoint::new("huge.test/log", size, Hash([9; 32]), "").unwrap();
+        let mut note = Note::new(&body.to_bytes(), &[]).unwrap();
+        note.add_sigs(&[&log.signer]).unwrap();
+        let (status, _, text) = submit(&http, &url, add_checkpoint_request(0, &[], &String::from_utf8(note.to_bytes()).unwrap())).await;
+        assert_eq!(status, 400, "size {size}: {text}");
+        assert!(text.contains("2^63"), "{text}");
+    }
+    let leaves = TestLog::leaves("h", 3);
+    let (status, _, _) = submit(&http, &url, add_checkpoint_request(0, &[], &log.signed(&leaves))).await;
+    assert_eq!(status, 200, "the witness still serves");
+    let _ = std::fs::remove_dir_all(&dir);
+}

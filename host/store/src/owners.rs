@@ -65,6 +65,11 @@ pub trait OwnerStore: Send + Sync {
     async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()>;
     /// Ends every session of the owner but `keep`.
     async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()>;
+    /// The owner a device (a browser the owner signed in from) belongs to.
+    async fn device_owner(&self, device_hash: &[u8; 32]) -> Result<Option<Uuid>>;
+    /// Remembers a device the owner signed in from; only its most recent
+    /// [`DEVICES_KEPT`] are kept.
+    async fn remember_device(&self, owner_id: Uuid, device_hash: &[u8; 32], now: DateTime<Utc>) -> Result<()>;
     async fn owner_classifications(&self, owner_id: Uuid, include_inactive: bool) -> Result<Vec<OwnerClassification>>;
     /// True if a base category has this key.
     async fn base_classification_exists(&self, key: &str) -> Result<bool>;
@@ -82,6 +87,9 @@ pub trait OwnerStore: Send + Sync {
     /// Deactivates an active category; false if none.
     async fn deactivate_classification(&self, owner_id: Uuid, id: Uuid) -> Result<bool>;
 }
+
+/// The devices kept per owner: a sign-in from an older one counts as from a new client.
+pub const DEVICES_KEPT: i64 = 20;
 
 /// What adding an owner's category concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +233,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
             )
             .await?;
             tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
+            tx.execute(sql("delete from owner_device where owner_id = $1").bind(owner_id)).await?;
             tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
         }
         tx.execute(sql("delete from owner_session where expires_at <= $1").bind(now)).await?;
@@ -283,6 +292,31 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
 
     async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()> {
         self.db().execute(sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep)).await?;
+        Ok(())
+    }
+
+    async fn device_owner(&self, device_hash: &[u8; 32]) -> Result<Option<Uuid>> {
+        self.db().scalar_optional(sql("select owner_id from owner_device where device_hash = $1").bind(device_hash)).await
+    }
+
+    async fn remember_device(&self, owner_id: Uuid, device_hash: &[u8; 32], now: DateTime<Utc>) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        tx.execute(
+            sql("insert into owner_device (device_hash, owner_id, created_at) select $1, owner_id, $3 from owner \
+                 where owner_id = $2 and deleted_at is null on conflict (device_hash) do nothing")
+            .bind(device_hash)
+            .bind(owner_id)
+            .bind(now),
+        )
+        .await?;
+        tx.execute(
+            sql("delete from owner_device where owner_id = $1 and device_hash not in \
+                 (select device_hash from owner_device where owner_id = $1 order by created_at desc limit $2)")
+            .bind(owner_id)
+            .bind(DEVICES_KEPT),
+        )
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 

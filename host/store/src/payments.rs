@@ -401,6 +401,15 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             return Ok(false);
         }
         move_payment(&mut tx, Key::Declaration(dd_id), payment_status, Some(reason), None, now).await?;
+        // A base fee Trial paid beside the external premium goes back too
+        // (decision 0062): the record it paid for will never be anchored.
+        tx.execute(
+            sql("update agent set trial_balance_milli = trial_balance_milli + \
+                   (select base_fee_milli from declaration where dd_id = $1 and base_fee_source = 'trial') \
+                 where agent_id = (select agent_id from declaration where dd_id = $1 and base_fee_source = 'trial')")
+            .bind(dd_id),
+        )
+        .await?;
         // A premium Earned DAC paid goes back with the record that will never be anchored.
         if let Some((debit_id, _)) = earned::debit_for(&mut tx, Subject::declaration(dd_id)).await? {
             earned::refund(&mut tx, self.db.for_update(), debit_id, "declaration not anchored", now).await?;

@@ -30,6 +30,18 @@ pub mod cosignature;
 pub mod timestamp;
 
 pub const RECEIPT_FORMAT: &str = "anchor-receipt/1";
+
+/// The most hashes an inclusion proof can hold: a tree of at most 2^64
+/// leaves is at most 64 levels deep. A longer proof is refused before any
+/// hash is decoded.
+pub const MAX_INCLUSION_HASHES: usize = 64;
+/// The most hashes a consistency proof between two trees of at most 2^64
+/// leaves can hold.
+pub const MAX_CONSISTENCY_HASHES: usize = 2 * 64;
+/// The largest receipt (or other input) the verifier reads: a real one is
+/// a few kilobytes (a record, at most 64 hashes, a checkpoint with its
+/// cosignatures, a time-stamp token).
+pub const MAX_INPUT_BYTES: u64 = 1 << 20;
 pub const LEAF_FORMAT: &str = "anchor-leaf/1";
 
 /// Everything needed to check one declaration against the log, offline.
@@ -52,10 +64,13 @@ pub struct Receipt {
     /// Whether `checkpoint` carries the cosignatures of the witness quorum
     /// the service is configured with (false where it has no witnesses, or
     /// until a witnessed checkpoint covers the record).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_false")]
+    #[cfg_attr(feature = "schema", schemars(with = "bool"))]
     pub witnessed: bool,
-    /// The witnesses whose cosignatures `checkpoint` carries, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The witnesses whose cosignatures `checkpoint` carries, by name
+    /// (`null` reads as none, as a client that saves receipts may write it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))]
     pub cosigned_by: Vec<String>,
     /// An RFC 3161 TimeStampToken (base64 of its DER, a CMS ContentInfo) over
     /// SHA-256 of the checkpoint's note body, when a time-stamping authority
@@ -66,6 +81,57 @@ pub struct Receipt {
     /// receipt reaches now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity_level: Option<IntegrityLevels>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+fn null_as_false<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(deserializer)?.unwrap_or(false))
+}
+
+/// Reads a receipt from JSON text, naming the field a mistake is in.
+pub fn parse_receipt(json: &[u8]) -> Result<Receipt, Failure> {
+    if json.len() as u64 > MAX_INPUT_BYTES {
+        return Err(Failure::Format(format!("a receipt is at most {MAX_INPUT_BYTES} bytes; this one has {}", json.len())));
+    }
+    let value: serde_json::Value = serde_json::from_slice(json).map_err(|e| Failure::Format(format!("the receipt is not JSON: {e}")))?;
+    let serde_json::Value::Object(fields) = &value else {
+        return Err(Failure::Format("the receipt is not a JSON object".into()));
+    };
+    if let Some(serde_json::Value::Array(proof)) = fields.get("inclusion_proof")
+        && proof.len() > MAX_INCLUSION_HASHES
+    {
+        return Err(Failure::Inclusion(format!(
+            "the inclusion proof has {} hashes; a proof in a tree of at most 2^64 leaves has at most {MAX_INCLUSION_HASHES}",
+            proof.len()
+        )));
+    }
+    Receipt::deserialize(&value).map_err(|e| {
+        // Name the field: serde_json's message alone names a line and column.
+        let field =
+            fields.iter().find(|(name, field)| Receipt::field_fails(name, field)).map_or_else(String::new, |(name, _)| format!("{name}: "));
+        Failure::Format(format!("the receipt's {field}{e}"))
+    })
+}
+
+impl Receipt {
+    /// Whether `value` is not what the receipt's field `name` takes.
+    fn field_fails(name: &str, value: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        let text = matches!(value, Value::String(_));
+        match name {
+            "format" | "dd_id" | "canonical_record" | "integrity_hash" | "anchored_at" | "checkpoint" => !text,
+            "leaf_index" | "tree_size" => !value.is_u64(),
+            "inclusion_proof" => !value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            "witnessed" => !(value.is_boolean() || value.is_null()),
+            "cosigned_by" => !(value.is_null() || value.as_array().is_some_and(|a| a.iter().all(Value::is_string))),
+            "timestamp_token" => !(text || value.is_null()),
+            "integrity_level" => !(value.is_object() || value.is_null()),
+            _ => false,
+        }
+    }
 }
 
 /// `basic`: inclusion in a checkpoint signed by the log; `enhanced`: in one
@@ -192,6 +258,12 @@ pub fn verify_receipt(receipt: &Receipt, vkey: &str) -> Result<Verified, Failure
         return Err(Failure::Inclusion(format!("leaf {} is outside a tree of {}", receipt.leaf_index, receipt.tree_size)));
     }
     // 4. inclusion
+    if receipt.inclusion_proof.len() > MAX_INCLUSION_HASHES {
+        return Err(Failure::Inclusion(format!(
+            "the inclusion proof has {} hashes; at most {MAX_INCLUSION_HASHES} lead to any root",
+            receipt.inclusion_proof.len()
+        )));
+    }
     let proof = hashes(&receipt.inclusion_proof, Failure::Inclusion)?;
     tlog_tiles::check_record(&proof, receipt.tree_size, *checkpoint.hash(), receipt.leaf_index, leaf)
         .map_err(|e| Failure::Inclusion(format!("the proof does not lead from this leaf to the signed root: {e}")))?;
@@ -238,6 +310,12 @@ pub fn verify_consistency(older: &str, newer: &str, proof: &ConsistencyProof, vk
         } else {
             Err(Failure::Consistency("two different roots for one size: the log forked".into()))
         };
+    }
+    if proof.proof.len() > MAX_CONSISTENCY_HASHES {
+        return Err(Failure::Consistency(format!(
+            "the consistency proof has {} hashes; at most {MAX_CONSISTENCY_HASHES} join two trees",
+            proof.proof.len()
+        )));
     }
     let hashes = hashes(&proof.proof, Failure::Consistency)?;
     tlog_tiles::check_tree(&hashes, new.size(), *new.hash(), old.size(), *old.hash())

@@ -28,7 +28,8 @@ test("a fresh agent spends its Trial, then pays with x402 and confirms", async (
   const registered = await (await fetch(`${base}/v1/agent/register`, json({}))).json();
   const token = registered.auth_token;
 
-  // 3 x EE_high = 472.5 of the 500 Trial DAC; the fourth does not fit.
+  // 3 x EE_high = 472.5 of the 500 Trial DAC; the fourth does not fit: Trial
+  // pays its 10 DAC base fee, x402 its 147.5 DAC premium.
   for (let i = 0; i < 3; i++) {
     const r = await fetch(`${base}/v1/dd/create`, withToken(json(createBody("EE_high")), token));
     assert.equal(r.status, 201);
@@ -45,7 +46,8 @@ test("a fresh agent spends its Trial, then pays with x402 and confirms", async (
   const created = await paid.json();
   assert.equal(paid.status, 201, JSON.stringify(created));
   assert.equal(created.status, "pending_payment");
-  assert.equal(created.payment.amount_units, "157500");
+  assert.equal(created.payment.amount_units, "147500");
+  assert.equal(created.cost_breakdown.base_fee_source, "trial");
 
   const confirmed = await fetch(`${base}/v1/dd/confirm`, withToken(json({ dd_id: created.dd_id }), token));
   const body = await confirmed.json();
@@ -82,7 +84,7 @@ test("a payment sent in X-PAYMENT pays a declaration the same way", async () => 
   const created = await paid.json();
   assert.equal(paid.status, 201, JSON.stringify(created));
   assert.equal(created.status, "pending_payment");
-  assert.equal(created.payment.amount_units, "157500");
+  assert.equal(created.payment.amount_units, "147500");
 
   // The same authorization cannot pay twice, whichever header carries it.
   const again = withToken(json(createBody("EE_high")), token);

@@ -91,7 +91,7 @@ test("ISE: enter, status, exit", async () => {
   assert.equal((await agent.sdk.ise.status()).active, true);
   const exited = await agent.sdk.ise.exit();
   assert.equal(exited.session_id, entered.session_id);
-  assert.equal(exited.dac_charged, 0, "within the free seconds");
+  assert.equal(exited.dac_charged, 10, "a charged stay costs the flat fee, from Trial");
   assert.equal((await agent.sdk.ise.status()).active, false);
 });
 

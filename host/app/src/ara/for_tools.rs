@@ -95,10 +95,8 @@ pub async fn gather(
         let window = Window::ending_today(services.clock.now(), 30);
         let release = releases::release(services, release_kind, window).await?;
         if !release.shows_anything() {
-            return Err(unavailable(format!(
-                "{kind}: fewer than {} agents contribute to the 30 full days before today",
-                super::privacy::K
-            )));
+            let why = releases::nothing_shown(&release, services.config.privacy, "the 30 full days before today");
+            return Err(unavailable(format!("{kind}: {why}")));
         }
         let price = price(services, tier, 0)?;
         return Ok(Gathered {

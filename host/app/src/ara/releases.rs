@@ -306,8 +306,9 @@ pub async fn release(services: &Services, kind: Kind, window: Window) -> AppResu
     let budget = privacy.budget();
     // Checked before anything is drawn: a release the ledger cannot take is never cut.
     let spent = store.epsilon_spent(kind.name(), window).await? as f64 / 1e6;
-    if spent + worst_case_epsilon(kind, privacy) > budget {
-        return Err(over_budget(kind, window, spent, budget));
+    let worst = worst_case_epsilon(kind, privacy);
+    if spent + worst > budget {
+        return Err(over_budget(kind, window, spent, worst, budget));
     }
     let mut release = cut(services, kind, window, privacy).await.map_err(AppError::Internal)?;
     let epsilon_micro = (release.epsilon * 1e6).ceil() as i64;
@@ -325,17 +326,56 @@ pub async fn release(services: &Services, kind: Kind, window: Window) -> AppResu
             }
             Ok(stored)
         }
-        SavedRelease::OverBudget { spent_micro } => Err(over_budget(kind, window, spent_micro as f64 / 1e6, budget)),
+        SavedRelease::OverBudget { spent_micro } => Err(over_budget(kind, window, spent_micro as f64 / 1e6, worst, budget)),
     }
 }
 
-/// A release the ledger cannot take: refused for free, as a release with nothing to show is.
-fn over_budget(kind: Kind, window: Window, spent: f64, budget: f64) -> AppError {
-    unavailable(format!(
-        "the differential-privacy budget of {} releases on the days of this {}-day window is spent ({spent:.2} of {budget:.2} epsilon): no new figures are released for them",
-        kind.name(),
-        window.days
-    ))
+/// A release the ledger cannot take: refused for free, as a release with
+/// nothing to show is, saying which of three it is: no release of this kind
+/// fits the budget at all, the budget is spent, or what is left is less
+/// than this release's worst case.
+pub(crate) fn over_budget(kind: Kind, window: Window, spent: f64, worst: f64, budget: f64) -> AppError {
+    let (name, days) = (kind.name(), window.days);
+    unavailable(if worst > budget {
+        format!(
+            "a {name} release can spend up to {worst:.2} epsilon (its gate, counts and distributions), more than the whole \
+             differential-privacy budget of {budget:.2} epsilon per day of data: no {name} release is cut under this budget"
+        )
+    } else if spent >= budget {
+        format!(
+            "the differential-privacy budget of {name} releases on the days of this {days}-day window is spent \
+             ({spent:.2} of {budget:.2} epsilon): no new figures are released for them"
+        )
+    } else {
+        format!(
+            "this {days}-day window's {name} release could spend up to {worst:.2} epsilon, and {name} releases have spent up to \
+             {spent:.2} of the {budget:.2} epsilon budget on its days: the {:.2} left is less than its worst case, so it is not cut",
+            budget - spent
+        )
+    })
+}
+
+/// Why a release shows nothing, giving no count of agents: under noise, a
+/// noisy threshold held everything back (a group of more than K agents can
+/// fall short of it too); exact (k-anonymity only), fewer than K agents.
+pub(crate) fn nothing_shown(release: &Release, privacy: Privacy, what: &str) -> String {
+    match privacy {
+        Privacy::Noisy { epsilon, delta, .. } if !release.exact => {
+            let scale = 1.0 / epsilon;
+            let tau = privacy::threshold(scale, delta);
+            let step = if release.distributions.is_empty() && release.activity.is_empty() {
+                "the noisy count of the agents who contribute to them did not reach the release threshold"
+            } else {
+                "no value's noisy count of agents reached the release threshold"
+            };
+            format!(
+                "nothing is shown for {what}: {step} ({tau}, with discrete Laplace noise of scale {scale:.2}). A group of fewer \
+                 than {K} agents reaches it with probability at most {delta:e}, and a larger one can fall short too, so this says \
+                 nothing exact about how many agents contribute"
+            )
+        }
+        _ => format!("fewer than {K} agents contribute to {what}, too few to show statistics that identify none of them"),
+    }
 }
 
 /// Cuts today's releases that are not stored yet (the job, after the day
@@ -383,9 +423,7 @@ pub async fn observe(
     let window = Window::ending_today(services.clock.now(), days);
     let release = release(services, kind, window).await?;
     if !release.shows_anything() {
-        return Err(unavailable(format!(
-            "fewer than {K} agents contribute to the {days} full days before today, too few to show statistics that identify none of them"
-        )));
+        return Err(unavailable(nothing_shown(&release, services.config.privacy, &format!("the {days} full days before today"))));
     }
     let tier = match kind {
         Kind::Environment | Kind::Density | Kind::Tsl => ObservationTier::Environment,
@@ -424,9 +462,8 @@ pub async fn environment_anomaly(
         release.distributions.retain(|name, _| name == dimension.as_str());
     }
     if !release.distributions.values().any(|d| !d.is_empty()) {
-        return Err(unavailable(format!(
-            "fewer than {K} agents have branch-1 decisions with a band position in the {period_days} full days before today"
-        )));
+        let what = format!("branch-1 band positions in the {period_days} full days before today");
+        return Err(unavailable(nothing_shown(&release, services.config.privacy, &what)));
     }
     let purchase = Purchase::flat(
         super::ENVIRONMENT_ANOMALY,
@@ -442,4 +479,57 @@ pub async fn environment_anomaly(
 /// nothing to show.
 pub async fn tsl(services: &Services, agent_id: Uuid, offered: Offered) -> AppResult<Observed<Release>> {
     observe(services, agent_id, super::TSL, Kind::Tsl, 30, offered).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(distributions: BTreeMap<String, Vec<(String, i64)>>, exact: bool) -> Release {
+        Release {
+            kind: "environment".into(),
+            window_days: 30,
+            window_end: 20_000,
+            agents: None,
+            declarations: None,
+            distributions,
+            activity: Vec::new(),
+            epsilon: 1.0,
+            delta: 0.0,
+            epsilon_ledger: None,
+            epsilon_budget: None,
+            exact,
+            released_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    fn message(error: AppError) -> String {
+        error.to_string()
+    }
+
+    /// Under noise, a release that shows nothing names the noisy threshold
+    /// that held it back, and no count of agents.
+    #[test]
+    fn nothing_shown_names_the_noisy_threshold_not_a_count() {
+        let gate_failed = nothing_shown(&release(BTreeMap::new(), false), Privacy::default(), "the 30 full days before today");
+        assert!(gate_failed.contains("did not reach the release threshold (23"), "{gate_failed}");
+        assert!(!gate_failed.contains("fewer than 10 agents contribute"), "{gate_failed}");
+        let empty = BTreeMap::from([("action_type".to_string(), Vec::new())]);
+        let values_held = nothing_shown(&release(empty, false), Privacy::default(), "the 30 full days before today");
+        assert!(values_held.contains("no value's noisy count"), "{values_held}");
+        let exact = nothing_shown(&release(BTreeMap::new(), true), Privacy::Exact, "the 7 full days before today");
+        assert!(exact.starts_with("fewer than 10 agents contribute"), "{exact}");
+    }
+
+    /// A release refused by the budget says which of three it is.
+    #[test]
+    fn the_budget_refusal_says_whether_it_is_spent_or_too_small() {
+        let window = Window { days: 30, end: 20_000 };
+        let left_short = message(over_budget(Kind::EeDistribution, window, 1.0, 8.0, 8.0));
+        assert!(left_short.contains("the 7.00 left is less than its worst case") && !left_short.contains("is spent"), "{left_short}");
+        let spent = message(over_budget(Kind::Environment, window, 8.0, 3.0, 8.0));
+        assert!(spent.contains("is spent (8.00 of 8.00 epsilon)"), "{spent}");
+        let never = message(over_budget(Kind::EeDistribution, window, 0.0, 40.0, 30.0));
+        assert!(never.contains("up to 40.00 epsilon") && never.contains("more than the whole"), "{never}");
+    }
 }

@@ -65,22 +65,44 @@ pub async fn sign_up(services: &Services, form: SignUp) -> AppResult<NewOwner> {
 }
 
 /// Signs in with email and password, from `client` (an IPv4 address or an
-/// IPv6 /64). Five wrong passwords for one email from one client in 15
-/// minutes (or 20 in a day) spend that pair's window: 429 after, even for the
-/// right password, from that client only (see [`super::LOGIN_PER_CLIENT`]
-/// and the other limits).
-pub async fn sign_in(services: &Services, email: &str, password: &str, client: &str) -> AppResult<(OwnerRecord, Session)> {
+/// IPv6 /64), with the device secret the browser kept from an earlier
+/// sign-in of this owner, if any. Five wrong passwords for one email from one
+/// client in 15 minutes (or 20 in a day) spend that pair's window: 429 after,
+/// even for the right password, from that client only (see
+/// [`super::LOGIN_PER_CLIENT`] and the other limits). A sign-in from a device
+/// of the owner's is held to that device's own limit alone (decision 0064):
+/// guessing from any number of clients elsewhere cannot lock the owner out of
+/// its own browser. A sign-in that succeeds from a new device makes it one of
+/// the owner's (its secret, once, in the answer).
+pub async fn sign_in(
+    services: &Services,
+    email: &str,
+    password: &str,
+    client: &str,
+    device: Option<&str>,
+) -> AppResult<(OwnerRecord, Session, Option<String>)> {
     let email = email.trim().to_lowercase();
+    let owner = services.store.owner_by_email(&email).await?;
+    let device_hash = device.filter(|d| anchor_domain::agents::has_secret_shape(DEVICE_PREFIX, d)).map(anchor_domain::agents::hash_secret);
+    let device_owner = match device_hash {
+        Some(hash) => services.store.device_owner(&hash).await?,
+        None => None,
+    };
+    let known = owner.as_ref().zip(device_owner).is_some_and(|(owner, device)| owner.owner_id == device);
     let pair = format!("{email}|{client}");
-    let limits = [
-        (super::LOGIN_PER_CLIENT_AND_EMAIL, pair.as_str()),
-        (super::LOGIN_PER_CLIENT_AND_EMAIL_DAY, pair.as_str()),
-        (super::LOGIN_PER_CLIENT, client),
-        (super::LOGIN_PER_EMAIL, email.as_str()),
-    ];
+    let device_key = device_hash.map(hex::encode).unwrap_or_default();
+    let limits = if known {
+        vec![(super::LOGIN_PER_DEVICE, device_key.as_str())]
+    } else {
+        vec![
+            (super::LOGIN_PER_CLIENT_AND_EMAIL, pair.as_str()),
+            (super::LOGIN_PER_CLIENT_AND_EMAIL_DAY, pair.as_str()),
+            (super::LOGIN_PER_CLIENT, client),
+            (super::LOGIN_PER_EMAIL, email.as_str()),
+        ]
+    };
     reserve_password_attempt(services, &limits).await?;
     let now = services.clock.now();
-    let owner = services.store.owner_by_email(&email).await?;
     // The hash is checked even for an unknown email, so timing does not tell which emails exist.
     let verified = password::verify_off_thread(owner.as_ref().and_then(|o| o.password_hash.as_deref()), password).await;
     let owner = owner.filter(|owner| verified && account_status(owner, now) != AccountStatus::Deleted);
@@ -89,7 +111,23 @@ pub async fn sign_in(services: &Services, email: &str, password: &str, client: &
         return Err(AppError::Unauthenticated { message: "email or password is wrong".into() });
     };
     let session = sessions::open(services, &owner).await?;
-    Ok((owner, session))
+    let new_device = if known {
+        None
+    } else {
+        let secret = new_device_secret();
+        services.store.remember_device(owner.owner_id, &anchor_domain::agents::hash_secret(&secret), now).await?;
+        Some(secret)
+    };
+    Ok((owner, session, new_device))
+}
+
+/// The prefix of a device secret (then 64 hex digits: 32 random bytes).
+pub const DEVICE_PREFIX: &str = "da_dv_";
+
+fn new_device_secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+    format!("{DEVICE_PREFIX}{}", hex::encode(bytes))
 }
 
 /// Changes a human owner's password; every other session of the owner ends.

@@ -67,6 +67,10 @@ pub const LOGIN_PER_CLIENT: AttemptLimit =
     AttemptLimit { scope: "owner_login_client", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: 30 };
 pub const LOGIN_PER_EMAIL: AttemptLimit =
     AttemptLimit { scope: "owner_login_email", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: 100 };
+/// A sign-in from a device of the owner's (a browser it signed in from
+/// before) is counted for that device alone: 5 in 15 minutes.
+pub const LOGIN_PER_DEVICE: AttemptLimit =
+    AttemptLimit { scope: "owner_login_device", window: Duration::minutes(LOGIN_WINDOW_MINUTES), max: LOGIN_MAX_FAILURES };
 /// Confirmations of a sensitive change, by a signed-in owner: 5 in 15
 /// minutes per owner (only the owner's own sessions can spend them).
 pub const PASSWORD_ATTEMPTS: AttemptLimit =

@@ -486,7 +486,6 @@ pub(crate) enum QueryTypeParam {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct QueryRequest {
     pub(crate) agent_id: Id,
     pub(crate) query_type: QueryTypeParam,

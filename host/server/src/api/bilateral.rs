@@ -14,7 +14,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ProposeRequest {
     pub(crate) counterparty_agent_id: Id,
     pub(crate) dd: DdInput,
@@ -70,7 +69,6 @@ pub(crate) fn proposed(stored: &StoredDeclaration, agreement: &Agreement) -> Pro
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RespondRequest {
     pub(crate) accept: bool,
 }
@@ -104,7 +102,6 @@ pub(crate) fn agreement_view(a: &Agreement) -> AgreementView {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ReceivedQuery {
     /// true: answered and expired proposals too; false (the default): pending ones.
     pub(crate) all: Option<TrueFalse>,

@@ -1,7 +1,7 @@
 //! declarations: the wire shapes of its operations (requests, answers) and the
 //! function each runs, shared by REST (`http::declarations`) and MCP.
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::payment;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Ratio, Time, Usdc};
@@ -12,7 +12,7 @@ use anchor_domain::declarations::ee;
 use anchor_domain::declarations::template::{self, Template};
 use anchor_domain::integrity::ENCODING_NAME;
 use anchor_domain::payments::{PaymentSource, SettlementStatus};
-use anchor_domain::records::{AgentRecord, ListFilter, StoredDeclaration};
+use anchor_domain::records::{AgentRecord, StoredDeclaration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -20,7 +20,6 @@ use uuid::Uuid;
 // ---- the create request ----
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct CreateRequest {
     /// Idempotency key, scoped to the agent.
     pub(crate) request_id: Id,
@@ -38,7 +37,6 @@ pub(crate) struct CreateRequest {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 #[schemars(rename = "DDInput")]
 pub(crate) struct DdInput {
     pub(crate) dd_unit_type: Named<dd::UnitType>,
@@ -62,7 +60,6 @@ pub(crate) struct DdInput {
 
 /// The four axes are required unless ee_preset is sent.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 #[schemars(rename = "EEInput")]
 pub(crate) struct EeRequest {
     /// A preset from GET /v1/pricing/ee-presets; expands into the four axes and overrides them.
@@ -113,7 +110,6 @@ impl<'de> Deserialize<'de> for Flag {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 #[schemars(extend("minProperties" = 1))]
 pub(crate) struct TemplateInput {
     pub(crate) decision_class: Option<Named<template::DecisionClass>>,
@@ -488,7 +484,6 @@ pub(crate) async fn create_decision(
 // ---- confirm ----
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ConfirmRequest {
     pub(crate) dd_id: Id,
     /// Accepted and not used: the published SDK's `dd.confirm(id,
@@ -513,10 +508,14 @@ pub(crate) struct ConfirmResponse {
     pub(crate) dac_ur_recorded: bool,
     pub(crate) payment_sources: Vec<Named<PaymentSource>>,
     pub(crate) settlement_currency: Option<&'static str>,
-    /// When the local-currency rate of this service's estimates was taken
-    /// (null when it is a fixed indicative rate, not a market one); the
-    /// settlement itself is in USDC at 1 DAC = 0.001 USD.
+    /// For a USDC settlement: when the local-currency rate of this
+    /// service's estimates was taken (for its fixed indicative rate, when it
+    /// was set); the settlement itself is in USDC at 1 DAC = 0.001 USD.
     pub(crate) exchange_rate_timestamp: Option<Time>,
+    /// For a USDC settlement: where that rate came from.
+    #[schemars(extend("x-anchor-beyond-reference" = "the source of the rate exchange_rate_timestamp dates"))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exchange_rate_source: Option<String>,
     /// Present only when a time-alignment reward was credited in Earned DAC;
     /// this service credits no such reward (Earned DAC comes from tool sales).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -553,7 +552,8 @@ pub(crate) async fn confirm_decision(
         dac_ur_recorded: true,
         payment_sources: sources,
         settlement_currency: external.then_some("USDC"),
-        exchange_rate_timestamp: if external { state.settings.fiat.as_of.map(Time) } else { None },
+        exchange_rate_timestamp: external.then_some(Time(state.settings.fiat.as_of)),
+        exchange_rate_source: external.then(|| state.settings.fiat.source.clone()),
         sync_reward: None,
     };
     Ok((body, confirmed.settlement))
@@ -562,11 +562,11 @@ pub(crate) async fn confirm_decision(
 // ---- reads ----
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     pub(crate) from: Option<Time>,
     pub(crate) to: Option<Time>,
-    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
+    /// Above 200 the page holds 200; the answer's limit is the size used.
+    #[schemars(range(min = 1), extend("default" = 50))]
     pub(crate) limit: Option<i64>,
     #[schemars(range(min = 0), extend("default" = 0))]
     pub(crate) offset: Option<i64>,
@@ -582,21 +582,9 @@ pub(crate) struct ListResponse {
 
 /// DD list, as REST and the MCP tool list_decisions answer it.
 pub(crate) async fn list_decisions(state: &AppState, agent: &AgentRecord, query: ListQuery) -> ApiResult<ListResponse> {
-    let bounded = |name: &str, value: Option<i64>, default: i64, max: i64, min: i64| -> ApiResult<i64> {
-        match value {
-            None => Ok(default),
-            Some(n) if (min..=max).contains(&n) => Ok(n),
-            Some(n) => Err(ApiError::bad("INVALID_VALUE", format!("{name} must be a whole number from {min} to {max}; got {n}"))),
-        }
-    };
-    let filter = ListFilter {
-        from: query.from.map(|t| t.0),
-        to: query.to.map(|t| t.0),
-        limit: bounded("limit", query.limit, 50, 200, 1)?,
-        offset: bounded("offset", query.offset, 0, i64::from(i32::MAX), 0)?,
-    };
-    let (rows, total) = declarations::list(&state.app, agent.agent_id, filter).await?;
-    Ok(ListResponse { dds: rows.iter().map(Summary::from).collect(), total, limit: filter.limit, offset: filter.offset })
+    let page =
+        declarations::list(&state.app, agent.agent_id, query.from.map(|t| t.0), query.to.map(|t| t.0), query.limit, query.offset).await?;
+    Ok(ListResponse { dds: page.items.iter().map(Summary::from).collect(), total: page.total, limit: page.limit, offset: page.offset })
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -79,14 +79,12 @@ pub(crate) struct EarnedDac {
 }
 
 /// The rate of a local-currency estimate: where it came from and when it
-/// was taken (absent for the service's fixed indicative rate, which is not a
-/// market rate).
+/// was taken (for the service's fixed indicative rate, when it was set).
 #[derive(Serialize, JsonSchema)]
 pub(crate) struct KrwRate {
     /// Won per US dollar, exact.
     pub(crate) krw_per_usd: serde_json::Number,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) as_of: Option<Time>,
+    pub(crate) as_of: Time,
     pub(crate) source: String,
 }
 
@@ -94,7 +92,7 @@ impl KrwRate {
     pub(crate) fn of(rate: &crate::payment::FiatRate) -> KrwRate {
         KrwRate {
             krw_per_usd: rate.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
-            as_of: rate.as_of.map(Time),
+            as_of: Time(rate.as_of),
             source: rate.source.clone(),
         }
     }
@@ -208,7 +206,8 @@ pub(crate) struct TransactionsQuery {
     pub(crate) kind: Option<String>,
     #[schemars(range(min = 1), extend("default" = 1))]
     pub(crate) page: Option<i64>,
-    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
+    /// Above 200 the page holds 200; the answer's limit is the size used.
+    #[schemars(range(min = 1), extend("default" = 50))]
     pub(crate) limit: Option<i64>,
 }
 
@@ -249,16 +248,10 @@ pub(crate) struct TransactionsView {
     pub(crate) total: i64,
 }
 
+/// The page number and size of a usage list (`anchor_app::paging::USAGE`).
 pub(crate) fn page(page: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
-    let page = page.unwrap_or(1);
-    let limit = limit.unwrap_or(50);
-    if !(1..=1_000_000).contains(&page) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("page must be from 1 to 1000000; got {page}")));
-    }
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::bad("INVALID_VALUE", format!("limit must be from 1 to 200; got {limit}")));
-    }
-    Ok((page, limit))
+    let window = anchor_app::paging::by_page(anchor_app::paging::USAGE, limit, page)?;
+    Ok((window.page(), window.limit))
 }
 
 #[derive(Clone, Copy, Deserialize, JsonSchema)]
@@ -277,7 +270,8 @@ pub(crate) struct TslQuery {
     pub(crate) role: Option<Role>,
     #[schemars(range(min = 1), extend("default" = 1))]
     pub(crate) page: Option<i64>,
-    #[schemars(range(min = 1, max = 200), extend("default" = 50))]
+    /// Above 200 the page holds 200; the answer's limit is the size used.
+    #[schemars(range(min = 1), extend("default" = 50))]
     pub(crate) limit: Option<i64>,
 }
 

@@ -14,7 +14,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct EnterRequest {
     /// free (the default), earned_only or external.
     #[schemars(extend("default" = "free"))]
@@ -26,9 +25,9 @@ pub(crate) struct Entered {
     pub(crate) session_id: Id,
     pub(crate) payment_mode: Named<IseMode>,
     pub(crate) entered_at: Time,
-    /// A stay up to this many seconds costs nothing.
+    /// A free stay ends by itself after this many seconds.
     pub(crate) free_seconds: i64,
-    /// What a longer stay costs, flat.
+    /// What exiting an earned_only or external stay costs, flat, whatever its length (free stays cost nothing).
     pub(crate) fee_dac: Dac,
     /// When the stay ends by itself if not exited.
     pub(crate) ends_at: Time,
@@ -85,18 +84,15 @@ pub(crate) async fn stay_status(state: &AppState, agent: &AgentRecord) -> ApiRes
             dac_if_exited_now: None,
             ends_at: None,
         },
-        Some(stay) => {
-            let exit = now.min(ends_at(&terms, &stay));
-            Status {
-                active: true,
-                session_id: Some(Id(stay.session_id)),
-                payment_mode: Some(Named(stay.mode)),
-                entered_at: Some(stay.entered_at.into()),
-                elapsed_seconds: Some((now - stay.entered_at).num_seconds().max(0)),
-                dac_if_exited_now: Some(terms.price(stay.mode, stay.entered_at, exit).into()),
-                ends_at: Some(ends_at(&terms, &stay).into()),
-            }
-        }
+        Some(stay) => Status {
+            active: true,
+            session_id: Some(Id(stay.session_id)),
+            payment_mode: Some(Named(stay.mode)),
+            entered_at: Some(stay.entered_at.into()),
+            elapsed_seconds: Some((now - stay.entered_at).num_seconds().max(0)),
+            dac_if_exited_now: Some(terms.price(stay.mode).into()),
+            ends_at: Some(ends_at(&terms, &stay).into()),
+        },
     })
 }
 

@@ -47,7 +47,6 @@ pub(crate) async fn start_session(state: &AppState, agent: &AgentRecord) -> ApiR
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct TrialRequest {
     pub(crate) session_id: Id,
     pub(crate) ee: EeRequest,
@@ -107,7 +106,6 @@ pub(crate) async fn session_history(state: &AppState, agent: &AgentRecord, sessi
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct EndRequest {
     pub(crate) session_id: Id,
 }

@@ -4,7 +4,7 @@
 use crate::error::ApiResult;
 use crate::payment::with_settlement;
 use crate::state::AppState;
-use crate::wire::{Dac, Id, InputNamed, Named, Rate, Time, ToolPrice};
+use crate::wire::{ConnectionNamed, Dac, Id, InputNamed, Named, Rate, Time, ToolPrice};
 use anchor_app::tsl::{self, Purchased, Registration};
 use anchor_domain::records::{DependencyRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord};
 use anchor_domain::tsl::{Layer, ObservationType, PurchaseStatus, ShareKind, ToolStatus, TransferAction, TransferStatus};
@@ -18,15 +18,14 @@ use uuid::Uuid;
 pub(crate) const TAG: &str = "TSL";
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ConnectionRequest {
-    pub(crate) observation_type: Named<ObservationType>,
+    /// Outside the list: 400 INVALID_ARA_CONNECTION.
+    pub(crate) observation_type: ConnectionNamed<ObservationType>,
     #[schemars(extend("minimum" = 1, "maximum" = 3, "default" = 1))]
     pub(crate) resolution_level: Option<u8>,
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RegisterRequest {
     pub(crate) tool_name: String,
     pub(crate) tool_description: Option<String>,
@@ -106,7 +105,8 @@ pub(crate) async fn register_tool(
 pub(crate) struct ListQuery {
     pub(crate) layer: Option<Named<Layer>>,
     pub(crate) status: Option<Named<ToolStatus>>,
-    #[schemars(extend("default" = 20, "minimum" = 1, "maximum" = 100))]
+    /// Above 100 the page holds 100; the answer's limit is the size used.
+    #[schemars(extend("default" = 20, "minimum" = 1))]
     pub(crate) limit: Option<i64>,
     #[schemars(extend("default" = 1, "minimum" = 1))]
     pub(crate) page: Option<i64>,
@@ -165,14 +165,12 @@ pub(crate) struct DependencyList {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct DependencyRequest {
     pub(crate) depends_on_tool_id: Id,
     pub(crate) purchase_id: Option<Id>,
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct PurchaseRequest {
     pub(crate) tool_id: Id,
     /// Idempotency key: a value you used before answers that purchase again.
@@ -180,9 +178,13 @@ pub(crate) struct PurchaseRequest {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct Layer2Request {
     pub(crate) tool_id: Id,
+    /// A layer-2 purchase takes no idempotency key: sent, it is refused
+    /// (400 UNKNOWN_FIELD), not left out, as the client expects it to count.
+    #[schemars(skip)]
+    #[allow(dead_code)]
+    pub(crate) request_id: Option<crate::wire::NotHere>,
 }
 
 /// One part of a sale's price.
@@ -268,7 +270,8 @@ pub(crate) struct PurchasesQuery {
     /// buyer, seller or all.
     #[schemars(extend("enum" = ["buyer", "seller", "all"], "default" = "all"))]
     pub(crate) role: Option<String>,
-    #[schemars(extend("default" = 20, "minimum" = 1, "maximum" = 100))]
+    /// Above 100 the page holds 100; the answer's limit is the size used.
+    #[schemars(extend("default" = 20, "minimum" = 1))]
     pub(crate) limit: Option<i64>,
     #[schemars(extend("default" = 0, "minimum" = 0))]
     pub(crate) offset: Option<i64>,
@@ -335,7 +338,6 @@ pub(crate) struct RevenueView {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ShareRequest {
     pub(crate) tool_id: Id,
     pub(crate) component_tool_id: Id,
@@ -376,7 +378,6 @@ pub(crate) struct ShareList {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct TransferRequest {
     /// transfer (with target_agent_id) or retire.
     pub(crate) action: Named<TransferAction>,

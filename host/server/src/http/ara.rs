@@ -334,8 +334,8 @@ pub(crate) fn release_operation(
             .summary(summary)
             .describe(
                 "A de-identified release over the last 30 full UTC days (the same for every caller all day): each agent counts once per \
-                 distribution, in the value it declared most; values with fewer than 10 agents are dropped, the rest get discrete Laplace \
-                 noise and pass a noisy threshold (differential privacy; `privacy` says what the release spent). Paid per call over x402, \
+                 distribution, in the value it declared most; every count gets discrete Laplace noise and a value is shown only when its \
+                 noisy count passes a threshold (differential privacy; `privacy` says what the release spent). Paid per call over x402, \
                  settled before the answer.",
             )
             .agent()

@@ -167,7 +167,6 @@ pub fn operations() -> Vec<Operation> {
 }
 
 #[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct BuyRequest {
     /// Periods to buy (default 1, at most asa.max_periods).
     #[schemars(extend("default" = 1, "minimum" = 1, "maximum" = 12))]
@@ -291,7 +290,6 @@ async fn subscription(State(state): State<AppState>, AuthAgent(agent): AuthAgent
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct SourceRequest {
     /// external, earned, or null to clear it.
     next_payment_source: Option<Named<AsaSource>>,
@@ -307,7 +305,6 @@ async fn set_source(
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct RegisterRequest {
     /// SHA-256 of the snapshot, 64 hex characters, no prefix.
     blob_hash: String,
@@ -375,7 +372,6 @@ async fn snapshot(State(state): State<AppState>, AuthAgent(agent): AuthAgent) ->
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct VerifyRequest {
     blob_hash: String,
 }

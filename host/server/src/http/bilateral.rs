@@ -60,7 +60,7 @@ pub fn operations() -> Vec<Operation> {
                 &["FORBIDDEN", "CONTENT_INCLUSION_POLICY", "INDEFINITE_SUBSCRIPTION_REQUIRED", "DAB_LIMIT_REACHED"],
             )
             .error(404, "No such counterparty or parent.", &["AGENT_NOT_FOUND", "DD_NOT_FOUND"])
-            .error(409, "The request_id was used for another declaration.", &["REQUEST_ID_USED"])
+            .error(400, "The request_id was used for another declaration or proposal.", &["REQUEST_ID_USED"])
             .payment_required("No payment came with the proposal, or it was refused.")
             .error(503, "The pricing generation could not price the request.", &["PRICING_UNAVAILABLE"]),
         op(Method::POST, "/v1/dd/bilateral/{agreement_id}/respond", post(respond))

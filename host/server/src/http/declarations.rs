@@ -43,10 +43,10 @@ pub fn operations() -> Vec<Operation> {
                 "ee": { "ee_preset": "EE_basic" },
             }))
             .returns::<CreateResponse>(201, "Created (or the earlier result of the same request_id)")
-            .error(400, "Validation failed, or premium_payment_source earned with an Earned balance that cannot pay the premium (below min_spend_threshold, or short).", &[
+            .error(400, "Validation failed, premium_payment_source earned with an Earned balance that cannot pay the premium (below min_spend_threshold, or short), or a request_id used before for a declaration of another dd, ee or template (REQUEST_ID_USED; the same body gets the earlier answer). Keys the request does not define are left out and named in the Anchor-Ignored-Fields header.", &[
                 "MISSING_FIELD", "INVALID_ENUM", "UNKNOWN_FIELD", "INVALID_UUID", "INVALID_VALUE", "INVALID_INPUT",
                 "INVALID_EE_PRESET", "EE_PRESET_DISABLED", "DECLARATION_MODE_NOT_ALLOWED", "DECISION_AT_IN_FUTURE",
-                "PII_DETECTED", "INSUFFICIENT_DAC",
+                "PII_DETECTED", "INSUFFICIENT_DAC", "REQUEST_ID_USED",
             ])
             .error(400, "A PAYMENT-SIGNATURE (or X-PAYMENT) header that is not base64 JSON, or both headers with different payments.", &["INVALID_PAYLOAD"])
             .error(403, "The parent belongs to another agent, the owner's content-inclusion policy forbids it, indefinite retention without a subscription, or the agent's DAB is reached.", &[

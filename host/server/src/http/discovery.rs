@@ -36,8 +36,10 @@ pub fn operations() -> Vec<Operation> {
         op(Method::GET, "/", get(root))
             .tag("Discovery")
             .summary("What this service is and where to start")
+            .describe("A browser (Accept: text/html before application/json) is sent to the owner portal with 303 See Other.")
             .extension()
-            .returns::<Index>(200, "Index"),
+            .returns::<Index>(200, "Index")
+            .ok_media(303, "A browser: the owner portal is at /portal/ (Location)", "text/html"),
         op(Method::GET, "/openapi.json", get(openapi_json))
             .tag("Discovery")
             .summary("This document, generated from the route table and the types of the bodies")
@@ -98,7 +100,28 @@ async fn health(State(state): State<AppState>) -> Response {
     (code, Json(body)).into_response()
 }
 
-async fn root(State(state): State<AppState>) -> Json<Index> {
+/// Whether the client is a browser asking for a page: it names text/html
+/// before (or without) application/json.
+fn wants_html(headers: &axum::http::HeaderMap) -> bool {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    match (accept.find("text/html"), accept.find("application/json")) {
+        (Some(html), Some(json)) => html < json,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+async fn root(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    if wants_html(&headers) {
+        let mut page = (
+            axum::http::StatusCode::SEE_OTHER,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            "<!doctype html><title>anchor</title><p>The owner portal is at <a href=\"/portal/\">/portal/</a>.</p>\n",
+        )
+            .into_response();
+        page.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/portal/"));
+        return page;
+    }
     let base = &state.settings.public_url;
     Json(Index {
         service: "anchor: an accountability anchoring service for software agents",
@@ -111,6 +134,7 @@ async fn root(State(state): State<AppState>) -> Json<Index> {
         terms: format!("{base}/portal/terms"),
         privacy: format!("{base}/portal/privacy"),
     })
+    .into_response()
 }
 
 async fn openapi_json(State(state): State<AppState>) -> Response {
@@ -245,8 +269,8 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
         payment_address: state.settings.pay_to.clone(),
         paid_endpoints,
         trial: TrialOffer {
-            enabled: true,
-            amount_dac: anchor_domain::agents::TRIAL_DAC.into(),
+            enabled: state.settings.trial_grant > MilliDac::ZERO,
+            amount_dac: state.settings.trial_grant.into(),
             period_days: anchor_domain::agents::TRIAL_DAYS,
             applies_to: catalog::trial_routes().map(|r| r.to_string()).collect(),
         },

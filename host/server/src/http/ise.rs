@@ -22,8 +22,9 @@ pub fn operations() -> Vec<Operation> {
             .summary("Enter the idle state: declare nothing until you exit (free)")
             .describe(
                 "payment_mode chooses how the stay is paid, if it costs anything: free (never charged; the stay ends by itself \
-                 after the free seconds), earned_only (from Earned DAC only) or external (Trial first, then x402). A stay up to \
-                 free_seconds costs nothing, a longer one the flat fee. Only entry, exit and duration are kept.",
+                 after the free seconds), earned_only (from Earned DAC only) or external (Trial first, then x402). Exiting an \
+                 earned_only or external stay costs the flat fee, the base fee of the interface, whatever its length. Only entry, \
+                 exit and duration are kept.",
             )
             .agent()
             .takes::<EnterRequest>(json!({ "payment_mode": "external" }))
@@ -37,7 +38,7 @@ pub fn operations() -> Vec<Operation> {
             .returns::<Status>(200, "Session status"),
         op(Method::POST, ise::EXIT.path, post(exit))
             .tag("ISE")
-            .summary("Exit the idle state; a stay past the free seconds costs the flat fee")
+            .summary("Exit the idle state; an earned_only or external stay costs the flat fee")
             .describe(
                 "earned_only stays are paid from Earned DAC (400 INSUFFICIENT_DAC keeps the session open); external ones from \
                  Trial, else over x402 (the DAB applies), settled before the answer. A stay past its limit ends at its limit.",

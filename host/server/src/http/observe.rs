@@ -44,8 +44,19 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
     .to_string();
     let id = request_id(request.headers());
     let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
-    // One pricing generation for the whole request, even across a switch.
-    let mut response = state.app.schedule.in_one_generation(next.run(request)).instrument(span.clone()).await;
+    // One pricing generation for the whole request, even across a switch;
+    // the body keys its type left out are named in the answer.
+    let answered = crate::extract::IGNORED_FIELDS.scope(std::cell::RefCell::new(Vec::new()), async move {
+        let mut response = next.run(request).await;
+        let ignored = crate::extract::IGNORED_FIELDS.with(|cell| cell.take());
+        if !ignored.is_empty()
+            && let Ok(value) = HeaderValue::from_str(&crate::extract::ignored_fields_value(&ignored))
+        {
+            response.headers_mut().insert(crate::extract::IGNORED_FIELDS_HEADER, value);
+        }
+        response
+    });
+    let mut response = state.app.schedule.in_one_generation(answered).instrument(span.clone()).await;
     let status = response.status().as_u16();
     let seconds = started.elapsed().as_secs_f64();
     let metrics = &state.app.metrics;

@@ -226,12 +226,14 @@ async fn upload(
 ) -> ApiResult<Response> {
     // (The request itself stays out of the future: its body is not Sync.)
     let media = wasm_media(&request);
+    let declared =
+        request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     let admission = async {
         let AuthAgent(agent) = agent?;
         let ApiPath(tool_id) = tool_id?;
         let tool_id = path_uuid("tool_id", &tool_id)?;
         media?;
-        Ok::<_, ApiError>(tools::admit_upload(&state.app, &agent, tool_id).await?)
+        Ok::<_, ApiError>(tools::admit_upload(&state.app, &agent, tool_id, declared).await?)
     };
     let admitted = match admission.await {
         Ok(admitted) => admitted,
@@ -244,13 +246,39 @@ async fn upload(
             return Ok(response);
         }
     };
-    let wasm = crate::extract::read_body(request, &state, || ApiError::Protocol {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        code: "PAYLOAD_TOO_LARGE",
-        message: format!("a component is at most {} bytes", ToolLimits::DEFAULT.component_bytes),
-        allow: None,
-    })
-    .await?;
+    // The body arrives at the upload rate or not at all: a trickled body
+    // frees its place within seconds (decision 0063).
+    let max = admitted.max_bytes(&state.app.tools.limits());
+    let deadline = state.app.tools.upload_deadline(declared, max);
+    let body = http_body_util::Limited::new(request.into_body(), max as usize);
+    let wasm = match tokio::time::timeout(deadline, http_body_util::BodyExt::collect(body)).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
+            return Err(ApiError::Protocol {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "PAYLOAD_TOO_LARGE",
+                message: format!("a component is at most {max} bytes here (its Content-Length chose the lane)"),
+                allow: None,
+            });
+        }
+        Ok(Err(error)) if crate::listener::is_body_timeout(error.as_ref()) => return Err(crate::extract::body_timeout()),
+        Ok(Err(_)) => return Err(ApiError::bad("INVALID_INPUT", "the request body could not be read")),
+        Err(_) => {
+            let mut refused = ApiError::Protocol {
+                status: StatusCode::REQUEST_TIMEOUT,
+                code: "REQUEST_TIMEOUT",
+                message: format!(
+                    "the component did not arrive within {:.1} s: an upload's bytes must come at {} KiB/s or more",
+                    deadline.as_secs_f64(),
+                    tools::UPLOAD_MIN_BYTES_PER_SEC / 1024
+                ),
+                allow: None,
+            }
+            .into_response();
+            refused.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            return Ok(refused);
+        }
+    };
     let uploaded = tools::upload(&state.app, admitted, Vec::from(wasm)).await?;
     let status = if uploaded.unchanged { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(ComponentView::of(&uploaded.component, Some(uploaded.imports)))).into_response())
@@ -262,7 +290,6 @@ async fn component(State(state): State<AppState>, ApiPath(tool_id): ApiPath<Stri
 }
 
 #[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct RunRequest {
     /// The agent the tool's agent-level observations look at; yourself when left out.
     subject_agent_id: Option<Id>,

@@ -104,11 +104,8 @@ pub fn operations() -> Vec<Operation> {
                 &["DEPENDENCY_EXISTS", "DEPENDENCY_LIMIT_REACHED"],
             ),
         purchase_operation(tsl::PURCHASE, post(purchase), "Buy a layer 1 tool: its price plus the service fee, over x402")
-            .error(
-                409,
-                "Or: a purchase with this request_id is settling, failed, or was of another tool.",
-                &["PURCHASE_PENDING", "REQUEST_ID_USED"],
-            )
+            .error(409, "Or: a purchase with this request_id is settling.", &["PURCHASE_PENDING"])
+            .error(400, "Or: the request_id was used for a purchase of another tool, or one that failed.", &["REQUEST_ID_USED"])
             .takes::<PurchaseRequest>(
                 json!({ "tool_id": "5b0d4a56-8a57-4e4c-9a3f-2f3c4d5e6f70", "request_id": "0f8e7d6c-5b4a-4938-8271-605f4e3d2c1b" }),
             )

@@ -147,6 +147,14 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
             }
         };
         let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned().unwrap_or(Value::Null);
+        // A key named twice (in the envelope or a tool's arguments, an
+        // auth_token say) would be read as its last value here and perhaps as
+        // its first by whatever checked the request before.
+        if (value.is_object() || value.is_array())
+            && let Err(repeated) = crate::extract::no_repeated_keys(&bytes)
+        {
+            return rpc_error(StatusCode::BAD_REQUEST, -32600, "INVALID_INPUT", &format!("Invalid request: {repeated}"), id);
+        }
         // (A notification, with no id, is answered nothing.)
         let call_params = (value.get("method").and_then(Value::as_str) == Some("tools/call") && value.get("id").is_some())
             .then(|| value.get("params").cloned().unwrap_or(Value::Null));

@@ -160,7 +160,6 @@ async fn me(State(state): State<AppState>, owner: AuthOwner) -> Json<Me> {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct ResidenceRequest {
     residence_country: Named<Residence>,
 }
@@ -186,7 +185,6 @@ async fn residence(
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct MarketingRequest {
     marketing_agreed: bool,
 }
@@ -209,7 +207,6 @@ async fn marketing(
 /// A sensitive change, confirmed with the owner's password (an agent-type
 /// owner sends its agent's current token instead).
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct PasswordConfirmation {
     password: String,
 }

@@ -93,7 +93,6 @@ pub fn operations() -> Vec<Operation> {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct LinkRequest {
     agent_id: Id,
     /// The agent's current token; it is replaced.
@@ -135,7 +134,6 @@ async fn link(
 /// A change about one agent, confirmed with the owner's password (an
 /// agent-type owner sends its agent's current token instead).
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct AgentConfirmation {
     agent_id: Id,
     password: String,
@@ -286,7 +284,6 @@ async fn limits(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Js
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct DabRequest {
     agent_id: Id,
     /// DAC per month; at least the operator's floor (100 by default), at most three decimals.

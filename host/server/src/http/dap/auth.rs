@@ -89,7 +89,6 @@ pub fn operations() -> Vec<Operation> {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct RegisterRequest {
     #[schemars(email)]
     email: String,
@@ -211,7 +210,6 @@ fn with_session<T: Serialize>(state: &AppState, session: Session, body: T) -> Re
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct LoginRequest {
     #[schemars(email)]
     email: String,
@@ -225,9 +223,20 @@ struct SignedIn {
     email: Option<String>,
 }
 
-async fn login(State(state): State<AppState>, Client(client): Client, Body(request): Body<LoginRequest>) -> ApiResult<Response> {
-    let (owner, session) = auth::sign_in(&state.app, &request.email, &request.password, &client.to_string()).await?;
-    Ok(with_session(&state, session, SignedIn { message: "signed in", owner_id: owner.owner_id, email: owner.email }))
+async fn login(
+    State(state): State<AppState>,
+    Client(client): Client,
+    headers: HeaderMap,
+    Body(request): Body<LoginRequest>,
+) -> ApiResult<Response> {
+    let device = owner::cookie_value(&headers, owner::DEVICE_COOKIE);
+    let (owner, session, new_device) =
+        auth::sign_in(&state.app, &request.email, &request.password, &client.to_string(), device.as_deref()).await?;
+    let mut response = with_session(&state, session, SignedIn { message: "signed in", owner_id: owner.owner_id, email: owner.email });
+    if let Some(device) = new_device {
+        response.headers_mut().append(header::SET_COOKIE, owner::device_cookie(&device, owner::secure_cookies(&state)));
+    }
+    Ok(response)
 }
 
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
@@ -240,7 +249,6 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct PasswordRequest {
     current_password: String,
     new_password: String,
@@ -283,7 +291,6 @@ async fn agent_login(State(state): State<AppState>, AuthAgent(agent): AuthAgent)
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct AgentRequest {
     pub agent_id: Id,
 }

@@ -127,7 +127,6 @@ async fn list(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): 
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct NewCategory {
     #[schemars(length(max = KEY_MAX), pattern(KEY_PATTERN))]
     classification_key: String,
@@ -149,7 +148,6 @@ async fn create(
 }
 
 #[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct CategoryChange {
     #[schemars(length(max = LABEL_MAX))]
     classification_label: Option<String>,
@@ -200,7 +198,6 @@ async fn get_policy(owner: AuthOwner) -> Json<Policy> {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct PolicyRequest {
     content_inclusion_policy: Named<ContentPolicy>,
 }

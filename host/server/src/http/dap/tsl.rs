@@ -165,7 +165,6 @@ async fn market(State(state): State<AppState>, owner: AuthOwner, ApiPath(agent_i
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 struct HumanShareRequest {
     tool_id: Id,
     #[schemars(extend("maximum" = 0.5))]
