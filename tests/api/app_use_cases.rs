@@ -72,6 +72,7 @@ async fn setup(
             public_url: "https://anchor.test".into(),
             pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
             dab_default: MilliDac::from_dac(1000),
+            trial_grant: anchor_domain::agents::TRIAL_DAC,
             owners: Default::default(),
             privacy: Default::default(),
             features: Default::default(),

@@ -330,6 +330,7 @@ impl TestServer {
             rate_window_secs: 60,
             trusted_proxies: options.trusted_proxies.clone(),
             dab_default: options.dab_default,
+            trial_grant: anchor_domain::agents::TRIAL_DAC,
             dap: Default::default(),
             http: options.http,
             privacy: options.privacy,

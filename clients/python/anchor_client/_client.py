@@ -178,7 +178,11 @@ def _answer(call: Call, reply: httpx.Response) -> Any:
         error_code = body.get("error_code", "") if isinstance(body, dict) else ""
         message = body.get("message", reply.reason_phrase) if isinstance(body, dict) else str(body)
         if reply.status_code == 402:
-            raise PaymentRequired(402, error_code or "PAYMENT_REQUIRED", message, body, _challenge(reply, body))
+            challenge = _challenge(reply, body)
+            # A challenge carries no message: what is bought and why is in it.
+            resource = challenge.get("resource") if isinstance(challenge.get("resource"), dict) else {}
+            explained = "; ".join(str(part) for part in (challenge.get("error"), resource.get("description")) if part)
+            raise PaymentRequired(402, error_code or "PAYMENT_REQUIRED", explained or message, body, challenge)
         raise AnchorError(reply.status_code, error_code or f"HTTP_{reply.status_code}", message, body)
     responses = _operation(call.method, call.path)[1]
     name = responses.get(reply.status_code)

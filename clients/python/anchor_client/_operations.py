@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
-    ('GET', '/'): (None, {200: 'Index', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('GET', '/'): (None, {200: 'Index', 303: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/agent-card.json'): (None, {200: 'AgentCard', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/x402.json'): (None, {200: 'X402Discovery', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('DELETE', '/dap/account'): ('PasswordConfirmation', {200: 'DeletionStatus', 400: None, 401: 'Error', 403: None, 408: None, 409: 'Error', 413: None, 414: None, 429: 'Error', 431: None, 503: None}),
@@ -84,7 +84,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('POST', '/v1/asa/verify'): ('VerifyRequest', {200: 'VerifyView', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/classification'): (None, {200: 'Classifications', 401: 'UnauthorizedBody', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/v1/dab/status'): (None, {200: 'DabStatus', 401: 'UnauthorizedBody', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
-    ('POST', '/v1/dd/bilateral/propose'): ('ProposeRequest', {201: 'Proposed', 400: 'Error', 401: 'UnauthorizedBody', 402: 'X402Challenge', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
+    ('POST', '/v1/dd/bilateral/propose'): ('ProposeRequest', {201: 'Proposed', 400: 'Error', 401: 'UnauthorizedBody', 402: 'X402Challenge', 403: 'Error', 404: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/bilateral/received'): (None, {200: 'AgreementList', 400: 'Error', 401: 'UnauthorizedBody', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/bilateral/sent'): (None, {200: 'AgreementList', 401: 'UnauthorizedBody', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('POST', '/v1/dd/bilateral/{agreement_id}/respond'): ('RespondRequest', {200: 'AgreementView', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),

@@ -10,10 +10,8 @@ from pydantic import (
     AnyUrl,
     AwareDatetime,
     BaseModel,
-    ConfigDict,
     EmailStr,
     Field,
-    RootModel,
     confloat,
     conint,
     constr,
@@ -33,14 +31,6 @@ class Step(BaseModel):
 class References(BaseModel):
     openapi: str = Field(..., description='The OpenAPI document of every route.')
     llms: str = Field(..., description='A short guide for language-model agents.')
-
-
-class AuthCode(
-    RootModel[Literal['UNAUTHORIZED', 'INVALID_TOKEN', 'INVALID_RECOVERY_KEY']]
-):
-    root: Literal['UNAUTHORIZED', 'INVALID_TOKEN', 'INVALID_RECOVERY_KEY'] = Field(
-        ..., description='The code of a failed agent authentication.'
-    )
 
 
 class AuthGuide(BaseModel):
@@ -130,19 +120,9 @@ class ComparedAgent(BaseModel):
     distributions: dict[str, dict[str, int]]
 
 
-class ObservedAs(RootModel[Literal['self', 'other']]):
-    root: Literal['self', 'other'] = Field(
-        ..., description='Whether the agent observed itself.'
-    )
-
-
 class DemotionStats(BaseModel):
     demoted_dd_count: int
     last_demoted_on: str | None = Field(..., description='YYYY-MM-DD (UTC), or null.')
-
-
-class GranularityView(RootModel[Literal['month', 'week', 'day']]):
-    root: Literal['month', 'week', 'day']
 
 
 class RetentionDemotion(BaseModel):
@@ -152,10 +132,6 @@ class RetentionDemotion(BaseModel):
 class Combination(BaseModel):
     ee: str = Field(..., description='retention|integrity|disclosure|responsibility')
     dd_count: int
-
-
-class BandPosition(RootModel[Literal['within_band', 'outlier']]):
-    root: Literal['within_band', 'outlier']
 
 
 class ScaleBand(BaseModel):
@@ -305,7 +281,7 @@ class EarnedDac(BaseModel):
 
 class KrwRate(BaseModel):
     krw_per_usd: float = Field(..., description='Won per US dollar, exact.')
-    as_of: AwareDatetime | None = None
+    as_of: AwareDatetime
     source: str
 
 
@@ -335,10 +311,6 @@ class Transaction(BaseModel):
         ..., description='What was paid for (a declaration, an observation, …).'
     )
     recorded_at: AwareDatetime
-
-
-class RoleView(RootModel[Literal['buyer', 'seller', 'all']]):
-    root: Literal['buyer', 'seller', 'all']
 
 
 class TslTransaction(BaseModel):
@@ -690,10 +662,11 @@ class Entered(BaseModel):
     payment_mode: Literal['free', 'earned_only', 'external']
     entered_at: AwareDatetime
     free_seconds: int = Field(
-        ..., description='A stay up to this many seconds costs nothing.'
+        ..., description='A free stay ends by itself after this many seconds.'
     )
     fee_dac: confloat(ge=0.0, multiple_of=0.001) = Field(
-        ..., description='What a longer stay costs, flat.'
+        ...,
+        description='What exiting an earned_only or external stay costs, flat, whatever its length (free stays cost nothing).',
     )
     ends_at: AwareDatetime = Field(
         ..., description='When the stay ends by itself if not exited.'
@@ -868,10 +841,6 @@ class OwnerCancelled(BaseModel):
     cancelled_by: str
     subscription_id: UUID
     refunded_dac: confloat(ge=0.0, multiple_of=0.001)
-
-
-class CreateStatus(RootModel[Literal['trial_paid', 'pending_payment']]):
-    root: Literal['trial_paid', 'pending_payment']
 
 
 class TrialPayment(BaseModel):
@@ -1113,16 +1082,6 @@ class PaymentEvent(BaseModel):
     at: AwareDatetime
 
 
-class BudgetPeriod(RootModel[Literal['monthly']]):
-    root: Literal['monthly'] = Field(..., description='The only budget period.')
-
-
-class LimitSource(RootModel[Literal['operator_default', 'owner']]):
-    root: Literal['operator_default', 'owner'] = Field(
-        ..., description='Who set the limit in force.'
-    )
-
-
 class NextGeneration(BaseModel):
     pricing_version: str
     component_sha256: str
@@ -1229,13 +1188,6 @@ class TrialStatus(BaseModel):
     )
 
 
-class CategorySource(RootModel[Literal['operator', 'owner']]):
-    root: Literal['operator', 'owner'] = Field(
-        ...,
-        description="Who defined a category: the operator (base) or the agent's owner.",
-    )
-
-
 class IntegrityLevels(BaseModel):
     declared: str = Field(
         ..., description='`ee_integrity_verification_level` as declared.'
@@ -1255,10 +1207,6 @@ class LogKeyView(BaseModel):
     public_key: str = Field(
         ..., description='The C2SP verifier key (`origin+hash+key`).'
     )
-
-
-class HealthStatus(RootModel[Literal['ok', 'degraded']]):
-    root: Literal['ok', 'degraded']
 
 
 class PricingInfo(BaseModel):
@@ -1390,12 +1338,6 @@ class Registered2(BaseModel):
     owner_type: Literal['human', 'agent']
     created_at: AwareDatetime
     message: str
-
-
-class DetectionSource(
-    RootModel[Literal['country_header', 'accept_language', 'default']]
-):
-    root: Literal['country_header', 'accept_language', 'default']
 
 
 class SessionOpened(BaseModel):
@@ -1565,7 +1507,9 @@ class ManagedAgent(BaseModel):
     region_code: str | None = Field(...)
     disclosure_level: Literal['none', 'summary', 'detailed', 'full']
     budget_limit_dac: confloat(ge=0.0, multiple_of=0.001)
-    limit_source: LimitSource
+    limit_source: Literal['operator_default', 'owner'] = Field(
+        ..., description='Who set the limit in force.'
+    )
     trial_dac_remaining: confloat(ge=0.0, multiple_of=0.001)
     trial_expires_at: AwareDatetime
 
@@ -1573,7 +1517,7 @@ class ManagedAgent(BaseModel):
 class DabLimits(BaseModel):
     minimum_budget_limit_dac: confloat(ge=0.0, multiple_of=0.001)
     default_budget_limit_dac: confloat(ge=0.0, multiple_of=0.001)
-    budget_periods: list[BudgetPeriod]
+    budget_periods: list[Literal['monthly']]
 
 
 class AgentLimits(BaseModel):
@@ -1648,9 +1592,13 @@ class ReportSummary(BaseModel):
 class ReportDab(BaseModel):
     budget_limit_dac: confloat(ge=0.0, multiple_of=0.001)
     budget_used_dac: confloat(ge=0.0, multiple_of=0.001)
-    budget_period: BudgetPeriod
+    budget_period: Literal['monthly'] = Field(
+        ..., description='The only budget period.'
+    )
     period_start: AwareDatetime
-    limit_source: LimitSource
+    limit_source: Literal['operator_default', 'owner'] = Field(
+        ..., description='Who set the limit in force.'
+    )
 
 
 class ReportLimits(BaseModel):
@@ -1843,9 +1791,6 @@ class Upcoming(BaseModel):
 
 
 class RegisterRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     region_code: Literal[
         'KR',
         'CN',
@@ -1867,37 +1812,23 @@ class RegisterRequest(BaseModel):
 
 
 class RotateRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
 
 
 class DisclosureRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     disclosure_level: Literal['none', 'summary', 'detailed', 'full']
 
 
 class RecoverRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
     recovery_key: str
 
 
-class PremiumSourceParam(RootModel[Literal['external', 'earned']]):
-    root: Literal['external', 'earned'] = Field(..., description='1, 2 or 3.')
-
-
 class LevelQuery(BaseModel):
     resolution_level: Literal[1, 2, 3] | None = 1
-    premium_source: PremiumSourceParam | None = Field(
+    premium_source: Literal['external', 'earned'] | None = Field(
         'external',
         description='Who pays the surcharge of levels 2 and 3 when observing another agent.',
-        validate_default=True,
     )
 
 
@@ -1929,10 +1860,6 @@ class EnvironmentAnomalyQuery(BaseModel):
     )
 
 
-class QueryTypeParam(RootModel[Literal['summary', 'period', 'detail']]):
-    root: Literal['summary', 'period', 'detail']
-
-
 class OwnerLevelQuery(BaseModel):
     resolution_level: Literal[1, 2, 3] | None = Field(
         2,
@@ -1957,15 +1884,10 @@ class TransactionsQuery(BaseModel):
         None, description='One kind: dd_ee, ara, ise, sdac, tsl or asa.'
     )
     page: conint(ge=1) | None = 1
-    limit: conint(ge=1, le=200) | None = 50
-
-
-class Role(RootModel[Literal['buyer', 'seller', 'all']]):
-    root: Literal['buyer', 'seller', 'all']
-
-
-class Format(RootModel[Literal['csv', 'json']]):
-    root: Literal['csv', 'json']
+    limit: conint(ge=1) | None = Field(
+        50,
+        description="Above 200 the page holds 200; the answer's limit is the size used.",
+    )
 
 
 class DecisionQuery(BaseModel):
@@ -1989,7 +1911,7 @@ class OwnerExportQuery(BaseModel):
     from_: str | None = Field(None, alias='from')
     to: str | None = None
     agent_id: UUID
-    format: Format | None = Field('csv', validate_default=True)
+    format: Literal['csv', 'json'] | None = 'csv'
 
 
 class LedgerQuery(BaseModel):
@@ -1998,9 +1920,6 @@ class LedgerQuery(BaseModel):
 
 
 class ConnectionRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     observation_type: Literal[
         'agent_ee_pattern',
         'agent_profile',
@@ -2015,29 +1934,26 @@ class ConnectionRequest(BaseModel):
         'pattern_action_type',
         'pattern_compare',
         'pattern_ee_distribution',
-    ]
+    ] = Field(..., description='Outside the list: 400 INVALID_ARA_CONNECTION.')
     resolution_level: conint(ge=1, le=3) | None = 1
 
 
 class ListQuery(BaseModel):
     layer: Literal['layer1', 'layer2'] | None = None
     status: Literal['active', 'suspended', 'deprecated', 'defunct'] | None = None
-    limit: conint(ge=1, le=100) | None = 20
+    limit: conint(ge=1) | None = Field(
+        20,
+        description="Above 100 the page holds 100; the answer's limit is the size used.",
+    )
     page: conint(ge=1) | None = 1
 
 
 class DependencyRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     depends_on_tool_id: UUID
     purchase_id: UUID | None = None
 
 
 class PurchaseRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     tool_id: UUID
     request_id: UUID | None = Field(
         None,
@@ -2046,9 +1962,6 @@ class PurchaseRequest(BaseModel):
 
 
 class Layer2Request(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     tool_id: UUID
 
 
@@ -2056,14 +1969,14 @@ class PurchasesQuery(BaseModel):
     role: Literal['buyer', 'seller', 'all'] | None = Field(
         'all', description='buyer, seller or all.'
     )
-    limit: conint(ge=1, le=100) | None = 20
+    limit: conint(ge=1) | None = Field(
+        20,
+        description="Above 100 the page holds 100; the answer's limit is the size used.",
+    )
     offset: conint(ge=0) | None = 0
 
 
 class ShareRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     tool_id: UUID
     component_tool_id: UUID
     beneficiary_agent_id: UUID
@@ -2071,9 +1984,6 @@ class ShareRequest(BaseModel):
 
 
 class TransferRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     action: Literal['transfer', 'retire'] = Field(
         ..., description='transfer (with target_agent_id) or retire.'
     )
@@ -2081,9 +1991,6 @@ class TransferRequest(BaseModel):
 
 
 class RunRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     subject_agent_id: UUID | None = Field(
         None,
         description="The agent the tool's agent-level observations look at; yourself when left out.",
@@ -2096,18 +2003,12 @@ class RunsQuery(BaseModel):
 
 
 class EnterRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     payment_mode: Literal['free', 'earned_only', 'external'] | None = Field(
         'free', description='free (the default), earned_only or external.'
     )
 
 
 class EEInput(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     ee_preset: str | None = Field(
         None,
         description='A preset from GET /v1/pricing/ee-presets; expands into the four axes and overrides them.',
@@ -2133,16 +2034,10 @@ class EEInput(BaseModel):
 
 
 class EndRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     session_id: UUID
 
 
 class BuyRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     periods: conint(ge=1, le=12) | None = Field(
         1, description='Periods to buy (default 1, at most asa.max_periods).'
     )
@@ -2152,18 +2047,12 @@ class BuyRequest(BaseModel):
 
 
 class SourceRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     next_payment_source: Literal['external', 'earned'] | None = Field(
         None, description='external, earned, or null to clear it.'
     )
 
 
 class RegisterRequest3(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     blob_hash: str = Field(
         ..., description='SHA-256 of the snapshot, 64 hex characters, no prefix.'
     )
@@ -2174,16 +2063,10 @@ class RegisterRequest3(BaseModel):
 
 
 class VerifyRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     blob_hash: str
 
 
 class DDInput(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     dd_unit_type: Literal['single', 'batch']
     dd_declaration_mode: Literal['self_declared', 'bilateral', 'multi_party'] = Field(
         ...,
@@ -2215,22 +2098,7 @@ class Continuity(BaseModel):
     parent_dd_id: UUID | None = None
 
 
-class PremiumPaymentSource(RootModel[Literal['external', 'earned']]):
-    root: Literal['external', 'earned']
-
-
-class Flag(RootModel[Literal[0, 1]]):
-    root: Literal[0, 1] = Field(0, description='0 or 1.')
-
-
-class CallChainItem(RootModel[constr(pattern=r'^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$')]):
-    root: constr(pattern=r'^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$')
-
-
 class TemplateInput(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     decision_class: (
         Literal[
             'payment',
@@ -2259,7 +2127,9 @@ class TemplateInput(BaseModel):
         ]
         | None
     ) = None
-    call_chain: list[CallChainItem] | None = Field(None, max_length=32)
+    call_chain: list[constr(pattern=r'^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$')] | None = (
+        Field(None, max_length=32)
+    )
     decision_scale_unit: (
         constr(pattern=r'^[A-Za-z0-9][A-Za-z0-9_./%-]{0,19}$', max_length=20) | None
     ) = None
@@ -2283,9 +2153,6 @@ class TemplateInput(BaseModel):
 
 
 class ConfirmRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     dd_id: UUID
     transaction_id: constr(max_length=256) | None = Field(
         None,
@@ -2294,19 +2161,16 @@ class ConfirmRequest(BaseModel):
 
 
 class ListQuery2(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     from_: AwareDatetime | None = Field(None, alias='from')
     to: AwareDatetime | None = None
-    limit: conint(ge=1, le=200) | None = 50
+    limit: conint(ge=1) | None = Field(
+        50,
+        description="Above 200 the page holds 200; the answer's limit is the size used.",
+    )
     offset: conint(ge=0) | None = 0
 
 
 class ProposeRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     counterparty_agent_id: UUID
     dd: DDInput
     ee: EEInput = Field(..., description='The four axes (ee_preset is refused here).')
@@ -2317,14 +2181,7 @@ class ProposeRequest(BaseModel):
 
 
 class RespondRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     accept: bool
-
-
-class TrueFalse(RootModel[Literal['true', 'false']]):
-    root: Literal['true', 'false']
 
 
 class ConsistencyQuery(BaseModel):
@@ -2335,9 +2192,6 @@ class ConsistencyQuery(BaseModel):
 
 
 class RegisterRequest4(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     email: EmailStr
     password: str = Field(
         ...,
@@ -2352,57 +2206,32 @@ class RegisterRequest4(BaseModel):
 
 
 class AgentRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
 
 
 class LoginRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     email: EmailStr
     password: str
 
 
 class PasswordRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     current_password: str
     new_password: str
 
 
 class ResidenceRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     residence_country: Literal['KR', 'EU', 'UK', 'US', 'CN', 'JP', 'OTHER']
 
 
 class MarketingRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     marketing_agreed: bool
 
 
 class PasswordConfirmation(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     password: str
 
 
-class ExportFormat(RootModel[Literal['json', 'csv']]):
-    root: Literal['json', 'csv']
-
-
 class LinkRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
     auth_token: str = Field(
         ..., description="The agent's current token; it is replaced."
@@ -2410,15 +2239,8 @@ class LinkRequest(BaseModel):
 
 
 class AgentConfirmation(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
     password: str
-
-
-class BudgetPeriodRequest(RootModel[Literal['monthly']]):
-    root: Literal['monthly']
 
 
 class AgentQuery(BaseModel):
@@ -2444,35 +2266,23 @@ class ListQuery3(BaseModel):
 
 
 class NewCategory(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     classification_key: constr(pattern=r'^[a-z][a-z0-9_]*$', max_length=100)
     classification_label: constr(max_length=200)
     description: constr(max_length=1000) | None = None
 
 
 class CategoryChange(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     classification_label: constr(max_length=200) | None = None
     description: constr(max_length=1000) | None = None
 
 
 class PolicyRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     content_inclusion_policy: Literal[
         'agent_choice', 'always_branch_0', 'always_branch_1'
     ]
 
 
 class HumanShareRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     tool_id: UUID
     human_share_rate: confloat(ge=0.0, le=0.5)
 
@@ -2485,7 +2295,9 @@ class NextSteps(BaseModel):
 
 
 class UnauthorizedBody(BaseModel):
-    error_code: AuthCode
+    error_code: Literal['UNAUTHORIZED', 'INVALID_TOKEN', 'INVALID_RECOVERY_KEY'] = (
+        Field(..., description='The code of a failed agent authentication.')
+    )
     message: str
     authentication: AuthGuide
     documentation: AnyUrl
@@ -2542,7 +2354,9 @@ class CompareView(BaseModel):
 class ProfileView(BaseModel):
     agent_id: UUID
     resolution_level: conint(ge=0, le=255)
-    observed_as: ObservedAs
+    observed_as: Literal['self', 'other'] = Field(
+        ..., description='Whether the agent observed itself.'
+    )
     disclosure_level: Literal['none', 'summary', 'detailed', 'full']
     dd_count: int
     first_anchored_on: str | None = Field(..., description='YYYY-MM-DD (UTC), or null.')
@@ -2575,7 +2389,9 @@ class TimelineItem(BaseModel):
 class EePatternView(BaseModel):
     agent_id: UUID
     resolution_level: conint(ge=0, le=255)
-    observed_as: ObservedAs
+    observed_as: Literal['self', 'other'] = Field(
+        ..., description='Whether the agent observed itself.'
+    )
     disclosure_level: Literal['none', 'summary', 'detailed', 'full']
     distributions: dict[str, dict[str, int]]
     combinations: list[Combination] | None = Field(
@@ -2589,11 +2405,11 @@ class EePatternView(BaseModel):
 
 
 class BandPositions(BaseModel):
-    decision_scale: BandPosition | None
-    decision_class: BandPosition | None
-    target_class: BandPosition | None
-    time_zone: BandPosition | None
-    ee_resolution: BandPosition | None
+    decision_scale: Literal['within_band', 'outlier'] | None
+    decision_class: Literal['within_band', 'outlier'] | None
+    target_class: Literal['within_band', 'outlier'] | None
+    time_zone: Literal['within_band', 'outlier'] | None
+    ee_resolution: Literal['within_band', 'outlier'] | None
 
 
 class Bands(BaseModel):
@@ -2644,7 +2460,7 @@ class TransactionsView(BaseModel):
 
 
 class TslView(BaseModel):
-    role: RoleView
+    role: Literal['buyer', 'seller', 'all']
     transactions: list[TslTransaction] = Field(
         ...,
         description='What you paid for tools and what your sales and revenue shares credited you, newest first.',
@@ -2815,7 +2631,7 @@ class CreateResponse(BaseModel):
         ..., description='0: the decision fact only; 1: its template too.'
     )
     cost_breakdown: CostBreakdown
-    status: CreateStatus
+    status: Literal['trial_paid', 'pending_payment']
     settlement_status: Literal['unreserved', 'pending', 'settled', 'released', 'failed']
     anchored_at: AwareDatetime
     lineage_group_id: UUID
@@ -2847,7 +2663,10 @@ class ConfirmResponse(BaseModel):
     settlement_currency: str | None = Field(...)
     exchange_rate_timestamp: AwareDatetime | None = Field(
         ...,
-        description="When the local-currency rate of this service's estimates was taken\n(null when it is a fixed indicative rate, not a market one); the\nsettlement itself is in USDC at 1 DAC = 0.001 USD.",
+        description="For a USDC settlement: when the local-currency rate of this\nservice's estimates was taken (for its fixed indicative rate, when it\nwas set); the settlement itself is in USDC at 1 DAC = 0.001 USD.",
+    )
+    exchange_rate_source: str | None = Field(
+        None, description='For a USDC settlement: where that rate came from.'
     )
     sync_reward: SyncReward | None = Field(
         None,
@@ -2933,8 +2752,12 @@ class X402Payment(BaseModel):
 class DabStatus(BaseModel):
     agent_id: UUID
     budget_limit_dac: confloat(ge=0.0, multiple_of=0.001)
-    budget_period: BudgetPeriod
-    limit_source: LimitSource
+    budget_period: Literal['monthly'] = Field(
+        ..., description='The only budget period.'
+    )
+    limit_source: Literal['operator_default', 'owner'] = Field(
+        ..., description='Who set the limit in force.'
+    )
     period_start: AwareDatetime
     period_resets_at: AwareDatetime
     spent_dac: confloat(ge=0.0, multiple_of=0.001)
@@ -2971,7 +2794,10 @@ class ClassificationEntry(BaseModel):
     classification_key: str
     classification_label: str
     description: str | None = Field(...)
-    source: CategorySource
+    source: Literal['operator', 'owner'] = Field(
+        ...,
+        description="Who defined a category: the operator (base) or the agent's owner.",
+    )
 
 
 class Receipt(BaseModel):
@@ -2998,7 +2824,7 @@ class Receipt(BaseModel):
     )
     cosigned_by: list[str] | None = Field(
         None,
-        description='The witnesses whose cosignatures `checkpoint` carries, by name.',
+        description='The witnesses whose cosignatures `checkpoint` carries, by name\n(`null` reads as none, as a client that saves receipts may write it).',
     )
     timestamp_token: str | None = Field(
         None,
@@ -3011,7 +2837,7 @@ class Receipt(BaseModel):
 
 
 class Health(BaseModel):
-    status: HealthStatus
+    status: Literal['ok', 'degraded']
     version: str = Field(..., description='The interface version implemented.')
     service_version: str
     uptime_seconds: conint(ge=0)
@@ -3062,7 +2888,7 @@ class X402Discovery(BaseModel):
 
 class SuggestedCountry(BaseModel):
     suggested_country: Literal['KR', 'EU', 'UK', 'US', 'CN', 'JP', 'OTHER']
-    detection_source: DetectionSource
+    detection_source: Literal['country_header', 'accept_language', 'default']
     detection_raw: str | None = Field(...)
 
 
@@ -3157,36 +2983,33 @@ class SubscriptionsView(BaseModel):
 class CompareQuery(BaseModel):
     agents: str = Field(..., description='Comma-separated agent ids, 2 to 10.')
     resolution_level: Literal[1, 2, 3] | None = 1
-    premium_source: PremiumSourceParam | None = Field('external', validate_default=True)
+    premium_source: Literal['external', 'earned'] | None = 'external'
 
 
 class QueryRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
-    query_type: QueryTypeParam
-    premium_source: PremiumSourceParam | None = None
+    query_type: Literal['summary', 'period', 'detail']
+    premium_source: Literal['external', 'earned'] | None = None
 
 
 class TslQuery(BaseModel):
     from_: str | None = Field(None, alias='from')
     to: str | None = None
-    role: Role | None = Field('all', validate_default=True)
+    role: Literal['buyer', 'seller', 'all'] | None = 'all'
     page: conint(ge=1) | None = 1
-    limit: conint(ge=1, le=200) | None = 50
+    limit: conint(ge=1) | None = Field(
+        50,
+        description="Above 200 the page holds 200; the answer's limit is the size used.",
+    )
 
 
 class ExportQuery(BaseModel):
     from_: str | None = Field(None, alias='from')
     to: str | None = None
-    format: Format | None = Field('csv', validate_default=True)
+    format: Literal['csv', 'json'] | None = 'csv'
 
 
 class RegisterRequest2(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     tool_name: str
     tool_description: str | None = None
     layer: Literal['layer1', 'layer2'] | None = 'layer1'
@@ -3199,23 +3022,17 @@ class RegisterRequest2(BaseModel):
 
 
 class TrialRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     session_id: UUID
     ee: EEInput
 
 
 class CreateRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     request_id: UUID = Field(..., description='Idempotency key, scoped to the agent.')
     dd: DDInput
     ee: EEInput
     continuity: Continuity | None = None
-    premium_payment_source: PremiumPaymentSource | None = None
-    content_inclusion_flag: Flag | None = None
+    premium_payment_source: Literal['external', 'earned'] | None = None
+    content_inclusion_flag: Literal[0, 1] | None = None
     template: TemplateInput | None = None
     context: Any | None = Field(
         None,
@@ -3224,29 +3041,23 @@ class CreateRequest(BaseModel):
 
 
 class ReceivedQuery(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    all: TrueFalse | None = Field(
+    all: Literal['true', 'false'] | None = Field(
         None,
         description='true: answered and expired proposals too; false (the default): pending ones.',
     )
 
 
 class ExportQuery2(BaseModel):
-    format: ExportFormat | None = Field('json', validate_default=True)
+    format: Literal['json', 'csv'] | None = 'json'
 
 
 class DabRequest(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
     agent_id: UUID
     budget_limit_dac: confloat(ge=100.0, multiple_of=0.001) = Field(
         ...,
         description="DAC per month; at least the operator's floor (100 by default), at most three decimals.",
     )
-    budget_period: BudgetPeriodRequest
+    budget_period: Literal['monthly']
 
 
 class Registered(BaseModel):
@@ -3277,9 +3088,11 @@ class X402Challenge(BaseModel):
 class TimelineView(BaseModel):
     agent_id: UUID
     resolution_level: conint(ge=0, le=255)
-    observed_as: ObservedAs
+    observed_as: Literal['self', 'other'] = Field(
+        ..., description='Whether the agent observed itself.'
+    )
     disclosure_level: Literal['none', 'summary', 'detailed', 'full']
-    granularity: GranularityView
+    granularity: Literal['month', 'week', 'day']
     items: list[TimelineItem] = Field(..., description='Oldest first, today included.')
     dac_charged: confloat(ge=0.0, multiple_of=0.001)
 
@@ -3293,12 +3106,6 @@ class AnomalyView(BaseModel):
     band_position: BandPositions
     bands: Bands
     dac_charged: confloat(ge=0.0, multiple_of=0.001)
-
-
-class QueryResult(RootModel[ProfileView | TimelineView]):
-    root: ProfileView | TimelineView = Field(
-        ..., description='The observation a legacy query mapped to.'
-    )
 
 
 class OwnerAraView(BaseModel):
@@ -3478,7 +3285,9 @@ class AgentReport(BaseModel):
 class QueryView(BaseModel):
     query_type: str
     mapped_to: str = Field(..., description='The route it maps to.')
-    result: QueryResult
+    result: ProfileView | TimelineView = Field(
+        ..., description='The observation a legacy query mapped to.'
+    )
     dac_charged: confloat(ge=0.0, multiple_of=0.001)
 
 

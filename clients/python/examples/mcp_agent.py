@@ -1,6 +1,7 @@
 """The worked agent of agent.py, through the service's MCP endpoint with the
 official `mcp` Python SDK, as an agent's MCP host would drive it.
 
+    pip install './clients/python[mcp]'
     ANCHOR_BASE_URL=http://127.0.0.1:8080 python examples/mcp_agent.py
 
 It registers, anchors each step before acting, confirms after, and reads the
@@ -13,7 +14,10 @@ import asyncio
 import os
 import sys
 
-from mcp import Client
+try:
+    from mcp import Client
+except ImportError:
+    sys.exit("this example needs the official MCP SDK: pip install './clients/python[mcp]'")
 
 STEPS = [
     ("depend on the supplier's price list", "external_interaction", "depend"),

@@ -8,8 +8,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::{
-    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAC, TRIAL_DAYS, format_secret,
-    hash_secret,
+    DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAYS, format_secret, hash_secret,
 };
 use anchor_store::{AgentRecord, AttemptLimit, Classification, NewAgent, Recovery};
 
@@ -40,6 +39,8 @@ fn new_secret(prefix: &str) -> String {
 #[derive(Clone, Debug)]
 pub struct Registered {
     pub credentials: Credentials,
+    /// The Trial credit granted, and when it expires.
+    pub trial_granted: MilliDac,
     pub trial_expires_at: DateTime<Utc>,
 }
 
@@ -65,11 +66,11 @@ pub async fn register(services: &Services, region_code: Option<&str>) -> AppResu
         recovery_hash: hash_secret(&credentials.recovery_key),
         region_code: region_code.map(str::to_string),
         registered_at: now,
-        trial_granted: TRIAL_DAC,
+        trial_granted: services.config.trial_grant,
         trial_expires_at: now + Duration::days(TRIAL_DAYS),
     };
     services.store.insert_agent(&agent).await?;
-    Ok(Registered { credentials, trial_expires_at: agent.trial_expires_at })
+    Ok(Registered { credentials, trial_granted: agent.trial_granted, trial_expires_at: agent.trial_expires_at })
 }
 
 /// What a rotation concluded.

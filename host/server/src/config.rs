@@ -84,6 +84,11 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_DAB_DEFAULT_DAC", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
     pub dab_default_dac: u32,
 
+    /// The Trial credit (whole DAC, valid 30 days) each new agent receives;
+    /// 0 for a host where every paid route is paid over x402 (tests, load).
+    #[arg(long, env = "ANCHOR_TRIAL_DAC", default_value_t = 500)]
+    pub trial_dac: u32,
+
     /// The lowest DAB (whole DAC per month) an owner may set in the portal.
     #[arg(long, env = "ANCHOR_DAB_FLOOR_DAC", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub dab_floor_dac: u32,
@@ -111,8 +116,9 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_ARA_EPSILON", default_value_t = 1.0, value_parser = positive)]
     pub ara_epsilon: f64,
 
-    /// The probability (delta) that a value one agent alone contributes
-    /// passes a release's noisy threshold.
+    /// The most likely a value fewer than ten agents stand for is shown: it
+    /// sets a release's noisy threshold (PRIVACY.md). A value of one agent
+    /// alone is shown far less often; each release states that delta.
     #[arg(long, env = "ANCHOR_ARA_DELTA", default_value_t = 1e-6, value_parser = probability)]
     pub ara_delta: f64,
 

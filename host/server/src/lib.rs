@@ -102,6 +102,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         trusted_proxies: crate::http::forwarded::TrustedProxies::parse(&config.trusted_proxies)
             .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
         dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
+        trial_grant: anchor_domain::MilliDac::from_dac(i64::from(config.trial_dac)),
         dap: state::DapSettings {
             dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),
             session_ttl: chrono::Duration::hours(i64::from(config.dap_session_hours)),

@@ -8,8 +8,22 @@ use clap::{Parser, Subcommand};
 use anchor_plugins::PluginEngine;
 use anchor_server::config::ServeConfig;
 
+/// `anchor --version`: the package version, the commit a packager built
+/// (`ANCHOR_COMMIT` at build time; `scripts/install` and the Debian package
+/// set it) and the interface version served.
+fn version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let built = match option_env!("ANCHOR_COMMIT") {
+            Some(commit) if !commit.is_empty() => format!("commit {commit}"),
+            _ => "a development build".to_owned(),
+        };
+        format!("{} ({built}, interface {})", env!("CARGO_PKG_VERSION"), anchor_server::openapi::INTERFACE_VERSION)
+    })
+}
+
 #[derive(Parser)]
-#[command(name = "anchor", version, about = "An accountability anchoring service for software agents")]
+#[command(name = "anchor", version = version(), about = "An accountability anchoring service for software agents")]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
@@ -75,6 +89,30 @@ enum Command {
         #[command(subcommand)]
         command: WitnessCommand,
     },
+    /// A wallet key for paying over x402 (`anchor pay`, the clients): under
+    /// local settlement (the default) no money moves, so a new key is all a
+    /// test needs.
+    Wallet {
+        #[command(subcommand)]
+        command: WalletCommand,
+    },
+    /// Print a shell's completion script for `anchor` (bash, zsh, fish,
+    /// elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page of `anchor` (roff), as `man` reads it.
+    Manpage,
+}
+
+#[derive(Subcommand)]
+enum WalletCommand {
+    /// Create a private key (secp256k1, hex) in FILE, readable by its owner
+    /// only, and print its address.
+    New {
+        /// Where to write the key (created, never overwritten).
+        file: std::path::PathBuf,
+    },
+    /// Print the address of the key in FILE.
+    Address { file: std::path::PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -328,8 +366,11 @@ async fn ensure_existing(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn publish(file: &std::path::Path, activate_at: Option<&str>, allow_no_services: bool, database: &DbLocation) -> anyhow::Result<()> {
-    let wasm = std::fs::read(file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+async fn publish(file: &str, activate_at: Option<&str>, allow_no_services: bool, database: &DbLocation) -> anyhow::Result<()> {
+    let wasm = match file {
+        "bundled" => anchor_plugins::DEFAULT_PRICING_WASM.to_vec(),
+        path => std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?,
+    };
     // The checks a host would make loading it, and a quote of every preset.
     let engine = PluginEngine::new()?;
     let pricing = anchor_plugins::WasmPricing::load(&engine, &wasm, anchor_plugins::Limits::PRICING)?;
@@ -551,8 +592,9 @@ enum PricingCommand {
     /// database prices with it from the activation time (rolling back is
     /// publishing the earlier one again).
     Publish {
-        /// The component (.wasm).
-        file: std::path::PathBuf,
+        /// The component (.wasm), or `bundled` for the generation built into
+        /// this binary (rolling back to the built-in prices).
+        file: String,
         /// When it comes into force (RFC 3339, e.g. 2026-12-01T00:00:00Z).
         #[arg(long, required_unless_present = "now", conflicts_with = "now")]
         activate_at: Option<String>,
@@ -640,6 +682,30 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Witness { command: WitnessCommand::Serve(args) }) => anchor_server::witness::serve(args).await,
+        Some(Command::Wallet { command: WalletCommand::New { file } }) => {
+            let (key, address) = anchor_x402::client::new_key();
+            anchor_server::witness::write_private(&file, &format!("{key}\n"))?;
+            eprintln!("wallet key written to {} (for local settlement; on a facilitator it pays real USDC on Base)", file.display());
+            println!("{address}");
+            Ok(())
+        }
+        Some(Command::Wallet { command: WalletCommand::Address { file } }) => {
+            let key = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+            let signer = anchor_x402::client::signer_from_key(&key).map_err(anyhow::Error::msg)?;
+            println!("{}", signer.address());
+            Ok(())
+        }
+        Some(Command::Completions { shell }) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "anchor", &mut script);
+            print_all(&script)
+        }
+        Some(Command::Manpage) => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut page)?;
+            print_all(&page)
+        }
         Some(Command::Monitor(args)) => match anchor_server::monitor::run(&args).await {
             anchor_server::monitor::Verdict::Ok(lines) => {
                 for line in lines {
@@ -670,6 +736,15 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("a {lang:?} tool project in {}: see its README.md to test, build and run it", dir.display());
             Ok(())
         }
+    }
+}
+
+/// Writes `bytes` to stdout; a reader that stopped early (`| head`) is no failure.
+fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
     }
 }
 
@@ -780,31 +855,44 @@ async fn backup(args: BackupArgs) -> anyhow::Result<()> {
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {
-    use anchor_server::monitor::key_or_file;
-    let key = key_or_file(&args.key);
+    use anchor_server::monitor::{key_or_file, read_at_most};
+    let unchecked = |failure: anchor_verify::Failure| -> ! {
+        eprintln!("FAILED ({} check): {failure}", failure.check());
+        std::process::exit(2);
+    };
+    // Every input is bounded before it is parsed: a crafted file of any
+    // size costs at most MAX_INPUT_BYTES of memory.
+    let read = |path: &std::path::Path| {
+        read_at_most(path, anchor_verify::MAX_INPUT_BYTES).map_err(|e| anchor_verify::Failure::Format(format!("{}: {e}", path.display())))
+    };
+    let key = key_or_file(&args.key).unwrap_or_else(|e| unchecked(anchor_verify::Failure::Format(format!("--key {e}"))));
     let witnesses = args
         .witnesses
         .iter()
-        .map(|given| anchor_verify::cosignature::WitnessKey::parse(&key_or_file(given)))
+        .map(|given| {
+            let text = key_or_file(given).map_err(|e| anchor_verify::Failure::Format(format!("--witness {e}")))?;
+            anchor_verify::cosignature::WitnessKey::parse(&text)
+        })
         .collect::<Result<Vec<_>, _>>();
-    let witnesses = match witnesses {
-        Ok(witnesses) => witnesses,
-        Err(failure) => {
-            eprintln!("FAILED ({} check): {failure}", failure.check());
-            std::process::exit(2);
-        }
-    };
+    let witnesses = witnesses.unwrap_or_else(|failure| unchecked(failure));
     let quorum = args.quorum.unwrap_or(witnesses.len());
     if quorum > witnesses.len() {
         anyhow::bail!("--quorum {quorum} asks for more cosignatures than the {} --witness keys given", witnesses.len());
     }
-    let receipt: anchor_verify::Receipt = serde_json::from_slice(&std::fs::read(&args.receipt)?)?;
+    let receipt = read(&args.receipt).and_then(|bytes| anchor_verify::parse_receipt(&bytes));
+    let receipt = match receipt {
+        Ok(receipt) => receipt,
+        Err(failure) => {
+            eprintln!("FAILED ({} check): {failure}", failure.check());
+            std::process::exit(1);
+        }
+    };
     let outcome = anchor_verify::verify_receipt(&receipt, &key).and_then(|verified| {
         if let (Some(previous), Some(proof)) = (&args.previous, &args.consistency) {
-            let previous = std::fs::read_to_string(previous).map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
+            let previous = String::from_utf8(read(previous)?)
+                .map_err(|_| anchor_verify::Failure::Format(format!("{}: not UTF-8 text", previous.display())))?;
             let proof: anchor_verify::ConsistencyProof =
-                serde_json::from_slice(&std::fs::read(proof).map_err(|e| anchor_verify::Failure::Format(e.to_string()))?)
-                    .map_err(|e| anchor_verify::Failure::Format(e.to_string()))?;
+                serde_json::from_slice(&read(proof)?).map_err(|e| anchor_verify::Failure::Format(format!("the consistency proof: {e}")))?;
             anchor_verify::verify_consistency(&previous, &receipt.checkpoint, &proof, &key)?;
         }
         let cosigned = if witnesses.is_empty() {
@@ -815,7 +903,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         let stamped = match &args.tsa_ca {
             None => None,
             Some(ca) => {
-                let pem = std::fs::read(ca).map_err(|e| anchor_verify::Failure::Format(format!("{}: {e}", ca.display())))?;
+                let pem = read(ca)?;
                 let roots = anchor_verify::timestamp::roots_from_pem(&pem)?;
                 let token = receipt
                     .timestamp_token

@@ -25,6 +25,8 @@ pub struct Settings {
     pub trusted_proxies: crate::http::forwarded::TrustedProxies,
     /// The DAB of agents whose owner set none.
     pub dab_default: anchor_domain::MilliDac,
+    /// The Trial credit each new agent receives.
+    pub trial_grant: anchor_domain::MilliDac,
     pub dap: DapSettings,
     /// Connection and request limits.
     pub http: crate::listener::HttpLimits,
@@ -102,6 +104,7 @@ impl AppState {
                 public_url: settings.public_url.clone(),
                 pay_to: settings.pay_to.clone(),
                 dab_default: settings.dab_default,
+                trial_grant: settings.trial_grant,
                 owners: settings.dap.clone(),
                 privacy: settings.privacy,
                 features: settings.features,

@@ -409,6 +409,12 @@ fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap()
 }
 
+/// The operator's manual, which holds the configuration reference and the
+/// operator commands.
+fn operating_manual() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operating.md")).unwrap()
+}
+
 /// The first ```sh block after a `<!-- tested: NAME -->` marker.
 fn tested_block(text: &str, name: &str) -> String {
     text.split(&format!("<!-- tested: {name} -->"))
@@ -446,6 +452,37 @@ async fn the_readmes_first_anchor_runs_as_written() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// The paying manual's test mode, run by bash as written against a host
+/// started with `--trial-dac 0` (only the base URL points at this test's
+/// server): a wallet key made by `anchor wallet new`, a 402 on purpose, the
+/// payment by `anchor pay`, and the confirm that settles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_paying_manuals_test_mode_runs_as_written() {
+    let manual = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/paying.md")).unwrap();
+    let block = tested_block(&manual, "test-payment");
+    let (_server, base, data) = common::serve_sqlite("paying-test-mode", &["--trial-dac", "0"]).await;
+    let default_base = "BASE=http://127.0.0.1:8080\n";
+    assert!(block.starts_with(default_base), "the block starts by naming the default address");
+    let script = block.replacen(default_base, &format!("BASE={base}\n"), 1);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_anchor")).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let output = Command::new("timeout")
+        .args(["60", "bash", "-euo", "pipefail", "-c", &script])
+        .current_dir(&data)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|l| l.trim() == "402"), "a challenge on purpose: {stdout}");
+    assert!(stdout.contains("\"status\":\"pending_payment\""), "paid over x402: {stdout}");
+    assert!(stdout.contains("\"settlement_status\":\"settled\"") && stdout.contains("\"external\""), "settled: {stdout}");
+    let key = std::fs::metadata(data.join("wallet.key")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(key.permissions().mode() & 0o777, 0o600, "the wallet key is its owner's alone");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 /// One option of `--help`: its name and the text clap prints for it.
 fn help_options(help: &str) -> Vec<(String, String)> {
     let mut options: Vec<(String, String)> = Vec::new();
@@ -463,18 +500,19 @@ fn help_options(help: &str) -> Vec<(String, String)> {
     options
 }
 
-/// The README's configuration table against `anchor serve --help`: every
-/// flag of the binary is in the table, every row names a flag the binary
-/// has, with its environment variable, and a default the table writes as a
-/// value is the binary's default. The operator commands it lists exist.
+/// The configuration table of docs/operating.md against `anchor serve
+/// --help`: every flag of the binary is in the table, every row names a flag
+/// the binary has, with its environment variable, and a default the table
+/// writes as a value is the binary's default. The operator commands it lists
+/// exist.
 #[test]
-fn the_readmes_configuration_and_commands_are_the_binarys() {
-    let readme = readme();
+fn the_operating_manuals_configuration_and_commands_are_the_binarys() {
+    let manual = operating_manual();
     let help = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["serve", "--help"]).output().unwrap();
     assert!(help.status.success());
     let options = help_options(&String::from_utf8_lossy(&help.stdout));
     assert!(options.len() > 30, "the help lists the options: {options:?}");
-    let rows: Vec<Vec<String>> = readme
+    let rows: Vec<Vec<String>> = manual
         .lines()
         .filter(|line| line.starts_with("| `--"))
         .map(|line| line.trim_matches('|').split(" | ").map(|cell| cell.trim().to_owned()).collect())
@@ -484,27 +522,28 @@ fn the_readmes_configuration_and_commands_are_the_binarys() {
         if name == "help" || name == "version" {
             continue;
         }
-        let row = rows.iter().find(|row| flag_of(&row[0]) == *name).unwrap_or_else(|| panic!("--{name} is not in the README's table"));
+        let row =
+            rows.iter().find(|row| flag_of(&row[0]) == *name).unwrap_or_else(|| panic!("--{name} is not in docs/operating.md's table"));
         let env = row[1].trim_matches('`');
-        assert!(text.contains(&format!("[env: {env}")), "--{name}: the README says {env}, the binary: {text}");
-        let readme_default = row[2].as_str();
+        assert!(text.contains(&format!("[env: {env}")), "--{name}: docs/operating.md says {env}, the binary: {text}");
+        let manual_default = row[2].as_str();
         if let Some(binary_default) = text.split("[default: ").nth(1).and_then(|rest| rest.split(']').next())
-            && readme_default.starts_with('`')
-            && readme_default.ends_with('`')
-            && readme_default.matches('`').count() == 2
+            && manual_default.starts_with('`')
+            && manual_default.ends_with('`')
+            && manual_default.matches('`').count() == 2
         {
-            let readme_default = readme_default.trim_matches('`');
-            let same = readme_default == binary_default
-                || matches!((readme_default.parse::<f64>(), binary_default.parse::<f64>()), (Ok(a), Ok(b)) if a == b);
-            assert!(same, "--{name}: the README's default is {readme_default}, the binary's {binary_default}");
+            let manual_default = manual_default.trim_matches('`');
+            let same = manual_default == binary_default
+                || matches!((manual_default.parse::<f64>(), binary_default.parse::<f64>()), (Ok(a), Ok(b)) if a == b);
+            assert!(same, "--{name}: docs/operating.md's default is {manual_default}, the binary's {binary_default}");
         }
     }
     for row in &rows {
         let name = flag_of(&row[0]);
-        assert!(options.iter().any(|(option, _)| *option == name), "the README lists --{name}, which the binary does not have");
+        assert!(options.iter().any(|(option, _)| *option == name), "docs/operating.md lists --{name}, which the binary does not have");
     }
     // The operator commands block: each `anchor SUB [SUBSUB]` answers --help.
-    let block = readme
+    let block = manual
         .split("Operator commands")
         .nth(1)
         .and_then(|rest| rest.split("```sh\n").nth(1))
@@ -521,16 +560,17 @@ fn the_readmes_configuration_and_commands_are_the_binarys() {
         let mut command = Command::new(env!("CARGO_BIN_EXE_anchor"));
         command.args(&words).arg("--help");
         let output = command.output().unwrap();
-        assert!(output.status.success(), "`anchor {}` is in the README but not in the binary", words.join(" "));
+        assert!(output.status.success(), "`anchor {}` is in docs/operating.md but not in the binary", words.join(" "));
         checked += 1;
     }
     assert!(checked >= 10, "the operator commands block lists the commands: {checked}");
 }
 
-/// Figures the README states that the repository can check: the number of
-/// MCP tools served and the pinned schemathesis version.
+/// Figures the documents state that the repository can check: the number of
+/// MCP tools served (the README) and the pinned schemathesis version (the
+/// map of the tests, tests/README.md).
 #[test]
-fn the_readmes_figures_are_the_repositorys() {
+fn the_documents_figures_are_the_repositorys() {
     let readme = readme();
     let tools = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/mcp/tools.json")).unwrap();
     let tools: Value = serde_json::from_str(&tools).unwrap();
@@ -538,5 +578,112 @@ fn the_readmes_figures_are_the_repositorys() {
     assert!(readme.contains(&format!("(all {count} of them")), "the README's MCP tool count is not {count}");
     let requirements = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fuzz/requirements.txt")).unwrap();
     let version = requirements.lines().find_map(|line| line.strip_prefix("schemathesis==")).expect("schemathesis pinned");
-    assert!(readme.contains(&format!("schemathesis {version}")), "the README names schemathesis {version}");
+    let tests_map = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/README.md")).unwrap();
+    assert!(tests_map.contains(&format!("schemathesis {version}")), "tests/README.md names schemathesis {version}");
+}
+
+/// Peak resident memory (KiB) of `anchor` run with `args`, by the kernel's
+/// own count (`getrusage` of the child, through Python's standard library),
+/// with its exit code and standard error.
+fn peak_kib(args: &[&str]) -> (u64, i32, String) {
+    let measure = "import resource, subprocess, sys\n\
+                   done = subprocess.run(sys.argv[1:], capture_output=True)\n\
+                   sys.stderr.buffer.write(done.stderr)\n\
+                   print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)";
+    let output = Command::new("python3").arg("-c").arg(measure).arg(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut words = stdout.split_whitespace();
+    let kib = words.next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("no measure: {stdout}"));
+    let code = words.next().and_then(|w| w.parse().ok()).unwrap();
+    (kib, code, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Crafted inputs of 100 MB (a receipt with millions of proof hashes, a
+/// key file, a monitor's state file) are refused having read at most a
+/// bounded prefix: `anchor verify` and `anchor monitor` stay under 64 MB of
+/// memory and say what was refused. A receipt a client saved with `null`
+/// for an empty list is read as it means.
+#[test]
+fn verify_and_monitor_bound_every_input_before_reading_it() {
+    let dir = std::env::temp_dir().join(format!("anchor-bounded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_, vkey) = anchor_verify::signing_key_from_seed("bounded.test/log", &[3; 32]);
+    let hash = format!("\"{}\"", "A".repeat(43) + "=");
+    let hashes = vec![hash.as_str(); 2_300_000].join(",");
+    let huge = format!(
+        r#"{{"format":"anchor-receipt/1","dd_id":"x","canonical_record":"","integrity_hash":"","anchored_at":"","leaf_index":0,"tree_size":1,"inclusion_proof":[{hashes}],"checkpoint":""}}"#
+    );
+    assert!(huge.len() > 100_000_000, "{} bytes", huge.len());
+    let receipt = dir.join("huge-receipt.json");
+    std::fs::write(&receipt, &huge).unwrap();
+    drop(huge);
+    let (kib, code, stderr) = peak_kib(&["verify", "--key", &vkey, receipt.to_str().unwrap()]);
+    assert!(kib < 64 * 1024, "verify peaked at {kib} KiB: {stderr}");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("larger than the 1048576 bytes"), "{stderr}");
+
+    // A proof longer than any tree has, in a small file: refused as such.
+    let long = format!(
+        r#"{{"format":"anchor-receipt/1","dd_id":"x","canonical_record":"","integrity_hash":"","anchored_at":"","leaf_index":0,"tree_size":1,"inclusion_proof":[{}],"checkpoint":""}}"#,
+        vec![hash.as_str(); 65].join(",")
+    );
+    let long_receipt = dir.join("long-proof.json");
+    std::fs::write(&long_receipt, long).unwrap();
+    let (_, code, stderr) = peak_kib(&["verify", "--key", &vkey, long_receipt.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("FAILED (inclusion check)") && stderr.contains("65 hashes"), "{stderr}");
+
+    // A key "file" of 100 MB, given to verify and to monitor; a monitor state of 100 MB.
+    let big = dir.join("big-file");
+    std::fs::write(&big, vec![b'k'; 100 << 20]).unwrap();
+    let (kib, code, stderr) = peak_kib(&["verify", "--key", big.to_str().unwrap(), long_receipt.to_str().unwrap()]);
+    assert!(kib < 64 * 1024, "verify peaked at {kib} KiB: {stderr}");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("larger than a key file"), "{stderr}");
+    let (kib, code, stderr) = peak_kib(&["monitor", "http://127.0.0.1:9", "--key", &vkey, "--state", big.to_str().unwrap()]);
+    assert!(kib < 64 * 1024, "monitor peaked at {kib} KiB: {stderr}");
+    assert_eq!(code, 2, "{stderr}");
+    let (kib, code, stderr) =
+        peak_kib(&["monitor", "http://127.0.0.1:9", "--key", big.to_str().unwrap(), "--state", dir.join("none").to_str().unwrap()]);
+    assert!(kib < 64 * 1024, "monitor peaked at {kib} KiB: {stderr}");
+    assert_eq!(code, 2, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Request bodies held open are counted against one budget (256 MiB): once
+/// bodies said to be 1 MiB each fill it, the next is refused unread (503
+/// SERVER_BUSY, Retry-After) within seconds instead of being buffered too,
+/// and a small request still finds room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_held_open_are_bounded_by_one_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, base, data) =
+        common::serve_sqlite("body-budget", &["--max-connections-per-client", "0", "--rate-limit", "100000", "--body-timeout-secs", "60"])
+            .await;
+    let address = base.trim_start_matches("http://").to_string();
+    let head = "POST /v1/agent/register HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1048576\r\n\r\n{";
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    // The 256 reach their handlers and take the whole budget.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let started = std::time::Instant::now();
+    let mut one_more = tokio::net::TcpStream::connect(&address).await.unwrap();
+    one_more.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(15), one_more.read(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("SERVER_BUSY"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after"), "{answer}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "answered after {:?}", started.elapsed());
+    drop(held);
+    // Room again once they are gone.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let http = reqwest::Client::new();
+    let ok = http.post(format!("{base}/v1/agent/register")).json(&json!({})).send().await.unwrap();
+    assert_eq!(ok.status().as_u16(), 201);
+    let _ = std::fs::remove_dir_all(&data);
 }

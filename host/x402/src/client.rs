@@ -100,6 +100,12 @@ pub fn challenge_of(header: &str) -> Result<Value, String> {
 }
 
 /// A wallet's signer, from the hex private key a file holds (`0x` optional).
+/// A new random wallet key: its hex (`0x` and 64 digits) and its address.
+pub fn new_key() -> (String, String) {
+    let signer = PrivateKeySigner::random();
+    (format!("0x{}", alloy_primitives::hex::encode(signer.credential().to_bytes())), signer.address().to_string())
+}
+
 pub fn signer_from_key(text: &str) -> Result<PrivateKeySigner, String> {
     text.trim()
         .trim_start_matches("0x")

@@ -5,7 +5,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time, one_of};
 use anchor_app::agents::{self};
-use anchor_domain::agents::{DisclosureLevel, TRIAL_DAC, TRIAL_DAYS};
+use anchor_domain::agents::{DisclosureLevel, TRIAL_DAYS};
 use axum::http::HeaderName;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,6 @@ pub const REGION_CODES: &[&str] =
 pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RegisterRequest {
     #[serde(default)]
     #[schemars(schema_with = "region_codes")]
@@ -90,7 +89,7 @@ pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterReq
         auth_token: c.token,
         recovery_key: c.recovery_key,
         registered_at: c.at.into(),
-        trial_dac_amount: TRIAL_DAC.into(),
+        trial_dac_amount: registered.trial_granted.into(),
         trial_period_days: TRIAL_DAYS,
         trial_expires_at: registered.trial_expires_at.into(),
         message: "Registered. Keep auth_token and recovery_key safe: neither is shown again, and the service keeps only their hashes.",
@@ -110,7 +109,6 @@ pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterReq
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RotateRequest {
     pub(crate) agent_id: Id,
 }
@@ -124,7 +122,6 @@ pub(crate) struct Rotation {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct DisclosureRequest {
     pub(crate) disclosure_level: Named<DisclosureLevel>,
 }
@@ -136,7 +133,6 @@ pub(crate) struct DisclosureSet {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RecoverRequest {
     pub(crate) agent_id: Id,
     pub(crate) recovery_key: String,

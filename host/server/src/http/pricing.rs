@@ -13,7 +13,7 @@ use serde::Serialize;
 use anchor_app::charge::PAYMENT_WINDOW_SECS;
 use anchor_app::pricing;
 use anchor_domain::MilliDac;
-use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
+use anchor_domain::agents::TRIAL_DAYS;
 use anchor_domain::declarations::ee;
 use anchor_domain::pricing::{ObservationTier, Quote, ServicePrices};
 
@@ -238,7 +238,7 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
         },
         indefinite_available,
         trial: TrialTerms {
-            amount_dac: TRIAL_DAC.into(),
+            amount_dac: state.settings.trial_grant.into(),
             period_days: TRIAL_DAYS,
             covers: ["base_fee", "premium"],
             applies_to: anchor_app::catalog::trial_routes().map(|r| r.to_string()).collect(),

@@ -83,6 +83,18 @@ pub fn postgres_or_skip(test: &str) -> Option<String> {
     None
 }
 
+/// Says `test` was skipped and why, and records it in `ANCHOR_TEST_SKIP_FILE`
+/// (scripts/test counts it as skipped, not passed).
+pub fn skip(test: &str, why: &str) {
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(file) = std::env::var_os("ANCHOR_TEST_SKIP_FILE").filter(|f| !f.is_empty()) {
+        use std::io::Write;
+        if let Ok(mut out) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = writeln!(out, "{test}");
+        }
+    }
+}
+
 /// The PostgreSQL server programs (`initdb`, `pg_ctl`) of the newest version installed.
 pub fn pg_bin() -> Option<std::path::PathBuf> {
     let mut versions: Vec<std::path::PathBuf> =
