@@ -98,6 +98,19 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&t.get(&format!("/v1/log/checkpoints/{}", checkpoint.size), None).await);
     ok(&t.get(&format!("/v1/log/consistency?from=1&to={}", checkpoint.size), None).await);
     ok(&t.get("/v1/log/key", None).await);
+    // The same proofs in COSE (RFC 9942), and the keys that sign them.
+    ok(&t.get(&format!("/v1/dd/{child_id}/receipt.cose"), Some(&agent.token)).await);
+    let keys = t.get("/.well-known/scitt-keys", None).await;
+    ok(&keys);
+    let kid = anchor_verify::cose::parse_keys(&t.http.get(t.url("/.well-known/scitt-keys")).send().await.unwrap().bytes().await.unwrap())
+        .unwrap()[0]
+        .thumbprint();
+    use base64::Engine;
+    ok(&t.get(&format!("/.well-known/scitt-keys/{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(kid)), None).await);
+    let third = t.create(&agent, basic_axes()).await["dd_id"].as_str().unwrap().to_string();
+    ok(&t.confirm(&agent, &third).await);
+    let later = t.wait_for_log(checkpoint.size + 1).await;
+    ok(&t.get(&format!("/v1/log/consistency.cose?from={}&to={}", checkpoint.size, later.size), None).await);
     ok(&t.get(&format!("/v1/log/tile/0/000.p/{}", checkpoint.size), None).await);
 
     // ARA: ten contributing agents with three branch-1 decisions each (shared

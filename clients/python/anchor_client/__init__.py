@@ -22,6 +22,7 @@ from .verify import (
     VerificationError,
     open_checkpoint,
     verify_consistency,
+    verify_cose_receipt,
     verify_cosignatures,
     verify_receipt,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "models",
     "open_checkpoint",
     "verify_consistency",
+    "verify_cose_receipt",
     "verify_cosignatures",
     "verify_receipt",
 ]

@@ -265,3 +265,80 @@ def verify_consistency(older: str, newer: str, proof: Any, key: str) -> None:
         sn >>= 1
     if sn != 0 or fr != old.root or sr != new.root:
         raise VerificationError("consistency", "the earlier tree is not a prefix of the later one")
+
+
+def _cose_thumbprint(x: bytes, y: bytes) -> bytes:
+    # RFC 9679: SHA-256 of the deterministic CBOR of kty 2, crv 1, x, y.
+    return hashlib.sha256(b"\xa4\x01\x02\x20\x01\x21\x58\x20" + x + b"\x22\x58\x20" + y).digest()
+
+
+def verify_cose_receipt(
+    receipt: bytes,
+    receipt_keys: bytes,
+    key: str,
+    witnesses: list[str] | None = None,
+    quorum: int | None = None,
+) -> Verified:
+    """Checks a COSE receipt (RFC 9942, vds 1; `GET /v1/dd/{dd_id}/receipt.cose`) offline.
+
+    `receipt_keys` is the COSE Key Set of `GET /.well-known/scitt-keys`
+    (CBOR), `key` the log's public key. The receipt's ES256 signature must
+    verify over the root its inclusion path leads to from the declaration's
+    leaf (recomputed from the canonical record it carries), with the key
+    whose RFC 9679 thumbprint is its kid; then the checkpoint it carries is
+    checked as `verify_receipt` checks a JSON receipt's (the log's signature,
+    that root, and the witnesses' cosignatures when given).
+    """
+    import cbor2
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    try:
+        message = cbor2.loads(receipt)
+    except Exception as error:  # noqa: BLE001 - any decoding failure is a malformed receipt
+        raise VerificationError("format", f"not CBOR: {error}") from error
+    if not isinstance(message, cbor2.CBORTag) or message.tag != 18 or len(message.value) != 4:
+        raise VerificationError("format", "not a tagged COSE_Sign1")
+    protected_bytes, unprotected, payload, signature = message.value
+    if payload is not None:
+        raise VerificationError("format", "the payload must be detached")
+    protected = cbor2.loads(protected_bytes)
+    if protected.get(1) != -7 or protected.get(395) != 1 or not isinstance(protected.get(4), bytes):
+        raise VerificationError("format", "the protected header must name alg ES256, vds 1 and a kid")
+    try:
+        (proof,) = unprotected[396][-1]
+        size, index, path = cbor2.loads(proof)
+        record, note = unprotected[-70004], unprotected[-70001]
+    except (KeyError, TypeError, ValueError) as error:
+        raise VerificationError("format", f"the receipt lacks its proof, record or checkpoint: {error}") from error
+    fields = dict(line.split("=", 1) for line in record.splitlines()[1:] if "=" in line)
+    integrity = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
+    root = root_from_inclusion(index, size, leaf_hash(integrity, fields.get("anchored_at", "")), _hashes(
+        [base64.b64encode(h).decode() for h in path], "inclusion"))
+    keys = cbor2.loads(receipt_keys)
+    keys = list(keys) if isinstance(keys, (list, tuple)) else [keys]
+    found = next((k for k in keys if _cose_thumbprint(k[-2], k[-3]) == protected[4]), None)
+    if found is None:
+        raise VerificationError("signature", "no receipt key has this receipt's kid")
+    public = ec.EllipticCurvePublicNumbers(int.from_bytes(found[-2], "big"), int.from_bytes(found[-3], "big"), ec.SECP256R1()).public_key()
+    signed = cbor2.dumps(["Signature1", protected_bytes, b"", root])
+    if len(signature) != 64:
+        raise VerificationError("signature", "an ES256 signature is 64 bytes")
+    der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+    try:
+        public.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature as error:
+        raise VerificationError("signature", "the receipt's signature does not verify over the root its path leads to") from error
+    json_receipt = {
+        "format": RECEIPT_FORMAT,
+        "dd_id": fields.get("dd_id", ""),
+        "canonical_record": record,
+        "integrity_hash": integrity,
+        "anchored_at": fields.get("anchored_at", ""),
+        "leaf_index": index,
+        "tree_size": size,
+        "inclusion_proof": [base64.b64encode(h).decode() for h in path],
+        "checkpoint": note,
+    }
+    return verify_receipt(json_receipt, key, witnesses, quorum)

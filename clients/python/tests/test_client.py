@@ -23,6 +23,7 @@ from anchor_client import (
     VerificationError,
     models,
     verify_consistency,
+    verify_cose_receipt,
     verify_receipt,
 )
 
@@ -77,6 +78,37 @@ def test_an_agent_registers_anchors_confirms_and_verifies_its_receipt(base_url):
         first, second = size_of(receipt.checkpoint), size_of(newer)
         assert second > first
         verify_consistency(receipt.checkpoint, newer, anchor.log.consistency(first, second), key)
+
+
+def test_a_cose_receipt_verifies_and_its_tampering_is_refused(base_url):
+    import httpx
+
+    with Anchor(base_url) as anchor:
+        anchor.agents.register()
+        first = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        anchor.decisions.confirm(first.dd_id)
+        second = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
+        anchor.decisions.confirm(second.dd_id)
+        receipt_of(anchor, second.dd_id)
+        key = anchor.log.key().public_key
+        token = anchor.token
+    base = base_url.rstrip("/")
+    with httpx.Client() as raw:
+        deadline = time.monotonic() + 30
+        while True:
+            reply = raw.get(f"{base}/v1/dd/{first.dd_id}/receipt.cose", headers={"authorization": f"Bearer {token}"})
+            if reply.status_code == 200:
+                break
+            assert reply.status_code == 409 and time.monotonic() < deadline, reply.text
+            time.sleep(0.2)
+        keys = raw.get(f"{base}/.well-known/scitt-keys").content
+    verified = verify_cose_receipt(reply.content, keys, key)
+    assert verified.tree_size >= 2
+    altered = bytearray(reply.content)
+    altered[-1] ^= 1
+    with pytest.raises(VerificationError) as refused:
+        verify_cose_receipt(bytes(altered), keys, key)
+    assert refused.value.check == "signature"
 
 
 def test_a_retried_create_with_its_request_id_is_recorded_once(base_url):

@@ -33,6 +33,7 @@ pub mod owners;
 pub mod paging;
 pub mod payments;
 pub mod pricing;
+pub mod receipt_key;
 pub mod requests;
 pub mod retention;
 pub mod sdac;

@@ -98,7 +98,7 @@ fn anchor_verify_seed(encoded: &str) -> anyhow::Result<[u8; 32]> {
 }
 
 #[cfg(unix)]
-fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(file)?;
@@ -106,7 +106,7 @@ fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
 }
 
 #[cfg(not(unix))]
-fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(file, text)
 }
 

@@ -9,8 +9,10 @@ use uuid::Uuid;
 
 use anchor_domain::declarations::ee::Integrity;
 use anchor_domain::integrity::canonical_encoding;
+use anchor_verify::cose::Claims;
 use anchor_verify::{ConsistencyProof, IntegrityLevels, RECEIPT_FORMAT, Receipt};
 
+use crate::receipt_key::ReceiptKey;
 use crate::{AppError, AppResult, Services, declarations, log, timestamp, witness};
 
 fn internal(error: anyhow::Error) -> AppError {
@@ -20,6 +22,82 @@ fn internal(error: anyhow::Error) -> AppError {
 /// A receipt for one of the agent's confirmed declarations, once a signed
 /// checkpoint covers its leaf. It carries the record's salt: owner only.
 pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Receipt> {
+    Ok(evidence(services, agent_id, dd_id).await?.0)
+}
+
+/// The same receipt as a COSE Receipt (RFC 9942, vds 1), signed with `key`:
+/// the checkpoint's root (detached) under the receipt key, the issuer this
+/// service's public URL, the subject the declaration, the time the
+/// checkpoint's. RFC 9942's inclusion path has at least one hash, so the
+/// tree must hold two leaves (409 `NOT_YET_IN_LOG` before).
+pub async fn cose_receipt(services: &Services, key: &ReceiptKey, agent_id: Uuid, dd_id: Uuid) -> AppResult<Vec<u8>> {
+    let (receipt, signed_at) = evidence(services, agent_id, dd_id).await?;
+    if receipt.tree_size < 2 {
+        return Err(AppError::Conflict {
+            code: "NOT_YET_IN_LOG",
+            message: "a COSE receipt needs a tree of two leaves or more (its inclusion path has at least one hash); the JSON receipt \
+                      is ready, the COSE one after the next declaration is integrated"
+                .into(),
+        });
+    }
+    let claims = Claims { iss: services.config.public_url.clone(), sub: format!("urn:uuid:{dd_id}"), iat: signed_at.timestamp() };
+    anchor_verify::cose::inclusion_receipt(&receipt, &key.kid(), &claims, |tbs| key.sign(tbs)).map_err(|e| internal(anyhow::anyhow!("{e}")))
+}
+
+/// A COSE consistency receipt (RFC 9942, vds 1) from the checkpoint of
+/// `from` leaves to the one of `to`, signed with `key`; both checkpoints
+/// are in it. 404 `CHECKPOINT_NOT_FOUND` when the log signed no checkpoint
+/// of one of the sizes.
+pub async fn cose_consistency(services: &Services, key: &ReceiptKey, from: u64, to: u64) -> AppResult<Vec<u8>> {
+    if from == 0 || from >= to {
+        return Err(AppError::invalid("INVALID_VALUE", format!("a COSE consistency proof joins 0 < from < to; got {from} and {to}")));
+    }
+    let proof = consistency(services, from, to).await?;
+    let checkpoint = |size: u64| async move {
+        let size = i64::try_from(size).map_err(|_| AppError::invalid("INVALID_VALUE", "a size past 2^63"))?;
+        services.store.checkpoint(size).await?.ok_or_else(|| {
+            AppError::not_found(
+                "CHECKPOINT_NOT_FOUND",
+                format!("the log signed no checkpoint of {size} leaves; use sizes of its checkpoints"),
+            )
+        })
+    };
+    let (older, newer) = (checkpoint(from).await?, checkpoint(to).await?);
+    let path = proof
+        .proof
+        .iter()
+        .map(|h| B64.decode(h).ok().and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| internal(anyhow::anyhow!("a stored hash is not 32 bytes")))?;
+    let (older_note, _) = witness::with_cosignatures(services, &older).await.map_err(internal)?;
+    let (newer_note, _) = witness::with_cosignatures(services, &newer).await.map_err(internal)?;
+    let claims = Claims {
+        iss: services.config.public_url.clone(),
+        sub: format!("{}/consistency/{from}/{to}", services.config.public_url),
+        iat: newer.published_at.timestamp(),
+    };
+    anchor_verify::cose::consistency_receipt(from, to, &path, &newer.root, &older_note, &newer_note, &key.kid(), &claims, |tbs| {
+        key.sign(tbs)
+    })
+    .map_err(|e| internal(anyhow::anyhow!("{e}")))
+}
+
+/// Publishes `key` with the keys receipts were signed with (once per host start).
+pub async fn publish_receipt_key(services: &Services, key: &ReceiptKey) -> AppResult<()> {
+    Ok(services.store.publish_receipt_key(&key.kid(), &key.public().cose_key(), services.clock.now()).await?)
+}
+
+/// The COSE Key Set of every key receipts were signed with.
+pub async fn receipt_keys(services: &Services) -> AppResult<Vec<anchor_verify::cose::EcKey>> {
+    let mut keys = Vec::new();
+    for cose_key in services.store.receipt_keys().await? {
+        keys.extend(anchor_verify::cose::parse_keys(&cose_key).map_err(|e| internal(anyhow::anyhow!("a stored receipt key: {e}")))?);
+    }
+    Ok(keys)
+}
+
+/// The receipt of a declaration, and when the checkpoint it proves inclusion in was signed.
+async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<(Receipt, chrono::DateTime<chrono::Utc>)> {
     let stored = declarations::owned(services, agent_id, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
         return Err(AppError::Conflict {
@@ -58,7 +136,7 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
         (true, false) => Integrity::Enhanced,
         (false, _) => Integrity::Basic,
     };
-    Ok(Receipt {
+    let receipt = Receipt {
         format: RECEIPT_FORMAT.into(),
         dd_id: dd_id.to_string(),
         canonical_record: canonical_encoding(&stored.declaration),
@@ -76,7 +154,8 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
             reached: reached.as_str().to_owned(),
             met: level_rank(reached) >= level_rank(declared),
         }),
-    })
+    };
+    Ok((receipt, checkpoint.published_at))
 }
 
 /// The highest integrity level receipts can reach on this instance:

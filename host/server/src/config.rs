@@ -57,6 +57,12 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_LOG_SIGNING_KEY", hide_env_values = true)]
     pub log_signing_key: Option<String>,
 
+    /// The key COSE receipts are signed with (`PRIVATE+COSE+ES256+<base64url>`).
+    /// Unset: the key in <data-dir>/receipt-signing.key, created on first
+    /// start. Every host's key is published at /.well-known/scitt-keys.
+    #[arg(long, env = "ANCHOR_RECEIPT_SIGNING_KEY", hide_env_values = true)]
+    pub receipt_signing_key: Option<String>,
+
     /// The log's origin (its name in checkpoints), used when a key is created.
     /// Defaults to <public host>/anchor-log.
     #[arg(long, env = "ANCHOR_LOG_ORIGIN")]

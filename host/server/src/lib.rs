@@ -135,7 +135,12 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let generation = pricing.generation().clone();
     let tools =
         anchor_plugins::WasmTools::new(Some(&config.data_dir.join("tool-cache")), anchor_domain::tools::ToolLimits::for_this_machine())?;
+    let receipt_key = Arc::new(match &config.receipt_signing_key {
+        Some(skey) if !skey.is_empty() => anchor_app::receipt_key::ReceiptKey::from_skey(skey)?,
+        _ => anchor_app::receipt_key::ReceiptKey::load_or_create(&config.data_dir.join("receipt-signing.key"))?,
+    });
     let state = AppState::new(store.clone(), pricing, clock.clone(), key.clone(), settings)
+        .with_receipt_key(receipt_key)
         .with_settler(settler.clone())
         .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));
     let witnesses = config

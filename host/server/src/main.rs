@@ -579,6 +579,10 @@ struct VerifyArgs {
     /// chain to: the receipt's timestamp_token is then required and checked.
     #[arg(long)]
     tsa_ca: Option<std::path::PathBuf>,
+    /// For a COSE receipt (RFC 9942): the receipt keys, a COSE Key Set or
+    /// one COSE_Key as GET /.well-known/scitt-keys serves them (CBOR).
+    #[arg(long)]
+    receipt_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -879,7 +883,36 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     if quorum > witnesses.len() {
         anyhow::bail!("--quorum {quorum} asks for more cosignatures than the {} --witness keys given", witnesses.len());
     }
-    let receipt = read(&args.receipt).and_then(|bytes| anchor_verify::parse_receipt(&bytes));
+    // A COSE receipt (a tagged COSE_Sign1, first byte 0xd2) is checked as
+    // such, then as the JSON receipt holding the same proof.
+    let mut cose_line = None;
+    let receipt = read(&args.receipt).and_then(|bytes| match bytes.first() {
+        Some(0xd2) => {
+            let keys = match &args.receipt_key {
+                Some(file) => anchor_verify::cose::parse_keys(&read(file)?)?,
+                None => {
+                    return Err(anchor_verify::Failure::Format(
+                        "a COSE receipt needs --receipt-key (the COSE Key Set of GET /.well-known/scitt-keys)".into(),
+                    ));
+                }
+            };
+            let cose = anchor_verify::cose::parse_receipt(&bytes)?;
+            let receipt = cose.as_json_receipt().ok_or_else(|| {
+                anchor_verify::Failure::Format("the COSE receipt carries no record or checkpoint (-70004, -70001)".into())
+            })?;
+            let leaf = anchor_verify::leaf_data(&receipt.integrity_hash, &receipt.anchored_at);
+            cose.verify(&leaf, &keys)?;
+            use base64::Engine;
+            cose_line = Some(format!(
+                "ok: the COSE receipt (RFC 9942) is signed by receipt key {} of {} over the root of {} leaves",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&cose.kid),
+                cose.claims.iss,
+                cose.tree_size
+            ));
+            Ok(receipt)
+        }
+        _ => anchor_verify::parse_receipt(&bytes),
+    });
     let receipt = match receipt {
         Ok(receipt) => receipt,
         Err(failure) => {
@@ -921,6 +954,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         Ok((verified, cosigned, stamped)) => {
             println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash);
             println!("ok: leaf {} is in the tree of {} signed by {}", verified.leaf_index, verified.tree_size, verified.origin);
+            if let Some(line) = &cose_line {
+                println!("{line}");
+            }
             if args.previous.is_some() {
                 println!("ok: the earlier checkpoint is a prefix of this one");
             }

@@ -67,6 +67,10 @@ pub struct Shared {
     pub host_id: uuid::Uuid,
     /// The log's origin and signing key.
     pub log_key: Arc<LogKey>,
+    /// The key COSE receipts are signed with, and whether this host has
+    /// published it with the others (once, on first use).
+    pub receipt_key: Arc<anchor_app::receipt_key::ReceiptKey>,
+    pub receipt_key_published: Arc<tokio::sync::OnceCell<()>>,
     pub settings: Arc<Settings>,
     pub started: Instant,
     pub limiter: Arc<RateLimiter>,
@@ -119,6 +123,8 @@ impl AppState {
         AppState(Arc::new(Shared {
             host_id: uuid::Uuid::new_v4(),
             log_key,
+            receipt_key: Arc::new(anchor_app::receipt_key::ReceiptKey::generate()),
+            receipt_key_published: Arc::default(),
             settings: Arc::new(settings),
             started: Instant::now(),
             limiter,
@@ -134,6 +140,18 @@ impl AppState {
     pub fn with_tools(mut self, tools: anchor_app::tools::Tools) -> AppState {
         Arc::make_mut(&mut self.0).app.tools = tools;
         self
+    }
+
+    /// The same state with the receipt key `serve` loaded (a new one otherwise).
+    pub fn with_receipt_key(mut self, key: Arc<anchor_app::receipt_key::ReceiptKey>) -> AppState {
+        Arc::make_mut(&mut self.0).receipt_key = key;
+        self
+    }
+
+    /// The receipt key, published with the others first if this host has not yet.
+    pub async fn published_receipt_key(&self) -> anchor_app::AppResult<&anchor_app::receipt_key::ReceiptKey> {
+        self.receipt_key_published.get_or_try_init(|| anchor_app::transparency::publish_receipt_key(&self.app, &self.receipt_key)).await?;
+        Ok(&self.receipt_key)
     }
 
     /// The same state with another settler (facilitator mode).

@@ -18,6 +18,7 @@ use anchor_store::witness::WitnessState;
 use anchor_verify::cosignature::{WitnessKey, WitnessSigner, add_checkpoint_request};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use common::{Server, free_port};
 use serde_json::{Value, json};
 use signed_note::{Note, StandardSigner};
@@ -138,6 +139,45 @@ fn verify_with(receipt: &Path, log_vkey: &str, witnesses: &[&str], quorum: usize
     args.push("--quorum".into());
     args.push(quorum.to_string());
     Command::new(env!("CARGO_BIN_EXE_anchor")).args(&args).output().unwrap()
+}
+
+/// The pycose check of a COSE receipt (tests/e2e/scitt/verify_receipt.py),
+/// with the Python of the client's test environment (`ANCHOR_PYTHON`, which
+/// scripts/test sets); `None` when there is none, outside CI.
+fn pycose_verify(receipt: &Path, keys: &Path, out: &Path) -> Option<Output> {
+    let Ok(python) = std::env::var("ANCHOR_PYTHON") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "the pycose check needs ANCHOR_PYTHON (scripts/test sets it); under CI it must run");
+        eprintln!("SKIPPED the pycose check: ANCHOR_PYTHON is not set (scripts/test sets it)");
+        return None;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/scitt/verify_receipt.py");
+    Some(Command::new(python).arg(script).arg(receipt).arg(keys).arg(out).output().unwrap())
+}
+
+/// Go's sumdb/tlog check of the path pycose found (tests/e2e/scitt/inclusion.go).
+fn go_inclusion(found: &Path, log_vkey: &str) -> Option<Output> {
+    let gopath = Path::new("/usr/share/gocode");
+    if !gopath.join("src/golang.org/x/mod/sumdb/tlog").is_dir() || Command::new("go").arg("version").output().is_err() {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+            || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "the Go tlog check needs golang-go and golang-golang-x-mod-dev; under CI it must run");
+        eprintln!("SKIPPED the Go tlog check: install golang-go and golang-golang-x-mod-dev");
+        return None;
+    }
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/scitt/inclusion.go");
+    Some(
+        Command::new("go")
+            .args(["run", program])
+            .arg(found)
+            .arg(log_vkey)
+            .env("GO111MODULE", "off")
+            .env("GOPATH", gopath)
+            .env("GOFLAGS", "")
+            .output()
+            .unwrap(),
+    )
 }
 
 /// The Go verifier (tests/e2e/witness), when Go and golang.org/x/mod are
@@ -440,6 +480,128 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         let out = go_verify(&note_file, &log_vkey, 2, &[&vkey_a, &vkey_b]).unwrap();
         assert!(!out.status.success(), "Go refuses an altered cosignature");
     }
+
+    // The same proof as a COSE Receipt (RFC 9942, vds 1), checked by code
+    // that is not ours. Its inclusion path has at least one hash: a second
+    // record makes a tree of two, witnessed and stamped.
+    let (second, _) = anchor_one(&http, &base, &token, "certifiable").await;
+    let stamped = |r: &Value| r["witnessed"] == json!(true) && r["timestamp_token"].is_string() && r["tree_size"].as_u64() >= Some(2);
+    receipt_when(&http, &base, &token, &second, Duration::from_secs(30), stamped).await;
+    let receipt = receipt_when(&http, &base, &token, &dd_id, Duration::from_secs(30), stamped).await;
+    let cose = http.get(format!("{base}/v1/dd/{dd_id}/receipt.cose")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!((cose.status().as_u16(), cose.headers()["content-type"].to_str().unwrap()), (200, "application/cose"));
+    let cose = cose.bytes().await.unwrap().to_vec();
+    assert_eq!(cose[0], 0xd2, "a tagged COSE_Sign1");
+    let negotiated =
+        http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(&token).header("accept", "application/cose").send().await.unwrap();
+    assert_eq!(negotiated.bytes().await.unwrap().to_vec(), cose, "Accept: application/cose serves the same receipt");
+    let keys = http.get(format!("{base}/.well-known/scitt-keys")).send().await.unwrap();
+    assert_eq!(keys.headers()["content-type"], "application/cbor");
+    let keys = keys.bytes().await.unwrap().to_vec();
+    let key_set = anchor_verify::cose::parse_keys(&keys).unwrap();
+    let kid = key_set[0].thumbprint();
+    let one = http.get(format!("{base}/.well-known/scitt-keys/{}", B64URL.encode(kid))).send().await.unwrap();
+    assert_eq!(one.status().as_u16(), 200);
+    let missing = http.get(format!("{base}/.well-known/scitt-keys/{}", B64URL.encode([0u8; 32]))).send().await.unwrap();
+    assert_eq!(
+        (missing.status().as_u16(), missing.headers()["content-type"].to_str().unwrap()),
+        (404, "application/concise-problem-details+cbor")
+    );
+    let keys_file = dir.join("keys.cbor");
+    std::fs::write(&keys_file, &keys).unwrap();
+    let cose_file = dir.join("receipt.cose");
+    std::fs::write(&cose_file, &cose).unwrap();
+    let cose_args = ["--receipt-key", keys_file.to_str().unwrap(), "--tsa-ca", tsa.ca.to_str().unwrap()];
+    let ok = verify_with(&cose_file, &log_vkey, &[&vkey_a, &vkey_b], 2, &cose_args);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{stdout}{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        stdout.contains("ok: the COSE receipt (RFC 9942) is signed by receipt key")
+            && stdout.contains("ok: 2 of the 2 witness cosignatures required")
+            && stdout.contains("ok: the checkpoint was time-stamped at"),
+        "the integrity level survives the envelope: {stdout}"
+    );
+    // pycose verifies the signature over the root its own RFC 9162 code
+    // recomputes, which is the witnessed, stamped checkpoint's; Go's tlog
+    // checks the same path against that checkpoint.
+    let found = dir.join("found.json");
+    if let Some(out) = pycose_verify(&cose_file, &keys_file, &found) {
+        assert!(out.status.success(), "pycose: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let found_json: Value = serde_json::from_str(&std::fs::read_to_string(&found).unwrap()).unwrap();
+        assert_eq!((found_json["signature"].clone(), found_json["root_is_the_checkpoints"].clone()), (json!(true), json!(true)));
+        assert_eq!(found_json["checkpoint"], receipt["checkpoint"], "the witnessed, stamped checkpoint travels in the receipt");
+        if let Some(out) = go_inclusion(&found, &log_vkey) {
+            assert!(out.status.success(), "Go tlog: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    // Each tampering refused, by anchor verify and by pycose.
+    let path_hash = B64.decode(receipt["inclusion_proof"][0].as_str().unwrap()).unwrap();
+    let size = receipt["tree_size"].as_u64().unwrap() as u8;
+    let at = |needle: &[u8]| cose.windows(needle.len()).position(|w| w == needle).unwrap_or_else(|| panic!("{needle:?} in the receipt"));
+    let tamperings: Vec<(&str, Vec<u8>)> = vec![
+        ("signature", {
+            let mut t = cose.clone();
+            let n = t.len() - 1;
+            t[n] ^= 1;
+            t
+        }),
+        ("kid", {
+            let mut t = cose.clone();
+            let i = at(&kid);
+            t[i] ^= 1;
+            t
+        }),
+        ("path", {
+            let mut t = cose.clone();
+            let i = at(&path_hash);
+            t[i] ^= 1;
+            t
+        }),
+        ("leaf", {
+            let mut t = cose.clone();
+            let i = at(b"anchored_at=") + 12;
+            t[i] = if t[i] == b'2' { b'3' } else { b'2' };
+            t
+        }),
+        ("size", {
+            let mut t = cose.clone();
+            let i = at(&[0x83, size]) + 1;
+            t[i] = size + 1;
+            t
+        }),
+        ("header", {
+            let mut t = cose.clone();
+            let i = at(b"127.0.0.1");
+            t[i] = b'8';
+            t
+        }),
+    ];
+    for (what, altered) in tamperings {
+        let file = dir.join(format!("tampered-{what}.cose"));
+        std::fs::write(&file, &altered).unwrap();
+        let refused = verify_with(&file, &log_vkey, &[&vkey_a, &vkey_b], 2, &cose_args);
+        assert!(!refused.status.success(), "anchor verify refuses a receipt with its {what} altered");
+        if let Some(out) = pycose_verify(&file, &keys_file, &dir.join("tampered.json")) {
+            assert!(!out.status.success(), "pycose refuses a receipt with its {what} altered");
+        }
+    }
+    let stranger = anchor_app::receipt_key::ReceiptKey::generate().public().clone();
+    let other_keys = dir.join("other-keys.cbor");
+    std::fs::write(&other_keys, anchor_verify::cose::key_set(&[stranger])).unwrap();
+    let refused = verify_with(&cose_file, &log_vkey, &[], 0, &["--receipt-key", other_keys.to_str().unwrap()]);
+    assert!(!refused.status.success(), "a key the receipt's kid does not name verifies nothing");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("signature check"), "{}", String::from_utf8_lossy(&refused.stderr));
+    // A COSE consistency receipt between the log's first checkpoint and this one.
+    let first = http.get(format!("{base}/v1/log/checkpoints/1")).send().await.unwrap().status().as_u16();
+    let consistent = http.get(format!("{base}/v1/log/consistency.cose?from=1&to={size}")).send().await.unwrap();
+    if first == 200 {
+        assert_eq!((consistent.status().as_u16(), consistent.headers()["content-type"].to_str().unwrap()), (200, "application/cose"));
+        assert_eq!(consistent.bytes().await.unwrap()[0], 0xd2);
+    } else {
+        assert_eq!(consistent.status().as_u16(), 404, "no checkpoint of one leaf was signed");
+    }
+    let same = http.get(format!("{base}/v1/log/consistency.cose?from={size}&to={size}")).send().await.unwrap();
+    assert_eq!(same.status().as_u16(), 400, "0 < from < to");
 
     // anchor monitor, from outside: the first run keeps what it checked.
     let monitor_state = dir.join("monitor.json");

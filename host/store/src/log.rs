@@ -68,6 +68,11 @@ pub trait LogStore: Send + Sync {
     async fn insert_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
     async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
+    /// Publishes a COSE receipt key (its kid and public COSE_Key); a key
+    /// published before keeps its first time.
+    async fn publish_receipt_key(&self, kid: &[u8; 32], cose_key: &[u8], now: DateTime<Utc>) -> Result<()>;
+    /// Every published receipt key's COSE_Key, oldest first.
+    async fn receipt_keys(&self) -> Result<Vec<Vec<u8>>>;
     /// Up to `limit` checkpoints of size over `after`, smallest first.
     async fn checkpoints_after(&self, after: i64, limit: i64) -> Result<Vec<CheckpointRecord>>;
     /// The size of the latest checkpoint `witness` (its verifier key) holds
@@ -308,6 +313,23 @@ impl<E: Engine> LogStore for SqlStore<E> {
             )
             .await?;
         rows.iter().map(decode_checkpoint).collect()
+    }
+
+    async fn publish_receipt_key(&self, kid: &[u8; 32], cose_key: &[u8], now: DateTime<Utc>) -> Result<()> {
+        self.db()
+            .execute(
+                sql("insert into receipt_key (kid, cose_key, first_used_at) values ($1, $2, $3) on conflict (kid) do nothing")
+                    .bind(kid.as_slice())
+                    .bind(cose_key)
+                    .bind(now),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn receipt_keys(&self) -> Result<Vec<Vec<u8>>> {
+        let rows = self.db().fetch_all(sql("select cose_key from receipt_key order by first_used_at, kid")).await?;
+        rows.iter().map(|row| row.get::<Vec<u8>>("cose_key")).collect()
     }
 
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>> {

@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use signed_note::{Note, StandardVerifier, VerifierList};
 use tlog_tiles::{Checkpoint, Hash};
 
+pub mod cose;
 pub mod cosignature;
 pub mod timestamp;
 

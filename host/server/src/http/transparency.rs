@@ -25,7 +25,11 @@ pub fn operations() -> Vec<Operation> {
         op(Method::GET, "/v1/dd/{dd_id}/receipt", get(receipt))
             .tag("Log")
             .summary("A receipt that proves a confirmed declaration is in the signed log")
-            .describe("Owner only: it carries the record's salt. `anchor verify` checks it offline.")
+            .describe(
+                "Owner only: it carries the record's salt. `anchor verify` checks it offline. With Accept: application/cose (or \
+                 application/scitt-receipt+cose) the same proof comes as a COSE Receipt (RFC 9942, vds 1 RFC9162_SHA256), as at \
+                 /v1/dd/{dd_id}/receipt.cose.",
+            )
             .agent()
             .extension()
             .path::<Uuid>("dd_id")
@@ -33,11 +37,57 @@ pub fn operations() -> Vec<Operation> {
                 200,
                 "Receipt: the anchor-dd/1 record (salt included), its leaf, the inclusion proof and the signed checkpoint",
             )
+            .or_media(200, "application/cose")
             .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
             .error(403, "Another agent's record.", &["FORBIDDEN"])
             .error(404, "No such record.", &["DD_NOT_FOUND"])
             .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"])
             .error(409, "Not confirmed, or not yet in a signed checkpoint (retry shortly).", &["NOT_CONFIRMED", "NOT_YET_IN_LOG"]),
+        op(Method::GET, "/v1/dd/{dd_id}/receipt.cose", get(receipt_cose))
+            .tag("Log")
+            .summary("The receipt as a COSE Receipt (RFC 9942): for SCITT verifiers")
+            .describe(COSE_RECEIPT)
+            .agent()
+            .extension()
+            .path::<Uuid>("dd_id")
+            .ok_media(200, "The COSE Receipt (a tagged COSE_Sign1, payload detached)", "application/cose")
+            .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
+            .error(403, "Another agent's record.", &["FORBIDDEN"])
+            .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"])
+            .error(
+                409,
+                "Not confirmed, not yet in a signed checkpoint, or the tree holds one leaf only (retry shortly).",
+                &["NOT_CONFIRMED", "NOT_YET_IN_LOG"],
+            ),
+        op(Method::GET, "/v1/log/consistency.cose", get(consistency_cose))
+            .tag("Log")
+            .summary("A COSE consistency receipt (RFC 9942, vds 1) between two signed checkpoints")
+            .describe(
+                "Its payload (detached) is the root of the newer checkpoint, its proof (396 / -2) [from, to, path]; both \
+                 checkpoints travel under private labels -70005 (older) and -70001 (newer). Sizes are those of signed checkpoints.",
+            )
+            .extension()
+            .query::<ConsistencyQuery>()
+            .ok_media(200, "The COSE consistency receipt", "application/cose")
+            .error(400, "Sizes missing, out of range, or not 0 < from < to.", &["INVALID_VALUE", "MISSING_FIELD"])
+            .error(404, "The log signed no checkpoint of one of the sizes.", &["CHECKPOINT_NOT_FOUND"]),
+        op(Method::GET, "/.well-known/scitt-keys", get(receipt_keys))
+            .tag("Log")
+            .summary("The keys COSE receipts are signed with: a COSE Key Set (SCRAPI key discovery)")
+            .describe(
+                "Every key a host of this service has signed receipts with, retired ones included, as EC2 P-256 COSE_Keys whose \
+                 kid is the RFC 9679 thumbprint receipts name in their protected header.",
+            )
+            .extension()
+            .ok_media(200, "The COSE Key Set (CBOR)", "application/cbor"),
+        op(Method::GET, "/.well-known/scitt-keys/{kid}", get(receipt_key))
+            .tag("Log")
+            .summary("One receipt key by its kid (base64url, no padding)")
+            .extension()
+            .path::<String>("kid")
+            .ok_media(200, "The COSE_Key (CBOR)", "application/cbor")
+            .ok_media(404, "No key has this kid: concise problem details (RFC 9290)", "application/concise-problem-details+cbor"),
         op(Method::GET, "/v1/log/checkpoint", get(latest_checkpoint))
             .tag("Log")
             .summary("The latest signed checkpoint (C2SP tlog-checkpoint, signed note)")
@@ -81,9 +131,85 @@ fn text(body: String, cache: &'static str) -> Response {
     response
 }
 
-async fn receipt(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Json<Receipt>> {
+const COSE_RECEIPT: &str = "Owner only. A tagged COSE_Sign1 signed with ES256: protected header alg -7, kid (the key's RFC 9679 \
+     thumbprint, its key at /.well-known/scitt-keys), vds 395 = 1 (RFC9162_SHA256) and CWT claims 15 {1: iss (this service), 2: \
+     sub (urn:uuid:<dd_id>), 6: iat (the checkpoint's time)}; unprotected 396 {-1: [bstr .cbor [tree_size, leaf_index, path]]}. \
+     The payload is detached: it is the Merkle root a verifier recomputes from the leaf and the path (RFC 9162, leaf hash \
+     SHA-256(0x00 || leaf)). The leaf of a declaration is the UTF-8 text anchor-leaf/1\\n<integrity_hash>\\n<anchored_at>\\n, \
+     where integrity_hash is sha256: and the hex SHA-256 of the record's anchor-dd/1 canonical encoding. Private labels carry \
+     the integrity level through the envelope: -70001 the checkpoint (a C2SP signed note with the witnesses' cosignatures), \
+     -70002 the RFC 3161 token over its body when stamped, -70003 the leaf bytes, -70004 the canonical record.";
+
+/// Whether the client asks for a COSE receipt: application/cose (or the
+/// SCITT receipt type) before, or without, application/json.
+fn wants_cose(headers: &axum::http::HeaderMap) -> bool {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let cose = ["application/cose", "application/scitt-receipt+cose"].iter().filter_map(|m| accept.find(m)).min();
+    match (cose, accept.find("application/json")) {
+        (Some(cose), Some(json)) => cose < json,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+fn cose(bytes: Vec<u8>, cache: &'static str) -> Response {
+    let mut response = bytes.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/cose"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    response
+}
+
+async fn receipt(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    ApiPath(dd_id): ApiPath<String>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<Response> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
-    Ok(Json(transparency::receipt(&state.app, agent.agent_id, dd_id).await?))
+    if wants_cose(&headers) {
+        let key = state.published_receipt_key().await?;
+        return Ok(cose(transparency::cose_receipt(&state.app, key, agent.agent_id, dd_id).await?, "private, no-store"));
+    }
+    Ok(Json(transparency::receipt(&state.app, agent.agent_id, dd_id).await?).into_response())
+}
+
+async fn receipt_cose(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Response> {
+    let dd_id = path_uuid("dd_id", &dd_id)?;
+    let key = state.published_receipt_key().await?;
+    Ok(cose(transparency::cose_receipt(&state.app, key, agent.agent_id, dd_id).await?, "private, no-store"))
+}
+
+async fn consistency_cose(State(state): State<AppState>, ApiQuery(query): ApiQuery<ConsistencyQuery>) -> ApiResult<Response> {
+    let key = state.published_receipt_key().await?;
+    Ok(cose(transparency::cose_consistency(&state.app, key, query.from, query.to).await?, "public, max-age=60"))
+}
+
+fn cbor(bytes: Vec<u8>, media: &'static str) -> Response {
+    let mut response = bytes.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+    response
+}
+
+async fn receipt_keys(State(state): State<AppState>) -> ApiResult<Response> {
+    state.published_receipt_key().await?;
+    let keys = transparency::receipt_keys(&state.app).await?;
+    Ok(cbor(anchor_verify::cose::key_set(&keys), "application/cbor"))
+}
+
+async fn receipt_key(State(state): State<AppState>, ApiPath(kid): ApiPath<String>) -> ApiResult<Response> {
+    use base64::Engine;
+    state.published_receipt_key().await?;
+    let wanted = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(kid.trim_end_matches('=')).ok();
+    let keys = transparency::receipt_keys(&state.app).await?;
+    match keys.into_iter().find(|k| wanted.as_deref() == Some(k.thumbprint().as_slice())) {
+        Some(key) => Ok(cbor(key.cose_key(), "application/cbor")),
+        None => {
+            let problem = anchor_verify::cose::problem("No such key", "No key could be found for this kid value");
+            let mut response = cbor(problem, "application/concise-problem-details+cbor");
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            Ok(response)
+        }
+    }
 }
 
 async fn latest_checkpoint(State(state): State<AppState>) -> ApiResult<Response> {
