@@ -25,7 +25,13 @@ fn ok(reply: &Reply) {
 
 async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     // Exact releases: ten agents are enough to show the environment.
-    let t = TestServer::with(backend, Options { privacy: anchor_app::ara::privacy::Privacy::Exact, ..Default::default() }).await;
+    let issuer = anchor_app::receipt_key::ReceiptKey::generate();
+    let scitt = anchor_app::scitt::Registry::new(vec![anchor_app::scitt::Issuer {
+        iss: "https://issuer.example".into(),
+        keys: vec![(None, issuer.public().clone())],
+    }])
+    .unwrap();
+    let t = TestServer::with(backend, Options { privacy: anchor_app::ara::privacy::Privacy::Exact, scitt, ..Default::default() }).await;
     let mut agent = t.register().await;
     let id = agent.id.clone();
 
@@ -112,6 +118,36 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     let later = t.wait_for_log(checkpoint.size + 1).await;
     ok(&t.get(&format!("/v1/log/consistency.cose?from={}&to={}", checkpoint.size, later.size), None).await);
     ok(&t.get(&format!("/v1/log/tile/0/000.p/{}", checkpoint.size), None).await);
+    // SCRAPI: a signed statement registered (303), its receipt (200), and
+    // the same statement again, receipted at once (201).
+    let statement =
+        anchor_verify::statement::sign_statement("https://issuer.example", "pkg:coverage@1", None, b"{}", &issuer.kid(), |tbs| {
+            issuer.sign(tbs)
+        })
+        .unwrap();
+    let raw = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let register = || async {
+        let reply = raw.post(t.url("/entries")).header("content-type", "application/cose").body(statement.clone()).send().await.unwrap();
+        let (status, media) = (reply.status().as_u16(), reply.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()));
+        contract::check(&t.base, "POST", "/entries", status, media.as_deref(), "");
+        (status, reply.headers().get("location").map(|v| v.to_str().unwrap().to_owned()))
+    };
+    let (status, location) = register().await;
+    assert_eq!(status, 303);
+    let location = location.expect("a locator");
+    let path = location.strip_prefix(&t.base).unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reply = raw.get(&location).send().await.unwrap();
+        let (status, media) = (reply.status().as_u16(), reply.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()));
+        contract::check(&t.base, "GET", &path, status, media.as_deref(), "");
+        if status == 200 {
+            break;
+        }
+        assert!(status == 302 && std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(register().await.0, 201);
 
     // ARA: ten contributing agents with three branch-1 decisions each (shared
     // templates), then, the next day, every observation.

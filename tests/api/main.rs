@@ -26,6 +26,7 @@ mod payments;
 mod plugins;
 mod replica;
 mod retention;
+mod scitt;
 mod sdac;
 mod sdk;
 mod store_conformance;

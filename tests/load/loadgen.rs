@@ -19,6 +19,12 @@
 //! k / R seconds after the start), to measure latency below the peak; without
 //! it every worker sends as fast as it is answered. Latency is reported per
 //! pair and for the confirm alone.
+//!
+//! `--statements N --issuer ISS --issuer-key FILE` measures SCITT
+//! registration instead: N signed statements (signed before the clock
+//! starts with the issuer key of `anchor statement keygen`, which the
+//! server allows with `--scitt-issuer`) are posted to `POST /entries`, then
+//! their receipts are fetched once a checkpoint covers them all.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +45,10 @@ struct Args {
     /// Also measure confirm-to-witnessed-receipt lag: every N-th record's
     /// receipt is polled from its confirm until it says `witnessed: true`.
     witnessed_every: Option<usize>,
+    /// Register this many signed statements (SCRAPI) instead of anchoring.
+    statements: usize,
+    issuer: String,
+    issuer_key: Option<String>,
 }
 
 fn args() -> Args {
@@ -50,6 +60,9 @@ fn args() -> Args {
         paid: false,
         rate: None,
         witnessed_every: None,
+        statements: 0,
+        issuer: "https://issuer.bench".into(),
+        issuer_key: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,7 +81,13 @@ fn args() -> Args {
             "--concurrency" => args.concurrency = value.parse().expect("--concurrency takes a number"),
             "--rate" => args.rate = Some(value.parse().expect("--rate takes a number of pairs per second")),
             "--witnessed-every" => args.witnessed_every = Some(value.parse::<usize>().expect("--witnessed-every takes a number").max(1)),
-            other => panic!("unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid --witnessed-every N"),
+            "--statements" => args.statements = value.parse().expect("--statements takes a number"),
+            "--issuer" => args.issuer = value,
+            "--issuer-key" => args.issuer_key = Some(value),
+            other => panic!(
+                "unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid --witnessed-every N \
+                 --statements N --issuer ISS --issuer-key FILE"
+            ),
         }
     }
     assert!(args.url.contains("127.0.0.1") || args.url.contains("localhost") || args.url.contains("[::1]"), "loopback only");
@@ -79,6 +98,9 @@ fn args() -> Args {
 async fn main() -> anyhow::Result<()> {
     let args = args();
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency * 2).build()?;
+    if args.statements > 0 {
+        return register_statements(&args).await;
+    }
     let agents_needed = args.pairs.div_ceil(50);
     let mut tokens = Vec::with_capacity(agents_needed);
     for _ in 0..agents_needed {
@@ -340,7 +362,17 @@ async fn log_report(
     let seen = seen.lock().await.clone();
     let mut inclusion = Vec::new();
     let mut fetch = Vec::new();
+    let mut cose_fetch = Vec::new();
     for (token, dd_id, at) in confirmed {
+        // The COSE receipt (signed at each request) beside the JSON one,
+        // each fetched whole, one after the other.
+        let t0 = Instant::now();
+        let cose = http.get(format!("{url}/v1/dd/{dd_id}/receipt.cose")).bearer_auth(token).send().await?;
+        let cose_ok = cose.status().is_success();
+        cose.bytes().await?;
+        if cose_ok {
+            cose_fetch.push(t0.elapsed());
+        }
         let t0 = Instant::now();
         let receipt: Value = http.get(format!("{url}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await?.json().await?;
         fetch.push(t0.elapsed());
@@ -351,6 +383,7 @@ async fn log_report(
     }
     inclusion.sort();
     fetch.sort();
+    cose_fetch.sort();
     let pct = |v: &[Duration], p: f64| v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or_default();
     println!(
         "confirm -> signed checkpoint: p50 {:.0} ms, p99 {:.0} ms ({} of {} seen); receipt fetch: p50 {:.2} ms, p99 {:.2} ms",
@@ -360,6 +393,99 @@ async fn log_report(
         confirmed.len(),
         pct(&fetch, 0.5).as_secs_f64() * 1e3,
         pct(&fetch, 0.99).as_secs_f64() * 1e3,
+    );
+    println!(
+        "COSE receipt fetch: p50 {:.2} ms, p99 {:.2} ms ({} of {} served)",
+        pct(&cose_fetch, 0.5).as_secs_f64() * 1e3,
+        pct(&cose_fetch, 0.99).as_secs_f64() * 1e3,
+        cose_fetch.len(),
+        confirmed.len(),
+    );
+    Ok(())
+}
+
+/// SCITT registration: `args.statements` signed statements posted to
+/// `POST /entries` by `args.concurrency` workers, then each one's receipt
+/// fetched once a checkpoint covers them all.
+async fn register_statements(args: &Args) -> anyhow::Result<()> {
+    let key_file = args.issuer_key.as_ref().expect("--statements needs --issuer-key (anchor statement keygen)");
+    let key = anchor_app::receipt_key::ReceiptKey::from_skey(&std::fs::read_to_string(key_file)?)?;
+    let statements: Vec<Vec<u8>> = (0..args.statements)
+        .map(|n| {
+            let payload = format!("{{\"artifact\":\"bench-{n}-{}\"}}", uuid::Uuid::new_v4());
+            anchor_verify::statement::sign_statement(&args.issuer, "pkg:bench@1", None, payload.as_bytes(), &key.kid(), |tbs| key.sign(tbs))
+                .expect("a statement")
+        })
+        .collect();
+    let http =
+        reqwest::Client::builder().pool_max_idle_per_host(args.concurrency * 2).redirect(reqwest::redirect::Policy::none()).build()?;
+    let baseline = checkpoint_size(&http, &args.url).await.unwrap_or(0);
+    let queue = Arc::new(Mutex::new(statements));
+    let results = Arc::new(Mutex::new(Vec::with_capacity(args.statements)));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency {
+        let (http, queue, results, url) = (http.clone(), queue.clone(), results.clone(), args.url.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let Some(statement) = queue.lock().await.pop() else { break };
+                let t0 = Instant::now();
+                let reply = http
+                    .post(format!("{url}/entries"))
+                    .header("content-type", "application/cose")
+                    .body(statement)
+                    .send()
+                    .await
+                    .expect("POST");
+                let status = reply.status().as_u16();
+                let location = reply.headers().get("location").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                assert!(status == 303 || status == 201, "POST /entries answered {status}: {:?}", reply.bytes().await);
+                results.lock().await.push((t0.elapsed(), location.expect("a locator")));
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await?;
+    }
+    let elapsed = started.elapsed();
+    let results = std::mem::take(&mut *results.lock().await);
+    let mut latencies: Vec<Duration> = results.iter().map(|(d, _)| *d).collect();
+    latencies.sort();
+    let pct = |v: &[Duration], p: f64| v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or_default();
+    println!(
+        "registered {} signed statements (POST /entries) in {:.2} s with concurrency {}: {:.0} statements/s; per request p50 {:.2} ms, p99 {:.2} ms",
+        results.len(),
+        elapsed.as_secs_f64(),
+        args.concurrency,
+        results.len() as f64 / elapsed.as_secs_f64(),
+        pct(&latencies, 0.5).as_secs_f64() * 1e3,
+        pct(&latencies, 0.99).as_secs_f64() * 1e3,
+    );
+    // Every statement under a checkpoint, then each receipt fetched.
+    let total = baseline + results.len() as u64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoint_size(&http, &args.url).await.unwrap_or(0) < total {
+        assert!(Instant::now() < deadline, "the statements were not all checkpointed within 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("registered -> all under a signed checkpoint: {:.0} ms after the first POST", started.elapsed().as_secs_f64() * 1e3);
+    let mut fetch = Vec::with_capacity(results.len());
+    for (_, location) in &results {
+        let t0 = Instant::now();
+        let reply = http.get(location).header("accept", "application/cose").send().await?;
+        let status = reply.status().as_u16();
+        reply.bytes().await?;
+        if status == 200 {
+            fetch.push(t0.elapsed());
+        }
+    }
+    fetch.sort();
+    println!(
+        "statement receipt fetch (GET /entries/{{id}}): p50 {:.2} ms, p99 {:.2} ms ({} of {} served)",
+        pct(&fetch, 0.5).as_secs_f64() * 1e3,
+        pct(&fetch, 0.99).as_secs_f64() * 1e3,
+        fetch.len(),
+        results.len(),
     );
     Ok(())
 }

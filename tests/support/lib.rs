@@ -266,6 +266,8 @@ pub struct Options {
     pub features: anchor_app::Features,
     /// The tool runtime and its slots; `None`: the one the test process shares.
     pub tools: Option<anchor_app::tools::Tools>,
+    /// The issuers whose signed statements POST /entries registers (none).
+    pub scitt: anchor_app::scitt::Registry,
 }
 
 impl Default for Options {
@@ -283,6 +285,7 @@ impl Default for Options {
             jobs: true,
             features: Default::default(),
             tools: None,
+            scitt: Default::default(),
         }
     }
 }
@@ -343,7 +346,7 @@ impl TestServer {
         if let Some(settler) = options.settler {
             state = state.with_settler(settler);
         }
-        state = state.with_tools(options.tools.unwrap_or_else(shared_tools));
+        state = state.with_tools(options.tools.unwrap_or_else(shared_tools)).with_scitt(options.scitt);
         // The background jobs, with a fast log; reconciliation and erasure
         // are driven by the tests themselves.
         let integrator = options.jobs.then(|| {

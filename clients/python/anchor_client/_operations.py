@@ -54,6 +54,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('POST', '/dap/tsl/human-share'): ('HumanShareRequest', {201: 'HumanShareView', 400: 'Error', 401: 'Error', 403: 'Error', 404: 'Error', 408: None, 413: None, 414: None, 429: 'Error', 431: None, 503: None}),
     ('GET', '/dap/tsl/human-shares'): (None, {200: 'HumanShareList', 401: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/usage/daily'): (None, {200: 'Usage', 400: 'Error', 401: 'Error', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('POST', '/entries'): (None, {201: None, 303: None, 400: None, 408: None, 413: None, 414: None, 415: None, 429: None, 431: None, 503: None}),
+    ('GET', '/entries/{entry_id}'): (None, {200: None, 302: None, 400: None, 404: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/health'): (None, {200: 'Health', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Health'}),
     ('GET', '/llms.txt'): (None, {200: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/openapi.json'): (None, {200: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),

@@ -272,14 +272,36 @@ def _cose_thumbprint(x: bytes, y: bytes) -> bytes:
     return hashlib.sha256(b"\xa4\x01\x02\x20\x01\x21\x58\x20" + x + b"\x22\x58\x20" + y).digest()
 
 
+def statement_leaf(statement: bytes) -> bytes:
+    """The log leaf of a signed statement: `anchor-statement/1\\nsha256:<hex>\\n`,
+    the hash over the statement as `18([protected, {}, payload, signature])`."""
+    import cbor2
+
+    try:
+        decoded = cbor2.loads(statement)
+        parts = decoded.value if isinstance(decoded, cbor2.CBORTag) else decoded
+        protected, _unprotected, payload, signature = parts
+    except Exception as error:  # noqa: BLE001 - any decoding failure is a malformed statement
+        raise VerificationError("record", f"not a COSE_Sign1 statement: {error}") from error
+    if not isinstance(payload, bytes):
+        raise VerificationError("record", "the statement's payload is not attached")
+    bare = cbor2.dumps(cbor2.CBORTag(18, [protected, {}, payload, signature]))
+    return f"anchor-statement/1\nsha256:{hashlib.sha256(bare).hexdigest()}\n".encode()
+
+
 def verify_cose_receipt(
     receipt: bytes,
     receipt_keys: bytes,
     key: str,
     witnesses: list[str] | None = None,
     quorum: int | None = None,
+    statement: bytes | None = None,
 ) -> Verified:
     """Checks a COSE receipt (RFC 9942, vds 1; `GET /v1/dd/{dd_id}/receipt.cose`) offline.
+
+    With `statement` (a signed statement as registered with `POST /entries`),
+    the receipt is that statement's (`GET /entries/{entry_id}`): its leaf is
+    rebuilt from the statement, not from a record.
 
     `receipt_keys` is the COSE Key Set of `GET /.well-known/scitt-keys`
     (CBOR), `key` the log's public key. The receipt's ES256 signature must
@@ -309,13 +331,17 @@ def verify_cose_receipt(
     try:
         (proof,) = unprotected[396][-1]
         size, index, path = cbor2.loads(proof)
-        record, note = unprotected[-70004], unprotected[-70001]
+        note = unprotected[-70001]
+        record = None if statement is not None else unprotected[-70004]
     except (KeyError, TypeError, ValueError) as error:
         raise VerificationError("format", f"the receipt lacks its proof, record or checkpoint: {error}") from error
-    fields = dict(line.split("=", 1) for line in record.splitlines()[1:] if "=" in line)
-    integrity = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
-    root = root_from_inclusion(index, size, leaf_hash(integrity, fields.get("anchored_at", "")), _hashes(
-        [base64.b64encode(h).decode() for h in path], "inclusion"))
+    if statement is not None:
+        leaf = _sha256(b"\x00" + statement_leaf(statement))
+    else:
+        fields = dict(line.split("=", 1) for line in record.splitlines()[1:] if "=" in line)
+        integrity = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
+        leaf = leaf_hash(integrity, fields.get("anchored_at", ""))
+    root = root_from_inclusion(index, size, leaf, _hashes([base64.b64encode(h).decode() for h in path], "inclusion"))
     keys = cbor2.loads(receipt_keys)
     keys = list(keys) if isinstance(keys, (list, tuple)) else [keys]
     found = next((k for k in keys if _cose_thumbprint(k[-2], k[-3]) == protected[4]), None)
@@ -330,6 +356,14 @@ def verify_cose_receipt(
         public.verify(der, signed, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature as error:
         raise VerificationError("signature", "the receipt's signature does not verify over the root its path leads to") from error
+    if statement is not None:
+        checkpoint = open_checkpoint(note, key)
+        if checkpoint.size != size or checkpoint.root != root:
+            raise VerificationError("signature", "the log's checkpoint is not of the tree the receipt's path leads to")
+        cosigned: tuple[Cosigned, ...] = ()
+        if witnesses:
+            cosigned = verify_cosignatures(note, witnesses, len(witnesses) if quorum is None else quorum)
+        return Verified(checkpoint.origin, checkpoint.size, checkpoint.root, index, cosigned)
     json_receipt = {
         "format": RECEIPT_FORMAT,
         "dd_id": fields.get("dd_id", ""),

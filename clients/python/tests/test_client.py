@@ -4,6 +4,7 @@ offline verification of what it gets back, and the models against the served doc
 import asyncio
 import base64
 import copy
+import hashlib
 import json
 import pathlib
 import sys
@@ -109,6 +110,65 @@ def test_a_cose_receipt_verifies_and_its_tampering_is_refused(base_url):
     with pytest.raises(VerificationError) as refused:
         verify_cose_receipt(bytes(altered), keys, key)
     assert refused.value.check == "signature"
+
+
+def test_a_signed_statement_is_registered_and_its_receipt_verifies(base_url):
+    """SCRAPI: a statement signed with pycose, under the issuer key the
+    server allows (ANCHOR_ISSUER_KEY), is registered (303, then 302 until
+    200) and its COSE receipt verifies against the statement; refusals are
+    concise problem details, decoded here with cbor2."""
+    import os
+
+    import cbor2
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from pycose.algorithms import Es256
+    from pycose.headers import KID, Algorithm
+    from pycose.keys import EC2Key
+    from pycose.keys.curves import P256
+    from pycose.messages import Sign1Message
+
+    secret = open(os.environ["ANCHOR_ISSUER_KEY"]).read().strip().rsplit("+", 1)[1]
+    d = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
+    public = ec.derive_private_key(int.from_bytes(d, "big"), ec.SECP256R1()).public_key().public_numbers()
+    x, y = public.x.to_bytes(32, "big"), public.y.to_bytes(32, "big")
+    kid = hashlib.sha256(cbor2.dumps({1: 2, -1: 1, -2: x, -3: y}, canonical=True)).digest()
+
+    def sign(payload: bytes) -> bytes:
+        message = Sign1Message(phdr={Algorithm: Es256, KID: kid, 15: {1: os.environ["ANCHOR_ISSUER"], 2: "pkg:python@1"}}, payload=payload)
+        message.key = EC2Key(crv=P256, d=d, x=x, y=y)
+        return message.encode()
+
+    statement = sign(b'{"artifact":"sha256:00ff"}')
+    base = base_url.rstrip("/")
+    cose = {"content-type": "application/cose"}
+    with httpx.Client(follow_redirects=False) as raw:
+        posted = raw.post(f"{base}/entries", content=statement, headers=cose)
+        assert posted.status_code == 303, posted.content
+        location = posted.headers["location"]
+        deadline = time.monotonic() + 30
+        while True:
+            reply = raw.get(location, headers={"accept": "application/cose"})
+            if reply.status_code == 200:
+                break
+            assert reply.status_code == 302 and time.monotonic() < deadline, reply.content
+            time.sleep(0.2)
+        keys = raw.get(f"{base}/.well-known/scitt-keys").content
+        key = raw.get(f"{base}/v1/log/key").json()["public_key"]
+        problems = {
+            "Invalid Signed Statement": raw.post(f"{base}/entries", content=b"not cose", headers=cose),
+            "Rejected": raw.post(f"{base}/entries", content=statement[:-1] + bytes([statement[-1] ^ 1]), headers=cose),
+            "Unsupported Media Type": raw.post(f"{base}/entries", content=statement, headers={"content-type": "application/json"}),
+            "Invalid locator": raw.get(f"{base}/entries/nothex"),
+            "Not Found": raw.get(f"{base}/entries/{'ab' * 32}"),
+        }
+    verified = verify_cose_receipt(reply.content, keys, key, statement=statement)
+    assert verified.tree_size >= 2
+    with pytest.raises(VerificationError):
+        verify_cose_receipt(reply.content, keys, key, statement=sign(b'{"artifact":"sha256:another"}'))
+    for title, answer in problems.items():
+        assert answer.headers["content-type"] == "application/concise-problem-details+cbor", (title, answer.content)
+        problem = cbor2.loads(answer.content)
+        assert problem[-1] == title and problem[-2], problem
 
 
 def test_a_retried_create_with_its_request_id_is_recorded_once(base_url):

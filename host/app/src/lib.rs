@@ -36,6 +36,7 @@ pub mod pricing;
 pub mod receipt_key;
 pub mod requests;
 pub mod retention;
+pub mod scitt;
 pub mod sdac;
 pub mod status;
 pub mod timestamp;
@@ -177,6 +178,8 @@ pub struct Services {
     pub schedule: Arc<pricing::Schedule>,
     /// Who vouches for the log beyond its own key: the witnesses and their quorum.
     pub trust: witness::Trust,
+    /// The issuers whose signed statements are registered (SCRAPI).
+    pub scitt: scitt::Registry,
 }
 
 /// What [`Services`] is made of, handed over once when a host (or a test)
@@ -209,6 +212,7 @@ impl From<Parts> for Services {
             switches: p.switches,
             schedule: p.schedule,
             trust: p.trust,
+            scitt: scitt::Registry::default(),
         }
     }
 }

@@ -218,7 +218,7 @@ pub fn plan(state: &LogState, batch: &[PendingLeaf]) -> Result<IntegrationPlan, 
             hashes.insert(first + k as u64, hash);
             written.push(((first + k as u64) as i64, hash.0));
         }
-        entries.push((index as i64, leaf.dd_id, leaf.leaf_data.clone()));
+        entries.push((index as i64, leaf.owner, leaf.leaf_data.clone()));
     }
     let new_size = size + batch.len() as u64;
     let root = tlog_tiles::tree_hash(new_size, &MapReader(&hashes)).map_err(|e| e.to_string())?;

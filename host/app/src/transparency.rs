@@ -111,27 +111,10 @@ async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult
     };
     let store = services.store.as_ref();
     let (index, _leaf) = store.log_entry_for(dd_id).await?.ok_or_else(not_yet)?;
-    // The checkpoint with the strongest proof that covers the record: the
-    // newest time-stamped one (stamped only once witnessed, when witnesses
-    // are configured), else the newest the witness quorum cosigned, else the
-    // newest the log signed.
-    let stamped = timestamp::newest_stamped(services).await.map_err(internal)?.filter(|c| c.size > index);
-    let checkpoint = match stamped {
-        Some(checkpoint) => checkpoint,
-        None => match witness::newest_witnessed(services).await.map_err(internal)?.filter(|c| c.size > index) {
-            Some(checkpoint) => checkpoint,
-            None => store.latest_checkpoint().await?.filter(|c| c.size > index).ok_or_else(not_yet)?,
-        },
-    };
-    let proof = log::inclusion_proof(store, checkpoint.size as u64, index as u64)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
-    let (note, cosignatures) = witness::with_cosignatures(services, &checkpoint).await.map_err(internal)?;
-    let is_witnessed = services.trust.witnessing() && cosignatures.len() >= services.trust.quorum;
-    let token = timestamp::token_for(services, checkpoint.size).await.map_err(internal)?;
+    let proof = proof_at(services, index).await?.ok_or_else(not_yet)?;
+    let is_witnessed = services.trust.witnessing() && proof.cosigned_by.len() >= services.trust.quorum;
     let declared = stored.declaration.ee.scope.integrity;
-    let reached = match (is_witnessed, token.is_some()) {
+    let reached = match (is_witnessed, proof.token.is_some()) {
         (true, true) => Integrity::Certifiable,
         (true, false) => Integrity::Enhanced,
         (false, _) => Integrity::Basic,
@@ -143,19 +126,69 @@ async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult
         integrity_hash,
         anchored_at: stored.declaration.anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true),
         leaf_index: index as u64,
-        tree_size: checkpoint.size as u64,
-        inclusion_proof: proof.iter().map(|h| B64.encode(h.0)).collect(),
-        checkpoint: note,
+        tree_size: proof.size,
+        inclusion_proof: proof.path.iter().map(|h| B64.encode(h)).collect(),
+        checkpoint: proof.note,
         witnessed: is_witnessed,
-        cosigned_by: cosignatures.iter().map(|c| witness::name_of(&c.witness).to_owned()).collect(),
-        timestamp_token: token.map(|t| B64.encode(&t.token)),
+        cosigned_by: proof.cosigned_by,
+        timestamp_token: proof.token.map(|t| B64.encode(&t)),
         integrity_level: Some(IntegrityLevels {
             declared: declared.as_str().to_owned(),
             reached: reached.as_str().to_owned(),
             met: level_rank(reached) >= level_rank(declared),
         }),
     };
-    Ok((receipt, checkpoint.published_at))
+    Ok((receipt, proof.signed_at))
+}
+
+/// A leaf's proof of inclusion in the checkpoint with the strongest
+/// evidence that covers it, and that evidence.
+#[derive(Clone, Debug)]
+pub struct LeafProof {
+    /// The checkpoint's tree size.
+    pub size: u64,
+    pub path: Vec<[u8; 32]>,
+    /// The checkpoint's signed note, with the witnesses' cosignature lines.
+    pub note: String,
+    /// The witnesses that cosigned it.
+    pub cosigned_by: Vec<String>,
+    /// The RFC 3161 token over it, when stamped.
+    pub token: Option<Vec<u8>>,
+    /// When the log signed it.
+    pub signed_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The proof of leaf `index`: in the newest time-stamped checkpoint that
+/// covers it (stamped only once witnessed, when witnesses are configured),
+/// else the newest the witness quorum cosigned, else the newest the log
+/// signed; `None` while no signed checkpoint covers it.
+pub async fn proof_at(services: &Services, index: i64) -> AppResult<Option<LeafProof>> {
+    let store = services.store.as_ref();
+    let stamped = timestamp::newest_stamped(services).await.map_err(internal)?.filter(|c| c.size > index);
+    let checkpoint = match stamped {
+        Some(checkpoint) => checkpoint,
+        None => match witness::newest_witnessed(services).await.map_err(internal)?.filter(|c| c.size > index) {
+            Some(checkpoint) => checkpoint,
+            None => match store.latest_checkpoint().await?.filter(|c| c.size > index) {
+                Some(checkpoint) => checkpoint,
+                None => return Ok(None),
+            },
+        },
+    };
+    let proof = log::inclusion_proof(store, checkpoint.size as u64, index as u64)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| internal(anyhow::anyhow!("no inclusion proof for leaf {index} in tree {}", checkpoint.size)))?;
+    let (note, cosignatures) = witness::with_cosignatures(services, &checkpoint).await.map_err(internal)?;
+    let token = timestamp::token_for(services, checkpoint.size).await.map_err(internal)?;
+    Ok(Some(LeafProof {
+        size: checkpoint.size as u64,
+        path: proof.iter().map(|h| h.0).collect(),
+        note,
+        cosigned_by: cosignatures.iter().map(|c| witness::name_of(&c.witness).to_owned()).collect(),
+        token: token.map(|t| t.token),
+        signed_at: checkpoint.published_at,
+    }))
 }
 
 /// The highest integrity level receipts can reach on this instance:

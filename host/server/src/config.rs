@@ -184,6 +184,14 @@ pub struct ServeConfig {
     #[arg(long = "witness", env = "ANCHOR_WITNESSES", value_delimiter = ',')]
     pub witnesses: Vec<String>,
 
+    /// An issuer whose signed statements `POST /entries` registers (SCRAPI),
+    /// as `ISS=KEYFILE`: the CWT issuer its statements name and a file
+    /// holding its public keys, a COSE_Key or a COSE Key Set (CBOR).
+    /// Repeatable; the environment variable takes a comma-separated list.
+    /// With none, every statement is refused (Rejected).
+    #[arg(long = "scitt-issuer", env = "ANCHOR_SCITT_ISSUERS", value_delimiter = ',')]
+    pub scitt_issuers: Vec<String>,
+
     /// How many witnesses must cosign a checkpoint for it to be witnessed
     /// (default: every configured witness).
     #[arg(long, env = "ANCHOR_WITNESS_QUORUM")]

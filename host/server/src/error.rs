@@ -102,6 +102,33 @@ impl<E: Into<AppError>> From<E> for ApiError {
     }
 }
 
+/// A refusal already answered as JSON (`error_code` and `message`),
+/// answered instead as concise problem details (RFC 9290, CBOR) for
+/// clients that speak COSE: the title `title` gives its code, else its
+/// status's name; the detail its message; the status and headers (such as
+/// Retry-After) kept.
+pub async fn concise_problem(response: Response, title: impl Fn(&str) -> Option<&'static str>) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let code = json.get("error_code").and_then(|c| c.as_str()).unwrap_or("ERROR");
+    let detail = json.get("message").and_then(|m| m.as_str()).unwrap_or_else(|| parts.status.canonical_reason().unwrap_or("Error"));
+    let title = title(code).unwrap_or_else(|| parts.status.canonical_reason().unwrap_or("Error"));
+    let body = anchor_verify::cose::coded_problem(title, detail, code);
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/concise-problem-details+cbor"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+/// Whether a request speaks COSE (its body is COSE, or it accepts COSE or
+/// CBOR answers), so its refusals are best said as concise problem details.
+pub fn speaks_cose(headers: &axum::http::HeaderMap) -> bool {
+    let has = |name: header::HeaderName| {
+        headers.get_all(name).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("application/cose") || v.contains("application/cbor")))
+    };
+    has(header::CONTENT_TYPE) || has(header::ACCEPT)
+}
+
 /// The longest message an error body carries; longer ones are cut (they never
 /// should be: inputs are quoted with `anchor_domain::brief`).
 const MESSAGE_MAX_CHARS: usize = 1_000;

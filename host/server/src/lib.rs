@@ -174,6 +174,18 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         }
         state.with_trust(trust)
     };
+    let issuers = config
+        .scitt_issuers
+        .iter()
+        .filter(|spec| !spec.trim().is_empty())
+        .map(|spec| scitt_issuer(spec).map_err(|e| anyhow::anyhow!("--scitt-issuer {spec}: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let state = if issuers.is_empty() {
+        state
+    } else {
+        tracing::info!(issuers = ?issuers.iter().map(|i| i.iss.as_str()).collect::<Vec<_>>(), "signed statements of these issuers are registered");
+        state.with_scitt(anchor_app::scitt::Registry::new(issuers).map_err(|e| anyhow::anyhow!("--scitt-issuer: {e}"))?)
+    };
     if let Some(read_url) = config.database_read_url.as_deref().filter(|u| !u.is_empty()) {
         state.app.replica.set(Some(anchor_store::open_replica(read_url, None).await?));
         tracing::info!("ARA observation reads go to the read replica");
@@ -290,4 +302,15 @@ async fn shutdown_signal() {
 pub async fn serve_listener(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
     let (limits, proxies) = (state.settings.http, state.settings.trusted_proxies.clone());
     listener::serve_behind(listener, app(state), limits, proxies, std::future::pending()).await
+}
+
+/// An allowed SCITT issuer from `ISS=KEYFILE` (the file a COSE_Key or a COSE Key Set).
+fn scitt_issuer(spec: &str) -> anyhow::Result<anchor_app::scitt::Issuer> {
+    let (iss, file) = spec.trim().rsplit_once('=').ok_or_else(|| anyhow::anyhow!("give ISS=KEYFILE"))?;
+    if iss.is_empty() || file.is_empty() {
+        anyhow::bail!("give ISS=KEYFILE");
+    }
+    let bytes = std::fs::read(file).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let keys = anchor_app::scitt::issuer_keys(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    Ok(anchor_app::scitt::Issuer { iss: iss.to_owned(), keys })
 }

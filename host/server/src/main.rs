@@ -89,6 +89,12 @@ enum Command {
         #[command(subcommand)]
         command: WitnessCommand,
     },
+    /// Signed statements for SCITT registration (POST /entries): an
+    /// issuer's key, and statements signed with it.
+    Statement {
+        #[command(subcommand)]
+        command: StatementCommand,
+    },
     /// A wallet key for paying over x402 (`anchor pay`, the clients): under
     /// local settlement (the default) no money moves, so a new key is all a
     /// test needs.
@@ -553,9 +559,41 @@ enum LogCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum StatementCommand {
+    /// Create an issuer's ES256 key in FILE (readable by its owner only) and
+    /// its public COSE_Key beside it (FILE with the extension .pub.cbor), the
+    /// file `anchor serve --scitt-issuer ISS=KEYFILE` takes; print its kid
+    /// (the RFC 9679 thumbprint, base64url).
+    Keygen {
+        /// Where to write the private key (created, never overwritten).
+        file: std::path::PathBuf,
+    },
+    /// Sign PAYLOAD (a file, `-` for stdin) as a statement of ISS about SUB
+    /// (a tagged COSE_Sign1, ES256, the payload attached) and write it to
+    /// stdout, ready for POST /entries with Content-Type: application/cose.
+    Sign {
+        /// The issuer's private key (from `anchor statement keygen`).
+        #[arg(long)]
+        key: std::path::PathBuf,
+        /// The issuer (CWT claim 1), as the server's --scitt-issuer names it.
+        #[arg(long)]
+        iss: String,
+        /// What the statement is about (CWT claim 2).
+        #[arg(long)]
+        sub: String,
+        /// The payload's media type (COSE header 3).
+        #[arg(long)]
+        content_type: Option<String>,
+        payload: std::path::PathBuf,
+    },
+}
+
 #[derive(clap::Args)]
 struct VerifyArgs {
-    /// A receipt from GET /v1/dd/{dd_id}/receipt, as JSON.
+    /// A receipt: from GET /v1/dd/{dd_id}/receipt (JSON, or COSE with
+    /// Accept: application/cose), or a signed statement's from GET
+    /// /entries/{entry_id} (with --statement).
     receipt: std::path::PathBuf,
     /// The log's public key (`<origin>+<id>+<base64>`), or a file holding it.
     #[arg(long)]
@@ -583,6 +621,10 @@ struct VerifyArgs {
     /// one COSE_Key as GET /.well-known/scitt-keys serves them (CBOR).
     #[arg(long)]
     receipt_key: Option<std::path::PathBuf>,
+    /// For the COSE receipt of a signed statement registered with POST
+    /// /entries (GET /entries/{entry_id}): the statement as registered.
+    #[arg(long, requires = "receipt_key")]
+    statement: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -672,6 +714,7 @@ async fn main() -> anyhow::Result<()> {
             println!("log signing key written to {}; its public key (publish it to verifiers):\n{}", file.display(), key.vkey);
             Ok(())
         }
+        Some(Command::Statement { command }) => statement(command),
         Some(Command::Verify(args)) => verify(args),
         Some(Command::Backup(args)) => backup(args).await,
         Some(Command::Feature { command }) => feature(command).await,
@@ -858,6 +901,45 @@ async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     }
 }
 
+fn statement(command: StatementCommand) -> anyhow::Result<()> {
+    use base64::Engine;
+    use std::io::{Read, Write};
+    match command {
+        StatementCommand::Keygen { file } => {
+            if file.exists() {
+                anyhow::bail!("{} exists; refusing to overwrite a signing key", file.display());
+            }
+            let key = anchor_app::receipt_key::ReceiptKey::load_or_create(&file)?;
+            let public = file.with_extension("pub.cbor");
+            std::fs::write(&public, key.public().cose_key()).map_err(|e| anyhow::anyhow!("{}: {e}", public.display()))?;
+            println!("issuer key written to {}; its public COSE_Key to {}; its kid:", file.display(), public.display());
+            println!("{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.kid()));
+            Ok(())
+        }
+        StatementCommand::Sign { key, iss, sub, content_type, payload } => {
+            let text = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("--key {}: {e}", key.display()))?;
+            let key = anchor_app::receipt_key::ReceiptKey::from_skey(&text)?;
+            let mut bytes = Vec::new();
+            let limit = anchor_app::scitt::MAX_STATEMENT_BYTES as u64;
+            if payload.as_os_str() == "-" {
+                std::io::stdin().take(limit + 1).read_to_end(&mut bytes)?;
+            } else {
+                std::fs::File::open(&payload)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?
+                    .take(limit + 1)
+                    .read_to_end(&mut bytes)?;
+            }
+            if bytes.len() as u64 > limit {
+                anyhow::bail!("the payload is over {limit} bytes; a statement carries a claim (a hash of an artifact), not the artifact");
+            }
+            let signed =
+                anchor_verify::statement::sign_statement(&iss, &sub, content_type.as_deref(), &bytes, &key.kid(), |tbs| key.sign(tbs))?;
+            std::io::stdout().write_all(&signed)?;
+            Ok(())
+        }
+    }
+}
+
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     use anchor_server::monitor::{key_or_file, read_at_most};
     let unchecked = |failure: anchor_verify::Failure| -> ! {
@@ -884,9 +966,10 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         anyhow::bail!("--quorum {quorum} asks for more cosignatures than the {} --witness keys given", witnesses.len());
     }
     // A COSE receipt (a tagged COSE_Sign1, first byte 0xd2) is checked as
-    // such, then as the JSON receipt holding the same proof.
+    // such, then as the JSON receipt holding the same proof; with
+    // --statement, as the receipt of that registered statement.
     let mut cose_line = None;
-    let receipt = read(&args.receipt).and_then(|bytes| match bytes.first() {
+    let proven = read(&args.receipt).and_then(|bytes| match bytes.first() {
         Some(0xd2) => {
             let keys = match &args.receipt_key {
                 Some(file) => anchor_verify::cose::parse_keys(&read(file)?)?,
@@ -897,11 +980,6 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                 }
             };
             let cose = anchor_verify::cose::parse_receipt(&bytes)?;
-            let receipt = cose.as_json_receipt().ok_or_else(|| {
-                anchor_verify::Failure::Format("the COSE receipt carries no record or checkpoint (-70004, -70001)".into())
-            })?;
-            let leaf = anchor_verify::leaf_data(&receipt.integrity_hash, &receipt.anchored_at);
-            cose.verify(&leaf, &keys)?;
             use base64::Engine;
             cose_line = Some(format!(
                 "ok: the COSE receipt (RFC 9942) is signed by receipt key {} of {} over the root of {} leaves",
@@ -909,42 +987,66 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                 cose.claims.iss,
                 cose.tree_size
             ));
-            Ok(receipt)
+            if let Some(statement) = &args.statement {
+                let statement_bytes = read(statement)?;
+                let verified = anchor_verify::statement::verify_statement_receipt(&cose, &statement_bytes, &keys, &key)?;
+                let read = anchor_verify::statement::parse_statement(&statement_bytes)
+                    .map_err(|e| anchor_verify::Failure::Record(format!("the signed statement: {e}")))?;
+                let checkpoint = cose.checkpoint.clone().unwrap_or_default();
+                let token = cose.timestamp_token.as_ref().map(|t| base64::engine::general_purpose::STANDARD.encode(t));
+                return Ok(Proven::Statement { read: Box::new(read), verified, checkpoint, token });
+            }
+            let receipt = cose.as_json_receipt().ok_or_else(|| {
+                anchor_verify::Failure::Format(
+                    "the COSE receipt carries no record or checkpoint (-70004, -70001); a signed statement's receipt needs --statement"
+                        .into(),
+                )
+            })?;
+            let leaf = anchor_verify::leaf_data(&receipt.integrity_hash, &receipt.anchored_at);
+            cose.verify(&leaf, &keys)?;
+            Ok(Proven::Record(receipt))
         }
-        _ => anchor_verify::parse_receipt(&bytes),
+        _ if args.statement.is_some() => {
+            Err(anchor_verify::Failure::Format("--statement goes with a COSE receipt (GET /entries/{entry_id})".into()))
+        }
+        _ => anchor_verify::parse_receipt(&bytes).map(Proven::Record),
     });
-    let receipt = match receipt {
-        Ok(receipt) => receipt,
+    let proven = match proven {
+        Ok(proven) => proven,
         Err(failure) => {
             eprintln!("FAILED ({} check): {failure}", failure.check());
             std::process::exit(1);
         }
     };
-    let outcome = anchor_verify::verify_receipt(&receipt, &key).and_then(|verified| {
+    let (checkpoint, timestamp_token) = match &proven {
+        Proven::Record(receipt) => (receipt.checkpoint.clone(), receipt.timestamp_token.clone()),
+        Proven::Statement { checkpoint, token, .. } => (checkpoint.clone(), token.clone()),
+    };
+    let outcome = match &proven {
+        Proven::Record(receipt) => anchor_verify::verify_receipt(receipt, &key),
+        Proven::Statement { verified, .. } => Ok(verified.clone()),
+    }
+    .and_then(|verified| {
         if let (Some(previous), Some(proof)) = (&args.previous, &args.consistency) {
             let previous = String::from_utf8(read(previous)?)
                 .map_err(|_| anchor_verify::Failure::Format(format!("{}: not UTF-8 text", previous.display())))?;
             let proof: anchor_verify::ConsistencyProof =
                 serde_json::from_slice(&read(proof)?).map_err(|e| anchor_verify::Failure::Format(format!("the consistency proof: {e}")))?;
-            anchor_verify::verify_consistency(&previous, &receipt.checkpoint, &proof, &key)?;
+            anchor_verify::verify_consistency(&previous, &checkpoint, &proof, &key)?;
         }
-        let cosigned = if witnesses.is_empty() {
-            Vec::new()
-        } else {
-            anchor_verify::cosignature::verify_quorum(&receipt.checkpoint, &witnesses, quorum)?
-        };
+        let cosigned =
+            if witnesses.is_empty() { Vec::new() } else { anchor_verify::cosignature::verify_quorum(&checkpoint, &witnesses, quorum)? };
         let stamped = match &args.tsa_ca {
             None => None,
             Some(ca) => {
                 let pem = read(ca)?;
                 let roots = anchor_verify::timestamp::roots_from_pem(&pem)?;
-                let token = receipt
-                    .timestamp_token
+                let token = timestamp_token
                     .as_deref()
                     .ok_or_else(|| anchor_verify::Failure::Timestamp("the receipt carries no timestamp_token".into()))?;
                 let token = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, token)
                     .map_err(|e| anchor_verify::Failure::Timestamp(format!("the token is not base64: {e}")))?;
-                let body = anchor_verify::timestamp::checkpoint_body(&receipt.checkpoint)?;
+                let body = anchor_verify::timestamp::checkpoint_body(&checkpoint)?;
                 Some(anchor_verify::timestamp::verify_token(&token, body.as_bytes(), None, &roots)?)
             }
         };
@@ -952,7 +1054,15 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     });
     match outcome {
         Ok((verified, cosigned, stamped)) => {
-            println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash);
+            match &proven {
+                Proven::Record(receipt) => println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash),
+                Proven::Statement { read, .. } => println!(
+                    "ok: statement {} of issuer {:?} about {:?} is the receipt's leaf",
+                    hex::encode(read.entry_id),
+                    read.issuer,
+                    read.subject
+                ),
+            }
             println!("ok: leaf {} is in the tree of {} signed by {}", verified.leaf_index, verified.tree_size, verified.origin);
             if let Some(line) = &cose_line {
                 println!("{line}");
@@ -969,7 +1079,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                     let at = chrono::DateTime::from_timestamp(stamped.gen_time as i64, 0).map_or_else(String::new, |t| t.to_rfc3339());
                     println!("ok: the checkpoint was time-stamped at {at} by {} (serial {})", stamped.tsa, stamped.serial);
                 }
-                None if receipt.timestamp_token.is_some() => {
+                None if timestamp_token.is_some() => {
                     println!("note: the receipt carries a time-stamp token; give --tsa-ca to check it")
                 }
                 None => {}
@@ -984,6 +1094,19 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     }
+}
+
+/// What a receipt proves to be in the log.
+enum Proven {
+    /// A declaration's record (a JSON receipt, or a COSE one carrying it).
+    Record(anchor_verify::Receipt),
+    /// A registered signed statement, its COSE receipt checked.
+    Statement {
+        read: Box<anchor_verify::statement::SignedStatement>,
+        verified: anchor_verify::Verified,
+        checkpoint: String,
+        token: Option<String>,
+    },
 }
 
 fn inspect(file: Option<&std::path::Path>) -> anyhow::Result<()> {

@@ -160,6 +160,12 @@ impl AppState {
         self
     }
 
+    /// The same state with the issuers whose signed statements are registered.
+    pub fn with_scitt(mut self, registry: anchor_app::scitt::Registry) -> AppState {
+        Arc::make_mut(&mut self.0).app.scitt = registry;
+        self
+    }
+
     /// The same state with witnesses of the log.
     pub fn with_trust(mut self, trust: anchor_app::witness::Trust) -> AppState {
         Arc::make_mut(&mut self.0).app.trust = trust;

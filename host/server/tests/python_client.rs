@@ -54,7 +54,12 @@ async fn witnessed(dir: &Path) -> (common::Server, Vec<String>, String) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let skey = std::fs::read_to_string(&log_key).unwrap().trim().to_owned();
+    // The issuer whose signed statements the tests register (SCRAPI).
+    let issuer_key = dir.join("issuer.key");
+    last_line(&["statement", "keygen", issuer_key.to_str().unwrap()]);
     let flags = vec![
+        "--scitt-issuer".into(),
+        format!("{ISSUER}={}", dir.join("issuer.pub.cbor").display()),
         "--log-signing-key".into(),
         skey,
         "--witness".into(),
@@ -67,7 +72,10 @@ async fn witnessed(dir: &Path) -> (common::Server, Vec<String>, String) {
     (witness, flags, witness_vkey)
 }
 
-fn pytest(base: &str, witness_vkey: &str) {
+/// The issuer the tests' signed statements name.
+const ISSUER: &str = "https://issuer.python.test";
+
+fn pytest(base: &str, witness_vkey: &str, issuer_key: &Path) {
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python");
     let output = Command::new(python())
         // -P: the installed package, not the source beside the tests.
@@ -75,6 +83,8 @@ fn pytest(base: &str, witness_vkey: &str) {
         .current_dir(&client)
         .env("ANCHOR_BASE_URL", base)
         .env("ANCHOR_WITNESS_KEY", witness_vkey)
+        .env("ANCHOR_ISSUER", ISSUER)
+        .env("ANCHOR_ISSUER_KEY", issuer_key)
         // The service's own verifier, which must accept the receipts the client saves.
         .env("ANCHOR_BIN", env!("CARGO_BIN_EXE_anchor"))
         // The example tool the seller in the tests uploads.
@@ -96,7 +106,7 @@ async fn the_python_client_on_sqlite() {
     let (witness, flags, witness_vkey) = witnessed(&dir).await;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (server, base, data) = common::serve_sqlite("python", &flags).await;
-    pytest(&base, &witness_vkey);
+    pytest(&base, &witness_vkey, &dir.join("issuer.key"));
     drop(server);
     drop(witness);
     let _ = std::fs::remove_dir_all(&data);
@@ -113,7 +123,7 @@ async fn the_python_client_on_postgres() {
     flags.extend(["--database-url".to_string(), pg.url.clone()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (server, base, data) = common::serve("python-pg", &flags).await;
-    pytest(&base, &witness_vkey);
+    pytest(&base, &witness_vkey, &dir.join("issuer.key"));
     drop(server);
     drop(witness);
     let _ = std::fs::remove_dir_all(&data);

@@ -145,15 +145,32 @@ fn verify_with(receipt: &Path, log_vkey: &str, witnesses: &[&str], quorum: usize
 /// with the Python of the client's test environment (`ANCHOR_PYTHON`, which
 /// scripts/test sets); `None` when there is none, outside CI.
 fn pycose_verify(receipt: &Path, keys: &Path, out: &Path) -> Option<Output> {
+    pycose_verify_of(receipt, keys, out, None)
+}
+
+/// The pycose check of a COSE receipt, of a signed statement when one is given.
+fn pycose_verify_of(receipt: &Path, keys: &Path, out: &Path, statement: Option<&Path>) -> Option<Output> {
+    let python = python()?;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/scitt/verify_receipt.py");
+    let mut command = Command::new(python);
+    command.arg(script).arg(receipt).arg(keys).arg(out);
+    if let Some(statement) = statement {
+        command.arg(statement);
+    }
+    Some(command.output().unwrap())
+}
+
+/// The Python of the client's test environment (`ANCHOR_PYTHON`, which
+/// scripts/test sets, with pycose and cbor2); `None` outside CI when unset.
+fn python() -> Option<String> {
     let Ok(python) = std::env::var("ANCHOR_PYTHON") else {
         let required = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
             || std::env::var("ANCHOR_TEST_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
         assert!(!required, "the pycose check needs ANCHOR_PYTHON (scripts/test sets it); under CI it must run");
-        eprintln!("SKIPPED the pycose check: ANCHOR_PYTHON is not set (scripts/test sets it)");
+        eprintln!("SKIPPED the pycose checks: ANCHOR_PYTHON is not set (scripts/test sets it)");
         return None;
     };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/scitt/verify_receipt.py");
-    Some(Command::new(python).arg(script).arg(receipt).arg(keys).arg(out).output().unwrap())
+    Some(python)
 }
 
 /// Go's sumdb/tlog check of the path pycose found (tests/e2e/scitt/inclusion.go).
@@ -376,6 +393,30 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     wait_up(&http, &format!("http://127.0.0.1:{port_a}")).await;
     wait_up(&http, &format!("http://127.0.0.1:{port_b}")).await;
     let tsa = test_tsa(&dir).await;
+    // Two issuers of signed statements: one whose key and statement
+    // `anchor statement` makes, one whose pycose makes (when Python is here).
+    let issuer_key = dir.join("issuer.key");
+    let made = anchor(&["statement", "keygen", issuer_key.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let payload = dir.join("payload.json");
+    std::fs::write(&payload, br#"{"artifact":"sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}"#).unwrap();
+    let signed = Command::new(env!("CARGO_BIN_EXE_anchor"))
+        .args(["statement", "sign", "--key", issuer_key.to_str().unwrap(), "--iss", "https://issuer.test", "--sub", "pkg:demo@1"])
+        .args(["--content-type", "application/json", payload.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(signed.status.success(), "{}", String::from_utf8_lossy(&signed.stderr));
+    let mut statements = vec![(dir.join("statement.cose"), "anchor statement sign")];
+    std::fs::write(&statements[0].0, &signed.stdout).unwrap();
+    let mut issuers = vec![format!("https://issuer.test={}", dir.join("issuer.pub.cbor").display())];
+    if let Some(python) = python() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/scitt/statement.py");
+        let (key, statement) = (dir.join("pycose-issuer.cbor"), dir.join("pycose-statement.cose"));
+        let out = Command::new(python).arg(script).arg(&key).arg(&statement).args(["https://pycose.test", "pkg:other@2"]).output().unwrap();
+        assert!(out.status.success(), "statement.py: {}", String::from_utf8_lossy(&out.stderr));
+        issuers.push(format!("https://pycose.test={}", key.display()));
+        statements.push((statement, "pycose"));
+    }
 
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
@@ -389,6 +430,7 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
         .args(["--tsa-url", &tsa.url, "--tsa-ca"])
         .arg(&tsa.ca)
         .args(["--metrics-on-api", "--rate-limit", "100000"])
+        .args(issuers.iter().flat_map(|issuer| ["--scitt-issuer", issuer.as_str()]))
         .env("RUST_LOG", "warn")
         .stdout(std::fs::File::create(dir.join("serve.log")).unwrap())
         .stderr(Stdio::null());
@@ -602,6 +644,70 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     }
     let same = http.get(format!("{base}/v1/log/consistency.cose?from={size}&to={size}")).send().await.unwrap();
     assert_eq!(same.status().as_u16(), 400, "0 < from < to");
+
+    // Signed statements registered through SCRAPI get a receipt of the same
+    // kind from the same log, under the same witnessed, stamped checkpoint:
+    // pycose and anchor verify check it against the statement itself.
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let mut statement_receipts = Vec::new();
+    for (statement, made_by) in &statements {
+        let posted = no_redirects
+            .post(format!("{base}/entries"))
+            .header("content-type", "application/cose")
+            .body(std::fs::read(statement).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(posted.status().as_u16(), 303, "the statement made by {made_by} is registered and waits");
+        let location = posted.headers()["location"].to_str().unwrap().to_owned();
+        assert!(location.starts_with(&format!("{base}/entries/")), "{location}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let receipt = loop {
+            let reply = no_redirects.get(&location).send().await.unwrap();
+            if reply.status().as_u16() == 200 {
+                let bytes = reply.bytes().await.unwrap().to_vec();
+                let read = anchor_verify::cose::parse_receipt(&bytes).unwrap();
+                let witnessed = read.checkpoint.as_deref().is_some_and(|c| c.matches("\u{2014} witness.test/").count() == 2);
+                if witnessed && read.timestamp_token.is_some() {
+                    break bytes;
+                }
+            } else {
+                assert_eq!(reply.status().as_u16(), 302, "registration is running");
+            }
+            assert!(Instant::now() < deadline, "no witnessed, stamped receipt for the statement made by {made_by}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let receipt_file = dir.join(format!("statement-receipt-{}.cose", statement_receipts.len()));
+        std::fs::write(&receipt_file, &receipt).unwrap();
+        let statement_args = [&cose_args[..], &["--statement", statement.to_str().unwrap()]].concat();
+        let ok = verify_with(&receipt_file, &log_vkey, &[&vkey_a, &vkey_b], 2, &statement_args);
+        let stdout = String::from_utf8_lossy(&ok.stdout);
+        assert!(ok.status.success(), "{made_by}: {stdout}{}", String::from_utf8_lossy(&ok.stderr));
+        assert!(
+            stdout.contains("ok: statement ")
+                && stdout.contains("ok: 2 of the 2 witness cosignatures required")
+                && stdout.contains("ok: the checkpoint was time-stamped at"),
+            "{stdout}"
+        );
+        let found = dir.join("statement-found.json");
+        if let Some(out) = pycose_verify_of(&receipt_file, &keys_file, &found, Some(statement)) {
+            assert!(out.status.success(), "pycose: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            if let Some(out) = go_inclusion(&found, &log_vkey) {
+                assert!(out.status.success(), "Go tlog: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        statement_receipts.push(receipt_file);
+    }
+    // A receipt checked against another statement (or a declaration's record) is refused.
+    if statements.len() == 2 {
+        let other = ["--statement", statements[1].0.to_str().unwrap()];
+        let refused = verify_with(&statement_receipts[0], &log_vkey, &[], 0, &[&cose_args[..], &other].concat());
+        assert!(!refused.status.success(), "the receipt of one statement does not prove another");
+        let refused = pycose_verify_of(&statement_receipts[0], &keys_file, &dir.join("x.json"), Some(&statements[1].0)).unwrap();
+        assert!(!refused.status.success(), "pycose refuses it too");
+    }
+    let refused = verify_with(&statement_receipts[0], &log_vkey, &[], 0, &cose_args);
+    assert!(!refused.status.success(), "a statement's receipt without the statement proves nothing");
 
     // anchor monitor, from outside: the first run keeps what it checked.
     let monitor_state = dir.join("monitor.json");

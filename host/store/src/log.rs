@@ -16,17 +16,42 @@ pub struct LogState {
     pub edge: Vec<[u8; 32]>,
 }
 
-/// A confirmed declaration's leaf, waiting for an index.
+/// Whose leaf a log entry is: the log holds two kinds in one tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafOwner {
+    /// A confirmed declaration.
+    Declaration(Uuid),
+    /// A signed statement registered through SCRAPI, by its entry id.
+    Statement([u8; 32]),
+}
+
+/// A leaf waiting for an index.
 #[derive(Clone, Debug)]
 pub struct PendingLeaf {
-    pub dd_id: Uuid,
+    pub owner: LeafOwner,
     pub leaf_data: Vec<u8>,
+}
+
+/// A registered signed statement: who signed it, about what, and where it
+/// is in the log (never its payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatementEntry {
+    pub entry_id: [u8; 32],
+    pub issuer: String,
+    pub subject: String,
+    pub kid: Vec<u8>,
+    pub content_type: Option<String>,
+    pub payload_bytes: i64,
+    pub leaf_data: Vec<u8>,
+    pub registered_at: DateTime<Utc>,
+    /// Its index once integrated.
+    pub leaf_index: Option<i64>,
 }
 
 /// What one integration writes: new entries, new stored hashes, the new head.
 #[derive(Clone, Debug)]
 pub struct IntegrationPlan {
-    pub entries: Vec<(i64, Uuid, Vec<u8>)>,
+    pub entries: Vec<(i64, LeafOwner, Vec<u8>)>,
     pub hashes: Vec<(i64, [u8; 32])>,
     pub state: LogState,
 }
@@ -65,6 +90,12 @@ pub trait LogStore: Send + Sync {
     /// Leaf data of entries `from..from + count`, in index order.
     async fn log_entries(&self, from: i64, count: i64) -> Result<Vec<Vec<u8>>>;
     async fn log_pending_count(&self) -> Result<i64>;
+    /// Registers a signed statement (its leaf pending): true when it is
+    /// new, false when the same statement was registered before (nothing
+    /// changes then).
+    async fn register_statement(&self, entry: &StatementEntry) -> Result<bool>;
+    /// A registered statement, by its entry id.
+    async fn statement_entry(&self, entry_id: &[u8; 32]) -> Result<Option<StatementEntry>>;
     async fn insert_checkpoint(&self, checkpoint: &CheckpointRecord) -> Result<()>;
     async fn latest_checkpoint(&self) -> Result<Option<CheckpointRecord>>;
     async fn checkpoint(&self, size: i64) -> Result<Option<CheckpointRecord>>;
@@ -162,29 +193,75 @@ impl<E: Engine> LogStore for SqlStore<E> {
         // is the only read again).
         // (Only set on PostgreSQL, below.)
         let from = *self.pending_from.lock().unwrap_or_else(|e| e.into_inner());
-        let read = |from: Option<DateTime<Utc>>| {
-            let mut q = sql("select dd_id, leaf_data, enqueued_at from log_pending");
+        // Declarations' leaves and registered statements' wait side by side
+        // and enter the one tree in the order they came (a declaration
+        // first at the same instant): each is read by its own index, up to
+        // `max`, and the two merged.
+        let read = |from: Option<DateTime<Utc>>, statements: bool| {
+            let mut q = if statements {
+                sql("select entry_id, leaf_data, registered_at as enqueued_at from scitt_entry where leaf_index is null")
+            } else {
+                sql("select dd_id, leaf_data, enqueued_at from log_pending where 1 = 1")
+            };
             if let Some(from) = from {
-                q.push(" where enqueued_at >= ").push_bind(from - Duration::seconds(5));
+                q.push(if statements { " and registered_at >= " } else { " and enqueued_at >= " }).push_bind(from - Duration::seconds(5));
             }
-            q.push(" order by enqueued_at, dd_id limit ").push_bind(max);
+            q.push(if statements { " order by registered_at, entry_id limit " } else { " order by enqueued_at, dd_id limit " })
+                .push_bind(max);
             q
         };
-        let mut rows = Vec::new();
-        if from.is_some() {
-            rows = tx.fetch_all(read(from)).await?;
+        let mut pending: Vec<(DateTime<Utc>, PendingLeaf)> = Vec::new();
+        for from in [from, None] {
+            if from.is_none() && pending.len() as i64 >= max {
+                break;
+            }
+            pending.clear();
+            for row in tx.fetch_all(read(from, false)).await? {
+                let owner = LeafOwner::Declaration(row.get("dd_id")?);
+                pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
+            }
+            for row in tx.fetch_all(read(from, true)).await? {
+                let owner = LeafOwner::Statement(hash32("entry_id", row.get("entry_id")?)?);
+                pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
+            }
+            if from.is_none() {
+                break;
+            }
         }
-        if (rows.len() as i64) < max {
-            rows = tx.fetch_all(read(None)).await?;
-        }
-        if rows.is_empty() {
+        if pending.is_empty() {
             return Ok(None);
         }
-        let last: DateTime<Utc> = rows.last().expect("not empty").get("enqueued_at")?;
-        let batch =
-            rows.iter().map(|r| Ok(PendingLeaf { dd_id: r.get("dd_id")?, leaf_data: r.get("leaf_data")? })).collect::<Result<Vec<_>>>()?;
+        pending.sort_by(|(a, x), (b, y)| {
+            let key = |owner: &LeafOwner| match owner {
+                LeafOwner::Declaration(id) => (0, id.as_bytes().to_vec()),
+                LeafOwner::Statement(id) => (1, id.to_vec()),
+            };
+            a.cmp(b).then_with(|| key(&x.owner).cmp(&key(&y.owner)))
+        });
+        pending.truncate(max as usize);
+        let last = pending.last().expect("not empty").0;
+        let batch: Vec<PendingLeaf> = pending.into_iter().map(|(_, leaf)| leaf).collect();
         let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
-        for chunk in plan.entries.chunks(self.db.rows_per_statement(4)) {
+        let declarations: Vec<(i64, Uuid, &Vec<u8>)> = plan
+            .entries
+            .iter()
+            .filter_map(|(index, owner, leaf)| match owner {
+                LeafOwner::Declaration(dd_id) => Some((*index, *dd_id, leaf)),
+                LeafOwner::Statement(_) => None,
+            })
+            .collect();
+        for (index, owner, _) in &plan.entries {
+            if let LeafOwner::Statement(entry_id) = owner {
+                tx.execute(
+                    sql("update scitt_entry set leaf_index = $1, integrated_at = $2 where entry_id = $3 and leaf_index is null")
+                        .bind(*index)
+                        .bind(now)
+                        .bind(entry_id.as_slice()),
+                )
+                .await?;
+            }
+        }
+        for chunk in declarations.chunks(self.db.rows_per_statement(4)) {
             let mut insert = sql("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) values ");
             for (i, (index, dd_id, leaf)) in chunk.iter().enumerate() {
                 insert.push(if i == 0 { "(" } else { ", (" });
@@ -208,10 +285,17 @@ impl<E: Engine> LogStore for SqlStore<E> {
             }
             tx.execute(insert).await?;
         }
-        for chunk in batch.chunks(self.db.rows_per_statement(1)) {
+        let pending: Vec<Uuid> = batch
+            .iter()
+            .filter_map(|leaf| match leaf.owner {
+                LeafOwner::Declaration(dd_id) => Some(dd_id),
+                LeafOwner::Statement(_) => None,
+            })
+            .collect();
+        for chunk in pending.chunks(self.db.rows_per_statement(1)) {
             let mut delete = sql("delete from log_pending where dd_id in (");
-            for (i, leaf) in chunk.iter().enumerate() {
-                delete.push(if i == 0 { "" } else { ", " }).push_bind(leaf.dd_id);
+            for (i, dd_id) in chunk.iter().enumerate() {
+                delete.push(if i == 0 { "" } else { ", " }).push_bind(*dd_id);
             }
             delete.push(")");
             tx.execute(delete).await?;
@@ -272,16 +356,65 @@ impl<E: Engine> LogStore for SqlStore<E> {
         let rows = self
             .db()
             .fetch_all(
-                sql("select leaf_data from log_entry where leaf_index >= $1 and leaf_index < $2 order by leaf_index")
-                    .bind(from)
-                    .bind(from + count),
+                sql("select leaf_index, leaf_data from log_entry where leaf_index >= $1 and leaf_index < $2 \
+                     union all select leaf_index, leaf_data from scitt_entry where leaf_index >= $1 and leaf_index < $2 \
+                     order by leaf_index")
+                .bind(from)
+                .bind(from + count),
             )
             .await?;
         rows.iter().map(|r| r.get("leaf_data")).collect()
     }
 
     async fn log_pending_count(&self) -> Result<i64> {
-        Ok(self.db().scalar(sql("select count(*) from log_pending")).await?)
+        Ok(self
+            .db()
+            .scalar(sql("select (select count(*) from log_pending) + (select count(*) from scitt_entry where leaf_index is null)"))
+            .await?)
+    }
+
+    async fn register_statement(&self, e: &StatementEntry) -> Result<bool> {
+        let done = self
+            .db()
+            .execute(
+                sql("insert into scitt_entry (entry_id, issuer, subject, kid, content_type, payload_bytes, leaf_data, registered_at) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (entry_id) do nothing")
+                .bind(e.entry_id.as_slice())
+                .bind(e.issuer.as_str())
+                .bind(e.subject.as_str())
+                .bind(e.kid.as_slice())
+                .bind(e.content_type.as_deref())
+                .bind(e.payload_bytes)
+                .bind(e.leaf_data.as_slice())
+                .bind(e.registered_at),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn statement_entry(&self, entry_id: &[u8; 32]) -> Result<Option<StatementEntry>> {
+        let row = self
+            .db()
+            .fetch_optional(
+                sql("select entry_id, issuer, subject, kid, content_type, payload_bytes, leaf_data, registered_at, leaf_index \
+                     from scitt_entry where entry_id = $1")
+                .bind(entry_id.as_slice()),
+            )
+            .await?;
+        row.map(|r| {
+            Ok(StatementEntry {
+                entry_id: hash32("entry_id", r.get("entry_id")?)?,
+                issuer: r.get("issuer")?,
+                subject: r.get("subject")?,
+                kid: r.get("kid")?,
+                content_type: r.get("content_type")?,
+                payload_bytes: r.get("payload_bytes")?,
+                leaf_data: r.get("leaf_data")?,
+                registered_at: r.get("registered_at")?,
+                leaf_index: r.get("leaf_index")?,
+            })
+        })
+        .transpose()
     }
 
     async fn insert_checkpoint(&self, c: &CheckpointRecord) -> Result<()> {

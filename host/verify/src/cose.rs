@@ -104,6 +104,17 @@ impl EcKey {
     }
 
     fn from_value(value: &Value) -> Result<EcKey, Failure> {
+        let (kid, key) = EcKey::named_from_value(value)?;
+        if let Some(kid) = kid
+            && kid != key.thumbprint()
+        {
+            return Err(format("the key's kid is not its RFC 9679 thumbprint"));
+        }
+        Ok(key)
+    }
+
+    /// A COSE_Key's P-256 key and the kid it names, whatever that kid is.
+    fn named_from_value(value: &Value) -> Result<NamedKey, Failure> {
         let Value::Map(members) = value else { return Err(format("a COSE_Key is a map")) };
         let get = |label: i64| members.iter().find(|(k, _)| *k == int(label)).map(|(_, v)| v);
         if get(1) != Some(&int(2)) || get(-1) != Some(&int(1)) {
@@ -114,15 +125,16 @@ impl EcKey {
             _ => Err(format("a P-256 coordinate is 32 bytes")),
         };
         let key = EcKey { x: coordinate(-2)?, y: coordinate(-3)? };
-        if let Some(kid) = get(2)
-            && *kid != Value::Bytes(key.thumbprint().to_vec())
-        {
-            return Err(format("the key's kid is not its RFC 9679 thumbprint"));
-        }
-        Ok(key)
+        key.verifying_key()?;
+        let kid = match get(2) {
+            Some(Value::Bytes(kid)) => Some(kid.clone()),
+            Some(_) => return Err(format("a COSE_Key's kid is a byte string")),
+            None => None,
+        };
+        Ok((kid, key))
     }
 
-    fn verifying_key(&self) -> Result<p256::ecdsa::VerifyingKey, Failure> {
+    pub(crate) fn verifying_key(&self) -> Result<p256::ecdsa::VerifyingKey, Failure> {
         let point = p256::EncodedPoint::from_affine_coordinates(&self.x.into(), &self.y.into(), false);
         p256::ecdsa::VerifyingKey::from_encoded_point(&point).map_err(|_| format("the key is not a point of P-256"))
     }
@@ -143,10 +155,32 @@ pub fn parse_keys(bytes: &[u8]) -> Result<Vec<EcKey>, Failure> {
     }
 }
 
+/// A key with the kid its COSE_Key names, if any (any byte string).
+pub type NamedKey = (Option<Vec<u8>>, EcKey);
+
+/// The keys of a COSE Key Set, or of one COSE_Key, each with the kid its
+/// COSE_Key names, as an issuer's keys come.
+pub fn parse_named_keys(bytes: &[u8]) -> Result<Vec<NamedKey>, Failure> {
+    let value: Value = coset::cbor::de::from_reader(bytes).map_err(|e| format(format!("the key set is not CBOR: {e}")))?;
+    match &value {
+        Value::Array(keys) => keys.iter().map(EcKey::named_from_value).collect(),
+        one => Ok(vec![EcKey::named_from_value(one)?]),
+    }
+}
+
 /// Concise problem details (RFC 9290) in CBOR: {-1: title, -2: detail}, as
 /// SCRAPI answers a refusal.
 pub fn problem(title: &str, detail: &str) -> Vec<u8> {
     cbor(&Value::Map(vec![(int(-1), Value::Text(title.to_owned())), (int(-2), Value::Text(detail.to_owned()))]))
+}
+
+/// [`problem`] with this service's `error_code` as a custom entry (a text key, as RFC 9290 allows).
+pub fn coded_problem(title: &str, detail: &str, code: &str) -> Vec<u8> {
+    cbor(&Value::Map(vec![
+        (int(-1), Value::Text(title.to_owned())),
+        (int(-2), Value::Text(detail.to_owned())),
+        (Value::Text("error_code".into()), Value::Text(code.to_owned())),
+    ]))
 }
 
 /// Who issued a receipt, about what, and when its checkpoint was signed.
@@ -194,26 +228,69 @@ pub fn inclusion_receipt(
     claims: &Claims,
     sign: impl FnOnce(&[u8]) -> Vec<u8>,
 ) -> Result<Vec<u8>, Failure> {
-    let path = decode_hashes(&receipt.inclusion_proof)?;
-    if path.is_empty() {
+    use base64::Engine;
+    let token = match &receipt.timestamp_token {
+        Some(token) => {
+            Some(base64::engine::general_purpose::STANDARD.decode(token).map_err(|_| format("the time-stamp token is not base64"))?)
+        }
+        None => None,
+    };
+    let inclusion = Inclusion {
+        leaf: crate::leaf_data(&receipt.integrity_hash, &receipt.anchored_at),
+        index: receipt.leaf_index,
+        size: receipt.tree_size,
+        path: decode_hashes(&receipt.inclusion_proof)?,
+        checkpoint: receipt.checkpoint.clone(),
+        timestamp_token: token,
+        record: Some(receipt.canonical_record.clone()),
+    };
+    leaf_receipt(&inclusion, kid, claims, sign)
+}
+
+/// One leaf's proof of inclusion in a signed checkpoint, and what travels
+/// with it in a receipt.
+#[derive(Clone, Debug)]
+pub struct Inclusion {
+    /// The leaf's bytes (the Merkle leaf hash is SHA-256(0x00 || leaf)).
+    pub leaf: Vec<u8>,
+    pub index: u64,
+    pub size: u64,
+    pub path: Vec<[u8; 32]>,
+    /// The checkpoint's signed note, with the witnesses' cosignature lines.
+    pub checkpoint: String,
+    /// The RFC 3161 token over that checkpoint's body, when stamped.
+    pub timestamp_token: Option<Vec<u8>>,
+    /// A declaration's canonical record (none for a signed statement).
+    pub record: Option<String>,
+}
+
+/// The COSE inclusion receipt of any leaf of the log, signed by `sign`
+/// under `kid`.
+pub fn leaf_receipt(
+    inclusion: &Inclusion,
+    kid: &[u8; 32],
+    claims: &Claims,
+    sign: impl FnOnce(&[u8]) -> Vec<u8>,
+) -> Result<Vec<u8>, Failure> {
+    if inclusion.path.is_empty() {
         return Err(Failure::Inclusion("an RFC 9942 inclusion proof has at least one hash: the tree needs two leaves".into()));
     }
-    let leaf = crate::leaf_data(&receipt.integrity_hash, &receipt.anchored_at);
-    let root = root_from_inclusion(tlog_tiles::record_hash(&leaf).0, receipt.leaf_index, receipt.tree_size, &path)?;
+    let root = root_from_inclusion(tlog_tiles::record_hash(&inclusion.leaf).0, inclusion.index, inclusion.size, &inclusion.path)?;
     let proof = cbor(&Value::Array(vec![
-        int(receipt.tree_size as i64),
-        int(receipt.leaf_index as i64),
-        Value::Array(path.iter().map(|h| Value::Bytes(h.to_vec())).collect()),
+        int(inclusion.size as i64),
+        int(inclusion.index as i64),
+        Value::Array(inclusion.path.iter().map(|h| Value::Bytes(h.to_vec())).collect()),
     ]));
     let mut unprotected = HeaderBuilder::new()
         .value(VDP, Value::Map(vec![(int(INCLUSION), Value::Array(vec![Value::Bytes(proof)]))]))
-        .value(LABEL_CHECKPOINT, Value::Text(receipt.checkpoint.clone()));
-    if let Some(token) = &receipt.timestamp_token {
-        use base64::Engine;
-        let token = base64::engine::general_purpose::STANDARD.decode(token).map_err(|_| format("the time-stamp token is not base64"))?;
-        unprotected = unprotected.value(LABEL_TIMESTAMP, Value::Bytes(token));
+        .value(LABEL_CHECKPOINT, Value::Text(inclusion.checkpoint.clone()));
+    if let Some(token) = &inclusion.timestamp_token {
+        unprotected = unprotected.value(LABEL_TIMESTAMP, Value::Bytes(token.clone()));
     }
-    let unprotected = unprotected.value(LABEL_LEAF, Value::Bytes(leaf)).value(LABEL_RECORD, Value::Text(receipt.canonical_record.clone()));
+    unprotected = unprotected.value(LABEL_LEAF, Value::Bytes(inclusion.leaf.clone()));
+    if let Some(record) = &inclusion.record {
+        unprotected = unprotected.value(LABEL_RECORD, Value::Text(record.clone()));
+    }
     let message = CoseSign1Builder::new()
         .protected(protected(kid, claims))
         .unprotected(unprotected.build())

@@ -28,6 +28,7 @@ use tlog_tiles::{Checkpoint, Hash};
 
 pub mod cose;
 pub mod cosignature;
+pub mod statement;
 pub mod timestamp;
 
 pub const RECEIPT_FORMAT: &str = "anchor-receipt/1";

@@ -2,10 +2,12 @@
 pycose (the COSE_Sign1 and its ES256 signature), cbor2 (the proof) and an
 RFC 9162 inclusion computation written here from the RFC's text.
 
-    python verify_receipt.py RECEIPT.cose KEYS.cbor OUT.json
+    python verify_receipt.py RECEIPT.cose KEYS.cbor OUT.json [STATEMENT.cose]
 
 It recomputes the declaration's leaf from the canonical record the receipt
-carries (label -70004), the root from the leaf and the inclusion path, and
+carries (label -70004), or, given the signed statement the receipt is of,
+the statement's leaf (the hex SHA-256 of the statement with an empty
+unprotected header), then the root from the leaf and the inclusion path, and
 checks the signature over that root (the detached payload) with the key of
 the receipt's kid, whose RFC 9679 thumbprint the kid must be. It writes
 what it found (size, index, path, leaf, root, the checkpoint) to OUT.json
@@ -63,10 +65,18 @@ def main() -> int:
     kid = message.phdr[KID]
     (proof,) = message.uhdr[396][-1]
     size, index, path = cbor2.loads(proof)
-    record = message.uhdr[-70004]
-    fields = dict(line.split("=", 1) for line in record.splitlines()[1:] if "=" in line)
-    integrity_hash = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
-    leaf = f"anchor-leaf/1\n{integrity_hash}\n{fields['anchored_at']}\n".encode()
+    if len(sys.argv) > 4:
+        statement = cbor2.loads(open(sys.argv[4], "rb").read())
+        parts = statement.value if isinstance(statement, cbor2.CBORTag) else statement
+        protected, _, payload, signature = parts
+        assert payload is not None, "the statement's payload is attached"
+        bare = cbor2.dumps(cbor2.CBORTag(18, [protected, {}, payload, signature]))
+        leaf = f"anchor-statement/1\nsha256:{hashlib.sha256(bare).hexdigest()}\n".encode()
+    else:
+        record = message.uhdr[-70004]
+        fields = dict(line.split("=", 1) for line in record.splitlines()[1:] if "=" in line)
+        integrity_hash = "sha256:" + hashlib.sha256(record.encode()).hexdigest()
+        leaf = f"anchor-leaf/1\n{integrity_hash}\n{fields['anchored_at']}\n".encode()
     root = root_from_inclusion(hashlib.sha256(b"\x00" + leaf).digest(), index, size, list(path))
     keys = cbor2.loads(open(keys_file, "rb").read())
     keys = keys if isinstance(keys, (list, tuple)) else [keys]

@@ -23,6 +23,7 @@ pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
 pub mod retention;
+pub mod scitt;
 pub mod sdac;
 pub mod tools;
 pub mod transparency;
@@ -60,6 +61,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(pricing::operations());
     all.extend(account::operations());
     all.extend(transparency::operations());
+    all.extend(scitt::operations());
     all.extend(discovery::operations());
     all.extend(dap::operations());
     all
@@ -188,6 +190,8 @@ struct Guide {
     auth: crate::openapi::Auth,
     example: Option<serde_json::Value>,
     paid: bool,
+    /// The body's media type.
+    media: &'static str,
 }
 
 impl Guide {
@@ -198,6 +202,7 @@ impl Guide {
             auth: operation.auth,
             example: operation.example.clone(),
             paid: operation.responses.iter().any(|r| r.status == 402),
+            media: operation.request_media,
         }
     }
 
@@ -215,7 +220,7 @@ impl Guide {
             "how_to_call": {
                 "method": "POST",
                 "url": format!("{base}{}", self.path),
-                "content_type": "application/json",
+                "content_type": self.media,
                 "authentication": match self.auth {
                     crate::openapi::Auth::Agent => "Authorization: Bearer <auth_token>",
                     crate::openapi::Auth::Owner => "the owner's session cookie connect.sid, set by POST /dap/login",
@@ -223,10 +228,11 @@ impl Guide {
                 },
                 "body_example": body,
             },
-            "curl_example": format!(
-                "curl -X POST {base}{}{auth_header} -H 'Content-Type: application/json' -d '{}'",
-                self.path, body
-            ),
+            "curl_example": if self.media == "application/json" {
+                format!("curl -X POST {base}{}{auth_header} -H 'Content-Type: application/json' -d '{}'", self.path, body)
+            } else {
+                format!("curl -X POST {base}{}{auth_header} -H 'Content-Type: {}' --data-binary @body", self.path, self.media)
+            },
             "payment": if self.paid {
                 json!({
                     "protocol": "x402 v2",

@@ -26,6 +26,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1])),
     );
     let verdict = state.limiter.check(client, state.app.clock.now().timestamp());
+    let cose = crate::error::speaks_cose(request.headers());
     let mut response = if verdict.allowed {
         next.run(request).await
     } else {
@@ -39,7 +40,8 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         }
         .into_response();
         refused.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
-        refused
+        // A COSE client (SCRAPI) reads refusals as concise problem details.
+        if cose { crate::error::concise_problem(refused, |_| None).await } else { refused }
     };
     let headers = response.headers_mut();
     let mut set = |name: &'static str, value: String| {
