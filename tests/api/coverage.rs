@@ -245,6 +245,7 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     ok(&dap("GET", format!("/dap/agent/{id}/report/weekly"), None).await);
     ok(&dap("GET", format!("/dap/agent/{id}/report/export"), None).await);
     ok(&dap("GET", format!("/dap/evidence-report?dd_id={child_id}"), None).await);
+    ok(&dap("GET", format!("/dap/dd/{child_id}/receipt"), None).await);
     ok(&dap("GET", format!("/dap/usage/daily?days=7&agent_id={id}"), None).await);
     ok(&dap("GET", "/dap/dur/summary".into(), None).await);
     ok(&dap("GET", format!("/dap/dur/export?agent_id={id}&format=json"), None).await);

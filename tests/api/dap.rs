@@ -202,6 +202,7 @@ async fn linking_rotates_the_token_and_owners_stay_apart(backend: Backend) {
         ("GET", format!("/dap/agent/{id}/report/export"), None),
         ("GET", format!("/dap/dab/status?agent_id={id}"), None),
         ("GET", format!("/dap/evidence-report?dd_id={dd_id}"), None),
+        ("GET", format!("/dap/dd/{dd_id}/receipt"), None),
         ("GET", format!("/dap/usage/daily?agent_id={id}"), None),
         ("PUT", "/dap/dab/set".into(), Some(json!({ "agent_id": id, "budget_limit_dac": 500, "budget_period": "monthly" }))),
         ("DELETE", "/dap/dab/remove".into(), Some(json!({ "agent_id": id, "password": OWNER_PASSWORD }))),
@@ -583,6 +584,13 @@ async fn reports_count_each_declaration_once(backend: Backend) {
     assert_eq!(evidence.json["transparency_log"]["included"], true);
     assert!(!evidence.text.contains("\"salt\""));
     t.as_owner(&owner, "GET", "/dap/evidence-report", None).await.assert_error(400, "MISSING_FIELD");
+    // The receipt, for the owner to keep: the agent's own, and it verifies offline.
+    let receipt = t.as_owner(&owner, "GET", &format!("/dap/dd/{dd_id}/receipt"), None).await;
+    assert_eq!(receipt.status, StatusCode::OK, "{}", receipt.text);
+    assert!(receipt.headers["content-disposition"].to_str().unwrap().starts_with("attachment"));
+    let receipt: anchor_verify::Receipt = serde_json::from_value(receipt.json).unwrap();
+    assert_eq!(receipt.dd_id, dd_id);
+    anchor_verify::verify_receipt(&receipt, &t.log_key.vkey).expect("the owner's receipt verifies");
     t.as_owner(&owner, "GET", &format!("/dap/evidence-report?dd_id={}", uuid::Uuid::new_v4()), None)
         .await
         .assert_error(404, "DD_NOT_FOUND");

@@ -1,10 +1,12 @@
 """Schemathesis hooks for tests/fuzz/run.py (loaded through SCHEMATHESIS_HOOKS).
 
-A tool component is uploaded as raw bytes (`PUT /v1/tsl/tool/{tool_id}/component`,
-Content-Type application/wasm): generated bodies are sent the way schemathesis
-sends any other binary body.
+Bodies that are raw bytes are sent the way schemathesis sends any other
+binary body: a tool component (`PUT /v1/tsl/tool/{tool_id}/component`,
+Content-Type application/wasm) and a SCITT signed statement (`POST /entries`,
+Content-Type application/cose).
 """
 
 import schemathesis
 
 schemathesis.serializer.alias("application/wasm", "application/octet-stream")
+schemathesis.serializer.alias("application/cose", "application/octet-stream")

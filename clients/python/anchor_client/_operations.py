@@ -38,6 +38,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('PUT', '/dap/dab/set'): ('DabRequest', {200: 'DabStatus', 400: 'Error', 401: 'Error', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/dab/status'): (None, {200: 'DabStatus', 400: 'Error', 401: 'Error', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/dashboard'): (None, {200: 'Dashboard', 401: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('GET', '/dap/dd/{dd_id}/receipt'): (None, {200: 'Receipt', 400: 'Error', 401: 'Error', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/dur/export'): (None, {200: 'ExportView', 400: 'Error', 401: 'Error', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/dur/summary'): (None, {200: 'SummaryView', 400: 'Error', 401: 'Error', 403: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/dap/evidence-report'): (None, {200: 'EvidenceReport', 400: 'Error', 401: 'Error', 403: 'Error', 404: 'Error', 408: None, 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: None}),

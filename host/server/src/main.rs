@@ -686,7 +686,11 @@ async fn main() -> anyhow::Result<()> {
         // One JSON object per line; a request's lines carry its span (request id, route).
         tracing_subscriber::fmt().json().with_current_span(true).with_span_list(false).with_env_filter(filter).init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colours for a terminal only: a log written to a file or a journal
+        // carries no escape codes (nor with NO_COLOR set).
+        use std::io::IsTerminal;
+        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        tracing_subscriber::fmt().with_ansi(colour).with_env_filter(filter).init();
     }
     match cli.command {
         Some(Command::Serve(config)) => anchor_server::serve(*config).await,
@@ -825,8 +829,33 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
             shape.initial_table_elements
         );
     }
+    // Compiling a component of several megabytes (JavaScript and Python
+    // tools carry their interpreter) takes tens of seconds: say so first,
+    // and tick while it runs.
+    eprintln!(
+        "compiling {:.1} MB as the service would{}...",
+        wasm.len() as f64 / 1e6,
+        if wasm.len() > 4 << 20 { " (a component this size takes a while)" } else { "" }
+    );
     let compiling = std::time::Instant::now();
-    let accepted = match tools.accept(&wasm) {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticker = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut waited = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                waited += 250;
+                if waited.is_multiple_of(5000) && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("  still compiling, {} s", waited / 1000);
+                }
+            }
+        })
+    };
+    let accepted = tools.accept(&wasm);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = ticker.join();
+    let accepted = match accepted {
         Ok(accepted) => accepted,
         Err(rejected) => {
             eprintln!("REFUSED: {}", rejected.detail());

@@ -67,7 +67,10 @@ pub fn new_project(dir: &Path, name: &str, language: Language) -> anyhow::Result
     let (label, test, build, wasm) = match language {
         Language::Rust => ("Rust", "cargo test", "./build.sh", format!("target/wasm32-wasip2/release/{crate_name}.wasm")),
         Language::Js => ("JavaScript", "npm test", "npm install && npm run build", "tool.wasm".to_string()),
-        Language::Python => ("Python", "python3 -m unittest", "./build.sh tool.wasm", "tool.wasm".to_string()),
+        // componentize-py is not in a fresh Python: the README says to install it (pinned, once).
+        Language::Python => {
+            ("Python", "python3 -m unittest", "pip install componentize-py==0.25.1 && ./build.sh tool.wasm", "tool.wasm".to_string())
+        }
     };
     let mut written = Vec::new();
     for (path, text, executable) in files(language) {
@@ -118,6 +121,11 @@ mod tests {
                 assert!(!text.contains("{{"), "{} keeps a placeholder", file.display());
             }
             assert!(new_project(&dir, "my-tool", language).is_err(), "a second project over the first is refused");
+            if language == Language::Python {
+                // A fresh Python has no componentize-py: the README installs the pinned one.
+                let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+                assert!(readme.contains("pip install componentize-py==0.25.1"), "{readme}");
+            }
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

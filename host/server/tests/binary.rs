@@ -64,12 +64,15 @@ async fn serve_with_flags_walks_through_the_readme() {
 async fn serve_reads_its_environment_variables() {
     let data = std::env::temp_dir().join(format!("anchor-bin-env-{}", std::process::id()));
     let port = free_port();
-    let _server = Server(
+    std::fs::create_dir_all(&data).unwrap();
+    let log = data.join("serve.log");
+    let server = Server(
         Command::new(env!("CARGO_BIN_EXE_anchor"))
             .env("ANCHOR_LISTEN", format!("127.0.0.1:{port}"))
             .env("ANCHOR_DATA_DIR", &data)
             .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
+            .env_remove("NO_COLOR")
+            .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
@@ -79,6 +82,10 @@ async fn serve_reads_its_environment_variables() {
     wait_healthy(&http, &base).await;
     walk_through(&http, &base).await;
     assert!(data.join("anchor.db").exists());
+    drop(server);
+    // A log written to a file (not a terminal) carries no colour codes.
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert!(written.contains("INFO") && !written.contains('\u{1b}'), "{written}");
     let _ = std::fs::remove_dir_all(&data);
 }
 

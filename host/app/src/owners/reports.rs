@@ -232,6 +232,14 @@ pub async fn evidence(services: &Services, owner: &OwnerRecord, dd_id: Uuid) -> 
     crate::declarations::evidence(services, stored).await
 }
 
+/// The receipt of a managed agent's confirmed decision (free for its
+/// owner, who may hand it to an auditor: `anchor verify` checks it).
+pub async fn receipt(services: &Services, owner: &OwnerRecord, dd_id: Uuid) -> AppResult<anchor_verify::Receipt> {
+    let stored = crate::declarations::stored(services, dd_id).await?;
+    managed(services, owner, stored.declaration.agent_id).await?;
+    crate::transparency::receipt(services, stored.declaration.agent_id, dd_id).await
+}
+
 /// Declarations on record and their DAC per UTC day, days without any included.
 #[derive(Clone, Debug)]
 pub struct Usage {

@@ -83,6 +83,19 @@ pub fn operations() -> Vec<Operation> {
             .error(403, "The decision's agent is not managed by this owner", &["NOT_LINKED"])
             .error(404, "No such decision", &["DD_NOT_FOUND"])
             .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
+        op(Method::GET, "/dap/dd/{dd_id}/receipt", get(receipt))
+            .tag("DAP Dashboard")
+            .summary("The receipt of a managed agent's confirmed decision, for its owner to keep or hand to an auditor")
+            .describe("The same receipt as GET /v1/dd/{dd_id}/receipt gives the agent (the record's salt included); `anchor verify` checks it offline.")
+            .extension()
+            .owner()
+            .path::<Uuid>("dd_id")
+            .returns::<anchor_verify::Receipt>(200, "Receipt")
+            .error(400, "dd_id is not a UUID", &["INVALID_UUID"])
+            .error(403, "The decision's agent is not managed by this owner", &["NOT_LINKED"])
+            .error(404, "No such decision", &["DD_NOT_FOUND"])
+            .error(409, "Not confirmed, or not yet in a signed checkpoint (retry shortly).", &["NOT_CONFIRMED", "NOT_YET_IN_LOG"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"]),
         op(Method::GET, "/dap/usage/daily", get(usage_daily))
             .tag("DAP Dashboard")
             .summary("Declarations and DAC per UTC day, for the portal's chart")
@@ -381,6 +394,17 @@ async fn evidence_report(
 ) -> ApiResult<Json<EvidenceReport>> {
     let evidence = reports::evidence(&state.app, &owner.owner, query.dd_id.0).await?;
     Ok(Json(EvidenceReport::of(&evidence, "owner", MilliDac::ZERO, &state.settings.public_url)))
+}
+
+async fn receipt(State(state): State<AppState>, owner: AuthOwner, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Response> {
+    let dd_id = path_uuid("dd_id", &dd_id)?;
+    let receipt = reports::receipt(&state.app, &owner.owner, dd_id).await?;
+    // Saved as a file by a browser's download link.
+    let mut response = Json(receipt).into_response();
+    if let Ok(value) = axum::http::HeaderValue::from_str(&format!("attachment; filename=\"receipt-{dd_id}.json\"")) {
+        response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
 }
 
 #[derive(Deserialize, JsonSchema)]
