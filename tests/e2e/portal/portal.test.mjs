@@ -1,8 +1,9 @@
 // The owner portal in a real browser: Debian's headless Chromium driven by
 // playwright-core against a running `anchor` (ANCHOR_BASE_URL). Sign up, link
 // an agent created over the API, set a DAB, add a classification, read the
-// usage chart, the ARA and DUR charts and the CSV download, the tool market
-// (a seeded seller's Earned DAC, tool and sale; a human share), sign out.
+// usage chart, the ARA and DUR charts and the CSV download, a receipt, the
+// tool market (a seeded seller's Earned DAC, tool and sale; a human share),
+// the same page at phone width (labels, overflow), sign out.
 // Screenshots go to ANCHOR_ARTIFACTS; the facts the Rust side checks again go
 // to <artifacts>/portal-result.json.
 import { test } from "node:test";
@@ -14,6 +15,27 @@ import { chromium } from "playwright-core";
 const base = process.env.ANCHOR_BASE_URL;
 const artifacts = process.env.ANCHOR_ARTIFACTS || "artifacts";
 const executablePath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+
+// Every chart label's size as drawn on screen: its CSS font size times the
+// scale from the drawing's units to the pixels its SVG takes.
+function labelSizes(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll("#usage-chart svg text, .chart svg text")]
+      .filter((t) => t.getClientRects().length > 0)
+      .map((t) => {
+        const root = t.ownerSVGElement;
+        const scale = root.getBoundingClientRect().width / root.viewBox.baseVal.width;
+        return { text: t.textContent, px: parseFloat(getComputedStyle(t).fontSize) * scale };
+      }),
+  );
+}
+
+async function assertLabelsReadable(page, where) {
+  const sizes = await labelSizes(page);
+  assert.ok(sizes.length > 10, `${where}: chart labels drawn (${sizes.length})`);
+  const small = sizes.filter((s) => s.px < 11.9);
+  assert.deepEqual(small, [], `${where}: chart labels under 12 px`);
+}
 
 async function call(method, path, token, body) {
   const headers = { "Content-Type": "application/json" };
@@ -90,6 +112,13 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     await page.locator("#signed-in").waitFor({ state: "visible" });
     assert.equal(await page.locator("#who-email").textContent(), email);
     assert.equal(await page.locator("#agents-empty").isVisible(), true);
+    // With no agent linked, no empty chart: a hint says where an agent's id and token come from.
+    assert.match(await page.locator("#agents-empty").textContent(), /POST \/v1\/agent\/register/);
+    const views = page.locator("section.needs-agent");
+    assert.ok((await views.count()) >= 6);
+    for (const view of await views.all()) assert.equal(await view.isVisible(), false);
+    const emptyHeight = await page.evaluate(() => document.documentElement.scrollHeight);
+    assert.ok(emptyHeight < 1600, `the empty dashboard is ${emptyHeight} px tall`);
     // The pricing generation in force, from /v1/pricing/current (none is scheduled here).
     const pricing = (await call("GET", "/v1/pricing/current")).json;
     await page.waitForFunction(() => document.querySelector("#pricing").textContent.length > 0);
@@ -109,6 +138,10 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.notEqual(newToken, oldToken);
     const row = page.locator(`#agents-table tr[data-agent-id="${agentId}"]`);
     await row.waitFor();
+    // The agent reads as more than an id: the whole id, and when it registered.
+    assert.equal(await row.locator("td.agent-id code").textContent(), agentId);
+    assert.match(await row.locator("td.agent-id small").textContent(), /^registered \d{4}-\d{2}-\d{2}/);
+    assert.match(await page.locator(`#ara-agent option[value="${agentId}"]`).textContent(), new RegExp(`^${agentId.slice(0, 8)}… · registered `));
     assert.equal((await call("GET", "/v1/trial/status", oldToken)).status, 401);
     assert.equal((await call("GET", "/v1/trial/status", newToken)).status, 200);
     await shot(page, "03-linked");
@@ -148,7 +181,7 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     await page.locator("#recent-table tbody tr").nth(1).waitFor();
     assert.equal(await page.locator("#recent-table tbody tr").count(), 2);
     // Each says how far its proof reaches; this instance has no witnesses.
-    const proofs = await page.locator("#recent-table tbody tr td:last-child").allTextContents();
+    const proofs = await page.locator("#recent-table tbody tr td.proof").allTextContents();
     for (const proof of proofs) assert.match(proof, /^(not in the log yet|signed by the log only; basic( of (enhanced|certifiable) declared)?)$/, proof);
     await shot(page, "06-usage-chart");
 
@@ -164,6 +197,27 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
       return false;
     }, agentId);
     assert.ok(folded, "ARA folded the two declarations");
+    // Both are in the log by now: each row offers its receipt, which the owner downloads.
+    const logged = await page.evaluate(async (id) => {
+      for (let i = 0; i < 300; i++) {
+        const report = await (await fetch(`/dap/agent/${id}/report`)).json();
+        if (report.recent_dds.length === 2 && report.recent_dds.every((dd) => dd.proof.in_log)) return true;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return false;
+    }, agentId);
+    assert.ok(logged, "both declarations reached the log");
+    await page.locator("#recent-agent").dispatchEvent("change");
+    await page.locator("#recent-table td.receipt a").nth(1).waitFor();
+    const receiptHref = await page.locator("#recent-table td.receipt a").first().getAttribute("href");
+    const receipt = await page.evaluate(async (url) => {
+      const response = await fetch(url);
+      return { status: response.status, disposition: response.headers.get("content-disposition"), json: await response.json() };
+    }, receiptHref);
+    assert.equal(receipt.status, 200);
+    assert.match(receipt.disposition, /^attachment/);
+    assert.equal(receiptHref, `/dap/dd/${receipt.json.dd_id}/receipt`);
+    assert.equal(typeof receipt.json.leaf_index, "number", JSON.stringify(receipt.json).slice(0, 300));
     await page.locator("#ara-agent").selectOption(agentId);
     await page.locator("#ara-level").selectOption("3");
     // The chart drawn for the 30-day view (the default is 12 weeks).
@@ -213,6 +267,9 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     await tool.waitFor();
     assert.equal(await tool.locator("td.sales").textContent(), "1");
     assert.equal(await tool.locator("td.earned").textContent(), "20");
+    // Its last column says which component buyers run (this seeded tool is a listing without one).
+    assert.equal(await page.locator("#market-tools thead th").last().textContent(), "Component");
+    assert.equal(await tool.locator("td.component").textContent(), "none (listing only)");
     assert.equal(await page.locator("#market-earned").getAttribute("data-balance"), "20");
     assert.match(await page.locator("#market-earned").textContent(), /20 DAC expire on /);
     assert.equal(await page.locator("#market-sales tbody tr").count(), 1);
@@ -233,6 +290,28 @@ test("an owner signs up, links an agent, sets its DAB, adds a category, sees usa
     assert.equal(await page.locator("#subs-retention").getAttribute("data-status"), "none");
     assert.equal(await page.locator("#subs-upcoming tbody tr").count(), 2);
     await shot(page, "07-subscriptions");
+
+    // Every chart label is at least 12 px on a desktop window and on a phone,
+    // and at phone width (375 px) nothing is wider than the screen.
+    await assertLabelsReadable(page, "1280 px");
+    await page.setViewportSize({ width: 375, height: 800 });
+    await page.waitForFunction(() => {
+      const svg = document.querySelector("#usage-chart svg");
+      return svg && Number(svg.getAttribute("width")) <= 375;
+    });
+    await assertLabelsReadable(page, "375 px");
+    const overflow = await page.evaluate(() => ({
+      page: document.documentElement.scrollWidth,
+      // What reaches past the screen's right edge, for the failure message.
+      past: [...document.querySelectorAll("body *")]
+        .filter((el) => el.getClientRects().length > 0 && el.getBoundingClientRect().right > window.innerWidth + 0.5)
+        .filter((el) => !el.closest(".table-wrap"))
+        .slice(0, 8)
+        .map((el) => `${el.tagName.toLowerCase()}${el.id ? "#" + el.id : ""}${el.className && typeof el.className === "string" ? "." + el.className : ""} ${Math.round(el.getBoundingClientRect().right)}`),
+    }));
+    assert.ok(overflow.page <= 375 && overflow.past.length === 0, `wider than the phone: ${JSON.stringify(overflow)}`);
+    await shot(page, "09-phone");
+    await page.setViewportSize({ width: 1280, height: 900 });
 
     // The agent sees the DAB the owner set.
     const dab = await call("GET", "/v1/dab/status", newToken);

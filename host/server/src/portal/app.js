@@ -47,6 +47,38 @@ function shortDate(iso) {
   return iso ? iso.replace("T", " ").slice(0, 16) : "";
 }
 
+// An agent as a person reads it in a list: the start of its id, when it
+// registered, its region; the value behind it stays the whole id.
+function agentLabel(agent) {
+  return [`${agent.agent_id.slice(0, 8)}…`, ...agentFacts(agent)].join(" · ");
+}
+
+function agentFacts(agent) {
+  const facts = [`registered ${agent.registered_at.slice(0, 10)}`];
+  if (agent.region_code) facts.push(agent.region_code);
+  if (agent.auth_status && agent.auth_status !== "active") facts.push(agent.auth_status);
+  return facts;
+}
+
+// The width a chart is drawn at: its box's width in CSS pixels, so that one
+// unit of the drawing is one pixel and its labels keep their CSS size.
+function chartWidth(el, fallback) {
+  return Math.max(280, Math.floor(el.clientWidth || fallback));
+}
+
+// Every chart drawn, by container, to draw again at the new width when the
+// window changes size.
+const drawn = new Map();
+function draw(selector, paint) {
+  drawn.set(selector, paint);
+  paint();
+}
+let resizing = 0;
+window.addEventListener("resize", () => {
+  clearTimeout(resizing);
+  resizing = setTimeout(() => { for (const paint of drawn.values()) paint(); }, 150);
+});
+
 function show(signedIn) {
   $("#signed-in").hidden = !signedIn;
   $("#signed-out").hidden = signedIn;
@@ -82,7 +114,10 @@ async function enter(me) {
 }
 
 async function refresh() {
-  await Promise.all([loadAgents(), loadUsage(), loadClassifications(), loadPolicy()]);
+  // The agents first: whether any is linked decides which views show, and a
+  // chart is drawn at the width of a view that shows.
+  await loadAgents();
+  await Promise.all([loadUsage(), loadClassifications(), loadPolicy()]);
   await loadRecent();
   await loadDab();
   await Promise.all([loadAra(), loadDur(), loadMarket(), loadSubscriptions()]);
@@ -97,7 +132,13 @@ async function loadAgents() {
   for (const agent of list.agents) {
     const row = document.createElement("tr");
     row.dataset.agentId = agent.agent_id;
-    cell(row, agent.agent_id).className = "agent-id";
+    const who = cell(row, "");
+    who.className = "agent-id";
+    const id = document.createElement("code");
+    id.textContent = agent.agent_id;
+    const facts = document.createElement("small");
+    facts.textContent = agentFacts(agent).join(" · ");
+    who.append(id, facts);
     cell(row, shortDate(agent.linked_at));
     cell(row, agent.trial_dac_remaining);
     cell(row, `${agent.budget_limit_dac}${agent.limit_source === "owner" ? "" : " (default)"}`).className = "dab";
@@ -107,13 +148,15 @@ async function loadAgents() {
     body.appendChild(row);
   }
   $("#agents-empty").hidden = list.agents.length > 0;
+  $("#agents-table").closest(".table-wrap").hidden = list.agents.length === 0;
+  for (const view of document.querySelectorAll(".needs-agent")) view.hidden = list.agents.length === 0;
   for (const select of document.querySelectorAll(".agent-select")) {
     const previous = select.value;
     select.replaceChildren();
     for (const agent of list.agents) {
       const option = document.createElement("option");
       option.value = agent.agent_id;
-      option.textContent = agent.agent_id;
+      option.textContent = agentLabel(agent);
       select.appendChild(option);
     }
     if (previous) select.value = previous;
@@ -127,7 +170,7 @@ async function loadAgents() {
   for (const agent of list.agents) {
     const option = document.createElement("option");
     option.value = agent.agent_id;
-    option.textContent = agent.agent_id;
+    option.textContent = agentLabel(agent);
     dur.appendChild(option);
   }
   dur.value = list.agents.some((a) => a.agent_id === chosen) ? chosen : "";
@@ -136,13 +179,20 @@ async function loadAgents() {
 // A bar per day: the height is that day's DAC on record.
 async function loadUsage() {
   const usage = await api("GET", "/dap/usage/daily?days=30");
+  draw("#usage-chart", () => drawUsage(usage));
+  $("#usage-total").textContent = `${usage.total_dac} DAC on record in the last 30 days`;
+}
+
+function drawUsage(usage) {
   const ns = "http://www.w3.org/2000/svg";
-  const width = 600, height = 180, left = 36, bottom = 20;
+  const container = $("#usage-chart");
+  const width = chartWidth(container, 600), height = 180, left = 40, bottom = 20;
   const max = Math.max(1, ...usage.days.map((d) => d.dac_total));
   const step = (width - left) / usage.days.length;
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
   const axis = document.createElementNS(ns, "line");
   for (const [k, v] of Object.entries({ x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: "axis" })) axis.setAttribute(k, v);
   svg.appendChild(axis);
@@ -169,10 +219,9 @@ async function loadUsage() {
     title.textContent = `${day.date}: ${day.dac_total} DAC, ${day.dd_count} DD`;
     bar.appendChild(title);
     svg.appendChild(bar);
-    if (i % 7 === 0) label(left + i * step, height - 6, day.date.slice(5));
+    if (i % (width < 450 ? 10 : 7) === 0) label(left + i * step, height - 6, day.date.slice(5));
   });
-  $("#usage-chart").replaceChildren(svg);
-  $("#usage-total").textContent = `${usage.total_dac} DAC on record in the last 30 days`;
+  container.replaceChildren(svg);
 }
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -202,16 +251,16 @@ const EE_AXES = ["retention", "preset", "integrity", "disclosure", "responsibili
 // One stacked bar per period: its declarations, split by action type where
 // the resolution has them.
 function drawTimeline(timeline) {
-  const width = 600, height = 180, left = 36, bottom = 20;
+  const width = chartWidth($("#ara-timeline"), 600), height = 180, left = 40, bottom = 20;
   const items = timeline.items;
   const max = Math.max(1, ...items.map((item) => item.dd_count));
   const step = (width - left) / Math.max(1, items.length);
-  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", height, "data-granularity": timeline.granularity });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, "data-granularity": timeline.granularity });
   svg("line", { x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: "axis" }, root);
   svgText(root, 2, 12, String(max));
   svgText(root, 2, height - bottom, "0");
   const seen = new Set();
-  const every = Math.ceil(items.length / 6);
+  const every = Math.ceil(items.length / Math.max(2, Math.floor(width / 100)));
   items.forEach((item, i) => {
     const x = left + i * step + 1;
     const period = svg("g", { class: "period", "data-start": item.period_start, "data-dd": item.dd_count }, root);
@@ -243,9 +292,9 @@ function drawTimeline(timeline) {
 
 // One 100% bar per EE axis, a segment per value.
 function drawEe(pattern) {
-  const width = 600, row = 26, left = 110;
+  const width = chartWidth($("#ara-ee"), 600), row = 26, left = 110;
   const axes = EE_AXES.filter((axis) => pattern.distributions[axis] && Object.keys(pattern.distributions[axis]).length > 0);
-  const root = svg("svg", { viewBox: `0 0 ${width} ${Math.max(row, axes.length * row)}`, height: Math.max(row, axes.length * row) });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${Math.max(row, axes.length * row)}`, width, height: Math.max(row, axes.length * row) });
   if (axes.length === 0) svgText(root, 0, 16, "No anchored declaration yet.");
   axes.forEach((axis, i) => {
     const values = Object.entries(pattern.distributions[axis]).sort((a, b) => b[1] - a[1]);
@@ -258,7 +307,7 @@ function drawEe(pattern) {
       const w = ((width - left) * n) / total;
       tooltip(svg("rect", { class: `share-${Math.min(j, 5)}`, x, y, width: w, height: row - 6, "data-value": value, "data-n": n }, bar),
         `${axis} ${value}: ${n} (${Math.round((100 * n) / total)}%)`);
-      if (w > 70) svgText(bar, x + 4, y + 14, `${value} ${n}`, "share-label");
+      if (w > 8 * (String(value).length + String(n).length + 1)) svgText(bar, x + 4, y + 14, `${value} ${n}`, "share-label");
       x += w;
     });
   });
@@ -277,15 +326,15 @@ async function loadAra() {
   const level = $("#ara-level").value;
   const view = await api("GET", `/dap/agent/${encodeURIComponent(agentId)}/ara?resolution_level=${encodeURIComponent(level)}`);
   if (load !== state.latest.ara) return;
-  drawTimeline(view.timeline);
-  drawEe(view.ee_pattern);
+  draw("#ara-timeline", () => drawTimeline(view.timeline));
+  draw("#ara-ee", () => drawEe(view.ee_pattern));
 }
 
 // Horizontal bars of DAC, one per [label, key, amount].
 function drawAmounts(selector, rows) {
-  const width = 400, row = 24, left = 120;
+  const width = chartWidth($(selector), 400), row = 24, left = 130;
   const max = Math.max(0.001, ...rows.map(([, , dac]) => dac));
-  const root = svg("svg", { viewBox: `0 0 ${width} ${rows.length * row}`, height: rows.length * row });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${rows.length * row}`, width, height: rows.length * row });
   rows.forEach(([label, key, dac], i) => {
     const y = i * row + 3;
     svgText(root, 0, y + 13, label);
@@ -304,19 +353,19 @@ async function loadDur() {
   const report = await api("GET", `/dap/dur/summary${query}`);
   if (load !== state.latest.dur) return;
   const spend = report.dac_spend;
-  drawAmounts("#dur-kinds", [
+  draw("#dur-kinds", () => drawAmounts("#dur-kinds", [
     ["Declarations", "dd_ee", spend.dd_ee],
     ["Observation (ARA)", "ara", spend.ara],
     ["Sessions (ISE)", "ise", spend.ise],
     ["Simulation (sDAC)", "sdac", spend.sdac],
     ["Tools (TSL)", "tsl", spend.tsl],
     ["Snapshots (ASA)", "asa", spend.asa],
-  ]);
-  drawAmounts("#dur-sources", [
+  ]));
+  draw("#dur-sources", () => drawAmounts("#dur-sources", [
     ["Trial", "trial", spend.by_source.trial],
     ["External (x402)", "external", spend.by_source.external],
     ["Earned", "earned", spend.by_source.earned],
-  ]);
+  ]));
   $("#dur-total").textContent =
     `${spend.total} DAC in ${spend.count} usage entries, ${report.period.from.slice(0, 10)} to ${report.period.to.slice(0, 10)}`;
   const link = $("#dur-csv");
@@ -389,7 +438,7 @@ async function loadMarket() {
       cell(row, tool.status);
       cell(row, tool.sales).className = "sales";
       cell(row, tool.earned_dac).className = "earned";
-      cell(row, tool.component_version === null ? "listing only" : `version ${tool.component_version}`);
+      cell(row, tool.component_version === null ? "none (listing only)" : `version ${tool.component_version}`).className = "component";
       tools.appendChild(row);
       const option = document.createElement("option");
       option.value = tool.tool_id;
@@ -470,7 +519,17 @@ async function loadRecent() {
     cell(row, dd.selection_state);
     cell(row, dd.dac_amount);
     cell(row, dd.settlement_statuses.join("+"));
-    cell(row, proofText(dd.proof));
+    cell(row, proofText(dd.proof)).className = "proof";
+    const receipt = cell(row, "");
+    receipt.className = "receipt";
+    if (dd.proof.in_log) {
+      const link = document.createElement("a");
+      link.href = `/dap/dd/${encodeURIComponent(dd.dd_id)}/receipt`;
+      link.download = `receipt-${dd.dd_id}.json`;
+      link.textContent = "Download";
+      link.title = "The receipt, to check offline with anchor verify or to hand to an auditor";
+      receipt.appendChild(link);
+    }
     body.appendChild(row);
   }
 }
