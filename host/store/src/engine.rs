@@ -1093,12 +1093,34 @@ fn hot_pool_options(options: PgConnectOptions) -> PgConnectOptions {
     options.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"), ("statement_timeout", "10000")])
 }
 
+/// The migration files, embedded by build.rs: (version, description, SQL).
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+}
+
+/// The migrator `sqlx::migrate!` would build from the same files: the same
+/// versions, descriptions and checksums (SHA-384 of each file), so a database
+/// migrated by an earlier build is recognised as it is.
+fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> sqlx::migrate::Migrator {
+    use sqlx::SqlSafeStr as _;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    Migrator::with_migrations(
+        files
+            .iter()
+            .map(|&(version, description, sql)| {
+                let no_tx = sql.starts_with("-- no-transaction");
+                Migration::new(version, description.into(), MigrationType::Simple, sql.into_sql_str(), no_tx)
+            })
+            .collect(),
+    )
+}
+
 pub fn sqlite_migrator() -> sqlx::migrate::Migrator {
-    sqlx::migrate!("../../migrations/sqlite")
+    migrator(embedded::SQLITE)
 }
 
 pub fn postgres_migrator() -> sqlx::migrate::Migrator {
-    sqlx::migrate!("../../migrations/postgres")
+    migrator(embedded::POSTGRES)
 }
 
 /// An existing SQLite file, read-only, as it is (no migration, not created).
@@ -1136,6 +1158,23 @@ pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
 mod tests {
     use super::{Array, Bind, Value, sql};
     use uuid::Uuid;
+
+    /// The embedded migrators hold what sqlx itself resolves from the folders
+    /// (as `sqlx::migrate!` did): every file, with its version, description,
+    /// checksum and transaction mode. A checksum that differed would make
+    /// every database migrated by an earlier build refuse to start.
+    #[tokio::test]
+    async fn the_embedded_migrations_are_the_files_as_sqlx_reads_them() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+        for (engine, embedded) in [("sqlite", super::sqlite_migrator()), ("postgres", super::postgres_migrator())] {
+            let resolved = sqlx::migrate::Migrator::new(root.join(engine)).await.expect("the folder resolves");
+            let shape = |m: &sqlx::migrate::Migrator| {
+                m.iter().map(|m| (m.version, m.description.to_string(), m.migration_type, m.checksum.to_vec(), m.no_tx)).collect::<Vec<_>>()
+            };
+            assert!(resolved.iter().count() >= 39, "{engine}: the migrations are found");
+            assert_eq!(shape(&embedded), shape(&resolved), "{engine}");
+        }
+    }
 
     #[test]
     fn rows_become_one_array_parameter_per_column_and_one_text_whatever_their_number() {
