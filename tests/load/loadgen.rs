@@ -107,8 +107,12 @@ async fn main() -> anyhow::Result<()> {
         let reply: Value = http.post(format!("{}/v1/agent/register", args.url)).json(&json!({})).send().await?.json().await?;
         let token = reply["auth_token"].as_str().expect("auth_token").to_string();
         if args.paid {
-            // Spend the Trial (3 x EE_high + EE_basic = 482.5 of 500) so EE_standard must be paid.
-            for preset in ["EE_high", "EE_high", "EE_high", "EE_basic"] {
+            // Spend the Trial (3 x EE_high + 2 x EE_basic = 492.5 of 500) so
+            // that EE_standard must be paid whole: with 7.5 DAC left, under
+            // the 10 DAC base fee, Trial pays no part of it, and every paid
+            // create has the one challenge signed below (with 17.5 left, the
+            // first would have Trial pay the base fee and ask 35 DAC, not 45).
+            for preset in ["EE_high", "EE_high", "EE_high", "EE_basic", "EE_basic"] {
                 let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
                 let status = http.post(format!("{}/v1/dd/create", args.url)).bearer_auth(&token).json(&body).send().await?.status();
                 assert_eq!(status.as_u16(), 201);
@@ -195,8 +199,9 @@ async fn main() -> anyhow::Result<()> {
                         .await
                         .expect("paid create");
                 }
-                assert_eq!(created.status().as_u16(), 201, "create failed");
+                let status = created.status().as_u16();
                 let created: Value = created.json().await.expect("create body");
+                assert_eq!(status, 201, "create failed: {created}");
                 let confirm_started = Instant::now();
                 let confirmed = http
                     .post(format!("{url}/v1/dd/confirm"))
