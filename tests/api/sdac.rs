@@ -110,7 +110,9 @@ async fn an_end_racing_its_trials_charges_every_trial_it_counts(backend: Backend
         let simulated = t.scalar(&format!("select simulated_milli from sdac_session where session_id = {id}")).await;
         let charged = t.scalar(&format!("select charged_milli from sdac_session where session_id = {id}")).await;
         assert_eq!(stored, counted, "round {round}: every trial answered 200 is in the session");
-        let price = if stored == 0 { 0 } else { 10_000 + (simulated * 100 + 500) / 1000 };
+        // The base fee whatever the count, an end that won the race before
+        // any trial included (decision 0062), plus a tenth of what was simulated.
+        let price = 10_000 + (simulated * 100 + 500) / 1000;
         assert_eq!(charged, price, "round {round}: {stored} trials ({simulated} milli-DAC simulated) charged {charged}");
         assert_eq!(ended.json["dac_charged"].as_f64().unwrap(), price as f64 / 1000.0, "{}", ended.text);
     }
