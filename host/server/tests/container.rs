@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 const IMAGE: &str = "localhost/anchor:suite";
 /// What this machine's podman needs to run a container (see the module's note).
 const RUNTIME: [&str; 2] = ["--runtime", "runc"];
@@ -53,41 +51,10 @@ fn run_container(name: &str, port: u16, args: &[&str]) {
     ok(podman(&all), "podman run");
 }
 
-async fn anchor_one(http: &reqwest::Client, base: &str) -> (String, String) {
-    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
-    let token = agent["auth_token"].as_str().unwrap().to_owned();
-    let body = json!({
-        "request_id": uuid::Uuid::new_v4(),
-        "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
-                "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
-        "ee": { "ee_preset": "EE_basic" },
-    });
-    let created: Value =
-        http.post(format!("{base}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.unwrap().json().await.unwrap();
-    let dd_id = created["dd_id"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
-    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&token).json(&json!({ "dd_id": dd_id })).send().await.unwrap();
-    assert_eq!(confirmed.status().as_u16(), 200);
-    (token, dd_id)
-}
-
 /// The receipt of `dd_id`, once in the log, verified offline with this build's `anchor`.
 async fn verified(http: &reqwest::Client, base: &str, token: &str, dd_id: &str, dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let receipt = loop {
-        let reply = http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await.unwrap();
-        if reply.status().is_success() {
-            break reply.text().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "no receipt");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    let file = dir.join(format!("{dd_id}.json"));
-    std::fs::write(&file, receipt).unwrap();
-    let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_anchor"))
-        .args(["verify", file.to_str().unwrap(), "--key", key["public_key"].as_str().unwrap()])
-        .output()
-        .unwrap();
+    let (file, key) = common::receipt_file(http, base, token, dd_id, dir).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["verify", file.to_str().unwrap(), "--key", &key]).output().unwrap();
     assert!(ok(out, "anchor verify").contains("ok: leaf"));
 }
 
@@ -126,7 +93,7 @@ async fn the_container_image_serves_keeps_its_volume_and_runs_on_postgres() {
     run_container("anchor-suite-a", port, &["-v", &mount, "-e", &public]);
     let health = common::wait_healthy(&http, &base).await;
     assert_eq!(health["storage"], "sqlite", "{health}");
-    let (token, dd_id) = anchor_one(&http, &base).await;
+    let (token, dd_id) = common::anchor_one(&http, &base).await;
     verified(&http, &base, &token, &dd_id, &dir).await;
     // Stopped (SIGTERM) and replaced by a new container on the same volume: the record is kept.
     let stopping = Instant::now();
@@ -152,7 +119,7 @@ async fn the_container_image_serves_keeps_its_volume_and_runs_on_postgres() {
         run_container("anchor-suite-pg", port, &["--network=host", "-e", &database, "-e", &listen]);
         let health = common::wait_healthy(&http, &base).await;
         assert_eq!(health["storage"], "postgres", "{health}");
-        let (token, dd_id) = anchor_one(&http, &base).await;
+        let (token, dd_id) = common::anchor_one(&http, &base).await;
         verified(&http, &base, &token, &dd_id, &dir).await;
         let _ = podman(&["rm", "-f", "anchor-suite-pg"]);
         pg.drop_now().await;

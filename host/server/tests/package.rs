@@ -12,9 +12,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
 
 fn run(program: &str, args: &[&str]) -> Output {
     let output = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
@@ -74,38 +71,10 @@ fn start(port: u16) -> common::Server {
     common::Server(command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap())
 }
 
-async fn anchor_one(http: &reqwest::Client, base: &str) -> (String, String) {
-    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
-    let token = agent["auth_token"].as_str().unwrap().to_owned();
-    let body = json!({
-        "request_id": uuid::Uuid::new_v4(),
-        "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
-                "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
-        "ee": { "ee_preset": "EE_basic" },
-    });
-    let created: Value =
-        http.post(format!("{base}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.unwrap().json().await.unwrap();
-    let dd_id = created["dd_id"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
-    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&token).json(&json!({ "dd_id": dd_id })).send().await.unwrap();
-    assert_eq!(confirmed.status().as_u16(), 200);
-    (token, dd_id)
-}
-
 /// The receipt of `dd_id` once the log holds it, verified with the installed `anchor`.
 async fn verified(http: &reqwest::Client, base: &str, token: &str, dd_id: &str, dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let receipt = loop {
-        let reply = http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await.unwrap();
-        if reply.status().is_success() {
-            break reply.text().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "no receipt");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    let file = dir.join(format!("{dd_id}.json"));
-    std::fs::write(&file, receipt).unwrap();
-    let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
-    let out = run("/usr/bin/anchor", &["verify", file.to_str().unwrap(), "--key", key["public_key"].as_str().unwrap()]);
+    let (file, key) = common::receipt_file(http, base, token, dd_id, dir).await;
+    let out = run("/usr/bin/anchor", &["verify", file.to_str().unwrap(), "--key", &key]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok: leaf"), "{out:?}");
 }
 
@@ -154,7 +123,7 @@ async fn the_debian_package_installs_serves_upgrades_and_keeps_the_data() {
     let base = format!("http://127.0.0.1:{port}");
     let server = start(port);
     common::wait_healthy(&http, &base).await;
-    let (token, dd_id) = anchor_one(&http, &base).await;
+    let (token, dd_id) = common::anchor_one(&http, &base).await;
     verified(&http, &base, &token, &dd_id, &dir).await;
     drop(server);
     assert!(Path::new("/var/lib/anchor/anchor.db").exists(), "the data is in /var/lib/anchor");

@@ -244,3 +244,47 @@ impl PgDatabase {
         let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {} with (force)", self.name))).execute(&self.admin).await;
     }
 }
+
+/// Registers an agent at `base` and anchors one declaration (created and
+/// confirmed, Trial-paid): the agent's token and the DD's id.
+pub async fn anchor_one(http: &reqwest::Client, base: &str) -> (String, String) {
+    let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
+    let token = agent["auth_token"].as_str().unwrap().to_owned();
+    let body = serde_json::json!({
+        "request_id": uuid::Uuid::new_v4(),
+        "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+                "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
+        "ee": { "ee_preset": "EE_basic" },
+    });
+    let created: Value =
+        http.post(format!("{base}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.unwrap().json().await.unwrap();
+    let dd_id = created["dd_id"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let confirm = serde_json::json!({ "dd_id": dd_id });
+    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&token).json(&confirm).send().await.unwrap();
+    assert_eq!(confirmed.status().as_u16(), 200);
+    (token, dd_id)
+}
+
+/// The receipt of `dd_id`, once the log holds it (30 s at most), written to
+/// `dir/<dd_id>.json`: that file and the log's public key, for `anchor verify`.
+pub async fn receipt_file(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    dd_id: &str,
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let receipt = loop {
+        let reply = http.get(format!("{base}/v1/dd/{dd_id}/receipt")).bearer_auth(token).send().await.unwrap();
+        if reply.status().is_success() {
+            break reply.text().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "no receipt");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let file = dir.join(format!("{dd_id}.json"));
+    std::fs::write(&file, receipt).unwrap();
+    let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
+    (file, key["public_key"].as_str().unwrap().to_owned())
+}
