@@ -316,8 +316,8 @@ async fn feature_switches_apply_while_serving(backend: Backend) {
 }
 
 /// `GET /ready` (what a load balancer asks): ready on a writable database
-/// holding exactly this build's migrations; a schema a newer build migrated
-/// makes the host not ready, with Retry-After, until it matches again.
+/// holding this build's migrations; a newer migration makes the host not
+/// ready, with Retry-After, unless its rule lets this build serve beside it.
 /// `/health` stays a liveness check throughout. (A standby is not writable:
 /// `replica::observations_read_from_a_streaming_replica_and_fall_back_when_it_stops`.)
 async fn ready_only_on_a_writable_database_at_this_builds_schema(backend: Backend) {
@@ -346,6 +346,21 @@ async fn ready_only_on_a_writable_database_at_this_builds_schema(backend: Backen
     assert_eq!(not_ready.headers["retry-after"], "5");
     assert_eq!(t.get("/health", None).await.status, StatusCode::OK, "alive all the same");
 
+    // Recorded as an expand migration (decision 0067): this build serves
+    // beside it, and says the schema is ahead.
+    let expand = "insert into migration_rules (version, runs_beside_builds_from) values (99999, 0) returning version";
+    assert_eq!(t.scalar(expand).await, 99999);
+    let beside = t.get("/ready", None).await;
+    assert_eq!(beside.status, StatusCode::OK, "{}", beside.text);
+    assert_eq!((&beside.json["migrations_applied"], &beside.json["schema_ahead"]), (&json!(true), &json!(true)));
+    // A contract migration for builds from it on: not this one.
+    let contract = "update migration_rules set runs_beside_builds_from = 99999 where version = 99999 returning version";
+    assert_eq!(t.scalar(contract).await, 99999);
+    assert_eq!(t.get("/ready", None).await.status, StatusCode::SERVICE_UNAVAILABLE);
+
+    assert_eq!(t.scalar("delete from migration_rules where version = 99999 returning version").await, 99999);
     assert_eq!(t.scalar("delete from _sqlx_migrations where version = 99999 returning version").await, 99999);
-    assert_eq!(t.get("/ready", None).await.status, StatusCode::OK);
+    let ready = t.get("/ready", None).await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(ready.json["schema_ahead"], false);
 }

@@ -8,6 +8,7 @@
 //! names that size and root, and (given the log's public key) its signature
 //! verifies; the stored head is the root of all leaves.
 
+use anchor_domain::schema::Fit;
 use anchor_store::Store;
 use anyhow::{Context, bail};
 use base64::Engine as _;
@@ -77,7 +78,7 @@ fn note_body(note: &str) -> anyhow::Result<(u64, [u8; 32])> {
 /// the log's public key, if known.
 pub async fn check(store: &dyn Store, expected: &[(i64, Vec<u8>)], vkey: Option<&str>) -> anyhow::Result<Checked> {
     store.ping().await.context("the database does not answer")?;
-    let migrations = check_migrations(store, expected).await?;
+    let (migrations, _) = check_migrations(store, expected).await?;
     let state = store.log_state().await?;
     let mut frontier = Frontier::default();
     let mut checkpoints = 0;
@@ -119,23 +120,16 @@ pub async fn check(store: &dyn Store, expected: &[(i64, Vec<u8>)], vkey: Option<
     Ok(Checked { migrations, leaves: state.size, checkpoints, signatures: vkey.is_some() })
 }
 
-/// Whether the migrations `store` records are exactly `expected` (versions
-/// and checksums, none half-applied); how many.
-pub async fn check_migrations(store: &dyn Store, expected: &[(i64, Vec<u8>)]) -> anyhow::Result<usize> {
+/// Whether the migrations `store` records fit this build's `expected` ones
+/// (versions and checksums, none half-applied), newer ones being allowed
+/// where the database's rules say this build runs beside them (decision
+/// 0067); how many are recorded, and how they fit.
+pub async fn check_migrations(store: &dyn Store, expected: &[(i64, Vec<u8>)]) -> anyhow::Result<(usize, Fit)> {
     let recorded = store.applied_migrations().await.context("reading the migrations the database records")?;
-    if let Some((version, _, _)) = recorded.iter().find(|(_, _, success)| !success) {
-        bail!("migration {version} is recorded as failed: the database was left half-migrated");
-    }
-    let applied: Vec<(i64, Vec<u8>)> = recorded.into_iter().map(|(version, checksum, _)| (version, checksum)).collect();
-    if applied != expected {
-        let versions = |list: &[(i64, Vec<u8>)]| list.iter().map(|(v, _)| *v).collect::<Vec<_>>();
-        let (have, want) = (versions(&applied), versions(expected));
-        if have == want {
-            bail!("the migrations' checksums differ from this build's: the schema was changed by hand or by another build");
-        }
-        bail!("the database records migrations {have:?}; this build has {want:?}");
-    }
-    Ok(applied.len())
+    let newer = recorded.iter().any(|(version, _, _)| !expected.iter().any(|(carried, _)| carried == version));
+    let rules = if newer { store.migration_rules().await.context("reading the migrations' rules")? } else { Vec::new() };
+    let fit = anchor_domain::schema::fit(expected, &recorded, &rules).map_err(anyhow::Error::msg)?;
+    Ok((recorded.len(), fit))
 }
 
 /// Adds leaves to `frontier` until it holds `size`; a missing leaf fails.

@@ -36,9 +36,12 @@ pub struct Readiness {
     pub storage_reachable: bool,
     /// A write would be accepted (PostgreSQL: this is the primary, not a standby).
     pub writable: bool,
-    /// Every migration this build carries is applied, nothing newer and
-    /// none half-applied (what `anchor backup --check` asks of a copy).
+    /// Every migration this build carries is applied, none half-applied,
+    /// and any newer one is one this build may serve beside (decision 0067).
     pub migrations_applied: bool,
+    /// The database holds newer migrations this build serves beside: a
+    /// rolling upgrade is under way.
+    pub schema_ahead: bool,
 }
 
 impl Readiness {
@@ -47,17 +50,20 @@ impl Readiness {
     }
 }
 
-/// `GET /ready`: the database answers, takes writes, and holds exactly the
-/// migrations this build carries (a host of an older build beside a newer
-/// schema, or of a newer build before its migrations ran, is not ready).
+/// `GET /ready`: the database answers, takes writes, and holds the
+/// migrations this build carries, with at most newer ones whose rules let
+/// this build serve beside them (a host of an older build beside a
+/// contracted schema, or of a newer build before its migrations ran, is not
+/// ready).
 pub async fn readiness(services: &Services) -> Readiness {
     let store = &services.store;
     let storage = store.backend();
     let storage_reachable = store.ping().await.is_ok();
     if !storage_reachable {
-        return Readiness { storage, storage_reachable, writable: false, migrations_applied: false };
+        return Readiness { storage, storage_reachable, writable: false, migrations_applied: false, schema_ahead: false };
     }
     let writable = store.writable().await.unwrap_or(false);
-    let migrations_applied = crate::backup::check_migrations(store.as_ref(), &store.expected_migrations()).await.is_ok();
-    Readiness { storage, storage_reachable, writable, migrations_applied }
+    let fit = crate::backup::check_migrations(store.as_ref(), &store.expected_migrations()).await;
+    let schema_ahead = matches!(fit, Ok((_, anchor_domain::schema::Fit::Ahead(_))));
+    Readiness { storage, storage_reachable, writable, migrations_applied: fit.is_ok(), schema_ahead }
 }

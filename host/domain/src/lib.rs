@@ -23,6 +23,7 @@ pub mod payments;
 pub mod pricing;
 pub mod records;
 pub mod retention;
+pub mod schema;
 pub mod tools;
 pub mod tsl;
 

@@ -5,7 +5,8 @@
 //! primary node dies without warning. Nothing acknowledged is lost, every
 //! confirmed declaration gets a verifying receipt, the log stays one log
 //! (consistency proofs across each fault) and the service answers again
-//! within 15 s of each fault.
+//! within 15 s of each fault. Then a rolling upgrade across a migration
+//! (`scripts/cluster upgrade`) under the same load: every request answered.
 
 mod common;
 
@@ -25,6 +26,9 @@ const BETWEEN_FAULTS: Duration = Duration::from_secs(12);
 /// The most a fault may keep the service from answering.
 const ERROR_WINDOW: Duration = Duration::from_secs(15);
 
+/// One formation at a time: each test here brings up its own.
+static FORMATION: Mutex<()> = Mutex::const_new(());
+
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/cluster")
 }
@@ -36,9 +40,11 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn up(dir: &Path, hosts: usize) -> Cluster {
+    /// `scripts/cluster up` with `env` for the hosts it starts.
+    fn up(dir: &Path, hosts: usize, env: &[(&str, &str)]) -> Cluster {
         let out = Command::new(script())
             .args(["up", dir.to_str().unwrap(), "--hosts", &hosts.to_string(), "--anchor", env!("CARGO_BIN_EXE_anchor")])
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         let mut cluster = Cluster { dir: dir.to_path_buf(), env: HashMap::new() };
@@ -200,13 +206,14 @@ async fn primary_connections(nodes: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_primary() {
     let test = "cluster::load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_primary";
+    let _one = FORMATION.lock().await;
     // The formation is PostgreSQL's: it runs where the PostgreSQL tests run.
     if common::postgres_or_skip(test).is_none() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("anchor-cluster-{}-{}", std::process::id(), common::free_port()));
     let started = Instant::now();
-    let cluster = Cluster::up(&dir, 3);
+    let cluster = Cluster::up(&dir, 3, &[]);
     eprintln!("cluster up in {:?}", started.elapsed());
     let base = cluster.get("BASE").to_string();
     let host_pids: Vec<i32> = cluster.get("HOST_PIDS").split_whitespace().map(|p| p.parse().unwrap()).collect();
@@ -292,13 +299,19 @@ async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_prima
                 .unwrap_or_else(|e| panic!("checkpoints {} -> {} across the faults: {e}", from.0, to.0));
         }
     }
-    // Nothing acknowledged is lost: every create is there, every confirm
-    // settled with a receipt that verifies, one leaf per declaration.
+    check_nothing_lost(&http, &base, &vkey, &seen).await;
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Nothing acknowledged is lost: every create is there, every confirm
+/// settled with a receipt that verifies, one leaf per declaration.
+async fn check_nothing_lost(http: &reqwest::Client, base: &str, vkey: &str, seen: &Seen) {
     let checking = Instant::now();
     let confirmed: HashSet<String> = seen.confirmed.iter().map(|(_, dd_id)| dd_id.clone()).collect();
     let mut checks = tokio::task::JoinSet::new();
-    for chunk in seen.created.chunks(seen.created.len().div_ceil(WORKERS)) {
-        let (http, base, vkey, chunk, confirmed) = (http.clone(), base.clone(), vkey.clone(), chunk.to_vec(), confirmed.clone());
+    for chunk in seen.created.chunks(seen.created.len().div_ceil(WORKERS).max(1)) {
+        let (http, base, vkey, chunk, confirmed) = (http.clone(), base.to_string(), vkey.to_string(), chunk.to_vec(), confirmed.clone());
         checks.spawn(async move {
             let mut leaves = Vec::new();
             for (token, dd_id) in chunk {
@@ -317,6 +330,103 @@ async fn load_through_haproxy_survives_a_host_kill_a_switchover_and_a_lost_prima
     }
     assert_eq!(leaves.len(), confirmed.len());
     eprintln!("{} creates and {} receipts checked in {:?}", seen.created.len(), leaves.len(), checking.elapsed());
+}
+
+/// The migration the rolling upgrade crosses: the previous release is played
+/// by this build carrying its migrations only up to the one before
+/// (`ANCHOR_TEST_MIGRATIONS_UP_TO`), the new release is this build whole.
+const CROSSED: i64 = 40;
+
+/// What each host's own /ready answered while the hosts were replaced:
+/// (host, status or none when nothing answered, its body).
+async fn watch_readiness(bases: Vec<String>, stop: Arc<AtomicBool>) -> Vec<(usize, Option<u16>, Value)> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let mut seen = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        for (host, base) in bases.iter().enumerate() {
+            let answer = match http.get(format!("{base}/ready")).send().await {
+                Ok(reply) => {
+                    let status = reply.status().as_u16();
+                    (Some(status), reply.json().await.unwrap_or(Value::Null))
+                }
+                Err(_) => (None, Value::Null),
+            };
+            seen.push((host, answer.0, answer.1));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_across_a_migration_answers_every_request() {
+    let test = "cluster::a_rolling_upgrade_across_a_migration_answers_every_request";
+    let _one = FORMATION.lock().await;
+    if common::postgres_or_skip(test).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("anchor-upgrade-{}-{}", std::process::id(), common::free_port()));
+    let previous = (CROSSED - 1).to_string();
+    let cluster = Cluster::up(&dir, 3, &[("ANCHOR_TEST_MIGRATIONS_UP_TO", previous.as_str())]);
+    let base = cluster.get("BASE").to_string();
+    let bases: Vec<String> = cluster.get("HOST_BASES").split_whitespace().map(str::to_string).collect();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).pool_max_idle_per_host(WORKERS).build().unwrap();
+    let ready: Value = http.get(format!("{}/ready", bases[0])).send().await.unwrap().json().await.unwrap();
+    assert_eq!((ready["status"].as_str(), ready["schema_ahead"].as_bool()), (Some("ready"), Some(false)), "{ready}");
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..WORKERS).map(|_| tokio::spawn(agent_loop(http.clone(), base.clone(), seen.clone(), stop.clone()))).collect();
+    let watching = tokio::spawn(watch_readiness(bases.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = seen.lock().await.created.len();
+    assert!(before > 0, "nothing was anchored before the upgrade");
+
+    // The hosts are replaced one by one by the whole build, which migrates.
+    let started = Instant::now();
+    let (script, dir_arg) = (script(), dir.clone());
+    let upgrade = tokio::task::spawn_blocking(move || {
+        Command::new(script)
+            .args(["upgrade", dir_arg.to_str().unwrap(), "--anchor", env!("CARGO_BIN_EXE_anchor")])
+            .env_remove("ANCHOR_TEST_MIGRATIONS_UP_TO")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(upgrade.status.success(), "scripts/cluster upgrade failed:\n{}", String::from_utf8_lossy(&upgrade.stderr));
+    let took = started.elapsed();
+    let during = seen.lock().await.created.len() - before;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let readiness = watching.await.unwrap();
+    let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner();
+    eprintln!(
+        "upgrade of 3 hosts in {took:?}: {during} creates acknowledged meanwhile; {} creates, {} confirms, {} answers, {} errors in all",
+        seen.created.len(),
+        seen.confirmed.len(),
+        seen.successes.len(),
+        seen.errors.len()
+    );
+    assert!(seen.errors.is_empty(), "{} requests were not answered (a dropped connection or a 5xx)", seen.errors.len());
+    assert!(during > 0, "nothing was anchored while the hosts were replaced");
+    // No host ever found the schema unfit: the old ones served beside the
+    // newer one (and said so); a host only left while it was replaced.
+    let unfit: Vec<_> = readiness.iter().filter(|(_, _, body)| body["migrations_applied"] == false).collect();
+    assert!(unfit.is_empty(), "hosts found the schema unfit for their build: {unfit:?}");
+    let beside = readiness.iter().filter(|(_, status, body)| *status == Some(200) && body["schema_ahead"] == true).count();
+    assert!(beside > 0, "no host of the previous build served beside the newer schema");
+    for base in &bases {
+        let ready: Value = http.get(format!("{base}/ready")).send().await.unwrap().json().await.unwrap();
+        assert_eq!((ready["status"].as_str(), ready["schema_ahead"].as_bool()), (Some("ready"), Some(false)), "{base}: {ready}");
+    }
+    let key: Value = http.get(format!("{base}/v1/log/key")).send().await.unwrap().json().await.unwrap();
+    let vkey = key["public_key"].as_str().unwrap().to_string();
+    common::checkpoint_at_least(&http, &base, seen.confirmed.len() as u64, Duration::from_secs(60)).await;
+    check_nothing_lost(&http, &base, &vkey, &seen).await;
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }

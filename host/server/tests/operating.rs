@@ -608,6 +608,86 @@ async fn kill_9_loses_nothing_acknowledged_on_postgres() {
     pg.drop_now().await;
 }
 
+/// A host of the previous build (this build carrying its migrations up to
+/// 0039 only, `ANCHOR_TEST_MIGRATIONS_UP_TO`) on a database the whole build
+/// migrated: it starts, is ready beside the newer schema (and says so) and
+/// anchors. Once that newer migration's rule names builds from 0040 on (a
+/// contract migration), the old host is no longer ready and another one
+/// refuses to start, saying to upgrade it (decision 0067).
+async fn the_previous_build_serves_beside_an_expand_migration(env: &[(&str, &str)], name: &str) {
+    let data = scratch(name);
+    let mut new = start(&data, env, &[]).await;
+    new.terminate();
+    assert!(new.wait_exit(Duration::from_secs(30)).success());
+    let previous: Vec<(&str, &str)> = env.iter().copied().chain([("ANCHOR_TEST_MIGRATIONS_UP_TO", "39")]).collect();
+    let old = start(&data, &previous, &[]).await;
+    let http = client();
+    let ready = http.get(format!("{}/ready", old.base)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!((ready["migrations_applied"].as_bool(), ready["schema_ahead"].as_bool()), (Some(true), Some(true)), "{ready}");
+    let (token, dd_id) = common::anchor_one(&http, &old.base).await;
+    common::receipt_file(&http, &old.base, &token, &dd_id, &data).await;
+
+    let contract = "update migration_rules set runs_beside_builds_from = 40 where version = 40";
+    match env.iter().find(|(k, _)| *k == "DATABASE_URL") {
+        Some((_, url)) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query(contract).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+        None => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(data.join("anchor.db"));
+            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+            sqlx::query(contract).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+    let ready = http.get(format!("{}/ready", old.base)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["migrations_applied"], false, "{ready}");
+
+    let mut another = Command::new(env!("CARGO_BIN_EXE_anchor"));
+    another
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .arg(&data)
+        .env_remove("DATABASE_URL")
+        .envs(previous.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut another = another.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = another.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = another.kill();
+            panic!("a host of the previous build started beside a contract migration");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(another.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success() && said.contains("migration 40") && said.contains("upgrade this host"), "{status}: {said}");
+    drop(old);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_build_serves_beside_an_expand_migration_on_sqlite() {
+    the_previous_build_serves_beside_an_expand_migration(&[], "beside-sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_build_serves_beside_an_expand_migration_on_postgres() {
+    let Some(pg) = PgDatabase::create("operating", "anchor_beside").await else { return };
+    let db_url = pg.url.clone();
+    the_previous_build_serves_beside_an_expand_migration(&[("DATABASE_URL", db_url.as_str())], "beside-postgres").await;
+    pg.drop_now().await;
+}
+
 /// `anchor pricing publish` of a generation with another base fee, a few
 /// seconds ahead, while two hosts on one PostgreSQL take a steady load of DD
 /// creates: every create succeeds; every record carries one generation's

@@ -980,6 +980,24 @@ impl<DB: Driver> Db<DB> {
     }
 }
 
+/// Runs this build's migrations on `pool`, beside newer ones it may serve
+/// beside (`serve_beside`). A fresh database records none.
+macro_rules! migrate {
+    ($migrator:expr, $pool:expr) => {{
+        let pool = $pool;
+        let mut migrator = $migrator;
+        let applied: Vec<i64> =
+            sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool).await.unwrap_or_default();
+        let rules: Vec<(i64, i64)> = if applied.iter().any(|v| !migrator.version_exists(*v)) {
+            sqlx::query_as("select version, runs_beside_builds_from from migration_rules").fetch_all(pool).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        serve_beside(&mut migrator, &applied, &rules)?;
+        migrator.run(pool).await?;
+    }};
+}
+
 /// Opens (creating if needed) a SQLite file in WAL mode and runs the migrations.
 pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     if let Some(dir) = path.parent()
@@ -1001,7 +1019,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     // back on every statement.
     let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
     let writer = pool_options().max_connections(1).connect_with(options.clone()).await?;
-    sqlite_migrator().run(&writer).await?;
+    migrate!(sqlite_migrator(), &writer);
     let background = pool_options().max_connections(1).connect_with(options.clone()).await?;
     let pool = pool_options().max_connections(8).connect_with(options).await?;
     Ok(Db { writer: Some(writer), background: Some(background), file: Some(path.to_path_buf()), ..Db::new(pool) })
@@ -1042,7 +1060,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
         }
     };
     let pool = pool_options(16).connect_with(options.clone()).await?;
-    postgres_migrator().run(&pool).await?;
+    migrate!(postgres_migrator(), &pool);
     let hot = pool_options(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
     // settings; its statements then run on the ordinary pool, said once here
@@ -1104,15 +1122,40 @@ mod embedded {
 fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> sqlx::migrate::Migrator {
     use sqlx::SqlSafeStr as _;
     use sqlx::migrate::{Migration, MigrationType, Migrator};
+    let carried = carried_up_to();
     Migrator::with_migrations(
         files
             .iter()
+            .filter(|(version, _, _)| *version <= carried)
             .map(|&(version, description, sql)| {
                 let no_tx = sql.starts_with("-- no-transaction");
                 Migration::new(version, description.into(), MigrationType::Simple, sql.into_sql_str(), no_tx)
             })
             .collect(),
     )
+}
+
+/// The newest migration this build carries: every one, unless the test
+/// knob `ANCHOR_TEST_MIGRATIONS_UP_TO=N` has this build play an earlier
+/// release that carried migrations up to N only (the rolling-upgrade test
+/// runs such hosts beside a newer schema; decision 0067).
+fn carried_up_to() -> i64 {
+    std::env::var("ANCHOR_TEST_MIGRATIONS_UP_TO").ok().and_then(|n| n.trim().parse().ok()).unwrap_or(i64::MAX)
+}
+
+/// Lets `migrator` start on a database that records the `applied` versions:
+/// the ones it does not carry must be migrations whose `rules` (version,
+/// newest migration of the oldest build it runs beside) allow this build
+/// beside them; they are then left as they are (decision 0067).
+fn serve_beside(migrator: &mut sqlx::migrate::Migrator, applied: &[i64], rules: &[(i64, i64)]) -> Result<()> {
+    let unknown: Vec<i64> = applied.iter().copied().filter(|v| !migrator.version_exists(*v)).collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    anchor_domain::schema::runs_beside(newest, &unknown, rules).map_err(StoreError::Unsupported)?;
+    migrator.set_ignore_missing(true);
+    Ok(())
 }
 
 pub fn sqlite_migrator() -> sqlx::migrate::Migrator {
@@ -1174,6 +1217,112 @@ mod tests {
             assert!(resolved.iter().count() >= 39, "{engine}: the migrations are found");
             assert_eq!(shape(&embedded), shape(&resolved), "{engine}");
         }
+    }
+
+    /// The rule of decision 0067, read off the files: every migration from
+    /// 0040 on records its own rule, the same on both engines; an expand one
+    /// (0) holds no statement a host of an older build could trip on (a drop,
+    /// a rename, a changed or new constraint, a required column without a
+    /// default, deleted rows); a contract one names an older migration.
+    #[test]
+    fn the_migrations_follow_the_expand_and_contract_rule() {
+        let mut rules: std::collections::BTreeMap<i64, i64> = Default::default();
+        for (engine, files) in [("sqlite", super::embedded::SQLITE), ("postgres", super::embedded::POSTGRES)] {
+            let mut seen = std::collections::BTreeMap::new();
+            for &(version, description, text) in files {
+                // Without comments, on one line, in lower case.
+                let code: String = text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ").to_lowercase();
+                let code = code.split_whitespace().collect::<Vec<_>>().join(" ");
+                for (v, from) in rule_rows(&code) {
+                    assert!(seen.insert(v, from).is_none(), "{engine} {version}: a second rule for {v}");
+                    assert!(v == version || version == 40, "{engine} {version} ({description}) records the rule of {v}");
+                }
+                if version >= 40 {
+                    let from = *seen.get(&version).unwrap_or_else(|| panic!("{engine} {version} ({description}): no rule of its own"));
+                    assert!(from < version, "{engine} {version}: a migration runs beside builds older than itself");
+                }
+            }
+            for (&version, &from) in &seen {
+                let (_, description, text) = files.iter().find(|f| f.0 == version).expect("a rule names a migration that exists");
+                if from == 0
+                    && let Some(trip) = expand_trip(&text.to_lowercase())
+                {
+                    panic!("{engine} {version} ({description}) is recorded as expand but {trip}");
+                }
+                if let Some(other) = rules.insert(version, from) {
+                    assert_eq!(other, from, "{version}: the engines record different rules");
+                }
+            }
+        }
+        assert!(rules.contains_key(&40), "the rules are found");
+    }
+
+    /// The (version, runs_beside_builds_from) rows of `code`'s inserts into
+    /// migration_rules.
+    fn rule_rows(code: &str) -> Vec<(i64, i64)> {
+        let mut rows = Vec::new();
+        for insert in code.split("insert into migration_rules").skip(1) {
+            let values = insert.split(';').next().unwrap_or("");
+            let values = values.split_once("values").map(|(_, v)| v).unwrap_or("");
+            for tuple in values.split('(').skip(1) {
+                let inner = tuple.split(')').next().unwrap_or("");
+                let numbers: Vec<i64> = inner.split(',').filter_map(|n| n.trim().parse().ok()).collect();
+                assert_eq!(numbers.len(), 2, "a rule row is (version, runs_beside_builds_from): {inner}");
+                rows.push((numbers[0], numbers[1]));
+            }
+        }
+        rows
+    }
+
+    /// What in an expand migration's SQL a host of an older build could trip on.
+    fn expand_trip(text: &str) -> Option<String> {
+        let code: String = text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
+        let code = format!(" {} ", code.split_whitespace().collect::<Vec<_>>().join(" "));
+        for form in
+            [" drop ", " rename ", " alter column ", " set not null ", " add constraint ", " truncate ", " delete from ", " replace into "]
+        {
+            if code.contains(form) {
+                return Some(format!("holds `{}`", form.trim()));
+            }
+        }
+        for added in code.split(" add column ").skip(1) {
+            let column = added.split([',', ';']).next().unwrap_or("");
+            if column.contains(" not null") && !column.contains(" default ") {
+                return Some(format!("adds a required column without a default: {}", column.trim()));
+            }
+        }
+        None
+    }
+
+    /// The rule's own reading: each form it refuses is found, and what an
+    /// expand migration does is let through.
+    #[test]
+    fn the_expand_reading_finds_what_older_builds_trip_on() {
+        for trip in [
+            "drop table t;",
+            "alter table t drop column c;",
+            "alter table t rename to u;",
+            "alter table t alter column c type bigint;",
+            "alter table t alter column c set not null;",
+            "alter table t add constraint c check (x > 0);",
+            "alter table t add column c text not null;",
+            "delete from t;",
+        ] {
+            assert!(expand_trip(trip).is_some(), "{trip}");
+        }
+        for fine in [
+            "create table t (id bigint primary key, dropped_at timestamptz);",
+            "alter table t add column c text;",
+            "alter table t add column c bigint not null default 0;",
+            "create index t_c on t (c); -- drop this later",
+            "insert into migration_rules (version, runs_beside_builds_from) values (41, 0);",
+        ] {
+            assert_eq!(expand_trip(fine), None, "{fine}");
+        }
+        assert_eq!(
+            rule_rows("insert into migration_rules (version, runs_beside_builds_from) values (39, 0), (40, 0);"),
+            vec![(39, 0), (40, 0)]
+        );
     }
 
     #[test]

@@ -289,6 +289,10 @@ pub trait Store:
     async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>>;
     /// The migrations this build carries for its engine (version, checksum).
     fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)>;
+    /// The rules of the migrations from 0040 on (version, newest migration
+    /// of the oldest build it runs beside; decision 0067); none before the
+    /// table exists.
+    async fn migration_rules(&self) -> Result<Vec<(i64, i64)>>;
     /// Whether a write would be accepted now: on PostgreSQL, a primary (not
     /// in recovery) whose sessions are not read-only; on SQLite, a file not
     /// opened for queries only.
@@ -336,6 +340,20 @@ impl<E: Engine> Store for SqlStore<E> {
     async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>> {
         let rows = self.db().fetch_all(sql("select version, checksum, success from _sqlx_migrations order by version")).await?;
         rows.iter().map(|r| Ok((r.get("version")?, r.get("checksum")?, r.get("success")?))).collect()
+    }
+
+    async fn migration_rules(&self) -> Result<Vec<(i64, i64)>> {
+        let exists = if self.db.name() == "postgres" {
+            "select case when to_regclass('migration_rules') is null then 0::bigint else 1::bigint end as found"
+        } else {
+            "select count(*) as found from sqlite_master where type = 'table' and name = 'migration_rules'"
+        };
+        let found: i64 = self.db().fetch_one(sql(exists)).await?.get("found")?;
+        if found == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = self.db().fetch_all(sql("select version, runs_beside_builds_from from migration_rules order by version")).await?;
+        rows.iter().map(|r| Ok((r.get("version")?, r.get("runs_beside_builds_from")?))).collect()
     }
 
     fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)> {

@@ -30,8 +30,12 @@ pub(crate) struct Ready {
     pub(crate) storage_reachable: bool,
     /// A write would be accepted (on PostgreSQL: this host's database is the primary).
     pub(crate) writable: bool,
-    /// Every migration this build carries is applied, and no other.
+    /// Every migration this build carries is applied, and any other is a
+    /// newer one this build may serve beside.
     pub(crate) migrations_applied: bool,
+    /// The database holds newer migrations this build serves beside (a
+    /// rolling upgrade is under way).
+    pub(crate) schema_ahead: bool,
     pub(crate) host_id: Uuid,
 }
 
@@ -43,6 +47,7 @@ impl Ready {
             storage_reachable: r.storage_reachable,
             writable: r.writable,
             migrations_applied: r.migrations_applied,
+            schema_ahead: r.schema_ahead,
             host_id,
         }
     }
