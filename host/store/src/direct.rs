@@ -207,13 +207,10 @@ impl Drop for DirectTx<'_> {
 fn run_statement(conn: &rusqlite::Connection, query: Query<'_>, want_rows: bool) -> Result<(u64, Vec<OwnedRow>)> {
     let (text, args) = query.into_parts();
     let mut statement = conn.prepare_cached(&text).map_err(direct)?;
-    for index in 1..=statement.parameter_count() {
-        // `$n` is a named parameter to SQLite, numbered in order of first
-        // use: bind by name, as sqlx does.
-        let name = statement.parameter_name(index).unwrap_or_default();
-        let n: usize = name.strip_prefix('$').and_then(|n| n.parse().ok()).unwrap_or(0);
-        let value = n.checked_sub(1).and_then(|n| args.get(n)).ok_or_else(|| StoreError::Corrupt(format!("parameter {name:?} unbound")))?;
-        statement.raw_bind_parameter(index, to_sql(value)?).map_err(direct)?;
+    let order = argument_order(&text, &statement)?;
+    for (index, n) in order.iter().enumerate() {
+        let value = args.get(*n).ok_or_else(|| StoreError::Corrupt(format!("parameter ${} unbound", n + 1)))?;
+        statement.raw_bind_parameter(index + 1, to_sql(value)?).map_err(direct)?;
     }
     if statement.column_count() == 0 {
         let changed = statement.raw_execute().map_err(direct)?;
@@ -229,6 +226,42 @@ fn run_statement(conn: &rusqlite::Connection, query: Query<'_>, want_rows: bool)
         }
     }
     Ok((out.len() as u64, out))
+}
+
+/// Statements of the same text whose argument order is known, per thread;
+/// forgotten all at once past this many texts (batches of every size).
+const ARGUMENT_ORDERS: usize = 512;
+
+thread_local! {
+    static ORDERS: std::cell::RefCell<std::collections::HashMap<Box<str>, Arc<[usize]>>> = Default::default();
+}
+
+/// For each of `statement`'s parameters, in SQLite's order, the argument it
+/// takes (`$n` is argument n - 1). `$n` is a named parameter to SQLite,
+/// numbered in order of first use, so its name says which argument it is;
+/// SQLite finds a parameter's name by walking the statement's list of
+/// names, so a statement of many parameters asked name by name on each run
+/// took time in the square of their number (6 % of the server's CPU under
+/// load): the order is asked once per text and kept.
+fn argument_order(text: &str, statement: &rusqlite::CachedStatement<'_>) -> Result<Arc<[usize]>> {
+    if let Some(order) = ORDERS.with(|orders| orders.borrow().get(text).cloned()) {
+        return Ok(order);
+    }
+    let order: Arc<[usize]> = (1..=statement.parameter_count())
+        .map(|index| {
+            let name = statement.parameter_name(index).unwrap_or_default();
+            let n: usize = name.strip_prefix('$').and_then(|n| n.parse().ok()).unwrap_or(0);
+            n.checked_sub(1).ok_or_else(|| StoreError::Corrupt(format!("parameter {name:?} is not $n")))
+        })
+        .collect::<Result<_>>()?;
+    ORDERS.with(|orders| {
+        let mut orders = orders.borrow_mut();
+        if orders.len() >= ARGUMENT_ORDERS {
+            orders.clear();
+        }
+        orders.insert(text.into(), order.clone());
+    });
+    Ok(order)
 }
 
 /// A value bound as sqlx binds it to SQLite (which has no arrays).
