@@ -10,10 +10,13 @@
 //! `pairs` confirms, then stops.
 //!
 //! `--paid`: each agent spends its Trial first, then every declaration
-//! (EE_standard) is paid over x402: the create answers 402, is sent again
-//! with a payment signed as the official client signs it (EIP-712
-//! TransferWithAuthorization, a test key), and the confirm settles it. The
-//! payments are signed before the clock starts.
+//! (EE_basic, as in the Trial-paid runs) is paid over x402: the create
+//! carries a payment signed as the official client signs it (EIP-712
+//! TransferWithAuthorization, a test key) for the price a challenge named
+//! before the clock started, and the confirm settles it. With
+//! `--challenge-each` every create is first sent unpaid and answered 402,
+//! as by a client that asks each time. The payments are signed before the
+//! clock starts.
 //!
 //! `--rate R` paces the pairs to R per second (pair k starts no earlier than
 //! k / R seconds after the start), to measure latency below the peak; without
@@ -40,6 +43,8 @@ struct Args {
     log: bool,
     /// Pay every declaration with x402 (after spending each agent's Trial).
     paid: bool,
+    /// Paid runs: ask for the challenge (a 402) before each paid create.
+    challenge_each: bool,
     /// Pairs per second to pace to (open loop); unpaced when absent.
     rate: Option<f64>,
     /// Also measure confirm-to-witnessed-receipt lag: every N-th record's
@@ -58,6 +63,7 @@ fn args() -> Args {
         concurrency: 16,
         log: false,
         paid: false,
+        challenge_each: false,
         rate: None,
         witnessed_every: None,
         statements: 0,
@@ -74,6 +80,10 @@ fn args() -> Args {
             args.paid = true;
             continue;
         }
+        if flag == "--challenge-each" {
+            args.challenge_each = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--url" => args.url = value,
@@ -85,7 +95,7 @@ fn args() -> Args {
             "--issuer" => args.issuer = value,
             "--issuer-key" => args.issuer_key = Some(value),
             other => panic!(
-                "unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid --witnessed-every N \
+                "unknown flag {other}; flags: --url --pairs --concurrency --rate --log --paid --challenge-each --witnessed-every N \
                  --statements N --issuer ISS --issuer-key FILE"
             ),
         }
@@ -108,10 +118,10 @@ async fn main() -> anyhow::Result<()> {
         let token = reply["auth_token"].as_str().expect("auth_token").to_string();
         if args.paid {
             // Spend the Trial (3 x EE_high + 2 x EE_basic = 492.5 of 500) so
-            // that EE_standard must be paid whole: with 7.5 DAC left, under
-            // the 10 DAC base fee, Trial pays no part of it, and every paid
-            // create has the one challenge signed below (with 17.5 left, the
-            // first would have Trial pay the base fee and ask 35 DAC, not 45).
+            // that each EE_basic create (what the Trial-paid runs create) is
+            // paid whole over x402: with 7.5 DAC left, under the 10 DAC base
+            // fee, Trial pays no part of it, and every paid create has the
+            // one challenge signed below.
             for preset in ["EE_high", "EE_high", "EE_high", "EE_basic", "EE_basic"] {
                 let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
                 let status = http.post(format!("{}/v1/dd/create", args.url)).bearer_auth(&token).json(&body).send().await?.status();
@@ -127,9 +137,9 @@ async fn main() -> anyhow::Result<()> {
     // Paid runs: every payment signed before the clock starts (as the
     // official client signs, EIP-712 TransferWithAuthorization), so that the
     // generator's own signing does not share the measurement. The challenge
-    // is the same for every EE_standard create.
+    // is the same for every EE_basic create of an agent whose Trial is spent.
     let signed = if args.paid {
-        let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": "EE_standard" } });
+        let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": "EE_basic" } });
         let reply = http.post(format!("{}/v1/dd/create", args.url)).bearer_auth(&tokens[0]).json(&body).send().await?;
         assert_eq!(reply.status().as_u16(), 402, "expected a challenge");
         let challenge: Value = reply.json().await?;
@@ -174,6 +184,7 @@ async fn main() -> anyhow::Result<()> {
         let (http, queue, latencies, url, confirmed_at, paid) =
             (http.clone(), queue.clone(), latencies.clone(), args.url.clone(), confirmed_at.clone(), args.paid);
         let (confirm_latencies, next_pair, rate, signed) = (confirm_latencies.clone(), next_pair.clone(), args.rate, signed.clone());
+        let challenge_each = args.challenge_each;
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().await.pop() else { break };
@@ -182,22 +193,22 @@ async fn main() -> anyhow::Result<()> {
                     tokio::time::sleep_until((started + Duration::from_secs_f64(k as f64 / rate)).into()).await;
                 }
                 let t0 = Instant::now();
-                let preset = if paid { "EE_standard" } else { "EE_basic" };
-                let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": preset } });
-                let mut created = http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body).send().await.expect("create");
-                if paid {
-                    // The 402 and its challenge, as the official client sees them first.
+                let body = json!({ "request_id": uuid::Uuid::new_v4(), "dd": dd(), "ee": { "ee_preset": "EE_basic" } });
+                let create = || http.post(format!("{url}/v1/dd/create")).bearer_auth(&token).json(&body);
+                let mut created = if paid && !challenge_each {
+                    // A client that knows the price (from an earlier challenge
+                    // or /.well-known/x402.json) pays with its first request.
+                    let header = signed.lock().await.pop().expect("one signed payment per pair");
+                    create().header("PAYMENT-SIGNATURE", header).send().await.expect("paid create")
+                } else {
+                    create().send().await.expect("create")
+                };
+                if paid && challenge_each {
+                    // The 402 and its challenge, as a client that asks each time sees them first.
                     assert_eq!(created.status().as_u16(), 402, "expected a challenge");
                     let _challenge: Value = created.json().await.expect("challenge");
                     let header = signed.lock().await.pop().expect("one signed payment per pair");
-                    created = http
-                        .post(format!("{url}/v1/dd/create"))
-                        .bearer_auth(&token)
-                        .header("PAYMENT-SIGNATURE", header)
-                        .json(&body)
-                        .send()
-                        .await
-                        .expect("paid create");
+                    created = create().header("PAYMENT-SIGNATURE", header).send().await.expect("paid create");
                 }
                 let status = created.status().as_u16();
                 let created: Value = created.json().await.expect("create body");
