@@ -156,9 +156,19 @@ impl Readers {
         query: Query<'_>,
         decode: impl FnOnce(&OwnedRow) -> Result<T>,
     ) -> Option<Option<T>> {
+        self.fetch_rows(metrics, query, |rows| rows.first().map(decode).transpose())
+    }
+
+    /// Every row of `query`, decoded together; as [`Readers::fetch_optional`].
+    pub(crate) fn fetch_rows<T>(
+        &self,
+        metrics: &StoreMetrics,
+        query: Query<'_>,
+        decode: impl FnOnce(&[OwnedRow]) -> Result<T>,
+    ) -> Option<T> {
         let taken = self.idle.lock().unwrap_or_else(PoisonError::into_inner).as_mut()?.pop();
         let read = taken.map_or_else(|| open_reader(&self.file), Ok).and_then(|conn| {
-            let found = timed_statement(&conn, metrics, query, true).and_then(|(_, rows)| rows.first().map(decode).transpose());
+            let found = timed_statement(&conn, metrics, query, true).and_then(|(_, rows)| decode(&rows));
             Ok((conn, found?))
         });
         match read {

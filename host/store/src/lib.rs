@@ -222,6 +222,11 @@ impl<E: Engine> SqlStore<E> {
         self.direct.as_ref()?.fetch_optional(self.db.metrics(), query, decode)
     }
 
+    /// Every row of `query`, decoded together, as [`SqlStore::read_direct`] reads.
+    fn read_direct_rows<T>(&self, query: engine::Query<'_>, decode: impl FnOnce(&[direct::OwnedRow]) -> Result<T>) -> Option<T> {
+        self.direct.as_ref()?.fetch_rows(self.db.metrics(), query, decode)
+    }
+
     /// The pool, for one statement.
     fn db(&self) -> E::Pool<'_> {
         self.db.pool()

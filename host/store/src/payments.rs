@@ -494,7 +494,13 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         {
             return found;
         }
-        read_payment(&mut self.db(), Key::Declaration(dd_id)).await
+        // On SQLite, on a direct reader (as the declaration it pays was
+        // read), not through the pool's worker thread.
+        let key = Key::Declaration(dd_id);
+        if let Some(found) = self.read_direct_rows(payment_query(key), first_payment) {
+            return Ok(found);
+        }
+        read_payment(&mut self.db(), key).await
     }
 
     async fn usage_for(&self, subject: Subject) -> Result<Vec<UsageEntry>> {
@@ -796,17 +802,23 @@ pub(crate) const PAYMENT_EVENTS_EACH: &str =
 pub(crate) const PAYMENT_EVENT_ORDER: &str = "e.at, case e.status when 'reserved' then 0 when 'settle_unknown' then 1 else 2 end";
 
 async fn read_payment<X: Exec>(x: &mut X, key: Key) -> Result<Option<PaymentRecord>> {
-    // One statement: the row once per event of its history, in order.
-    let rows = x
-        .fetch_all(
-            sql(format!(
-                "select {PAYMENT_COLUMNS} from x402_payment p {PAYMENT_EVENTS} where p.{} = $1 order by p.payment_id, {PAYMENT_EVENT_ORDER}",
-                key.column()
-            ))
-            .bind(key.id()),
-        )
-        .await?;
-    Ok(decode_payments(&rows)?.into_iter().next().map(|(_, payment)| payment))
+    let rows = x.fetch_all(payment_query(key)).await?;
+    first_payment(&rows)
+}
+
+/// One statement: the payment `key` names, its row once per event of its
+/// history, in order.
+fn payment_query(key: Key) -> Query<'static> {
+    sql(format!(
+        "select {PAYMENT_COLUMNS} from x402_payment p {PAYMENT_EVENTS} where p.{} = $1 order by p.payment_id, {PAYMENT_EVENT_ORDER}",
+        key.column()
+    ))
+    .bind(key.id())
+}
+
+/// The payment of [`payment_query`]'s rows, if any.
+fn first_payment<R: Row>(rows: &[R]) -> Result<Option<PaymentRecord>> {
+    Ok(decode_payments(rows)?.into_iter().next().map(|(_, payment)| payment))
 }
 
 /// The payments of [`PAYMENT_COLUMNS`]' rows, each with its history and
