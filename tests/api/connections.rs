@@ -154,7 +154,7 @@ async fn one_client_holds_a_bounded_number_of_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_balancer_is_not_held_to_one_clients_connections() {
     let limits = anchor_server::listener::HttpLimits { max_connections_per_client: 5, ..Default::default() };
-    let trusted = anchor_server::http::forwarded::TrustedProxies::parse("127.0.0.30").unwrap();
+    let trusted = anchor_server::proxies::TrustedProxies::parse("127.0.0.30").unwrap();
     let t = TestServer::with(Backend::Sqlite, Options { http: limits, trusted_proxies: trusted, ..Options::default() }).await;
     let addr = addr_of(&t);
     let mut idle = Vec::new();

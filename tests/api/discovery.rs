@@ -155,7 +155,7 @@ async fn rate_limit_headers_and_429_follow_the_window() {
 /// forwards.
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_window() {
-    let trusted = anchor_server::http::forwarded::TrustedProxies::parse("127.0.0.0/8").unwrap();
+    let trusted = anchor_server::proxies::TrustedProxies::parse("127.0.0.0/8").unwrap();
     let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 3, trusted_proxies: trusted, ..Options::default() }).await;
     let from = |client: &'static str| [("x-forwarded-for", client)];
     for _ in 0..3 {
@@ -167,7 +167,7 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_window() {
     let spoofed = t.call_with("GET", "/v1/dd/create", &[("x-forwarded-for", "203.0.113.50, 198.51.100.1")], None).await;
     spoofed.assert_error(429, "RATE_LIMITED");
 
-    let untrusted = anchor_server::http::forwarded::TrustedProxies::parse("10.0.0.0/8").unwrap();
+    let untrusted = anchor_server::proxies::TrustedProxies::parse("10.0.0.0/8").unwrap();
     let t = TestServer::with(Backend::Sqlite, Options { rate_limit: 3, trusted_proxies: untrusted, ..Options::default() }).await;
     for n in 0..4 {
         let reply = t

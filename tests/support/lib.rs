@@ -251,7 +251,7 @@ pub struct Options {
     pub pricing: Arc<dyn Pricing>,
     pub rate_limit: u32,
     /// Proxies whose `X-Forwarded-For` names the client (none by default).
-    pub trusted_proxies: anchor_server::http::forwarded::TrustedProxies,
+    pub trusted_proxies: anchor_server::proxies::TrustedProxies,
     pub dab_default: anchor_domain::MilliDac,
     /// `None`: local settlement.
     pub settler: Option<Arc<dyn anchor_x402::settlement::Settler>>,

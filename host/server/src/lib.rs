@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod operate;
 pub mod owner;
 pub mod payment;
+pub mod proxies;
 pub mod ratelimit;
 pub mod state;
 pub mod tool_kit;
@@ -99,7 +100,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         pay_to: config.pay_to.clone(),
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
-        trusted_proxies: crate::http::forwarded::TrustedProxies::parse(&config.trusted_proxies)
+        trusted_proxies: crate::proxies::TrustedProxies::parse(&config.trusted_proxies)
             .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
         dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
         trial_grant: anchor_domain::MilliDac::from_dac(i64::from(config.trial_dac)),

@@ -36,6 +36,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
+use axum::http::Method;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -45,7 +46,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
-use crate::http::forwarded::TrustedProxies;
+use crate::proxies::TrustedProxies;
 
 /// The longest request target (path and query) a handler sees.
 pub const MAX_URL_BYTES: usize = 8 * 1024;
@@ -112,7 +113,7 @@ pub async fn serve(
 /// [`serve`], with the balancers in `proxies` outside the per-client
 /// connection limit: each carries many clients' connections (the shipped
 /// HAProxy opens up to 512 to a host), which the per-request limits then
-/// tell apart by `X-Forwarded-For` ([`crate::http::forwarded`]). They still
+/// tell apart by `X-Forwarded-For` ([`crate::proxies`]). They still
 /// count towards `max_connections`.
 pub async fn serve_behind(
     listener: TcpListener,
@@ -491,13 +492,13 @@ pub async fn protocol_limits(request: Request, next: Next) -> Response {
 }
 
 /// `router` behind the request-level limits every server of this binary
-/// keeps: each body's deadline and declared size ([`body_deadline`]), the
-/// URL and header bounds ([`protocol_limits`]), and a panic answered as a
-/// 500 ([`catch_panic`]).
-pub fn guarded<S: Clone + Send + Sync + 'static>(router: Router<S>, limits: HttpLimits) -> Router<S> {
+/// keeps: each body's deadline and declared size ([`body_deadline`], with
+/// the larger limits of `routes`), the URL and header bounds
+/// ([`protocol_limits`]), and a panic answered as a 500 ([`catch_panic`]).
+pub fn guarded<S: Clone + Send + Sync + 'static>(router: Router<S>, limits: HttpLimits, routes: &'static [BodyLimit]) -> Router<S> {
     let (timeout, max) = (limits.body_read_timeout, limits.max_body_bytes);
     router
-        .layer(axum::middleware::from_fn(move |request, next| body_deadline(timeout, max, request, next)))
+        .layer(axum::middleware::from_fn(move |request, next| body_deadline(timeout, max, routes, request, next)))
         .layer(axum::middleware::from_fn(protocol_limits))
         .layer(axum::middleware::from_fn(catch_panic))
 }
@@ -514,16 +515,42 @@ impl std::fmt::Display for BodyTimeout {
 
 impl std::error::Error for BodyTimeout {}
 
+/// A route that accepts bodies over the server's own limit: its method, its
+/// path as a pattern (`*` stands for one segment) and its limit. The routes
+/// declare them; the listener reads them as data and names no route.
+#[derive(Clone, Debug)]
+pub struct BodyLimit {
+    pub method: Method,
+    pub path: &'static str,
+    pub max: usize,
+}
+
+/// The limit of the first of `routes` that `method` and `path` match.
+pub fn body_limit(routes: &[BodyLimit], method: &Method, path: &str) -> Option<usize> {
+    let matches = |pattern: &str| {
+        let (mut want, mut have) = (pattern.split('/'), path.split('/'));
+        loop {
+            match (want.next(), have.next()) {
+                (None, None) => return true,
+                (Some("*"), Some(segment)) if !segment.is_empty() => {}
+                (Some(w), Some(h)) if w == h => {}
+                _ => return false,
+            }
+        }
+    };
+    routes.iter().find(|route| route.method == method && matches(route.path)).map(|route| route.max)
+}
+
 /// Refuses a body whose declared `Content-Length` is over `max` (the route's
-/// own limit where it has one, [`crate::http::body_limit`]) with 413 before a
+/// own limit where `routes` gives one, [`body_limit`]) with 413 before a
 /// byte of it is read; gives every other body a deadline: `limit` from the
 /// arrival of its head. A body still incomplete then fails with
 /// [`BodyTimeout`], which the body extractors answer with 408.
-pub async fn body_deadline(limit: Duration, max: usize, request: Request, next: Next) -> Response {
+pub async fn body_deadline(limit: Duration, max: usize, routes: &'static [BodyLimit], request: Request, next: Next) -> Response {
     let declared =
         request.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(declared) = declared {
-        let max = crate::http::body_limit(request.method(), request.uri().path()).unwrap_or(max);
+        let max = body_limit(routes, request.method(), request.uri().path()).unwrap_or(max);
         if declared > max as u64 {
             // Answered at once; what the client is still sending is read and
             // thrown away (up to a bound, within the deadline) so that closing
@@ -628,6 +655,21 @@ pub async fn catch_panic(request: Request, next: Next) -> Response {
 mod tests {
     use super::*;
     use axum::routing::get;
+
+    #[test]
+    fn a_route_pattern_matches_one_segment_per_star() {
+        let routes = [BodyLimit { method: Method::PUT, path: "/v1/tsl/tool/*/component", max: 7 }];
+        assert_eq!(body_limit(&routes, &Method::PUT, "/v1/tsl/tool/abc/component"), Some(7));
+        for (method, path) in [
+            (Method::POST, "/v1/tsl/tool/abc/component"),
+            (Method::PUT, "/v1/tsl/tool//component"),
+            (Method::PUT, "/v1/tsl/tool/a/b/component"),
+            (Method::PUT, "/v1/tsl/tool/abc/component/x"),
+            (Method::PUT, "/v1/tsl/tool/abc"),
+        ] {
+            assert_eq!(body_limit(&routes, &method, path), None, "{method} {path}");
+        }
+    }
 
     async fn boom() -> &'static str {
         panic!("deliberate")

@@ -22,7 +22,7 @@ pub struct Settings {
     pub rate_limit: u32,
     pub rate_window_secs: u64,
     /// Proxies whose `X-Forwarded-For` names the client.
-    pub trusted_proxies: crate::http::forwarded::TrustedProxies,
+    pub trusted_proxies: crate::proxies::TrustedProxies,
     /// The DAB of agents whose owner set none.
     pub dab_default: anchor_domain::MilliDac,
     /// The Trial credit each new agent receives.

@@ -327,7 +327,7 @@ pub async fn serve_on(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = HttpLimits { max_body_bytes: limits.max_body_bytes.min(MAX_BODY), ..limits };
-    crate::listener::serve(listener, crate::listener::guarded(router(witness), limits), limits, shutdown).await
+    crate::listener::serve(listener, crate::listener::guarded(router(witness), limits, &[]), limits, shutdown).await
 }
 
 /// Reads an answer's body, refusing one over `limit` bytes without reading the rest.

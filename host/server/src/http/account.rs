@@ -1,7 +1,6 @@
 //! The agent's own account views: Trial status and the classification keys it may use.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::account::*;
+use crate::api::account::*;
 use crate::error::ApiResult;
 use crate::extract::AuthAgent;
 use crate::openapi::*;

@@ -1,7 +1,6 @@
 //! Agent: registration, token rotation, recovery and disclosure level.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::agents::*;
+use crate::api::agents::*;
 use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
 use crate::extract::{AuthAgent, Body};
 use crate::openapi::*;

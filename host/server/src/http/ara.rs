@@ -4,8 +4,7 @@
 //! too. Environment- and pattern-level figures are de-identified releases
 //! over fixed windows, and say how (`privacy`).
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::ara::*;
+use crate::api::ara::*;
 use crate::api::reports::EvidenceReport;
 use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};

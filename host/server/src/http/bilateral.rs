@@ -1,8 +1,7 @@
 //! Bilateral declarations over HTTP (`anchor_app::bilateral`): propose,
 //! respond, and the received and sent lists.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::bilateral::*;
+use crate::api::bilateral::*;
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};

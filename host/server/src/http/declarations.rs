@@ -1,7 +1,7 @@
 //! DD and EE over HTTP: create (priced by the pricing component, paid from
 //! Trial or over x402), confirm (fixes the integrity hash), list, detail,
-//! lineage. The rules live in `anchor_app::declarations`; here are the
-//! request and response bodies and their routes.
+//! lineage. The rules live in `anchor_app::declarations`, the request and
+//! response bodies in `api::declarations`; here are their routes.
 //!
 //! # Direct access
 //!
@@ -9,8 +9,7 @@
 //! read by the owning agent counts one against the EE's
 //! `ee_direct_access_quota` and must fall within `ee_direct_access_period`,
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::declarations::*;
+use crate::api::declarations::*;
 use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};

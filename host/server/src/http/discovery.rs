@@ -1,8 +1,7 @@
 //! Documents about the service itself: health, the generated OpenAPI, llms.txt,
 //! the agent card and x402 discovery. All text here is this project's own.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::discovery::*;
+use crate::api::discovery::*;
 use crate::openapi::{self, INTERFACE_VERSION, Operation, op};
 use crate::state::AppState;
 use anchor_app::catalog;

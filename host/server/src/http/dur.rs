@@ -1,8 +1,7 @@
 //! DUR over HTTP: spending reports and reports of the agent's own decisions
 //! (`anchor_app::dur`), and the owner's versions under `/dap/dur`. All free.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::dur::*;
+use crate::api::dur::*;
 use crate::error::ApiResult;
 use crate::extract::{ApiQuery, AuthAgent};
 use crate::openapi::*;

@@ -1,8 +1,7 @@
 //! Earned DAC over HTTP: the agent's balance and its ledger
 //! (`anchor_app::earned`). Both free.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::earned::*;
+use crate::api::earned::*;
 use crate::error::ApiResult;
 use crate::extract::{ApiQuery, AuthAgent};
 use crate::openapi::*;

@@ -1,7 +1,6 @@
 //! ISE over HTTP (`anchor_app::ise`): enter, status, exit.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::ise::*;
+use crate::api::ise::*;
 use crate::error::ApiResult;
 use crate::extract::{AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;

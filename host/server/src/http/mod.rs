@@ -115,7 +115,9 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forwarded::middleware))
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes));
-    listener::guarded(router, limits).layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware)).with_state(state)
+    listener::guarded(router, limits, BODY_LIMITS)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe::middleware))
+        .with_state(state)
 }
 
 /// A response to a request that carried credentials (a bearer token or a
@@ -133,12 +135,10 @@ async fn no_store_for_credentials(request: axum::extract::Request, next: axum::m
     response
 }
 
-/// The body limit of a route that accepts more than the service's own
+/// The routes that accept more than the service's own body limit
 /// (`--max-body-bytes`): a tool's component upload.
-pub fn body_limit(method: &Method, path: &str) -> Option<usize> {
-    let component = path.strip_prefix("/v1/tsl/tool/").and_then(|rest| rest.strip_suffix("/component"));
-    (method == Method::PUT && component.is_some_and(|id| !id.contains('/'))).then_some(tools::UPLOAD_BODY_LIMIT)
-}
+pub const BODY_LIMITS: &[listener::BodyLimit] =
+    &[listener::BodyLimit { method: Method::PUT, path: "/v1/tsl/tool/*/component", max: tools::UPLOAD_BODY_LIMIT }];
 
 async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
     (

@@ -260,9 +260,9 @@ struct PresetView {
     label: String,
     enabled: bool,
     #[serde(flatten)]
-    axes: super::declarations::Axes,
+    axes: crate::api::declarations::Axes,
     dac_amount: Dac,
-    cost_breakdown: super::declarations::CostBreakdown,
+    cost_breakdown: crate::api::declarations::CostBreakdown,
 }
 
 async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
@@ -272,9 +272,9 @@ async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
         presets: presets
             .into_iter()
             .map(|(preset, quote)| PresetView {
-                axes: super::declarations::Axes::from(&preset.scope()),
+                axes: crate::api::declarations::Axes::from(&preset.scope()),
                 dac_amount: quote.total.into(),
-                cost_breakdown: super::declarations::CostBreakdown::of_quote(&quote),
+                cost_breakdown: crate::api::declarations::CostBreakdown::of_quote(&quote),
                 name: preset.name,
                 label: preset.label,
                 enabled: preset.enabled,
@@ -283,10 +283,10 @@ async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
     }))
 }
 
-impl super::declarations::CostBreakdown {
+impl crate::api::declarations::CostBreakdown {
     /// A quote's breakdown, with every axis add (no payment sources: nothing is paid yet).
-    pub(crate) fn of_quote(quote: &Quote) -> super::declarations::CostBreakdown {
-        super::declarations::CostBreakdown {
+    pub(crate) fn of_quote(quote: &Quote) -> crate::api::declarations::CostBreakdown {
+        crate::api::declarations::CostBreakdown {
             base_fee: quote.base_fee.into(),
             base_fee_source: None,
             premium: quote.premium().into(),
@@ -298,7 +298,7 @@ impl super::declarations::CostBreakdown {
                 quote
                     .charges
                     .iter()
-                    .map(|c| super::declarations::AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() })
+                    .map(|c| crate::api::declarations::AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() })
                     .collect(),
             ),
         }

@@ -1,7 +1,6 @@
 //! sDAC over HTTP (`anchor_app::sdac`): session start, trial, history, end.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::sdac::*;
+use crate::api::sdac::*;
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};

@@ -3,8 +3,7 @@
 //! shares and transfer declarations. The owner's human shares are in
 //! `dap/tsl.rs`.
 
-#[allow(unused_imports)]
-pub(crate) use crate::api::tsl::*;
+use crate::api::tsl::*;
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};

@@ -121,7 +121,7 @@ async fn link(
         other => other.into(),
     })?;
     Ok((
-        crate::http::agents::NO_STORE,
+        crate::api::agents::NO_STORE,
         Json(Linked {
             agent_id,
             linked_at: linked.linked_at.into(),

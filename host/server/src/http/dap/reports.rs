@@ -26,10 +26,10 @@ use anchor_domain::declarations::{dd, ee};
 use anchor_domain::payments::SettlementStatus;
 use anchor_domain::records::Totals;
 
+use crate::api::declarations::Axes;
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::http::declarations::Axes;
 use crate::http::payments::{BudgetPeriod, LimitSource};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
