@@ -1236,7 +1236,12 @@ class Ready(BaseModel):
         description="A write would be accepted (on PostgreSQL: this host's database is the primary).",
     )
     migrations_applied: bool = Field(
-        ..., description='Every migration this build carries is applied, and no other.'
+        ...,
+        description='Every migration this build carries is applied, and any other is a\nnewer one this build may serve beside.',
+    )
+    schema_ahead: bool = Field(
+        ...,
+        description='The database holds newer migrations this build serves beside (a\nrolling upgrade is under way).',
     )
     host_id: UUID
 

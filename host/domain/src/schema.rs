@@ -67,7 +67,10 @@ pub fn fit(carried: &[(i64, Vec<u8>)], applied: &[(i64, Vec<u8>, bool)], rules: 
         }
     }
     if !missing.is_empty() {
-        return Err(format!("the database lacks migrations {missing:?} that this build carries"));
+        let recorded: Vec<i64> = recorded.keys().copied().collect();
+        return Err(format!(
+            "the database records migrations {recorded:?} and lacks {missing:?}, which this build has: an older build migrated it"
+        ));
     }
     let unknown: Vec<i64> = recorded.keys().copied().filter(|v| !carried.iter().any(|(c, _)| c == v)).collect();
     if unknown.is_empty() {
@@ -106,7 +109,7 @@ mod tests {
     #[test]
     fn a_database_behind_half_migrated_or_changed_is_refused() {
         let build = carried(&[1, 2, 3]);
-        assert!(fit(&build, &applied(&[1, 2]), &[]).unwrap_err().contains("lacks migrations [3]"));
+        assert!(fit(&build, &applied(&[1, 2]), &[]).unwrap_err().contains("lacks [3], which this build has"));
         let mut failed = applied(&[1, 2, 3]);
         failed[2].2 = false;
         assert!(fit(&build, &failed, &[]).unwrap_err().contains("half-migrated"));
