@@ -982,12 +982,18 @@ impl<DB: Driver> Db<DB> {
 
 /// Runs this build's migrations on `pool`, beside newer ones it may serve
 /// beside (`serve_beside`). A fresh database records none.
+/// `$recorded` answers whether the database has sqlx's table of migrations
+/// (asked first, so that a fresh database logs no error).
 macro_rules! migrate {
-    ($migrator:expr, $pool:expr) => {{
+    ($migrator:expr, $pool:expr, $recorded:expr) => {{
         let pool = $pool;
         let mut migrator = $migrator;
-        let applied: Vec<i64> =
-            sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool).await.unwrap_or_default();
+        let recorded: bool = sqlx::query_scalar($recorded).fetch_one(pool).await.unwrap_or(false);
+        let applied: Vec<i64> = if recorded {
+            sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(pool).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let rules: Vec<(i64, i64)> = if applied.iter().any(|v| !migrator.version_exists(*v)) {
             sqlx::query_as("select version, runs_beside_builds_from from migration_rules").fetch_all(pool).await.unwrap_or_default()
         } else {
@@ -1019,7 +1025,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     // back on every statement.
     let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
     let writer = pool_options().max_connections(1).connect_with(options.clone()).await?;
-    migrate!(sqlite_migrator(), &writer);
+    migrate!(sqlite_migrator(), &writer, "select count(*) > 0 from sqlite_master where type = 'table' and name = '_sqlx_migrations'");
     let background = pool_options().max_connections(1).connect_with(options.clone()).await?;
     let pool = pool_options().max_connections(8).connect_with(options).await?;
     Ok(Db { writer: Some(writer), background: Some(background), file: Some(path.to_path_buf()), ..Db::new(pool) })
@@ -1060,7 +1066,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
         }
     };
     let pool = pool_options(16).connect_with(options.clone()).await?;
-    migrate!(postgres_migrator(), &pool);
+    migrate!(postgres_migrator(), &pool, "select to_regclass('_sqlx_migrations') is not null");
     let hot = pool_options(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
     // settings; its statements then run on the ordinary pool, said once here
