@@ -154,18 +154,9 @@ fn server_modules_form_no_cycle() {
 /// crate::…::*`): a wire type is named by the module that declares it.
 #[test]
 fn no_server_module_re_exports_another_wholesale() {
-    let mut dirs = vec![root().join("host/server/src")];
     let mut offenders = Vec::new();
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                offenders
-                    .extend(wholesale_re_exports(&std::fs::read_to_string(&path).unwrap()).map(|l| format!("{}: {l}", path.display())));
-            }
-        }
+    for path in crate::tidy_charges::rust_files(&root().join("host/server/src")) {
+        offenders.extend(wholesale_re_exports(&std::fs::read_to_string(&path).unwrap()).map(|l| format!("{}: {l}", path.display())));
     }
     assert!(offenders.is_empty(), "wholesale re-exports: {offenders:?}");
     assert_eq!(wholesale_re_exports("pub(crate) use crate::api::tsl::*;\nuse crate::api::tsl::*;\n").count(), 1, "the check finds one");
@@ -196,20 +187,14 @@ fn the_cycle_check_finds_a_cycle() {
 /// reaches the store itself (the state only builds the use cases' `Services`).
 #[test]
 fn the_server_reaches_storage_only_through_use_cases() {
-    let src = root().join("host/server/src");
-    let mut files = vec![src.clone()];
     let mut offenders = Vec::new();
-    while let Some(dir) = files.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                files.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("state.rs") && !path.ends_with("lib.rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                if text.contains("state.store") || text.contains("app.store") || text.contains("anchor_store::Store") {
-                    offenders.push(path.display().to_string());
-                }
-            }
+    for path in crate::tidy_charges::rust_files(&root().join("host/server/src")) {
+        if path.ends_with("state.rs") || path.ends_with("lib.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("state.store") || text.contains("app.store") || text.contains("anchor_store::Store") {
+            offenders.push(path.display().to_string());
         }
     }
     assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");

@@ -20,6 +20,11 @@ pub enum Fit {
     Ahead(Vec<i64>),
 }
 
+/// The `applied` versions a build does not carry (`carries` says which it does).
+pub fn unknown(carries: impl Fn(i64) -> bool, applied: impl IntoIterator<Item = i64>) -> Vec<i64> {
+    applied.into_iter().filter(|v| !carries(*v)).collect()
+}
+
 /// Whether a build carrying migrations up to `newest_carried` may serve
 /// beside the `unknown` applied migrations it does not carry, by the rules
 /// the database records (version, oldest build it runs beside).
@@ -72,7 +77,7 @@ pub fn fit(carried: &[(i64, Vec<u8>)], applied: &[(i64, Vec<u8>, bool)], rules: 
             "the database records migrations {recorded:?} and lacks {missing:?}, which this build has: an older build migrated it"
         ));
     }
-    let unknown: Vec<i64> = recorded.keys().copied().filter(|v| !carried.iter().any(|(c, _)| c == v)).collect();
+    let unknown = unknown(|v| carried.iter().any(|(c, _)| *c == v), recorded.keys().copied());
     if unknown.is_empty() {
         return Ok(Fit::Exact);
     }

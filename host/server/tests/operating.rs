@@ -648,29 +648,22 @@ async fn the_previous_build_serves_beside_an_expand_migration(env: &[(&str, &str
     let ready: Value = ready.json().await.unwrap();
     assert_eq!(ready["migrations_applied"], false, "{ready}");
 
-    let mut another = Command::new(env!("CARGO_BIN_EXE_anchor"));
-    another
+    let log = data.with_extension("another.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_anchor"))
         .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
         .arg(&data)
         .env_remove("DATABASE_URL")
         .envs(previous.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut another = another.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = another.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = another.kill();
-            panic!("a host of the previous build started beside a contract migration");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut said = String::new();
-    std::io::Read::read_to_string(another.stderr.as_mut().unwrap(), &mut said).unwrap();
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap();
+    let mut another = Host { child, base: String::new(), log };
+    let status = another.wait_exit(Duration::from_secs(30));
+    let said = another.log_text();
     assert!(!status.success() && said.contains("migration 40") && said.contains("upgrade this host"), "{status}: {said}");
+    let _ = std::fs::remove_file(&another.log);
     drop(old);
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -994,12 +994,13 @@ macro_rules! migrate {
         } else {
             Vec::new()
         };
-        let rules: Vec<(i64, i64)> = if applied.iter().any(|v| !migrator.version_exists(*v)) {
-            sqlx::query_as("select version, runs_beside_builds_from from migration_rules").fetch_all(pool).await.unwrap_or_default()
-        } else {
+        let unknown = anchor_domain::schema::unknown(|v| migrator.version_exists(v), applied);
+        let rules: Vec<(i64, i64)> = if unknown.is_empty() {
             Vec::new()
+        } else {
+            sqlx::query_as("select version, runs_beside_builds_from from migration_rules").fetch_all(pool).await.unwrap_or_default()
         };
-        serve_beside(&mut migrator, &applied, &rules)?;
+        serve_beside(&mut migrator, &unknown, &rules)?;
         migrator.run(pool).await?;
     }};
 }
@@ -1149,17 +1150,16 @@ fn carried_up_to() -> i64 {
     std::env::var("ANCHOR_TEST_MIGRATIONS_UP_TO").ok().and_then(|n| n.trim().parse().ok()).unwrap_or(i64::MAX)
 }
 
-/// Lets `migrator` start on a database that records the `applied` versions:
-/// the ones it does not carry must be migrations whose `rules` (version,
-/// newest migration of the oldest build it runs beside) allow this build
-/// beside them; they are then left as they are (decision 0067).
-fn serve_beside(migrator: &mut sqlx::migrate::Migrator, applied: &[i64], rules: &[(i64, i64)]) -> Result<()> {
-    let unknown: Vec<i64> = applied.iter().copied().filter(|v| !migrator.version_exists(*v)).collect();
+/// Lets `migrator` start on a database that records `unknown` migrations it
+/// does not carry: their `rules` (version, newest migration of the oldest
+/// build it runs beside) must allow this build beside them; they are then
+/// left as they are (decision 0067).
+fn serve_beside(migrator: &mut sqlx::migrate::Migrator, unknown: &[i64], rules: &[(i64, i64)]) -> Result<()> {
     if unknown.is_empty() {
         return Ok(());
     }
     let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    anchor_domain::schema::runs_beside(newest, &unknown, rules).map_err(StoreError::Unsupported)?;
+    anchor_domain::schema::runs_beside(newest, unknown, rules).map_err(StoreError::Unsupported)?;
     migrator.set_ignore_missing(true);
     Ok(())
 }
@@ -1236,10 +1236,7 @@ mod tests {
         for (engine, files) in [("sqlite", super::embedded::SQLITE), ("postgres", super::embedded::POSTGRES)] {
             let mut seen = std::collections::BTreeMap::new();
             for &(version, description, text) in files {
-                // Without comments, on one line, in lower case.
-                let code: String = text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ").to_lowercase();
-                let code = code.split_whitespace().collect::<Vec<_>>().join(" ");
-                for (v, from) in rule_rows(&code) {
+                for (v, from) in rule_rows(&code_of(text)) {
                     assert!(seen.insert(v, from).is_none(), "{engine} {version}: a second rule for {v}");
                     assert!(v == version || version == 40, "{engine} {version} ({description}) records the rule of {v}");
                 }
@@ -1251,7 +1248,7 @@ mod tests {
             for (&version, &from) in &seen {
                 let (_, description, text) = files.iter().find(|f| f.0 == version).expect("a rule names a migration that exists");
                 if from == 0
-                    && let Some(trip) = expand_trip(&text.to_lowercase())
+                    && let Some(trip) = expand_trip(text)
                 {
                     panic!("{engine} {version} ({description}) is recorded as expand but {trip}");
                 }
@@ -1280,10 +1277,15 @@ mod tests {
         rows
     }
 
+    /// A migration's SQL without comments, on one line, in lower case.
+    fn code_of(text: &str) -> String {
+        let code: String = text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ").to_lowercase();
+        code.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
     /// What in an expand migration's SQL a host of an older build could trip on.
     fn expand_trip(text: &str) -> Option<String> {
-        let code: String = text.lines().map(|l| l.split("--").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
-        let code = format!(" {} ", code.split_whitespace().collect::<Vec<_>>().join(" "));
+        let code = format!(" {} ", code_of(text));
         for form in
             [" drop ", " rename ", " alter column ", " set not null ", " add constraint ", " truncate ", " delete from ", " replace into "]
         {
