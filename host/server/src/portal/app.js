@@ -624,7 +624,10 @@ document.addEventListener("DOMContentLoaded", () => {
       budget_period: "monthly",
     });
     notice(`Budget set to ${dab.budget_limit_dac} DAC per month.`);
-    await Promise.all([loadAgents(), loadDab()]);
+    // The table first, then the status line: once the status names the new
+    // limit, the agents table already shows it.
+    await loadAgents();
+    await loadDab();
   });
   on("#policy-form", async (f) => {
     const policy = await api("PUT", "/dap/policy/content-inclusion", { content_inclusion_policy: f.content_inclusion_policy.value });
