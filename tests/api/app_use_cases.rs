@@ -53,6 +53,7 @@ fn input(preset: &str) -> CreateRequest {
         content_inclusion: false,
         template: None,
         premium_source: None,
+        trace: None,
     }
 }
 
@@ -597,6 +598,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             content_inclusion: parts.content_inclusion,
             template: parts.template,
             premium_source: None,
+            trace: None,
         };
         let through_app = match declarations::create(&t.state.app, &app_agent, request, Offered::None).await {
             Ok(stored) => recorded(&t, &stored.declaration.dd_id.to_string()).await,

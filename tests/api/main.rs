@@ -33,6 +33,7 @@ mod store_conformance;
 mod tidy;
 mod tidy_charges;
 mod tools;
+mod traces;
 mod transparency;
 mod tsl;
 mod validation;

@@ -80,6 +80,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
             pricing_sha256: "ab".repeat(32),
             dac_amount: MilliDac(amount),
             salt: [3; 32],
+            trace_key: None,
         },
         request_id: Uuid::new_v4(),
         subtotal: MilliDac(amount),

@@ -79,6 +79,7 @@ fn declaration(agent_id: Uuid, now: chrono::DateTime<Utc>) -> NewDeclaration {
             pricing_sha256: "00".repeat(32),
             dac_amount: MilliDac(10_000),
             salt: [5; 32],
+            trace_key: None,
         },
         request_id: Uuid::new_v4(),
         subtotal: MilliDac(10_000),

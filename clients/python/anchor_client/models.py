@@ -976,6 +976,10 @@ class IntegrityInfo(BaseModel):
         ...,
         description="The record's private salt, hex; with the fields above it recomputes integrity_hash.",
     )
+    trace_key: str | None = Field(
+        None,
+        description='Present when the create carried a W3C traceparent: hex of the key\nunder which the salt commits to the trace id,\nSHA-256("anchor-trace/1\\n" ‖ key ‖ trace id bytes).',
+    )
 
 
 class RetentionInfo(BaseModel):
@@ -2652,6 +2656,10 @@ class CreateResponse(BaseModel):
         None,
         description='Present when this instance cannot give the declared\nee_integrity_verification_level: its receipts reach `reachable` at\nmost (enhanced needs witnesses of the log, certifiable a\ntime-stamping authority too). Nothing is charged for the level.',
     )
+    trace_key: str | None = Field(
+        None,
+        description="Present when the request carried a W3C traceparent: the record's salt\ncommits to its trace id under this key (hex); the receipt carries it\ntoo, and `anchor verify --trace-id` checks the link.",
+    )
 
 
 class ConfirmResponse(BaseModel):
@@ -2838,6 +2846,10 @@ class Receipt(BaseModel):
     integrity_level: IntegrityLevels | None = Field(
         None,
         description="The integrity level the declaration's scope asked for and the one its\nreceipt reaches now.",
+    )
+    trace_key: str | None = Field(
+        None,
+        description="Hex of the key under which the record's salt commits to the trace id\nof the run that made the decision, when the create carried a W3C\ntraceparent (see [`verify_trace`]).",
     )
 
 

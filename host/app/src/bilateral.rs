@@ -104,6 +104,7 @@ fn mirror(proposal: &StoredDeclaration, counterparty: Uuid, services: &Services)
         pricing_sha256: p.pricing_sha256.clone(),
         dac_amount: MilliDac::ZERO,
         salt,
+        trace_key: None,
     };
     NewDeclaration {
         direct_access_expires_at: declaration.ee.direct_access_period.end_from(now),

@@ -156,8 +156,15 @@ pub(crate) async fn record(
         false => None,
     };
 
+    // A random salt; linked to a trace, one that commits to the trace id
+    // under a random key kept beside the record.
     let mut salt = [0u8; 32];
     rand::rng().fill_bytes(&mut salt);
+    let trace_key = input.trace.map(|trace| {
+        let key = salt;
+        salt = anchor_domain::trace::salt(&key, trace);
+        key
+    });
     let dd_id = anchor_domain::record_id();
     let parent_dd_id = input.dd.parent_dd_id;
     let declaration = Declaration {
@@ -180,6 +187,7 @@ pub(crate) async fn record(
         pricing_sha256: generation.sha256,
         dac_amount: quote.total,
         salt,
+        trace_key,
     };
     let earned_part = earned_premium.map_or(MilliDac::ZERO, |e| e.amount);
     let new = NewDeclaration {

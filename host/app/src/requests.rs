@@ -10,6 +10,7 @@ use uuid::Uuid;
 use anchor_domain::declarations::dd::{self, DdFields};
 use anchor_domain::declarations::ee;
 use anchor_domain::declarations::template::{self, Template};
+use anchor_domain::trace::TraceId;
 
 use crate::{AppError, AppResult};
 
@@ -41,6 +42,7 @@ pub struct CreateInput {
     pub content_inclusion: bool,
     pub template: Option<Template>,
     pub premium_source: Option<PremiumSource>,
+    pub trace: Option<TraceId>,
 }
 
 /// The EE as sent: a preset, axes, or both (the preset wins).
@@ -71,6 +73,10 @@ pub struct CreateRequest {
     pub content_inclusion: bool,
     pub template: Option<TemplateRequest>,
     pub premium_source: Option<PremiumSource>,
+    /// The trace id of the run that made the decision, from the caller's W3C
+    /// trace context: the record's salt then commits to it
+    /// ([`anchor_domain::trace`]).
+    pub trace: Option<TraceId>,
 }
 
 /// The DD as sent.
@@ -154,6 +160,7 @@ impl CreateRequest {
             content_inclusion: self.content_inclusion,
             template,
             premium_source: self.premium_source,
+            trace: self.trace,
         })
     }
 }
@@ -172,6 +179,7 @@ impl ProposeRequest {
             content_inclusion: false,
             template: None,
             premium_source: None,
+            trace: None,
         })
     }
 }

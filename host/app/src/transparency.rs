@@ -137,6 +137,7 @@ async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult
             reached: reached.as_str().to_owned(),
             met: level_rank(reached) >= level_rank(declared),
         }),
+        trace_key: stored.declaration.trace_key.map(hex::encode),
     };
     Ok((receipt, proof.signed_at))
 }

@@ -312,6 +312,7 @@ mod tests {
             pricing_sha256: String::new(),
             dac_amount: MilliDac::from_dac(10),
             salt: [0; 32],
+            trace_key: None,
         }
     }
 

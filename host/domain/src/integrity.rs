@@ -16,7 +16,9 @@
 //! contain `\n` or `,` (every field is an enum, a token, a number or an id), so
 //! the encoding is unambiguous.
 //!
-//! The salt is 32 random bytes per record, readable only by the declaring agent.
+//! The salt is 32 random bytes per record, readable only by the declaring agent
+//! (for a record linked to a trace, derived from 32 random bytes and the trace
+//! id, see [`crate::trace`]).
 //! Without it, a record made only of enums could be found by hashing every
 //! combination; with it, the hash reveals nothing until the agent discloses the
 //! salt together with the record.
@@ -118,6 +120,7 @@ mod tests {
             pricing_sha256: "00".repeat(32),
             dac_amount: crate::MilliDac(10_000),
             salt: [7; 32],
+            trace_key: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub mod records;
 pub mod retention;
 pub mod schema;
 pub mod tools;
+pub mod trace;
 pub mod tsl;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -164,6 +164,13 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Export this host's own spans (one per request, one per MCP tool call)
+    /// over OTLP/HTTP, JSON encoded, to this collector beside the host (for
+    /// example http://127.0.0.1:4318; /v1/traces is added). The spans start traces
+    /// of their own: a caller's traceparent is never exported.
+    #[arg(long, env = "ANCHOR_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// Serve `GET /metrics` on the API's listener too. Off by default: the
     /// counters tell business volumes (records anchored, DAC debited, payment
     /// outcomes) that are the operator's, not the agents'.

@@ -385,3 +385,28 @@ impl<S: Send + Sync> FromRequestParts<S> for PaymentOffer {
         Ok(PaymentOffer(offered))
     }
 }
+
+/// The trace id of the caller's W3C trace context (`traceparent`), when it
+/// sends exactly one well-formed header. A missing, repeated or malformed one
+/// reads as none, as a receiver of trace context does: the request goes on,
+/// unlinked.
+pub struct TraceParent(pub Option<anchor_domain::trace::TraceId>);
+
+impl TraceParent {
+    pub fn of(headers: &axum::http::HeaderMap) -> TraceParent {
+        let mut values = headers.get_all("traceparent").iter();
+        let trace = match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok().and_then(anchor_domain::trace::TraceId::from_traceparent),
+            _ => None,
+        };
+        TraceParent(trace)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for TraceParent {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<TraceParent, Self::Rejection> {
+        Ok(TraceParent::of(&parts.headers))
+    }
+}

@@ -15,6 +15,7 @@ use anchor_app::log;
 pub mod monitor;
 pub mod openapi;
 pub mod operate;
+pub mod otlp;
 pub mod owner;
 pub mod payment;
 pub mod proxies;
@@ -58,6 +59,7 @@ pub fn load_pricing(
 /// Opens storage, loads pricing and serves until Ctrl-C.
 pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let starting = std::time::Instant::now();
+    let otlp_endpoint = otlp::endpoint(config.otlp_endpoint.as_deref())?;
     if config.production && config.x402_mode == "local" {
         anyhow::bail!(
             "this deployment is marked production, but x402 settlement is local (signatures checked, no money moved); \
@@ -144,6 +146,13 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         .with_receipt_key(receipt_key)
         .with_settler(settler.clone())
         .with_tools(anchor_app::tools::Tools::new(Arc::new(tools)));
+    let state = match otlp_endpoint {
+        Some(endpoint) => {
+            let host_id = state.host_id;
+            state.with_spans(otlp::Exporter::start(&endpoint, host_id))
+        }
+        None => state,
+    };
     let witnesses = config
         .witnesses
         .iter()

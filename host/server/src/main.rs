@@ -625,6 +625,11 @@ struct VerifyArgs {
     /// /entries (GET /entries/{entry_id}): the statement as registered.
     #[arg(long, requires = "receipt_key")]
     statement: Option<std::path::PathBuf>,
+    /// The trace id (32 hex digits, or a whole traceparent) of the run the
+    /// decision was made in: checks that the record's salt commits to it
+    /// under the receipt's trace_key (the create carried that traceparent).
+    #[arg(long, conflicts_with = "statement")]
+    trace_id: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -1079,6 +1084,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                 Some(anchor_verify::timestamp::verify_token(&token, body.as_bytes(), None, &roots)?)
             }
         };
+        if let (Some(trace_id), Proven::Record(receipt)) = (&args.trace_id, &proven) {
+            anchor_verify::verify_trace(receipt, trace_id)?;
+        }
         Ok((verified, cosigned, stamped))
     });
     match outcome {
@@ -1115,6 +1123,12 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
             }
             if !witnesses.is_empty() {
                 println!("ok: {} of the {quorum} witness cosignatures required", cosigned.len());
+            }
+            if let Some(trace_id) = &args.trace_id {
+                println!(
+                    "ok: the record's salt commits to trace {}: it was declared by someone who knew that trace id when it was anchored",
+                    trace_id.trim()
+                );
             }
             Ok(())
         }

@@ -78,6 +78,8 @@ pub struct Shared {
     pub openapi: Arc<OnceLock<serde_json::Value>>,
     /// The use cases' view of the same parts.
     pub app: anchor_app::Services,
+    /// Where this host's own spans go (`--otlp-endpoint`), if anywhere.
+    pub spans: Option<Arc<crate::otlp::Exporter>>,
 }
 
 impl AppState {
@@ -130,6 +132,7 @@ impl AppState {
             limiter,
             openapi: Arc::default(),
             app,
+            spans: None,
         }))
     }
 }
@@ -139,6 +142,12 @@ impl AppState {
     /// one shared by several test servers).
     pub fn with_tools(mut self, tools: anchor_app::tools::Tools) -> AppState {
         Arc::make_mut(&mut self.0).app.tools = tools;
+        self
+    }
+
+    /// The same state exporting its spans over OTLP.
+    pub fn with_spans(mut self, exporter: Arc<crate::otlp::Exporter>) -> AppState {
+        Arc::make_mut(&mut self.0).spans = Some(exporter);
         self
     }
 

@@ -289,6 +289,7 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
 /// The batch's creates as one statement of one text whatever their number:
 /// each column one array parameter (`None` if the rows cannot be so put).
 fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -> Option<Query<'q>> {
+    let traced = jobs.iter().any(|job| job.new.declaration.trace_key.is_some());
     let input: Vec<_> = rows
         .iter()
         .zip(jobs)
@@ -296,7 +297,7 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
         .map(|(n, (row, job))| {
             let mut columns =
                 vec![("b_i", (n as i64).value()), ("b_amount", job.new.declaration.dac_amount.milli().value()), ("b_now", job.now.value())];
-            columns.extend(row.columns_but_trial_left());
+            columns.extend(row.batch_columns_but_trial_left(traced));
             columns
         })
         .collect();
@@ -521,6 +522,7 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
 /// runs alone and answers why.
 fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
     let rows: Vec<DeclarationRow<'_>> = jobs.iter().map(|job| DeclarationRow::paid_externally(&job.new)).collect();
+    let traced = jobs.iter().any(|job| job.new.declaration.trace_key.is_some());
     let mut input = Vec::with_capacity(jobs.len());
     for (n, (row, job)) in rows.iter().zip(jobs).enumerate() {
         let payment = job.new.external.as_ref()?;
@@ -543,7 +545,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
             ("p_pricing_sha256", payment.priced_by.sha256.as_str().value()),
             ("p_payload", payment.payload.as_str().value()),
         ];
-        columns.extend(row.columns());
+        columns.extend(row.columns_with_trace_key(traced));
         input.push(columns);
     }
     let names: Vec<&str> =

@@ -222,7 +222,7 @@ impl<E: Engine> DeidentifyStore for SqlStore<E> {
             let key = map.case("dd_id");
             rewrite.push(&format!(
                 "dd_id = {key}, request_id = {key}, ee_id = {key}, lineage_group_id = {key}, agent_id = {nil}, parent_dd_id = null, \
-                 salt = {salt}, selection_scope = null, decision_at = null, tpl_decision_class = null, tpl_decision_scale_value = null, \
+                 salt = {salt}, trace_key = null, selection_scope = null, decision_at = null, tpl_decision_class = null, tpl_decision_scale_value = null, \
                  tpl_decision_scale_unit = null, tpl_target_class = null, tpl_call_chain = null, tpl_self_classification = null, \
                  tpl_decision_trigger = null, tpl_human_involvement = null, agreement_id = null, deidentified_at = {at} \
                  where deidentified_at is null and dd_id in ({})",

@@ -335,6 +335,9 @@ impl Row for OwnedRow {
             _ => Err(self.wrong(col, "text")),
         }
     }
+    fn has_column(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
     fn read_bytes(&self, col: Col<'_>) -> Result<Option<Vec<u8>>> {
         match self.value(col)? {
             SqlValue::Null => Ok(None),

@@ -292,6 +292,8 @@ pub trait Row: Send + Sync + 'static {
     fn read_bytes(&self, col: Col<'_>) -> Result<Option<Vec<u8>>>;
     fn read_uuid(&self, col: Col<'_>) -> Result<Option<Uuid>>;
     fn read_time(&self, col: Col<'_>) -> Result<Option<DateTime<Utc>>>;
+    /// Whether the row has a column of this name.
+    fn has_column(&self, name: &str) -> bool;
 
     /// The named column as `T` (an `Option` where the column may be NULL).
     fn get<T: Column>(&self, name: &str) -> Result<T>
@@ -658,6 +660,10 @@ impl<DB: Driver> Row for DbRow<DB> {
     }
     fn read_time(&self, col: Col<'_>) -> Result<Option<DateTime<Utc>>> {
         DB::read_time(&self.0, col)
+    }
+    fn has_column(&self, name: &str) -> bool {
+        use sqlx::Column;
+        sqlx::Row::columns(&self.0).iter().any(|c| c.name() == name)
     }
 }
 

@@ -57,13 +57,23 @@ impl<'a> DeclarationRow<'a> {
         Query::insert("declaration", self.columns())
     }
 
-    /// Every column with its value.
+    /// Every column with its value; `trace_key` only when the record has
+    /// one, so that an unlinked record's insert names only the columns every
+    /// build since 0001 has (see [`DeclarationRow::columns_with_trace_key`]).
     pub(crate) fn columns(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+        let traced = self.new.declaration.trace_key.is_some();
+        self.columns_with_trace_key(traced)
+    }
+
+    /// Every column with its value, `trace_key` (null when the record has
+    /// none) when `with_trace_key`: the rows of one batched statement all name
+    /// it when any of them has one.
+    pub(crate) fn columns_with_trace_key(&self, with_trace_key: bool) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         let (new, lineage_group_id, trial_remaining) = (self.new, self.lineage_group_id, self.trial_remaining);
         let (base_source, premium_source, settlement) = (self.base_source, self.premium_source, self.settlement);
         let d = &new.declaration;
         let t = d.template.as_ref();
-        vec![
+        let mut columns = vec![
             ("dd_id", d.dd_id.value()),
             ("ee_id", d.ee_id.value()),
             ("agent_id", d.agent_id.value()),
@@ -116,13 +126,22 @@ impl<'a> DeclarationRow<'a> {
             ("settlement_status", settlement.as_str().value()),
             ("payment_deadline", new.external.as_ref().map(|p| p.deadline).value()),
             ("agreement_id", self.agreement_id.value()),
-        ]
+        ];
+        if with_trace_key {
+            columns.push(("trace_key", d.trace_key.as_ref().value()));
+        }
+        columns
     }
 
     /// Every column but `trial_remaining_after_milli`, for statements that
     /// compute the Trial left from the agent's balance as they debit it.
     pub(crate) fn columns_but_trial_left(&self) -> Vec<(&'static str, crate::engine::Value<'a>)> {
         self.columns().into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect()
+    }
+
+    /// [`DeclarationRow::columns_but_trial_left`], naming `trace_key` when `with_trace_key`.
+    pub(crate) fn batch_columns_but_trial_left(&self, with_trace_key: bool) -> Vec<(&'static str, crate::engine::Value<'a>)> {
+        self.columns_with_trace_key(with_trace_key).into_iter().filter(|(name, _)| *name != "trial_remaining_after_milli").collect()
     }
 
     /// A Trial-paid record as one statement (PostgreSQL): the debit and the
@@ -167,6 +186,8 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
     };
     let period: String = row.get("ee_direct_access_period")?;
     let salt: Vec<u8> = row.get("salt")?;
+    // Absent from a schema before 0041 (this build playing an earlier one).
+    let trace_key: Option<Vec<u8>> = if row.has_column("trace_key") { row.get("trace_key")? } else { None };
     let multiplier: i64 = row.get("multiplier_permille")?;
     let declaration = Declaration {
         dd_id: row.get("dd_id")?,
@@ -207,6 +228,7 @@ pub(crate) fn decode_declaration(row: &impl Row) -> Result<StoredDeclaration> {
         pricing_sha256: row.get("pricing_sha256")?,
         dac_amount: MilliDac(row.get("dac_amount_milli")?),
         salt: hash32("salt", salt)?,
+        trace_key: trace_key.map(|key| hash32("trace_key", key)).transpose()?,
     };
     let trial_after: Option<i64> = row.get("trial_remaining_after_milli")?;
     Ok(StoredDeclaration {

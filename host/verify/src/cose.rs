@@ -522,6 +522,7 @@ impl CoseReceipt {
             cosigned_by: Vec::new(),
             timestamp_token: self.timestamp_token.as_ref().map(|t| base64::engine::general_purpose::STANDARD.encode(t)),
             integrity_level: None,
+            trace_key: None,
         })
     }
 }
@@ -615,6 +616,7 @@ mod tests {
             cosigned_by: Vec::new(),
             timestamp_token: None,
             integrity_level: None,
+            trace_key: None,
         }
     }
 

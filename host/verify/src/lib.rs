@@ -83,6 +83,11 @@ pub struct Receipt {
     /// receipt reaches now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity_level: Option<IntegrityLevels>,
+    /// Hex of the key under which the record's salt commits to the trace id
+    /// of the run that made the decision, when the create carried a W3C
+    /// traceparent (see [`verify_trace`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_key: Option<String>,
 }
 
 fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
@@ -129,7 +134,7 @@ impl Receipt {
             "inclusion_proof" => !value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             "witnessed" => !(value.is_boolean() || value.is_null()),
             "cosigned_by" => !(value.is_null() || value.as_array().is_some_and(|a| a.iter().all(Value::is_string))),
-            "timestamp_token" => !(text || value.is_null()),
+            "timestamp_token" | "trace_key" => !(text || value.is_null()),
             "integrity_level" => !(value.is_object() || value.is_null()),
             _ => false,
         }
@@ -177,10 +182,12 @@ pub enum Failure {
     Witness(String),
     #[error("timestamp check failed: {0}")]
     Timestamp(String),
+    #[error("trace check failed: {0}")]
+    Trace(String),
 }
 
 impl Failure {
-    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, timestamp, format.
+    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, timestamp, trace, format.
     pub fn check(&self) -> &'static str {
         match self {
             Failure::Format(_) => "format",
@@ -191,6 +198,7 @@ impl Failure {
             Failure::Consistency(_) => "consistency",
             Failure::Witness(_) => "witness",
             Failure::Timestamp(_) => "timestamp",
+            Failure::Trace(_) => "trace",
         }
     }
 }
@@ -275,6 +283,52 @@ pub fn verify_receipt(receipt: &Receipt, vkey: &str) -> Result<Verified, Failure
         root: checkpoint.hash().0,
         leaf_index: receipt.leaf_index,
     })
+}
+
+/// The trace link check: the record's salt is
+/// SHA-256(`anchor-trace/1\n` ‖ trace key ‖ trace id), so the decision was
+/// anchored as part of the run whose trace id is `trace_id` (32 hex digits,
+/// or a whole `traceparent` value). Run it after [`verify_receipt`], which
+/// ties the record, salt included, to the log. It proves nothing about the
+/// trace's spans or the decision's content: only that whoever declared the
+/// record knew this trace id when it was anchored.
+pub fn verify_trace(receipt: &Receipt, trace_id: &str) -> Result<(), Failure> {
+    let given = trace_id.trim();
+    let id_hex = match given.split('-').collect::<Vec<_>>().as_slice() {
+        [_, trace, _, _, ..] => trace.to_string(),
+        _ => given.to_string(),
+    };
+    let mut id = [0u8; 16];
+    if id_hex.len() != 32 || hex::decode_to_slice(&id_hex, &mut id).is_err() || id == [0; 16] {
+        return Err(Failure::Format(format!(
+            "the trace id {:?} is not 32 hex digits (not all zero) or a traceparent",
+            given.chars().take(80).collect::<String>()
+        )));
+    }
+    let Some(key_hex) = &receipt.trace_key else {
+        return Err(Failure::Trace("the receipt carries no trace_key: the record was not linked to a trace when it was created (a COSE receipt never carries it: check the JSON receipt)".into()));
+    };
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(key_hex, &mut key).map_err(|_| Failure::Format("the receipt's trace_key is not 64 hex digits".into()))?;
+    let salt_hex = receipt
+        .canonical_record
+        .lines()
+        .nth(1)
+        .and_then(|line| line.strip_prefix("salt="))
+        .ok_or_else(|| Failure::Record("the record has no salt line after its format line".into()))?;
+    let mut salt = [0u8; 32];
+    hex::decode_to_slice(salt_hex, &mut salt).map_err(|_| Failure::Record("the record's salt is not 64 hex digits".into()))?;
+    let mut hash = Sha256::new();
+    hash.update(b"anchor-trace/1\n");
+    hash.update(key);
+    hash.update(id);
+    if <[u8; 32]>::from(hash.finalize()) != salt {
+        return Err(Failure::Trace(format!(
+            "the record's salt does not commit to trace {} under the receipt's trace_key",
+            hex::encode(id)
+        )));
+    }
+    Ok(())
 }
 
 /// A consistency proof between two tree sizes, as the service serves it.
@@ -386,4 +440,67 @@ pub fn verify_entries(leaves: &[Vec<u8>], checkpoint_note: &str, vkey: &str) -> 
         return Err(Failure::Leaf("the published entries do not hash to the signed root".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use super::*;
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+    /// A receipt whose record's salt commits to TRACE under the key [5; 32],
+    /// as the documented formula gives it.
+    fn linked() -> Receipt {
+        let key = [5u8; 32];
+        let mut salt = Sha256::new();
+        salt.update(b"anchor-trace/1\n");
+        salt.update(key);
+        salt.update(hex::decode(TRACE).unwrap());
+        let record = format!("anchor-dd/1\nsalt={}\ndd_id=x\n", hex::encode(salt.finalize()));
+        Receipt {
+            format: RECEIPT_FORMAT.into(),
+            dd_id: "x".into(),
+            integrity_hash: format!("sha256:{}", hex::encode(Sha256::digest(record.as_bytes()))),
+            canonical_record: record,
+            anchored_at: String::new(),
+            leaf_index: 0,
+            tree_size: 1,
+            inclusion_proof: Vec::new(),
+            checkpoint: String::new(),
+            witnessed: false,
+            cosigned_by: Vec::new(),
+            timestamp_token: None,
+            integrity_level: None,
+            trace_key: Some(hex::encode(key)),
+        }
+    }
+
+    #[test]
+    fn the_trace_check_confirms_the_linked_trace_only() {
+        let receipt = linked();
+        assert_eq!(verify_trace(&receipt, TRACE), Ok(()));
+        assert_eq!(verify_trace(&receipt, &format!("00-{TRACE}-00f067aa0ba902b7-01")), Ok(()));
+        let other = verify_trace(&receipt, "4bf92f3577b34da6a3ce929d0e0e4737").unwrap_err();
+        assert_eq!(other.check(), "trace", "{other}");
+        let mut rekeyed = linked();
+        rekeyed.trace_key = Some(hex::encode([6u8; 32]));
+        assert_eq!(verify_trace(&rekeyed, TRACE).unwrap_err().check(), "trace");
+        let mut unlinked = linked();
+        unlinked.trace_key = None;
+        assert!(verify_trace(&unlinked, TRACE).unwrap_err().to_string().contains("no trace_key"));
+        for bad in ["", "zz", &"0".repeat(32), &TRACE[..31]] {
+            assert_eq!(verify_trace(&receipt, bad).unwrap_err().check(), "format", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_receipt_with_a_trace_key_reads_back() {
+        let receipt = linked();
+        let json = serde_json::to_vec(&receipt).unwrap();
+        assert_eq!(parse_receipt(&json).unwrap(), receipt);
+        let mut value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        value["trace_key"] = serde_json::json!(7);
+        let refused = parse_receipt(&serde_json::to_vec(&value).unwrap()).unwrap_err();
+        assert!(refused.to_string().contains("trace_key"), "{refused}");
+    }
 }

@@ -79,4 +79,8 @@ pub struct Declaration {
     /// Private to the declaring agent; keeps enum-only records from being guessed
     /// back from their hash.
     pub salt: [u8; 32],
+    /// When the agent sent its trace context: the key that, with the trace
+    /// id, gives `salt` ([`crate::trace`]). Not part of the hashed record;
+    /// the salt it gives is.
+    pub trace_key: Option<[u8; 32]>,
 }

@@ -13,6 +13,7 @@ use anchor_domain::declarations::template::{self, Template};
 use anchor_domain::integrity::ENCODING_NAME;
 use anchor_domain::payments::{PaymentSource, SettlementStatus};
 use anchor_domain::records::{AgentRecord, StoredDeclaration};
+use anchor_domain::trace::TraceId;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -128,7 +129,7 @@ pub(crate) struct TemplateInput {
 
 impl CreateRequest {
     /// The create as the use case takes it (its rules and defaults are the use case's).
-    pub(crate) fn into_request(self) -> declarations::CreateRequest {
+    pub(crate) fn into_request(self, trace: Option<TraceId>) -> declarations::CreateRequest {
         // The SDK's free-form context goes no further than this.
         drop(self.context);
         declarations::CreateRequest {
@@ -142,6 +143,7 @@ impl CreateRequest {
                 PremiumPaymentSource::External => PremiumSource::External,
                 PremiumPaymentSource::Earned => PremiumSource::Earned,
             }),
+            trace,
         }
     }
 }
@@ -370,6 +372,11 @@ pub(crate) struct CreateResponse {
     /// time-stamping authority too). Nothing is charged for the level.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) integrity_level: Option<IntegrityNotice>,
+    /// Present when the request carried a W3C traceparent: the record's salt
+    /// commits to its trace id under this key (hex); the receipt carries it
+    /// too, and `anchor verify --trace-id` checks the link.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trace_key: Option<String>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -465,6 +472,7 @@ impl CreateResponse {
                 note: "the authorization is reserved, not settled: confirm before expires_at to settle it; after that it is released and nothing is charged",
             }),
             integrity_level: IntegrityNotice::of(d.ee.scope.integrity, reachable),
+            trace_key: d.trace_key.map(hex::encode),
         }
     }
 }
@@ -475,8 +483,9 @@ pub(crate) async fn create_decision(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     request: CreateRequest,
+    trace: Option<TraceId>,
 ) -> ApiResult<CreateResponse> {
-    let stored = declarations::create(&state.app, agent, request.into_request(), offered).await?;
+    let stored = declarations::create(&state.app, agent, request.into_request(trace), offered).await?;
     let reachable = anchor_app::transparency::reachable_level(&state.app);
     Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat, reachable))
 }
@@ -697,6 +706,11 @@ pub(crate) struct IntegrityInfo {
     pub(crate) encoding: &'static str,
     /// The record's private salt, hex; with the fields above it recomputes integrity_hash.
     pub(crate) salt: String,
+    /// Present when the create carried a W3C traceparent: hex of the key
+    /// under which the salt commits to the trace id,
+    /// SHA-256("anchor-trace/1\n" ‖ key ‖ trace id bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trace_key: Option<String>,
 }
 
 /// A record read through direct access, as REST and the MCP tool get_decision answer it.
@@ -749,7 +763,7 @@ pub(crate) async fn decision_detail(state: &AppState, agent: &AgentRecord, dd_id
             direct_access_remaining: remaining,
             direct_access_expires_at: stored.direct_access_expires_at.into(),
         },
-        integrity: IntegrityInfo { encoding: ENCODING_NAME, salt: hex::encode(d.salt) },
+        integrity: IntegrityInfo { encoding: ENCODING_NAME, salt: hex::encode(d.salt), trace_key: d.trace_key.map(hex::encode) },
         retention: RetentionInfo {
             effective_retention_period: Named(match stored.retention_demoted_at {
                 Some(_) => ee::Retention::Short,

@@ -30,8 +30,15 @@ fn request_id(headers: &HeaderMap) -> String {
 }
 
 /// Names, times and counts one request.
-pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn middleware(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
+    let span_started = std::time::SystemTime::now();
+    // This request's span, when spans are exported: the root of a trace of
+    // its own (see `otlp`), which an MCP tool call's span joins.
+    let exported = state.spans.as_ref().map(|_| crate::otlp::SpanContext::root());
+    if let Some(context) = exported {
+        request.extensions_mut().insert(context);
+    }
     // The template, never the path itself: ids in paths would make a label per record.
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_string();
     // Any token is a method: the label takes the standard ones, the rest as `other`.
@@ -59,6 +66,9 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
     let mut response = state.app.schedule.in_one_generation(answered).instrument(span.clone()).await;
     let status = response.status().as_u16();
     let seconds = started.elapsed().as_secs_f64();
+    if let (Some(exporter), Some(context)) = (&state.spans, exported) {
+        exporter.record(server_span(context, span_started, &method, &route, status));
+    }
     let metrics = &state.app.metrics;
     metrics.http_seconds.get_or_create(&RouteLabels { route: route.clone(), method: method.clone() }).observe(seconds);
     metrics.http_requests.get_or_create(&HttpLabels { route, method, status }).inc();
@@ -67,6 +77,39 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response
+}
+
+/// A request's SERVER span, as OpenTelemetry's HTTP conventions name it:
+/// `{method} {route}`, the route template only (never the path, which holds
+/// ids), and the status; a 5xx answer is the span's error.
+fn server_span(
+    context: crate::otlp::SpanContext,
+    start: std::time::SystemTime,
+    method: &str,
+    route: &str,
+    status: u16,
+) -> crate::otlp::Span {
+    use crate::otlp::{Attr, Kind, Span};
+    let method = if method == "other" { "_OTHER" } else { method };
+    let matched = route != "unmatched";
+    let mut attributes = vec![("http.request.method", Attr::Text(method.into())), ("http.response.status_code", Attr::Int(status.into()))];
+    if matched {
+        attributes.push(("http.route", Attr::Text(route.into())));
+    }
+    let error = status >= 500;
+    if error {
+        attributes.push(("error.type", Attr::Text(status.to_string())));
+    }
+    Span {
+        context,
+        parent: None,
+        name: if matched { format!("{method} {route}") } else { method.to_string() },
+        kind: Kind::Server,
+        start,
+        end: std::time::SystemTime::now(),
+        attributes,
+        error,
+    }
 }
 
 /// `GET /metrics`: the OpenMetrics text Prometheus scrapes.

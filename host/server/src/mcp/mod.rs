@@ -283,16 +283,50 @@ impl ServerHandler for Mcp {
         };
         let arguments = request.arguments.unwrap_or_default();
         check_arguments(tool, &arguments).map_err(|message| ErrorData::invalid_params(format!("{}: {message}", tool.name), None))?;
-        let bearer = context
-            .extensions
-            .get::<axum::http::request::Parts>()
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        // The caller's trace context: `_meta.traceparent` (SEP-414), else the
+        // HTTP request's header.
+        // (The SDK moves the request's `_meta` into the context.)
+        let meta = request.meta.as_ref().and_then(|meta| meta.get_traceparent()).or_else(|| context.meta.get_traceparent());
+        let trace = match meta {
+            Some(value) => anchor_domain::trace::TraceId::from_traceparent(value),
+            None => parts.and_then(|parts| crate::extract::TraceParent::of(&parts.headers).0),
+        };
+        let bearer = parts
             .and_then(|parts| parts.headers.get(axum::http::header::AUTHORIZATION))
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(|token| token.trim().to_string());
         // The SDK runs the call on a task of its own: it gets its own one-generation scope.
-        let outcome = self.state.app.schedule.in_one_generation(tools::call(&self.state, &tool.name, arguments, bearer)).await;
-        Ok(tools::render(outcome).await.into())
+        let started = std::time::SystemTime::now();
+        let outcome = self.state.app.schedule.in_one_generation(tools::call(&self.state, &tool.name, arguments, bearer, trace)).await;
+        let result = tools::render(outcome).await;
+        // The tool call's span, under the HTTP request's (OpenTelemetry's
+        // MCP and GenAI conventions: `tools/call {tool}`, execute_tool).
+        let parent = parts.and_then(|parts| parts.extensions.get::<crate::otlp::SpanContext>()).copied();
+        if let (Some(exporter), Some(parent)) = (&self.state.spans, parent) {
+            use crate::otlp::{Attr, Kind, Span};
+            let error = result.is_error == Some(true);
+            let mut attributes = vec![
+                ("mcp.method.name", Attr::Text("tools/call".into())),
+                ("gen_ai.operation.name", Attr::Text("execute_tool".into())),
+                ("gen_ai.tool.name", Attr::Text(tool.name.to_string())),
+            ];
+            if error {
+                attributes.push(("error.type", Attr::Text("tool_error".into())));
+            }
+            exporter.record(Span {
+                context: parent.child(),
+                parent: Some(parent.span_id),
+                name: format!("tools/call {}", tool.name),
+                kind: Kind::Internal,
+                start: started,
+                end: std::time::SystemTime::now(),
+                attributes,
+                error,
+            });
+        }
+        Ok(result.into())
     }
 }
 

@@ -45,7 +45,13 @@ fn body(value: impl Serialize) -> Outcome {
 }
 
 /// Runs one tool whose arguments fit its schema.
-pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value>, bearer: Option<String>) -> Outcome {
+pub async fn call(
+    state: &AppState,
+    tool: &str,
+    mut arguments: Map<String, Value>,
+    bearer: Option<String>,
+    trace: Option<anchor_domain::trace::TraceId>,
+) -> Outcome {
     match tool {
         "register_agent" => return body(agents::register_agent(state, read(arguments)?).await?),
         "get_documentation" => {
@@ -62,7 +68,7 @@ pub async fn call(state: &AppState, tool: &str, mut arguments: Map<String, Value
         "create_decision" => {
             let offered = offer(&mut arguments);
             let request = create_request(arguments, "self_declared");
-            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?).await?)
+            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?, trace).await?)
         }
         "confirm_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
