@@ -36,7 +36,16 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     let id = agent.id.clone();
 
     // Discovery, pricing, the agent's own views.
-    for path in ["/", "/health", "/ready", "/openapi.json", "/llms.txt", "/.well-known/agent-card.json", "/.well-known/x402.json"] {
+    for path in [
+        "/",
+        "/health",
+        "/ready",
+        "/openapi.json",
+        "/llms.txt",
+        "/.well-known/agent-card.json",
+        "/.well-known/x402.json",
+        "/.well-known/did.json",
+    ] {
         ok(&t.get(path, None).await);
     }
     ok(&t.get("/v1/pricing/current", None).await);

@@ -3100,6 +3100,10 @@ class X402Challenge(BaseModel):
     )
     resource: Resource
     accepts: list[Requirement]
+    extensions: Any | None = Field(
+        None,
+        description='`offer-receipt`: the offer of each entry of `accepts`, signed by the\nservice ([`offers`]), when it signs offers.',
+    )
 
 
 class TimelineView(BaseModel):

@@ -196,12 +196,30 @@ pub struct PaymentRequired {
     pub requirement: anchor_x402::Requirement,
     /// The resource's URL.
     pub resource: String,
+    /// The signed offer of `requirement` (x402's `offer-receipt`), when the
+    /// host signs offers ([`crate::offers`]).
+    pub offer: Option<serde_json::Value>,
 }
 
 impl PaymentRequired {
+    /// The same, its offer signed when the host signs offers: its terms
+    /// hold as long as an authorization for them may (`maxTimeoutSeconds`).
+    fn signed(mut self, services: &Services) -> PaymentRequired {
+        self.offer = services.offers.as_ref().map(|signer| {
+            let until = services.clock.now().timestamp().max(0) as u64 + self.requirement.max_timeout_seconds;
+            anchor_x402::offers::signed_offer(signer.as_ref(), &self.resource, &self.requirement, 0, until)
+        });
+        self
+    }
+
     /// The x402 v2 `PaymentRequired` object.
     pub fn challenge(&self) -> anchor_x402::Challenge {
-        anchor_x402::challenge(&self.resource, &self.description, self.requirement.clone(), self.reason.as_deref())
+        let mut challenge = anchor_x402::challenge(&self.resource, &self.description, self.requirement.clone(), self.reason.as_deref());
+        if let Some(offer) = &self.offer {
+            let extension = anchor_x402::offers::offers_extension(vec![offer.clone()]);
+            challenge.extensions = Some(serde_json::json!({ anchor_x402::offers::EXTENSION: extension }));
+        }
+        challenge
     }
 }
 
@@ -528,15 +546,19 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
     let typed_requirement = requirement_for(services, amount);
     let requirement = typed_requirement.to_value();
     let required = |reason: Option<String>| {
-        AppError::PaymentRequired(Box::new(PaymentRequired {
-            route: order.route,
-            amount,
-            description: description.clone(),
-            reason,
-            accepts: accepts.clone(),
-            requirement: typed_requirement.clone(),
-            resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
-        }))
+        AppError::PaymentRequired(Box::new(
+            PaymentRequired {
+                route: order.route,
+                amount,
+                description: description.clone(),
+                reason,
+                accepts: accepts.clone(),
+                requirement: typed_requirement.clone(),
+                resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
+                offer: None,
+            }
+            .signed(services),
+        ))
     };
 
     if matches!(order.offered, Offered::Unavailable) {
@@ -657,15 +679,19 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         // the rest alone).
         Committed::TrialShort { balance, expired } => {
             let whole = order.total - order.earned;
-            Err(AppError::PaymentRequired(Box::new(PaymentRequired {
-                route: order.route,
-                amount: whole,
-                description: format!("{}; {}, so x402 pays the whole {whole} DAC", order.description, trial_short(balance, expired)),
-                reason: None,
-                accepts: vec![PaymentSource::External],
-                requirement: requirement_for(services, whole),
-                resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
-            })))
+            Err(AppError::PaymentRequired(Box::new(
+                PaymentRequired {
+                    route: order.route,
+                    amount: whole,
+                    description: format!("{}; {}, so x402 pays the whole {whole} DAC", order.description, trial_short(balance, expired)),
+                    reason: None,
+                    accepts: vec![PaymentSource::External],
+                    requirement: requirement_for(services, whole),
+                    resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
+                    offer: None,
+                }
+                .signed(services),
+            )))
         }
     }
 }

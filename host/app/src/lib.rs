@@ -29,6 +29,7 @@ pub mod ise;
 pub mod jobs;
 pub mod log;
 pub mod metrics;
+pub mod offers;
 pub mod owners;
 pub mod paging;
 pub mod payments;
@@ -180,6 +181,9 @@ pub struct Services {
     pub trust: witness::Trust,
     /// The issuers whose signed statements are registered (SCRAPI).
     pub scitt: scitt::Registry,
+    /// The signer of x402 offers and receipts (the log key), when the host
+    /// has one ([`offers`]).
+    pub offers: Option<Arc<offers::OfferSigner>>,
 }
 
 /// What [`Services`] is made of, handed over once when a host (or a test)
@@ -213,11 +217,18 @@ impl From<Parts> for Services {
             schedule: p.schedule,
             trust: p.trust,
             scitt: scitt::Registry::default(),
+            offers: None,
         }
     }
 }
 
 impl Services {
+    /// The same services, signing x402 offers and receipts with `signer`.
+    pub fn with_offers(mut self, signer: offers::OfferSigner) -> Services {
+        self.offers = Some(Arc::new(signer));
+        self
+    }
+
     /// The same services, paying through another settler (facilitator mode).
     pub fn set_settler(&mut self, settler: Arc<dyn Settler>) {
         self.settler = settler;

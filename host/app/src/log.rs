@@ -78,6 +78,11 @@ impl LogKey {
         Ok(key)
     }
 
+    /// The key's 32 secret bytes (for the x402 offer signer).
+    pub(crate) fn seed(&self) -> anyhow::Result<[u8; 32]> {
+        anchor_verify_seed(self.skey.splitn(5, '+').nth(4).unwrap_or_default())
+    }
+
     /// Signs a checkpoint body as a C2SP signed note.
     pub fn sign(&self, size: u64, root: [u8; 32]) -> anyhow::Result<String> {
         let body = Checkpoint::new(&self.origin, size, Hash(root), "").map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -284,7 +284,7 @@ impl IntoResponse for ApiError {
                 let mut response =
                     (status, body("SETTLEMENT_FAILED", &format!("the payment did not settle ({reason}); nothing was charged or anchored")))
                         .into_response();
-                if let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(false, "", &payer, Some(&reason))) {
+                if let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(false, "", &payer, Some(&reason), None)) {
                     response.headers_mut().insert("payment-response", value);
                 }
                 response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -22,7 +22,7 @@ pub fn challenge_response(challenge: anchor_x402::Challenge) -> Response {
 /// Adds the `PAYMENT-RESPONSE` header of a settlement (reference, payer), if there was one.
 pub fn with_settlement(mut response: Response, settlement: Option<&(String, String)>) -> Response {
     if let Some((reference, payer)) = settlement
-        && let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(true, reference, payer, None))
+        && let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(true, reference, payer, None, None))
     {
         response.headers_mut().insert("payment-response", value);
         response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));

@@ -122,6 +122,14 @@ impl AppState {
             )),
         }
         .into();
+        // The log key signs x402 offers too (decision 0069).
+        let app = match anchor_app::offers::OfferSigner::new(&log_key, &settings.public_url) {
+            Ok(signer) => app.with_offers(signer),
+            Err(error) => {
+                tracing::warn!(%error, "the log key cannot sign x402 offers; 402 answers go out unsigned");
+                app
+            }
+        };
         AppState(Arc::new(Shared {
             host_id: uuid::Uuid::new_v4(),
             log_key,

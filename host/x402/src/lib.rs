@@ -11,6 +11,7 @@
 
 #[cfg(feature = "client")]
 pub mod client;
+pub mod offers;
 pub mod settlement;
 
 use alloy_primitives::{Address, B256, Signature, U256};
@@ -91,6 +92,10 @@ pub struct Challenge {
     pub error: String,
     pub resource: Resource,
     pub accepts: Vec<Requirement>,
+    /// `offer-receipt`: the offer of each entry of `accepts`, signed by the
+    /// service ([`offers`]), when it signs offers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Value>,
 }
 
 /// A challenge for `resource_url`, with `error` set to the reason an earlier
@@ -101,6 +106,7 @@ pub fn challenge(resource_url: &str, description: &str, requirement: Requirement
         error: error.unwrap_or("Payment required").to_string(),
         resource: Resource { url: resource_url.to_string(), description: description.to_string(), mime_type: "application/json" },
         accepts: vec![requirement],
+        extensions: None,
     }
 }
 
@@ -278,8 +284,9 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
     })
 }
 
-/// The `PAYMENT-RESPONSE` header value for a settlement.
-pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>) -> String {
+/// The `PAYMENT-RESPONSE` header value for a settlement, with its signed
+/// receipt ([`offers::signed_receipt`]) when there is one.
+pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<Value>) -> String {
     let mut body = json!({
         "success": success,
         "transaction": if success { reference } else { "" },
@@ -288,6 +295,9 @@ pub fn settle_response(success: bool, reference: &str, payer: &str, error: Optio
     });
     if let Some(error) = error {
         body["errorReason"] = json!(error);
+    }
+    if let Some(receipt) = receipt {
+        body["extensions"] = json!({ offers::EXTENSION: offers::receipt_extension(receipt) });
     }
     base64::engine::general_purpose::STANDARD.encode(body.to_string())
 }

@@ -7,6 +7,12 @@ import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@
 import { ExactEvmScheme } from "@x402/evm/exact/client";
 import { privateKeyToAccount } from "viem/accounts";
 import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402/core/http";
+import {
+  decodeSignedOffers,
+  extractOffersFromPaymentRequired,
+  findAcceptsObjectFromSignedOffer,
+  verifyOfferSignatureJWS,
+} from "@x402/extensions/offer-receipt";
 
 const base = process.env.ANCHOR_BASE_URL;
 // Anvil's public test key #0: never holds real money.
@@ -75,6 +81,31 @@ test("a payment sent in X-PAYMENT pays a declaration the same way", async () => 
   const unpaid = await fetch(`${base}/v1/dd/create`, withToken(json(body), token));
   assert.equal(unpaid.status, 402);
   const required = decodePaymentRequiredHeader(unpaid.headers.get("payment-required"));
+
+  // The challenge carries the service's signed offer (x402's offer-receipt
+  // extension). @x402/extensions verifies it by resolving its kid (the
+  // service's did:web document), and under the log's own key, read from
+  // GET /v1/log/key: the key every checkpoint is signed with.
+  const offers = extractOffersFromPaymentRequired(required);
+  assert.equal(offers.length, 1);
+  const resolved = await verifyOfferSignatureJWS(offers[0]);
+  const logKey = (await (await fetch(`${base}/v1/log/key`)).json()).public_key;
+  // A C2SP verifier key: name+hex id+base64 (which may hold "+" itself).
+  const raw = Buffer.from(logKey.match(/^[^+]+\+[0-9a-f]{8}\+(.+)$/)[1], "base64");
+  assert.equal(raw[0], 1, "an Ed25519 note key");
+  const jwk = { kty: "OKP", crv: "Ed25519", x: raw.subarray(1).toString("base64url") };
+  const offer = await verifyOfferSignatureJWS(offers[0], jwk);
+  assert.deepEqual(offer, resolved);
+  assert.deepEqual(findAcceptsObjectFromSignedOffer(decodeSignedOffers(offers)[0], required.accepts), required.accepts[0]);
+  assert.equal(offer.resourceUrl, required.resource.url);
+  assert.equal(offer.amount, "147500");
+  assert.equal(offer.payTo, required.accepts[0].payTo);
+  assert.ok(offer.validUntil > Date.now() / 1000, "the offer still holds");
+  // An offer changed after signing is refused.
+  const [header, signed, signature] = offers[0].signature.split(".");
+  const cheaper = { ...JSON.parse(Buffer.from(signed, "base64url")), amount: "1" };
+  const forged = [header, Buffer.from(JSON.stringify(cheaper)).toString("base64url"), signature].join(".");
+  await assert.rejects(verifyOfferSignatureJWS({ ...offers[0], signature: forged }, jwk));
 
   const client = new x402Client().register("eip155:8453", new ExactEvmScheme(account));
   const payload = await client.createPaymentPayload(required);

@@ -59,7 +59,25 @@ pub fn operations() -> Vec<Operation> {
             .summary("Which routes take x402 payments, and how")
             .extension()
             .returns::<X402Discovery>(200, "x402 discovery"),
+        op(Method::GET, "/.well-known/did.json", get(did_document))
+            .tag("Discovery")
+            .summary("The service's DID document: the key its x402 offers are signed with")
+            .describe("A did:web document (the DID is did:web: and this host, its port escaped as %3A) with one verification method, #log-key: the log's Ed25519 key as a JWK, the key every checkpoint is signed with. x402 offers (the offer-receipt extension of every 402) are JWS signed by it, their kid naming it; a verifier resolves the kid here, or checks the key against GET /v1/log/key.")
+            .extension()
+            .returns::<Value>(200, "DID document")
+            .error(404, "This host signs no offers.", &["NOT_FOUND"]),
     ]
+}
+
+/// `GET /.well-known/did.json`.
+async fn did_document(State(state): State<AppState>) -> Response {
+    match &state.app.offers {
+        Some(signer) => Json(signer.did_document()).into_response(),
+        None => {
+            crate::error::ApiError::App(anchor_app::AppError::NotFound { code: "NOT_FOUND", message: "this host signs no offers".into() })
+                .into_response()
+        }
+    }
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
