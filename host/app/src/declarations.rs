@@ -412,6 +412,9 @@ pub struct Confirmed {
     pub usage: Vec<UsageEntry>,
     /// For an externally paid declaration: the settlement reference and the payer.
     pub settlement: Option<(String, String)>,
+    /// The route that payment was made at (its x402 resource): the create,
+    /// or the bilateral proposal.
+    pub paid_at: &'static str,
 }
 
 fn already_confirmed() -> AppError {
@@ -561,7 +564,8 @@ pub async fn settle_and_anchor(
         });
     }
     services.metrics.declarations_confirmed.inc();
-    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
+    let paid_at = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { CREATE.path };
+    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement, paid_at })
 }
 
 /// A declaration's original, read by its agent: one read of its direct access.

@@ -30,6 +30,11 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
     response
 }
 
+/// The route a settlement in a response paid for, when it is not the
+/// request's own (a confirm settles its create's payment).
+#[derive(Clone, Copy, Debug)]
+pub struct PaidAt(pub &'static str);
+
 /// The rate the local-currency (Korean won) estimates use: the operator's,
 /// dated and sourced (`--fiat-rate FILE`), or, when none is configured, the
 /// service's fixed indicative rate, said to be that. Never stored, never used

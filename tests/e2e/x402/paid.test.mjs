@@ -10,8 +10,11 @@ import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from "@x402
 import {
   decodeSignedOffers,
   extractOffersFromPaymentRequired,
+  extractReceiptFromResponse,
   findAcceptsObjectFromSignedOffer,
   verifyOfferSignatureJWS,
+  verifyReceiptMatchesOffer,
+  verifyReceiptSignatureJWS,
 } from "@x402/extensions/offer-receipt";
 
 const base = process.env.ANCHOR_BASE_URL;
@@ -128,4 +131,19 @@ test("a payment sent in X-PAYMENT pays a declaration the same way", async () => 
   const settlement = decodePaymentResponseHeader(confirmed.headers.get("payment-response"));
   assert.equal(settlement.success, true);
   assert.equal(settlement.payer.toLowerCase(), account.address.toLowerCase());
+
+  // The settlement carries the service's signed receipt, under the same key:
+  // who paid, for the create's resource (the offer's), by which settlement.
+  const receipt = extractReceiptFromResponse(confirmed);
+  assert.ok(receipt, "a signed receipt in PAYMENT-RESPONSE");
+  const paidFor = await verifyReceiptSignatureJWS(receipt);
+  assert.deepEqual(await verifyReceiptSignatureJWS(receipt, jwk), paidFor);
+  assert.equal(paidFor.resourceUrl, offer.resourceUrl);
+  assert.equal(paidFor.transaction, settlement.transaction);
+  assert.equal(paidFor.payer.toLowerCase(), account.address.toLowerCase());
+  assert.ok(verifyReceiptMatchesOffer(receipt, decodeSignedOffers(offers)[0], [account.address]), "the receipt matches the offer");
+  const [receiptHeader, receiptBody, receiptSignature] = receipt.signature.split(".");
+  const someoneElse = { ...JSON.parse(Buffer.from(receiptBody, "base64url")), payer: "0x0000000000000000000000000000000000000001" };
+  const altered = [receiptHeader, Buffer.from(JSON.stringify(someoneElse)).toString("base64url"), receiptSignature].join(".");
+  await assert.rejects(verifyReceiptSignatureJWS({ ...receipt, signature: altered }, jwk));
 });

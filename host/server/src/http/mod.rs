@@ -22,6 +22,7 @@ pub mod payments;
 pub mod portal;
 pub mod pricing;
 pub mod ratelimit;
+pub mod receipts;
 pub mod retention;
 pub mod scitt;
 pub mod sdac;
@@ -111,6 +112,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         .merge(others)
         .fallback(not_found)
         .layer(axum::middleware::from_fn(no_store_for_credentials))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), receipts::sign))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::owner::csrf_origin_guard))
         .layer(axum::middleware::from_fn_with_state(state.clone(), ratelimit::middleware))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forwarded::middleware))
