@@ -20,20 +20,22 @@ both_backends!(
 async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
     let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/mcp");
     assert!(
-        e2e.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        e2e.join("node_modules/@modelcontextprotocol/sdk").exists() && e2e.join("node_modules/@modelcontextprotocol/client").exists(),
         "the MCP client is not installed: run `npm ci` in {} (scripts/test does)",
         e2e.display()
     );
     let t = TestServer::start(backend).await;
     let mut node = tokio::process::Command::new("node");
-    node.args(["--test", "mcp.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
+    // mcp.test.mjs: the 2025 client (@modelcontextprotocol/sdk 1.x, initialize
+    // at 2025-11-25); modern.test.mjs: the 2026-07-28 client (@modelcontextprotocol/client 2.x).
+    node.args(["--test", "mcp.test.mjs", "modern.test.mjs"]).current_dir(&e2e).env("ANCHOR_BASE_URL", &t.base);
     let output = node.output().await.expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("# pass 5\n") && stdout.contains("# fail 0\n"), "{stdout}");
-    // What the client declared over MCP (two declarations, by two agents) is
-    // on record like any declaration.
-    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 2);
+    assert!(stdout.contains("# pass 6\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    // What the clients declared over MCP (three declarations, by three agents)
+    // is on record like any declaration.
+    assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 3);
 }
 
 /// One MCP tool call (stateless: no session, no initialize needed), with its result.

@@ -4,6 +4,11 @@ official `mcp` Python SDK, as an agent's MCP host would drive it.
     pip install './clients/python[mcp]'
     ANCHOR_BASE_URL=http://127.0.0.1:8080 python examples/mcp_agent.py
 
+ANCHOR_MCP_MODE picks the protocol revision: `2026-07-28` (stateless: the
+client discovers the server and sends its context with each request),
+`legacy` (the `initialize` handshake of 2025-11-25 and before), or `auto`
+(the default: discover, else fall back).
+
 It registers, anchors each step before acting, confirms after, and reads the
 declarations back; the token travels as each tool's `auth_token` argument.
 """
@@ -34,7 +39,9 @@ def structured(result, tool: str) -> dict:
 
 async def main() -> int:
     base = os.environ.get("ANCHOR_BASE_URL", "http://127.0.0.1:8080").rstrip("/")
-    async with Client(f"{base}/mcp") as client:
+    mode = os.environ.get("ANCHOR_MCP_MODE", "auto")
+    async with Client(f"{base}/mcp", mode=mode) as client:
+        print(f"MCP protocol revision {client.protocol_version}")
         tools = {tool.name for tool in (await client.list_tools()).tools}
         assert {"register_agent", "create_decision", "confirm_decision", "list_decisions"} <= tools, tools
         agent = structured(await client.call_tool("register_agent", {}), "register_agent")

@@ -401,17 +401,19 @@ def test_the_async_client_pays_with_the_async_x402_client(base_url):
     assert asyncio.run(flow()) == "settled"
 
 
-def test_the_mcp_example_runs_with_the_official_mcp_sdk(base_url):
+@pytest.mark.parametrize(("mode", "revision"), [("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")])
+def test_the_mcp_example_runs_with_the_official_mcp_sdk(base_url, mode, revision):
     import subprocess
 
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "mcp_agent.py")],
-        env={**__import__("os").environ, "ANCHOR_BASE_URL": base_url},
+        env={**__import__("os").environ, "ANCHOR_BASE_URL": base_url, "ANCHOR_MCP_MODE": mode},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"MCP protocol revision {revision}" in done.stdout
     assert "3 declarations anchored over MCP" in done.stdout
 
 

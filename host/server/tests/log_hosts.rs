@@ -1,5 +1,6 @@
 //! The log through the `anchor` binary: `anchor verify` checks a receipt offline,
-//! and two hosts on one PostgreSQL keep one log when the integrator is killed.
+//! two hosts on one PostgreSQL keep one log when the integrator is killed, and
+//! either of them answers any request of a 2026-07-28 MCP client.
 
 mod common;
 
@@ -264,5 +265,39 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
     drop(survivor);
     db.close().await;
     let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {database} with (force)"))).execute(&admin).await;
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The official MCP client of the 2026-07-28 revision (tests/e2e/mcp,
+/// modern.test.mjs) sends each of its requests to one of two hosts on one
+/// PostgreSQL in turn: stateless, either host answers any request, and the
+/// reference scenario completes.
+#[tokio::test]
+async fn the_2026_mcp_client_is_answered_by_either_of_two_hosts() {
+    let Some(pg) =
+        common::PgDatabase::create("log_hosts::the_2026_mcp_client_is_answered_by_either_of_two_hosts", "anchor_mcp_hosts").await
+    else {
+        return;
+    };
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/mcp");
+    assert!(e2e.join("node_modules/@modelcontextprotocol/client").exists(), "run `npm ci` in {} (scripts/test does)", e2e.display());
+    let data = scratch("mcp-hosts");
+    let keygen = anchor(&["log", "keygen", "--origin", "mcp-hosts.test/log", data.join("shared.key").to_str().unwrap()]);
+    assert!(keygen.status.success());
+    let skey = std::fs::read_to_string(data.join("shared.key")).unwrap();
+    let env = [("DATABASE_URL", pg.url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
+    let (a, b) = (start(&data.join("a"), &env).await, start(&data.join("b"), &env).await);
+    let output = Command::new("node")
+        .args(["--test", "modern.test.mjs"])
+        .current_dir(&e2e)
+        .env("ANCHOR_BASE_URL", &a.base)
+        .env("ANCHOR_SECOND_BASE_URL", &b.base)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("# pass 1\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    drop((a, b));
+    pg.drop_now().await;
     let _ = std::fs::remove_dir_all(&data);
 }
