@@ -102,8 +102,9 @@ mod tests {
         let document = signer.did_document();
         assert_eq!(document["id"], "did:web:example.org");
         assert_eq!(document["verificationMethod"][0]["id"], "did:web:example.org#log-key");
-        // The JWK's key is the log's verifier key (C2SP: 0x01 and the 32 key bytes).
-        let vkey_bytes = base64::engine::general_purpose::STANDARD.decode(log.vkey.rsplit('+').next().unwrap()).unwrap();
+        // The JWK's key is the log's verifier key (C2SP: name+id+base64 of 0x01
+        // and the 32 key bytes; the base64 may hold a "+" itself).
+        let vkey_bytes = base64::engine::general_purpose::STANDARD.decode(log.vkey.splitn(3, '+').nth(2).unwrap()).unwrap();
         let x = B64URL.decode(document["verificationMethod"][0]["publicKeyJwk"]["x"].as_str().unwrap()).unwrap();
         assert_eq!(&vkey_bytes[1..], x.as_slice());
         use anchor_x402::offers::Signer;
