@@ -109,6 +109,7 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
     // The verifiable log.
     let checkpoint = t.wait_for_log(2).await;
     ok(&t.get(&format!("/v1/dd/{child_id}/receipt"), Some(&agent.token)).await);
+    ok(&t.get(&format!("/v1/dd/{child_id}/evidence"), Some(&agent.token)).await);
     ok(&t.get("/v1/log/checkpoint", None).await);
     ok(&t.get(&format!("/v1/log/checkpoints/{}", checkpoint.size), None).await);
     ok(&t.get(&format!("/v1/log/consistency?from=1&to={}", checkpoint.size), None).await);

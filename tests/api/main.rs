@@ -17,6 +17,7 @@ mod discovery;
 mod docs;
 mod dur;
 mod earned;
+mod evidence;
 mod hardening;
 mod ise;
 mod mcp;

@@ -401,6 +401,10 @@ class Decisions(_Resource):
     def receipt(self, dd_id: str | uuid.UUID) -> Any:
         return self._get("/v1/dd/{dd_id}/receipt", f"/v1/dd/{dd_id}/receipt")
 
+    def evidence(self, dd_id: str | uuid.UUID) -> Any:
+        """The dispute-evidence bundle (anchor-evidence/1): `anchor verify --evidence` checks it offline."""
+        return self._get("/v1/dd/{dd_id}/evidence", f"/v1/dd/{dd_id}/evidence")
+
     def payment(self, dd_id: str | uuid.UUID) -> Any:
         return self._get("/v1/payment/{dd_id}/status", f"/v1/payment/{dd_id}/status")
 

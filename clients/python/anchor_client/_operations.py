@@ -99,6 +99,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('GET', '/v1/dd/lineage-group/{group_id}'): (None, {200: 'LineageGroup', 400: 'Error', 401: 'UnauthorizedBody', 404: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/list'): (None, {200: 'ListResponse', 400: 'Error', 401: 'UnauthorizedBody', 408: None, 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/{dd_id}'): (None, {200: 'Detail', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
+    ('GET', '/v1/dd/{dd_id}/evidence'): (None, {200: 'Evidence', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/{dd_id}/lineage'): (None, {200: 'LineageView', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/{dd_id}/receipt'): (None, {200: 'Receipt', 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),
     ('GET', '/v1/dd/{dd_id}/receipt.cose'): (None, {200: None, 400: 'Error', 401: 'UnauthorizedBody', 403: 'Error', 404: 'Error', 408: None, 409: 'Error', 410: 'Error', 413: None, 414: None, 429: None, 431: None, 503: 'Error'}),

@@ -1200,6 +1200,44 @@ class IntegrityLevels(BaseModel):
     met: bool = Field(..., description='Whether `reached` is at least `declared`.')
 
 
+class PaymentEvidence(BaseModel):
+    payment_id: str
+    network: str = Field(..., description='CAIP-2 network and asset contract.')
+    asset: str
+    payer: str
+    pay_to: str
+    amount: str = Field(
+        ..., description="In the asset's base units (USDC: 1 DAC = 1000)."
+    )
+    transaction: str = Field(
+        ...,
+        description='The settlement reference (the transaction) as the settler gave it.',
+    )
+    settled_at: str = Field(
+        ...,
+        description="When it settled (RFC 3339); the receipt's `issuedAt` is its second.",
+    )
+    resource_url: str = Field(
+        ..., description='The x402 resource the payment was made at.'
+    )
+    authorization: dict[str, Any] = Field(
+        ...,
+        description="The payer's x402 PaymentPayload as received: its EIP-3009\nauthorization and the payer's signature over it.",
+    )
+    offer: str = Field(
+        ...,
+        description='x402 `offer-receipt` signed offer of the terms (a compact JWS).',
+    )
+    receipt: str = Field(
+        ...,
+        description='x402 `offer-receipt` signed receipt of the settlement (a compact JWS).',
+    )
+    binding: str = Field(
+        ...,
+        description="The service's statement (a compact JWS, [`BINDING_FORMAT`]) that this\nsettlement paid for the record of this integrity hash.",
+    )
+
+
 class ConsistencyProof(BaseModel):
     from_size: conint(ge=0)
     to_size: conint(ge=0)
@@ -2850,6 +2888,30 @@ class Receipt(BaseModel):
     trace_key: str | None = Field(
         None,
         description="Hex of the key under which the record's salt commits to the trace id\nof the run that made the decision, when the create carried a W3C\ntraceparent (see [`verify_trace`]).",
+    )
+
+
+class Evidence(BaseModel):
+    format: str
+    dd_id: str
+    scope: dict[str, str] = Field(
+        ...,
+        description='The declared scope as recorded: every line of the record but its\nformat and salt, by name (DD and EE fields, amounts, pricing).',
+    )
+    anchored_at: str = Field(
+        ..., description="When the scope was anchored (the record's `anchored_at`)."
+    )
+    receipt: Receipt = Field(
+        ...,
+        description="The record and its inclusion proof in a signed checkpoint, with the\nwitnesses' cosignatures and the time-stamp token when it has them.",
+    )
+    cose_receipt: str | None = Field(
+        None,
+        description="The same proof as a COSE Receipt (RFC 9942), base64, when the log's\ntree holds two leaves or more.",
+    )
+    payments: list[PaymentEvidence] = Field(
+        ...,
+        description='The settled x402 payments tied to the declaration (none when Trial\ncredit or a balance paid it).',
     )
 
 

@@ -72,6 +72,14 @@ def test_an_agent_registers_anchors_confirms_and_verifies_its_receipt(base_url):
         assert verified.leaf_index == receipt.leaf_index
         assert verified.tree_size == receipt.tree_size
 
+        # The dispute-evidence bundle: the same record, its scope by name, and
+        # no payment (Trial paid it).
+        bundle = anchor.decisions.evidence(created.dd_id)
+        assert isinstance(bundle, models.Evidence)
+        assert bundle.format == "anchor-evidence/1" and bundle.payments == []
+        assert bundle.receipt.integrity_hash == receipt.integrity_hash
+        assert bundle.scope["dd_id"] == str(created.dd_id) and "salt" not in bundle.scope
+
         # The log only grows: a later checkpoint is consistent with the receipt's.
         later = anchor.decisions.create(dd=DD, ee={"ee_preset": "EE_basic"})
         anchor.decisions.confirm(later.dd_id)

@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use anchor_domain::declarations::ee::Integrity;
 use anchor_domain::integrity::canonical_encoding;
+use anchor_domain::payments::PaymentStatus;
 use anchor_verify::cose::Claims;
+use anchor_verify::evidence::{BINDING_FORMAT, EVIDENCE_FORMAT, Evidence, PaymentEvidence, scope_of};
 use anchor_verify::{ConsistencyProof, IntegrityLevels, RECEIPT_FORMAT, Receipt};
 
 use crate::receipt_key::ReceiptKey;
@@ -22,7 +24,7 @@ fn internal(error: anyhow::Error) -> AppError {
 /// A receipt for one of the agent's confirmed declarations, once a signed
 /// checkpoint covers its leaf. It carries the record's salt: owner only.
 pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Receipt> {
-    Ok(evidence(services, agent_id, dd_id).await?.0)
+    Ok(proven(services, agent_id, dd_id).await?.0)
 }
 
 /// The same receipt as a COSE Receipt (RFC 9942, vds 1), signed with `key`:
@@ -31,7 +33,17 @@ pub async fn receipt(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppRes
 /// checkpoint's. RFC 9942's inclusion path has at least one hash, so the
 /// tree must hold two leaves (409 `NOT_YET_IN_LOG` before).
 pub async fn cose_receipt(services: &Services, key: &ReceiptKey, agent_id: Uuid, dd_id: Uuid) -> AppResult<Vec<u8>> {
-    let (receipt, signed_at) = evidence(services, agent_id, dd_id).await?;
+    let (receipt, signed_at, _) = proven(services, agent_id, dd_id).await?;
+    cose_of(services, key, &receipt, signed_at, dd_id)
+}
+
+fn cose_of(
+    services: &Services,
+    key: &ReceiptKey,
+    receipt: &Receipt,
+    signed_at: chrono::DateTime<chrono::Utc>,
+    dd_id: Uuid,
+) -> AppResult<Vec<u8>> {
     if receipt.tree_size < 2 {
         return Err(AppError::Conflict {
             code: "NOT_YET_IN_LOG",
@@ -41,7 +53,87 @@ pub async fn cose_receipt(services: &Services, key: &ReceiptKey, agent_id: Uuid,
         });
     }
     let claims = Claims { iss: services.config.public_url.clone(), sub: format!("urn:uuid:{dd_id}"), iat: signed_at.timestamp() };
-    anchor_verify::cose::inclusion_receipt(&receipt, &key.kid(), &claims, |tbs| key.sign(tbs)).map_err(|e| internal(anyhow::anyhow!("{e}")))
+    anchor_verify::cose::inclusion_receipt(receipt, &key.kid(), &claims, |tbs| key.sign(tbs)).map_err(|e| internal(anyhow::anyhow!("{e}")))
+}
+
+/// The dispute-evidence bundle of one of the agent's confirmed declarations
+/// (decision 0070): its scope as recorded and its receipt (with the COSE
+/// receipt when `key` is given and the tree holds two leaves), and for its
+/// settled x402 payment the payer's authorization, the offer of its terms,
+/// the receipt of its settlement (the one its `PAYMENT-RESPONSE` carried:
+/// Ed25519 and the canonical payloads are deterministic) and the service's
+/// binding of the settlement to the record, all signed with the log key.
+/// The offer is signed again for the terms the payment met, valid until the
+/// payer's authorization ends. Owner only: the record carries its salt.
+pub async fn evidence(services: &Services, key: Option<&ReceiptKey>, agent_id: Uuid, dd_id: Uuid) -> AppResult<Evidence> {
+    let (receipt, signed_at, stored) = proven(services, agent_id, dd_id).await?;
+    let cose_receipt = match key {
+        Some(key) if receipt.tree_size >= 2 => Some(B64.encode(cose_of(services, key, &receipt, signed_at, dd_id)?)),
+        _ => None,
+    };
+    let mut payments = Vec::new();
+    let settled = services.store.payment_for(dd_id).await?.filter(|p| p.status == PaymentStatus::Settled);
+    if let (Some(payment), Some(confirmed_at)) = (settled, stored.confirmed_at) {
+        let signer = services.offers.as_ref().ok_or_else(|| internal(anyhow::anyhow!("this host signs no offers")))?;
+        let transaction = payment.settlement_ref.clone().unwrap_or_default();
+        let settled_at =
+            payment.history.iter().find(|(status, _, _)| *status == PaymentStatus::Settled).map_or(confirmed_at, |(_, _, at)| *at);
+        let issued_at = settled_at.timestamp().max(0) as u64;
+        let path = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { declarations::CREATE.path };
+        let resource = format!("{}{path}", services.config.public_url);
+        let authorization: serde_json::Value =
+            serde_json::from_str(&payment.payload).map_err(|e| internal(anyhow::anyhow!("a stored payment payload: {e}")))?;
+        let valid_before = anchor_x402::authorization(&authorization).map_or(issued_at, |a| a.valid_before.max(0) as u64);
+        // The payee as the offer spelled it (the payer's copy of the terms
+        // it accepted, checked at the create), so the offer signed again is
+        // the one the 402 carried, its validUntil aside.
+        let pay_to = authorization["accepted"]["payTo"].as_str().unwrap_or(&payment.pay_to);
+        let requirement = anchor_x402::requirement(pay_to, payment.amount_units, 0);
+        let jws = |signed: serde_json::Value| signed["signature"].as_str().unwrap_or_default().to_string();
+        let offer = jws(anchor_x402::offers::signed_offer(signer.as_ref(), &resource, &requirement, 0, valid_before));
+        let settlement_receipt =
+            jws(anchor_x402::offers::signed_receipt(signer.as_ref(), &resource, &payment.network, &payment.payer, &transaction, issued_at));
+        let (payment_id, amount) = (payment.payment_id.to_string(), payment.amount_units.to_string());
+        use anchor_x402::offers::Field;
+        let binding = anchor_x402::offers::signed_jws(
+            signer.as_ref(),
+            &mut [
+                ("format", Field::Text(BINDING_FORMAT)),
+                ("ddId", Field::Text(&receipt.dd_id)),
+                ("integrityHash", Field::Text(&receipt.integrity_hash)),
+                ("paymentId", Field::Text(&payment_id)),
+                ("network", Field::Text(&payment.network)),
+                ("payer", Field::Text(&payment.payer)),
+                ("transaction", Field::Text(&transaction)),
+                ("amount", Field::Text(&amount)),
+                ("settledAt", Field::Int(issued_at)),
+            ],
+        );
+        payments.push(PaymentEvidence {
+            payment_id,
+            network: payment.network,
+            asset: payment.asset,
+            payer: payment.payer,
+            pay_to: payment.pay_to,
+            amount,
+            transaction,
+            settled_at: settled_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            resource_url: resource,
+            authorization,
+            offer,
+            receipt: settlement_receipt,
+            binding,
+        });
+    }
+    Ok(Evidence {
+        format: EVIDENCE_FORMAT.into(),
+        dd_id: receipt.dd_id.clone(),
+        scope: scope_of(&receipt.canonical_record),
+        anchored_at: receipt.anchored_at.clone(),
+        receipt,
+        cose_receipt,
+        payments,
+    })
 }
 
 /// A COSE consistency receipt (RFC 9942, vds 1) from the checkpoint of
@@ -96,8 +188,13 @@ pub async fn receipt_keys(services: &Services) -> AppResult<Vec<anchor_verify::c
     Ok(keys)
 }
 
-/// The receipt of a declaration, and when the checkpoint it proves inclusion in was signed.
-async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<(Receipt, chrono::DateTime<chrono::Utc>)> {
+/// The receipt of a declaration, when the checkpoint it proves inclusion
+/// in was signed, and the declaration as stored.
+async fn proven(
+    services: &Services,
+    agent_id: Uuid,
+    dd_id: Uuid,
+) -> AppResult<(Receipt, chrono::DateTime<chrono::Utc>, anchor_domain::records::StoredDeclaration)> {
     let stored = declarations::owned(services, agent_id, dd_id).await?;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
         return Err(AppError::Conflict {
@@ -139,7 +236,7 @@ async fn evidence(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult
         }),
         trace_key: stored.declaration.trace_key.map(hex::encode),
     };
-    Ok((receipt, proof.signed_at))
+    Ok((receipt, proof.signed_at, stored))
 }
 
 /// A leaf's proof of inclusion in the checkpoint with the strongest

@@ -48,8 +48,13 @@ enum Command {
         command: LogCommand,
     },
     /// Check a receipt offline: record hash, leaf, inclusion proof, checkpoint
-    /// signature, and (given an earlier checkpoint and a proof) consistency.
+    /// signature, and (given an earlier checkpoint and a proof) consistency;
+    /// or a dispute-evidence bundle (--evidence): scope, proof, order, payment.
     Verify(VerifyArgs),
+    /// Fetch a declaration's dispute-evidence bundle (GET
+    /// /v1/dd/{dd_id}/evidence) to a file or stdout: its scope, its proof in
+    /// the log and the payments made for it, for `anchor verify --evidence`.
+    Evidence(EvidenceArgs),
     /// Copy the embedded SQLite database while the server runs (`anchor
     /// backup DEST`), or check a copy or a restored database (`--check`).
     Backup(BackupArgs),
@@ -156,6 +161,52 @@ struct PayArgs {
     url: String,
     /// The JSON body (`@FILE` reads it from a file, `-` from stdin).
     body: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct EvidenceArgs {
+    /// The declaration's dd_id.
+    dd_id: String,
+    /// The service's base URL.
+    #[arg(long, env = "ANCHOR_URL")]
+    url: String,
+    /// The declaring agent's token, sent as `Authorization: Bearer`.
+    #[arg(long, env = "ANCHOR_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Write the bundle here (never overwritten) instead of stdout.
+    #[arg(long, short)]
+    output: Option<std::path::PathBuf>,
+}
+
+async fn evidence(args: EvidenceArgs) -> anyhow::Result<()> {
+    let url = format!("{}/v1/dd/{}/evidence", args.url.trim_end_matches('/'), args.dd_id);
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build()?;
+    let response = http.get(&url).bearer_auth(&args.token).send().await?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    if !status.is_success() {
+        eprintln!("{} {}: {}", status.as_u16(), status.canonical_reason().unwrap_or(""), String::from_utf8_lossy(&body));
+        std::process::exit(1);
+    }
+    anchor_verify::evidence::parse_evidence(&body)
+        .map_err(|e| anyhow::anyhow!("the service answered something else than a bundle: {e}"))?;
+    match &args.output {
+        Some(file) => {
+            use std::io::Write;
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(file)
+                .map_err(|e| anyhow::anyhow!("{}: {e} (never overwritten)", file.display()))?;
+            out.write_all(&body)?;
+            eprintln!("evidence of {} written to {}; check it with anchor verify --evidence", args.dd_id, file.display());
+        }
+        None => {
+            use std::io::Write;
+            std::io::stdout().write_all(&body)?;
+        }
+    }
+    Ok(())
 }
 
 /// Exit codes of `anchor pay`: the answer was not a success; the challenge
@@ -594,7 +645,13 @@ struct VerifyArgs {
     /// A receipt: from GET /v1/dd/{dd_id}/receipt (JSON, or COSE with
     /// Accept: application/cose), or a signed statement's from GET
     /// /entries/{entry_id} (with --statement).
-    receipt: std::path::PathBuf,
+    #[arg(required_unless_present = "evidence", conflicts_with = "evidence")]
+    receipt: Option<std::path::PathBuf>,
+    /// A dispute-evidence bundle (GET /v1/dd/{dd_id}/evidence, `anchor
+    /// evidence`) instead of a receipt: its scope, proof, order and payment
+    /// checks, then the receipt's own (witnesses, time-stamp, COSE, trace).
+    #[arg(long, conflicts_with_all = ["statement", "previous"])]
+    evidence: Option<std::path::PathBuf>,
     /// The log's public key (`<origin>+<id>+<base64>`), or a file holding it.
     #[arg(long)]
     key: String,
@@ -725,6 +782,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Statement { command }) => statement(command),
         Some(Command::Verify(args)) => verify(args),
+        Some(Command::Evidence(args)) => evidence(args).await,
         Some(Command::Backup(args)) => backup(args).await,
         Some(Command::Feature { command }) => feature(command).await,
         Some(Command::Feedback { command }) => feedback(command).await,
@@ -1003,7 +1061,35 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     // such, then as the JSON receipt holding the same proof; with
     // --statement, as the receipt of that registered statement.
     let mut cose_line = None;
-    let proven = read(&args.receipt).and_then(|bytes| match bytes.first() {
+    let mut established = None;
+    let input = args.evidence.as_ref().or(args.receipt.as_ref()).expect("clap requires a receipt or --evidence");
+    let proven = read(input).and_then(|bytes| match bytes.first() {
+        _ if args.evidence.is_some() => {
+            let bundle = anchor_verify::evidence::parse_evidence(&bytes)?;
+            established = Some(anchor_verify::evidence::verify_evidence(&bundle, &key, |payload| {
+                let authorized = anchor_x402::authorization(payload).map_err(|reason| reason.as_str().to_string())?;
+                Ok(anchor_verify::evidence::Authorized {
+                    from: authorized.payer,
+                    to: authorized.pay_to,
+                    value: authorized.amount_units,
+                    valid_after: authorized.valid_after,
+                    valid_before: authorized.valid_before,
+                })
+            })?);
+            if let (Some(cose), Some(file)) = (&bundle.cose_receipt, &args.receipt_key) {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(cose)
+                    .map_err(|_| anchor_verify::Failure::Proof("the COSE receipt is not base64".into()))?;
+                let keys = anchor_verify::cose::parse_keys(&read(file)?)?;
+                let receipt = &bundle.receipt;
+                anchor_verify::cose::parse_receipt(&bytes)
+                    .and_then(|cose| cose.verify(&anchor_verify::leaf_data(&receipt.integrity_hash, &receipt.anchored_at), &keys))
+                    .map_err(|failure| anchor_verify::Failure::Proof(format!("the COSE receipt: {failure}")))?;
+                cose_line = Some("ok: the COSE receipt (RFC 9942) proves the same leaf under the receipt key".to_string());
+            }
+            Ok(Proven::Record(bundle.receipt))
+        }
         Some(0xd2) => {
             let keys = match &args.receipt_key {
                 Some(file) => anchor_verify::cose::parse_keys(&read(file)?)?,
@@ -1091,6 +1177,10 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     });
     match outcome {
         Ok((verified, cosigned, stamped)) => {
+            if let (Some(established), Proven::Record(receipt)) = (&established, &proven) {
+                print_established(established, receipt, &cosigned, stamped.as_ref());
+                return Ok(());
+            }
             match &proven {
                 Proven::Record(receipt) => println!("ok: record {} hashes to {}", receipt.dd_id, receipt.integrity_hash),
                 Proven::Statement { read, .. } => println!(
@@ -1137,6 +1227,57 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     }
+}
+
+/// What a dispute-evidence bundle that checked out proves, and what it cannot.
+fn print_established(
+    established: &anchor_verify::evidence::Established,
+    receipt: &anchor_verify::Receipt,
+    cosigned: &[anchor_verify::cosignature::Cosigned],
+    stamped: Option<&anchor_verify::timestamp::Stamped>,
+) {
+    let at = |seconds: u64| chrono::DateTime::from_timestamp(seconds as i64, 0).map_or_else(String::new, |t| t.to_rfc3339());
+    let anchored = &established.anchored_at;
+    println!(
+        "ok (scope): record {} hashes to {}; the bundle's scope is the record's, anchored at {anchored}",
+        receipt.dd_id, receipt.integrity_hash
+    );
+    println!(
+        "ok (proof): leaf {} is in the tree of {} signed by {}",
+        established.proof.leaf_index, established.proof.tree_size, established.proof.origin
+    );
+    for cosignature in cosigned {
+        println!("ok (proof): cosigned by witness {} at {}", cosignature.witness, at(cosignature.timestamp));
+    }
+    if let Some(stamped) = stamped {
+        println!("ok (proof): the checkpoint was time-stamped at {} by {}", at(stamped.gen_time), stamped.tsa);
+    }
+    for (transaction, payer, amount, settled_at) in &established.payments {
+        println!("ok (order): payment {transaction} settled at {settled_at}, not before the scope was anchored at {anchored}");
+        println!(
+            "ok (payment): {payer} signed the authorization of {amount} base units; the service's offer, receipt and binding, \
+             signed with the log key, tie settlement {transaction} to this record"
+        );
+    }
+    if established.payments.is_empty() {
+        println!("note: no x402 payment is tied to this declaration (Trial credit or a balance paid it)");
+    }
+    println!(
+        "proves: this scope (DD and EE as declared) was anchored at {anchored} and is in the log unchanged{}",
+        match established.payments.len() {
+            0 => String::new(),
+            _ => "; each payment above settled after it, for this scope, as its payer authorized".into(),
+        }
+    );
+    let bound = cosigned.iter().map(|c| c.timestamp).chain(stamped.map(|s| s.gen_time)).min();
+    println!(
+        "cannot prove: anything about the decision's content (the service never had it); that a settlement is on chain (look it up \
+         on its network); the anchoring time is the service's word{}",
+        bound.map_or_else(
+            || ", not bounded here by a witness or a time-stamp (give --witness or --tsa-ca)".to_string(),
+            |seconds| format!(", and the record was in the log by {} on a witness's or time-stamping authority's word", at(seconds))
+        )
+    );
 }
 
 /// What a receipt proves to be in the log.

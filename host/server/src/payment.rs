@@ -31,9 +31,14 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
 }
 
 /// The route a settlement in a response paid for, when it is not the
-/// request's own (a confirm settles its create's payment).
+/// request's own (a confirm settles its create's payment), and when it
+/// settled: the receipt says that time, so it can be signed again, the
+/// same, in the declaration's evidence bundle.
 #[derive(Clone, Copy, Debug)]
-pub struct PaidAt(pub &'static str);
+pub struct PaidAt {
+    pub route: &'static str,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
 
 /// The rate the local-currency (Korean won) estimates use: the operator's,
 /// dated and sourced (`--fiat-rate FILE`), or, when none is configured, the

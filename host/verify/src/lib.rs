@@ -28,6 +28,7 @@ use tlog_tiles::{Checkpoint, Hash};
 
 pub mod cose;
 pub mod cosignature;
+pub mod evidence;
 pub mod statement;
 pub mod timestamp;
 
@@ -184,10 +185,20 @@ pub enum Failure {
     Timestamp(String),
     #[error("trace check failed: {0}")]
     Trace(String),
+    #[error("scope check failed: {0}")]
+    Scope(String),
+    #[error("proof check failed: {0}")]
+    Proof(String),
+    #[error("order check failed: {0}")]
+    Order(String),
+    #[error("payment check failed: {0}")]
+    Payment(String),
 }
 
 impl Failure {
-    /// The name of the check: record, leaf, signature, inclusion, consistency, witness, timestamp, trace, format.
+    /// The name of the check: record, leaf, signature, inclusion, consistency,
+    /// witness, timestamp, trace, format; for an evidence bundle, scope,
+    /// proof, order, payment.
     pub fn check(&self) -> &'static str {
         match self {
             Failure::Format(_) => "format",
@@ -199,6 +210,10 @@ impl Failure {
             Failure::Witness(_) => "witness",
             Failure::Timestamp(_) => "timestamp",
             Failure::Trace(_) => "trace",
+            Failure::Scope(_) => "scope",
+            Failure::Proof(_) => "proof",
+            Failure::Order(_) => "order",
+            Failure::Payment(_) => "payment",
         }
     }
 }

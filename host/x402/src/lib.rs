@@ -244,7 +244,22 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
     if valid_after > now {
         return Err(Reason::ValidAfter);
     }
-    let nonce: B256 = auth["nonce"].as_str().and_then(|s| s.parse().ok()).ok_or(Reason::Signature)?;
+    let nonce = signed_by_payer(payload, from, to, value, valid_after, valid_before)?;
+    Ok(Verified {
+        payer: format!("{from:#x}"),
+        nonce: format!("{nonce:#x}"),
+        amount_units: i64::try_from(amount).map_err(|_| Reason::ValueMismatch)?,
+        pay_to: format!("{pay_to:#x}"),
+        valid_after,
+        valid_before,
+    })
+}
+
+/// Whether the payload's EIP-3009 authorization of `value` from `from` to
+/// `to` in the window is signed by `from` (a low-s signature, as on chain);
+/// its nonce if it is.
+fn signed_by_payer(payload: &Value, from: Address, to: Address, value: U256, valid_after: i64, valid_before: i64) -> Result<B256, Reason> {
+    let nonce: B256 = payload["payload"]["authorization"]["nonce"].as_str().and_then(|s| s.parse().ok()).ok_or(Reason::Signature)?;
     let message = TransferWithAuthorization {
         from,
         to,
@@ -259,8 +274,7 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
         .and_then(|s| alloy_primitives::hex::decode(s).ok())
         .filter(|bytes| bytes.len() == 65)
         .ok_or(Reason::Signature)?;
-    let v = signature[64];
-    let parity = match v {
+    let parity = match signature[64] {
         27 | 0 => false,
         28 | 1 => true,
         _ => return Err(Reason::Signature),
@@ -274,11 +288,28 @@ pub fn verify(payload: &Value, requirement: &Value, now: i64) -> Result<Verified
     if recovered != from {
         return Err(Reason::Signature);
     }
+    Ok(nonce)
+}
+
+/// What a stored payment's authorization says, its payer's signature
+/// checked and nothing else (no requirement, no clock): for a verifier that
+/// reads the payment later, offline ([`Verified::amount_units`] is its
+/// `value`, [`Verified::pay_to`] its `to`).
+pub fn authorization(payload: &Value) -> Result<Verified, Reason> {
+    let auth = &payload["payload"]["authorization"];
+    let parse_address = |v: &Value| v.as_str().and_then(|s| s.parse::<Address>().ok());
+    let (Some(from), Some(to)) = (parse_address(&auth["from"]), parse_address(&auth["to"])) else {
+        return Err(Reason::Signature);
+    };
+    let value = number(&auth["value"]).ok_or(Reason::ValueMismatch)?;
+    let valid_after = number(&auth["validAfter"]).and_then(|v| i64::try_from(v).ok()).ok_or(Reason::ValidAfter)?;
+    let valid_before = number(&auth["validBefore"]).and_then(|v| i64::try_from(v).ok()).ok_or(Reason::ValidBefore)?;
+    let nonce = signed_by_payer(payload, from, to, value, valid_after, valid_before)?;
     Ok(Verified {
         payer: format!("{from:#x}"),
         nonce: format!("{nonce:#x}"),
-        amount_units: i64::try_from(amount).map_err(|_| Reason::ValueMismatch)?,
-        pay_to: format!("{pay_to:#x}"),
+        amount_units: i64::try_from(value).map_err(|_| Reason::ValueMismatch)?,
+        pay_to: format!("{to:#x}"),
         valid_after,
         valid_before,
     })

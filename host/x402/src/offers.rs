@@ -29,7 +29,7 @@ pub trait Signer: Send + Sync {
 }
 
 /// A payload field: text or a whole number.
-enum Field<'a> {
+pub enum Field<'a> {
     Text(&'a str),
     Int(u64),
 }
@@ -61,6 +61,13 @@ fn jws(signer: &dyn Signer, payload: &str) -> String {
     let input = format!("{}.{}", B64URL.encode(header), B64URL.encode(payload));
     let signature = signer.sign(input.as_bytes());
     format!("{input}.{}", B64URL.encode(signature))
+}
+
+/// A compact JWS by `signer` of the canonical JSON of `fields` (a flat
+/// object of ASCII keys), for statements of the service's own beside the
+/// extension's offers and receipts.
+pub fn signed_jws(signer: &dyn Signer, fields: &mut [(&str, Field<'_>)]) -> String {
+    jws(signer, &canonical(fields))
 }
 
 /// The canonical offer payload of `requirement` for `resource_url`, valid

@@ -3,6 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm/exact/client";
 import { privateKeyToAccount } from "viem/accounts";
@@ -146,4 +147,32 @@ test("a payment sent in X-PAYMENT pays a declaration the same way", async () => 
   const someoneElse = { ...JSON.parse(Buffer.from(receiptBody, "base64url")), payer: "0x0000000000000000000000000000000000000001" };
   const altered = [receiptHeader, Buffer.from(JSON.stringify(someoneElse)).toString("base64url"), receiptSignature].join(".");
   await assert.rejects(verifyReceiptSignatureJWS({ ...receipt, signature: altered }, jwk));
+
+  // The declaration's dispute-evidence bundle holds this very receipt, and
+  // an offer of the terms paid that the reference package verifies and
+  // matches to it. ANCHOR_EVIDENCE_OUT keeps the bundle for `anchor verify`.
+  let evidence;
+  for (let i = 0; i < 200 && !evidence; i++) {
+    const answer = await fetch(`${base}/v1/dd/${created.dd_id}/evidence`, { headers: { authorization: `Bearer ${token}` } });
+    if (answer.status === 200) {
+      evidence = await answer.json();
+    } else {
+      assert.equal(answer.status, 409, "not yet in the log");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  assert.ok(evidence, "the bundle, once the log holds the record");
+  assert.equal(evidence.format, "anchor-evidence/1");
+  const [bundled] = evidence.payments;
+  assert.equal(bundled.receipt, receipt.signature);
+  const bundledOffer = { format: "jws", acceptIndex: 0, signature: bundled.offer };
+  const terms = await verifyOfferSignatureJWS(bundledOffer, jwk);
+  assert.equal(terms.resourceUrl, offer.resourceUrl);
+  assert.equal(terms.amount, offer.amount);
+  assert.equal(terms.payTo, offer.payTo);
+  const bundledReceipt = { format: "jws", signature: bundled.receipt };
+  assert.ok(verifyReceiptMatchesOffer(bundledReceipt, decodeSignedOffers([bundledOffer])[0], [account.address]), "the bundle's receipt matches its offer");
+  if (process.env.ANCHOR_EVIDENCE_OUT) {
+    writeFileSync(process.env.ANCHOR_EVIDENCE_OUT, JSON.stringify(evidence));
+  }
 });

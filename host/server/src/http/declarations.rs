@@ -132,7 +132,7 @@ async fn confirm(
     let (body, settlement, paid_at) = confirm_decision(&state, &agent, request.dd_id.0).await?;
     let mut response = payment::with_settlement(Json(body).into_response(), settlement.as_ref());
     // The settlement is of the create's (or proposal's) payment: its receipt names that resource.
-    response.extensions_mut().insert(payment::PaidAt(paid_at));
+    response.extensions_mut().insert(paid_at);
     Ok(response)
 }
 

@@ -10,7 +10,8 @@ use crate::payment::PaidAt;
 /// Adds the signed receipt (x402's `offer-receipt`, decision 0069) to a
 /// successful settlement's `PAYMENT-RESPONSE`: who paid, on which network,
 /// for which resource (this request's URL, or the one [`PaidAt`] names), by
-/// which settlement, when; signed with the log's key, as the offer was.
+/// which settlement, when (now, or when [`PaidAt`] says it settled); signed
+/// with the log's key, as the offer was.
 pub async fn sign(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
     request: axum::extract::Request,
@@ -28,10 +29,10 @@ pub async fn sign(
     if settlement["success"] != true {
         return response;
     }
-    let paid_at = response.extensions().get::<PaidAt>().map_or(path.as_str(), |p| p.0);
-    let resource = format!("{}{paid_at}", state.settings.public_url);
+    let paid = response.extensions().get::<PaidAt>().copied();
+    let resource = format!("{}{}", state.settings.public_url, paid.map_or(path.as_str(), |p| p.route));
     let text = |key: &str| settlement[key].as_str().unwrap_or_default().to_string();
-    let issued_at = state.app.clock.now().timestamp().max(0) as u64;
+    let issued_at = paid.map_or_else(|| state.app.clock.now(), |p| p.at).timestamp().max(0) as u64;
     let receipt =
         anchor_x402::offers::signed_receipt(signer.as_ref(), &resource, &text("network"), &text("payer"), &text("transaction"), issued_at);
     let signed = anchor_x402::settle_response(true, &text("transaction"), &text("payer"), None, Some(receipt));

@@ -43,6 +43,26 @@ pub fn operations() -> Vec<Operation> {
             .error(404, "No such record.", &["DD_NOT_FOUND"])
             .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"])
             .error(409, "Not confirmed, or not yet in a signed checkpoint (retry shortly).", &["NOT_CONFIRMED", "NOT_YET_IN_LOG"]),
+        op(Method::GET, "/v1/dd/{dd_id}/evidence", get(evidence))
+            .tag("Log")
+            .summary("A dispute-evidence bundle: the declared scope, its proof in the log, and the payments made for it")
+            .describe(
+                "Owner only: it carries the record's salt. One self-contained file (anchor-evidence/1): the record as declared \
+                 (DD and EE, when it was anchored) in its receipt (inclusion proof to a signed checkpoint, with the witnesses' \
+                 cosignatures and time-stamp when it has them, and the COSE receipt), and for each settled x402 payment the \
+                 payer's authorization, the signed offer of its terms, the signed receipt of its settlement and the service's \
+                 binding of that settlement to the record, signed with the log key. `anchor verify --evidence FILE` checks it \
+                 offline (scope, proof, order, payment).",
+            )
+            .agent()
+            .extension()
+            .path::<Uuid>("dd_id")
+            .returns::<anchor_verify::evidence::Evidence>(200, "The anchor-evidence/1 bundle")
+            .error(400, "dd_id is not a UUID.", &["INVALID_UUID"])
+            .error(403, "Another agent's record.", &["FORBIDDEN"])
+            .error(404, "No such record.", &["DD_NOT_FOUND"])
+            .error(410, "The record is past its retention period and was de-identified.", &["RECORD_DEIDENTIFIED"])
+            .error(409, "Not confirmed, or not yet in a signed checkpoint (retry shortly).", &["NOT_CONFIRMED", "NOT_YET_IN_LOG"]),
         op(Method::GET, "/v1/dd/{dd_id}/receipt.cose", get(receipt_cose))
             .tag("Log")
             .summary("The receipt as a COSE Receipt (RFC 9942): for SCITT verifiers")
@@ -171,6 +191,15 @@ async fn receipt(
         return Ok(cose(transparency::cose_receipt(&state.app, key, agent.agent_id, dd_id).await?, "private, no-store"));
     }
     Ok(Json(transparency::receipt(&state.app, agent.agent_id, dd_id).await?).into_response())
+}
+
+async fn evidence(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Response> {
+    let dd_id = path_uuid("dd_id", &dd_id)?;
+    let key = state.published_receipt_key().await?;
+    let bundle = transparency::evidence(&state.app, Some(key), agent.agent_id, dd_id).await?;
+    let mut response = Json(bundle).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    Ok(response)
 }
 
 async fn receipt_cose(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Response> {
