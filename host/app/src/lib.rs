@@ -40,6 +40,7 @@ pub mod retention;
 pub mod scitt;
 pub mod sdac;
 pub mod status;
+pub mod tasks;
 pub mod timestamp;
 pub mod tools;
 pub mod transparency;

@@ -50,6 +50,18 @@ impl OfferSigner {
         Ok(OfferSigner { key, did, kid })
     }
 
+    /// A 32-byte key for `purpose`, derived from the log key (every host
+    /// sharing the log key derives the same one; it reveals nothing of it).
+    pub(crate) fn derived_key(&self, purpose: &str) -> [u8; 32] {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update(b"anchor-derived-key/1\n");
+        hash.update(purpose.as_bytes());
+        hash.update(b"\n");
+        hash.update(self.key.to_bytes());
+        hash.finalize().into()
+    }
+
     /// The public key as a JWK (OKP, Ed25519).
     pub fn jwk(&self) -> Value {
         json!({ "kty": "OKP", "crv": "Ed25519", "x": B64URL.encode(self.key.verifying_key().as_bytes()) })

@@ -1191,3 +1191,158 @@ async fn a_checkpoint_past_the_largest_size_is_refused_as_malformed() {
     assert_eq!(status, 200, "the witness still serves");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- MCP Tasks: confirm, and wait until witnessed ----
+
+/// One JSON-RPC request of the 2026-07-28 revision (no session: the
+/// version, the client and its capabilities, Tasks included, in `_meta`).
+async fn mcp_2026(http: &reqwest::Client, base: &str, id: u64, method: &str, name: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "raw-json-rpc", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } },
+    });
+    let reply = http
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 200, "{method} {name}");
+    reply.json().await.unwrap()
+}
+
+/// Decision 0071: over MCP 2026-07-28 with the Tasks extension, a confirm
+/// whose scope declared `enhanced` comes back as a task; the client polls
+/// `tasks/get` on either of two hosts (one PostgreSQL, nothing of the task
+/// stored) until the receipt is witnessed, and gets it, cosigned, verified
+/// offline. An id the service did not give is unknown (-32602), and a
+/// client that does not hold tasks is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirm_held_as_a_task_returns_the_witnessed_receipt() {
+    let Some(pg) = common::PgDatabase::create("witness::a_confirm_held_as_a_task_returns_the_witnessed_receipt", "anchor_tasks").await
+    else {
+        return;
+    };
+    let dir = scratch("tasks");
+    let http = reqwest::Client::new();
+    let log_key_file = dir.join("log.key");
+    let out = anchor(&["log", "keygen", "--origin", "tasks.test/log", log_key_file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
+    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (key, vkey) = witness_key(&dir, "witness.test/tasks");
+    let witness_port = free_port();
+    let _witness = witness_process(&dir.join("w"), "witness.test/tasks", &key, &log_vkey, witness_port);
+    wait_up(&http, &format!("http://127.0.0.1:{witness_port}")).await;
+    let host = |name: &str| {
+        let port = free_port();
+        let server = Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--rate-limit", "100000", "--data-dir"])
+            .arg(dir.join(name))
+            .args(["--log-signing-key", skey.trim()])
+            .args(["--witness", &format!("{vkey}=http://127.0.0.1:{witness_port}")])
+            .env("DATABASE_URL", &pg.url)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        (Server(server), format!("http://127.0.0.1:{port}"))
+    };
+    let ((_a, a), (_b, b)) = (host("a"), host("b"));
+    common::wait_healthy(&http, &a).await;
+    common::wait_healthy(&http, &b).await;
+
+    let token = register(&http, &a).await;
+    let create = |level: &'static str| {
+        let (http, a, token) = (http.clone(), a.clone(), token.clone());
+        async move {
+            let created: Value = http
+                .post(format!("{a}/v1/dd/create"))
+                .bearer_auth(&token)
+                .json(&json!({
+                    "request_id": uuid::Uuid::new_v4(),
+                    "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+                            "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
+                    "ee": { "ee_retention_period": "short", "ee_integrity_verification_level": level,
+                            "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" },
+                }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            created["dd_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let dd_id = create("enhanced").await;
+    let confirm = json!({ "name": "confirm_decision", "arguments": { "auth_token": token, "dd_id": dd_id } });
+    let answered = mcp_2026(&http, &a, 1, "tools/call", "confirm_decision", confirm).await;
+    let result = &answered["result"];
+    assert_eq!(result["resultType"], "task", "{answered}");
+    assert_eq!(result["status"], "working", "{answered}");
+    assert_eq!(result["_meta"]["io.github.anchor/confirmation"]["dd_id"], json!(dd_id), "the confirmation's answer travels along");
+    let task_id = result["taskId"].as_str().unwrap().to_owned();
+
+    // Poll, alternating hosts, until the receipt is witnessed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut polls = 0u64;
+    let done = loop {
+        let base = if polls.is_multiple_of(2) { &b } else { &a };
+        polls += 1;
+        let got = mcp_2026(&http, base, 100 + polls, "tasks/get", &task_id, json!({ "taskId": task_id })).await;
+        let task = &got["result"];
+        assert_eq!(task["taskId"], json!(task_id), "{got}");
+        match task["status"].as_str() {
+            Some("working") => assert!(task["pollIntervalMs"].is_u64(), "{got}"),
+            Some("completed") => break task["result"].clone(),
+            other => panic!("unexpected task status {other:?}: {got}"),
+        }
+        assert!(Instant::now() < deadline, "the task never completed: {got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(polls >= 1);
+    assert_eq!(done["isError"], json!(false), "{done}");
+    let receipt = &done["structuredContent"]["receipt"];
+    assert_eq!(receipt["witnessed"], json!(true), "{done}");
+    assert_eq!(receipt["cosigned_by"], json!(["witness.test/tasks"]));
+    assert_eq!(receipt["integrity_level"], json!({ "declared": "enhanced", "reached": "enhanced", "met": true }));
+    let file = dir.join("task-receipt.json");
+    std::fs::write(&file, receipt.to_string()).unwrap();
+    let checked = verify(&file, &log_vkey, &[&vkey], 1);
+    assert!(checked.status.success(), "{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+
+    // An id this service did not give: the tag of another declaration, or made up.
+    let other = create("basic").await;
+    let forged = task_id.replace(&dd_id, &other);
+    for unknown in [forged.as_str(), "witnessed-nothing", "anything"] {
+        let got = mcp_2026(&http, &a, 900, "tasks/get", unknown, json!({ "taskId": unknown })).await;
+        assert_eq!(got["error"]["code"], json!(-32602), "{unknown}: {got}");
+    }
+    // Cancelling a wait stops nothing: the confirmation stands.
+    let cancelled = mcp_2026(&http, &b, 901, "tasks/cancel", &task_id, json!({ "taskId": task_id })).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+
+    // A client without Tasks gets the confirmation's answer at once.
+    let plain = http
+        .post(format!("{a}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                       "params": { "name": "confirm_decision", "arguments": { "auth_token": token, "dd_id": other } } }))
+        .send()
+        .await
+        .unwrap();
+    let plain: Value = plain.json().await.unwrap();
+    assert_eq!(plain["result"]["structuredContent"]["dd_id"], json!(other), "{plain}");
+    assert!(plain["result"].get("taskId").is_none(), "{plain}");
+    drop((_a, _b));
+    pg.drop_now().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

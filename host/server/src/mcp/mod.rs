@@ -32,8 +32,9 @@ mod tools;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult, DetailedTask, GetTaskParams,
+    GetTaskResult, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Task,
+    TaskPayload, TaskStatus, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -256,7 +257,7 @@ pub fn service(state: AppState) -> StreamableHttpService<Mcp, NeverSessionManage
 
 impl ServerHandler for Mcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
             .with_server_info(Implementation::new("anchor", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Accountability anchoring for agents: declare decisions (create_decision, then confirm_decision) with the scope of \
@@ -282,6 +283,7 @@ impl ServerHandler for Mcp {
             return Err(ErrorData::invalid_params(format!("no tool named {}", anchor_domain::brief(&request.name)), None));
         };
         let arguments = request.arguments.unwrap_or_default();
+        let holds_tasks = context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks());
         check_arguments(tool, &arguments).map_err(|message| ErrorData::invalid_params(format!("{}: {message}", tool.name), None))?;
         let parts = context.extensions.get::<axum::http::request::Parts>();
         // The caller's trace context: `_meta.traceparent` (SEP-414), else the
@@ -326,7 +328,119 @@ impl ServerHandler for Mcp {
                 error,
             });
         }
+        // Waiting is the honest answer to "confirm, and tell me when it is
+        // witnessed": a client that holds tasks gets one (decision 0071).
+        if holds_tasks
+            && tool.name == "confirm_decision"
+            && result.is_error != Some(true)
+            && let Some(task) = self.wait_task(&result).await
+        {
+            return Ok(CallToolResponse::Task(task));
+        }
         Ok(result.into())
+    }
+
+    async fn get_task(&self, request: GetTaskParams, _context: RequestContext<RoleServer>) -> Result<GetTaskResult, ErrorData> {
+        let now = rfc3339(self.state.app.clock.now());
+        let state = match self.task_state(&request.task_id).await? {
+            Ok(state) => state,
+            // The record went (de-identified past its retention, say): the
+            // wait ends with the refusal the receipt route gives.
+            Err(refused) => {
+                let task = Task::new(request.task_id, TaskStatus::Completed, now.clone(), now);
+                let result = tools::render(Err(tools::Failure::Refused(crate::error::ApiError::App(refused)))).await;
+                return Ok(GetTaskResult::new(DetailedTask::new(task, TaskPayload::Completed { result: tool_result(result) })));
+            }
+        };
+        let created = rfc3339(state.confirmed_at);
+        let task = Task::new(request.task_id, TaskStatus::Working, created, now);
+        use anchor_app::tasks::Waited;
+        let detailed = match state.waited {
+            Waited::Working { declared, reached } => DetailedTask::new(
+                task.with_poll_interval_ms(POLL_MS).with_status_message(format!(
+                    "confirmed; the receipt reaches {} so far, {} is declared",
+                    reached.map_or("no signed checkpoint", |level| level.as_str()),
+                    declared.as_str()
+                )),
+                TaskPayload::Working,
+            ),
+            Waited::Reached(receipt) => {
+                let value = serde_json::json!({ "dd_id": state.dd_id, "receipt": receipt });
+                DetailedTask::new(task, TaskPayload::Completed { result: tool_result(CallToolResult::structured(value)) })
+            }
+            Waited::OutOfReach { declared, reachable, receipt } => {
+                let value = serde_json::json!({
+                    "status": 409,
+                    "error_code": "INTEGRITY_LEVEL_UNREACHABLE",
+                    "message": format!(
+                        "the declared integrity level {} is beyond what this service reaches ({}): the receipt below is as far as it goes",
+                        declared.as_str(),
+                        reachable.as_str()
+                    ),
+                    "dd_id": state.dd_id,
+                    "receipt": receipt,
+                });
+                DetailedTask::new(task, TaskPayload::Completed { result: tool_result(CallToolResult::structured_error(value)) })
+            }
+        };
+        Ok(GetTaskResult::new(detailed))
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, _context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        // The confirmation stands and the receipt comes regardless: there is
+        // nothing to stop, and the task goes on reporting the receipt.
+        self.task_state(&request.task_id).await.map(|_| ())
+    }
+}
+
+/// How often a client is asked to poll a wait for a receipt.
+const POLL_MS: u64 = 500;
+
+fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn tool_result(result: CallToolResult) -> Map<String, Value> {
+    match serde_json::to_value(result) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+impl Mcp {
+    /// The task of the wait for a just-confirmed declaration's receipt, the
+    /// confirmation's answer in its `_meta`; none if the declaration cannot
+    /// be read back (the confirmation's answer then comes as it is).
+    async fn wait_task(&self, confirmed: &CallToolResult) -> Option<CreateTaskResult> {
+        let answer = confirmed.structured_content.clone()?;
+        let dd_id = answer["dd_id"].as_str().and_then(|id| uuid::Uuid::parse_str(id).ok())?;
+        let id = anchor_app::tasks::task_id(&self.state.app, dd_id).await.ok()?;
+        let confirmed_at = answer["confirmed_at"].as_str().map(str::to_string);
+        let now = rfc3339(self.state.app.clock.now());
+        let task = Task::new(id, TaskStatus::Working, confirmed_at.unwrap_or_else(|| now.clone()), now)
+            .with_poll_interval_ms(POLL_MS)
+            .with_status_message("confirmed; waiting for the receipt to reach the declared integrity level");
+        let mut meta = Map::new();
+        meta.insert("io.github.anchor/confirmation".into(), answer);
+        Some(CreateTaskResult::new(task).with_meta(MetaObject(meta)))
+    }
+
+    /// The wait `task_id` names: -32602 for an id this service did not
+    /// give, -32603 when the database cannot answer now (the client polls
+    /// again), and a refusal of the record itself as the task's end.
+    async fn task_state(&self, task_id: &str) -> Result<Result<anchor_app::tasks::TaskState, anchor_app::AppError>, ErrorData> {
+        use anchor_app::AppError;
+        match anchor_app::tasks::state(&self.state.app, task_id).await {
+            Ok(state) => Ok(Ok(state)),
+            Err(AppError::NotFound { code: "TASK_NOT_FOUND", .. }) => {
+                Err(ErrorData::invalid_params(format!("unknown task {}", anchor_domain::brief(task_id)), None))
+            }
+            Err(error @ (AppError::Unavailable { .. } | AppError::Busy { .. } | AppError::Internal(_))) => {
+                tracing::warn!(%task_id, error = %error, "a task could not be read");
+                Err(ErrorData::internal_error("the task could not be read at the moment; poll again", None))
+            }
+            Err(refused) => Ok(Err(refused)),
+        }
     }
 }
 
