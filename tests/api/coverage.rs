@@ -45,6 +45,8 @@ async fn every_operation_answers_with_its_documented_schema(backend: Backend) {
         "/.well-known/agent-card.json",
         "/.well-known/x402.json",
         "/.well-known/did.json",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
     ] {
         ok(&t.get(path, None).await);
     }

@@ -180,3 +180,34 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_window() {
         }
     }
 }
+
+/// RFC 9728: the MCP endpoint's protected-resource metadata, at the path
+/// the RFC derives from the resource and at the root, names `/mcp` and the
+/// header bearer, and the header bearer is indeed taken: a tool called with
+/// no `auth_token` but the agent's token in `Authorization` acts as the agent.
+#[tokio::test]
+async fn the_mcp_endpoint_publishes_how_it_takes_a_token() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+        let metadata = t.get(path, None).await;
+        assert_eq!(metadata.status, StatusCode::OK, "{path}");
+        assert_eq!(metadata.json["resource"], json!(t.url("/mcp")), "{path}");
+        assert_eq!(metadata.json["bearer_methods_supported"], json!(["header"]));
+        assert!(metadata.json.get("authorization_servers").is_none(), "no OAuth server is claimed");
+    }
+    let agent = t.register().await;
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": { "name": "get_agent_profile", "arguments": { "agent_id": agent.id } } });
+    let reply = t
+        .http
+        .post(t.url("/mcp"))
+        .bearer_auth(&agent.token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = reply.json().await.unwrap();
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["agent_id"], json!(agent.id), "{answer}");
+}

@@ -375,3 +375,38 @@ async fn every_tool_reaches_its_success_path_paying_where_it_costs(backend: Back
     assert_eq!(t.scalar("select count(*) from feedback").await, 1);
     assert!(t.database_holds("MCP-FEEDBACK-MARKER").await);
 }
+
+/// `server.json`, the service's MCP Registry entry (schema 2025-12-11, one
+/// remote `streamable-http` at `/mcp` of the operator's host), passes the
+/// registry's rules as an independent linter checks them (skillsaw, pinned
+/// in tests/registry, which bundles the registry's schema byte for byte);
+/// a copy that breaks them does not.
+#[test]
+fn the_registry_entry_passes_the_registry_linter() {
+    let lint = std::env::var("ANCHOR_REGISTRY_LINT")
+        .unwrap_or_else(|_| panic!("ANCHOR_REGISTRY_LINT names skillsaw (tests/registry/requirements.txt; scripts/test installs it)"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("server.json")).unwrap();
+    let entry: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(entry["$schema"], "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json");
+    assert_eq!(entry["version"], env!("CARGO_PKG_VERSION"), "the entry names this release");
+    let remote = &entry["remotes"][0];
+    assert_eq!(remote["type"], "streamable-http");
+    assert!(remote["url"].as_str().unwrap().ends_with("/mcp"), "the route this service serves MCP at: {remote}");
+    let run = |name: &str, body: &str| {
+        let dir = std::env::temp_dir().join(format!("anchor-registry-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("server.json"), body).unwrap();
+        let out = std::process::Command::new(&lint).arg("lint").arg(&dir).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (passed, said) = run("ours", &text);
+    assert!(passed && said.contains("Repo type: mcp-registry") && said.contains("Errors:   0"), "{said}");
+    let mut broken = entry.clone();
+    broken["description"] = json!("x".repeat(101));
+    broken["remotes"][0]["url"] = json!("not a url");
+    let (passed, said) = run("broken", &broken.to_string());
+    assert!(!passed && said.contains("mcp-registry-server-json-valid"), "{said}");
+}

@@ -7,6 +7,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, dict[int, str | None]]] = {
     ('GET', '/'): (None, {200: 'Index', 303: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/agent-card.json'): (None, {200: 'AgentCard', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/did.json'): (None, {200: None, 404: 'Error', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('GET', '/.well-known/oauth-protected-resource'): (None, {200: 'ProtectedResource', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
+    ('GET', '/.well-known/oauth-protected-resource/mcp'): (None, {200: 'ProtectedResource', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/scitt-keys'): (None, {200: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/scitt-keys/{kid}'): (None, {200: None, 400: None, 404: None, 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),
     ('GET', '/.well-known/x402.json'): (None, {200: 'X402Discovery', 408: None, 413: None, 414: None, 429: None, 431: None, 503: None}),

@@ -1379,6 +1379,17 @@ class DiscoveryLog(BaseModel):
     checkpoint: str
 
 
+class ProtectedResource(BaseModel):
+    resource: str = Field(..., description="The resource: this service's MCP endpoint.")
+    resource_name: str
+    bearer_methods_supported: list[str] = Field(
+        ..., description='How a token may be sent: `header` (Authorization: Bearer).'
+    )
+    resource_documentation: str = Field(
+        ..., description='Where a person reads how to get a token.'
+    )
+
+
 class Registered2(BaseModel):
     owner_id: UUID
     email: str

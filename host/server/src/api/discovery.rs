@@ -53,6 +53,21 @@ impl Ready {
     }
 }
 
+/// RFC 9728 protected-resource metadata of `/mcp`: the agent's token may
+/// come as a bearer in the header (or in each tool's `auth_token`); it is
+/// this service's own, issued by `register_agent`, not an OAuth access
+/// token, so no authorization server is named.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ProtectedResource {
+    /// The resource: this service's MCP endpoint.
+    pub resource: String,
+    pub resource_name: &'static str,
+    /// How a token may be sent: `header` (Authorization: Bearer).
+    pub bearer_methods_supported: Vec<&'static str>,
+    /// Where a person reads how to get a token.
+    pub resource_documentation: String,
+}
+
 #[derive(Serialize, JsonSchema)]
 pub(crate) struct Health {
     pub(crate) status: HealthStatus,

@@ -59,6 +59,21 @@ pub fn operations() -> Vec<Operation> {
             .summary("Which routes take x402 payments, and how")
             .extension()
             .returns::<X402Discovery>(200, "x402 discovery"),
+        op(Method::GET, "/.well-known/oauth-protected-resource/mcp", get(protected_resource))
+            .tag("Discovery")
+            .summary("RFC 9728 protected-resource metadata of the MCP endpoint")
+            .describe(
+                "Where MCP clients look for how /mcp takes a token: as a bearer in the Authorization header (or in each tool's \
+                 auth_token). The token is the agent's own, from register_agent (POST /v1/agent/register), not an OAuth access token: \
+                 no authorization server is named, and /mcp never answers 401 for want of one.",
+            )
+            .extension()
+            .returns::<ProtectedResource>(200, "Protected-resource metadata"),
+        op(Method::GET, "/.well-known/oauth-protected-resource", get(protected_resource))
+            .tag("Discovery")
+            .summary("RFC 9728 protected-resource metadata, at the host's root (the same as for /mcp)")
+            .extension()
+            .returns::<ProtectedResource>(200, "Protected-resource metadata"),
         op(Method::GET, "/.well-known/did.json", get(did_document))
             .tag("Discovery")
             .summary("The service's DID document: the key its x402 offers are signed with")
@@ -67,6 +82,17 @@ pub fn operations() -> Vec<Operation> {
             .returns::<Value>(200, "DID document")
             .error(404, "This host signs no offers.", &["NOT_FOUND"]),
     ]
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]` (RFC 9728).
+async fn protected_resource(State(state): State<AppState>) -> Json<ProtectedResource> {
+    let public = state.settings.public_url.trim_end_matches('/');
+    Json(ProtectedResource {
+        resource: format!("{public}/mcp"),
+        resource_name: "anchor MCP endpoint",
+        bearer_methods_supported: vec!["header"],
+        resource_documentation: format!("{public}/llms.txt"),
+    })
 }
 
 /// `GET /.well-known/did.json`.
