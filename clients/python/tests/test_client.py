@@ -423,6 +423,8 @@ def test_the_mcp_example_runs_with_the_official_mcp_sdk(base_url, mode, revision
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"MCP protocol revision {revision}" in done.stdout
     assert "3 declarations anchored over MCP" in done.stdout
+    if __import__("os").environ.get("ANCHOR_SECOND_BASE_URL"):
+        assert "created on one host, confirmed on another" in done.stdout, done.stdout
 
 
 def _payer():

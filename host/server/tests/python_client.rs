@@ -75,9 +75,15 @@ async fn witnessed(dir: &Path) -> (common::Server, Vec<String>, String) {
 /// The issuer the tests' signed statements name.
 const ISSUER: &str = "https://issuer.python.test";
 
-fn pytest(base: &str, witness_vkey: &str, issuer_key: &Path) {
+/// Runs the Python client's tests against `base`; with `second`, the MCP
+/// example sends half its calls to that other host of the same database.
+fn pytest(base: &str, second: Option<&str>, witness_vkey: &str, issuer_key: &Path) {
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python");
-    let output = Command::new(python())
+    let mut command = Command::new(python());
+    if let Some(second) = second {
+        command.env("ANCHOR_SECOND_BASE_URL", second);
+    }
+    let output = command
         // -P: the installed package, not the source beside the tests.
         .args(["-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(&client)
@@ -106,7 +112,7 @@ async fn the_python_client_on_sqlite() {
     let (witness, flags, witness_vkey) = witnessed(&dir).await;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (server, base, data) = common::serve_sqlite("python", &flags).await;
-    pytest(&base, &witness_vkey, &dir.join("issuer.key"));
+    pytest(&base, None, &witness_vkey, &dir.join("issuer.key"));
     drop(server);
     drop(witness);
     let _ = std::fs::remove_dir_all(&data);
@@ -123,7 +129,12 @@ async fn the_python_client_on_postgres() {
     flags.extend(["--database-url".to_string(), pg.url.clone()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (server, base, data) = common::serve("python-pg", &flags).await;
-    pytest(&base, &witness_vkey, &dir.join("issuer.key"));
+    // A second host of the same database and log key: the MCP example's
+    // official Python SDK talks to both (either answers any request).
+    let (second, second_base, second_data) = common::serve("python-pg-second", &flags).await;
+    pytest(&base, Some(&second_base), &witness_vkey, &dir.join("issuer.key"));
+    drop(second);
+    let _ = std::fs::remove_dir_all(&second_data);
     drop(server);
     drop(witness);
     let _ = std::fs::remove_dir_all(&data);
