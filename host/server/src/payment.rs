@@ -19,15 +19,22 @@ pub fn challenge_response(challenge: anchor_x402::Challenge) -> Response {
     response
 }
 
-/// Adds the `PAYMENT-RESPONSE` header of a settlement (reference, payer), if there was one.
+/// A settlement (reference, payer) a response reports, if there was one:
+/// its `PAYMENT-RESPONSE` header, with the signed receipt, is written on the
+/// way out ([`crate::http::receipts::sign`]), for every paid route alike.
 pub fn with_settlement(mut response: Response, settlement: Option<&(String, String)>) -> Response {
-    if let Some((reference, payer)) = settlement
-        && let Ok(value) = HeaderValue::from_str(&anchor_x402::settle_response(true, reference, payer, None, None))
-    {
-        response.headers_mut().insert("payment-response", value);
+    if let Some((reference, payer)) = settlement {
+        response.extensions_mut().insert(Settled { reference: reference.clone(), payer: payer.clone() });
         response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
     }
     response
+}
+
+/// A settlement a response reports (see [`with_settlement`]).
+#[derive(Clone, Debug)]
+pub struct Settled {
+    pub reference: String,
+    pub payer: String,
 }
 
 /// The route a settlement in a response paid for, when it is not the
