@@ -1,6 +1,8 @@
 //! Local verification of one x402 payment: decode nothing, match the
 //! requirement, check the window, hash the EIP-712 message and recover the
-//! signer (secp256k1).
+//! signer (secp256k1); beside it, what the service's own signatures add
+//! (decision 0069): the signed offer every 402 carries and the signed
+//! receipt every settlement carries (canonical JSON, Ed25519, base64url).
 //!
 //!     cargo bench -p anchor-benches --bench x402_verify
 
@@ -45,6 +47,21 @@ fn verify(c: &mut Criterion) {
     });
     x402::verify(&payload, &requirement, now).expect("the payment verifies");
     c.bench_function("x402_local_verify", |b| b.iter(|| x402::verify(black_box(&payload), black_box(&requirement), now).unwrap()));
+    let log = anchor_app::log::LogKey::generate("bench.example/log").unwrap();
+    let signer = anchor_app::offers::OfferSigner::new(&log, "https://bench.example").unwrap();
+    let offered = x402::requirement(pay_to, 10_000, 2100);
+    let resource = "https://bench.example/v1/dd/create";
+    c.bench_function("x402_signed_offer", |b| {
+        b.iter(|| x402::offers::signed_offer(&signer, black_box(resource), black_box(&offered), 0, (now + 2100) as u64))
+    });
+    let (payer, transaction) = (format!("{:#x}", signer_address(&payload)), format!("local:{:#x}", B256::repeat_byte(9)));
+    c.bench_function("x402_signed_receipt", |b| {
+        b.iter(|| x402::offers::signed_receipt(&signer, black_box(resource), "eip155:8453", &payer, &transaction, now as u64))
+    });
+}
+
+fn signer_address(payload: &serde_json::Value) -> alloy_primitives::Address {
+    payload["payload"]["authorization"]["from"].as_str().unwrap().parse().unwrap()
 }
 
 criterion_group!(benches, verify);
