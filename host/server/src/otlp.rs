@@ -124,16 +124,18 @@ impl Exporter {
     }
 }
 
-/// The `--otlp-endpoint` given, checked: an http:// URL (the exporter has no
-/// TLS; a collector beside the host forwards over TLS if it must), or none.
+/// The `--otlp-endpoint` given, checked: an http:// or https:// URL (over
+/// TLS, the collector's certificate must chain to a root the host trusts:
+/// the system's, or those of SSL_CERT_FILE), or none.
 pub fn endpoint(given: Option<&str>) -> anyhow::Result<Option<String>> {
     let Some(endpoint) = given.map(str::trim).filter(|e| !e.is_empty()) else {
         return Ok(None);
     };
-    if !endpoint.starts_with("http://") || endpoint.len() == "http://".len() || endpoint.chars().any(char::is_whitespace) {
+    let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"));
+    if rest.is_none_or(str::is_empty) || endpoint.chars().any(char::is_whitespace) {
         anyhow::bail!(
-            "--otlp-endpoint {endpoint:?} is not an http:// URL: give the OTLP/HTTP base of a collector beside the host \
-             (as http://127.0.0.1:4318), which forwards over TLS if it must"
+            "--otlp-endpoint {endpoint:?} is not an http:// or https:// URL: give the OTLP/HTTP base of a collector \
+             (as http://127.0.0.1:4318)"
         );
     }
     Ok(Some(endpoint.to_string()))
@@ -236,7 +238,8 @@ mod tests {
         assert_eq!(endpoint(None).unwrap(), None);
         assert_eq!(endpoint(Some("  ")).unwrap(), None);
         assert_eq!(endpoint(Some(" http://c:4318 ")).unwrap().as_deref(), Some("http://c:4318"));
-        for bad in ["https://c:4318", "ftp://c", "c:4318", "http://", "http://c d"] {
+        assert_eq!(endpoint(Some("https://collector.example:4318")).unwrap().as_deref(), Some("https://collector.example:4318"));
+        for bad in ["ftp://c", "c:4318", "http://", "https://", "http://c d"] {
             assert!(endpoint(Some(bad)).unwrap_err().to_string().contains("--otlp-endpoint"), "{bad}");
         }
     }

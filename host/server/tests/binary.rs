@@ -694,3 +694,109 @@ async fn request_bodies_held_open_are_bounded_by_one_budget() {
     assert_eq!(ok.status().as_u16(), 201);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// Facilitators are HTTPS: a host in facilitator mode reaches one at an
+/// https:// URL (its `/supported` checked at start) when its certificate
+/// chains to a trusted root (here a test CA, given as SSL_CERT_FILE), and
+/// refuses to start when it does not.
+#[tokio::test]
+async fn a_facilitator_is_reached_over_https_and_its_certificate_checked() {
+    let dir = std::env::temp_dir().join(format!("anchor-bin-tls-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    // Another CA, which did not sign the facilitator's certificate.
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "other.key",
+        "-out",
+        "other.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=other",
+    ]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    let facilitator_port = free_port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/e2e/facilitator/https_supported.py");
+    let mut facilitator = Command::new("python3")
+        .arg(script)
+        .args(["server.pem", "server.key", &facilitator_port.to_string()])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(facilitator.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+    }
+    let facilitator = Server(facilitator);
+    let url = format!("https://127.0.0.1:{facilitator_port}");
+    let serve = |trusted: bool| {
+        let port = free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_anchor"));
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir.join(if trusted { "trusted" } else { "untrusted" }))
+            .args(["--x402-mode", "facilitator", "--facilitator-url", &url])
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command.env("SSL_CERT_FILE", dir.join(if trusted { "ca.pem" } else { "other.pem" }));
+        (command.spawn().unwrap(), format!("http://127.0.0.1:{port}"))
+    };
+    let (child, base) = serve(true);
+    let server = Server(child);
+    wait_healthy(&reqwest::Client::new(), &base).await;
+    drop(server);
+    let (child, _) = serve(false);
+    let refused = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a facilitator whose certificate is not trusted is refused");
+    assert!(said.to_lowercase().contains("certificate"), "{said}");
+    drop(facilitator);
+    let _ = std::fs::remove_dir_all(&dir);
+}
