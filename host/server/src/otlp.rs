@@ -87,6 +87,60 @@ pub struct Span {
     pub error: bool,
 }
 
+impl Span {
+    /// An HTTP server span (OpenTelemetry's HTTP conventions): `{method}
+    /// {route}` with the method, the route template (never the path, which
+    /// holds ids) and the status; an error for a 5xx. The route `unmatched`
+    /// names none; the method `other` is `_OTHER`.
+    pub fn server(context: SpanContext, start: SystemTime, method: &str, route: &str, status: u16) -> Span {
+        let method = if method == "other" { "_OTHER" } else { method };
+        let matched = route != "unmatched";
+        let mut attributes =
+            vec![("http.request.method", Attr::Text(method.into())), ("http.response.status_code", Attr::Int(status.into()))];
+        if matched {
+            attributes.push(("http.route", Attr::Text(route.into())));
+        }
+        let error = status >= 500;
+        if error {
+            attributes.push(("error.type", Attr::Text(status.to_string())));
+        }
+        Span {
+            context,
+            parent: None,
+            name: if matched { format!("{method} {route}") } else { method.to_string() },
+            kind: Kind::Server,
+            start,
+            end: SystemTime::now(),
+            attributes,
+            error,
+        }
+    }
+
+    /// An MCP tool call under the HTTP request's span (OpenTelemetry's MCP
+    /// and GenAI conventions: `tools/call {tool}`, `execute_tool`); an error
+    /// when the tool answered one.
+    pub fn tool_call(parent: SpanContext, start: SystemTime, tool: &str, error: bool) -> Span {
+        let mut attributes = vec![
+            ("mcp.method.name", Attr::Text("tools/call".into())),
+            ("gen_ai.operation.name", Attr::Text("execute_tool".into())),
+            ("gen_ai.tool.name", Attr::Text(tool.to_string())),
+        ];
+        if error {
+            attributes.push(("error.type", Attr::Text("tool_error".into())));
+        }
+        Span {
+            context: parent.child(),
+            parent: Some(parent.span_id),
+            name: format!("tools/call {tool}"),
+            kind: Kind::Internal,
+            start,
+            end: SystemTime::now(),
+            attributes,
+            error,
+        }
+    }
+}
+
 /// The exporter's queue, shared by every request of the host.
 pub struct Exporter {
     queue: mpsc::Sender<Span>,

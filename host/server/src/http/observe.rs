@@ -67,7 +67,7 @@ pub async fn middleware(State(state): State<AppState>, mut request: Request, nex
     let status = response.status().as_u16();
     let seconds = started.elapsed().as_secs_f64();
     if let (Some(exporter), Some(context)) = (&state.spans, exported) {
-        exporter.record(server_span(context, span_started, &method, &route, status));
+        exporter.record(crate::otlp::Span::server(context, span_started, &method, &route, status));
     }
     let metrics = &state.app.metrics;
     metrics.http_seconds.get_or_create(&RouteLabels { route: route.clone(), method: method.clone() }).observe(seconds);
@@ -77,39 +77,6 @@ pub async fn middleware(State(state): State<AppState>, mut request: Request, nex
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response
-}
-
-/// A request's SERVER span, as OpenTelemetry's HTTP conventions name it:
-/// `{method} {route}`, the route template only (never the path, which holds
-/// ids), and the status; a 5xx answer is the span's error.
-fn server_span(
-    context: crate::otlp::SpanContext,
-    start: std::time::SystemTime,
-    method: &str,
-    route: &str,
-    status: u16,
-) -> crate::otlp::Span {
-    use crate::otlp::{Attr, Kind, Span};
-    let method = if method == "other" { "_OTHER" } else { method };
-    let matched = route != "unmatched";
-    let mut attributes = vec![("http.request.method", Attr::Text(method.into())), ("http.response.status_code", Attr::Int(status.into()))];
-    if matched {
-        attributes.push(("http.route", Attr::Text(route.into())));
-    }
-    let error = status >= 500;
-    if error {
-        attributes.push(("error.type", Attr::Text(status.to_string())));
-    }
-    Span {
-        context,
-        parent: None,
-        name: if matched { format!("{method} {route}") } else { method.to_string() },
-        kind: Kind::Server,
-        start,
-        end: std::time::SystemTime::now(),
-        attributes,
-        error,
-    }
 }
 
 /// `GET /metrics`: the OpenMetrics text Prometheus scrapes.

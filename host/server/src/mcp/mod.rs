@@ -307,26 +307,7 @@ impl ServerHandler for Mcp {
         // MCP and GenAI conventions: `tools/call {tool}`, execute_tool).
         let parent = parts.and_then(|parts| parts.extensions.get::<crate::otlp::SpanContext>()).copied();
         if let (Some(exporter), Some(parent)) = (&self.state.spans, parent) {
-            use crate::otlp::{Attr, Kind, Span};
-            let error = result.is_error == Some(true);
-            let mut attributes = vec![
-                ("mcp.method.name", Attr::Text("tools/call".into())),
-                ("gen_ai.operation.name", Attr::Text("execute_tool".into())),
-                ("gen_ai.tool.name", Attr::Text(tool.name.to_string())),
-            ];
-            if error {
-                attributes.push(("error.type", Attr::Text("tool_error".into())));
-            }
-            exporter.record(Span {
-                context: parent.child(),
-                parent: Some(parent.span_id),
-                name: format!("tools/call {}", tool.name),
-                kind: Kind::Internal,
-                start: started,
-                end: std::time::SystemTime::now(),
-                attributes,
-                error,
-            });
+            exporter.record(crate::otlp::Span::tool_call(parent, started, &tool.name, result.is_error == Some(true)));
         }
         // Waiting is the honest answer to "confirm, and tell me when it is
         // witnessed": a client that holds tasks gets one (decision 0071).
