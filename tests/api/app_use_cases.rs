@@ -141,9 +141,10 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     assert_eq!(paid.base_fee_source, PaymentSource::External);
     assert_eq!(paid.settlement_status.as_str(), "pending");
     let confirmed = declarations::confirm(&services, agent_id, paid.declaration.dd_id).await.unwrap();
-    let (reference, payer) = confirmed.settlement.expect("settled externally");
-    assert!(reference.starts_with("local:0x"), "{reference}");
-    assert_eq!(payer, "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266");
+    let settled = confirmed.settlement.expect("settled externally");
+    assert!(settled.reference.starts_with("local:0x"), "{}", settled.reference);
+    assert_eq!(settled.payer, "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266");
+    assert!(settled.resource.ends_with("/v1/dd/create"), "the create's resource: {}", settled.resource);
 
     // Refused payments: a used authorization, an expired one, a malformed header.
     let replayed = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload)).await.unwrap_err();
@@ -168,9 +169,9 @@ struct Observe(std::sync::Mutex<Vec<String>>);
 impl Commit for Observe {
     type Output = (Uuid, String);
     async fn commit(&self, funding: Funding) -> anchor_app::AppResult<Committed<(Uuid, String)>> {
-        let Funding::Settled { payment_id, reference, .. } = funding else { panic!("an inline route was asked to reserve") };
-        self.0.lock().unwrap().push(reference.clone());
-        Ok(Committed::Done((payment_id, reference)))
+        let Funding::Settled { payment_id, settlement } = funding else { panic!("an inline route was asked to reserve") };
+        self.0.lock().unwrap().push(settlement.reference.clone());
+        Ok(Committed::Done((payment_id, settlement.reference)))
     }
 }
 

@@ -212,6 +212,7 @@ async fn initialize_agrees_on_the_current_and_the_previous_protocol_version(back
 /// client signs) and the call made again with `payment_signature`. The
 /// result's structured content and whether it was paid, or the tool error.
 async fn tool_paying(t: &TestServer, name: &str, mut arguments: Value) -> Result<(Value, bool), Value> {
+    let mut offered_resource = None;
     for _ in 0..2 {
         let reply = t
             .http
@@ -225,17 +226,39 @@ async fn tool_paying(t: &TestServer, name: &str, mut arguments: Value) -> Result
         let body: Value = reply.json().await.expect("JSON-RPC answer");
         let result = &body["result"];
         if result["isError"] != json!(true) {
-            return Ok((result["structuredContent"].clone(), arguments.get("payment_signature").is_some()));
+            let paid = arguments.get("payment_signature").is_some();
+            // A payment settled with the call comes back as x402's MCP
+            // transport returns it, with the receipt signed for the
+            // resource the offer named (a proposal settles at its confirm).
+            if paid && name != "propose_bilateral" {
+                let settled = &result["_meta"]["x402/payment-response"];
+                assert_eq!(settled["success"], json!(true), "{name}: {body}");
+                let jws = settled["extensions"]["offer-receipt"]["info"]["receipt"]["signature"].as_str().expect("a signed receipt");
+                let receipt = jws_payload(jws);
+                assert_eq!(receipt["resourceUrl"], json!(offered_resource), "{name}: the receipt names the offer's resource");
+                assert_eq!((&receipt["transaction"], &receipt["payer"]), (&settled["transaction"], &settled["payer"]), "{name}");
+            }
+            return Ok((result["structuredContent"].clone(), paid));
         }
         let error = result["structuredContent"].clone();
         let Some(challenge) = error.get("payment_required").filter(|_| error["status"] == 402) else { return Err(error) };
         if arguments.get("payment_signature").is_some() {
             return Err(error);
         }
+        let offer = challenge["extensions"]["offer-receipt"]["info"]["offers"][0]["signature"].as_str().expect("a signed offer");
+        offered_resource = Some(jws_payload(offer)["resourceUrl"].clone());
         let payment = anchor_tests::x402::pay(challenge, anchor_domain::Clock::now(t.clock.as_ref()).timestamp(), Default::default());
         arguments["payment_signature"] = json!(anchor_tests::x402::b64(&payment));
     }
     unreachable!("two rounds at most")
+}
+
+/// The payload of a compact JWS (its signature is checked where the
+/// official x402 package checks the same signer's offers and receipts).
+fn jws_payload(jws: &str) -> Value {
+    use base64::Engine;
+    let payload = jws.split('.').nth(1).expect("header.payload.signature");
+    serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
 }
 
 /// Every one of the 30 tools reaches its success path over MCP, the paid

@@ -75,7 +75,7 @@ struct BuyPeriods<'a> {
 
 #[async_trait]
 impl Commit for BuyPeriods<'_> {
-    type Output = (AsaSubscription, Option<(String, String)>);
+    type Output = (AsaSubscription, Option<crate::charge::Settlement>);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
         let store = &self.services.store;
@@ -85,11 +85,11 @@ impl Commit for BuyPeriods<'_> {
                 AsaBought::Refused(refusal) => Err(refused(refusal)),
                 AsaBought::EarnedShort { balance } => Ok(Committed::EarnedShort { balance }),
             },
-            Funding::Settled { reference, payer, .. } => {
+            Funding::Settled { settlement, .. } => {
                 let subscription = store.asa_purchase_subscription(self.purchase.purchase_id).await?.ok_or_else(|| {
                     AppError::Internal(anyhow::anyhow!("ASA purchase {} vanished after its settlement", self.purchase.purchase_id))
                 })?;
-                Ok(Committed::Done((subscription, Some((reference, payer)))))
+                Ok(Committed::Done((subscription, Some(settlement))))
             }
             Funding::Trial | Funding::External { .. } => {
                 Err(AppError::Internal(anyhow::anyhow!("ASA periods are paid over x402 settled inline, or from Earned DAC")))
@@ -104,7 +104,7 @@ pub struct Bought {
     pub charged: MilliDac,
     pub source: AsaSource,
     /// The x402 settlement (reference, payer) when paid externally.
-    pub settlement: Option<(String, String)>,
+    pub settlement: Option<crate::charge::Settlement>,
     pub terms: Terms,
 }
 

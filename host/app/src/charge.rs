@@ -144,7 +144,17 @@ pub enum Funding {
     /// A verified authorization pays `payment.amount_units`; Trial pays `trial_part` (zero or the base fee).
     External { payment: Box<NewPayment>, trial_part: MilliDac },
     /// Settled inline already (its usage is recorded): record what was bought.
-    Settled { payment_id: Uuid, reference: String, payer: String },
+    Settled { payment_id: Uuid, settlement: Settlement },
+}
+
+/// An x402 payment that settled: the settler's reference (the
+/// transaction), who paid, and the resource it paid for (the URL its 402
+/// named), which its signed receipt names too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    pub reference: String,
+    pub payer: String,
+    pub resource: String,
 }
 
 /// What a commit's one transaction concluded.
@@ -639,7 +649,9 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         }
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
-        let settled = Funding::Settled { payment_id: payment.payment_id, reference, payer: payment.payer.clone() };
+        let resource = format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path));
+        let settlement = Settlement { reference, payer: payment.payer.clone(), resource };
+        let settled = Funding::Settled { payment_id: payment.payment_id, settlement };
         // The payment is settled and recorded: what it paid for is closed by
         // this commit, or else by the job that closes settled subjects.
         let committed = match app_with_retries(|| commit.commit(settled.clone())).await {

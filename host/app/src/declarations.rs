@@ -410,11 +410,9 @@ pub struct Confirmed {
     pub confirmed_at: DateTime<Utc>,
     pub integrity_hash: String,
     pub usage: Vec<UsageEntry>,
-    /// For an externally paid declaration: the settlement reference and the payer.
-    pub settlement: Option<(String, String)>,
-    /// The route that payment was made at (its x402 resource): the create,
-    /// or the bilateral proposal.
-    pub paid_at: &'static str,
+    /// For an externally paid declaration: its settlement, of the payment
+    /// made at the create (or the bilateral proposal).
+    pub settlement: Option<charge::Settlement>,
 }
 
 fn already_confirmed() -> AppError {
@@ -505,7 +503,11 @@ pub async fn settle_and_anchor(
             None => charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await,
         };
         match settled {
-            Settled::Yes { reference } => Some((reference, payment.payer)),
+            Settled::Yes { reference } => {
+                let path = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { CREATE.path };
+                let resource = format!("{}{path}", services.config.public_url);
+                Some(charge::Settlement { reference, payer: payment.payer, resource })
+            }
             Settled::No { reason } => {
                 store.close_payment(dd_id, SettlementStatus::Failed, PaymentStatus::SettleFailed, &reason, now).await?;
                 return Err(AppError::SettlementFailed { reason, payer: payment.payer });
@@ -543,15 +545,15 @@ pub async fn settle_and_anchor(
     }
     let anchored_at = stored.declaration.anchored_at;
     let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
-    let reference = settlement.as_ref().map(|(r, _)| r.as_str());
+    let reference = settlement.as_ref().map(|s| s.reference.as_str());
     let confirmed = match charge::with_retries(|| store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference)).await {
         Ok(confirmed) => confirmed,
         // The money moved but the record did not: marked unknown with its
         // reference, the next confirm (or the reconciliation job) anchors it
         // without settling again; never failed for it.
         Err(error) => match (&settlement, payment_id) {
-            (Some((reference, _)), Some(payment_id)) => {
-                return Err(charge::settled_unrecorded(services, payment_id, reference, &error).await);
+            (Some(settled), Some(payment_id)) => {
+                return Err(charge::settled_unrecorded(services, payment_id, &settled.reference, &error).await);
             }
             _ => return Err(error.into()),
         },
@@ -564,8 +566,7 @@ pub async fn settle_and_anchor(
         });
     }
     services.metrics.declarations_confirmed.inc();
-    let paid_at = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { CREATE.path };
-    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement, paid_at })
+    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
 }
 
 /// A declaration's original, read by its agent: one read of its direct access.

@@ -122,13 +122,13 @@ impl CloseStay<'_> {
 
 #[async_trait]
 impl Commit for CloseStay<'_> {
-    type Output = (IseRecord, Option<(String, String)>);
+    type Output = (IseRecord, Option<crate::charge::Settlement>);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
         let (funding, settlement) = match funding {
             Funding::Trial => (IseFunding::Trial, None),
             Funding::Earned(part) => (IseFunding::Earned { threshold: part.threshold }, None),
-            Funding::Settled { payment_id, reference, payer } => (IseFunding::External { payment_id }, Some((reference, payer))),
+            Funding::Settled { payment_id, settlement } => (IseFunding::External { payment_id }, Some(settlement)),
             Funding::External { .. } => return Err(AppError::Internal(anyhow::anyhow!("an ISE stay settles inline"))),
         };
         let close = IseClose {
@@ -175,7 +175,7 @@ async fn close_unpaid(
 }
 
 /// POST /v1/ise/exit: the stay and, when it was paid over x402, the settlement.
-pub async fn exit(services: &Services, agent: &AgentRecord, offered: Offered) -> AppResult<(IseRecord, Option<(String, String)>)> {
+pub async fn exit(services: &Services, agent: &AgentRecord, offered: Offered) -> AppResult<(IseRecord, Option<crate::charge::Settlement>)> {
     let stay = services.store.open_ise(agent.agent_id).await?.ok_or_else(no_session)?;
     let terms = terms(services)?;
     let now = services.clock.now();

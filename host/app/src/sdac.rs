@@ -93,12 +93,12 @@ struct EndSession<'a> {
 
 #[async_trait]
 impl Commit for EndSession<'_> {
-    type Output = (SdacRecord, Option<(String, String)>);
+    type Output = (SdacRecord, Option<crate::charge::Settlement>);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
         let (funding, settlement) = match funding {
             Funding::Trial => (SdacFunding::Trial, None),
-            Funding::Settled { payment_id, reference, payer } => (SdacFunding::External { payment_id }, Some((reference, payer))),
+            Funding::Settled { payment_id, settlement } => (SdacFunding::External { payment_id }, Some(settlement)),
             Funding::External { .. } | Funding::Earned(_) => {
                 return Err(AppError::Internal(anyhow::anyhow!("an sDAC session is paid from Trial or settled inline")));
             }
@@ -134,7 +134,7 @@ pub async fn end(
     agent: &AgentRecord,
     session_id: Uuid,
     offered: Offered,
-) -> AppResult<(SdacRecord, Option<(String, String)>)> {
+) -> AppResult<(SdacRecord, Option<crate::charge::Settlement>)> {
     let mut attempt = 1;
     loop {
         match end_as_read(services, agent, session_id, offered.clone()).await {
@@ -149,7 +149,7 @@ async fn end_as_read(
     agent: &AgentRecord,
     session_id: Uuid,
     offered: Offered,
-) -> AppResult<(SdacRecord, Option<(String, String)>)> {
+) -> AppResult<(SdacRecord, Option<crate::charge::Settlement>)> {
     let session = services
         .store
         .sdac_session(session_id)

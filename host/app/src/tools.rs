@@ -483,7 +483,7 @@ pub struct RunDone {
     pub observations: usize,
     pub charged: MilliDac,
     /// The settlement reference and payer, when paid externally.
-    pub settlement: Option<(String, String)>,
+    pub settlement: Option<crate::charge::Settlement>,
 }
 
 /// Records the run's observations once its payment has settled.
@@ -494,17 +494,17 @@ struct RecordObservations<'a> {
 
 #[async_trait]
 impl Commit for RecordObservations<'_> {
-    type Output = (Uuid, String, String);
+    type Output = (Uuid, crate::charge::Settlement);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
-        let Funding::Settled { payment_id, reference, payer } = funding else {
+        let Funding::Settled { payment_id, settlement } = funding else {
             return Err(AppError::Internal(anyhow::anyhow!("a tool run is paid over x402 and settled inline only")));
         };
         for observation in &self.observations {
             let observation = NewObservation { payment_id: Some(payment_id), ..observation.clone() };
             self.services.store.record_observation(&observation).await?;
         }
-        Ok(Committed::Done((payment_id, reference, payer)))
+        Ok(Committed::Done((payment_id, settlement)))
     }
 }
 
@@ -617,9 +617,9 @@ pub async fn run(services: &Services, runner: &AgentRecord, tool_id: Uuid, ask: 
     let settlement = if total > MilliDac::ZERO {
         let commit = RecordObservations { services, observations };
         match charge::charge(services, order(ask.offered), &commit).await {
-            Ok((payment_id, reference, payer)) => {
+            Ok((payment_id, settlement)) => {
                 record.payment_id = Some(payment_id);
-                Some((reference, payer))
+                Some(settlement)
             }
             Err(refused) => {
                 record.outcome = "payment_refused".into();

@@ -223,7 +223,7 @@ pub async fn add_dependency(
 pub struct Purchased {
     pub purchase: PurchaseRecord,
     /// The settlement reference and payer; `None` for a replay of an earlier purchase.
-    pub settlement: Option<(String, String)>,
+    pub settlement: Option<crate::charge::Settlement>,
     pub replayed: bool,
 }
 
@@ -236,10 +236,10 @@ struct ReadPurchase<'a> {
 
 #[async_trait]
 impl Commit for ReadPurchase<'_> {
-    type Output = (PurchaseRecord, (String, String));
+    type Output = (PurchaseRecord, crate::charge::Settlement);
 
     async fn commit(&self, funding: Funding) -> AppResult<Committed<Self::Output>> {
-        let Funding::Settled { reference, payer, .. } = funding else {
+        let Funding::Settled { settlement, .. } = funding else {
             return Err(AppError::Internal(anyhow::anyhow!("a tool purchase is paid over x402 and settled inline only")));
         };
         let purchase = self
@@ -248,7 +248,7 @@ impl Commit for ReadPurchase<'_> {
             .purchase(self.purchase_id)
             .await?
             .ok_or_else(|| AppError::Internal(anyhow::anyhow!("purchase {} vanished after its settlement", self.purchase_id)))?;
-        Ok(Committed::Done((purchase, (reference, payer))))
+        Ok(Committed::Done((purchase, settlement)))
     }
 }
 

@@ -5,6 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
+use anchor_app::charge::Settlement;
 use anchor_domain::MilliDac;
 /// 402 with the challenge base64-encoded in `PAYMENT-REQUIRED` and copied in the body.
 pub fn challenge_response(challenge: anchor_x402::Challenge) -> Response {
@@ -19,12 +20,12 @@ pub fn challenge_response(challenge: anchor_x402::Challenge) -> Response {
     response
 }
 
-/// A settlement (reference, payer) a response reports, if there was one:
-/// its `PAYMENT-RESPONSE` header, with the signed receipt, is written on the
-/// way out ([`crate::http::receipts::sign`]), for every paid route alike.
-pub fn with_settlement(mut response: Response, settlement: Option<&(String, String)>) -> Response {
-    if let Some((reference, payer)) = settlement {
-        response.extensions_mut().insert(Settled { reference: reference.clone(), payer: payer.clone() });
+/// A settlement a response reports, if there was one: its
+/// `PAYMENT-RESPONSE` header, with the signed receipt, is written on the
+/// way out (the HTTP stack's receipts layer), for every paid route alike.
+pub fn with_settlement(mut response: Response, settlement: Option<&Settlement>) -> Response {
+    if let Some(settlement) = settlement {
+        response.extensions_mut().insert(Settled(settlement.clone()));
         response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
     }
     response
@@ -32,20 +33,32 @@ pub fn with_settlement(mut response: Response, settlement: Option<&(String, Stri
 
 /// A settlement a response reports (see [`with_settlement`]).
 #[derive(Clone, Debug)]
-pub struct Settled {
-    pub reference: String,
-    pub payer: String,
+pub struct Settled(pub Settlement);
+
+/// The x402 `SettlementResponse` of `settlement`, settled at `at`, with the
+/// receipt signed with the log's key (x402's `offer-receipt`, decision
+/// 0069) when the host signs: who paid, on which network, for the resource
+/// the payment's 402 named, by which settlement, when.
+pub fn settlement_response(app: &anchor_app::Services, settlement: &Settlement, at: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
+    let receipt = app.offers.as_ref().map(|signer| {
+        anchor_x402::offers::signed_receipt(
+            signer.as_ref(),
+            &settlement.resource,
+            anchor_x402::NETWORK,
+            &settlement.payer,
+            &settlement.reference,
+            at.timestamp().max(0) as u64,
+        )
+    });
+    anchor_x402::settlement_response(true, &settlement.reference, &settlement.payer, None, receipt)
 }
 
-/// The route a settlement in a response paid for, when it is not the
-/// request's own (a confirm settles its create's payment), and when it
-/// settled: the receipt says that time, so it can be signed again, the
-/// same, in the declaration's evidence bundle.
+/// When a settlement a response reports settled, where that is not the
+/// moment it is answered (a confirm settles with its confirmation): the
+/// receipt says that time, so it can be signed again, the same, in the
+/// declaration's evidence bundle.
 #[derive(Clone, Copy, Debug)]
-pub struct PaidAt {
-    pub route: &'static str,
-    pub at: chrono::DateTime<chrono::Utc>,
-}
+pub struct SettledAt(pub chrono::DateTime<chrono::Utc>);
 
 /// The rate the local-currency (Korean won) estimates use: the operator's,
 /// dated and sourced (`--fiat-rate FILE`), or, when none is configured, the

@@ -318,6 +318,13 @@ pub fn authorization(payload: &Value) -> Result<Verified, Reason> {
 /// The `PAYMENT-RESPONSE` header value for a settlement, with its signed
 /// receipt ([`offers::signed_receipt`]) when there is one.
 pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<Value>) -> String {
+    base64::engine::general_purpose::STANDARD.encode(settlement_response(success, reference, payer, error, receipt).to_string())
+}
+
+/// The x402 `SettlementResponse` object (what `PAYMENT-RESPONSE` carries in
+/// base64, and MCP's `x402/payment-response` as it is), with its signed
+/// receipt ([`offers::signed_receipt`]) when there is one.
+pub fn settlement_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<Value>) -> Value {
     let mut body = json!({
         "success": success,
         "transaction": if success { reference } else { "" },
@@ -330,7 +337,7 @@ pub fn settle_response(success: bool, reference: &str, payer: &str, error: Optio
     if let Some(receipt) = receipt {
         body["extensions"] = json!({ offers::EXTENSION: offers::receipt_extension(receipt) });
     }
-    base64::engine::general_purpose::STANDARD.encode(body.to_string())
+    body
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub struct Observed<T> {
     pub result: T,
     pub charged: MilliDac,
     /// The settlement reference and the payer, when it was paid externally.
-    pub settlement: Option<(String, String)>,
+    pub settlement: Option<crate::charge::Settlement>,
 }
 
 impl<T> Observed<T> {
@@ -116,15 +116,15 @@ struct RecordObservation<'a> {
 
 #[async_trait]
 impl Commit for RecordObservation<'_> {
-    type Output = (String, String);
+    type Output = crate::charge::Settlement;
 
-    async fn commit(&self, funding: Funding) -> AppResult<Committed<(String, String)>> {
-        let Funding::Settled { payment_id, reference, payer } = funding else {
+    async fn commit(&self, funding: Funding) -> AppResult<Committed<crate::charge::Settlement>> {
+        let Funding::Settled { payment_id, settlement } = funding else {
             return Err(AppError::Internal(anyhow::anyhow!("an observation is paid over x402 and settled inline only")));
         };
         let observation = NewObservation { payment_id: Some(payment_id), ..self.observation.clone() };
         self.services.store.record_observation(&observation).await?;
-        Ok(Committed::Done((reference, payer)))
+        Ok(Committed::Done(settlement))
     }
 }
 

@@ -107,7 +107,7 @@ pub(crate) async fn observe_environment(
     state: &AppState,
     agent: &anchor_domain::records::AgentRecord,
     offered: anchor_app::charge::Offered,
-) -> ApiResult<(EnvironmentView, Option<(String, String)>)> {
+) -> ApiResult<(EnvironmentView, Option<anchor_app::charge::Settlement>)> {
     let observed = releases::observe(&state.app, agent.agent_id, ara::ENVIRONMENT, Kind::Environment, 30, offered).await?;
     Ok((environment_view(&observed), observed.settlement))
 }
@@ -160,7 +160,7 @@ pub(crate) async fn observe_pattern(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     kind: Kind,
-) -> ApiResult<(PatternView, Option<(String, String)>)> {
+) -> ApiResult<(PatternView, Option<anchor_app::charge::Settlement>)> {
     let (route, kind, name) = match kind {
         Kind::ActionType => (ara::ACTION_TYPE, Kind::ActionType, "action_type"),
         _ => (ara::EE_DISTRIBUTION, Kind::EeDistribution, "ee_distribution"),
@@ -196,7 +196,7 @@ pub(crate) async fn environment_anomaly_of(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     query: EnvironmentAnomalyQuery,
-) -> ApiResult<(EnvironmentAnomalyView, Option<(String, String)>)> {
+) -> ApiResult<(EnvironmentAnomalyView, Option<anchor_app::charge::Settlement>)> {
     let days = query.period_days.unwrap_or(30);
     let observed = releases::environment_anomaly(&state.app, agent.agent_id, days, query.dimension.as_deref(), offered).await?;
     let r = &observed.result;
@@ -329,7 +329,7 @@ pub(crate) async fn agent_profile(
     state: &AppState,
     agent: &AgentRecord,
     ask: agent_level::Ask,
-) -> ApiResult<(ProfileView, Option<(String, String)>)> {
+) -> ApiResult<(ProfileView, Option<anchor_app::charge::Settlement>)> {
     let observed = agent_level::profile(&state.app, agent, ask).await?;
     Ok((profile_view(&observed), observed.settlement))
 }
@@ -581,7 +581,7 @@ pub(crate) async fn anomaly_compare_of(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     query: AnomalyQuery,
-) -> ApiResult<(AnomalyView, Option<(String, String)>)> {
+) -> ApiResult<(AnomalyView, Option<anchor_app::charge::Settlement>)> {
     let observed = meta::anomaly_compare(&state.app, agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
     let c = &observed.result;
     let p = c.positions;
@@ -617,7 +617,7 @@ pub(crate) async fn evidence_report_of(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     dd_id: uuid::Uuid,
-) -> ApiResult<(EvidenceReport, Option<(String, String)>)> {
+) -> ApiResult<(EvidenceReport, Option<anchor_app::charge::Settlement>)> {
     let observed = meta::evidence_report(&state.app, agent, dd_id, offered).await?;
     let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.public_url);
     Ok((body, observed.settlement))

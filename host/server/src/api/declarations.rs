@@ -547,7 +547,7 @@ pub(crate) async fn confirm_decision(
     state: &AppState,
     agent: &AgentRecord,
     dd_id: Uuid,
-) -> ApiResult<(ConfirmResponse, Option<(String, String)>, crate::payment::PaidAt)> {
+) -> ApiResult<(ConfirmResponse, Option<anchor_app::charge::Settlement>, crate::payment::SettledAt)> {
     let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id).await?;
     let mut sources: Vec<Named<PaymentSource>> = confirmed.usage.iter().map(|u| Named(u.source)).collect();
     sources.dedup();
@@ -565,7 +565,7 @@ pub(crate) async fn confirm_decision(
         exchange_rate_source: external.then(|| state.settings.fiat.source.clone()),
         sync_reward: None,
     };
-    Ok((body, confirmed.settlement, crate::payment::PaidAt { route: confirmed.paid_at, at: confirmed.confirmed_at }))
+    Ok((body, confirmed.settlement, crate::payment::SettledAt(confirmed.confirmed_at)))
 }
 
 // ---- reads ----

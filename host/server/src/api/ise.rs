@@ -114,7 +114,7 @@ pub(crate) async fn exit_stay(
     state: &AppState,
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
-) -> ApiResult<(Exited, Option<(String, String)>)> {
+) -> ApiResult<(Exited, Option<anchor_app::charge::Settlement>)> {
     let (stay, settlement) = ise::exit(&state.app, agent, offered).await?;
     let exited_at = stay.exited_at.unwrap_or(stay.entered_at);
     let view = Exited {

@@ -117,7 +117,7 @@ pub(crate) async fn end_session(
     agent: &AgentRecord,
     session_id: uuid::Uuid,
     offered: anchor_app::charge::Offered,
-) -> ApiResult<(SessionView, Option<(String, String)>)> {
+) -> ApiResult<(SessionView, Option<anchor_app::charge::Settlement>)> {
     let (session, settlement) = sdac::end(&state.app, agent, session_id, offered).await?;
     Ok((SessionView::from(&session), settlement))
 }

@@ -370,7 +370,7 @@ pub(crate) fn agent_operation(
 }
 
 /// A paid (or free) answer, with `PAYMENT-RESPONSE` when it settled.
-pub(crate) fn answer<T: Serialize>(body: T, settlement: Option<&(String, String)>) -> Response {
+pub(crate) fn answer<T: Serialize>(body: T, settlement: Option<&anchor_app::charge::Settlement>) -> Response {
     with_settlement(Json(body).into_response(), settlement)
 }
 

@@ -129,10 +129,10 @@ async fn confirm(
     if request.transaction_id.as_ref().is_some_and(|t| t.chars().count() > 256) {
         return Err(ApiError::bad("INVALID_VALUE", "transaction_id is at most 256 characters (and not needed: see the OpenAPI)"));
     }
-    let (body, settlement, paid_at) = confirm_decision(&state, &agent, request.dd_id.0).await?;
+    let (body, settlement, settled_at) = confirm_decision(&state, &agent, request.dd_id.0).await?;
     let mut response = payment::with_settlement(Json(body).into_response(), settlement.as_ref());
-    // The settlement is of the create's (or proposal's) payment: its receipt names that resource.
-    response.extensions_mut().insert(paid_at);
+    // It settled with the confirmation: its receipt says when.
+    response.extensions_mut().insert(settled_at);
     Ok(response)
 }
 

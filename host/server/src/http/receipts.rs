@@ -4,29 +4,23 @@
 
 use axum::http::HeaderValue;
 use axum::response::Response;
+use base64::Engine;
 
-use crate::payment::{PaidAt, Settled};
+use crate::payment::{Settled, SettledAt};
 
-/// Writes a settled response's `PAYMENT-RESPONSE`: who paid, on which
-/// network, by which settlement, and the signed receipt of it, for which
-/// resource (this request's URL, or the one [`PaidAt`] names) and when (now,
-/// or when [`PaidAt`] says it settled); signed with the log's key, as the
-/// offer was.
+/// Writes a settled response's `PAYMENT-RESPONSE`
+/// ([`crate::payment::settlement_response`]), settled now or when
+/// [`SettledAt`] says.
 pub async fn sign(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let path = request.uri().path().to_string();
     let mut response = next.run(request).await;
-    let Some(settled) = response.extensions_mut().remove::<Settled>() else { return response };
-    let receipt = state.app.offers.as_ref().map(|signer| {
-        let paid = response.extensions().get::<PaidAt>().copied();
-        let resource = format!("{}{}", state.settings.public_url, paid.map_or(path.as_str(), |p| p.route));
-        let issued_at = paid.map_or_else(|| state.app.clock.now(), |p| p.at).timestamp().max(0) as u64;
-        anchor_x402::offers::signed_receipt(signer.as_ref(), &resource, anchor_x402::NETWORK, &settled.payer, &settled.reference, issued_at)
-    });
-    let header = anchor_x402::settle_response(true, &settled.reference, &settled.payer, None, receipt);
+    let Some(Settled(settlement)) = response.extensions_mut().remove::<Settled>() else { return response };
+    let at = response.extensions().get::<SettledAt>().map_or_else(|| state.app.clock.now(), |at| at.0);
+    let body = crate::payment::settlement_response(&state.app, &settlement, at);
+    let header = base64::engine::general_purpose::STANDARD.encode(body.to_string());
     if let Ok(value) = HeaderValue::from_str(&header) {
         response.headers_mut().insert("payment-response", value);
     }

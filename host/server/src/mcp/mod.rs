@@ -302,7 +302,16 @@ impl ServerHandler for Mcp {
         // The SDK runs the call on a task of its own: it gets its own one-generation scope.
         let started = std::time::SystemTime::now();
         let outcome = self.state.app.schedule.in_one_generation(tools::call(&self.state, &tool.name, arguments, bearer, trace)).await;
-        let result = tools::render(outcome).await;
+        let settled = outcome.as_ref().ok().and_then(|answer| Some((answer.settlement.clone()?, answer.settled_at)));
+        let mut result = tools::render(outcome).await;
+        // x402's MCP transport: the settlement, with its signed receipt (the
+        // one a PAYMENT-RESPONSE header would carry), in the result's _meta.
+        if let Some((settlement, at)) = settled {
+            let at = at.unwrap_or_else(|| self.state.app.clock.now());
+            let mut meta = Map::new();
+            meta.insert(X402_PAYMENT_RESPONSE.into(), crate::payment::settlement_response(&self.state.app, &settlement, at));
+            result.meta = Some(MetaObject(meta));
+        }
         // The tool call's span, under the HTTP request's (OpenTelemetry's
         // MCP and GenAI conventions: `tools/call {tool}`, execute_tool).
         let parent = parts.and_then(|parts| parts.extensions.get::<crate::otlp::SpanContext>()).copied();
@@ -374,6 +383,9 @@ impl ServerHandler for Mcp {
     }
 }
 
+/// The `_meta` key of a tool result's x402 settlement (x402's MCP transport).
+const X402_PAYMENT_RESPONSE: &str = "x402/payment-response";
+
 /// How often a client is asked to poll a wait for a receipt.
 const POLL_MS: u64 = 500;
 
@@ -401,7 +413,8 @@ impl Mcp {
         let task = Task::new(id, TaskStatus::Working, confirmed_at.unwrap_or_else(|| now.clone()), now)
             .with_poll_interval_ms(POLL_MS)
             .with_status_message("confirmed; waiting for the receipt to reach the declared integrity level");
-        let mut meta = Map::new();
+        // The confirmation's answer, and its settlement where it paid.
+        let mut meta = confirmed.meta.as_ref().map(|meta| meta.0.clone()).unwrap_or_default();
         meta.insert("io.github.anchor/confirmation".into(), answer);
         Some(CreateTaskResult::new(task).with_meta(MetaObject(meta)))
     }

@@ -38,10 +38,25 @@ impl From<crate::body::ReadError> for Failure {
     }
 }
 
-type Outcome = Result<Value, Failure>;
+/// A tool's answer: the body its route would send, and the settlement of
+/// the x402 payment it took, if it took one (with when it settled, where
+/// that was not the moment of the answer).
+pub struct Answer {
+    pub value: Value,
+    pub settlement: Option<anchor_app::charge::Settlement>,
+    pub settled_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub type Outcome = Result<Answer, Failure>;
 
 fn body(value: impl Serialize) -> Outcome {
-    serde_json::to_value(value).map_err(|e| Failure::Refused(ApiError::App(anchor_app::AppError::Internal(e.into()))))
+    paid((value, None))
+}
+
+/// A body and the settlement of the payment that bought it.
+fn paid((value, settlement): (impl Serialize, Option<anchor_app::charge::Settlement>)) -> Outcome {
+    let value = serde_json::to_value(value).map_err(|e| Failure::Refused(ApiError::App(anchor_app::AppError::Internal(e.into()))))?;
+    Ok(Answer { value, settlement, settled_at: None })
 }
 
 /// Runs one tool whose arguments fit its schema.
@@ -55,7 +70,7 @@ pub async fn call(
     match tool {
         "register_agent" => return body(agents::register_agent(state, read(arguments)?).await?),
         "get_documentation" => {
-            return Ok(json!({ "format": "text/markdown", "documentation": discovery::llms_text(state) }));
+            return body(json!({ "format": "text/markdown", "documentation": discovery::llms_text(state) }));
         }
         // The market's list is public, as its route is.
         "list_tools" => return body(tsl::list_tools(state, read(arguments)?).await?),
@@ -72,7 +87,9 @@ pub async fn call(
         }
         "confirm_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
-            body(declarations::confirm_decision(state, &agent, dd_id).await?.0)
+            let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id).await?;
+            let answer = paid((confirmed, settlement))?;
+            Ok(Answer { settled_at: Some(settled_at.0), ..answer })
         }
         "get_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
@@ -89,7 +106,7 @@ pub async fn call(
         "get_ise_status" => body(ise::stay_status(state, &agent).await?),
         "exit_ise_session" => {
             let offered = offer(&mut arguments);
-            body(ise::exit_stay(state, &agent, offered).await?.0)
+            paid(ise::exit_stay(state, &agent, offered).await?)
         }
         "get_dac_balance" => body(earned::balance_of(state, &agent).await?),
         "create_sdac_session" => body(sdac::start_session(state, &agent).await?),
@@ -105,7 +122,7 @@ pub async fn call(
         "end_sdac_session" => {
             let offered = offer(&mut arguments);
             let session_id = uuid_argument(&arguments, "session_id")?;
-            body(sdac::end_session(state, &agent, session_id, offered).await?.0)
+            paid(sdac::end_session(state, &agent, session_id, offered).await?)
         }
         "get_agent_profile" => {
             let offered = offer(&mut arguments);
@@ -116,27 +133,27 @@ pub async fn call(
                 premium_source: anchor_app::ara::PremiumSource::External,
                 offered,
             };
-            let (view, _) = ara::agent_profile(state, &agent, ask).await?;
-            body(view)
+            paid(ara::agent_profile(state, &agent, ask).await?)
         }
         "get_dac_ur" => body(dur::usage_summary(state, &agent, read(arguments)?).await?),
         "compare_anomaly" => {
             let offered = offer(&mut arguments);
-            body(ara::anomaly_compare_of(state, &agent, offered, read(arguments)?).await?.0)
+            paid(ara::anomaly_compare_of(state, &agent, offered, read(arguments)?).await?)
         }
         "get_evidence_report" => {
             let offered = offer(&mut arguments);
             let dd_id = uuid_argument(&arguments, "dd_id")?;
-            body(ara::evidence_report_of(state, &agent, offered, dd_id).await?.0)
+            paid(ara::evidence_report_of(state, &agent, offered, dd_id).await?)
         }
         "get_environment_anomaly" => {
             let offered = offer(&mut arguments);
-            body(ara::environment_anomaly_of(state, &agent, offered, read(arguments)?).await?.0)
+            paid(ara::environment_anomaly_of(state, &agent, offered, read(arguments)?).await?)
         }
         "register_tool" => body(tsl::register_tool(state, &agent, read(arguments)?).await?),
         "purchase_tool" => {
             let offered = offer(&mut arguments);
-            body(tsl::purchase_view(&tsl::buy_tool(state, &agent, offered, read(arguments)?).await?))
+            let purchased = tsl::buy_tool(state, &agent, offered, read(arguments)?).await?;
+            paid((tsl::purchase_view(&purchased), purchased.settlement.clone()))
         }
         "observe_pattern" => {
             let offered = offer(&mut arguments);
@@ -144,11 +161,11 @@ pub async fn call(
                 Some("action-type") => anchor_app::ara::releases::Kind::ActionType,
                 _ => anchor_app::ara::releases::Kind::EeDistribution,
             };
-            body(ara::observe_pattern(state, &agent, offered, kind).await?.0)
+            paid(ara::observe_pattern(state, &agent, offered, kind).await?)
         }
         "observe_environment" => {
             let offered = offer(&mut arguments);
-            body(ara::observe_environment(state, &agent, offered).await?.0)
+            paid(ara::observe_environment(state, &agent, offered).await?)
         }
         "get_decision_metadata_distribution" => {
             // Free, as its route is: a payment offered for it is not needed.
@@ -278,7 +295,7 @@ async fn submit_feedback(state: &AppState, mut arguments: Map<String, Value>) ->
         },
     };
     anchor_app::feedback::submit(&state.app, &feedback).await?;
-    Ok(json!({
+    body(json!({
         "received": true,
         "message": "Thank you. The note was kept without anything that names you: no agent id, token, address or time of day.",
     }))
@@ -289,7 +306,7 @@ async fn submit_feedback(state: &AppState, mut arguments: Map<String, Value>) ->
 /// challenge and how to pay).
 pub async fn render(outcome: Outcome) -> CallToolResult {
     match outcome {
-        Ok(value) => CallToolResult::structured(value),
+        Ok(answer) => CallToolResult::structured(answer.value),
         Err(Failure::Refused(error)) => {
             let response = error.into_response();
             let status = response.status().as_u16();
