@@ -271,11 +271,13 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
 /// The official MCP client of the 2026-07-28 revision (tests/e2e/mcp,
 /// modern.test.mjs) sends each of its requests to one of two hosts on one
 /// PostgreSQL in turn: stateless, either host answers any request, and the
-/// reference scenario completes.
+/// reference scenario completes. The 2025 client (mcp.test.mjs, initialize
+/// at 2025-11-25) declares on one host and confirms and reads back on the
+/// other, a session on each.
 #[tokio::test]
-async fn the_2026_mcp_client_is_answered_by_either_of_two_hosts() {
+async fn the_official_mcp_clients_are_answered_by_either_of_two_hosts() {
     let Some(pg) =
-        common::PgDatabase::create("log_hosts::the_2026_mcp_client_is_answered_by_either_of_two_hosts", "anchor_mcp_hosts").await
+        common::PgDatabase::create("log_hosts::the_official_mcp_clients_are_answered_by_either_of_two_hosts", "anchor_mcp_hosts").await
     else {
         return;
     };
@@ -288,7 +290,8 @@ async fn the_2026_mcp_client_is_answered_by_either_of_two_hosts() {
     let env = [("DATABASE_URL", pg.url.as_str()), ("ANCHOR_LOG_SIGNING_KEY", skey.trim())];
     let (a, b) = (start(&data.join("a"), &env).await, start(&data.join("b"), &env).await);
     let output = Command::new("node")
-        .args(["--test", "modern.test.mjs"])
+        // The 2025 client's scenario too: created on one host, confirmed on the other.
+        .args(["--test", "--test-name-pattern", "reference scenario|registers, declares", "modern.test.mjs", "mcp.test.mjs"])
         .current_dir(&e2e)
         .env("ANCHOR_BASE_URL", &a.base)
         .env("ANCHOR_SECOND_BASE_URL", &b.base)
@@ -296,7 +299,7 @@ async fn the_2026_mcp_client_is_answered_by_either_of_two_hosts() {
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "node test failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("# pass 1\n") && stdout.contains("# fail 0\n"), "{stdout}");
+    assert!(stdout.contains("# pass 2\n") && stdout.contains("# fail 0\n"), "{stdout}");
     drop((a, b));
     pg.drop_now().await;
     let _ = std::fs::remove_dir_all(&data);

@@ -3,6 +3,10 @@
 //
 //   ANCHOR_BASE_URL=http://127.0.0.1:PORT node --test mcp.test.mjs
 //
+// With ANCHOR_SECOND_BASE_URL (another host of the same service), the
+// declaration made on one host is confirmed and read back on the other,
+// each through its own session.
+//
 // The reference MCP server's tool names and required arguments come from
 // tests/data/reference-mcp-tools.json (facts extracted from its tool list).
 
@@ -14,11 +18,12 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 
 const base = process.env.ANCHOR_BASE_URL;
 assert.ok(base, "ANCHOR_BASE_URL is required");
+const second = process.env.ANCHOR_SECOND_BASE_URL;
 const reference = JSON.parse(readFileSync(new URL("../../data/reference-mcp-tools.json", import.meta.url))).tools;
 
-async function connect(headers = {}) {
+async function connect(headers = {}, at = base) {
   const client = new Client({ name: "anchor-e2e", version: "1.0.0" });
-  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers } });
+  const transport = new StreamableHTTPClientTransport(new URL(`${at}/mcp`), { requestInit: { headers } });
   await client.connect(transport);
   return client;
 }
@@ -69,15 +74,17 @@ test("an agent registers, declares, confirms and reads back over MCP", async () 
     "create_decision",
   );
   assert.match(created.dd_id, /^[0-9a-f-]{36}$/);
-  const confirmed = ok(await call(client, "confirm_decision", { auth_token: token, dd_id: created.dd_id }), "confirm_decision");
+  const other = second ? await connect({}, second) : client;
+  const confirmed = ok(await call(other, "confirm_decision", { auth_token: token, dd_id: created.dd_id }), "confirm_decision");
   assert.equal(confirmed.dd_id, created.dd_id);
   assert.match(confirmed.integrity_hash, /^sha256:[0-9a-f]{64}$/);
 
-  const read = ok(await call(client, "get_decision", { auth_token: token, dd_id: created.dd_id }), "get_decision");
+  const read = ok(await call(other, "get_decision", { auth_token: token, dd_id: created.dd_id }), "get_decision");
   assert.equal(read.dd.dd_id, created.dd_id);
   assert.equal(read.dd.decision_type, "external_interaction");
-  const listed = ok(await call(client, "list_decisions", { auth_token: token, limit: 10 }), "list_decisions");
+  const listed = ok(await call(other, "list_decisions", { auth_token: token, limit: 10 }), "list_decisions");
   assert.deepEqual(listed.dds.map((d) => d.dd_id), [created.dd_id]);
+  if (other !== client) await other.close();
   const trial = ok(await call(client, "get_trial_status", { auth_token: token }), "get_trial_status");
   assert.ok(typeof trial === "object");
   const classes = ok(await call(client, "list_classifications", { auth_token: token }), "list_classifications");
