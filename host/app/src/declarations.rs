@@ -415,6 +415,13 @@ pub struct Confirmed {
     pub settlement: Option<charge::Settlement>,
 }
 
+/// The x402 resource a declaration's external payment was made at (what
+/// its 402 named): the create, or the bilateral proposal.
+pub(crate) fn payment_resource(services: &Services, stored: &StoredDeclaration) -> String {
+    let path = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { CREATE.path };
+    format!("{}{path}", services.config.public_url)
+}
+
 fn already_confirmed() -> AppError {
     AppError::Conflict { code: "ALREADY_CONFIRMED", message: "this declaration is already confirmed; confirmation happens once".into() }
 }
@@ -504,9 +511,7 @@ pub async fn settle_and_anchor(
         };
         match settled {
             Settled::Yes { reference } => {
-                let path = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { CREATE.path };
-                let resource = format!("{}{path}", services.config.public_url);
-                Some(charge::Settlement { reference, payer: payment.payer, resource })
+                Some(charge::Settlement { reference, payer: payment.payer, resource: payment_resource(services, stored) })
             }
             Settled::No { reason } => {
                 store.close_payment(dd_id, SettlementStatus::Failed, PaymentStatus::SettleFailed, &reason, now).await?;

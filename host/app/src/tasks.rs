@@ -89,7 +89,7 @@ pub async fn state(services: &Services, task_id: &str) -> AppResult<TaskState> {
     let confirmed_at = stored.confirmed_at.ok_or_else(unknown)?;
     let declared = stored.declaration.ee.scope.integrity;
     let reachable = services.trust.reachable_level();
-    let receipt = match transparency::receipt(services, agent_id, dd_id).await {
+    let receipt = match transparency::receipt_of(services, stored).await {
         Ok(receipt) => Some(receipt),
         Err(AppError::Conflict { code: "NOT_YET_IN_LOG", .. }) => None,
         Err(error) => return Err(error),

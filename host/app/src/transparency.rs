@@ -79,8 +79,7 @@ pub async fn evidence(services: &Services, key: Option<&ReceiptKey>, agent_id: U
         let settled_at =
             payment.history.iter().find(|(status, _, _)| *status == PaymentStatus::Settled).map_or(confirmed_at, |(_, _, at)| *at);
         let issued_at = settled_at.timestamp().max(0) as u64;
-        let path = if stored.agreement_id.is_some() { crate::agreements::PROPOSE.path } else { declarations::CREATE.path };
-        let resource = format!("{}{path}", services.config.public_url);
+        let resource = declarations::payment_resource(services, &stored);
         let authorization: serde_json::Value =
             serde_json::from_str(&payment.payload).map_err(|e| internal(anyhow::anyhow!("a stored payment payload: {e}")))?;
         let valid_before = anchor_x402::authorization(&authorization).map_or(issued_at, |a| a.valid_before.max(0) as u64);
@@ -195,7 +194,19 @@ async fn proven(
     agent_id: Uuid,
     dd_id: Uuid,
 ) -> AppResult<(Receipt, chrono::DateTime<chrono::Utc>, anchor_domain::records::StoredDeclaration)> {
-    let stored = declarations::owned(services, agent_id, dd_id).await?;
+    proven_from(services, declarations::owned(services, agent_id, dd_id).await?).await
+}
+
+/// The receipt of a declaration already read (and its owner checked).
+pub(crate) async fn receipt_of(services: &Services, stored: anchor_domain::records::StoredDeclaration) -> AppResult<Receipt> {
+    Ok(proven_from(services, stored).await?.0)
+}
+
+async fn proven_from(
+    services: &Services,
+    stored: anchor_domain::records::StoredDeclaration,
+) -> AppResult<(Receipt, chrono::DateTime<chrono::Utc>, anchor_domain::records::StoredDeclaration)> {
+    let dd_id = stored.declaration.dd_id;
     let Some(integrity_hash) = stored.integrity_hash.clone() else {
         return Err(AppError::Conflict {
             code: "NOT_CONFIRMED",

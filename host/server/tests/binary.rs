@@ -707,37 +707,11 @@ async fn a_facilitator_is_reached_over_https_and_its_certificate_checked() {
         let out = Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl runs");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test CA",
-    ]);
-    // Another CA, which did not sign the facilitator's certificate.
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "other.key",
-        "-out",
-        "other.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=other",
-    ]);
+    // The CA that signs the facilitator's certificate, and another that does not.
+    for (name, subject) in [("ca", "/CN=test CA"), ("other", "/CN=other")] {
+        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+        openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &pem, "-days", "2", "-subj", subject]);
+    }
     openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
     openssl(&[

@@ -34,6 +34,16 @@ fn anchor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap()
 }
 
+/// `anchor log keygen` in `dir`: the log's signing key and its verifier key
+/// (the last line it prints).
+fn log_key(dir: &Path, origin: &str) -> (String, String) {
+    let file = dir.join("log.key");
+    let out = anchor(&["log", "keygen", "--origin", origin, file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
+    (std::fs::read_to_string(&file).unwrap().trim().to_owned(), vkey)
+}
+
 /// `anchor witness keygen`; the verifier key is the last line it prints.
 fn witness_key(dir: &Path, name: &str) -> (PathBuf, String) {
     let file = dir.join(format!("{}.key", name.replace('/', "_")));
@@ -80,6 +90,15 @@ async fn register_agent(http: &reqwest::Client, base: &str) -> (String, String) 
 /// Creates and confirms one declaration (integrity level `level`); its id
 /// and the create answer.
 async fn anchor_one(http: &reqwest::Client, base: &str, token: &str, level: &str) -> (String, Value) {
+    let (dd_id, created) = declare(http, base, token, level).await;
+    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(token).json(&json!({ "dd_id": dd_id })).send().await.unwrap();
+    assert_eq!(confirmed.status().as_u16(), 200);
+    (dd_id, created)
+}
+
+/// Creates one declaration (integrity level `level`), unconfirmed; its id
+/// and the create answer.
+async fn declare(http: &reqwest::Client, base: &str, token: &str, level: &str) -> (String, Value) {
     let created = http
         .post(format!("{base}/v1/dd/create"))
         .bearer_auth(token)
@@ -96,10 +115,7 @@ async fn anchor_one(http: &reqwest::Client, base: &str, token: &str, level: &str
     let status = created.status().as_u16();
     let created: Value = created.json().await.unwrap();
     assert_eq!(status, 201, "{created}");
-    let dd_id = created["dd_id"].as_str().unwrap().to_owned();
-    let confirmed = http.post(format!("{base}/v1/dd/confirm")).bearer_auth(token).json(&json!({ "dd_id": dd_id })).send().await.unwrap();
-    assert_eq!(confirmed.status().as_u16(), 200);
-    (dd_id, created)
+    (created["dd_id"].as_str().unwrap().to_owned(), created)
 }
 
 /// Polls the receipt until `done` accepts it, or panics after `within`.
@@ -380,11 +396,7 @@ async fn two_witnesses_cosign_receipts(database_url: Option<&str>) {
     let dir = scratch("e2e");
     let http = reqwest::Client::new();
     // The log's key, made first so the witnesses can be told of it.
-    let log_key_file = dir.join("log.key");
-    let out = anchor(&["log", "keygen", "--origin", "witnessed.test/log", log_key_file.to_str().unwrap()]);
-    assert!(out.status.success());
-    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
-    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (skey, log_vkey) = log_key(&dir, "witnessed.test/log");
     let (key_a, vkey_a) = witness_key(&dir, "witness.test/a");
     let (key_b, vkey_b) = witness_key(&dir, "witness.test/b");
     let (port_a, port_b) = (free_port(), free_port());
@@ -857,11 +869,7 @@ async fn two_witnesses_cosign_receipts_on_postgres() {
 async fn a_witness_answering_a_bad_cosignature_is_not_believed() {
     let dir = scratch("liar");
     let http = reqwest::Client::new();
-    let log_key_file = dir.join("log.key");
-    let out = anchor(&["log", "keygen", "--origin", "liar.test/log", log_key_file.to_str().unwrap()]);
-    assert!(out.status.success());
-    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
-    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (skey, log_vkey) = log_key(&dir, "liar.test/log");
     let (_, vkey_a) = witness_key(&dir, "witness.test/a");
     let (key_b, vkey_b) = witness_key(&dir, "witness.test/b");
     // The liar: the line names witness a and carries its key id, then a
@@ -1230,11 +1238,7 @@ async fn a_confirm_held_as_a_task_returns_the_witnessed_receipt() {
     };
     let dir = scratch("tasks");
     let http = reqwest::Client::new();
-    let log_key_file = dir.join("log.key");
-    let out = anchor(&["log", "keygen", "--origin", "tasks.test/log", log_key_file.to_str().unwrap()]);
-    assert!(out.status.success());
-    let log_vkey = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned();
-    let skey = std::fs::read_to_string(&log_key_file).unwrap();
+    let (skey, log_vkey) = log_key(&dir, "tasks.test/log");
     let (key, vkey) = witness_key(&dir, "witness.test/tasks");
     let witness_port = free_port();
     let _witness = witness_process(&dir.join("w"), "witness.test/tasks", &key, &log_vkey, witness_port);
@@ -1259,29 +1263,7 @@ async fn a_confirm_held_as_a_task_returns_the_witnessed_receipt() {
     common::wait_healthy(&http, &b).await;
 
     let token = register(&http, &a).await;
-    let create = |level: &'static str| {
-        let (http, a, token) = (http.clone(), a.clone(), token.clone());
-        async move {
-            let created: Value = http
-                .post(format!("{a}/v1/dd/create"))
-                .bearer_auth(&token)
-                .json(&json!({
-                    "request_id": uuid::Uuid::new_v4(),
-                    "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
-                            "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
-                    "ee": { "ee_retention_period": "short", "ee_integrity_verification_level": level,
-                            "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" },
-                }))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            created["dd_id"].as_str().unwrap().to_owned()
-        }
-    };
-    let dd_id = create("enhanced").await;
+    let (dd_id, _) = declare(&http, &a, &token, "enhanced").await;
     let confirm = json!({ "name": "confirm_decision", "arguments": { "auth_token": token, "dd_id": dd_id } });
     let answered = mcp_2026(&http, &a, 1, "tools/call", "confirm_decision", confirm).await;
     let result = &answered["result"];
@@ -1319,7 +1301,7 @@ async fn a_confirm_held_as_a_task_returns_the_witnessed_receipt() {
     assert!(checked.status.success(), "{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
 
     // An id this service did not give: the tag of another declaration, or made up.
-    let other = create("basic").await;
+    let (other, _) = declare(&http, &a, &token, "basic").await;
     let forged = task_id.replace(&dd_id, &other);
     for unknown in [forged.as_str(), "witnessed-nothing", "anything"] {
         let got = mcp_2026(&http, &a, 900, "tasks/get", unknown, json!({ "taskId": unknown })).await;
