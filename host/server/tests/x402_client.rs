@@ -25,6 +25,7 @@ async fn the_official_client_pays_and_confirms() {
         .output()
         .expect("node runs");
     let key: serde_json::Value = reqwest::get(format!("{base}/v1/log/key")).await.unwrap().json().await.unwrap();
+    let fetched = evidence_over_the_cli(&base, &data).await;
     drop(server);
     assert!(
         output.status.success(),
@@ -42,6 +43,10 @@ async fn the_official_client_pays_and_confirms() {
     let vkey = key["public_key"].as_str().unwrap();
     let verify =
         |file: &Path| Command::new(env!("CARGO_BIN_EXE_anchor")).args(["verify", "--key", vkey, "--evidence"]).arg(file).output().unwrap();
+    // A Trial-paid declaration's bundle, as `anchor evidence` fetched it: the scope alone.
+    let trial = verify(&fetched);
+    let said = String::from_utf8_lossy(&trial.stdout).to_string();
+    assert!(trial.status.success() && said.contains("no x402 payment is tied"), "{said}{}", String::from_utf8_lossy(&trial.stderr));
     let checked = verify(&evidence);
     let said = String::from_utf8_lossy(&checked.stdout).to_string();
     assert!(checked.status.success(), "{said}{}", String::from_utf8_lossy(&checked.stderr));
@@ -73,4 +78,54 @@ async fn the_official_client_pays_and_confirms() {
         assert!(stderr.contains(&format!("FAILED ({check} check)")), "{check}: {stderr}");
     }
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// `anchor evidence`: a new agent's Trial-paid declaration's bundle,
+/// fetched to a file (never overwritten), and refused with the service's
+/// answer for another agent's token. Returns the file.
+async fn evidence_over_the_cli(base: &str, data: &Path) -> std::path::PathBuf {
+    let http = reqwest::Client::new();
+    let register =
+        || async { http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json::<serde_json::Value>().await.unwrap() };
+    let (owner, stranger) = (register().await, register().await);
+    let token = owner["auth_token"].as_str().unwrap();
+    let body = serde_json::json!({
+        "request_id": uuid::Uuid::new_v4(),
+        "dd": { "dd_unit_type": "single", "dd_declaration_mode": "self_declared", "decision_type": "internal_service",
+                "decision_action_type": "execute", "origin_context_type": "internal", "selection_state": "SELECTED" },
+        "ee": { "ee_preset": "EE_basic" },
+    });
+    let created: serde_json::Value =
+        http.post(format!("{base}/v1/dd/create")).bearer_auth(token).json(&body).send().await.unwrap().json().await.unwrap();
+    let dd_id = created["dd_id"].as_str().unwrap().to_string();
+    let confirm = serde_json::json!({ "dd_id": dd_id });
+    assert_eq!(http.post(format!("{base}/v1/dd/confirm")).bearer_auth(token).json(&confirm).send().await.unwrap().status().as_u16(), 200);
+    let file = data.join("trial-evidence.json");
+    let fetch = |token: &str| {
+        Command::new(env!("CARGO_BIN_EXE_anchor"))
+            .args(["evidence", &dd_id, "--url", base, "--token", token, "-o"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = fetch(token);
+        if out.status.success() {
+            break;
+        }
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("NOT_YET_IN_LOG") && std::time::Instant::now() < deadline, "{said}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let kept = std::fs::read(&file).unwrap();
+    let again = fetch(token);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+    assert_eq!(std::fs::read(&file).unwrap(), kept, "the file was left as it was");
+    std::fs::remove_file(&file).unwrap();
+    let refused = fetch(stranger["auth_token"].as_str().unwrap());
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("FORBIDDEN") && !file.exists());
+    std::fs::write(&file, &kept).unwrap();
+    file
 }
