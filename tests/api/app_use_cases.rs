@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anchor_app::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
-use anchor_app::declarations::{self, CreateRequest, DdRequest, EeRequest, TemplateRequest};
+use anchor_app::declarations::{self, CreateRequest, DdRequest, EeRequest, Form, TemplateRequest};
 use anchor_app::requests::ProposeRequest;
 use anchor_app::{AppError, Config, Services};
 use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
@@ -30,12 +30,12 @@ both_backends!(
 /// A DD with what a client must name and nothing else.
 fn dd_request(mode: DeclarationMode) -> DdRequest {
     DdRequest {
-        unit_type: UnitType::Single,
-        declaration_mode: mode,
+        unit_type: Some(UnitType::Single),
+        declaration_mode: Some(mode),
         decision_type: DecisionType::InternalService,
         action_type: ActionType::Execute,
         origin_context: OriginContext::Internal,
-        selection_state: SelectionState::Selected,
+        selection_state: Some(SelectionState::Selected),
         selection_scope: None,
         decision_at: None,
         parent_dd_id: None,
@@ -54,6 +54,7 @@ fn input(preset: &str) -> CreateRequest {
         template: None,
         premium_source: None,
         trace: None,
+        form: Form::Nested,
     }
 }
 
@@ -373,20 +374,35 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
 }
 
 /// One request as a client writes it: the JSON REST takes (and, flattened,
-/// the MCP tool), and the same fields given to the use case.
+/// the MCP tool's arguments), and the same fields given to the use case,
+/// once in each of the interface's two forms.
 struct Case {
     name: &'static str,
-    /// The error_code it is refused with, or `None`: it is recorded.
+    /// The error_code REST refuses it with, or `None`: it is recorded.
     expect: Option<&'static str>,
+    /// What the MCP tool answers.
+    over_mcp: OverMcp,
     dd: serde_json::Value,
     ee: serde_json::Value,
     /// Top-level fields beside dd and ee (continuity, content_inclusion_flag, template).
     extra: serde_json::Value,
-    /// Whether the MCP tool's arguments can say it (its flat schema has no continuity).
-    over_mcp: bool,
     request: fn(DateTime<Utc>, Uuid) -> DdAndEe,
 }
 
+/// What a case's flat arguments get from the MCP tool.
+#[derive(Clone, Copy, Debug)]
+enum OverMcp {
+    /// What REST answers: the flat form reads it as the nested one does.
+    AsRest,
+    /// Recorded, where REST refuses: the flat form's defaults fill what the
+    /// nested form requires.
+    Defaulted,
+    /// Refused before any use case runs: the reference tool has no such
+    /// argument (the MCP envelope's invalid params, with REST's code).
+    NoArgument(&'static str),
+}
+
+#[derive(Clone)]
 struct DdAndEe {
     dd: DdRequest,
     ee: EeRequest,
@@ -424,7 +440,7 @@ fn axes(retention: ee::Retention, integrity: ee::Integrity, disclosure: ee::Disc
 /// What the three ways answered, made comparable: the record's declared
 /// fields, resolved EE (defaults filled in), template and price; or the
 /// refusal's status and error_code.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Outcome {
     Recorded(String),
     Refused(u16, String),
@@ -448,6 +464,10 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
     let now = t.clock.now();
     let (rest, mcp, app) = (t.register().await, t.register().await, t.register().await);
     let app_agent = t.store.agent(app.id.parse().unwrap()).await.unwrap().unwrap();
+    // The flat form's calls are another agent's, so that each agent pays as
+    // much Trial DAC as the REST and MCP agents do.
+    let flat_agent = t.register().await;
+    let flat_agent = t.store.agent(flat_agent.id.parse().unwrap()).await.unwrap().unwrap();
     let later = (now + chrono::Duration::hours(1)).to_rfc3339();
     let cases = vec![
         Case {
@@ -456,26 +476,51 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("self_declared"),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({}),
-            over_mcp: true,
+            over_mcp: OverMcp::AsRest,
             request: |_, _| {
                 plain(dd_request(DeclarationMode::SelfDeclared), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
             },
         },
         Case {
+            name: "only what the flat form requires: a unit, a selection state and a mode left out",
+            expect: Some("MISSING_FIELD"),
+            dd: json!({ "decision_type": "internal_service", "decision_action_type": "execute", "origin_context_type": "internal" }),
+            ee: json!({}),
+            extra: json!({}),
+            over_mcp: OverMcp::Defaulted,
+            request: |_, _| {
+                let mut dd = dd_request(DeclarationMode::SelfDeclared);
+                (dd.unit_type, dd.declaration_mode, dd.selection_state) = (None, None, None);
+                plain(dd, EeRequest::default())
+            },
+        },
+        Case {
+            name: "options left out, counted",
+            expect: None,
+            dd: with(basic_dd_json("self_declared"), json!({ "excluded_option_count": 4 })),
+            ee: json!({ "ee_preset": "EE_basic" }),
+            extra: json!({}),
+            over_mcp: OverMcp::NoArgument("excluded_option_count"),
+            request: |_, _| {
+                let mut dd = dd_request(DeclarationMode::SelfDeclared);
+                dd.excluded_option_count = Some(4);
+                plain(dd, EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
+            },
+        },
+        Case {
             name: "four axes, an access period and quota, a scope and a class",
             expect: None,
-            dd: with(basic_dd_json("self_declared"), json!({ "selection_scope": "multi_target", "excluded_option_count": 4 })),
+            dd: with(basic_dd_json("self_declared"), json!({ "selection_scope": "multi_target" })),
             ee: json!({
                 "ee_retention_period": "long", "ee_integrity_verification_level": "enhanced", "ee_disclosure_format_policy": "internal",
                 "ee_responsibility_scope": "extended", "ee_direct_access_period": "12m", "ee_direct_access_quota": 7,
                 "content_disclosure_scope": "public", "delegation_state": "partial", "access_class": "self_direct",
             }),
             extra: json!({}),
-            over_mcp: false,
+            over_mcp: OverMcp::AsRest,
             request: |_, _| {
                 let mut dd = dd_request(DeclarationMode::SelfDeclared);
                 dd.selection_scope = Some(SelectionScope::MultiTarget);
-                dd.excluded_option_count = Some(4);
                 let mut ee = axes(ee::Retention::Long, ee::Integrity::Enhanced, ee::Disclosure::Internal, ee::Responsibility::Extended);
                 ee.direct_access_period = Some("12m".into());
                 ee.direct_access_quota = Some(7);
@@ -491,7 +536,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("self_declared"),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({ "content_inclusion_flag": 1, "template": { "decision_scale_value": 12.50, "decision_scale_unit": "USD" } }),
-            over_mcp: true,
+            over_mcp: OverMcp::AsRest,
             request: |_, _| DdAndEe {
                 content_inclusion: true,
                 template: Some(TemplateRequest {
@@ -508,7 +553,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("self_declared"),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({ "content_inclusion_flag": 1 }),
-            over_mcp: true,
+            over_mcp: OverMcp::AsRest,
             request: |_, _| DdAndEe {
                 content_inclusion: true,
                 ..plain(dd_request(DeclarationMode::SelfDeclared), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
@@ -520,7 +565,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: with(basic_dd_json("self_declared"), json!({ "decision_at": later })),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({}),
-            over_mcp: true,
+            over_mcp: OverMcp::AsRest,
             request: |now, _| {
                 let mut dd = dd_request(DeclarationMode::SelfDeclared);
                 dd.decision_at = Some(now + chrono::Duration::hours(1));
@@ -533,7 +578,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: with(basic_dd_json("self_declared"), json!({ "parent_dd_id": Uuid::nil() })),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({ "continuity": { "parent_dd_id": Uuid::max() } }),
-            over_mcp: false,
+            over_mcp: OverMcp::NoArgument("continuity"),
             request: |_, _| {
                 let mut dd = dd_request(DeclarationMode::SelfDeclared);
                 dd.parent_dd_id = Some(Uuid::nil());
@@ -549,7 +594,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("self_declared"),
             ee: json!({ "ee_preset": "EE_basic", "ee_direct_access_quota": 1_000_001 }),
             extra: json!({}),
-            over_mcp: false,
+            over_mcp: OverMcp::AsRest,
             request: |_, _| {
                 plain(
                     dd_request(DeclarationMode::SelfDeclared),
@@ -563,7 +608,7 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("self_declared"),
             ee: json!({ "ee_retention_period": "short", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal" }),
             extra: json!({}),
-            over_mcp: false,
+            over_mcp: OverMcp::Defaulted,
             request: |_, _| {
                 let mut ee = axes(ee::Retention::Short, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Minimal);
                 ee.responsibility = None;
@@ -576,12 +621,13 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             dd: basic_dd_json("bilateral"),
             ee: json!({ "ee_preset": "EE_basic" }),
             extra: json!({}),
-            over_mcp: false,
+            over_mcp: OverMcp::NoArgument("dd_declaration_mode"),
             request: |_, _| {
                 plain(dd_request(DeclarationMode::Bilateral), EeRequest { preset: Some("EE_basic".into()), ..Default::default() })
             },
         },
     ];
+    let mut flat_records = Vec::new();
     for case in &cases {
         let request_id = Uuid::new_v4();
         let body = with(json!({ "request_id": request_id, "dd": case.dd, "ee": case.ee }), case.extra.clone());
@@ -591,43 +637,59 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             status => Outcome::Refused(status, over_rest.json["error_code"].as_str().unwrap_or_default().to_string()),
         };
         let parts = (case.request)(now, request_id);
-        let request = CreateRequest {
+        let request = |form: Form| CreateRequest {
             request_id: Uuid::new_v4(),
-            dd: parts.dd,
-            ee: parts.ee,
+            dd: parts.dd.clone(),
+            ee: parts.ee.clone(),
             continuity_parent: parts.continuity_parent,
             content_inclusion: parts.content_inclusion,
-            template: parts.template,
+            template: parts.template.clone(),
             premium_source: None,
             trace: None,
+            form,
         };
-        let through_app = match declarations::create(&t.state.app, &app_agent, request, Offered::None).await {
-            Ok(stored) => recorded(&t, &stored.declaration.dd_id.to_string()).await,
-            Err(error) => refusal(error),
-        };
+        let mut through_app = Vec::new();
+        for (form, agent) in [(Form::Nested, &app_agent), (Form::Flat, &flat_agent)] {
+            through_app.push(match declarations::create(&t.state.app, agent, request(form), Offered::None).await {
+                Ok(stored) => recorded(&t, &stored.declaration.dd_id.to_string()).await,
+                Err(error) => refusal(error),
+            });
+        }
+        let [nested, flat] = <[Outcome; 2]>::try_from(through_app).unwrap();
         match (&over_rest, case.expect) {
             (Outcome::Recorded(_), None) => {}
             (Outcome::Refused(400, code), Some(expected)) if code == expected => {}
             (other, _) => panic!("{}: REST answered {other:?}, expected {:?}", case.name, case.expect),
         }
-        assert_eq!(through_app, over_rest, "{}: the use case answers what REST answers", case.name);
-        if case.over_mcp {
-            let mut arguments = case.dd.as_object().unwrap().clone();
-            arguments.remove("dd_declaration_mode");
-            arguments.extend(case.ee.as_object().unwrap().clone());
-            arguments.extend(case.extra.as_object().unwrap().clone());
-            arguments.insert("auth_token".into(), json!(mcp.token));
-            let over_mcp = mcp_call(&t, "create_decision", serde_json::Value::Object(arguments)).await;
-            let over_mcp = match over_mcp["isError"] == json!(true) {
-                false => recorded(&t, over_mcp["structuredContent"]["dd_id"].as_str().unwrap()).await,
-                true => {
-                    let refusal = &over_mcp["structuredContent"];
-                    Outcome::Refused(refusal["status"].as_u64().unwrap() as u16, refusal["error_code"].as_str().unwrap().to_string())
-                }
-            };
-            assert_eq!(over_mcp, over_rest, "{}: the MCP tool answers what REST answers", case.name);
+        assert_eq!(nested, over_rest, "{}: the use case answers what REST answers", case.name);
+
+        let mut arguments = flat_arguments(&case.dd, &case.ee, "self_declared");
+        arguments.extend(case.extra.as_object().unwrap().clone());
+        arguments.insert("auth_token".into(), json!(mcp.token));
+        let over_mcp = mcp_outcome(&t, "create_decision", arguments).await;
+        match case.over_mcp {
+            OverMcp::AsRest => {
+                assert_eq!(flat, nested, "{}: the flat form reads it as the nested one", case.name);
+                assert_eq!(over_mcp, flat, "{}: the MCP tool answers what the use case and REST answer", case.name);
+            }
+            OverMcp::Defaulted => {
+                assert!(matches!(flat, Outcome::Recorded(_)), "{}: the flat form fills in what REST requires: {flat:?}", case.name);
+                assert_eq!(over_mcp, flat, "{}: the MCP tool answers what the use case answers in the flat form", case.name);
+                flat_records.push(flat);
+            }
+            OverMcp::NoArgument(name) => {
+                assert_eq!(over_mcp, Outcome::Refused(400, "UNKNOWN_FIELD".into()), "{}: the tool has no argument {name}", case.name);
+            }
         }
     }
+    // The flat form's defaults are values a nested request can name: the
+    // record made with them left out equals one made with them written.
+    let written = json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic",
+        "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" });
+    let full = json!({ "request_id": Uuid::new_v4(), "dd": basic_dd_json("self_declared"), "ee": written });
+    let full = t.post("/v1/dd/create", Some(&rest.token), &full).await;
+    let full = recorded(&t, full.json["dd_id"].as_str().unwrap()).await;
+    assert_eq!(flat_records[0], full, "left out, the unit, the selection state, the mode and the axes are the flat schema's defaults");
     // The refusals are the use case's own codes, not a server's.
     let mut future = input("EE_basic");
     future.dd.decision_at = Some(now + chrono::Duration::hours(1));
@@ -635,13 +697,18 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
 
     // Bilateral proposals: the same three ways.
     let counterparty = t.register().await;
-    let proposals: Vec<(&str, serde_json::Value, serde_json::Value, DdRequest, EeRequest)> = vec![
+    let four_axes = || json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" });
+    let typed_axes = || axes(ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard);
+    let mut left_out = dd_request(DeclarationMode::Bilateral);
+    (left_out.unit_type, left_out.declaration_mode, left_out.selection_state) = (None, None, None);
+    let proposals: Vec<(&str, serde_json::Value, serde_json::Value, DdRequest, EeRequest, OverMcp)> = vec![
         (
             "a proposal with its four axes",
             basic_dd_json("bilateral"),
-            json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" }),
+            four_axes(),
             dd_request(DeclarationMode::Bilateral),
-            axes(ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard),
+            typed_axes(),
+            OverMcp::AsRest,
         ),
         (
             "a proposal naming a preset",
@@ -649,16 +716,27 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             json!({ "ee_preset": "EE_basic" }),
             dd_request(DeclarationMode::Bilateral),
             EeRequest { preset: Some("EE_basic".into()), ..Default::default() },
+            OverMcp::AsRest,
         ),
         (
             "a self-declared DD proposed",
             basic_dd_json("self_declared"),
-            json!({ "ee_retention_period": "medium", "ee_integrity_verification_level": "basic", "ee_disclosure_format_policy": "internal", "ee_responsibility_scope": "standard" }),
+            four_axes(),
             dd_request(DeclarationMode::SelfDeclared),
-            axes(ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard),
+            typed_axes(),
+            OverMcp::NoArgument("dd_declaration_mode"),
+        ),
+        (
+            "a proposal leaving out what the flat form defaults",
+            json!({ "decision_type": "internal_service", "decision_action_type": "execute", "origin_context_type": "internal" }),
+            json!({}),
+            left_out,
+            EeRequest::default(),
+            OverMcp::Defaulted,
         ),
     ];
-    for (name, dd, ee_json, dd_typed, ee_typed) in proposals {
+    let mut priced_in_full = None;
+    for (name, dd, ee_json, dd_typed, ee_typed, over_mcp_expected) in proposals {
         let body = json!({ "counterparty_agent_id": counterparty.id, "dd": dd, "ee": ee_json });
         let over_rest = t.post("/v1/dd/bilateral/propose", Some(&rest.token), &body).await;
         // Bilateral proposals are paid over x402 alone: a valid one is answered with its price.
@@ -666,40 +744,88 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
             402 => Outcome::Refused(402, over_rest.json["accepts"][0]["amount"].as_str().unwrap().to_string()),
             status => Outcome::Refused(status, over_rest.json["error_code"].as_str().unwrap_or_default().to_string()),
         };
-        let request = ProposeRequest {
-            request_id: None,
-            counterparty_agent_id: counterparty.id.parse().unwrap(),
-            dd: dd_typed,
-            ee: ee_typed,
-            continuity_parent: None,
-        };
-        let app_outcome = match anchor_app::bilateral::propose(&t.state.app, &app_agent, request, Offered::None).await {
-            Ok(_) => panic!("{name}: a proposal with no payment is recorded"),
-            Err(AppError::PaymentRequired(required)) => Outcome::Refused(402, required.amount.usdc_base_units().to_string()),
-            Err(error) => refusal(error),
-        };
+        if priced_in_full.is_none() {
+            priced_in_full = Some(rest_outcome.clone());
+        }
+        let mut through_app = Vec::new();
+        for form in [Form::Nested, Form::Flat] {
+            let request = ProposeRequest {
+                request_id: None,
+                counterparty_agent_id: counterparty.id.parse().unwrap(),
+                dd: dd_typed.clone(),
+                ee: ee_typed.clone(),
+                continuity_parent: None,
+                form,
+            };
+            let agent = if form == Form::Flat { &flat_agent } else { &app_agent };
+            through_app.push(match anchor_app::bilateral::propose(&t.state.app, agent, request, Offered::None).await {
+                Ok(_) => panic!("{name}: a proposal with no payment is recorded"),
+                Err(AppError::PaymentRequired(required)) => Outcome::Refused(402, required.amount.usdc_base_units().to_string()),
+                Err(error) => refusal(error),
+            });
+        }
+        let [nested, flat] = <[Outcome; 2]>::try_from(through_app).unwrap();
         let expected = match name {
             "a proposal with its four axes" => 402,
             _ => 400,
         };
         assert!(matches!(&rest_outcome, Outcome::Refused(status, _) if *status == expected), "{name}: {rest_outcome:?}");
-        assert_eq!(app_outcome, rest_outcome, "{name}: the use case answers what REST answers");
-        if dd["dd_declaration_mode"] == "bilateral" && ee_json.get("ee_preset").is_none() {
-            let mut arguments = dd.as_object().unwrap().clone();
-            arguments.remove("dd_declaration_mode");
-            arguments.extend(ee_json.as_object().unwrap().clone());
-            arguments.insert("counterparty_agent_id".into(), json!(counterparty.id));
-            arguments.insert("auth_token".into(), json!(mcp.token));
-            let over_mcp = mcp_call(&t, "propose_bilateral", serde_json::Value::Object(arguments)).await;
-            let refusal = &over_mcp["structuredContent"];
-            assert_eq!(refusal["status"], 402, "{name}: {over_mcp}");
-            let amount = refusal["payment_required"]["accepts"][0]["amount"].as_str().unwrap().to_string();
-            assert_eq!(Outcome::Refused(402, amount), rest_outcome, "{name}: the MCP tool answers what REST answers");
+        assert_eq!(nested, rest_outcome, "{name}: the use case answers what REST answers");
+
+        let mut arguments = flat_arguments(&dd, &ee_json, "bilateral");
+        arguments.insert("counterparty_agent_id".into(), json!(counterparty.id));
+        arguments.insert("auth_token".into(), json!(mcp.token));
+        let over_mcp = mcp_outcome(&t, "propose_bilateral", arguments).await;
+        match over_mcp_expected {
+            OverMcp::AsRest => {
+                assert_eq!(flat, nested, "{name}: the flat form reads it as the nested one");
+                assert_eq!(over_mcp, rest_outcome, "{name}: the MCP tool answers what the use case and REST answer");
+            }
+            OverMcp::Defaulted => {
+                assert!(matches!(&flat, Outcome::Refused(402, _)), "{name}: the flat form fills in what REST requires: {flat:?}");
+                assert_eq!(over_mcp, flat, "{name}: the MCP tool answers what the use case answers in the flat form");
+                assert_eq!(Some(flat), priced_in_full, "{name}: the defaults are the four axes written out");
+            }
+            OverMcp::NoArgument(argument) => {
+                assert_eq!(over_mcp, Outcome::Refused(400, "UNKNOWN_FIELD".into()), "{name}: the tool has no argument {argument}");
+            }
         }
     }
 }
 
-/// One MCP tool call, its whole result.
+/// A nested dd and ee as the flat arguments of an MCP tool: their fields
+/// side by side, the declaration mode left to the tool (`mode`) when it is
+/// the tool's own.
+fn flat_arguments(dd: &serde_json::Value, ee: &serde_json::Value, mode: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut arguments = dd.as_object().unwrap().clone();
+    if arguments.get("dd_declaration_mode").is_some_and(|m| m == mode) {
+        arguments.remove("dd_declaration_mode");
+    }
+    arguments.extend(ee.as_object().unwrap().clone());
+    arguments
+}
+
+/// What an MCP tool call answered: recorded, its tool error (status and
+/// error_code; a payment required as its price), or the envelope's invalid
+/// params with the error_code it names (REST's 400).
+async fn mcp_outcome(t: &TestServer, name: &str, arguments: serde_json::Map<String, serde_json::Value>) -> Outcome {
+    let answer = mcp_call(t, name, serde_json::Value::Object(arguments)).await;
+    if let Some(error) = answer.get("error") {
+        assert_eq!(error["code"], -32602, "{name}: {answer}");
+        return Outcome::Refused(400, error["data"]["error_code"].as_str().expect("the refusal names its error_code").to_string());
+    }
+    let result = &answer["result"];
+    let content = &result["structuredContent"];
+    match result["isError"] == serde_json::json!(true) {
+        false => recorded(t, content["dd_id"].as_str().unwrap()).await,
+        true if content["status"] == 402 => {
+            Outcome::Refused(402, content["payment_required"]["accepts"][0]["amount"].as_str().unwrap().to_string())
+        }
+        true => Outcome::Refused(content["status"].as_u64().unwrap() as u16, content["error_code"].as_str().unwrap().to_string()),
+    }
+}
+
+/// One MCP tool call, its whole JSON-RPC answer.
 async fn mcp_call(t: &TestServer, name: &str, arguments: serde_json::Value) -> serde_json::Value {
     let reply = t
         .http
@@ -710,6 +836,5 @@ async fn mcp_call(t: &TestServer, name: &str, arguments: serde_json::Value) -> s
         .await
         .expect("mcp request");
     assert_eq!(reply.status().as_u16(), 200);
-    let body: serde_json::Value = reply.json().await.expect("JSON-RPC answer");
-    body["result"].clone()
+    reply.json().await.expect("JSON-RPC answer")
 }

@@ -23,7 +23,7 @@ use crate::{AppError, AppResult, Services};
 
 pub const CREATE: Route = Route { method: "POST", path: "/v1/dd/create" };
 
-pub use crate::requests::{CreateInput, CreateRequest, DdRequest, EeInput, EeRequest, PremiumSource, TemplateRequest};
+pub use crate::requests::{CreateInput, CreateRequest, DdRequest, EeInput, EeRequest, Form, PremiumSource, TemplateRequest};
 
 /// Expands the preset, if any, over the sent axes.
 pub fn resolve_scope(services: &Services, input: &EeInput) -> AppResult<Scope> {

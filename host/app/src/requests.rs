@@ -33,6 +33,30 @@ impl PremiumSource {
     }
 }
 
+/// Which of the interface's two shapes a declaration arrived in. The
+/// published interface takes a declaration nested (`dd` and `ee` objects,
+/// the body of POST /v1/dd/create and /v1/dd/bilateral/propose) and flat
+/// (the arguments of the reference's `create_decision` and
+/// `propose_bilateral` tools), and the two differ in what may be left out:
+/// the flat shape's schema gives defaults where the nested one requires the
+/// field. Both are read here, by the same rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Form {
+    /// `dd_unit_type`, `dd_declaration_mode`, `selection_state` and, without
+    /// a preset, the four EE axes are required (`MISSING_FIELD`).
+    #[default]
+    Nested,
+    /// Left out, they default as the reference tool schema says: a single
+    /// unit, SELECTED, the mode of the operation that was called, and the
+    /// axes `FLAT_AXES` (when no preset is named).
+    Flat,
+}
+
+/// The EE axes a flat declaration without a preset defaults to: retention
+/// medium, integrity basic, disclosure internal, responsibility standard.
+pub const FLAT_AXES: (ee::Retention, ee::Integrity, ee::Disclosure, ee::Responsibility) =
+    (ee::Retention::Medium, ee::Integrity::Basic, ee::Disclosure::Internal, ee::Responsibility::Standard);
+
 /// A DD create request, read and checked field by field.
 #[derive(Clone, Debug)]
 pub struct CreateInput {
@@ -77,17 +101,19 @@ pub struct CreateRequest {
     /// trace context: the record's salt then commits to it
     /// ([`anchor_domain::trace`]).
     pub trace: Option<TraceId>,
+    /// The shape it arrived in: what may be left out.
+    pub form: Form,
 }
 
 /// The DD as sent.
 #[derive(Clone, Debug)]
 pub struct DdRequest {
-    pub unit_type: dd::UnitType,
-    pub declaration_mode: dd::DeclarationMode,
+    pub unit_type: Option<dd::UnitType>,
+    pub declaration_mode: Option<dd::DeclarationMode>,
     pub decision_type: dd::DecisionType,
     pub action_type: dd::ActionType,
     pub origin_context: dd::OriginContext,
-    pub selection_state: dd::SelectionState,
+    pub selection_state: Option<dd::SelectionState>,
     pub selection_scope: Option<dd::SelectionScope>,
     pub decision_at: Option<DateTime<Utc>>,
     pub parent_dd_id: Option<Uuid>,
@@ -133,12 +159,14 @@ pub struct ProposeRequest {
     pub dd: DdRequest,
     pub ee: EeRequest,
     pub continuity_parent: Option<Uuid>,
+    /// The shape it arrived in: what may be left out.
+    pub form: Form,
 }
 
 impl CreateRequest {
     /// The rules a create meets before anything is looked up, and its defaults.
     pub fn into_input(self, now: DateTime<Utc>) -> AppResult<CreateInput> {
-        let dd = self.dd.into_fields(now, dd::DeclarationMode::SelfDeclared, self.continuity_parent)?;
+        let dd = self.dd.into_fields(now, dd::DeclarationMode::SelfDeclared, self.continuity_parent, self.form)?;
         // Branch 0 records the decision fact only: a template sent with it is
         // not read, checked or stored (the spec requires one with flag 1 and
         // says nothing of one with flag 0).
@@ -156,7 +184,7 @@ impl CreateRequest {
         Ok(CreateInput {
             request_id: self.request_id,
             dd,
-            ee: self.ee.into_input()?,
+            ee: self.ee.into_input(self.form)?,
             content_inclusion: self.content_inclusion,
             template,
             premium_source: self.premium_source,
@@ -174,8 +202,8 @@ impl ProposeRequest {
         }
         Ok(CreateInput {
             request_id: self.request_id.unwrap_or_else(Uuid::new_v4),
-            dd: self.dd.into_fields(now, dd::DeclarationMode::Bilateral, self.continuity_parent)?,
-            ee: self.ee.into_input()?,
+            dd: self.dd.into_fields(now, dd::DeclarationMode::Bilateral, self.continuity_parent, self.form)?,
+            ee: self.ee.into_input(self.form)?,
             content_inclusion: false,
             template: None,
             premium_source: None,
@@ -188,9 +216,25 @@ impl DdRequest {
     /// The fields, if the declaration mode is the one the route records
     /// (DD create: self_declared, else `DECLARATION_MODE_NOT_ALLOWED`; a
     /// bilateral proposal: bilateral, else `DECLARATION_MODE_MISMATCH`), the
-    /// decision is not dated after `now`, and the parent is named once.
-    pub fn into_fields(self, now: DateTime<Utc>, expected: dd::DeclarationMode, continuity_parent: Option<Uuid>) -> AppResult<DdFields> {
-        let mode = self.declaration_mode;
+    /// decision is not dated after `now`, and the parent is named once; what
+    /// `form` lets a client leave out takes its default.
+    pub fn into_fields(
+        self,
+        now: DateTime<Utc>,
+        expected: dd::DeclarationMode,
+        continuity_parent: Option<Uuid>,
+        form: Form,
+    ) -> AppResult<DdFields> {
+        fn given<T>(value: Option<T>, form: Form, default: T, name: &str) -> AppResult<T> {
+            match (value, form) {
+                (Some(value), _) => Ok(value),
+                (None, Form::Flat) => Ok(default),
+                (None, Form::Nested) => Err(AppError::invalid("MISSING_FIELD", format!("dd.{name} is required"))),
+            }
+        }
+        let unit_type = given(self.unit_type, form, dd::UnitType::Single, "dd_unit_type")?;
+        let mode = given(self.declaration_mode, form, expected, "dd_declaration_mode")?;
+        let selection_state = given(self.selection_state, form, dd::SelectionState::Selected, "selection_state")?;
         if mode != expected {
             let code =
                 if expected == dd::DeclarationMode::SelfDeclared { "DECLARATION_MODE_NOT_ALLOWED" } else { "DECLARATION_MODE_MISMATCH" };
@@ -220,12 +264,12 @@ impl DdRequest {
             (one, other) => one.or(other),
         };
         Ok(DdFields {
-            unit_type: self.unit_type,
+            unit_type,
             declaration_mode: mode,
             decision_type: self.decision_type,
             action_type: self.action_type,
             origin_context: self.origin_context,
-            selection_state: self.selection_state,
+            selection_state,
             selection_scope: self.selection_scope,
             decision_at: self.decision_at,
             parent_dd_id,
@@ -240,8 +284,16 @@ pub const ACCESS_QUOTA_MAX: i64 = 1_000_000;
 impl EeRequest {
     /// The four axes unless a preset is named, the access period read, the
     /// quota in range, and the defaults: content scope owner, no
-    /// delegation, self-direct access, the default period and quota.
-    pub fn into_input(self) -> AppResult<EeInput> {
+    /// delegation, self-direct access, the default period and quota. A flat
+    /// request without a preset takes [`FLAT_AXES`] for the axes it leaves out.
+    pub fn into_input(mut self, form: Form) -> AppResult<EeInput> {
+        if self.preset.is_none() && form == Form::Flat {
+            let (retention, integrity, disclosure, responsibility) = FLAT_AXES;
+            self.retention = self.retention.or(Some(retention));
+            self.integrity = self.integrity.or(Some(integrity));
+            self.disclosure = self.disclosure.or(Some(disclosure));
+            self.responsibility = self.responsibility.or(Some(responsibility));
+        }
         if self.preset.is_none() {
             let axes = [
                 ("ee_retention_period", self.retention.is_some()),

@@ -37,7 +37,7 @@ pub async fn trial(services: &Services, agent: &AgentRecord, session_id: Uuid, e
     if ee.preset.is_some() {
         return Err(AppError::invalid("UNKNOWN_FIELD", "ee.ee_preset is accepted on DD creation only; send the four axes"));
     }
-    let scope = resolve_scope(services, &ee.into_input()?)?;
+    let scope = resolve_scope(services, &ee.into_input(crate::requests::Form::Nested)?)?;
     let quote = services.pricing.quote(scope)?;
     let counted =
         services.store.add_sdac_trial(session_id, agent.agent_id, scope, quote.total, TRIALS_PER_SESSION, services.clock.now()).await?;

@@ -43,6 +43,7 @@ pub(crate) async fn propose_agreement(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     request: ProposeRequest,
+    form: anchor_app::declarations::Form,
 ) -> ApiResult<Proposed> {
     let request = anchor_app::requests::ProposeRequest {
         request_id: request.request_id.map(|r| r.0),
@@ -50,6 +51,7 @@ pub(crate) async fn propose_agreement(
         dd: request.dd.into_request(),
         ee: request.ee.into_request(),
         continuity_parent: request.continuity.and_then(|c| c.parent_dd_id).map(|p| p.0),
+        form,
     };
     let (stored, agreement) = bilateral::propose(&state.app, agent, request, offered).await?;
     Ok(proposed(&stored, &agreement))

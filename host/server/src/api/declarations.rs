@@ -5,7 +5,7 @@ use crate::error::ApiResult;
 use crate::payment;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Ratio, Time, Usdc};
-use anchor_app::declarations::{self, Lineage, PremiumSource};
+use anchor_app::declarations::{self, Form, Lineage, PremiumSource};
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
 use anchor_domain::declarations::ee;
@@ -40,13 +40,19 @@ pub(crate) struct CreateRequest {
 #[derive(Deserialize, JsonSchema)]
 #[schemars(rename = "DDInput")]
 pub(crate) struct DdInput {
-    pub(crate) dd_unit_type: Named<dd::UnitType>,
+    // Required here (the schema says so), optional to serde: the flat shape
+    // of the MCP tools reads into this same type and may leave them out, and
+    // the use case refuses or defaults them by the request's form.
+    #[schemars(with = "Named<dd::UnitType>")]
+    pub(crate) dd_unit_type: Option<Named<dd::UnitType>>,
     /// self_declared on POST /v1/dd/create; bilateral on POST /v1/dd/bilateral/propose.
-    pub(crate) dd_declaration_mode: Named<dd::DeclarationMode>,
+    #[schemars(with = "Named<dd::DeclarationMode>")]
+    pub(crate) dd_declaration_mode: Option<Named<dd::DeclarationMode>>,
     pub(crate) decision_type: Named<dd::DecisionType>,
     pub(crate) decision_action_type: Named<dd::ActionType>,
     pub(crate) origin_context_type: Named<dd::OriginContext>,
-    pub(crate) selection_state: Named<dd::SelectionState>,
+    #[schemars(with = "Named<dd::SelectionState>")]
+    pub(crate) selection_state: Option<Named<dd::SelectionState>>,
     pub(crate) selection_scope: Option<Named<dd::SelectionScope>>,
     /// When the agent decided; normalized to UTC; not later than the anchoring time.
     pub(crate) decision_at: Option<Time>,
@@ -128,8 +134,9 @@ pub(crate) struct TemplateInput {
 }
 
 impl CreateRequest {
-    /// The create as the use case takes it (its rules and defaults are the use case's).
-    pub(crate) fn into_request(self, trace: Option<TraceId>) -> declarations::CreateRequest {
+    /// The create as the use case takes it (its rules and defaults are the
+    /// use case's, by the shape it arrived in).
+    pub(crate) fn into_request(self, trace: Option<TraceId>, form: Form) -> declarations::CreateRequest {
         // The SDK's free-form context goes no further than this.
         drop(self.context);
         declarations::CreateRequest {
@@ -144,6 +151,7 @@ impl CreateRequest {
                 PremiumPaymentSource::Earned => PremiumSource::Earned,
             }),
             trace,
+            form,
         }
     }
 }
@@ -151,12 +159,12 @@ impl CreateRequest {
 impl DdInput {
     pub(crate) fn into_request(self) -> declarations::DdRequest {
         declarations::DdRequest {
-            unit_type: self.dd_unit_type.0,
-            declaration_mode: self.dd_declaration_mode.0,
+            unit_type: self.dd_unit_type.map(|v| v.0),
+            declaration_mode: self.dd_declaration_mode.map(|v| v.0),
             decision_type: self.decision_type.0,
             action_type: self.decision_action_type.0,
             origin_context: self.origin_context_type.0,
-            selection_state: self.selection_state.0,
+            selection_state: self.selection_state.map(|v| v.0),
             selection_scope: self.selection_scope.map(|s| s.0),
             decision_at: self.decision_at.map(|t| t.0),
             parent_dd_id: self.parent_dd_id.map(|p| p.0),
@@ -483,9 +491,10 @@ pub(crate) async fn create_decision(
     agent: &AgentRecord,
     offered: anchor_app::charge::Offered,
     request: CreateRequest,
+    form: Form,
     trace: Option<TraceId>,
 ) -> ApiResult<CreateResponse> {
-    let stored = declarations::create(&state.app, agent, request.into_request(trace), offered).await?;
+    let stored = declarations::create(&state.app, agent, request.into_request(trace, form), offered).await?;
     let reachable = anchor_app::transparency::reachable_level(&state.app);
     Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat, reachable))
 }

@@ -102,7 +102,7 @@ async fn propose(
     PaymentOffer(offered): PaymentOffer,
     Body(request): Body<ProposeRequest>,
 ) -> ApiResult<(StatusCode, Json<Proposed>)> {
-    Ok((StatusCode::CREATED, Json(propose_agreement(&state, &agent, offered, request).await?)))
+    Ok((StatusCode::CREATED, Json(propose_agreement(&state, &agent, offered, request, anchor_app::declarations::Form::Nested).await?)))
 }
 
 async fn respond(

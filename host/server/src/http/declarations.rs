@@ -118,7 +118,7 @@ async fn create(
     TraceParent(trace): TraceParent,
     Body(request): Body<CreateRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateResponse>)> {
-    Ok((StatusCode::CREATED, Json(create_decision(&state, &agent, offered, request, trace).await?)))
+    Ok((StatusCode::CREATED, Json(create_decision(&state, &agent, offered, request, anchor_app::declarations::Form::Nested, trace).await?)))
 }
 
 async fn confirm(

@@ -284,7 +284,10 @@ impl ServerHandler for Mcp {
         };
         let arguments = request.arguments.unwrap_or_default();
         let holds_tasks = context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks());
-        check_arguments(tool, &arguments).map_err(|message| ErrorData::invalid_params(format!("{}: {message}", tool.name), None))?;
+        check_arguments(tool, &arguments).map_err(|(code, message)| {
+            // The code REST gives the same fault, as the envelope's refusals carry theirs.
+            ErrorData::invalid_params(format!("{}: {message}", tool.name), Some(serde_json::json!({ "error_code": code })))
+        })?;
         let parts = context.extensions.get::<axum::http::request::Parts>();
         // The caller's trace context: `_meta.traceparent` (SEP-414), else the
         // HTTP request's header.
@@ -440,13 +443,14 @@ impl Mcp {
 
 /// Whether `arguments` fit the tool's input schema: no unknown name, every
 /// required one present, each of the declared JSON type and, for an enum,
-/// one of its values.
-fn check_arguments(tool: &Tool, arguments: &Map<String, Value>) -> Result<(), String> {
+/// one of its values. A misfit is named with the `error_code` REST answers
+/// for the same fault in a body.
+fn check_arguments(tool: &Tool, arguments: &Map<String, Value>) -> Result<(), (&'static str, String)> {
     let schema = &tool.input_schema;
     let properties = schema.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
     for (name, value) in arguments {
         let Some(property) = properties.get(name) else {
-            return Err(format!("unknown argument {}", anchor_domain::brief(name)));
+            return Err(("UNKNOWN_FIELD", format!("unknown argument {}", anchor_domain::brief(name))));
         };
         let fits = match property.get("type").and_then(Value::as_str) {
             Some("string") => value.is_string(),
@@ -458,18 +462,18 @@ fn check_arguments(tool: &Tool, arguments: &Map<String, Value>) -> Result<(), St
             _ => true,
         };
         if !fits {
-            return Err(format!("{name} must be of type {}", property["type"]));
+            return Err(("INVALID_VALUE", format!("{name} must be of type {}", property["type"])));
         }
         if let Some(allowed) = property.get("enum").and_then(Value::as_array)
             && !allowed.contains(value)
         {
             let names: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-            return Err(format!("{name} must be one of {}", names.join(", ")));
+            return Err(("INVALID_VALUE", format!("{name} must be one of {}", names.join(", "))));
         }
     }
     for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
         if !arguments.contains_key(required) {
-            return Err(format!("missing required argument {required}"));
+            return Err(("MISSING_FIELD", format!("missing required argument {required}")));
         }
     }
     Ok(())

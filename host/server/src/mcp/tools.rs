@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use anchor_app::charge::Offered;
+use anchor_app::declarations::Form;
 use anchor_domain::records::AgentRecord;
 
 use crate::api::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
@@ -82,8 +83,8 @@ pub async fn call(
     match tool {
         "create_decision" => {
             let offered = offer(&mut arguments);
-            let request = create_request(arguments, "self_declared");
-            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?, trace).await?)
+            let request = create_request(arguments);
+            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?, Form::Flat, trace).await?)
         }
         "confirm_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
@@ -99,8 +100,8 @@ pub async fn call(
         "propose_bilateral" => {
             let offered = offer(&mut arguments);
             // counterparty_agent_id stays at the top, beside dd and ee.
-            let request = create_request(arguments, "bilateral");
-            body(bilateral::propose_agreement(state, &agent, offered, crate::body::read(&request)?).await?)
+            let request = create_request(arguments);
+            body(bilateral::propose_agreement(state, &agent, offered, crate::body::read(&request)?, Form::Flat).await?)
         }
         "create_ise_session" => body(ise::enter_stay(state, &agent, read(arguments)?).await?),
         "get_ise_status" => body(ise::stay_status(state, &agent).await?),
@@ -225,45 +226,34 @@ const DD_FIELDS: &[&str] = &[
     "decision_at",
     "parent_dd_id",
 ];
-const EE_AXES: &[(&str, &str)] = &[
-    ("ee_retention_period", "medium"),
-    ("ee_integrity_verification_level", "basic"),
-    ("ee_disclosure_format_policy", "internal"),
-    ("ee_responsibility_scope", "standard"),
+const EE_FIELDS: &[&str] = &[
+    "ee_preset",
+    "ee_retention_period",
+    "ee_integrity_verification_level",
+    "ee_disclosure_format_policy",
+    "ee_responsibility_scope",
+    "ee_direct_access_period",
+    "ee_direct_access_quota",
+    "access_class",
+    "content_disclosure_scope",
+    "delegation_state",
 ];
-const EE_FIELDS: &[&str] =
-    &["ee_preset", "ee_direct_access_period", "ee_direct_access_quota", "access_class", "content_disclosure_scope", "delegation_state"];
 
 /// The body POST /v1/dd/create (or bilateral/propose) would receive for the
-/// tool's flat arguments: the dd and ee objects, the schema's defaults for
-/// what is left out (the EE axes only without a preset), and a request_id
-/// made up when none is given.
-pub fn create_request(mut arguments: Map<String, Value>, mode: &str) -> Value {
+/// tool's flat arguments: the dd and ee objects, and a request_id made up
+/// when none is given. What the flat shape may leave out is the use case's
+/// to default ([`Form::Flat`]), as the mode of the tool that was called is.
+pub fn create_request(mut arguments: Map<String, Value>) -> Value {
     let mut dd = Map::new();
-    dd.insert("dd_unit_type".into(), json!("single"));
-    dd.insert("selection_state".into(), json!("SELECTED"));
     for name in DD_FIELDS {
         if let Some(value) = arguments.remove(*name) {
             dd.insert(name.to_string(), value);
         }
     }
-    dd.insert("dd_declaration_mode".into(), json!(mode));
     let mut ee = Map::new();
     for name in EE_FIELDS {
         if let Some(value) = arguments.remove(*name) {
             ee.insert(name.to_string(), value);
-        }
-    }
-    let preset = ee.contains_key("ee_preset");
-    for (name, default) in EE_AXES {
-        match arguments.remove(*name) {
-            Some(value) => {
-                ee.insert(name.to_string(), value);
-            }
-            None if !preset => {
-                ee.insert(name.to_string(), json!(default));
-            }
-            None => {}
         }
     }
     let request_id = arguments.remove("request_id").unwrap_or_else(|| json!(uuid::Uuid::new_v4()));
