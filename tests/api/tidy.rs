@@ -150,6 +150,67 @@ fn server_modules_form_no_cycle() {
     assert!(edges.iter().any(|(m, uses)| m == "http" && uses.iter().any(|u| u == "listener")), "the check sees http: {edges:?}");
 }
 
+/// The server in three layers: the plumbing (listener, body reader,
+/// extractors, wire scalars, errors, state, …) at the bottom; the areas
+/// (`areas/`: each area's wire types, operations, route table and
+/// handlers) on it; the two transports on the areas, REST (`http`, which
+/// assembles the route tables) and MCP (`mcp`), neither naming the other.
+/// Nothing names a layer above its own.
+#[test]
+fn the_server_stands_in_layers() {
+    let edges = module_edges(&root().join("host/server/src"), &["lib", "main"]);
+    let offenders = layer_offenders(&edges);
+    assert!(offenders.is_empty(), "modules naming a layer above their own: {offenders:?}");
+    assert!(edges.iter().any(|(m, uses)| m == "mcp" && uses.iter().any(|u| u == "areas")), "the check sees edges: {edges:?}");
+    let broken = vec![("listener".to_string(), vec!["areas".to_string()]), ("areas".to_string(), vec!["mcp".to_string()])];
+    assert_eq!(layer_offenders(&broken), ["listener names areas", "areas names mcp"], "the check finds a module naming a layer above");
+}
+
+fn layer_offenders(edges: &[(String, Vec<String>)]) -> Vec<String> {
+    let layer = |m: &str| match m {
+        "http" | "mcp" => 2,
+        "areas" => 1,
+        _ => 0,
+    };
+    let mut offenders = Vec::new();
+    for (m, uses) in edges {
+        for u in uses {
+            // Above its own layer, or the other transport.
+            if layer(u) > layer(m) || (layer(m) == 2 && layer(u) == 2) {
+                offenders.push(format!("{m} names {u}"));
+            }
+        }
+    }
+    offenders
+}
+
+/// Wire types live in their area: a serde type of the server is declared in
+/// `areas/`, or is one of the few every area shares or no client sees (the
+/// error bodies, the monitor's state file, a key file, a test's shapes);
+/// the transports declare none.
+#[test]
+fn wire_types_live_in_their_area() {
+    let src = root().join("host/server/src");
+    let shared = ["error.rs", "monitor.rs", "payment.rs", "body.rs"];
+    let mut offenders = Vec::new();
+    for path in crate::tidy_charges::rust_files(&src) {
+        let in_area = path.strip_prefix(&src).unwrap().starts_with("areas");
+        if in_area || shared.iter().any(|s| path.ends_with(s)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if derives_serde(&text) {
+            offenders.push(path.display().to_string());
+        }
+    }
+    assert!(offenders.is_empty(), "serde types outside an area: {offenders:?}");
+    assert!(derives_serde("#[derive(Debug, Serialize, JsonSchema)]\nstruct A;"), "the check finds one");
+}
+
+fn derives_serde(text: &str) -> bool {
+    text.lines().map(str::trim).any(|l| l.starts_with("#[derive(") && (l.contains("Serialize") || l.contains("Deserialize")))
+}
+
 /// No server module re-exports another's items wholesale (`pub use
 /// crate::…::*`): a wire type is named by the module that declares it.
 #[test]
@@ -200,36 +261,13 @@ fn the_server_reaches_storage_only_through_use_cases() {
     assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");
 }
 
-/// MCP and REST are two transports over one set of operations (`api/`):
-/// neither the MCP endpoint nor the operations name the HTTP layer.
-#[test]
-fn mcp_and_the_operations_do_not_reach_into_http() {
-    let src = root().join("host/server/src");
-    let mut offenders = Vec::new();
-    // MCP is served over HTTP (its one route); the operations know no route at all.
-    let cases: [(&str, &[&str]); 2] =
-        [("mcp", &["crate::http"]), ("api", &["crate::http", "crate::extract", "crate::openapi", "axum::routing"])];
-    for (dir, words) in cases {
-        for entry in std::fs::read_dir(src.join(dir)).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            for word in words.iter() {
-                if text.contains(word) {
-                    offenders.push(format!("{} names {word}", path.display()));
-                }
-            }
-        }
-    }
-    assert!(offenders.is_empty(), "{offenders:#?}");
-}
-
 /// What the server renders comes from the use cases in domain types: no
-/// HTTP handler, operation or MCP tool names the store crate at all.
+/// area (operation, handler), REST front or MCP tool names the store crate.
 #[test]
 fn http_mcp_and_the_operations_never_name_the_store() {
     let src = root().join("host/server/src");
     let mut offenders = Vec::new();
-    let mut dirs = vec![src.join("http"), src.join("mcp"), src.join("api")];
+    let mut dirs = vec![src.join("http"), src.join("mcp"), src.join("areas")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();

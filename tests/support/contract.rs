@@ -30,7 +30,7 @@ struct Contract {
 fn contract() -> &'static Contract {
     static CONTRACT: OnceLock<Contract> = OnceLock::new();
     CONTRACT.get_or_init(|| {
-        let operations = anchor_server::http::operations();
+        let operations = anchor_server::areas::operations();
         let document = anchor_server::openapi::document(&operations, "http://127.0.0.1");
         let routes = operations
             .iter()

@@ -3,7 +3,7 @@
 //! `app` builds the whole router from an [`AppState`]; `serve` binds and runs
 //! it. Tests build the same app around their own store and clock.
 
-pub mod api;
+pub mod areas;
 pub mod body;
 pub mod config;
 pub mod error;

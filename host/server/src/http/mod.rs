@@ -5,30 +5,11 @@
 //! `account` (Trial and classification), `discovery` (documents about the
 //! service itself).
 
-pub mod account;
-pub mod agents;
-pub mod ara;
-pub mod asa;
-pub mod bilateral;
-pub mod dap;
-pub mod declarations;
-pub mod discovery;
-pub mod dur;
-pub mod earned;
 pub mod forwarded;
-pub mod ise;
 pub mod observe;
-pub mod payments;
 pub mod portal;
-pub mod pricing;
 pub mod ratelimit;
 pub mod receipts;
-pub mod retention;
-pub mod scitt;
-pub mod sdac;
-pub mod tools;
-pub mod transparency;
-pub mod tsl;
 
 use std::collections::BTreeMap;
 
@@ -38,44 +19,11 @@ use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, get};
 use serde_json::json;
 
+use crate::areas;
 use crate::error::ApiError;
 use crate::listener;
 use crate::openapi::Operation;
 use crate::state::AppState;
-
-/// Every operation of the API, in reading order.
-pub fn operations() -> Vec<Operation> {
-    let mut all = Vec::new();
-    all.extend(agents::operations());
-    all.extend(ara::operations());
-    all.extend(dur::operations());
-    all.extend(earned::operations());
-    all.extend(tsl::operations());
-    all.extend(tools::operations());
-    all.extend(ise::operations());
-    all.extend(sdac::operations());
-    all.extend(retention::operations());
-    all.extend(asa::operations());
-    all.extend(declarations::operations());
-    all.extend(bilateral::operations());
-    all.extend(payments::operations());
-    all.extend(pricing::operations());
-    all.extend(account::operations());
-    all.extend(transparency::operations());
-    all.extend(scitt::operations());
-    all.extend(discovery::operations());
-    all.extend(dap::operations());
-    all
-}
-
-/// Whether this server implements `route` (its route table has it).
-pub fn implements(route: &anchor_app::charge::Route) -> bool {
-    static TABLE: std::sync::OnceLock<Vec<(Method, &'static str)>> = std::sync::OnceLock::new();
-    TABLE
-        .get_or_init(|| operations().into_iter().map(|o| (o.method, o.path)).collect())
-        .iter()
-        .any(|(method, path)| method.as_str() == route.method && *path == route.path)
-}
 
 /// The whole application: routes, guidance for GET on POST-only routes, JSON
 /// 404 and 405, and the rate limit; `others` (other front ends, such as
@@ -84,7 +32,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
     /// Per path: its methods, their merged router, and the guide for a GET on it.
     type Route = (Vec<Method>, MethodRouter<AppState>, Option<Guide>);
     let mut by_path: BTreeMap<&'static str, Route> = BTreeMap::new();
-    for operation in operations() {
+    for operation in areas::operations() {
         let entry = by_path.entry(operation.path).or_insert_with(|| (Vec::new(), MethodRouter::new(), None));
         if operation.method == Method::POST {
             entry.2 = Some(Guide::from(&operation));
@@ -140,7 +88,7 @@ async fn no_store_for_credentials(request: axum::extract::Request, next: axum::m
 /// The routes that accept more than the service's own body limit
 /// (`--max-body-bytes`): a tool's component upload.
 pub const BODY_LIMITS: &[listener::BodyLimit] =
-    &[listener::BodyLimit { method: Method::PUT, path: "/v1/tsl/tool/*/component", max: tools::UPLOAD_BODY_LIMIT }];
+    &[listener::BodyLimit { method: Method::PUT, path: "/v1/tsl/tool/*/component", max: areas::tools::UPLOAD_BODY_LIMIT }];
 
 async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
     (
@@ -245,19 +193,5 @@ impl Guide {
             },
             "documentation": format!("{base}/openapi.json"),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every paid route of the interface's catalog is served here, so what
-    /// the catalog says (Trial's routes in trial status, the x402 document)
-    /// never names a route this server does not have.
-    #[test]
-    fn every_catalog_route_is_implemented() {
-        for paid in anchor_app::catalog::PAID_ROUTES {
-            assert!(super::implements(&paid.route), "{} is in the catalog and not in the route table", paid.route);
-        }
-        assert!(!super::implements(&anchor_app::charge::Route { method: "POST", path: "/v1/no/such/route" }));
     }
 }

@@ -1,5 +1,5 @@
 //! What each tool does: its arguments read into the operation's request
-//! type (`api/`), the operation run (it calls the use case), its answer
+//! type (in its area, `areas/`), the operation run (it calls the use case), its answer
 //! returned: what the REST route's handler does with the same operation.
 
 use axum::response::IntoResponse;
@@ -11,7 +11,7 @@ use anchor_app::charge::Offered;
 use anchor_app::declarations::Form;
 use anchor_domain::records::AgentRecord;
 
-use crate::api::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
+use crate::areas::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::error::{ApiError, AuthFailure};
 use crate::state::AppState;
 

@@ -1,10 +1,18 @@
-//! account: the wire shapes of its operations (requests, answers) and the
-//! function each runs, shared by REST (`http::account`) and MCP.
+//! The agent's own account views: Trial status and the classification keys it may use.
+//!
+//! Its wire shapes and the function each operation runs are one set, served
+//! by the route table here and by the MCP tools (`mcp/`) alike.
 
 use crate::error::ApiResult;
+use crate::extract::AuthAgent;
+use crate::openapi::*;
 use crate::state::AppState;
 use crate::wire::{Dac, Time};
 use anchor_app::agents;
+use axum::Json;
+use axum::extract::State;
+use axum::http::Method;
+use axum::routing::get;
 use schemars::JsonSchema;
 use serde::Serialize;
 use uuid::Uuid;
@@ -75,4 +83,29 @@ pub(crate) async fn classifications_of(state: &AppState, agent: &anchor_domain::
         })
         .collect();
     Ok(Classifications { count: classifications.len(), classifications })
+}
+
+// ---- over HTTP ----
+
+pub fn operations() -> Vec<Operation> {
+    vec![
+        op(Method::GET, "/v1/trial/status", get(trial_status))
+            .tag("Trial")
+            .summary("Trial DAC: what is left and until when")
+            .agent()
+            .returns::<TrialStatus>(200, "Trial status"),
+        op(Method::GET, "/v1/classification", get(classifications))
+            .tag("Classification")
+            .summary("The self_classification keys this agent may use")
+            .agent()
+            .returns::<Classifications>(200, "Operator base categories, then the agent's owner's"),
+    ]
+}
+
+async fn trial_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> Json<TrialStatus> {
+    Json(agents::trial(&state.app, &agent).into())
+}
+
+async fn classifications(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<Classifications>> {
+    Ok(Json(classifications_of(&state, &agent).await?))
 }

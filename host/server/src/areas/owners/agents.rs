@@ -16,9 +16,9 @@ use anchor_app::owners::{self, agents};
 use anchor_domain::agents::{AuthStatus, DisclosureLevel};
 use anchor_domain::owners::{KEY_MAX, KEY_PATTERN, LABEL_MAX, PASSWORD_MAX, PASSWORD_MIN};
 
+use crate::areas::payments::{BudgetPeriod, DabStatus, LimitSource};
 use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
 use crate::extract::{ApiQuery, Body};
-use crate::http::payments::{BudgetPeriod, DabStatus, LimitSource};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
@@ -121,7 +121,7 @@ async fn link(
         other => other.into(),
     })?;
     Ok((
-        crate::api::agents::NO_STORE,
+        crate::areas::agents::NO_STORE,
         Json(Linked {
             agent_id,
             linked_at: linked.linked_at.into(),

@@ -1,7 +1,7 @@
 //! The evidence report of one decision, as its owner (the portal) and an
 //! agent paying for it (ARA) receive it.
 
-use crate::api::declarations::DeclaredDd;
+use crate::areas::declarations::DeclaredDd;
 use crate::wire::{Dac, Named, Time};
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::{ee, template};

@@ -1,7 +1,19 @@
 //! Pricing: the active generation's policy, presets and service prices, as
 //! the component describes them. Nothing here is computed by the host.
+//!
+//! Its wire shapes and the function each operation runs are one set, served
+//! by the route table here and by the MCP tools (`mcp/`) alike.
 
-use crate::api::pricing::NextGeneration;
+use crate::error::ApiResult;
+use crate::openapi::*;
+use crate::state::AppState;
+use crate::wire::{Dac, Named, Ratio};
+use anchor_app::charge::PAYMENT_WINDOW_SECS;
+use anchor_app::pricing;
+use anchor_domain::MilliDac;
+use anchor_domain::agents::TRIAL_DAYS;
+use anchor_domain::declarations::ee;
+use anchor_domain::pricing::{ObservationTier, Quote, ServicePrices};
 use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
@@ -10,17 +22,31 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use anchor_app::charge::PAYMENT_WINDOW_SECS;
-use anchor_app::pricing;
-use anchor_domain::MilliDac;
-use anchor_domain::agents::TRIAL_DAYS;
-use anchor_domain::declarations::ee;
-use anchor_domain::pricing::{ObservationTier, Quote, ServicePrices};
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct NextGeneration {
+    pub(crate) pricing_version: String,
+    pub(crate) component_sha256: String,
+    pub(crate) wit_package: String,
+    /// The UTC date it comes into force, `YYYY-MM-DD`.
+    #[schemars(extend("format" = "date"))]
+    pub(crate) effective_from: String,
+    /// The instant it comes into force.
+    pub(crate) effective_at: crate::wire::Time,
+}
 
-use crate::error::ApiResult;
-use crate::openapi::*;
-use crate::state::AppState;
-use crate::wire::{Dac, Named, Ratio};
+impl NextGeneration {
+    pub(crate) fn of(standing: &pricing::Standing) -> Option<NextGeneration> {
+        standing.next.as_ref().map(|(at, generation)| NextGeneration {
+            pricing_version: generation.version.clone(),
+            component_sha256: generation.sha256.clone(),
+            wit_package: generation.interface.clone(),
+            effective_from: at.date_naive().to_string(),
+            effective_at: crate::wire::Time(*at),
+        })
+    }
+}
+
+// ---- over HTTP ----
 
 pub fn operations() -> Vec<Operation> {
     vec![
@@ -260,9 +286,9 @@ struct PresetView {
     label: String,
     enabled: bool,
     #[serde(flatten)]
-    axes: crate::api::declarations::Axes,
+    axes: crate::areas::declarations::Axes,
     dac_amount: Dac,
-    cost_breakdown: crate::api::declarations::CostBreakdown,
+    cost_breakdown: crate::areas::declarations::CostBreakdown,
 }
 
 async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
@@ -272,9 +298,9 @@ async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
         presets: presets
             .into_iter()
             .map(|(preset, quote)| PresetView {
-                axes: crate::api::declarations::Axes::from(&preset.scope()),
+                axes: crate::areas::declarations::Axes::from(&preset.scope()),
                 dac_amount: quote.total.into(),
-                cost_breakdown: crate::api::declarations::CostBreakdown::of_quote(&quote),
+                cost_breakdown: crate::areas::declarations::CostBreakdown::of_quote(&quote),
                 name: preset.name,
                 label: preset.label,
                 enabled: preset.enabled,
@@ -283,10 +309,10 @@ async fn presets(State(state): State<AppState>) -> ApiResult<Json<Presets>> {
     }))
 }
 
-impl crate::api::declarations::CostBreakdown {
+impl crate::areas::declarations::CostBreakdown {
     /// A quote's breakdown, with every axis add (no payment sources: nothing is paid yet).
-    pub(crate) fn of_quote(quote: &Quote) -> crate::api::declarations::CostBreakdown {
-        crate::api::declarations::CostBreakdown {
+    pub(crate) fn of_quote(quote: &Quote) -> crate::areas::declarations::CostBreakdown {
+        crate::areas::declarations::CostBreakdown {
             base_fee: quote.base_fee.into(),
             base_fee_source: None,
             premium: quote.premium().into(),
@@ -298,7 +324,7 @@ impl crate::api::declarations::CostBreakdown {
                 quote
                     .charges
                     .iter()
-                    .map(|c| crate::api::declarations::AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() })
+                    .map(|c| crate::areas::declarations::AxisCharge { axis: c.axis.clone(), value: c.value.clone(), add: c.add.into() })
                     .collect(),
             ),
         }

@@ -8,7 +8,7 @@
 //! so `rate_limit.daily_dd_limit` is null and `is_suspended` is false;
 //! `monthly_dac_limit` is the agent's DAB.
 
-use crate::api::reports::EvidenceReport;
+use crate::areas::reports::EvidenceReport;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, header};
@@ -26,11 +26,11 @@ use anchor_domain::declarations::{dd, ee};
 use anchor_domain::payments::SettlementStatus;
 use anchor_domain::records::Totals;
 
-use crate::api::declarations::Axes;
+use crate::areas::declarations::Axes;
+use crate::areas::payments::{BudgetPeriod, LimitSource};
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::http::payments::{BudgetPeriod, LimitSource};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
 use crate::state::AppState;
