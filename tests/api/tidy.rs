@@ -261,24 +261,85 @@ fn the_server_reaches_storage_only_through_use_cases() {
     assert!(offenders.is_empty(), "these files reach the store directly: {offenders:?}");
 }
 
-/// What the server renders comes from the use cases in domain types: no
-/// area (operation, handler), REST front or MCP tool names the store crate.
+/// The store crate is named only where a process assembles its store: the
+/// service's (`lib.rs`, `main.rs`, `state.rs`), the backup and restore
+/// commands' (`operate.rs`) and the witness's own file (`witness.rs`).
 #[test]
-fn http_mcp_and_the_operations_never_name_the_store() {
+fn only_the_composition_roots_name_the_store_crate() {
+    let roots = ["lib.rs", "main.rs", "state.rs", "operate.rs", "witness.rs"];
     let src = root().join("host/server/src");
     let mut offenders = Vec::new();
-    let mut dirs = vec![src.join("http"), src.join("mcp"), src.join("areas")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if std::fs::read_to_string(&path).unwrap().contains("anchor_store") {
-                offenders.push(path.display().to_string());
-            }
+    for path in crate::tidy_charges::rust_files(&src) {
+        let top = path.strip_prefix(&src).unwrap().components().count() == 1;
+        if top && roots.iter().any(|r| path.ends_with(r)) {
+            continue;
+        }
+        if std::fs::read_to_string(&path).unwrap().contains("anchor_store") {
+            offenders.push(path.display().to_string());
         }
     }
-    assert!(offenders.is_empty(), "these name anchor_store: {offenders:#?}");
+    assert!(offenders.is_empty(), "these name anchor_store outside a composition root: {offenders:#?}");
+}
+
+/// The application's public items (its use cases' signatures, results and
+/// requests) name no type of the store crate: what they hand out is the
+/// domain's (`anchor_domain::records`). The storage port itself is still the
+/// store crate's (`Store`, and the write inputs `NewOwner` and `Pending` that
+/// cross it), until the ports move to the application (issue 53).
+#[test]
+fn the_applications_public_items_name_no_store_type() {
+    const PORTS: &[&str] = &["Store", "NewOwner", "Pending"];
+    let mut offenders = Vec::new();
+    for path in crate::tidy_charges::rust_files(&root().join("host/app/src")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for item in public_items_naming_the_store(&text, PORTS) {
+            offenders.push(format!("{}: {item}", path.display()));
+        }
+    }
+    assert!(offenders.is_empty(), "public items naming a store type: {offenders:#?}");
+    let sample = "use anchor_store::{Store, EarnedBalance};\npub fn balance(store: &dyn Store) -> EarnedBalance {\n    todo\n}\n";
+    assert_eq!(public_items_naming_the_store(sample, PORTS).len(), 1, "the check finds one");
+}
+
+/// The public items of one file (its tests left out) that name a type it
+/// imports from `anchor_store`, or any `anchor_store::` path, other than `allowed`.
+fn public_items_naming_the_store(text: &str, allowed: &[&str]) -> Vec<String> {
+    let text = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut imported: Vec<&str> = Vec::new();
+    for (at, _) in text.match_indices("use anchor_store::") {
+        let statement = &text[at + "use anchor_store::".len()..];
+        let statement = &statement[..statement.find(';').unwrap_or(statement.len())];
+        imported.extend(statement.split(|c: char| !is_ident(c)).filter(|w| !w.is_empty() && *w != "self" && *w != "as"));
+    }
+    let names_the_store = |item: &str| {
+        let words: Vec<&str> = item.split(|c: char| !is_ident(c)).collect();
+        let inline = item.match_indices("anchor_store::").any(|(at, _)| {
+            let name: String = item[at + "anchor_store::".len()..].chars().take_while(|c| is_ident(*c)).collect();
+            !allowed.contains(&name.as_str())
+        });
+        inline || imported.iter().any(|n| !allowed.contains(n) && words.contains(n))
+    };
+    let mut found = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        let line = line.trim_start();
+        if !line.starts_with("pub ") || line.starts_with("pub use ") || line.starts_with("pub mod ") {
+            continue;
+        }
+        // A field is its line; any other item runs to its body or its end.
+        let field = line.split_once(':').is_some_and(|(head, _)| head.trim_start_matches("pub ").chars().all(is_ident));
+        let item = if field {
+            line.to_string()
+        } else {
+            let rest = lines[index..].join("\n");
+            rest[..rest.find(['{', ';']).unwrap_or(rest.len())].to_string()
+        };
+        if names_the_store(&item) {
+            found.push(item.lines().next().unwrap_or_default().to_string());
+        }
+    }
+    found
 }
 
 /// `unsafe` appears in one place: deserializing compiled components this

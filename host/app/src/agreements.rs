@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use anchor_domain::bilateral::{Agreement, AgreementStatus};
 use anchor_domain::payments::{PaymentStatus, SettlementStatus};
-use anchor_store::StoredDeclaration;
+use anchor_domain::records::StoredDeclaration;
 
 use crate::charge::Route;
 use crate::{AppError, AppResult, Services};

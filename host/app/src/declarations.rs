@@ -12,10 +12,10 @@ use anchor_domain::MilliDac;
 use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::integrity::integrity_hash;
-use anchor_store::{
-    AgentRecord, CostComponent, Created, DirectRead, EarnedPart, ListFilter, NewAgreement, NewDeclaration, PaymentStatus, SettlementStatus,
-    Settling, StoredDeclaration, UsageEntry,
-};
+use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
+use anchor_domain::records::{AgentRecord, ListFilter, StoredDeclaration};
+use anchor_domain::records::{Settling, UsageEntry};
+use anchor_store::{Created, DirectRead, EarnedPart, NewAgreement, NewDeclaration};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -530,7 +530,7 @@ pub async fn settle_and_anchor(
     };
     let hash = integrity_hash(&stored.declaration);
     // The price it was created with, by the generation that set it.
-    let priced_by = Some(anchor_store::PricedBy {
+    let priced_by = Some(anchor_domain::records::PricedBy {
         version: stored.declaration.pricing_version.clone(),
         sha256: stored.declaration.pricing_sha256.clone(),
     });

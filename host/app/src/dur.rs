@@ -12,7 +12,9 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, SubjectDomain};
-use anchor_store::{ObservationSpend, Span, SpendLine, UsageLine};
+use anchor_domain::records::UsageLine;
+use anchor_domain::records::{ObservationSpend, SpendLine};
+use anchor_store::Span;
 
 use crate::{AppError, AppResult, Services};
 
@@ -92,7 +94,7 @@ pub struct Summary {
     /// References of external settlements on chain (local ones left out), newest first.
     pub settlements: Vec<String>,
     /// What the agents' Earned ledger received in the range, and its transactions.
-    pub earned: anchor_store::EarnedFlow,
+    pub earned: anchor_domain::records::EarnedFlow,
 }
 
 impl Summary {
@@ -303,7 +305,7 @@ pub async fn tsl(
     role: &str,
     offset: i64,
     limit: i64,
-) -> AppResult<(Vec<anchor_store::TslLine>, i64)> {
+) -> AppResult<(Vec<anchor_domain::records::TslLine>, i64)> {
     let direction = match role {
         "buyer" => "paid",
         "seller" => "received",

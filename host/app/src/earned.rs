@@ -4,7 +4,8 @@
 //! lease ends lots a fixed number of days after they were earned.
 
 use anchor_domain::MilliDac;
-use anchor_store::{AgentRecord, EarnedBalance, EarnedEntry};
+use anchor_domain::records::EarnedBalance;
+use anchor_domain::records::{AgentRecord, EarnedEntry};
 
 use crate::{AppError, AppResult, Services};
 

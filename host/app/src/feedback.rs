@@ -3,7 +3,7 @@
 //! of day: only the UTC day), each text bounded, and only the newest
 //! [`KEEP`] notes. The operator reads them with `anchor feedback list`.
 
-use anchor_store::Feedback;
+use anchor_domain::records::Feedback;
 
 use crate::{AppError, AppResult, Services};
 

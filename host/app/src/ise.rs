@@ -18,7 +18,8 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::ise::IseMode;
 use anchor_domain::payments::{Subject, SubjectDomain};
-use anchor_store::{AgentRecord, IseClose, IseClosed, IseFunding, IseRecord, IseUnpaid};
+use anchor_domain::records::{AgentRecord, IseRecord};
+use anchor_store::{IseClose, IseClosed, IseFunding, IseUnpaid};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};

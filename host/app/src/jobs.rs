@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use anchor_store::{SettlementStatus, SubjectDomain};
+use anchor_domain::payments::{SettlementStatus, SubjectDomain};
 
 use crate::log::{self, LogKey};
 use crate::{AppError, Services, ara, charge, declarations};

@@ -242,9 +242,9 @@ impl Services {
 
     /// The generation pricing this request (or, outside one, the one in
     /// force), as every charge records it.
-    pub fn priced_by(&self) -> anchor_store::PricedBy {
+    pub fn priced_by(&self) -> anchor_domain::records::PricedBy {
         let generation = self.pricing.generation();
-        anchor_store::PricedBy { version: generation.version.clone(), sha256: generation.sha256.clone() }
+        anchor_domain::records::PricedBy { version: generation.version.clone(), sha256: generation.sha256.clone() }
     }
 }
 

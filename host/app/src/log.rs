@@ -25,7 +25,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use anchor_store::{CheckpointRecord, IntegrationPlan, LogState, PendingLeaf, Store};
+use anchor_domain::records::{CheckpointRecord, IntegrationPlan, LogState, PendingLeaf};
+use anchor_store::Store;
 use signed_note::{Note, StandardSigner};
 use tlog_tiles::{Checkpoint, Hash, HashReader};
 

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
-use anchor_store::{AgentRecord, PaymentRecord, StoredDeclaration};
+use anchor_domain::records::PaymentRecord;
+use anchor_domain::records::{AgentRecord, StoredDeclaration};
 
 use crate::{AppResult, Services, declarations};
 

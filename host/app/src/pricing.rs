@@ -259,7 +259,7 @@ pub async fn publish(
     now: DateTime<Utc>,
 ) -> anyhow::Result<bool> {
     let generation = pricing.generation();
-    let activation = anchor_store::PricingActivation {
+    let activation = anchor_domain::records::PricingActivation {
         sha256: generation.sha256.clone(),
         version: generation.version.clone(),
         interface: generation.interface.clone(),
@@ -270,7 +270,7 @@ pub async fn publish(
 }
 
 /// Every publication, by activation time.
-pub async fn publications(store: &dyn anchor_store::Store) -> anyhow::Result<Vec<anchor_store::PricingActivation>> {
+pub async fn publications(store: &dyn anchor_store::Store) -> anyhow::Result<Vec<anchor_domain::records::PricingActivation>> {
     Ok(store.pricing_activations().await?)
 }
 

@@ -11,8 +11,10 @@
 use chrono::Duration;
 
 use anchor_domain::MilliDac;
+use anchor_domain::records::AgentRecord;
+use anchor_domain::records::{Billed, RetentionTerms};
 use anchor_domain::retention::{RetentionStatus, Subscription};
-use anchor_store::{AgentRecord, Billed, Billing, RetentionTerms, Subscribed};
+use anchor_store::{Billing, Subscribed};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 

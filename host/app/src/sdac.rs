@@ -11,7 +11,9 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::pricing::Quote;
-use anchor_store::{AgentRecord, SdacEnded, SdacFunding, SdacRecord, SdacTrial};
+use anchor_domain::records::SdacTrial;
+use anchor_domain::records::{AgentRecord, SdacRecord};
+use anchor_store::{SdacEnded, SdacFunding};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::declarations::{EeRequest, resolve_scope};

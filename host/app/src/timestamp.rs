@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anchor_store::{CheckpointRecord, TimestampRecord};
+use anchor_domain::records::{CheckpointRecord, TimestampRecord};
 use anchor_verify::timestamp::{Certificate, checkpoint_body, token_of_reply, verify_token};
 use async_trait::async_trait;
 use rand::RngCore;

@@ -12,15 +12,16 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::owners::OwnerType;
 use anchor_domain::payments::{Subject, SubjectDomain};
+use anchor_domain::records::{
+    AgentRecord, ComponentRecord, Connection, DependencyRecord, HumanShareRecord, OwnerRecord, PurchaseRecord, ShareRecord, ToolRecord,
+    TransferRecord,
+};
+use anchor_domain::records::{EarnedBalance, Revenue, ToolSales};
 use anchor_domain::tsl::{
     self, CONNECTIONS_MAX, DESCRIPTION_MAX_CHARS, HUMAN_SHARE_MAX_PPM, Layer, NAME_MAX_CHARS, ObservationType, PPM_ONE, PurchaseStatus,
     TRANSFER_DELAY_DAYS, ToolStatus, TransferAction, TransferStatus,
 };
-use anchor_store::{
-    AgentRecord, ComponentRecord, Connection, DependencyAdded, DependencyRecord, EarnedBalance, HumanShareRecord, HumanShareSet,
-    NewPurchase, NewShare, NewTool, OwnerRecord, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter,
-    ToolRecord, ToolSales, TransferRecord,
-};
+use anchor_store::{DependencyAdded, HumanShareSet, NewPurchase, NewShare, NewTool, Pending, PurchaseRole, ShareAdded, ToolFilter};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anchor_store::{CheckpointRecord, CosignatureRecord};
+use anchor_domain::records::{CheckpointRecord, CosignatureRecord};
 use anchor_verify::cosignature::{WitnessKey, add_checkpoint_request, find_cosignature};
 use async_trait::async_trait;
 

@@ -3,7 +3,7 @@
 //! storage ports' result types); the use cases return them; the server
 //! renders them into its answers. Plain data: no IO, no storage detail.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use crate::MilliDac;
@@ -13,7 +13,7 @@ use crate::declarations::Declaration;
 use crate::earned::EntryKind;
 use crate::ise::IseMode;
 use crate::owners::{ContentPolicy, OwnerType, Residence};
-use crate::payments::{CostComponent, PaymentSource, SettlementStatus, Subject, SubjectDomain};
+use crate::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus, Subject, SubjectDomain};
 use crate::tsl::{Layer, ObservationType, PurchaseStatus, ShareKind, ToolStatus, TransferAction, TransferStatus};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,4 +351,318 @@ pub struct Distribution {
     pub amount: MilliDac,
     /// The Earned ledger line it became (none for a human share).
     pub earned_entry_id: Option<Uuid>,
+}
+
+/// A published, signed checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub size: i64,
+    pub root: [u8; 32],
+    pub note: String,
+    pub published_at: DateTime<Utc>,
+}
+
+/// An agent as its owner sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkedAgent {
+    pub agent: AgentRecord,
+    pub linked_at: Option<DateTime<Utc>>,
+    /// The owner-set DAB, if any.
+    pub dab_limit: Option<MilliDac>,
+}
+
+/// A payment row and its history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentRecord {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub amount_units: i64,
+    pub pay_to: String,
+    pub agent_id: Uuid,
+    /// What it paid for (absent only on rows reserved before subjects existed and never linked).
+    pub subject: Option<Subject>,
+    pub status: PaymentStatus,
+    pub error_reason: Option<String>,
+    pub settlement_ref: Option<String>,
+    /// The PaymentPayload as received (its `accepted` is the requirement).
+    pub payload: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// (status, reason, at), oldest first.
+    pub history: Vec<(PaymentStatus, Option<String>, DateTime<Utc>)>,
+}
+
+/// The terms the loaded generation sets.
+#[derive(Clone, Debug)]
+pub struct RetentionTerms {
+    pub monthly: MilliDac,
+    pub grace: Duration,
+    /// Earned DAC pays from this unexpired balance up.
+    pub threshold: MilliDac,
+    /// The generation that set them.
+    pub priced_by: PricedBy,
+}
+
+/// An agent's Earned DAC at a moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EarnedBalance {
+    /// Unexpired and unspent.
+    pub balance: MilliDac,
+    /// The lot that expires next, with what is left of it.
+    pub next_expiry: Option<(MilliDac, DateTime<Utc>)>,
+    /// Everything ever credited.
+    pub received: MilliDac,
+    /// Debited, less what was refunded.
+    pub spent: MilliDac,
+    /// Expired unspent (including lots due and not yet processed by the job).
+    pub expired: MilliDac,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classification {
+    pub classification_id: Uuid,
+    pub owner_id: Option<Uuid>,
+    pub key: String,
+    pub label: String,
+    pub description: Option<String>,
+}
+
+/// A witness's checked cosignature of one checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CosignatureRecord {
+    pub size: i64,
+    /// The witness's verifier key.
+    pub witness: String,
+    /// The signature line, as the witness sent it (newline included).
+    pub line: String,
+    /// The cosignature's own time (POSIX seconds).
+    pub signed_at: i64,
+}
+
+/// An agent's standing in the market.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Revenue {
+    pub tools: i64,
+    pub sales: i64,
+    /// Tool prices of completed sales.
+    pub gross: MilliDac,
+    /// Service fees the buyers of those sales paid on top.
+    pub fees: MilliDac,
+    /// Earned as the seller.
+    pub earned_as_seller: MilliDac,
+    /// Earned as the beneficiary of other tools' revenue shares.
+    pub earned_from_shares: MilliDac,
+    /// Given from its sales to revenue-share beneficiaries.
+    pub shared_out: MilliDac,
+    /// Accrued from its sales to its owner's human share.
+    pub human_accrued: MilliDac,
+    pub purchases: i64,
+    /// Prices and fees of its own completed purchases.
+    pub spent: MilliDac,
+}
+
+/// What one tool sold, for its seller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ToolSales {
+    pub tool_id: Uuid,
+    pub sales: i64,
+    /// Tool prices of the completed sales.
+    pub gross: MilliDac,
+    /// What the seller earned from them.
+    pub earned: MilliDac,
+}
+
+/// An agent's budget and what it spent externally in the current period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DabStatus {
+    /// The agent's own cap, if an owner set one.
+    pub own_limit: Option<MilliDac>,
+    /// External spending (reserved or settled payments) since the period start.
+    pub spent: MilliDac,
+}
+
+/// The log's tree head and the right edge it grows from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogState {
+    pub size: i64,
+    pub root: [u8; 32],
+    /// The roots of the complete subtrees that make up `size`, largest first.
+    pub edge: Vec<[u8; 32]>,
+}
+
+/// A leaf waiting for an index.
+#[derive(Clone, Debug)]
+pub struct PendingLeaf {
+    pub owner: LeafOwner,
+    pub leaf_data: Vec<u8>,
+}
+
+/// What one integration writes: new entries, new stored hashes, the new head.
+#[derive(Clone, Debug)]
+pub struct IntegrationPlan {
+    pub entries: Vec<(i64, LeafOwner, Vec<u8>)>,
+    pub hashes: Vec<(i64, [u8; 32])>,
+    pub state: LogState,
+}
+
+/// What one run of the monthly job did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Billed {
+    pub charged: usize,
+    /// Could not pay: now in grace.
+    pub to_grace: usize,
+}
+
+/// Usage entries of one kind and source: how many, how much.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpendLine {
+    pub domain: SubjectDomain,
+    pub source: PaymentSource,
+    pub entries: i64,
+    pub amount: MilliDac,
+}
+
+/// Observations made: how many, and what they cost by part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObservationSpend {
+    pub count: i64,
+    pub base: MilliDac,
+    pub premium_external: MilliDac,
+    pub premium_earned: MilliDac,
+}
+
+/// A checked RFC 3161 time-stamp token over one checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimestampRecord {
+    pub size: i64,
+    /// The TSA's URL.
+    pub tsa: String,
+    /// The token: DER of a CMS ContentInfo.
+    pub token: Vec<u8>,
+    /// The time the TSA put in it.
+    pub gen_time: DateTime<Utc>,
+}
+
+/// One trial: the combination (by wire names) and what it would cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SdacTrial {
+    pub position: i32,
+    pub axes: [(String, String); 6],
+    pub total: MilliDac,
+    pub at: DateTime<Utc>,
+}
+
+/// What settling a declaration's payment needs of it, read beside the
+/// declaration by a confirmation (the store's `declaration_to_confirm`).
+#[derive(Clone, Debug)]
+pub struct Settling {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub status: PaymentStatus,
+    /// The PaymentPayload as received (its `accepted` is the requirement).
+    pub payload: String,
+}
+
+/// One row of the usage record: what was paid for, by whom, how much, and
+/// which pricing generation set the price.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageEntry {
+    pub cost_component: CostComponent,
+    pub source: PaymentSource,
+    pub amount: MilliDac,
+    /// `None` only on rows recorded before charges named their generation.
+    pub priced_by: Option<PricedBy>,
+}
+
+/// A branch-1 declaration as an anomaly comparison sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleRow {
+    pub dd_id: Uuid,
+    /// The decision scale's JSON text and unit.
+    pub scale_value: Option<String>,
+    pub scale_unit: Option<String>,
+    pub decision_class: Option<String>,
+    pub target_class: Option<String>,
+    pub decision_at: Option<DateTime<Utc>>,
+    pub anchored_at: DateTime<Utc>,
+    /// The price above the base fee.
+    pub premium: MilliDac,
+}
+
+/// The pricing generation that priced a charge: its version and its
+/// component's SHA-256 (hex).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PricedBy {
+    pub version: String,
+    pub sha256: String,
+}
+
+/// Whose leaf a log entry is: the log holds two kinds in one tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafOwner {
+    /// A confirmed declaration.
+    Declaration(Uuid),
+    /// A signed statement registered through SCRAPI, by its entry id.
+    Statement([u8; 32]),
+}
+
+impl From<PaymentRecord> for Settling {
+    fn from(payment: PaymentRecord) -> Settling {
+        let PaymentRecord { payment_id, network, asset, payer, status, payload, .. } = payment;
+        Settling { payment_id, network, asset, payer, status, payload }
+    }
+}
+
+/// What moved through the agents' Earned DAC in a span, from its ledger.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EarnedFlow {
+    /// Credits received (sales, revenue shares).
+    pub received: MilliDac,
+    /// Ledger lines that moved money: credits, debits and refunds (expiries are not transactions).
+    pub transactions: i64,
+}
+
+/// One publication: which component, from when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PricingActivation {
+    pub sha256: String,
+    pub version: String,
+    pub interface: String,
+    pub activate_at: DateTime<Utc>,
+    pub published_at: DateTime<Utc>,
+}
+
+/// A limited kind of attempt, and the subject it is counted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptLimit {
+    /// `owner_password` or `agent_recovery`.
+    pub scope: &'static str,
+    pub window: Duration,
+    pub max: i64,
+}
+
+/// What an attempt limit said about one more attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Counted; the secret may be checked.
+    Reserved,
+    /// Every attempt of the window is used; the next window opens at this time.
+    Spent { retry_at: DateTime<Utc> },
+}
+
+/// A line of an agent's tool-market money.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TslLine {
+    /// The usage entry or the Earned ledger line.
+    pub line_id: Uuid,
+    /// `paid` (a purchase) or `received` (a sale's or a revenue share's credit).
+    pub direction: String,
+    pub amount: MilliDac,
+    /// The purchase.
+    pub purchase_id: Uuid,
+    pub at: DateTime<Utc>,
 }

@@ -4,7 +4,7 @@
 //! early, is a JSON body with its `error_code`: handlers use these instead of
 //! axum's `Json`, `Path` and `Query`, whose rejections are plain text.
 
-use anchor_store::AgentRecord;
+use anchor_domain::records::AgentRecord;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;

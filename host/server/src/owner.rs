@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use anchor_app::owners::sessions;
-use anchor_store::OwnerRecord;
+use anchor_domain::records::OwnerRecord;
 
 use crate::error::ApiError;
 use crate::state::AppState;

@@ -2,6 +2,7 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::DisclosureLevel;
+pub use anchor_domain::records::Classification;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -34,15 +35,6 @@ pub enum Recovery {
     Refused,
     /// Too many attempts for this agent_id in the window.
     RateLimited,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Classification {
-    pub classification_id: Uuid,
-    pub owner_id: Option<Uuid>,
-    pub key: String,
-    pub label: String,
-    pub description: Option<String>,
 }
 
 #[async_trait]

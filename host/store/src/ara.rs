@@ -8,6 +8,7 @@
 //! statistics read only counts of visibility 0; they never name a record or an
 //! agent.
 
+pub use anchor_domain::records::SampleRow;
 use std::collections::BTreeMap;
 
 use anchor_domain::MilliDac;
@@ -64,21 +65,6 @@ pub struct BandCount {
     pub dimension: Dimension,
     pub value: String,
     pub visibility: Visibility,
-}
-
-/// A branch-1 declaration as an anomaly comparison sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SampleRow {
-    pub dd_id: Uuid,
-    /// The decision scale's JSON text and unit.
-    pub scale_value: Option<String>,
-    pub scale_unit: Option<String>,
-    pub decision_class: Option<String>,
-    pub target_class: Option<String>,
-    pub decision_at: Option<DateTime<Utc>>,
-    pub anchored_at: DateTime<Utc>,
-    /// The price above the base fee.
-    pub premium: MilliDac,
 }
 
 /// One of an agent's counts: all time, or on one day.

@@ -1,28 +1,12 @@
 //! Attempt limits: fixed windows of counted attempts per scope and subject (logins, recovery keys, password confirmations).
 
+pub use anchor_domain::records::Attempt;
+pub use anchor_domain::records::AttemptLimit;
 use async_trait::async_trait;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::engine::{Engine, Exec, sql};
 use crate::*;
-
-/// What an attempt limit said about one more attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attempt {
-    /// Counted; the secret may be checked.
-    Reserved,
-    /// Every attempt of the window is used; the next window opens at this time.
-    Spent { retry_at: DateTime<Utc> },
-}
-
-/// A limited kind of attempt, and the subject it is counted for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AttemptLimit {
-    /// `owner_password` or `agent_recovery`.
-    pub scope: &'static str,
-    pub window: Duration,
-    pub max: i64,
-}
 
 #[async_trait]
 pub trait AttemptStore: Send + Sync {

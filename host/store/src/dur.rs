@@ -4,7 +4,11 @@
 //! own records, not the store's size.
 
 use anchor_domain::MilliDac;
-use anchor_domain::payments::{PaymentSource, SubjectDomain};
+use anchor_domain::payments::SubjectDomain;
+pub use anchor_domain::records::EarnedFlow;
+pub use anchor_domain::records::ObservationSpend;
+pub use anchor_domain::records::SpendLine;
+pub use anchor_domain::records::TslLine;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -12,33 +16,6 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Query, Row, sql};
 use crate::*;
 pub use anchor_domain::records::UsageLine;
-
-/// Usage entries of one kind and source: how many, how much.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpendLine {
-    pub domain: SubjectDomain,
-    pub source: PaymentSource,
-    pub entries: i64,
-    pub amount: MilliDac,
-}
-
-/// Observations made: how many, and what they cost by part.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ObservationSpend {
-    pub count: i64,
-    pub base: MilliDac,
-    pub premium_external: MilliDac,
-    pub premium_earned: MilliDac,
-}
-
-/// What moved through the agents' Earned DAC in a span, from its ledger.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EarnedFlow {
-    /// Credits received (sales, revenue shares).
-    pub received: MilliDac,
-    /// Ledger lines that moved money: credits, debits and refunds (expiries are not transactions).
-    pub transactions: i64,
-}
 
 /// A range of time and the agents whose records it covers.
 #[derive(Clone, Debug)]
@@ -90,19 +67,6 @@ pub trait DurStore: Send + Sync {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<TslLine>, i64)>;
-}
-
-/// A line of an agent's tool-market money.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TslLine {
-    /// The usage entry or the Earned ledger line.
-    pub line_id: Uuid,
-    /// `paid` (a purchase) or `received` (a sale's or a revenue share's credit).
-    pub direction: String,
-    pub amount: MilliDac,
-    /// The purchase.
-    pub purchase_id: Uuid,
-    pub at: DateTime<Utc>,
 }
 
 /// The template columns DUR counts, by the name the reports use.

@@ -11,6 +11,7 @@
 use anchor_domain::MilliDac;
 use anchor_domain::earned::EntryKind;
 use anchor_domain::payments::{Subject, SubjectDomain};
+pub use anchor_domain::records::EarnedBalance;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -18,21 +19,6 @@ use uuid::Uuid;
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
 pub use anchor_domain::records::EarnedEntry;
-
-/// An agent's Earned DAC at a moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EarnedBalance {
-    /// Unexpired and unspent.
-    pub balance: MilliDac,
-    /// The lot that expires next, with what is left of it.
-    pub next_expiry: Option<(MilliDac, DateTime<Utc>)>,
-    /// Everything ever credited.
-    pub received: MilliDac,
-    /// Debited, less what was refunded.
-    pub spent: MilliDac,
-    /// Expired unspent (including lots due and not yet processed by the job).
-    pub expired: MilliDac,
-}
 
 /// What a debit did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Agents as their owner sees them: linking, unlinking, the owner-set DAB, the content-inclusion policy, totals for reports.
 
 use anchor_domain::MilliDac;
+pub use anchor_domain::records::LinkedAgent;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -8,15 +9,6 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
 pub use anchor_domain::records::Totals;
-
-/// An agent as its owner sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkedAgent {
-    pub agent: AgentRecord,
-    pub linked_at: Option<DateTime<Utc>>,
-    /// The owner-set DAB, if any.
-    pub dab_limit: Option<MilliDac>,
-}
 
 /// The outcome of linking an agent to an owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,36 +1,18 @@
 //! The transparency log: the integrator lease, integration of pending leaves, hashes, entries and checkpoints.
 
+pub use anchor_domain::records::CheckpointRecord;
+pub use anchor_domain::records::CosignatureRecord;
+pub use anchor_domain::records::IntegrationPlan;
+pub use anchor_domain::records::LeafOwner;
+pub use anchor_domain::records::LogState;
+pub use anchor_domain::records::PendingLeaf;
+pub use anchor_domain::records::TimestampRecord;
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
-
-/// The log's tree head and the right edge it grows from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogState {
-    pub size: i64,
-    pub root: [u8; 32],
-    /// The roots of the complete subtrees that make up `size`, largest first.
-    pub edge: Vec<[u8; 32]>,
-}
-
-/// Whose leaf a log entry is: the log holds two kinds in one tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeafOwner {
-    /// A confirmed declaration.
-    Declaration(Uuid),
-    /// A signed statement registered through SCRAPI, by its entry id.
-    Statement([u8; 32]),
-}
-
-/// A leaf waiting for an index.
-#[derive(Clone, Debug)]
-pub struct PendingLeaf {
-    pub owner: LeafOwner,
-    pub leaf_data: Vec<u8>,
-}
 
 /// A registered signed statement: who signed it, about what, and where it
 /// is in the log (never its payload).
@@ -48,25 +30,8 @@ pub struct StatementEntry {
     pub leaf_index: Option<i64>,
 }
 
-/// What one integration writes: new entries, new stored hashes, the new head.
-#[derive(Clone, Debug)]
-pub struct IntegrationPlan {
-    pub entries: Vec<(i64, LeafOwner, Vec<u8>)>,
-    pub hashes: Vec<(i64, [u8; 32])>,
-    pub state: LogState,
-}
-
 /// Computes an integration from the current head and a batch of pending leaves.
 pub type Planner<'a> = &'a (dyn Fn(&LogState, &[PendingLeaf]) -> Result<IntegrationPlan, String> + Send + Sync);
-
-/// A published, signed checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckpointRecord {
-    pub size: i64,
-    pub root: [u8; 32],
-    pub note: String,
-    pub published_at: DateTime<Utc>,
-}
 
 #[async_trait]
 pub trait LogStore: Send + Sync {
@@ -127,30 +92,6 @@ pub trait LogStore: Send + Sync {
     /// How many records at leaf index `from` or above declared `level` (an
     /// `ee_integrity_verification_level`).
     async fn declared_level_count(&self, level: &str, from: i64) -> Result<i64>;
-}
-
-/// A checked RFC 3161 time-stamp token over one checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TimestampRecord {
-    pub size: i64,
-    /// The TSA's URL.
-    pub tsa: String,
-    /// The token: DER of a CMS ContentInfo.
-    pub token: Vec<u8>,
-    /// The time the TSA put in it.
-    pub gen_time: DateTime<Utc>,
-}
-
-/// A witness's checked cosignature of one checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CosignatureRecord {
-    pub size: i64,
-    /// The witness's verifier key.
-    pub witness: String,
-    /// The signature line, as the witness sent it (newline included).
-    pub line: String,
-    /// The cosignature's own time (POSIX seconds).
-    pub signed_at: i64,
 }
 
 #[async_trait]

@@ -1,6 +1,11 @@
 //! External payments (x402): their rows and history, closing and reconciling them, and the DAB.
 
 use anchor_domain::MilliDac;
+pub use anchor_domain::records::DabStatus;
+pub use anchor_domain::records::PaymentRecord;
+pub use anchor_domain::records::PricedBy;
+pub use anchor_domain::records::Settling;
+pub use anchor_domain::records::UsageEntry;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -32,58 +37,6 @@ pub struct NewPayment {
     pub period_start: DateTime<Utc>,
     /// The generation that set `amount_units`: the usage its settlement records names it.
     pub priced_by: PricedBy,
-}
-
-/// An agent's budget and what it spent externally in the current period.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DabStatus {
-    /// The agent's own cap, if an owner set one.
-    pub own_limit: Option<MilliDac>,
-    /// External spending (reserved or settled payments) since the period start.
-    pub spent: MilliDac,
-}
-
-/// A payment row and its history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PaymentRecord {
-    pub payment_id: Uuid,
-    pub network: String,
-    pub asset: String,
-    pub payer: String,
-    pub amount_units: i64,
-    pub pay_to: String,
-    pub agent_id: Uuid,
-    /// What it paid for (absent only on rows reserved before subjects existed and never linked).
-    pub subject: Option<Subject>,
-    pub status: PaymentStatus,
-    pub error_reason: Option<String>,
-    pub settlement_ref: Option<String>,
-    /// The PaymentPayload as received (its `accepted` is the requirement).
-    pub payload: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// (status, reason, at), oldest first.
-    pub history: Vec<(PaymentStatus, Option<String>, DateTime<Utc>)>,
-}
-
-/// What settling a declaration's payment needs of it, read beside the
-/// declaration by a confirmation ([`DeclarationStore::declaration_to_confirm`]).
-#[derive(Clone, Debug)]
-pub struct Settling {
-    pub payment_id: Uuid,
-    pub network: String,
-    pub asset: String,
-    pub payer: String,
-    pub status: PaymentStatus,
-    /// The PaymentPayload as received (its `accepted` is the requirement).
-    pub payload: String,
-}
-
-impl From<PaymentRecord> for Settling {
-    fn from(payment: PaymentRecord) -> Settling {
-        let PaymentRecord { payment_id, network, asset, payer, status, payload, .. } = payment;
-        Settling { payment_id, network, asset, payer, status, payload }
-    }
 }
 
 /// The columns of a declaration `d`'s payments that [`decode_settling`]
@@ -141,31 +94,11 @@ pub struct EarnedPart {
     pub threshold: MilliDac,
 }
 
-/// One row of the usage record: what was paid for, by whom, how much, and
-/// which pricing generation set the price.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageEntry {
-    pub cost_component: CostComponent,
-    pub source: PaymentSource,
-    pub amount: MilliDac,
-    /// `None` only on rows recorded before charges named their generation.
-    pub priced_by: Option<PricedBy>,
-}
-
-/// The pricing generation that priced a charge: its version and its
-/// component's SHA-256 (hex).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PricedBy {
-    pub version: String,
-    pub sha256: String,
-}
-
-impl PricedBy {
-    fn read(row: &impl Row) -> Result<Option<PricedBy>> {
-        let version: Option<String> = row.get("pricing_version")?;
-        let sha256: Option<String> = row.get("pricing_sha256")?;
-        Ok(version.zip(sha256).map(|(version, sha256)| PricedBy { version, sha256 }))
-    }
+/// The generation a row names (`pricing_version`, `pricing_sha256`), if it names one.
+fn read_priced_by(row: &impl Row) -> Result<Option<PricedBy>> {
+    let version: Option<String> = row.get("pricing_version")?;
+    let sha256: Option<String> = row.get("pricing_sha256")?;
+    Ok(version.zip(sha256).map(|(version, sha256)| PricedBy { version, sha256 }))
 }
 
 /// A payment whose settlement outcome is not known yet.
@@ -519,7 +452,7 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
                     cost_component: row.named("cost_component")?,
                     source: row.named("payment_source")?,
                     amount: MilliDac(row.get("amount_milli")?),
-                    priced_by: PricedBy::read(row)?,
+                    priced_by: read_priced_by(row)?,
                 })
             })
             .collect()
@@ -713,7 +646,7 @@ pub(crate) async fn move_payment<X: Exec>(
         agent_id: row.get("agent_id")?,
         amount_units: row.get("amount_units")?,
         subject: subject(&row)?,
-        priced_by: PricedBy::read(&row)?,
+        priced_by: read_priced_by(&row)?,
     };
     insert_event(tx, moved.payment_id, status, reason, now).await?;
     Ok(Some(moved))

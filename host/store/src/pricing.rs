@@ -1,20 +1,10 @@
 //! Published pricing generations and when each comes into force.
 
+pub use anchor_domain::records::PricingActivation;
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
-
-/// One publication: which component, from when.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PricingActivation {
-    pub sha256: String,
-    pub version: String,
-    pub interface: String,
-    pub activate_at: DateTime<Utc>,
-    pub published_at: DateTime<Utc>,
-}
 
 #[async_trait]
 pub trait PricingStore: Send + Sync {

@@ -6,6 +6,8 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
+pub use anchor_domain::records::Billed;
+pub use anchor_domain::records::RetentionTerms;
 use anchor_domain::retention::{self, RetentionStatus, Subscription};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -13,17 +15,6 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
-
-/// The terms the loaded generation sets.
-#[derive(Clone, Debug)]
-pub struct RetentionTerms {
-    pub monthly: MilliDac,
-    pub grace: Duration,
-    /// Earned DAC pays from this unexpired balance up.
-    pub threshold: MilliDac,
-    /// The generation that set them.
-    pub priced_by: PricedBy,
-}
 
 /// What subscribing concluded; nothing was written unless `Active`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,14 +40,6 @@ pub enum Billing {
     ToGrace,
     /// Nothing was due any more (another host, a cancel or a reactivation got there first).
     NotDue,
-}
-
-/// What one run of the monthly job did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Billed {
-    pub charged: usize,
-    /// Could not pay: now in grace.
-    pub to_grace: usize,
 }
 
 #[async_trait]

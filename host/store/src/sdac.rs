@@ -6,6 +6,7 @@
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::ee::Scope;
 use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
+pub use anchor_domain::records::SdacTrial;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -13,15 +14,6 @@ use uuid::Uuid;
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
 pub use anchor_domain::records::SdacRecord;
-
-/// One trial: the combination (by wire names) and what it would cost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SdacTrial {
-    pub position: i32,
-    pub axes: [(String, String); 6],
-    pub total: MilliDac,
-    pub at: DateTime<Utc>,
-}
 
 /// How a session's end is paid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

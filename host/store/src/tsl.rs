@@ -11,6 +11,8 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
+pub use anchor_domain::records::Revenue;
+pub use anchor_domain::records::ToolSales;
 use anchor_domain::tsl::{self, Layer, PPM_ONE, ShareKind, ToolStatus, TransferAction};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -57,6 +59,13 @@ pub enum DependencyAdded {
     TooMany,
 }
 
+/// A record written in the same transaction as a payment's reservation.
+#[derive(Clone, Debug)]
+pub enum Pending {
+    Purchase(NewPurchase),
+    Asa(crate::asa::NewAsaPurchase),
+}
+
 /// A purchase to write with its payment's reservation.
 #[derive(Clone, Debug)]
 pub struct NewPurchase {
@@ -74,41 +83,12 @@ pub struct NewPurchase {
     pub earned_expiry_days: u32,
 }
 
-/// A record written in the same transaction as a payment's reservation.
-#[derive(Clone, Debug)]
-pub enum Pending {
-    Purchase(NewPurchase),
-    Asa(crate::asa::NewAsaPurchase),
-}
-
 /// Whose purchases to list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PurchaseRole {
     Buyer,
     Seller,
     Any,
-}
-
-/// An agent's standing in the market.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Revenue {
-    pub tools: i64,
-    pub sales: i64,
-    /// Tool prices of completed sales.
-    pub gross: MilliDac,
-    /// Service fees the buyers of those sales paid on top.
-    pub fees: MilliDac,
-    /// Earned as the seller.
-    pub earned_as_seller: MilliDac,
-    /// Earned as the beneficiary of other tools' revenue shares.
-    pub earned_from_shares: MilliDac,
-    /// Given from its sales to revenue-share beneficiaries.
-    pub shared_out: MilliDac,
-    /// Accrued from its sales to its owner's human share.
-    pub human_accrued: MilliDac,
-    pub purchases: i64,
-    /// Prices and fees of its own completed purchases.
-    pub spent: MilliDac,
 }
 
 /// A revenue share to add.
@@ -165,17 +145,6 @@ pub struct MarketWindow {
     pub buyers: i64,
     /// Completed purchases in the window, each buyer counted at most `cap` times.
     pub capped_purchases: i64,
-}
-
-/// What one tool sold, for its seller.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ToolSales {
-    pub tool_id: Uuid,
-    pub sales: i64,
-    /// Tool prices of the completed sales.
-    pub gross: MilliDac,
-    /// What the seller earned from them.
-    pub earned: MilliDac,
 }
 
 #[async_trait]

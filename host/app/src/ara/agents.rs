@@ -16,7 +16,8 @@ use uuid::Uuid;
 use anchor_domain::agents::DisclosureLevel;
 use anchor_domain::ara::{Dimension, day_of, day_start};
 use anchor_domain::pricing::ObservationTier;
-use anchor_store::{AgentCount, AgentRecord, OwnerRecord};
+use anchor_domain::records::{AgentRecord, OwnerRecord};
+use anchor_store::AgentCount;
 
 use super::{Observed, PremiumSource, Purchase, pay, unavailable};
 use crate::charge::{Offered, Route};

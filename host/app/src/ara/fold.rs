@@ -11,7 +11,8 @@ use uuid::Uuid;
 
 use anchor_domain::ara::{Dimension, Visibility, contributions, day_of, positions};
 use anchor_domain::declarations::ee;
-use anchor_store::{BandCount, DayCount, StoredDeclaration};
+use anchor_domain::records::StoredDeclaration;
+use anchor_store::{BandCount, DayCount};
 
 use super::meta::{point, point_of};
 use crate::Services;

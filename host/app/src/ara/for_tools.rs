@@ -7,9 +7,9 @@ use uuid::Uuid;
 
 use anchor_domain::ara::{Dimension, Window, day_of};
 use anchor_domain::pricing::ObservationTier;
+use anchor_domain::records::AgentRecord;
 use anchor_domain::tools::{Cell, DayCount, Observation};
 use anchor_domain::tsl::ObservationType;
-use anchor_store::AgentRecord;
 
 use super::agents::{self, Target};
 use super::releases::{self, Kind, Release};

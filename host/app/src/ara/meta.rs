@@ -8,7 +8,8 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::ara::{MIN_SAMPLE, Point, Positions, positions, time_zone};
 use anchor_domain::pricing::ObservationTier;
-use anchor_store::{AgentRecord, SampleRow, StoredDeclaration};
+use anchor_domain::records::SampleRow;
+use anchor_domain::records::{AgentRecord, StoredDeclaration};
 
 use super::{Observed, Purchase, pay, unavailable};
 use crate::charge::Offered;

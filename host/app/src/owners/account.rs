@@ -11,7 +11,8 @@
 use chrono::{DateTime, Duration, Utc};
 
 use anchor_domain::owners::Residence;
-use anchor_store::{LinkedAgent, OwnerClassification, OwnerRecord};
+use anchor_domain::records::LinkedAgent;
+use anchor_domain::records::{OwnerClassification, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 

@@ -20,7 +20,9 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::owners::AccountStatus;
-use anchor_store::{Attempt, AttemptLimit, LinkedAgent, OwnerRecord};
+use anchor_domain::records::LinkedAgent;
+use anchor_domain::records::OwnerRecord;
+use anchor_domain::records::{Attempt, AttemptLimit};
 
 use crate::{AppError, AppResult, Services};
 

@@ -11,7 +11,8 @@
 use uuid::Uuid;
 
 use anchor_domain::owners::{self, ContentPolicy, DESCRIPTION_MAX, LABEL_MAX};
-use anchor_store::{Classification, OwnerClassification, OwnerRecord};
+use anchor_domain::records::Classification;
+use anchor_domain::records::{OwnerClassification, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 

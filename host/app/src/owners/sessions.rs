@@ -10,7 +10,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use anchor_domain::owners::AccountStatus;
-use anchor_store::OwnerRecord;
+use anchor_domain::records::OwnerRecord;
 
 use crate::{AppError, AppResult, Services};
 
