@@ -24,7 +24,8 @@ both_backends!(
     the_use_cases_answer_what_rest_and_mcp_answer,
     create_and_confirm_through_the_use_cases,
     inline_payments_settle_before_the_answer,
-    earned_pays_its_part_and_comes_back_when_settlement_is_refused
+    earned_pays_its_part_and_comes_back_when_settlement_is_refused,
+    defaults_and_bounds_are_the_use_cases
 );
 
 /// A DD with what a client must name and nothing else.
@@ -371,6 +372,29 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     store.credit_earned(poor.agent_id, MilliDac::from_dac(29), "tool sale", None, now + chrono::Duration::days(365), now).await.unwrap();
     let short = charge::charge(&services, order(poor.agent_id, subject(), Offered::None), &observe).await.unwrap_err();
     assert_eq!(short.code(), "INSUFFICIENT_DAC");
+}
+
+/// Defaults and bounds a client leaves to the service are applied by the
+/// use case, and its result says which it used: a registration's region,
+/// a usage page's number and size.
+async fn defaults_and_bounds_are_the_use_cases(backend: Backend) {
+    let (services, _store, _clock, agent, _cleanup) = setup(backend, Arc::new(anchor_x402::settlement::LocalSettler)).await;
+    let Err(refused) = anchor_app::agents::register(&services, Some("MARS")).await else { panic!("an unknown region is refused") };
+    assert_eq!(refused.code(), "INVALID_ENUM");
+    assert!(anchor_app::agents::register(&services, Some("KR")).await.is_ok());
+    assert!(anchor_app::agents::register(&services, None).await.is_ok());
+
+    let range = anchor_app::dur::range(&services, None, None).unwrap();
+    let agents = [agent.agent_id];
+    let usage = |page, limit| anchor_app::dur::transactions(&services, &agents, range, None, page, limit);
+    let first = usage(None, None).await.unwrap();
+    assert_eq!((first.page(), first.limit), (1, anchor_app::paging::USAGE.default), "page 1 of the default size");
+    let capped = usage(Some(3), Some(10_000)).await.unwrap();
+    assert_eq!((capped.page(), capped.limit), (3, anchor_app::paging::USAGE.max), "a size past the largest is the largest");
+    assert_eq!(usage(Some(0), None).await.unwrap_err().code(), "INVALID_VALUE");
+    assert_eq!(usage(None, Some(0)).await.unwrap_err().code(), "INVALID_VALUE");
+    let sales = anchor_app::dur::tsl(&services, agent.agent_id, range, "all", None, Some(7)).await.unwrap();
+    assert_eq!((sales.page(), sales.limit, sales.total), (1, 7, 0));
 }
 
 /// One request as a client writes it: the JSON REST takes (and, flattened,

@@ -61,6 +61,12 @@ pub async fn authenticate(services: &Services, token: &str) -> AppResult<Option<
 
 /// Registers a new agent with its Trial grant.
 pub async fn register(services: &Services, region_code: Option<&str>) -> AppResult<Registered> {
+    if let Some(code) = region_code
+        && !anchor_domain::agents::REGION_CODES.contains(&code)
+    {
+        let known = anchor_domain::agents::REGION_CODES.join(", ");
+        return Err(AppError::invalid("INVALID_ENUM", format!("region_code must be one of {known}; got {}", anchor_domain::brief(code))));
+    }
     let now = services.clock.now();
     let credentials = Credentials::new(Uuid::new_v4(), now);
     let agent = NewAgent {

@@ -16,6 +16,7 @@ use anchor_domain::records::UsageLine;
 use anchor_domain::records::{ObservationSpend, SpendLine};
 use anchor_store::Span;
 
+use crate::paging::{self, Page};
 use crate::{AppError, AppResult, Services};
 
 /// A report's range: `[from, to)`.
@@ -160,9 +161,10 @@ pub async fn transactions(
     agents: &[Uuid],
     range: Range,
     kind: Option<&str>,
-    offset: i64,
-    limit: i64,
-) -> AppResult<(Vec<UsageLine>, i64)> {
+    page: Option<i64>,
+    limit: Option<i64>,
+) -> AppResult<Page<UsageLine>> {
+    let window = paging::by_page(paging::USAGE, limit, page)?;
     let domains = match kind {
         None => Vec::new(),
         Some(kind) if KINDS.contains(&kind) => domains_of(kind),
@@ -174,7 +176,15 @@ pub async fn transactions(
         }
     };
     let span = Span { agents, from: range.from, to: range.to };
-    Ok(services.store.usage_lines(&span, &domains, offset, limit).await?)
+    let (items, total) = services.store.usage_lines(&span, &domains, window.offset, window.limit).await?;
+    Ok(Page { items, total, limit: window.limit, offset: window.offset })
+}
+
+/// Every usage line of `agents` in `range`, up to [`EXPORT_MAX`], with how
+/// many there are in all: what an export holds.
+pub async fn export_lines(services: &Services, agents: &[Uuid], range: Range) -> AppResult<(Vec<UsageLine>, i64)> {
+    let span = Span { agents, from: range.from, to: range.to };
+    Ok(services.store.usage_lines(&span, &[], 0, EXPORT_MAX).await?)
 }
 
 /// DUR's decision reports cover the asking agent only.
@@ -303,15 +313,17 @@ pub async fn tsl(
     agent_id: Uuid,
     range: Range,
     role: &str,
-    offset: i64,
-    limit: i64,
-) -> AppResult<(Vec<anchor_domain::records::TslLine>, i64)> {
+    page: Option<i64>,
+    limit: Option<i64>,
+) -> AppResult<Page<anchor_domain::records::TslLine>> {
+    let window = paging::by_page(paging::USAGE, limit, page)?;
     let direction = match role {
         "buyer" => "paid",
         "seller" => "received",
         _ => "all",
     };
-    Ok(services.store.tsl_lines(agent_id, range.from, range.to, Some(direction), offset, limit).await?)
+    let (items, total) = services.store.tsl_lines(agent_id, range.from, range.to, Some(direction), window.offset, window.limit).await?;
+    Ok(Page { items, total, limit: window.limit, offset: window.offset })
 }
 
 #[cfg(test)]

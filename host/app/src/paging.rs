@@ -50,6 +50,13 @@ pub struct Page<T> {
     pub offset: i64,
 }
 
+impl<T> Page<T> {
+    /// The page number it is (for lists paged by `page`, from 1).
+    pub fn page(&self) -> i64 {
+        self.offset / self.limit + 1
+    }
+}
+
 /// The page size used for `asked`: the default when absent, the largest
 /// page when above it.
 pub fn limit(sizes: Sizes, asked: Option<i64>) -> AppResult<i64> {

@@ -13,6 +13,10 @@ pub const RECOVERY_PREFIX: &str = "da_rk_";
 pub const TRIAL_DAC: crate::MilliDac = crate::MilliDac::from_dac(500);
 pub const TRIAL_DAYS: i64 = 30;
 
+/// Where an agent says it is based: five tracked countries, then macro-regions.
+pub const REGION_CODES: &[&str] =
+    &["KR", "CN", "JP", "TW", "HK", "ASIA", "EUROPE", "N_AMERICA", "S_AMERICA", "AFRICA", "OCEANIA", "ANTARCTICA", "unknown"];
+
 /// Recovery attempts allowed per agent within [`RECOVERY_WINDOW_MINUTES`].
 pub const RECOVERY_ATTEMPTS: i64 = 5;
 pub const RECOVERY_WINDOW_MINUTES: i64 = 15;

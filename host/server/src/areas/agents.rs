@@ -19,10 +19,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-/// Where an agent says it is based: five tracked countries, then macro-regions.
-pub const REGION_CODES: &[&str] =
-    &["KR", "CN", "JP", "TW", "HK", "ASIA", "EUROPE", "N_AMERICA", "S_AMERICA", "AFRICA", "OCEANIA", "ANTARCTICA", "unknown"];
-
 /// Responses that carry a secret must not be kept by any cache.
 pub(crate) const NO_STORE: [(HeaderName, &str); 1] = [(axum::http::header::CACHE_CONTROL, "no-store")];
 
@@ -37,7 +33,7 @@ pub(crate) struct RegisterRequest {
 }
 
 pub(crate) fn region_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    one_of(REGION_CODES)
+    one_of(anchor_domain::agents::REGION_CODES)
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -80,16 +76,8 @@ pub(crate) struct Step {
 
 /// Registration, as REST and the MCP tool register_agent answer it.
 pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterRequest>) -> ApiResult<Registered> {
-    let region = match request.and_then(|r| r.region_code) {
-        Some(code) => Some(REGION_CODES.iter().copied().find(|r| *r == code).ok_or_else(|| {
-            ApiError::bad(
-                "INVALID_ENUM",
-                format!("region_code must be one of {}; got {}", REGION_CODES.join(", "), anchor_domain::brief(&code)),
-            )
-        })?),
-        None => None,
-    };
-    let registered = agents::register(&state.app, region).await?;
+    let region = request.and_then(|r| r.region_code);
+    let registered = agents::register(&state.app, region.as_deref()).await?;
     let base = &state.settings.public_url;
     let c = registered.credentials;
     Ok(Registered {

@@ -257,12 +257,6 @@ pub(crate) struct TransactionsView {
     pub(crate) total: i64,
 }
 
-/// The page number and size of a usage list (`anchor_app::paging::USAGE`).
-pub(crate) fn page(page: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
-    let window = anchor_app::paging::by_page(anchor_app::paging::USAGE, limit, page)?;
-    Ok((window.page(), window.limit))
-}
-
 #[derive(Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Role {
@@ -340,7 +334,7 @@ pub(crate) struct ExportView {
 
 /// The entries of `agents` in `range`, as CSV or JSON.
 pub(crate) async fn export_of(state: &AppState, agents: &[Uuid], range: Range, format: Format, name: &str) -> ApiResult<Response> {
-    let (lines, total) = dur::transactions(&state.app, agents, range, None, 0, dur::EXPORT_MAX).await?;
+    let (lines, total) = dur::export_lines(&state.app, agents, range).await?;
     match format {
         Format::Json => {
             Ok(Json(ExportView { period: range.into(), transactions: lines.iter().map(Transaction::from).collect(), total })
@@ -595,22 +589,27 @@ async fn transactions(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<TransactionsQuery>,
 ) -> ApiResult<Json<TransactionsView>> {
-    let (page, limit) = page(query.page, query.limit)?;
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
-    let (lines, total) = dur::transactions(&state.app, &[agent.agent_id], range, query.kind.as_deref(), (page - 1) * limit, limit).await?;
-    Ok(Json(TransactionsView { transactions: lines.iter().map(Transaction::from).collect(), page, limit, total }))
+    let lines = dur::transactions(&state.app, &[agent.agent_id], range, query.kind.as_deref(), query.page, query.limit).await?;
+    Ok(Json(TransactionsView {
+        transactions: lines.items.iter().map(Transaction::from).collect(),
+        page: lines.page(),
+        limit: lines.limit,
+        total: lines.total,
+    }))
 }
 
 async fn tsl(State(state): State<AppState>, AuthAgent(agent): AuthAgent, ApiQuery(query): ApiQuery<TslQuery>) -> ApiResult<Json<TslView>> {
-    let (page, limit) = page(query.page, query.limit)?;
     let range = dur::range(&state.app, query.from.as_deref(), query.to.as_deref())?;
     let (role, name) = match query.role.unwrap_or(Role::All) {
         Role::Buyer => (RoleView::Buyer, "buyer"),
         Role::Seller => (RoleView::Seller, "seller"),
         Role::All => (RoleView::All, "all"),
     };
-    let (lines, total) = dur::tsl(&state.app, agent.agent_id, range, name, (page - 1) * limit, limit).await?;
+    let lines = dur::tsl(&state.app, agent.agent_id, range, name, query.page, query.limit).await?;
+    let (page, limit, total) = (lines.page(), lines.limit, lines.total);
     let transactions = lines
+        .items
         .into_iter()
         .map(|l| TslTransaction {
             transaction_id: l.line_id,
