@@ -53,7 +53,10 @@ async fn raw_from(from: [u8; 4], to: SocketAddr, request: &[u8], wait: Duration)
 /// every time, long before any slow body times out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_mcp_bodies_do_not_hold_the_listener() {
-    let limits = anchor_server::listener::HttpLimits { body_read_timeout: Duration::from_secs(6), ..Default::default() };
+    // Long enough that a held listener (answering /health only once the
+    // slow bodies time out) is far from a free one on a loaded machine (a CI
+    // run saw a free one take 3.5 s); the bodies drip for 40 s.
+    let limits = anchor_server::listener::HttpLimits { body_read_timeout: Duration::from_secs(12), ..Default::default() };
     anchor_server::listener::raise_open_files(&limits);
     let t = TestServer::with(Backend::Sqlite, Options { http: limits, ..Options::default() }).await;
     let addr = addr_of(&t);

@@ -151,7 +151,11 @@ fn tool_run_checks_and_runs_a_component_as_the_service_would() {
 
     let spin = run("tool_spin.wasm", &["--sample", "1"]);
     assert_eq!(spin.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&spin.stderr).contains("FAILED (out_of_fuel)"), "{}", String::from_utf8_lossy(&spin.stderr));
+    // The fuel (four billion instructions) runs out first on an idle core;
+    // on a loaded one the wall clock, its backstop, can: either way the run
+    // fails with its reason named.
+    let said = String::from_utf8_lossy(&spin.stderr);
+    assert!(said.contains("FAILED (out_of_fuel)") || said.contains("FAILED (deadline)"), "{said}");
     let wasi = run("tool_wasi.wasm", &["--sample", "1"]);
     assert_eq!(wasi.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&wasi.stderr).contains("REFUSED") && String::from_utf8_lossy(&wasi.stderr).contains("wasi:filesystem"));
