@@ -464,7 +464,11 @@ async fn with_facilitator(backend: Backend) -> (TestServer, stub::Facilitator) {
     )
     .await
     .expect("the stub lists exact on Base");
-    let t = TestServer::with(backend, Options { settler: Some(std::sync::Arc::new(settler)), ..Options::default() }).await;
+    // No jobs loop: the test runs the reconciler itself, and a loop doing it
+    // too would race the confirmation that is to reconcile (a CI run saw the
+    // loop confirm first, and the test's confirmation answered 409).
+    let options = Options { settler: Some(std::sync::Arc::new(settler)), jobs: false, ..Options::default() };
+    let t = TestServer::with(backend, options).await;
     (t, facilitator)
 }
 
