@@ -691,19 +691,10 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
         arguments.extend(case.extra.as_object().unwrap().clone());
         arguments.insert("auth_token".into(), json!(mcp.token));
         let over_mcp = mcp_outcome(&t, "create_decision", arguments).await;
-        match case.over_mcp {
-            OverMcp::AsRest => {
-                assert_eq!(flat, nested, "{}: the flat form reads it as the nested one", case.name);
-                assert_eq!(over_mcp, flat, "{}: the MCP tool answers what the use case and REST answer", case.name);
-            }
-            OverMcp::Defaulted => {
-                assert!(matches!(flat, Outcome::Recorded(_)), "{}: the flat form fills in what REST requires: {flat:?}", case.name);
-                assert_eq!(over_mcp, flat, "{}: the MCP tool answers what the use case answers in the flat form", case.name);
-                flat_records.push(flat);
-            }
-            OverMcp::NoArgument(name) => {
-                assert_eq!(over_mcp, Outcome::Refused(400, "UNKNOWN_FIELD".into()), "{}: the tool has no argument {name}", case.name);
-            }
+        assert_over_mcp(case.name, case.over_mcp, &over_mcp, &nested, &flat);
+        if let OverMcp::Defaulted = case.over_mcp {
+            assert!(matches!(flat, Outcome::Recorded(_)), "{}: the flat form fills in what REST requires: {flat:?}", case.name);
+            flat_records.push(flat);
         }
     }
     // The flat form's defaults are values a nested request can name: the
@@ -800,19 +791,25 @@ async fn the_use_cases_answer_what_rest_and_mcp_answer(backend: Backend) {
         arguments.insert("counterparty_agent_id".into(), json!(counterparty.id));
         arguments.insert("auth_token".into(), json!(mcp.token));
         let over_mcp = mcp_outcome(&t, "propose_bilateral", arguments).await;
-        match over_mcp_expected {
-            OverMcp::AsRest => {
-                assert_eq!(flat, nested, "{name}: the flat form reads it as the nested one");
-                assert_eq!(over_mcp, rest_outcome, "{name}: the MCP tool answers what the use case and REST answer");
-            }
-            OverMcp::Defaulted => {
-                assert!(matches!(&flat, Outcome::Refused(402, _)), "{name}: the flat form fills in what REST requires: {flat:?}");
-                assert_eq!(over_mcp, flat, "{name}: the MCP tool answers what the use case answers in the flat form");
-                assert_eq!(Some(flat), priced_in_full, "{name}: the defaults are the four axes written out");
-            }
-            OverMcp::NoArgument(argument) => {
-                assert_eq!(over_mcp, Outcome::Refused(400, "UNKNOWN_FIELD".into()), "{name}: the tool has no argument {argument}");
-            }
+        assert_over_mcp(name, over_mcp_expected, &over_mcp, &nested, &flat);
+        if let OverMcp::Defaulted = over_mcp_expected {
+            assert!(matches!(&flat, Outcome::Refused(402, _)), "{name}: the flat form fills in what REST requires: {flat:?}");
+            assert_eq!(Some(flat), priced_in_full, "{name}: the defaults are the four axes written out");
+        }
+    }
+}
+
+/// What the MCP tool answered, against what the use case answered in each
+/// form (the nested one being REST's answer, checked before).
+fn assert_over_mcp(name: &str, expected: OverMcp, over_mcp: &Outcome, nested: &Outcome, flat: &Outcome) {
+    match expected {
+        OverMcp::AsRest => {
+            assert_eq!(flat, nested, "{name}: the flat form reads it as the nested one");
+            assert_eq!(over_mcp, flat, "{name}: the MCP tool answers what the use case and REST answer");
+        }
+        OverMcp::Defaulted => assert_eq!(over_mcp, flat, "{name}: the MCP tool answers what the use case answers in the flat form"),
+        OverMcp::NoArgument(argument) => {
+            assert_eq!(over_mcp, &Outcome::Refused(400, "UNKNOWN_FIELD".into()), "{name}: the tool has no argument {argument}");
         }
     }
 }

@@ -12,8 +12,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, SubjectDomain};
-use anchor_domain::records::UsageLine;
-use anchor_domain::records::{ObservationSpend, SpendLine};
+use anchor_domain::records::{ObservationSpend, SpendLine, UsageLine};
 use anchor_store::Span;
 
 use crate::paging::{self, Page};
@@ -177,7 +176,7 @@ pub async fn transactions(
     };
     let span = Span { agents, from: range.from, to: range.to };
     let (items, total) = services.store.usage_lines(&span, &domains, window.offset, window.limit).await?;
-    Ok(Page { items, total, limit: window.limit, offset: window.offset })
+    Ok(window.holding(items, total))
 }
 
 /// Every usage line of `agents` in `range`, up to [`EXPORT_MAX`], with how
@@ -323,7 +322,7 @@ pub async fn tsl(
         _ => "all",
     };
     let (items, total) = services.store.tsl_lines(agent_id, range.from, range.to, Some(direction), window.offset, window.limit).await?;
-    Ok(Page { items, total, limit: window.limit, offset: window.offset })
+    Ok(window.holding(items, total))
 }
 
 #[cfg(test)]

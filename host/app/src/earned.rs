@@ -4,8 +4,7 @@
 //! lease ends lots a fixed number of days after they were earned.
 
 use anchor_domain::MilliDac;
-use anchor_domain::records::EarnedBalance;
-use anchor_domain::records::{AgentRecord, EarnedEntry};
+use anchor_domain::records::{AgentRecord, EarnedBalance, EarnedEntry};
 
 use crate::{AppError, AppResult, Services};
 

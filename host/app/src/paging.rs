@@ -38,6 +38,11 @@ impl Window {
     pub fn page(&self) -> i64 {
         self.offset / self.limit + 1
     }
+
+    /// The page this window read: `items`, of `total` in all.
+    pub fn holding<T>(self, items: Vec<T>, total: i64) -> Page<T> {
+        Page { items, total, limit: self.limit, offset: self.offset }
+    }
 }
 
 /// One page of a list: its items, how many the whole list holds, and the
@@ -53,7 +58,7 @@ pub struct Page<T> {
 impl<T> Page<T> {
     /// The page number it is (for lists paged by `page`, from 1).
     pub fn page(&self) -> i64 {
-        self.offset / self.limit + 1
+        Window { limit: self.limit, offset: self.offset }.page()
     }
 }
 

@@ -5,8 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
-use anchor_domain::records::PaymentRecord;
-use anchor_domain::records::{AgentRecord, StoredDeclaration};
+use anchor_domain::records::{AgentRecord, PaymentRecord, StoredDeclaration};
 
 use crate::{AppResult, Services, declarations};
 

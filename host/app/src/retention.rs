@@ -11,8 +11,7 @@
 use chrono::Duration;
 
 use anchor_domain::MilliDac;
-use anchor_domain::records::AgentRecord;
-use anchor_domain::records::{Billed, RetentionTerms};
+use anchor_domain::records::{AgentRecord, Billed, RetentionTerms};
 use anchor_domain::retention::{RetentionStatus, Subscription};
 use anchor_store::{Billing, Subscribed};
 

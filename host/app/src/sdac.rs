@@ -11,8 +11,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::pricing::Quote;
-use anchor_domain::records::SdacTrial;
-use anchor_domain::records::{AgentRecord, SdacRecord};
+use anchor_domain::records::{AgentRecord, SdacRecord, SdacTrial};
 use anchor_store::{SdacEnded, SdacFunding};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};

@@ -13,10 +13,9 @@ use anchor_domain::MilliDac;
 use anchor_domain::owners::OwnerType;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::records::{
-    AgentRecord, ComponentRecord, Connection, DependencyRecord, HumanShareRecord, OwnerRecord, PurchaseRecord, ShareRecord, ToolRecord,
-    TransferRecord,
+    AgentRecord, ComponentRecord, Connection, DependencyRecord, EarnedBalance, HumanShareRecord, OwnerRecord, PurchaseRecord, Revenue,
+    ShareRecord, ToolRecord, ToolSales, TransferRecord,
 };
-use anchor_domain::records::{EarnedBalance, Revenue, ToolSales};
 use anchor_domain::tsl::{
     self, CONNECTIONS_MAX, DESCRIPTION_MAX_CHARS, HUMAN_SHARE_MAX_PPM, Layer, NAME_MAX_CHARS, ObservationType, PPM_ONE, PurchaseStatus,
     TRANSFER_DELAY_DAYS, ToolStatus, TransferAction, TransferStatus,

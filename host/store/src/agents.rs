@@ -2,14 +2,13 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::DisclosureLevel;
-pub use anchor_domain::records::Classification;
+pub use anchor_domain::records::{AgentRecord, Classification};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, sql};
 use crate::*;
-pub use anchor_domain::records::AgentRecord;
 
 /// A new agent, with its secrets already hashed.
 #[derive(Clone, Debug)]

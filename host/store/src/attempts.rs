@@ -1,7 +1,6 @@
 //! Attempt limits: fixed windows of counted attempts per scope and subject (logins, recovery keys, password confirmations).
 
-pub use anchor_domain::records::Attempt;
-pub use anchor_domain::records::AttemptLimit;
+pub use anchor_domain::records::{Attempt, AttemptLimit};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 

@@ -5,17 +5,13 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::SubjectDomain;
-pub use anchor_domain::records::EarnedFlow;
-pub use anchor_domain::records::ObservationSpend;
-pub use anchor_domain::records::SpendLine;
-pub use anchor_domain::records::TslLine;
+pub use anchor_domain::records::{EarnedFlow, ObservationSpend, SpendLine, TslLine, UsageLine};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Query, Row, sql};
 use crate::*;
-pub use anchor_domain::records::UsageLine;
 
 /// A range of time and the agents whose records it covers.
 #[derive(Clone, Debug)]

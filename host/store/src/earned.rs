@@ -11,14 +11,13 @@
 use anchor_domain::MilliDac;
 use anchor_domain::earned::EntryKind;
 use anchor_domain::payments::{Subject, SubjectDomain};
-pub use anchor_domain::records::EarnedBalance;
+pub use anchor_domain::records::{EarnedBalance, EarnedEntry};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-pub use anchor_domain::records::EarnedEntry;
 
 /// What a debit did.
 #[derive(Clone, Debug, PartialEq, Eq)]

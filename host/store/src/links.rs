@@ -1,14 +1,13 @@
 //! Agents as their owner sees them: linking, unlinking, the owner-set DAB, the content-inclusion policy, totals for reports.
 
 use anchor_domain::MilliDac;
-pub use anchor_domain::records::LinkedAgent;
+pub use anchor_domain::records::{LinkedAgent, Totals};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::*;
-pub use anchor_domain::records::Totals;
 
 /// The outcome of linking an agent to an owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,12 +1,6 @@
 //! The transparency log: the integrator lease, integration of pending leaves, hashes, entries and checkpoints.
 
-pub use anchor_domain::records::CheckpointRecord;
-pub use anchor_domain::records::CosignatureRecord;
-pub use anchor_domain::records::IntegrationPlan;
-pub use anchor_domain::records::LeafOwner;
-pub use anchor_domain::records::LogState;
-pub use anchor_domain::records::PendingLeaf;
-pub use anchor_domain::records::TimestampRecord;
+pub use anchor_domain::records::{CheckpointRecord, CosignatureRecord, IntegrationPlan, LeafOwner, LogState, PendingLeaf, TimestampRecord};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;

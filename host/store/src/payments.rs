@@ -1,11 +1,7 @@
 //! External payments (x402): their rows and history, closing and reconciling them, and the DAB.
 
 use anchor_domain::MilliDac;
-pub use anchor_domain::records::DabStatus;
-pub use anchor_domain::records::PaymentRecord;
-pub use anchor_domain::records::PricedBy;
-pub use anchor_domain::records::Settling;
-pub use anchor_domain::records::UsageEntry;
+pub use anchor_domain::records::{DabStatus, PaymentRecord, PricedBy, Settling, UsageEntry};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -6,8 +6,7 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
-pub use anchor_domain::records::Billed;
-pub use anchor_domain::records::RetentionTerms;
+pub use anchor_domain::records::{Billed, RetentionTerms};
 use anchor_domain::retention::{self, RetentionStatus, Subscription};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};

@@ -6,14 +6,13 @@
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::ee::Scope;
 use anchor_domain::payments::{CostComponent, PaymentSource, Subject, SubjectDomain};
-pub use anchor_domain::records::SdacTrial;
+pub use anchor_domain::records::{SdacRecord, SdacTrial};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-pub use anchor_domain::records::SdacRecord;
 
 /// How a session's end is paid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,8 +11,10 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
-pub use anchor_domain::records::Revenue;
-pub use anchor_domain::records::ToolSales;
+pub use anchor_domain::records::{
+    Connection, DependencyRecord, Distribution, HumanShareRecord, PurchaseRecord, Revenue, ShareRecord, ToolRecord, ToolSales,
+    TransferRecord,
+};
 use anchor_domain::tsl::{self, Layer, PPM_ONE, ShareKind, ToolStatus, TransferAction};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -20,9 +22,6 @@ use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-pub use anchor_domain::records::{
-    Connection, DependencyRecord, Distribution, HumanShareRecord, PurchaseRecord, ShareRecord, ToolRecord, TransferRecord,
-};
 
 /// A tool to register.
 #[derive(Clone, Debug)]

@@ -8,8 +8,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::ara::{MIN_SAMPLE, Point, Positions, positions, time_zone};
 use anchor_domain::pricing::ObservationTier;
-use anchor_domain::records::SampleRow;
-use anchor_domain::records::{AgentRecord, StoredDeclaration};
+use anchor_domain::records::{AgentRecord, SampleRow, StoredDeclaration};
 
 use super::{Observed, Purchase, pay, unavailable};
 use crate::charge::Offered;

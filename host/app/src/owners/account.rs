@@ -11,8 +11,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use anchor_domain::owners::Residence;
-use anchor_domain::records::LinkedAgent;
-use anchor_domain::records::{OwnerClassification, OwnerRecord};
+use anchor_domain::records::{LinkedAgent, OwnerClassification, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 

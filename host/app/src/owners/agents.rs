@@ -11,8 +11,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::{AuthStatus, TOKEN_PREFIX, format_secret, has_secret_shape, hash_secret};
-use anchor_domain::records::LinkedAgent;
-use anchor_domain::records::OwnerRecord;
+use anchor_domain::records::{LinkedAgent, OwnerRecord};
 use anchor_store::Link;
 
 use super::managed;

@@ -20,9 +20,7 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::owners::AccountStatus;
-use anchor_domain::records::LinkedAgent;
-use anchor_domain::records::OwnerRecord;
-use anchor_domain::records::{Attempt, AttemptLimit};
+use anchor_domain::records::{Attempt, AttemptLimit, LinkedAgent, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 

@@ -11,8 +11,7 @@
 use uuid::Uuid;
 
 use anchor_domain::owners::{self, ContentPolicy, DESCRIPTION_MAX, LABEL_MAX};
-use anchor_domain::records::Classification;
-use anchor_domain::records::{OwnerClassification, OwnerRecord};
+use anchor_domain::records::{Classification, OwnerClassification, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 

@@ -15,8 +15,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::ee::{Disclosure, Integrity, Responsibility, Retention};
 use anchor_domain::payments::{PaymentSource, PaymentStatus, SettlementStatus};
-use anchor_domain::records::LinkedAgent;
-use anchor_domain::records::{ListFilter, OwnerRecord, StoredDeclaration, Totals};
+use anchor_domain::records::{LinkedAgent, ListFilter, OwnerRecord, StoredDeclaration, Totals};
 
 use super::managed;
 use crate::declarations::Evidence;

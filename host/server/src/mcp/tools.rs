@@ -244,18 +244,10 @@ const EE_FIELDS: &[&str] = &[
 /// when none is given. What the flat shape may leave out is the use case's
 /// to default ([`Form::Flat`]), as the mode of the tool that was called is.
 pub fn create_request(mut arguments: Map<String, Value>) -> Value {
-    let mut dd = Map::new();
-    for name in DD_FIELDS {
-        if let Some(value) = arguments.remove(*name) {
-            dd.insert(name.to_string(), value);
-        }
-    }
-    let mut ee = Map::new();
-    for name in EE_FIELDS {
-        if let Some(value) = arguments.remove(*name) {
-            ee.insert(name.to_string(), value);
-        }
-    }
+    let mut take = |names: &[&str]| -> Map<String, Value> {
+        names.iter().filter_map(|name| arguments.remove(*name).map(|value| (name.to_string(), value))).collect()
+    };
+    let (dd, ee) = (take(DD_FIELDS), take(EE_FIELDS));
     let request_id = arguments.remove("request_id").unwrap_or_else(|| json!(uuid::Uuid::new_v4()));
     let mut request = arguments;
     request.insert("request_id".into(), request_id);
