@@ -12,7 +12,7 @@ use anchor_domain::agents::{TRIAL_DAC, TRIAL_DAYS};
 use anchor_domain::declarations::dd::*;
 use anchor_domain::declarations::ee;
 use anchor_domain::{Clock, ManualClock, MilliDac};
-use anchor_store::{AgentRecord, CostComponent, NewAgent, PaymentSource, PaymentStatus, Subject, SubjectDomain, UsageEntry};
+use anchor_ports::{AgentRecord, CostComponent, NewAgent, PaymentSource, PaymentStatus, Subject, SubjectDomain, UsageEntry};
 use anchor_tests::*;
 use anchor_x402::settlement::{Settled, Settler};
 use chrono::{DateTime, TimeZone, Utc};
@@ -63,7 +63,7 @@ fn input(preset: &str) -> CreateRequest {
 async fn setup(
     backend: Backend,
     settler: Arc<dyn Settler>,
-) -> (Services, Arc<dyn anchor_store::Store>, Arc<ManualClock>, AgentRecord, Cleanup) {
+) -> (Services, Arc<dyn anchor_ports::Store>, Arc<ManualClock>, AgentRecord, Cleanup) {
     let (store, cleanup) = fresh_store(backend).await;
     let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 1, 9, 0, 0).unwrap()));
     let services: Services = anchor_app::Parts {
@@ -159,7 +159,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     let malformed = declarations::create(&services, &agent, input("EE_high"), Offered::Malformed("not base64".into())).await.unwrap_err();
     assert_eq!(malformed.code(), "INVALID_PAYLOAD");
     // None of the refusals recorded anything: five declarations in all.
-    let (_, total) = store.list_declarations(agent_id, anchor_store::ListFilter { limit: 100, ..Default::default() }).await.unwrap();
+    let (_, total) = store.list_declarations(agent_id, anchor_ports::ListFilter { limit: 100, ..Default::default() }).await.unwrap();
     assert_eq!(total, 5);
 }
 

@@ -39,7 +39,7 @@ async fn register_create_confirm_detail(backend: Backend) {
     assert_eq!(created["trial_payment"]["trial_remaining"], json!(342.5));
     assert_eq!(created["content_inclusion_flag"], json!(0));
     let sha = created["pricing_component_sha256"].as_str().unwrap();
-    assert_eq!(sha, hex::encode(Sha256::digest(anchor_plugins::DEFAULT_PRICING_WASM)));
+    assert_eq!(sha, hex::encode(Sha256::digest(anchor_plugin_host::DEFAULT_PRICING_WASM)));
     let dd_id = created["dd_id"].as_str().unwrap();
 
     let confirmed = t.confirm(&agent, dd_id).await;
@@ -62,7 +62,7 @@ async fn register_create_confirm_detail(backend: Backend) {
     assert_eq!(detail.json["direct_access"]["direct_access_remaining"], json!(9));
 
     // Usage entries (DAC-UR) exist only after confirmation: base fee and premium.
-    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(dd_id).unwrap())).await.unwrap();
+    let usage = t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(dd_id).unwrap())).await.unwrap();
     let amounts: Vec<(&str, i64)> = usage.iter().map(|u| (u.cost_component.as_str(), u.amount.milli())).collect();
     assert_eq!(amounts, vec![("base_fee", 10_000), ("premium", 147_500)]);
 }
@@ -233,7 +233,7 @@ async fn confirmation_happens_once_and_only_for_the_owner(backend: Backend) {
     let replies = futures_join(&t, &agent, &dd_id, 8).await;
     assert_eq!(replies.iter().filter(|s| **s == 200).count(), 1, "{replies:?}");
     assert_eq!(replies.iter().filter(|s| **s == 409).count(), 7, "{replies:?}");
-    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    let usage = t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
     assert_eq!(usage.len(), 1, "one usage entry (base fee), written once");
     t.get(&format!("/v1/dd/{dd_id}"), Some(&other.token)).await.assert_error(403, "FORBIDDEN");
 }

@@ -5,7 +5,7 @@
 use anchor_domain::earned::EntryKind;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::{Clock, MilliDac};
-use anchor_store::{EarnedEntry, Spend};
+use anchor_ports::{EarnedEntry, Spend};
 use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;
 use chrono::Duration;

@@ -186,7 +186,7 @@ async fn parallel_password_confirmations_share_the_limit(backend: Backend) {
 /// The store primitive itself: fifty parallel reservations, exactly five pass.
 async fn attempt_reservations_hold_under_concurrency(backend: Backend) {
     let t = TestServer::start(backend).await;
-    let limit = anchor_store::AttemptLimit { scope: "owner_password", window: chrono::Duration::minutes(15), max: 5 };
+    let limit = anchor_ports::AttemptLimit { scope: "owner_password", window: chrono::Duration::minutes(15), max: 5 };
     let now = anchor_domain::Clock::now(&*t.clock);
     let tries = (0..50).map(|_| {
         let store = t.store.clone();
@@ -194,19 +194,19 @@ async fn attempt_reservations_hold_under_concurrency(backend: Backend) {
     });
     let mut reserved = 0;
     for outcome in tries {
-        if outcome.await.unwrap() == anchor_store::Attempt::Reserved {
+        if outcome.await.unwrap() == anchor_ports::Attempt::Reserved {
             reserved += 1;
         }
     }
     assert_eq!(reserved, 5);
     // Giving one back opens one place; a new window opens them all.
     t.store.release_attempt(limit, "subject@example.com", now).await.unwrap();
-    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_store::Attempt::Reserved);
-    assert!(matches!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_store::Attempt::Spent { .. }));
+    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_ports::Attempt::Reserved);
+    assert!(matches!(t.store.reserve_attempt(limit, "subject@example.com", now).await.unwrap(), anchor_ports::Attempt::Spent { .. }));
     let later = now + chrono::Duration::minutes(15);
-    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", later).await.unwrap(), anchor_store::Attempt::Reserved);
+    assert_eq!(t.store.reserve_attempt(limit, "subject@example.com", later).await.unwrap(), anchor_ports::Attempt::Reserved);
     // Another subject and another scope count apart.
-    assert_eq!(t.store.reserve_attempt(limit, "other@example.com", now).await.unwrap(), anchor_store::Attempt::Reserved);
+    assert_eq!(t.store.reserve_attempt(limit, "other@example.com", now).await.unwrap(), anchor_ports::Attempt::Reserved);
 }
 
 /// Defect 6: five wrong keys against a public agent_id locked the holder out.

@@ -184,7 +184,7 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     assert!(anchor_app::pricing::publish(t.store.as_ref(), alt.as_ref(), &wasm, at, now).await.unwrap());
     assert!(!anchor_app::pricing::publish(t.store.as_ref(), alt.as_ref(), &wasm, at, now).await.unwrap(), "one publication per instant");
     // A broken component, published later (written directly: publish's checks would refuse it).
-    let broken = anchor_store::PricingActivation {
+    let broken = anchor_ports::PricingActivation {
         sha256: "0".repeat(64),
         version: "broken".into(),
         interface: "anchor:pricing@1.1.0".into(),
@@ -193,7 +193,7 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     };
     assert!(t.store.publish_pricing(&broken, b"not a component").await.unwrap());
     let loader: anchor_app::pricing::Loader = std::sync::Arc::new(|wasm: &[u8]| {
-        Ok(anchor_plugins::WasmPricing::load(engine(), wasm, anchor_plugins::Limits::PRICING)? as std::sync::Arc<dyn Pricing>)
+        Ok(anchor_plugin_host::WasmPricing::load(engine(), wasm, anchor_plugin_host::Limits::PRICING)? as std::sync::Arc<dyn Pricing>)
     });
     assert_eq!(t.state.app.schedule.refresh(t.store.as_ref(), &loader).await.unwrap(), 1, "the good one loads, the broken one is left out");
     let pricing = t.state.app.pricing.clone();
@@ -249,19 +249,20 @@ async fn a_request_keeps_the_generation_it_started_with(backend: Backend) {
     }
     assert_eq!(t.strings(recorded).await, vec!["v1.3.0 10000".to_string(), "v9.0.0-test 20000".to_string()]);
     let priced_by = |id: &str| {
-        let subject = anchor_store::Subject::declaration(uuid::Uuid::parse_str(id).unwrap());
+        let subject = anchor_ports::Subject::declaration(uuid::Uuid::parse_str(id).unwrap());
         let store = t.store.clone();
         async move { store.usage_for(subject).await.unwrap().into_iter().map(|u| (u.amount.milli(), u.priced_by.unwrap())).collect::<Vec<_>>() }
     };
     let bundled =
-        anchor_plugins::WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, anchor_plugins::Limits::PRICING).unwrap();
+        anchor_plugin_host::WasmPricing::load(engine(), anchor_plugin_host::DEFAULT_PRICING_WASM, anchor_plugin_host::Limits::PRICING)
+            .unwrap();
     assert_eq!(
         priced_by(&early_id).await,
-        vec![(10_000, anchor_store::PricedBy { version: "v1.3.0".into(), sha256: bundled.generation().sha256.clone() })]
+        vec![(10_000, anchor_ports::PricedBy { version: "v1.3.0".into(), sha256: bundled.generation().sha256.clone() })]
     );
     assert_eq!(
         priced_by(&late_id).await,
-        vec![(20_000, anchor_store::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() })]
+        vec![(20_000, anchor_ports::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() })]
     );
 }
 
@@ -288,7 +289,7 @@ async fn feature_switches_apply_while_serving(backend: Backend) {
 
     let switch = |name: &'static str, on: bool| {
         let (store, now) = (t.store.clone(), t.clock.now());
-        async move { anchor_store::FeatureStore::set_feature_switch(store.as_ref(), name, on, now).await.unwrap() }
+        async move { anchor_ports::FeatureStore::set_feature_switch(store.as_ref(), name, on, now).await.unwrap() }
     };
     switch("retention", false).await;
     assert!(anchor_app::features::refresh(&t.state.app).await.unwrap(), "the refresh saw the switch");

@@ -58,7 +58,7 @@ async fn a_payment_signed_before_a_price_switch_is_refused_and_never_charged(bac
     let switch_at = t.clock.now() + chrono::Duration::days(31) + chrono::Duration::seconds(10);
     assert!(anchor_app::pricing::publish(t.store.as_ref(), alt.as_ref(), &wasm, switch_at, t.clock.now()).await.unwrap());
     let loader: anchor_app::pricing::Loader = std::sync::Arc::new(|wasm: &[u8]| {
-        Ok(anchor_plugins::WasmPricing::load(engine(), wasm, anchor_plugins::Limits::PRICING)? as std::sync::Arc<dyn Pricing>)
+        Ok(anchor_plugin_host::WasmPricing::load(engine(), wasm, anchor_plugin_host::Limits::PRICING)? as std::sync::Arc<dyn Pricing>)
     });
     assert_eq!(t.state.app.schedule.refresh(t.store.as_ref(), &loader).await.unwrap(), 1);
     let (agent, body, old_challenge) = spent(&t).await;
@@ -81,10 +81,10 @@ async fn a_payment_signed_before_a_price_switch_is_refused_and_never_charged(bac
     assert_eq!(t.scalar("select count(*) from x402_payment").await, 1);
     assert_eq!(t.scalar("select amount_units from x402_payment").await, 20_000);
     assert_eq!(t.strings("select pricing_version from x402_payment").await, vec!["v9.0.0-test".to_string()]);
-    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    let usage = t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
     assert_eq!(usage.len(), 1);
     assert_eq!(usage[0].amount.milli(), 20_000);
-    assert_eq!(usage[0].priced_by, Some(anchor_store::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() }));
+    assert_eq!(usage[0].priced_by, Some(anchor_ports::PricedBy { version: "v9.0.0-test".into(), sha256: alt.generation().sha256.clone() }));
 }
 
 async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(backend: Backend) {
@@ -106,7 +106,7 @@ async fn an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee(bac
     let confirmed = t.confirm(&agent, &dd_id).await;
     assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
     assert_eq!(confirmed.json["payment_sources"], json!(["trial", "external"]), "distinct sources, not collapsed");
-    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    let usage = t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
     let rows: Vec<(&str, &str, i64)> = usage.iter().map(|u| (u.cost_component.as_str(), u.source.as_str(), u.amount.milli())).collect();
     assert_eq!(rows, vec![("base_fee", "trial", 10_000), ("premium", "external", 147_500)]);
     // A refused premium payment debits nothing from Trial either.
@@ -251,7 +251,7 @@ async fn a_paid_create_waits_for_confirm_then_settles(backend: Backend) {
     assert_eq!(status.json["settlement_status"], "settled");
     let history: Vec<&str> = status.json["x402"]["history"].as_array().unwrap().iter().map(|h| h["status"].as_str().unwrap()).collect();
     assert_eq!(history, vec!["reserved", "settled"]);
-    let usage = t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
+    let usage = t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap();
     assert_eq!(usage.iter().map(|u| u.source.as_str()).collect::<Vec<_>>(), vec!["external"]);
     t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
 }
@@ -380,7 +380,7 @@ async fn an_unconfirmed_paid_declaration_expires_after_thirty_minutes(backend: B
     assert_eq!(status.json["settlement_status"], "released");
     assert_eq!(status.json["x402"]["status"], "released");
     assert!(
-        t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty(),
+        t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty(),
         "released records leave no usage entry"
     );
     t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await.assert_error(409, "NOT_CONFIRMED");
@@ -550,7 +550,7 @@ async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_fail
     .unwrap();
     assert_eq!(response["success"], json!(false));
     assert_eq!(response["errorReason"], "invalid_exact_evm_insufficient_balance");
-    assert!(t.store.usage_for(anchor_store::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty());
+    assert!(t.store.usage_for(anchor_ports::Subject::declaration(uuid::Uuid::parse_str(&dd_id).unwrap())).await.unwrap().is_empty());
     t.confirm(&agent, &dd_id).await.assert_error(409, "PAYMENT_FAILED");
     let status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await;
     assert_eq!(

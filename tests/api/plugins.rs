@@ -137,7 +137,8 @@ fn a_trapping_component_fails_its_call_only() {
 #[test]
 fn a_kept_answer_is_the_components_own() {
     let default =
-        anchor_plugins::WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, anchor_plugins::Limits::PRICING).unwrap();
+        anchor_plugin_host::WasmPricing::load(engine(), anchor_plugin_host::DEFAULT_PRICING_WASM, anchor_plugin_host::Limits::PRICING)
+            .unwrap();
     let alt = load_component("pricing-alt");
     for scope in anchor_app::pricing::grid() {
         for pricing in [&default, &alt] {
@@ -197,12 +198,12 @@ fn components_get_no_capabilities() {
     let error = wasi.quote(basic_scope()).unwrap_err();
     assert!(matches!(&error, PricingError::Failed { .. }), "a capability was granted: {error}");
     let engine = engine().engine();
-    let component = anchor_plugins::wasmtime::component::Component::new(engine, component_bytes("pricing-wasi")).unwrap();
+    let component = anchor_plugin_host::wasmtime::component::Component::new(engine, component_bytes("pricing-wasi")).unwrap();
     let imports: Vec<String> = component.component_type().imports(engine).map(|(name, _)| name.to_string()).collect();
     assert!(imports.iter().any(|name| name.starts_with("wasi:clocks")), "the fixture does import the clock: {imports:?}");
     assert!(imports.iter().all(|name| name.starts_with("wasi:") || name.starts_with("anchor:pricing/")), "unexpected imports: {imports:?}");
     // Our own package's interfaces are imported for their types only: no function to call.
-    use anchor_plugins::wasmtime::component::types::ComponentItem;
+    use anchor_plugin_host::wasmtime::component::types::ComponentItem;
     for (name, item) in component.component_type().imports(engine) {
         if let (true, ComponentItem::ComponentInstance(instance)) = (name.starts_with("anchor:pricing/"), item.ty) {
             assert!(

@@ -47,7 +47,7 @@ fn at(value: &Value) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(value.as_str().unwrap_or_else(|| panic!("not a time: {value}"))).unwrap().with_timezone(&Utc)
 }
 
-async fn jobs(t: &TestServer) -> (anchor_store::Billed, usize) {
+async fn jobs(t: &TestServer) -> (anchor_ports::Billed, usize) {
     anchor_app::retention::run_due(&t.state.app).await.unwrap()
 }
 
@@ -164,7 +164,7 @@ async fn months_are_billed_from_earned_and_an_unpaid_one_starts_the_grace(backen
     t.credit_earned(&agent, 130).await;
     let first = subscribe(&t, &agent).await.json;
     let due = at(&first["next_billing_at"]);
-    assert_eq!(jobs(&t).await.0, anchor_store::Billed::default(), "nothing due yet");
+    assert_eq!(jobs(&t).await.0, anchor_ports::Billed::default(), "nothing due yet");
     t.clock.advance(due - t.clock.now());
     assert_eq!(jobs(&t).await.0.charged, 1);
     assert_eq!(jobs(&t).await.0.charged, 0, "a month is billed once");

@@ -6,6 +6,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::dd::*;
 use anchor_domain::declarations::ee::*;
+use anchor_ports::*;
 use anchor_store::*;
 use anchor_tests::*;
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -250,7 +251,7 @@ async fn store_conforms(backend: Backend) {
     let confirmed = store.declaration(first.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(confirmed.integrity_hash.as_deref(), Some("sha256:00"));
     assert_eq!(confirmed.settlement_status.as_str(), "settled");
-    assert_eq!(store.usage_for(anchor_store::Subject::declaration(first.declaration.dd_id)).await.unwrap(), usage.to_vec());
+    assert_eq!(store.usage_for(anchor_ports::Subject::declaration(first.declaration.dd_id)).await.unwrap(), usage.to_vec());
     assert_eq!(store.log_pending_count().await.unwrap(), pending + 1, "the leaf is queued with the confirmation, once");
 
     // Direct reads: two, then exhausted; past the period, expired.

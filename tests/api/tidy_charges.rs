@@ -186,7 +186,7 @@ fn store_movers() -> (BTreeSet<String>, BTreeSet<String>) {
             break;
         }
     }
-    let methods = trait_methods(&root().join("host/store/src"));
+    let methods = trait_methods(&root().join("host/ports/src"));
     let trait_methods: BTreeSet<String> =
         reaching.iter().filter(|(_, name)| methods.contains(name)).map(|(_, name)| name.clone()).collect();
     let helpers = reaching.into_iter().map(|(m, n)| format!("{m}::{n}")).collect();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use anchor_domain::Clock;
 use anchor_domain::tools::{Cell, DayCount, Observation, Rejected, RunFailure, ToolInput, ToolLimits, ToolRuntime};
 use anchor_domain::tsl::ObservationType;
-use anchor_plugins::WasmTools;
+use anchor_plugin_host::WasmTools;
 use anchor_tests::hostile;
 use anchor_tests::x402::{Twist, b64, challenge_of, pay};
 use anchor_tests::*;

@@ -13,7 +13,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::dd::*;
 use anchor_domain::declarations::ee::*;
-use anchor_store::*;
+use anchor_ports::*;
 use anchor_tests::{Backend, fresh_store, postgres_url};
 use chrono::{Duration, Utc};
 use uuid::Uuid;

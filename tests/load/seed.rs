@@ -1,7 +1,7 @@
 //! Writing many agents and declarations directly in SQL (load programs).
 
 use anchor_domain::MilliDac;
-use anchor_store::NewAgent;
+use anchor_ports::NewAgent;
 use anchor_tests::*;
 use uuid::Uuid;
 

@@ -14,9 +14,10 @@ use std::sync::{Arc, OnceLock};
 
 use anchor_domain::pricing::Pricing;
 use anchor_domain::{Clock, ManualClock};
-use anchor_plugins::{Limits, PluginEngine, WasmPricing};
+use anchor_plugin_host::{Limits, PluginEngine, WasmPricing};
+use anchor_ports::Store;
 use anchor_server::{AppState, Settings};
-use anchor_store::{PostgresStore, SqliteStore, Store};
+use anchor_store::{PostgresStore, SqliteStore};
 use chrono::{TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -79,13 +80,13 @@ pub fn engine() -> &'static PluginEngine {
 pub fn default_pricing() -> Arc<dyn Pricing> {
     static PRICING: OnceLock<Arc<WasmPricing>> = OnceLock::new();
     PRICING
-        .get_or_init(|| WasmPricing::load(engine(), anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING).expect("default pricing"))
+        .get_or_init(|| WasmPricing::load(engine(), anchor_plugin_host::DEFAULT_PRICING_WASM, Limits::PRICING).expect("default pricing"))
         .clone()
 }
 
 /// A component built from `plugins/` (fixtures included), by crate name.
 pub fn component_bytes(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join(format!("{}.wasm", name.replace('-', "_")));
+    let path = std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join(format!("{}.wasm", name.replace('-', "_")));
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
@@ -239,7 +240,7 @@ pub fn shared_tools() -> anchor_app::tools::Tools {
     TOOLS
         .get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("anchor-test-tool-cache-{}", std::process::id()));
-            let runtime = anchor_plugins::WasmTools::new(Some(&dir), anchor_domain::tools::ToolLimits::DEFAULT).expect("tool runtime");
+            let runtime = anchor_plugin_host::WasmTools::new(Some(&dir), anchor_domain::tools::ToolLimits::DEFAULT).expect("tool runtime");
             let wait = std::time::Duration::from_secs(300);
             anchor_app::tools::Tools::with_waits(Arc::new(runtime), wait, wait)
         })
@@ -327,17 +328,19 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let base = format!("http://{addr}");
         let settings = Settings {
-            public_url: base.clone(),
-            pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+            config: Arc::new(anchor_app::Config {
+                public_url: base.clone(),
+                pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+                dab_default: options.dab_default,
+                trial_grant: anchor_domain::agents::TRIAL_DAC,
+                owners: Default::default(),
+                privacy: options.privacy,
+                features: options.features,
+            }),
             rate_limit: options.rate_limit,
             rate_window_secs: 60,
             trusted_proxies: options.trusted_proxies.clone(),
-            dab_default: options.dab_default,
-            trial_grant: anchor_domain::agents::TRIAL_DAC,
-            dap: Default::default(),
             http: options.http,
-            privacy: options.privacy,
-            features: options.features,
             metrics_on_api: true,
             fiat: Default::default(),
         };
@@ -488,7 +491,7 @@ impl TestServer {
     }
 
     /// Waits until a signed checkpoint covers at least `size` leaves.
-    pub async fn wait_for_log(&self, size: i64) -> anchor_store::CheckpointRecord {
+    pub async fn wait_for_log(&self, size: i64) -> anchor_ports::CheckpointRecord {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         loop {
             if let Some(c) = self.store.latest_checkpoint().await.expect("checkpoint")

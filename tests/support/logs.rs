@@ -60,7 +60,8 @@ fn install() {
         Some(dir) => {
             std::fs::create_dir_all(&dir).expect("the log directory");
             let file = File::create(dir.join(format!("suite-{}.jsonl", std::process::id()))).expect("the log file");
-            let filter = "info,anchor_server=debug,anchor_app=debug,anchor_store=debug,anchor_plugins=debug,anchor_x402=debug,sqlx=warn";
+            let filter =
+                "info,anchor_server=debug,anchor_app=debug,anchor_store=debug,anchor_plugin_host=debug,anchor_x402=debug,sqlx=warn";
             let _ = tracing_subscriber::fmt()
                 .json()
                 .with_current_span(true)

@@ -11,7 +11,7 @@ use anchor_domain::agents::{
     DisclosureLevel, RECOVERY_ATTEMPTS, RECOVERY_PREFIX, RECOVERY_WINDOW_MINUTES, TOKEN_PREFIX, TRIAL_DAYS, format_secret, hash_secret,
 };
 use anchor_domain::records::{AgentRecord, AttemptLimit, Classification};
-use anchor_store::{NewAgent, Recovery};
+use anchor_ports::{NewAgent, Recovery};
 
 use crate::{AppError, AppResult, Services};
 

@@ -13,7 +13,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::asa::{AsaPurchaseKind, AsaSnapshot, AsaSource, AsaStatus, AsaSubscription};
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::records::{AgentRecord, OwnerRecord};
-use anchor_store::{AsaBought, AsaCancelled, AsaRefusal, NewAsaPurchase, Pending};
+use anchor_ports::{AsaBought, AsaCancelled, AsaRefusal, NewAsaPurchase, Pending};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};

@@ -9,7 +9,7 @@
 //! verifies; the stored head is the root of all leaves.
 
 use anchor_domain::schema::Fit;
-use anchor_store::Store;
+use anchor_ports::Store;
 use anyhow::{Context, bail};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};

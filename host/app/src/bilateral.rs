@@ -15,7 +15,7 @@ use anchor_domain::bilateral::{Agreement, AgreementStatus};
 use anchor_domain::declarations::Declaration;
 use anchor_domain::declarations::ee::Retention;
 use anchor_domain::records::{AgentRecord, AgreementListing, StoredDeclaration};
-use anchor_store::{NewAgreement, NewDeclaration, Responded};
+use anchor_ports::{NewAgreement, NewDeclaration, Responded};
 
 use crate::agreements::{not_found, release};
 use crate::charge::{Offered, PAYMENT_WINDOW_SECS};

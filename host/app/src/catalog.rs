@@ -63,10 +63,16 @@ pub struct PaidRoute {
     /// Trial pays it (whole price or nothing).
     pub trial: bool,
     pub earned: EarnedUse,
+    /// The area an operator can switch off that the route belongs to
+    /// (a name of [`crate::Features::NAMES`]), if any. None of the paid
+    /// routes of 1.3.42 is in one: the switchable areas (indefinite
+    /// retention, owners cancelling ASA, agent-type owners) charge nothing
+    /// at their own routes.
+    pub feature: Option<&'static str>,
 }
 
 const fn paid(method: &'static str, path: &'static str, price: PriceSource, trial: bool, earned: EarnedUse) -> PaidRoute {
-    PaidRoute { route: Route { method, path }, price, trial, earned }
+    PaidRoute { route: Route { method, path }, price, trial, earned, feature: None }
 }
 
 use EarnedUse::{EarnedOnlyStay, Never, Premium, Surcharge, Whole};
@@ -121,6 +127,11 @@ pub fn trial_routes() -> impl Iterator<Item = Route> {
 }
 
 impl PaidRoute {
+    /// Whether the route serves with these switches (its area, if it has one, is on).
+    pub fn available(&self, features: &crate::Features) -> bool {
+        self.feature.is_none_or(|area| features.is_on(area) != Some(false))
+    }
+
     /// The route's starting price in the loaded generation: the base fee of a
     /// quoted declaration, the lowest level of an observation, one ASA period.
     /// `None` when the generation does not price it (a 1.0.0 component has no
@@ -156,6 +167,16 @@ impl PaidRoute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paid_route_in_a_switched_off_area_is_not_available() {
+        let features = crate::Features::without(&["retention".to_string()]).unwrap();
+        let plain = PAID_ROUTES[0];
+        assert!(plain.available(&features), "a route in no switchable area serves");
+        let switchable = PaidRoute { feature: Some("retention"), ..plain };
+        assert!(!switchable.available(&features));
+        assert!(switchable.available(&crate::Features::default()));
+    }
 
     #[test]
     fn trial_pays_exactly_the_three_routes_the_interface_names() {

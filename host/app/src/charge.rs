@@ -39,7 +39,7 @@ use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, PaymentStatus, Subject, SubjectDomain};
 use anchor_domain::records::{DabStatus, PaymentRecord};
-use anchor_store::{EarnedPart, NewPayment, Pending, Reservation, StoreError};
+use anchor_ports::{EarnedPart, NewPayment, Pending, Reservation, StoreError};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 

@@ -14,7 +14,7 @@ use anchor_domain::declarations::ee::{self, EeFields, Scope};
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
-use anchor_store::{Created, DirectRead, EarnedPart, NewAgreement, NewDeclaration};
+use anchor_ports::{Created, DirectRead, EarnedPart, NewAgreement, NewDeclaration};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};

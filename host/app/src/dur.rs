@@ -13,7 +13,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, SubjectDomain};
 use anchor_domain::records::{ObservationSpend, SpendLine, UsageLine};
-use anchor_store::Span;
+use anchor_ports::Span;
 
 use crate::paging::{self, Page};
 use crate::{AppError, AppResult, Services};

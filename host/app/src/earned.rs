@@ -44,8 +44,16 @@ pub async fn balance(services: &Services, agent: &AgentRecord) -> AppResult<Bala
 /// The most lines a ledger page holds.
 pub const LEDGER_PAGE_MAX: i64 = 100;
 
+/// One page of the Earned ledger, with the window it was read in.
+#[derive(Clone, Debug)]
+pub struct LedgerPage {
+    pub entries: Vec<EarnedEntry>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
 /// GET /v1/earned-dac/ledger: newest first, `limit` 1 to 100 (default 20) from `offset`.
-pub async fn ledger(services: &Services, agent: &AgentRecord, limit: Option<i64>, offset: Option<i64>) -> AppResult<Vec<EarnedEntry>> {
+pub async fn ledger(services: &Services, agent: &AgentRecord, limit: Option<i64>, offset: Option<i64>) -> AppResult<LedgerPage> {
     let limit = limit.unwrap_or(20);
     if !(1..=LEDGER_PAGE_MAX).contains(&limit) {
         return Err(AppError::invalid("INVALID_VALUE", format!("limit must be 1 to {LEDGER_PAGE_MAX}; got {limit}")));
@@ -54,7 +62,8 @@ pub async fn ledger(services: &Services, agent: &AgentRecord, limit: Option<i64>
     if offset < 0 {
         return Err(AppError::invalid("INVALID_VALUE", format!("offset must not be negative; got {offset}")));
     }
-    Ok(services.store.earned_ledger(agent.agent_id, limit, offset).await?)
+    let entries = services.store.earned_ledger(agent.agent_id, limit, offset).await?;
+    Ok(LedgerPage { entries, limit, offset })
 }
 
 /// The job: ends the lots due now (of up to 100 agents a run); returns how many.

@@ -4,7 +4,7 @@
 
 use anchor_domain::Invalid;
 use anchor_domain::pricing::PricingError;
-use anchor_store::StoreError;
+use anchor_ports::StoreError;
 
 use crate::charge::PaymentRequired;
 

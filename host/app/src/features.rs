@@ -66,13 +66,13 @@ pub async fn watch(services: Services) {
 }
 
 /// Stores an operator's switch (`anchor feature on|off NAME`); an unknown name is refused.
-pub async fn switch(store: &dyn anchor_store::Store, name: &str, enabled: bool, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+pub async fn switch(store: &dyn anchor_ports::Store, name: &str, enabled: bool, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
     Features::default().set(name, enabled).map_err(|e| anyhow::anyhow!(e))?;
     store.set_feature_switch(name, enabled, now).await?;
     Ok(())
 }
 
 /// The switches operators stored, by name.
-pub async fn stored_switches(store: &dyn anchor_store::Store) -> anyhow::Result<Vec<(String, bool)>> {
+pub async fn stored_switches(store: &dyn anchor_ports::Store) -> anyhow::Result<Vec<(String, bool)>> {
     Ok(store.feature_switches().await?)
 }

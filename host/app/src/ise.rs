@@ -19,7 +19,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::ise::IseMode;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::records::{AgentRecord, IseRecord};
-use anchor_store::{IseClose, IseClosed, IseFunding, IseUnpaid};
+use anchor_ports::{IseClose, IseClosed, IseFunding, IseUnpaid};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};
@@ -57,8 +57,31 @@ impl Terms {
     }
 }
 
+/// An open stay as its agent sees it: the record, the terms in force, when
+/// it ends by itself, how long it has lasted and what exiting now costs.
+#[derive(Clone, Debug)]
+pub struct Stay {
+    pub record: IseRecord,
+    pub terms: Terms,
+    pub ends_at: DateTime<Utc>,
+    pub elapsed_seconds: i64,
+    pub if_exited_now: MilliDac,
+}
+
+impl Stay {
+    fn of(record: IseRecord, terms: Terms, now: DateTime<Utc>) -> Stay {
+        Stay {
+            ends_at: terms.limit(record.mode, record.entered_at),
+            elapsed_seconds: (now - record.entered_at).num_seconds().max(0),
+            if_exited_now: terms.price(record.mode),
+            record,
+            terms,
+        }
+    }
+}
+
 /// POST /v1/ise/enter: 409 `SESSION_EXISTS` while a stay is open.
-pub async fn enter(services: &Services, agent: &AgentRecord, mode: Option<IseMode>) -> AppResult<(IseRecord, Terms)> {
+pub async fn enter(services: &Services, agent: &AgentRecord, mode: Option<IseMode>) -> AppResult<Stay> {
     let terms = terms(services)?;
     // Microseconds, as both engines keep them: the answer says what a later read says.
     let now = chrono::SubsecRound::trunc_subsecs(services.clock.now(), 6);
@@ -83,12 +106,14 @@ pub async fn enter(services: &Services, agent: &AgentRecord, mode: Option<IseMod
         closed_by: None,
         unpaid: false,
     };
-    Ok((record, terms))
+    Ok(Stay::of(record, terms, now))
 }
 
 /// GET /v1/ise/status: the open stay, if there is one.
-pub async fn status(services: &Services, agent: &AgentRecord) -> AppResult<(Option<IseRecord>, Terms)> {
-    Ok((services.store.open_ise(agent.agent_id).await?, terms(services)?))
+pub async fn status(services: &Services, agent: &AgentRecord) -> AppResult<Option<Stay>> {
+    let terms = terms(services)?;
+    let open = services.store.open_ise(agent.agent_id).await?;
+    Ok(open.map(|record| Stay::of(record, terms, services.clock.now())))
 }
 
 /// Closes the stay for the pipeline's funding.

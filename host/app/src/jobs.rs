@@ -110,7 +110,7 @@ pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: 
         // Each round prices with one generation, as a request does.
         // Its writes go to the jobs' own writer connection where the store has one.
         let held =
-            anchor_store::in_background(services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs))).await;
+            anchor_ports::in_background(services.schedule.in_one_generation(round(&services, &key, host_id, &schedule, &mut runs))).await;
         holding.store(held, Ordering::Release);
         tokio::select! {
             () = tokio::time::sleep(schedule.round) => {}

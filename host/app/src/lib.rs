@@ -32,7 +32,7 @@ pub mod metrics;
 pub mod offers;
 pub mod owners;
 pub mod paging;
-pub mod payments;
+pub mod payment_status;
 pub mod pricing;
 pub mod receipt_key;
 pub mod requests;
@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use anchor_domain::pricing::Pricing;
 use anchor_domain::{Clock, MilliDac};
-use anchor_store::Store;
+use anchor_ports::Store;
 use anchor_x402::settlement::Settler;
 
 pub use error::AppError;
@@ -133,20 +133,6 @@ impl Features {
             "agent_owners" => Some(self.agent_owners),
             _ => None,
         }
-    }
-
-    /// The area a route belongs to, if it can be switched off, and whether it is off.
-    pub fn route_off(&self, path: &str) -> Option<&'static str> {
-        let area = if path.starts_with("/v1/retention/indefinite") {
-            "retention"
-        } else if path.starts_with("/dap/asa/subscription") {
-            "dap_asa_cancel"
-        } else if path.starts_with("/dap/owner/register-agent") || path.starts_with("/dap/auth/agent-login") {
-            "agent_owners"
-        } else {
-            return None;
-        };
-        (self.is_on(area) == Some(false)).then_some(area)
     }
 
     /// The names of the areas switched off.
@@ -313,7 +299,7 @@ macro_rules! observation_read {
         let services: &$crate::Services = $services;
         let on_replica = match services.replica.get() {
             Some(replica) => {
-                let $s: &dyn anchor_store::Store = replica.as_ref();
+                let $s: &dyn anchor_ports::Store = replica.as_ref();
                 match tokio::time::timeout($crate::Replica::TIMEOUT, $read).await {
                     Ok(Ok(value)) => {
                         services.replica_outcome(None);
@@ -334,7 +320,7 @@ macro_rules! observation_read {
         match on_replica {
             Some(value) => Ok(value),
             None => {
-                let $s: &dyn anchor_store::Store = services.store.as_ref();
+                let $s: &dyn anchor_ports::Store = services.store.as_ref();
                 $read.await
             }
         }

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anchor_domain::records::{CheckpointRecord, IntegrationPlan, LogState, PendingLeaf};
-use anchor_store::Store;
+use anchor_ports::Store;
 use signed_note::{Note, StandardSigner};
 use tlog_tiles::{Checkpoint, Hash, HashReader};
 

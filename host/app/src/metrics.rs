@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::ee::Scope;
 use anchor_domain::pricing::{Generation, Policy, Preset, Pricing, PricingError, Quote, ServicePrices};
-use anchor_store::Store;
+use anchor_ports::Store;
 
 use crate::Services;
 

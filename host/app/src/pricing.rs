@@ -252,7 +252,7 @@ pub fn check_publishable(pricing: &dyn Pricing, allow_no_services: bool) -> anyh
 /// Publishes a checked generation from `activate_at`: false if another is
 /// published for exactly that time.
 pub async fn publish(
-    store: &dyn anchor_store::Store,
+    store: &dyn anchor_ports::Store,
     pricing: &dyn Pricing,
     wasm: &[u8],
     activate_at: DateTime<Utc>,
@@ -270,7 +270,7 @@ pub async fn publish(
 }
 
 /// Every publication, by activation time.
-pub async fn publications(store: &dyn anchor_store::Store) -> anyhow::Result<Vec<anchor_domain::records::PricingActivation>> {
+pub async fn publications(store: &dyn anchor_ports::Store) -> anyhow::Result<Vec<anchor_domain::records::PricingActivation>> {
     Ok(store.pricing_activations().await?)
 }
 
@@ -357,7 +357,7 @@ impl Schedule {
     /// how many generations it loaded. A component that does not load is
     /// left out (logged, and tried again after a minute); the others still
     /// come into force.
-    pub async fn refresh(&self, store: &dyn anchor_store::Store, loader: &Loader) -> anyhow::Result<usize> {
+    pub async fn refresh(&self, store: &dyn anchor_ports::Store, loader: &Loader) -> anyhow::Result<usize> {
         let activations = store.pricing_activations().await?;
         let mut fresh = 0;
         let mut timeline = Vec::with_capacity(activations.len());
@@ -397,7 +397,7 @@ impl Schedule {
         Ok(fresh)
     }
 
-    async fn load(&self, store: &dyn anchor_store::Store, loader: &Loader, sha256: &str) -> anyhow::Result<&'static dyn Pricing> {
+    async fn load(&self, store: &dyn anchor_ports::Store, loader: &Loader, sha256: &str) -> anyhow::Result<&'static dyn Pricing> {
         let wasm =
             store.pricing_wasm(sha256).await?.ok_or_else(|| anyhow::anyhow!("pricing component {sha256} is published but not stored"))?;
         let loader = loader.clone();

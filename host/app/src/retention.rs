@@ -13,7 +13,7 @@ use chrono::Duration;
 use anchor_domain::MilliDac;
 use anchor_domain::records::{AgentRecord, Billed, RetentionTerms};
 use anchor_domain::retention::{RetentionStatus, Subscription};
-use anchor_store::{Billing, Subscribed};
+use anchor_ports::{Billing, Subscribed};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use anchor_store::StatementEntry;
+use anchor_ports::StatementEntry;
 use anchor_verify::cose::{Claims, EcKey, Inclusion, NamedKey};
 use anchor_verify::statement::{Refusal, SignedStatement, parse_statement};
 

@@ -12,7 +12,7 @@ use anchor_domain::MilliDac;
 use anchor_domain::payments::{Subject, SubjectDomain};
 use anchor_domain::pricing::Quote;
 use anchor_domain::records::{AgentRecord, SdacRecord, SdacTrial};
-use anchor_store::{SdacEnded, SdacFunding};
+use anchor_ports::{SdacEnded, SdacFunding};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::declarations::{EeRequest, resolve_scope};

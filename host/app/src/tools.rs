@@ -43,7 +43,7 @@ use anchor_domain::payments::{PaymentSource, Subject, SubjectDomain};
 use anchor_domain::records::{AgentRecord, ComponentRecord, RunRecord, ToolRecord};
 use anchor_domain::tools::{Rejected, Report, RunFailure, RunStats, ToolInput, ToolLimits, ToolRuntime};
 use anchor_domain::tsl::{PurchaseStatus, ToolStatus};
-use anchor_store::{ComponentAdded, NewComponent, NewObservation, UploadCounted};
+use anchor_ports::{ComponentAdded, NewComponent, NewObservation, UploadCounted};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ara::for_tools::{self, Gathered};

@@ -20,7 +20,7 @@ use anchor_domain::tsl::{
     self, CONNECTIONS_MAX, DESCRIPTION_MAX_CHARS, HUMAN_SHARE_MAX_PPM, Layer, NAME_MAX_CHARS, ObservationType, PPM_ONE, PurchaseStatus,
     TRANSFER_DELAY_DAYS, ToolStatus, TransferAction, TransferStatus,
 };
-use anchor_store::{DependencyAdded, HumanShareSet, NewPurchase, NewShare, NewTool, Pending, PurchaseRole, ShareAdded, ToolFilter};
+use anchor_ports::{DependencyAdded, HumanShareSet, NewPurchase, NewShare, NewTool, Pending, PurchaseRole, ShareAdded, ToolFilter};
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};

@@ -122,7 +122,7 @@ impl Trust {
     }
 
     /// The newest checkpoint the quorum cosigned, if witnessing is configured.
-    pub async fn newest_witnessed(&self, store: &dyn anchor_store::Store) -> anyhow::Result<Option<CheckpointRecord>> {
+    pub async fn newest_witnessed(&self, store: &dyn anchor_ports::Store) -> anyhow::Result<Option<CheckpointRecord>> {
         if !self.witnessing() {
             return Ok(None);
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anchor_domain::declarations::ee::*;
 use anchor_domain::pricing::Pricing;
-use anchor_plugins::{CompiledCache, DEFAULT_PRICING_WASM, Limits, PluginEngine, WasmPricing};
+use anchor_plugin_host::{CompiledCache, DEFAULT_PRICING_WASM, Limits, PluginEngine, WasmPricing};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn scope() -> Scope {

@@ -279,7 +279,7 @@ impl IntoResponse for ApiError {
                 | AppError::Unpaid { code, message }
                 | AppError::Unavailable { code, message },
             ) => (status, body(code, &message)).into_response(),
-            ApiError::App(AppError::PaymentRequired(required)) => crate::payment::challenge_response(required.challenge()),
+            ApiError::App(AppError::PaymentRequired(required)) => crate::x402_headers::challenge_response(required.challenge()),
             ApiError::App(AppError::SettlementFailed { reason, payer }) => {
                 let mut response =
                     (status, body("SETTLEMENT_FAILED", &format!("the payment did not settle ({reason}); nothing was charged or anchored")))

@@ -22,7 +22,7 @@ impl FromRequestParts<AppState> for AuthAgent {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<AuthAgent, ApiError> {
-        let fail = |failure| ApiError::Unauthorized { failure, base_url: state.settings.public_url.clone() };
+        let fail = |failure| ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() };
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
             return Err(fail(AuthFailure::Missing));
         };

@@ -12,24 +12,25 @@ pub mod http;
 pub mod listener;
 pub mod mcp;
 use anchor_app::log;
+pub mod log_peers;
 pub mod monitor;
 pub mod openapi;
 pub mod operate;
 pub mod otlp;
 pub mod owner;
-pub mod payment;
 pub mod proxies;
 pub mod ratelimit;
 pub mod state;
 pub mod tool_kit;
 pub mod wire;
-pub mod witness;
+pub mod witness_server;
+pub mod x402_headers;
 
 use std::sync::Arc;
 
 use anchor_domain::pricing::Pricing;
 use anchor_domain::{Clock, SystemClock};
-use anchor_plugins::{Limits, PluginEngine, WasmPricing};
+use anchor_plugin_host::{Limits, PluginEngine, WasmPricing};
 use anchor_x402::settlement::{FacilitatorSettler, LocalSettler, Settler, StaticHeader};
 
 /// The whole application: the REST routes and the portal, with the MCP
@@ -44,14 +45,14 @@ pub use state::{AppState, Settings};
 pub fn load_pricing(
     engine: &PluginEngine,
     path: Option<&std::path::Path>,
-    cache: Option<&anchor_plugins::CompiledCache>,
+    cache: Option<&anchor_plugin_host::CompiledCache>,
 ) -> anyhow::Result<Arc<dyn Pricing>> {
     let pricing: Arc<dyn Pricing> = match path {
         Some(path) => {
             let wasm = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading pricing component {}: {e}", path.display()))?;
             WasmPricing::load_cached(engine, &wasm, Limits::PRICING, cache)?
         }
-        None => WasmPricing::load_cached(engine, anchor_plugins::DEFAULT_PRICING_WASM, Limits::PRICING, cache)?,
+        None => WasmPricing::load_cached(engine, anchor_plugin_host::DEFAULT_PRICING_WASM, Limits::PRICING, cache)?,
     };
     Ok(pricing)
 }
@@ -95,39 +96,42 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     let engine = PluginEngine::new()?;
     // Compiled pricing components, kept across restarts: a start or a switch
     // deserializes what this host (or another sharing the directory) compiled.
-    let pricing_cache = anchor_plugins::CompiledCache::new(&config.data_dir.join("pricing-cache"))?;
+    let pricing_cache = anchor_plugin_host::CompiledCache::new(&config.data_dir.join("pricing-cache"))?;
     let pricing = load_pricing(&engine, config.pricing_component.as_deref(), Some(&pricing_cache))?;
     let settings = Settings {
-        public_url: config.public_url(),
-        pay_to: config.pay_to.clone(),
+        config: Arc::new(anchor_app::Config {
+            public_url: config.public_url(),
+            pay_to: config.pay_to.clone(),
+            dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
+            trial_grant: anchor_domain::MilliDac::from_dac(i64::from(config.trial_dac)),
+            owners: anchor_app::owners::OwnerSettings {
+                dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),
+                session_ttl: chrono::Duration::hours(i64::from(config.dap_session_hours)),
+                ..Default::default()
+            },
+            privacy: anchor_app::ara::privacy::Privacy::Noisy {
+                epsilon: config.ara_epsilon,
+                delta: config.ara_delta,
+                budget: config.ara_epsilon_budget,
+            },
+            features: {
+                let mut features =
+                    anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?;
+                features.agent_owners &= !config.dap_no_agent_owners;
+                features
+            },
+        }),
         rate_limit: config.rate_limit,
         rate_window_secs: config.rate_window_secs,
         trusted_proxies: crate::proxies::TrustedProxies::parse(&config.trusted_proxies)
             .map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}"))?,
-        dab_default: anchor_domain::MilliDac::from_dac(i64::from(config.dab_default_dac)),
-        trial_grant: anchor_domain::MilliDac::from_dac(i64::from(config.trial_dac)),
-        dap: state::DapSettings {
-            dab_floor: anchor_domain::MilliDac::from_dac(i64::from(config.dab_floor_dac)),
-            session_ttl: chrono::Duration::hours(i64::from(config.dap_session_hours)),
-            ..Default::default()
-        },
         http: config.http_limits(),
-        privacy: anchor_app::ara::privacy::Privacy::Noisy {
-            epsilon: config.ara_epsilon,
-            delta: config.ara_delta,
-            budget: config.ara_epsilon_budget,
-        },
-        features: {
-            let mut features = anchor_app::Features::without(&config.features_off).map_err(|e| anyhow::anyhow!("--features-off: {e}"))?;
-            features.agent_owners &= !config.dap_no_agent_owners;
-            features
-        },
         metrics_on_api: config.metrics_on_api,
         fiat: match &config.fiat_rate {
-            Some(path) => payment::FiatRate::from_json(
+            Some(path) => x402_headers::FiatRate::from_json(
                 &std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading --fiat-rate {}: {e}", path.display()))?,
             )?,
-            None => payment::FiatRate::default(),
+            None => x402_headers::FiatRate::default(),
         },
     };
     let key = Arc::new(match &config.log_signing_key {
@@ -136,8 +140,10 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let generation = pricing.generation().clone();
-    let tools =
-        anchor_plugins::WasmTools::new(Some(&config.data_dir.join("tool-cache")), anchor_domain::tools::ToolLimits::for_this_machine())?;
+    let tools = anchor_plugin_host::WasmTools::new(
+        Some(&config.data_dir.join("tool-cache")),
+        anchor_domain::tools::ToolLimits::for_this_machine(),
+    )?;
     let receipt_key = Arc::new(match &config.receipt_signing_key {
         Some(skey) if !skey.is_empty() => anchor_app::receipt_key::ReceiptKey::from_skey(skey)?,
         _ => anchor_app::receipt_key::ReceiptKey::load_or_create(&config.data_dir.join("receipt-signing.key"))?,
@@ -165,7 +171,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         state
     } else {
         let names: Vec<String> = witnesses.iter().map(|w| w.key.name().to_owned()).collect();
-        let mut trust = anchor_app::witness::Trust::new(witnesses, config.witness_quorum, Arc::new(witness::HttpTransport::new()?))
+        let mut trust = anchor_app::witness::Trust::new(witnesses, config.witness_quorum, Arc::new(log_peers::HttpTransport::new()?))
             .map_err(|e| anyhow::anyhow!("--witness-quorum: {e}"))?;
         if !names.is_empty() {
             tracing::info!(witnesses = ?names, quorum = trust.quorum, "checkpoints go to the witnesses");
@@ -179,7 +185,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
                 urls: tsa_urls,
                 roots,
                 every: std::time::Duration::from_secs(config.tsa_interval_secs.into()),
-                transport: Arc::new(witness::HttpTsa::new()?),
+                transport: Arc::new(log_peers::HttpTsa::new()?),
             });
         }
         state.with_trust(trust)

@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
-use anchor_plugins::PluginEngine;
+use anchor_plugin_host::PluginEngine;
 use anchor_server::config::ServeConfig;
 
 /// `anchor --version`: the package version, the commit a packager built
@@ -138,7 +138,7 @@ enum WitnessCommand {
         file: std::path::PathBuf,
     },
     /// Serve the witness protocol for the logs given with --log.
-    Serve(anchor_server::witness::WitnessServeArgs),
+    Serve(anchor_server::witness_server::WitnessServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -425,12 +425,12 @@ async fn ensure_existing(url: &str) -> anyhow::Result<()> {
 
 async fn publish(file: &str, activate_at: Option<&str>, allow_no_services: bool, database: &DbLocation) -> anyhow::Result<()> {
     let wasm = match file {
-        "bundled" => anchor_plugins::DEFAULT_PRICING_WASM.to_vec(),
+        "bundled" => anchor_plugin_host::DEFAULT_PRICING_WASM.to_vec(),
         path => std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?,
     };
     // The checks a host would make loading it, and a quote of every preset.
     let engine = PluginEngine::new()?;
-    let pricing = anchor_plugins::WasmPricing::load(&engine, &wasm, anchor_plugins::Limits::PRICING)?;
+    let pricing = anchor_plugin_host::WasmPricing::load(&engine, &wasm, anchor_plugin_host::Limits::PRICING)?;
     let presets = anchor_app::pricing::check_publishable(pricing.as_ref(), allow_no_services)?;
     let now = chrono::Utc::now();
     let at = match activate_at {
@@ -788,17 +788,17 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Feedback { command }) => feedback(command).await,
         Some(Command::Pay(args)) => pay(args).await,
         Some(Command::Witness { command: WitnessCommand::Keygen { name, file } }) => {
-            let vkey = anchor_server::witness::keygen(&name, &file)?;
+            let vkey = anchor_server::witness_server::keygen(&name, &file)?;
             println!(
                 "witness key written to {}; its verifier key (give it to the logs and verifiers that count on this witness):\n{vkey}",
                 file.display()
             );
             Ok(())
         }
-        Some(Command::Witness { command: WitnessCommand::Serve(args) }) => anchor_server::witness::serve(args).await,
+        Some(Command::Witness { command: WitnessCommand::Serve(args) }) => anchor_server::witness_server::serve(args).await,
         Some(Command::Wallet { command: WalletCommand::New { file } }) => {
             let (key, address) = anchor_x402::client::new_key();
-            anchor_server::witness::write_private(&file, &format!("{key}\n"))?;
+            anchor_server::witness_server::write_private(&file, &format!("{key}\n"))?;
             eprintln!("wallet key written to {} (for local settlement; on a facilitator it pays real USDC on Base)", file.display());
             println!("{address}");
             Ok(())
@@ -878,8 +878,8 @@ fn tool_run(args: ToolRunArgs) -> anyhow::Result<()> {
         (None, None) => anchor_domain::tools::sample_input(3),
     };
     let limits = ToolLimits::for_this_machine();
-    let tools = anchor_plugins::WasmTools::new(None, limits)?;
-    if let Ok(shape) = anchor_plugins::shape(&wasm) {
+    let tools = anchor_plugin_host::WasmTools::new(None, limits)?;
+    if let Ok(shape) = anchor_plugin_host::shape(&wasm) {
         eprintln!(
             "shape: {} core instances (limit {}), {} memories (limit {}) starting at {} bytes, {} tables (limit {}) starting with {} elements",
             shape.core_instances,

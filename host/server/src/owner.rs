@@ -130,7 +130,7 @@ pub async fn csrf_origin_guard(State(state): State<AppState>, request: Request, 
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
             let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let ours = origin_of(&state.settings.public_url);
+            let ours = origin_of(&state.settings.config.public_url);
             let same_host = origin.split_once("://").is_some_and(|(_, h)| !host.is_empty() && h == host);
             if origin != ours && !same_host {
                 return refuse("the request's Origin is not this service");
@@ -155,7 +155,7 @@ fn origin_of(url: &str) -> String {
 
 /// Whether cookies must be `Secure`: the service is reached over TLS.
 pub fn secure_cookies(state: &AppState) -> bool {
-    state.settings.public_url.starts_with("https://")
+    state.settings.config.public_url.starts_with("https://")
 }
 
 #[cfg(test)]

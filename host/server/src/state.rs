@@ -6,42 +6,33 @@ use std::time::Instant;
 
 use anchor_domain::Clock;
 use anchor_domain::pricing::Pricing;
-use anchor_store::Store;
+use anchor_ports::Store;
 
 use crate::ratelimit::RateLimiter;
 use anchor_app::log::LogKey;
 use anchor_x402::settlement::{LocalSettler, Settler};
 
-/// Settings handlers read; parsed once from the configuration.
+/// The host's configuration, parsed once: what the use cases read
+/// (`config`, the same value the application holds) and what only the
+/// transport reads (rate limits, proxies, connection limits, metrics, the
+/// local-currency rate).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// The base URL clients use, without a trailing slash.
-    pub public_url: String,
-    /// The x402 recipient.
-    pub pay_to: String,
+    /// The deployment as the use cases know it: the base URL, the x402
+    /// recipient, the default DAB, the Trial grant, the owners' settings,
+    /// ARA's privacy and the switched-off areas.
+    pub config: Arc<anchor_app::Config>,
     pub rate_limit: u32,
     pub rate_window_secs: u64,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: crate::proxies::TrustedProxies,
-    /// The DAB of agents whose owner set none.
-    pub dab_default: anchor_domain::MilliDac,
-    /// The Trial credit each new agent receives.
-    pub trial_grant: anchor_domain::MilliDac,
-    pub dap: DapSettings,
     /// Connection and request limits.
     pub http: crate::listener::HttpLimits,
-    /// How cross-agent ARA statistics are protected.
-    pub privacy: anchor_app::ara::privacy::Privacy,
-    /// What the operator switched off.
-    pub features: anchor_app::Features,
     /// Whether `GET /metrics` is served on the API's own listener.
     pub metrics_on_api: bool,
     /// The rate local-currency estimates use.
-    pub fiat: crate::payment::FiatRate,
+    pub fiat: crate::x402_headers::FiatRate,
 }
-
-/// The owner portal's settings.
-pub use anchor_app::owners::OwnerSettings as DapSettings;
 
 /// What every handler can reach, behind one shared pointer: the router
 /// clones the state several times per request (each layer and extractor
@@ -99,31 +90,23 @@ impl AppState {
         let app: anchor_app::Services = anchor_app::Parts {
             metrics,
             replica: Default::default(),
-            switches: anchor_app::features::Switches::new(settings.features),
+            switches: anchor_app::features::Switches::new(settings.config.features),
             schedule,
             trust: Default::default(),
             store: store.clone(),
             pricing: pricing.clone(),
             settler: settler.clone(),
             clock: clock.clone(),
-            config: Arc::new(anchor_app::Config {
-                public_url: settings.public_url.clone(),
-                pay_to: settings.pay_to.clone(),
-                dab_default: settings.dab_default,
-                trial_grant: settings.trial_grant,
-                owners: settings.dap.clone(),
-                privacy: settings.privacy,
-                features: settings.features,
-            }),
+            config: settings.config.clone(),
             // Compiled tools stay in memory only; `serve` gives a disk cache.
             tools: anchor_app::tools::Tools::new(Arc::new(
-                anchor_plugins::WasmTools::new(None, anchor_domain::tools::ToolLimits::DEFAULT)
+                anchor_plugin_host::WasmTools::new(None, anchor_domain::tools::ToolLimits::DEFAULT)
                     .expect("the tools' WebAssembly engine starts"),
             )),
         }
         .into();
         // The log key signs x402 offers too (decision 0069).
-        let app = match anchor_app::offers::OfferSigner::new(&log_key, &settings.public_url) {
+        let app = match anchor_app::offers::OfferSigner::new(&log_key, &settings.config.public_url) {
             Ok(signer) => app.with_offers(signer),
             Err(error) => {
                 tracing::warn!(%error, "the log key cannot sign x402 offers; 402 answers go out unsigned");
@@ -190,8 +173,11 @@ impl AppState {
     }
 
     /// The same state with other settings.
+    /// The use cases read the same configuration value the settings hold.
     pub fn with_settings(mut self, settings: Settings) -> AppState {
-        Arc::make_mut(&mut self.0).settings = Arc::new(settings);
+        let shared = Arc::make_mut(&mut self.0);
+        shared.app.config = settings.config.clone();
+        shared.settings = Arc::new(settings);
         self
     }
 }

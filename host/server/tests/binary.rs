@@ -120,7 +120,7 @@ fn production_refuses_local_settlement_and_facilitator_mode_needs_a_url() {
 /// reason; a component reaching for the filesystem is refused.
 #[test]
 fn tool_run_checks_and_runs_a_component_as_the_service_would() {
-    let plugins = std::path::Path::new(anchor_plugins::PLUGINS_DIR);
+    let plugins = std::path::Path::new(anchor_plugin_host::PLUGINS_DIR);
     let run = |file: &str, extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_anchor")).args(["tool", "run"]).arg(plugins.join(file)).args(extra).output().unwrap()
     };
@@ -166,7 +166,7 @@ fn tool_run_checks_and_runs_a_component_as_the_service_would() {
 /// (`plugins/fixtures/pricing-alt`, of `anchor:pricing@1.0.0`).
 #[test]
 fn pricing_diff_reports_the_grid_the_presets_and_the_services() {
-    let alt = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_alt.wasm");
+    let alt = std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join("pricing_alt.wasm");
     let output = Command::new(env!("CARGO_BIN_EXE_anchor")).args(["pricing", "diff", "bundled"]).arg(&alt).output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
@@ -335,7 +335,7 @@ async fn the_tools_readme_sells_and_buys_a_tool_as_written() {
         .unwrap();
     http.post(format!("{base}/v1/dd/confirm")).bearer_auth(&buyer).json(&json!({ "dd_id": created["dd_id"] })).send().await.unwrap();
     std::fs::write(data.join("wallet.key"), TEST_WALLET_KEY).unwrap();
-    std::fs::copy(std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("tool_example.wasm"), data.join("tool.wasm")).unwrap();
+    std::fs::copy(std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join("tool_example.wasm"), data.join("tool.wasm")).unwrap();
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_anchor")).parent().unwrap().to_path_buf();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     // The fold makes the buyer's declaration visible to ARA within a round or two.
@@ -370,8 +370,8 @@ async fn the_tools_readme_sells_and_buys_a_tool_as_written() {
 /// prices agents are told and charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_pricing_generation_is_inspected_diffed_and_published() {
-    let file = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_example.wasm");
-    assert!(file.exists(), "the build puts every generation of plugins/ in {}", anchor_plugins::PLUGINS_DIR);
+    let file = std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join("pricing_example.wasm");
+    assert!(file.exists(), "the build puts every generation of plugins/ in {}", anchor_plugin_host::PLUGINS_DIR);
     let anchor = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_anchor")).args(args).output().unwrap();
     let inspected = anchor(&["pricing", "inspect", file.to_str().unwrap()]);
     assert!(inspected.status.success(), "{}", String::from_utf8_lossy(&inspected.stderr));

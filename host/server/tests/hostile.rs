@@ -29,7 +29,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(std::path::Path::new(anchor_plugins::PLUGINS_DIR).join(format!("{}.wasm", name.replace('-', "_")))).unwrap()
+    std::fs::read(std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join(format!("{}.wasm", name.replace('-', "_")))).unwrap()
 }
 
 struct Client {

@@ -722,7 +722,7 @@ async fn a_published_generation_takes_over_on_every_host_at_its_time() {
     // it checks the time (slow in a debug build beside the load), still leaves
     // the hosts their 2 s to load it.
     let at = chrono::Utc::now() + chrono::Duration::seconds(8);
-    let alt = std::path::Path::new(anchor_plugins::PLUGINS_DIR).join("pricing_alt.wasm");
+    let alt = std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join("pricing_alt.wasm");
     let published = Command::new(env!("CARGO_BIN_EXE_anchor"))
         .args(["pricing", "publish"])
         .arg(&alt)

@@ -94,7 +94,7 @@ fn pytest(base: &str, second: Option<&str>, witness_vkey: &str, issuer_key: &Pat
         // The service's own verifier, which must accept the receipts the client saves.
         .env("ANCHOR_BIN", env!("CARGO_BIN_EXE_anchor"))
         // The example tool the seller in the tests uploads.
-        .env("ANCHOR_TOOL_WASM", Path::new(anchor_plugins::PLUGINS_DIR).join("tool_example.wasm"))
+        .env("ANCHOR_TOOL_WASM", Path::new(anchor_plugin_host::PLUGINS_DIR).join("tool_example.wasm"))
         .output()
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

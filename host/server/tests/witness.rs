@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anchor_server::listener::HttpLimits;
-use anchor_store::witness::WitnessState;
+use anchor_store::witness_state::WitnessState;
 use anchor_verify::cosignature::{WitnessKey, WitnessSigner, add_checkpoint_request};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -997,10 +997,10 @@ async fn in_process_witness_with(log: &TestLog, limits: HttpLimits) -> (String, 
     let signer = WitnessSigner::from_seed("witness.test/in-process", &[9; 32]).unwrap();
     let key = signer.public().clone();
     let state = WitnessState::open(&dir.join("witness.db")).await.unwrap();
-    let witness = Arc::new(anchor_server::witness::Witness::new(signer, std::slice::from_ref(&log.vkey), state, 10_000).unwrap());
+    let witness = Arc::new(anchor_server::witness_server::Witness::new(signer, std::slice::from_ref(&log.vkey), state, 10_000).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(anchor_server::witness::serve_on(listener, witness, limits, std::future::pending()));
+    tokio::spawn(anchor_server::witness_server::serve_on(listener, witness, limits, std::future::pending()));
     (url, key, dir)
 }
 

@@ -2,7 +2,6 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::agents::DisclosureLevel;
-pub use anchor_domain::records::{AgentRecord, Classification};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -10,64 +9,9 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Row, sql};
 use crate::*;
 
-/// A new agent, with its secrets already hashed.
-#[derive(Clone, Debug)]
-pub struct NewAgent {
-    pub agent_id: Uuid,
-    pub token_hash: [u8; 32],
-    pub recovery_hash: [u8; 32],
-    pub region_code: Option<String>,
-    pub registered_at: DateTime<Utc>,
-    pub trial_granted: MilliDac,
-    pub trial_expires_at: DateTime<Utc>,
-}
-
 /// An agent's row with its owner's content-inclusion policy, in one statement.
 pub(crate) const AGENT_SELECT: &str = "select a.*, o.content_inclusion_policy as owner_policy from agent a \
      left join owner o on o.owner_id = a.owner_id and o.deleted_at is null";
-
-/// The outcome of a recovery attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recovery {
-    Recovered,
-    /// Wrong agent_id or wrong key: the caller cannot tell which.
-    Refused,
-    /// Too many attempts for this agent_id in the window.
-    RateLimited,
-}
-
-#[async_trait]
-pub trait AgentStore: Send + Sync {
-    async fn insert_agent(&self, agent: &NewAgent) -> Result<()>;
-    /// The agent, if it is one a request may name (never the nil agent that
-    /// holds de-identified records).
-    async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>>;
-    async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>>;
-    /// Replaces both secrets if the agent still holds `current_token_hash`.
-    async fn rotate_credentials(
-        &self,
-        agent_id: Uuid,
-        current_token_hash: &[u8; 32],
-        new_token_hash: &[u8; 32],
-        new_recovery_hash: &[u8; 32],
-    ) -> Result<bool>;
-    /// Replaces both secrets if `recovery_hash` matches. A wrong key (or an
-    /// unknown agent_id) takes one attempt of `limit` for that agent_id; once
-    /// they are spent, wrong keys are refused as `RateLimited`. The right key
-    /// always recovers: guessing cannot lock its holder out.
-    async fn recover_credentials(
-        &self,
-        agent_id: Uuid,
-        recovery_hash: &[u8; 32],
-        new_token_hash: &[u8; 32],
-        new_recovery_hash: &[u8; 32],
-        now: DateTime<Utc>,
-        limit: AttemptLimit,
-    ) -> Result<Recovery>;
-    async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()>;
-    /// Operator base categories plus the agent's owner's active ones.
-    async fn classifications_for_agent(&self, agent_id: Uuid) -> Result<Vec<Classification>>;
-}
 
 #[async_trait]
 impl<E: Engine> AgentStore for SqlStore<E> {

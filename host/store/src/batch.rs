@@ -43,9 +43,9 @@ use uuid::Uuid;
 use crate::direct::{DirectTx, run_now};
 use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
-use crate::payments::{self, UsageEntry};
+use crate::payments;
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
-use crate::{Created, NewDeclaration, Result, StoreError, StoredDeclaration, Subject};
+use crate::{Created, NewDeclaration, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;

@@ -12,42 +12,6 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::rows::DeclarationRow;
 use crate::*;
-pub use anchor_domain::records::AgreementListing;
-
-/// What answering a proposal concluded; nothing was written unless `Done`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Responded {
-    Done(Agreement),
-    NotFound,
-    /// The responder is not the counterparty.
-    NotCounterparty,
-    /// Answered already, or its window ended (the agreement as it stands).
-    NotPending(Agreement),
-}
-
-#[async_trait]
-pub trait BilateralStore {
-    async fn agreement(&self, agreement_id: Uuid) -> Result<Option<Agreement>>;
-    /// Accepts (writing `mirror`, the counterparty's record) or rejects.
-    async fn respond_agreement(
-        &self,
-        agreement_id: Uuid,
-        responder: Uuid,
-        mirror: Option<&NewDeclaration>,
-        now: DateTime<Utc>,
-    ) -> Result<Responded>;
-    /// Proposals past their window become expired; returns them.
-    async fn expire_agreements(&self, now: DateTime<Utc>, limit: i64) -> Result<Vec<Agreement>>;
-    /// Agreements the agent received (`sent` false) or sent, newest first.
-    async fn agreements(
-        &self,
-        agent_id: Uuid,
-        sent: bool,
-        pending_only: bool,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<AgreementListing>>;
-}
 
 pub(crate) async fn insert<X: Exec>(tx: &mut X, agreement: &NewAgreement, proposal: &Declaration, now: DateTime<Utc>) -> Result<()> {
     tx.execute(

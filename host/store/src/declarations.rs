@@ -1,7 +1,6 @@
 //! Declarations: create (with its Trial debit or payment reservation), confirm, read, list, direct reads of the original, usage.
 
 use anchor_domain::MilliDac;
-use anchor_domain::declarations::Declaration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -11,111 +10,6 @@ use crate::batch;
 use crate::engine::{Engine, Exec, Row, Transaction, sql};
 use crate::rows::{self, DeclarationRow, confirm_in_one, confirm_steps, decode_declaration};
 use crate::*;
-pub use anchor_domain::records::{ListFilter, StoredDeclaration};
-
-/// A declaration to record, priced, paid from Trial or by a reserved payment.
-#[derive(Clone, Debug)]
-pub struct NewDeclaration {
-    pub declaration: Declaration,
-    pub request_id: Uuid,
-    pub subtotal: MilliDac,
-    pub base_fee: MilliDac,
-    pub multiplier_permille: u32,
-    pub monthly: MilliDac,
-    pub direct_access_expires_at: DateTime<Utc>,
-    /// `Some`: paid externally; `None`: paid from Trial.
-    pub external: Option<NewPayment>,
-    /// With `external`: the base fee is still debited from Trial and the
-    /// payment covers the premium alone (`premium_payment_source: external`).
-    pub base_from_trial: bool,
-    /// The premium paid from Earned DAC (`premium_payment_source: earned`),
-    /// debited with the record; Trial or the payment covers the rest.
-    pub earned_premium: Option<EarnedPart>,
-    /// A bilateral proposal: the agreement written with the record.
-    pub agreement: Option<NewAgreement>,
-}
-
-/// The agreement a bilateral proposal writes with its record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NewAgreement {
-    pub agreement_id: Uuid,
-    pub counterparty_agent_id: Uuid,
-    pub expires_at: DateTime<Utc>,
-}
-
-#[derive(Clone, Debug)]
-pub enum Created {
-    /// Recorded now: the Trial balance after the debit, and the record as
-    /// stored (returned by the insert itself: no read-back).
-    New { trial_remaining: MilliDac, record: Box<StoredDeclaration> },
-    /// The agent already used this request_id: the earlier record.
-    Replayed(Box<StoredDeclaration>),
-    /// Trial cannot pay: too little left, or expired.
-    TrialCannotPay { balance: MilliDac, expired: bool },
-    /// `parent_dd_id` names no declaration (or one de-identified).
-    ParentNotFound,
-    /// `parent_dd_id` names another agent's declaration.
-    ParentForeign,
-    /// The payment authorization was already used (its nonce is reserved).
-    PaymentReplayed,
-    /// The payment would take the agent past its DAB for the period.
-    DabReached { limit: MilliDac, spent: MilliDac },
-    /// Earned DAC cannot pay the premium (below the threshold, or short).
-    EarnedShort { balance: MilliDac },
-}
-
-/// The outcome of a read of a declaration's original through direct access.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DirectRead {
-    /// Counted; this many reads are left.
-    Granted { remaining: i64 },
-    /// Every read of the quota is spent.
-    Exhausted,
-    /// The access period is over.
-    Expired,
-}
-
-#[async_trait]
-pub trait DeclarationStore: Send + Sync {
-    /// Records a declaration and debits Trial by its total, atomically; or
-    /// returns the earlier record for a reused request_id.
-    async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created>;
-    async fn declaration(&self, dd_id: Uuid) -> Result<Option<StoredDeclaration>>;
-    /// The declaration, and for one paid externally what settling its
-    /// payment needs ([`PaymentStore::payment_for`]'s payment): what a
-    /// confirmation reads, in one statement where reads are gathered.
-    async fn declaration_to_confirm(&self, dd_id: Uuid) -> Result<Option<(StoredDeclaration, Option<Settling>)>>;
-    /// The agent's declaration recorded under `request_id`, if any.
-    async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
-    /// The same, beside the agent's DAB and its external spending since
-    /// `period_start` (what a create that must be paid externally reads
-    /// before its challenge), in one statement.
-    async fn declaration_by_request_and_dab(
-        &self,
-        agent_id: Uuid,
-        request_id: Uuid,
-        period_start: DateTime<Utc>,
-    ) -> Result<(Option<StoredDeclaration>, DabStatus)>;
-    /// Settles a declaration once and queues its log leaf, in one transaction:
-    /// false if it was already confirmed or released. `settlement_ref`, for an
-    /// externally paid declaration, marks its payment settled in the same
-    /// transaction.
-    async fn confirm_declaration(
-        &self,
-        dd_id: Uuid,
-        integrity_hash: &str,
-        now: DateTime<Utc>,
-        usage: &[UsageEntry],
-        leaf_data: &[u8],
-        settlement_ref: Option<&str>,
-    ) -> Result<bool>;
-    /// Counts one read of the original against the EE's quota and period.
-    async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
-    /// The agent's declarations, newest first, and how many match in all.
-    async fn list_declarations(&self, agent_id: Uuid, filter: ListFilter) -> Result<(Vec<StoredDeclaration>, i64)>;
-    /// The agent's declarations in one lineage group, oldest first.
-    async fn lineage_group(&self, agent_id: Uuid, group_id: Uuid) -> Result<Vec<StoredDeclaration>>;
-}
 
 /// A row of an agent's DAB columns (`payments::dab_columns`) beside the
 /// declaration it recorded under a request_id (`d.*`, all null if none).

@@ -28,32 +28,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Utc};
 use uuid::Uuid;
 
-use crate::ara::{DayCount, add_counts};
+use crate::ara::add_counts;
 use crate::engine::{Engine, Exec, Query, Row, Transaction, sql};
 use crate::rows::decode_declaration;
 use crate::*;
-
-/// What a batch did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Deidentified {
-    /// Records de-identified.
-    pub records: usize,
-    /// Of them, confirmed ones whose ARA counts moved to the id-free buckets.
-    pub folded: usize,
-    /// Bilateral agreements deleted with one of their records.
-    pub agreements: usize,
-}
-
-#[async_trait]
-pub trait DeidentifyStore: Send + Sync {
-    /// De-identifies up to `limit` records whose retention ended by `now`, in
-    /// one transaction. Zero records: none is due (or another host took them).
-    async fn deidentify_due(&self, now: DateTime<Utc>, limit: i64) -> Result<Deidentified>;
-    /// Whether `dd_id` names a record that was de-identified.
-    async fn is_deidentified(&self, dd_id: Uuid) -> Result<bool>;
-    /// How many records are past their retention end and not de-identified yet.
-    async fn deidentify_backlog(&self, now: DateTime<Utc>) -> Result<i64>;
-}
 
 /// Old ids and their keys, bound once in a statement and named as often as it needs.
 struct Rekey {

@@ -55,7 +55,7 @@ fn direct(error: rusqlite::Error) -> StoreError {
     {
         return StoreError::UniqueKey(error.to_string());
     }
-    StoreError::Database(sqlx::Error::Protocol(format!("sqlite: {error}")))
+    StoreError::Database(format!("sqlite: {error}"))
 }
 
 /// Runs a future whose every step completes when polled (a store function

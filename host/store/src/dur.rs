@@ -5,65 +5,12 @@
 
 use anchor_domain::MilliDac;
 use anchor_domain::payments::SubjectDomain;
-pub use anchor_domain::records::{EarnedFlow, ObservationSpend, SpendLine, TslLine, UsageLine};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Exec, Query, Row, sql};
 use crate::*;
-
-/// A range of time and the agents whose records it covers.
-#[derive(Clone, Debug)]
-pub struct Span<'a> {
-    pub agents: &'a [Uuid],
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
-}
-
-impl Span<'_> {
-    /// Appends `column in (…) and time >= from and time < to`.
-    fn filter<'q>(&self, query: &mut Query<'q>, agent_column: &str, time_column: &str) {
-        query.push_in(agent_column, self.agents);
-        query.push(" and ").push(time_column).push(" >= ").push_bind(self.from);
-        query.push(" and ").push(time_column).push(" < ").push_bind(self.to);
-    }
-}
-
-#[async_trait]
-pub trait DurStore: Send + Sync {
-    /// Usage entries recorded in the span, by kind and source.
-    async fn spend(&self, span: &Span<'_>) -> Result<Vec<SpendLine>>;
-    /// Observations made in the span.
-    async fn observation_spend(&self, span: &Span<'_>) -> Result<ObservationSpend>;
-    /// Declarations anchored in the span and on record (not released or failed).
-    async fn anchored_count(&self, span: &Span<'_>) -> Result<i64>;
-    /// What the Earned ledger of the span's agents received and how many of its lines moved money.
-    async fn earned_flow(&self, span: &Span<'_>) -> Result<EarnedFlow>;
-    /// Settlement references of external payments settled in the span, newest first.
-    async fn settlement_refs(&self, span: &Span<'_>) -> Result<Vec<String>>;
-    /// Usage entries in the span, newest first, of the given kinds (all when
-    /// none is given): a page, and how many there are.
-    async fn usage_lines(&self, span: &Span<'_>, domains: &[SubjectDomain], offset: i64, limit: i64) -> Result<(Vec<UsageLine>, i64)>;
-    /// Template values of the agent's confirmed branch-1 decisions anchored in
-    /// the span: (column, value, declarations) for the class, target,
-    /// trigger and human-involvement columns, and how many decisions there are.
-    async fn template_counts(&self, span: &Span<'_>) -> Result<(Vec<(String, String, i64)>, i64)>;
-    /// (unit, value text) of every decision scale in the span's branch-1 decisions.
-    async fn scale_values(&self, span: &Span<'_>) -> Result<Vec<(String, String)>>;
-    /// One agent's tool-market money in the span, newest first: what it paid
-    /// for purchases (`paid`: its usage entries) and what its sales and
-    /// revenue shares credited it in Earned DAC (`received`); and how many in all.
-    async fn tsl_lines(
-        &self,
-        agent_id: Uuid,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-        direction: Option<&str>,
-        offset: i64,
-        limit: i64,
-    ) -> Result<(Vec<TslLine>, i64)>;
-}
 
 /// The template columns DUR counts, by the name the reports use.
 pub const TEMPLATE_COLUMNS: [(&str, &str); 5] = [
@@ -82,6 +29,13 @@ const TSL_LINES: &str = "select * from ( \
        select entry_id as line_id, 'received' as direction, amount_milli, reference_id as purchase_id, at \
        from earned_entry where agent_id = $1 and kind = 'credit' and reference_kind = 'tsl_purchase' and at >= $2 and at < $3 \
      ) lines where ($4 = 'all' or direction = $4)";
+
+/// Appends `column in (…) and time >= from and time < to` for a span.
+fn filter<'q>(span: &Span<'_>, query: &mut Query<'q>, agent_column: &str, time_column: &str) {
+    query.push_in(agent_column, span.agents);
+    query.push(" and ").push(time_column).push(" >= ").push_bind(span.from);
+    query.push(" and ").push(time_column).push(" < ").push_bind(span.to);
+}
 
 #[async_trait]
 impl<E: Engine> DurStore for SqlStore<E> {
@@ -128,7 +82,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
     async fn spend(&self, span: &Span<'_>) -> Result<Vec<SpendLine>> {
         let mut query = sql("select subject_domain, payment_source, count(*) as entries, \
                              cast(coalesce(sum(amount_milli), 0) as bigint) as amount from usage_entry where ");
-        span.filter(&mut query, "agent_id", "recorded_at");
+        filter(span, &mut query, "agent_id", "recorded_at");
         query.push(" group by subject_domain, payment_source order by subject_domain, payment_source");
         let rows = self.db().fetch_all(query).await?;
         rows.iter()
@@ -148,7 +102,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
              cast(coalesce(sum(case when premium_source = 'earned' then 0 else premium_milli end), 0) as bigint) as external, \
              cast(coalesce(sum(case when premium_source = 'earned' then premium_milli else 0 end), 0) as bigint) as earned \
              from ara_observation where ");
-        span.filter(&mut query, "observer_agent_id", "observed_at");
+        filter(span, &mut query, "observer_agent_id", "observed_at");
         let row = self.db().fetch_one(query).await?;
         Ok(ObservationSpend {
             count: row.get("n")?,
@@ -160,7 +114,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
 
     async fn anchored_count(&self, span: &Span<'_>) -> Result<i64> {
         let mut query = sql("select count(*) from declaration where settlement_status not in ('released', 'failed') and ");
-        span.filter(&mut query, "agent_id", "anchored_at");
+        filter(span, &mut query, "agent_id", "anchored_at");
         self.db().scalar(query).await
     }
 
@@ -168,14 +122,14 @@ impl<E: Engine> DurStore for SqlStore<E> {
         let mut query =
             sql("select cast(coalesce(sum(case when kind = 'credit' then amount_milli else 0 end), 0) as bigint) as received, \
              cast(count(*) as bigint) as moved from earned_entry where kind in ('credit', 'debit', 'refund') and ");
-        span.filter(&mut query, "agent_id", "at");
+        filter(span, &mut query, "agent_id", "at");
         let row = self.db().fetch_one(query).await?;
         Ok(EarnedFlow { received: MilliDac(row.get("received")?), transactions: row.get("moved")? })
     }
 
     async fn settlement_refs(&self, span: &Span<'_>) -> Result<Vec<String>> {
         let mut query = sql("select settlement_ref from x402_payment where status = 'settled' and settlement_ref is not null and ");
-        span.filter(&mut query, "agent_id", "updated_at");
+        filter(span, &mut query, "agent_id", "updated_at");
         query.push(" order by updated_at desc");
         self.db().scalar_all(query).await
     }
@@ -183,7 +137,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
     async fn usage_lines(&self, span: &Span<'_>, domains: &[SubjectDomain], offset: i64, limit: i64) -> Result<(Vec<UsageLine>, i64)> {
         let filtered = |select: &str| {
             let mut query = sql(select.to_string());
-            span.filter(&mut query, "agent_id", "recorded_at");
+            filter(span, &mut query, "agent_id", "recorded_at");
             if !domains.is_empty() {
                 query.push(" and subject_domain in (");
                 for (i, domain) in domains.iter().enumerate() {
@@ -222,7 +176,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
         let branch_one = |select: String| {
             let mut query = sql(select);
             query.push(" from declaration where content_inclusion = ").push_bind(true).push(" and confirmed_at is not null and ");
-            span.filter(&mut query, "agent_id", "anchored_at");
+            filter(span, &mut query, "agent_id", "anchored_at");
             query
         };
         let total: i64 = self.db().scalar(branch_one("select count(*)".into())).await?;
@@ -241,7 +195,7 @@ impl<E: Engine> DurStore for SqlStore<E> {
         let mut query = sql("select tpl_decision_scale_unit as unit, tpl_decision_scale_value as value from declaration \
                              where content_inclusion = ");
         query.push_bind(true).push(" and confirmed_at is not null and tpl_decision_scale_value is not null and ");
-        span.filter(&mut query, "agent_id", "anchored_at");
+        filter(span, &mut query, "agent_id", "anchored_at");
         let rows = self.db().fetch_all(query).await?;
         rows.iter().map(|r| Ok((r.get::<Option<String>>("unit")?.unwrap_or_default(), r.get::<String>("value")?))).collect()
     }

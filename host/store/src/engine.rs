@@ -24,7 +24,7 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Postgres, Sqlite, Type};
 use uuid::Uuid;
 
 use crate::metrics::{PoolState, StoreMetrics};
-use crate::{Result, StoreError};
+use crate::{Classified, Result, StoreError};
 
 /// One value bound to a query parameter.
 #[derive(Clone, Debug)]
@@ -376,7 +376,7 @@ pub trait Exec: Send {
     async fn fetch_optional(&mut self, query: Query<'_>) -> Result<Option<Self::Row>>;
 
     async fn fetch_one(&mut self, query: Query<'_>) -> Result<Self::Row> {
-        self.fetch_optional(query).await?.ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+        self.fetch_optional(query).await?.ok_or(StoreError::NotFound("no row returned".into()))
     }
 
     /// The first column of the one row.
@@ -548,8 +548,8 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     Ok(match col {
-        Col::Name(name) => sqlx::Row::try_get(row, name)?,
-        Col::Index(index) => sqlx::Row::try_get(row, index)?,
+        Col::Name(name) => sqlx::Row::try_get(row, name).classified()?,
+        Col::Index(index) => sqlx::Row::try_get(row, index).classified()?,
     })
 }
 
@@ -601,16 +601,16 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     async fn run(conn: &mut Self::Connection, query: Query<'_>) -> Result<u64> {
-        let done = bind::<DB>(query)?.execute(conn).await?;
+        let done = bind::<DB>(query)?.execute(conn).await.classified()?;
         Ok(DB::rows_affected(&done))
     }
 
     async fn fetch_all(conn: &mut Self::Connection, query: Query<'_>) -> Result<Vec<Self::Row>> {
-        Ok(bind::<DB>(query)?.fetch_all(conn).await?)
+        Ok(bind::<DB>(query)?.fetch_all(conn).await.classified()?)
     }
 
     async fn fetch_optional(conn: &mut Self::Connection, query: Query<'_>) -> Result<Option<Self::Row>> {
-        Ok(bind::<DB>(query)?.fetch_optional(conn).await?)
+        Ok(bind::<DB>(query)?.fetch_optional(conn).await.classified()?)
     }
 
     fn read_i64(row: &Self::Row, col: Col<'_>) -> Result<Option<i64>> {
@@ -716,20 +716,7 @@ impl<DB: sqlx::Database> Db<DB> {
     }
 }
 
-tokio::task_local! {
-    static BACKGROUND: bool;
-}
-
-/// Whether this task is a round of the background jobs.
-pub(crate) fn is_background() -> bool {
-    BACKGROUND.try_with(|b| *b).unwrap_or(false)
-}
-
-/// Runs `work` (a round of the background jobs) with its writes on the
-/// jobs' own writer connection, where the store has one.
-pub async fn in_background<F: std::future::Future>(work: F) -> F::Output {
-    BACKGROUND.scope(true, work).await
-}
+pub(crate) use anchor_ports::background::is_background;
 
 /// The pool, lent for one statement at a time; a statement that may write
 /// (anything but a `select`) runs on the writer connection when there is one.
@@ -863,11 +850,11 @@ fn must_wait<DB: sqlx::Database>(pool: &Pool<DB>) -> bool {
 /// found the pool exhausted is counted as a wait, with its duration.
 async fn acquire<DB: sqlx::Database>(pool: &Pool<DB>, metrics: &StoreMetrics) -> Result<sqlx::pool::PoolConnection<DB>> {
     if !must_wait(pool) {
-        return Ok(pool.acquire().await?);
+        return pool.acquire().await.classified();
     }
     metrics.acquire_waits.inc();
     let started = Instant::now();
-    let connection = pool.acquire().await?;
+    let connection = pool.acquire().await.classified()?;
     metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
     Ok(connection)
 }
@@ -905,10 +892,10 @@ impl<DB: Driver> Transaction for Tx<DB> {
         let OnConn(tx, metrics, _) = self;
         let result = tx.commit().await;
         metrics.observe_step("commit", started.elapsed().as_secs_f64());
-        Ok(result?)
+        Ok(result.classified()?)
     }
     async fn rollback(self) -> Result<()> {
-        Ok(self.0.rollback().await?)
+        Ok(self.0.rollback().await.classified()?)
     }
 }
 
@@ -976,7 +963,7 @@ impl<DB: Driver> Db<DB> {
     async fn begin_on(&self, pool: &Pool<DB>) -> Result<Tx<DB>> {
         let started = Instant::now();
         let waits = must_wait(pool);
-        let tx = pool.begin_with(DB::BEGIN_WRITE).await?;
+        let tx = pool.begin_with(DB::BEGIN_WRITE).await.classified()?;
         if waits {
             self.metrics.acquire_waits.inc();
             self.metrics.acquire_wait_seconds.observe(started.elapsed().as_secs_f64());
@@ -1007,7 +994,7 @@ macro_rules! migrate {
             sqlx::query_as("select version, runs_beside_builds_from from migration_rules").fetch_all(pool).await.unwrap_or_default()
         };
         serve_beside(&mut migrator, &unknown, &rules)?;
-        migrator.run(pool).await?;
+        migrator.run(pool).await.classified()?;
     }};
 }
 
@@ -1016,7 +1003,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(e.to_string()))?;
     }
     // Full sync: a commit is on disk (the write-ahead log synced) before it
     // is acknowledged, so a power loss loses nothing answered.
@@ -1031,10 +1018,10 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
     // before each use would be one more hand-over to its worker thread and
     // back on every statement.
     let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
-    let writer = pool_options().max_connections(1).connect_with(options.clone()).await?;
+    let writer = pool_options().max_connections(1).connect_with(options.clone()).await.classified()?;
     migrate!(sqlite_migrator(), &writer, "select count(*) > 0 from sqlite_master where type = 'table' and name = '_sqlx_migrations'");
-    let background = pool_options().max_connections(1).connect_with(options.clone()).await?;
-    let pool = pool_options().max_connections(8).connect_with(options).await?;
+    let background = pool_options().max_connections(1).connect_with(options.clone()).await.classified()?;
+    let pool = pool_options().max_connections(8).connect_with(options).await.classified()?;
     Ok(Db { writer: Some(writer), background: Some(background), file: Some(path.to_path_buf()), ..Db::new(pool) })
 }
 
@@ -1051,9 +1038,9 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
             .ok_or_else(|| StoreError::Unsupported(format!("none of the {n} hosts of the database URL is a primary taking writes")))?,
     };
     if let Some(schema) = schema {
-        let admin = PgPoolOptions::new().max_connections(1).connect_with(hosts[primary].clone()).await?;
+        let admin = PgPoolOptions::new().max_connections(1).connect_with(hosts[primary].clone()).await.classified()?;
         let create = format!("create schema if not exists \"{}\"", schema.replace('"', ""));
-        sqlx::raw_sql(sqlx::AssertSqlSafe(create)).execute(&admin).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create)).execute(&admin).await.classified()?;
         admin.close().await;
         hosts = hosts.into_iter().map(|o| o.options([("search_path", schema)])).collect();
     }
@@ -1072,7 +1059,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
             }
         }
     };
-    let pool = pool_options(16).connect_with(options.clone()).await?;
+    let pool = pool_options(16).connect_with(options.clone()).await.classified()?;
     migrate!(postgres_migrator(), &pool, "select to_regclass('_sqlx_migrations') is not null");
     let hot = pool_options(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
@@ -1182,14 +1169,14 @@ pub fn postgres_migrator() -> sqlx::migrate::Migrator {
 pub async fn open_sqlite_read_only(path: &Path) -> Result<Db<Sqlite>> {
     let options =
         SqliteConnectOptions::new().filename(path).read_only(true).create_if_missing(false).busy_timeout(StdDuration::from_secs(30));
-    let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await.classified()?;
     Ok(Db::new(pool))
 }
 
 /// A PostgreSQL standby, read-only, as it is. The pool connects lazily, so a
 /// replica that is down at start is tried again at the next read.
 pub async fn connect_postgres_replica(url: &str, schema: Option<&str>) -> Result<Db<Postgres>> {
-    let mut options: PgConnectOptions = url.parse()?;
+    let mut options: PgConnectOptions = url.parse::<PgConnectOptions>().classified()?;
     options = options.options([("default_transaction_read_only", "on"), ("statement_timeout", "2000")]);
     if let Some(schema) = schema {
         options = options.options([("search_path", schema)]);
@@ -1205,7 +1192,7 @@ pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
     let hosts = crate::hosts::parse(url)?;
     let chosen = if hosts.len() > 1 { crate::hosts::find_primary(&hosts).await.unwrap_or(0) } else { 0 };
     let options = hosts[chosen].clone();
-    let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await?;
+    let pool = PgPoolOptions::new().max_connections(16).connect_with(options).await.classified()?;
     Ok(Db::new(pool))
 }
 

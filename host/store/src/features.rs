@@ -7,14 +7,6 @@ use crate::engine::{Engine, Exec, Row, sql};
 use crate::*;
 
 #[async_trait]
-pub trait FeatureStore: Send + Sync {
-    /// Every stored switch: (name, enabled), by name.
-    async fn feature_switches(&self) -> Result<Vec<(String, bool)>>;
-    /// Stores a switch (replacing the one of that name).
-    async fn set_feature_switch(&self, name: &str, enabled: bool, now: DateTime<Utc>) -> Result<()>;
-}
-
-#[async_trait]
 impl<E: Engine> FeatureStore for SqlStore<E> {
     async fn feature_switches(&self) -> Result<Vec<(String, bool)>> {
         let rows = self.db().fetch_all(sql("select name, enabled from feature_switch order by name")).await?;

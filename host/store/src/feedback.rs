@@ -6,15 +6,6 @@ use chrono::NaiveDate;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
 use crate::*;
-pub use anchor_domain::records::Feedback;
-
-#[async_trait]
-pub trait FeedbackStore: Send + Sync {
-    /// Keeps a note received on `day`, then drops the oldest past `keep`.
-    async fn add_feedback(&self, feedback: &Feedback, day: NaiveDate, keep: i64) -> Result<()>;
-    /// The newest notes, newest first, with their day.
-    async fn feedback(&self, limit: i64) -> Result<Vec<(NaiveDate, Feedback)>>;
-}
 
 const TEXTS: [&str; 7] =
     ["note", "would_recommend", "recommend_reason", "would_report_to_operator", "report_reason", "would_keep_as_tool", "keep_reason"];

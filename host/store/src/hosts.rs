@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::{Result, StoreError};
+use crate::{Classified, Result, StoreError};
 
 /// How long asking one host may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -43,7 +43,7 @@ pub fn parse(url: &str) -> Result<Vec<PgConnectOptions>> {
             if host.is_empty() {
                 return Err(bad("names an empty host"));
             }
-            Ok(format!("{scheme}://{user}{host}{tail}").parse::<PgConnectOptions>()?)
+            format!("{scheme}://{user}{host}{tail}").parse::<PgConnectOptions>().classified()
         })
         .collect()
 }

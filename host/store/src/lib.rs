@@ -32,7 +32,6 @@ mod ise;
 mod links;
 mod log;
 mod lookup;
-pub mod metrics;
 mod owners;
 mod payments;
 mod pricing;
@@ -41,7 +40,7 @@ mod rows;
 mod sdac;
 mod tool_components;
 pub(crate) mod tsl;
-pub mod witness;
+pub mod witness_state;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -49,105 +48,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::{Postgres, Sqlite};
 
-pub use agents::*;
-pub use ara::*;
-pub use asa::*;
-pub use attempts::*;
-pub use bilateral::*;
-pub use declarations::*;
-pub use deidentify::*;
-pub use dur::*;
-pub use earned::*;
-pub use engine::in_background;
-pub use features::*;
-pub use feedback::*;
-pub use ise::*;
-pub use links::*;
-pub use log::*;
-pub use owners::*;
-pub use payments::*;
-pub use pricing::*;
-pub use retention::*;
-pub use sdac::*;
-pub use tool_components::{ComponentAdded, ComponentRecord, NewComponent, RunRecord, ToolComponentStore, UploadCounted};
-pub use tsl::{
-    Connection, DependencyAdded, DependencyRecord, Distribution, HumanShareRecord, HumanShareSet, MarketWindow, NewPurchase, NewShare,
-    NewTool, Pending, PurchaseRecord, PurchaseRole, Revenue, ShareAdded, ShareRecord, ToolFilter, ToolRecord, ToolSales, TransferRecord,
-    TslStore,
-};
+// The ports this crate implements, and what crosses them, named here as
+// the application names them.
+pub(crate) use anchor_ports::metrics;
+pub(crate) use anchor_ports::*;
+pub use deidentify::month_of;
 
 use engine::{Db, Engine, Exec, Row, sql};
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migration failed: {0}")]
-    Migration(#[from] sqlx::migrate::MigrateError),
-    /// A stored value no longer parses: the database was changed outside the service.
-    #[error("stored data is not readable: {0}")]
-    Corrupt(String),
-    #[error("not supported here: {0}")]
-    Unsupported(String),
-    /// The database was unreachable for a write another task made on this
-    /// request's behalf (the group committer's batch).
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// A unique key refused a write on SQLite's direct connection (the
-    /// group committer's): a used nonce, a request_id recorded already.
-    #[error("unique key: {0}")]
-    UniqueKey(String),
-}
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-impl StoreError {
-    /// Whether the database could not be reached or would not take the
-    /// statement for now, rather than refusing it: a lost or refused
-    /// connection, a pool that timed out, a server shutting down or starting
-    /// (a failover), a standby refusing a write, SQLite's lock held past its
-    /// busy timeout. The request may succeed when tried again.
-    pub fn is_unavailable(&self) -> bool {
-        let error = match self {
-            StoreError::Unavailable(_) => return true,
-            StoreError::Database(error) => error,
-            _ => return false,
-        };
-        match error {
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
-            sqlx::Error::Database(db) => {
-                let code = db.code();
-                let code = code.as_deref().unwrap_or("");
-                // PostgreSQL: connection exceptions (08), the server shutting down or
-                // starting (57P01-57P03), a read-only transaction (25006: a standby).
-                // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with extended codes.
-                code.starts_with("08")
-                    || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
-                    || (db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
-                        && (code == "5" || code == "6" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6)))
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether the statement was refused for what other transactions were
-    /// doing at the same moment, and rolled back whole: PostgreSQL chose it
-    /// as a deadlock's victim (40P01), could not serialize it (40001), gave
-    /// up waiting for a lock (55P03) or cancelled it at its statement
-    /// timeout (57014), or had no connection slot left (53300). Nothing of
-    /// it was kept, and the same request may succeed when tried again, as
-    /// when the database is unavailable (which this includes).
-    pub fn is_transient(&self) -> bool {
-        if self.is_unavailable() {
-            return true;
-        }
-        let StoreError::Database(sqlx::Error::Database(db)) = self else {
-            return false;
-        };
-        db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some()
-            && matches!(db.code().as_deref(), Some("40P01" | "40001" | "55P03" | "57014" | "53300"))
-    }
-}
 
 /// The store over one engine.
 pub struct SqlStore<E: Engine> {
@@ -239,69 +146,65 @@ impl<E: Engine> SqlStore<E> {
 
 /// A unique constraint refused the write.
 fn is_unique_violation(error: &StoreError) -> bool {
-    match error {
-        StoreError::UniqueKey(_) => true,
-        StoreError::Database(sqlx::Error::Database(db)) => db.is_unique_violation(),
-        _ => false,
+    error.is_unique_violation()
+}
+
+/// sqlx's error, classified once into the port's engine-neutral kinds.
+pub(crate) fn database_error(error: sqlx::Error) -> StoreError {
+    let message = error.to_string();
+    match &error {
+        sqlx::Error::RowNotFound => StoreError::NotFound(message),
+        // A lost or refused connection, a pool that timed out or closed.
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => StoreError::Unavailable(message),
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            let code = code.as_deref().unwrap_or("");
+            let sqlite = db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+            let postgres = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some();
+            // PostgreSQL: connection exceptions (08), the server shutting down or
+            // starting (57P01-57P03), a read-only transaction (25006: a standby).
+            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with extended codes.
+            let unavailable = code.starts_with("08")
+                || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
+                || (sqlite && (code == "5" || code == "6" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6)));
+            // PostgreSQL rolled it back for what other transactions did: a
+            // deadlock's victim (40P01), a serialization failure (40001), a
+            // lock wait given up (55P03), the statement timeout (57014), no
+            // connection slot left (53300).
+            let conflict = postgres && matches!(code, "40P01" | "40001" | "55P03" | "57014" | "53300");
+            if unavailable {
+                StoreError::Unavailable(message)
+            } else if conflict {
+                StoreError::Conflict(message)
+            } else if db.is_unique_violation() {
+                StoreError::UniqueKey(message)
+            } else {
+                StoreError::Database(message)
+            }
+        }
+        _ => StoreError::Database(message),
+    }
+}
+
+/// An engine's result, its error classified ([`database_error`]).
+pub(crate) trait Classified<T> {
+    fn classified(self) -> Result<T>;
+}
+
+impl<T> Classified<T> for std::result::Result<T, sqlx::Error> {
+    fn classified(self) -> Result<T> {
+        self.map_err(database_error)
+    }
+}
+
+impl<T> Classified<T> for std::result::Result<T, sqlx::migrate::MigrateError> {
+    fn classified(self) -> Result<T> {
+        self.map_err(|error| StoreError::Migration(error.to_string()))
     }
 }
 
 fn hash32(column: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
     bytes.try_into().map_err(|_| StoreError::Corrupt(format!("{column} is not 32 bytes")))
-}
-
-/// Everything the service stores.
-#[async_trait]
-pub trait Store:
-    AgentStore
-    + AraStore
-    + AttemptStore
-    + DeclarationStore
-    + DeidentifyStore
-    + DurStore
-    + EarnedStore
-    + FeatureStore
-    + FeedbackStore
-    + PricingStore
-    + PaymentStore
-    + LogStore
-    + OwnerStore
-    + LinkStore
-    + TslStore
-    + ToolComponentStore
-    + IseStore
-    + SdacStore
-    + RetentionStore
-    + AsaStore
-    + BilateralStore
-    + Send
-    + Sync
-    + 'static
-{
-    /// `sqlite` or `postgres`.
-    fn backend(&self) -> &'static str;
-    async fn ping(&self) -> Result<()>;
-    /// What the store measures of its statements and connections.
-    fn metrics(&self) -> &metrics::StoreMetrics;
-    fn pool_state(&self) -> metrics::PoolState;
-    /// Waits for the connections in use, then closes them all (at shutdown).
-    async fn close(&self);
-    /// Writes a consistent copy of the whole database to `dest` while it
-    /// serves (SQLite's `VACUUM INTO`); PostgreSQL has its own tools for that.
-    async fn backup_into(&self, dest: &Path) -> Result<()>;
-    /// The migrations the database records (version, checksum, whether it
-    /// succeeded), in order.
-    async fn applied_migrations(&self) -> Result<Vec<(i64, Vec<u8>, bool)>>;
-    /// The migrations this build carries for its engine (version, checksum).
-    fn expected_migrations(&self) -> Vec<(i64, Vec<u8>)>;
-    /// The rules of the migrations from 0040 on (version, newest migration
-    /// of the oldest build it runs beside; decision 0067); none before the
-    /// table exists.
-    async fn migration_rules(&self) -> Result<Vec<(i64, i64)>>;
-    /// Whether a write would be accepted now: on PostgreSQL, a primary (not
-    /// in recovery) whose sessions are not read-only; on SQLite, a file not
-    /// opened for queries only.
-    async fn writable(&self) -> Result<bool>;
 }
 
 #[async_trait]

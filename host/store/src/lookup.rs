@@ -26,15 +26,16 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::agents::{AGENT_SELECT, AgentRecord, decode_agent};
+use crate::agents::{AGENT_SELECT, decode_agent};
 use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
-    DabStatus, PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, PaymentRecord, SETTLING_COLUMNS, SETTLING_JOIN, Settling,
-    dab_columns_since, decode_payments, decode_settling,
+    PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, SETTLING_COLUMNS, SETTLING_JOIN, dab_columns_since, decode_payments,
+    decode_settling,
 };
 use crate::rows::decode_declaration;
+use crate::*;
 use crate::{Result, StoreError, StoredDeclaration};
 
 /// The most reads one statement answers.

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::engine::{Bind, Exec, Query, Row, sql};
-use crate::payments::{self, UsageEntry};
+use crate::payments;
 use crate::*;
 use crate::{agents, earned};
 
@@ -307,7 +307,8 @@ pub(crate) async fn confirm_steps<X: Exec>(
     let Some(agent_id) = agent_id else { return Ok(false) };
     let mut payment_id = None;
     if let Some(reference) = settlement_ref {
-        let moved = payments::move_payment(tx, Key::Declaration(dd_id), PaymentStatus::Settled, None, Some(reference), now).await?;
+        let moved =
+            payments::move_payment(tx, payments::Key::Declaration(dd_id), PaymentStatus::Settled, None, Some(reference), now).await?;
         let Some(moved) = moved else { return Ok(false) };
         payment_id = Some(moved.payment_id);
     }

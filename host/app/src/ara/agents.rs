@@ -17,7 +17,7 @@ use anchor_domain::agents::DisclosureLevel;
 use anchor_domain::ara::{Dimension, day_of, day_start};
 use anchor_domain::pricing::ObservationTier;
 use anchor_domain::records::{AgentRecord, OwnerRecord};
-use anchor_store::AgentCount;
+use anchor_ports::AgentCount;
 
 use super::{Observed, PremiumSource, Purchase, pay, unavailable};
 use crate::charge::{Offered, Route};
@@ -215,6 +215,23 @@ pub struct Ask {
     pub offered: Offered,
 }
 
+/// The resolution level an observation of an agent is made at unless asked.
+pub const DEFAULT_LEVEL: u8 = 1;
+
+impl Ask {
+    /// An observation of `target_id` at the level asked, or [`DEFAULT_LEVEL`].
+    pub fn new(target_id: Uuid, level: Option<u8>, premium_source: PremiumSource, offered: Offered) -> Ask {
+        Ask { target_id, level: level.unwrap_or(DEFAULT_LEVEL), premium_source, offered }
+    }
+}
+
+/// A comparison of agents, at the level it was made at.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    pub level: u8,
+    pub agents: Vec<Compared>,
+}
+
 /// GET /v1/ara/agent/{agent_id}/profile.
 pub async fn profile(services: &Services, observer: &AgentRecord, ask: Ask) -> AppResult<Observed<Profile>> {
     profile_via(services, observer, ask, Via::Route(super::PROFILE)).await
@@ -375,7 +392,9 @@ pub struct OwnerView {
 /// GET /dap/agent/{agent_id}/ara: a managed agent's own timeline at `level`
 /// and its full EE pattern, free. It is the owner looking, not an agent
 /// observing, so no observation is recorded.
-pub async fn for_owner(services: &Services, owner: &OwnerRecord, agent_id: Uuid, level: u8) -> AppResult<OwnerView> {
+pub async fn for_owner(services: &Services, owner: &OwnerRecord, agent_id: Uuid, level: Option<u8>) -> AppResult<OwnerView> {
+    // The portal's view is at level 2 unless asked.
+    let level = level.unwrap_or(2);
     // The level is checked before ownership, as on the agent routes (400 before 403).
     if !(1..=3).contains(&level) {
         return Err(AppError::invalid("INVALID_VALUE", format!("resolution_level must be 1, 2 or 3; got {level}")));
@@ -403,10 +422,11 @@ pub async fn compare(
     services: &Services,
     observer: &AgentRecord,
     agent_ids: &[Uuid],
-    level: u8,
+    level: Option<u8>,
     premium_source: PremiumSource,
     offered: Offered,
-) -> AppResult<Observed<Vec<Compared>>> {
+) -> AppResult<Observed<Comparison>> {
+    let level = level.unwrap_or(DEFAULT_LEVEL);
     if !(1..=2).contains(&level) {
         return Err(AppError::invalid("INVALID_VALUE", format!("pattern/compare offers resolution_level 1 or 2; got {level}")));
     }
@@ -443,7 +463,7 @@ pub async fn compare(
         premium_source: PremiumSource::External,
         description: format!("Comparison of {} agents at resolution level {level}", unique.len()),
     };
-    pay(services, observer.agent_id, purchase, offered, compared).await
+    pay(services, observer.agent_id, purchase, offered, Comparison { level, agents: compared }).await
 }
 
 /// What the deprecated POST /v1/ara/query asks for.

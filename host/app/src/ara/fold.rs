@@ -12,7 +12,7 @@ use uuid::Uuid;
 use anchor_domain::ara::{Dimension, Visibility, contributions, day_of, positions};
 use anchor_domain::declarations::ee;
 use anchor_domain::records::StoredDeclaration;
-use anchor_store::{BandCount, DayCount};
+use anchor_ports::{BandCount, DayCount};
 
 use super::meta::{point, point_of};
 use crate::Services;

@@ -73,9 +73,11 @@ pub async fn anomaly_compare(
     services: &Services,
     agent: &AgentRecord,
     dd_id: Uuid,
-    period_days: i32,
+    period_days: Option<i32>,
     offered: Offered,
 ) -> AppResult<Observed<AnomalyComparison>> {
+    // 90 days unless asked, as the interface says.
+    let period_days = period_days.unwrap_or(90);
     if !(1..=365).contains(&period_days) {
         return Err(AppError::invalid("INVALID_VALUE", format!("period_days must be from 1 to 365; got {period_days}")));
     }

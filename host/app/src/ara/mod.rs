@@ -34,7 +34,7 @@ use uuid::Uuid;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, Subject, SubjectDomain};
 use anchor_domain::pricing::ObservationTier;
-use anchor_store::NewObservation;
+use anchor_ports::NewObservation;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
 use crate::{AppError, AppResult, Services};

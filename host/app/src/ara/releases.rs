@@ -17,7 +17,7 @@ use uuid::Uuid;
 use anchor_domain::ara::{Dimension, Window};
 use anchor_domain::pricing::ObservationTier;
 
-use anchor_store::SavedRelease;
+use anchor_ports::SavedRelease;
 
 use super::privacy::{self, DECLARATION_CAP, K, Privacy};
 use super::{Observed, Purchase, pay, unavailable};
@@ -439,10 +439,12 @@ pub async fn observe(
 pub async fn environment_anomaly(
     services: &Services,
     agent_id: Uuid,
-    period_days: i32,
+    period_days: Option<i32>,
     dimension: Option<&str>,
     offered: Offered,
 ) -> AppResult<Observed<Release>> {
+    // 30 days unless asked: the interface's default window.
+    let period_days = period_days.unwrap_or(30);
     if !anchor_domain::ara::WINDOW_DAYS.contains(&period_days) {
         return Err(AppError::invalid(
             "INVALID_VALUE",

@@ -4,7 +4,7 @@ use uuid::Uuid;
 
 use anchor_domain::owners::{self, AccountStatus, MAX_OWNER_DEPTH, OwnerType, PRIVACY_VERSION, TERMS_VERSION};
 use anchor_domain::records::{AgentRecord, OwnerRecord};
-use anchor_store::NewOwner;
+use anchor_ports::NewOwner;
 
 use super::sessions::{self, Session};
 use super::{account_status, managed, password, password_checked, reserve_password_attempt};

@@ -59,10 +59,10 @@ pub async fn add(
         created_at: services.clock.now(),
     };
     match services.store.insert_classification(owner.owner_id, &category, CATEGORIES_PER_OWNER).await? {
-        anchor_store::CategoryAdded::Added => {}
-        anchor_store::CategoryAdded::Exists => return Err(exists()),
-        anchor_store::CategoryAdded::OwnerGone => return Err(AppError::Unauthenticated { message: "this account was deleted".into() }),
-        anchor_store::CategoryAdded::TooMany => {
+        anchor_ports::CategoryAdded::Added => {}
+        anchor_ports::CategoryAdded::Exists => return Err(exists()),
+        anchor_ports::CategoryAdded::OwnerGone => return Err(AppError::Unauthenticated { message: "this account was deleted".into() }),
+        anchor_ports::CategoryAdded::TooMany => {
             return Err(AppError::Conflict {
                 code: "CLASSIFICATION_LIMIT_REACHED",
                 message: format!(

@@ -19,7 +19,7 @@ use anchor_domain::records::{LinkedAgent, ListFilter, OwnerRecord, StoredDeclara
 
 use super::managed;
 use crate::declarations::Evidence;
-use crate::payments::Dab;
+use crate::payment_status::Dab;
 use crate::{AppError, AppResult, Services};
 
 /// How many declarations the per-agent report lists.
@@ -57,13 +57,25 @@ fn day_start(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// Every managed agent with its declarations on record.
-pub async fn dashboard(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<(LinkedAgent, Totals)>> {
+pub async fn dashboard(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<DashboardRow>> {
+    let linked = services.store.owner_agents(owner.owner_id).await?;
+    let ids: Vec<Uuid> = linked.iter().map(|l| l.agent.agent_id).collect();
+    let statuses = super::agents::auth_statuses(services, &ids).await?;
     let mut out = Vec::new();
-    for linked in services.store.owner_agents(owner.owner_id).await? {
+    for linked in linked {
         let totals = services.store.declaration_totals(linked.agent.agent_id, None, None).await?;
-        out.push((linked, totals));
+        let auth_status = statuses.get(&linked.agent.agent_id).copied().unwrap_or(anchor_domain::agents::AuthStatus::Active);
+        out.push(DashboardRow { linked, auth_status, totals });
     }
     Ok(out)
+}
+
+/// One agent of the dashboard: its link, where its credentials stand, its totals.
+#[derive(Clone, Debug)]
+pub struct DashboardRow {
+    pub linked: LinkedAgent,
+    pub auth_status: anchor_domain::agents::AuthStatus,
+    pub totals: Totals,
 }
 
 /// One agent: totals (all time, today, this month), DAB, latest declarations.
@@ -132,7 +144,7 @@ pub async fn agent_report(services: &Services, owner: &OwnerRecord, agent_id: Uu
         totals: store.declaration_totals(agent_id, None, None).await?,
         today: store.declaration_totals(agent_id, Some(day_start(now)), None).await?,
         month: store.declaration_totals(agent_id, Some(month_start), None).await?,
-        dab: crate::payments::dab(services, agent_id).await?,
+        dab: crate::payment_status::dab(services, agent_id).await?,
         proofs: crate::transparency::standings(services, &ids).await?,
         recent,
     })
@@ -250,7 +262,9 @@ pub struct Usage {
 }
 
 /// The last `days` UTC days (today included) of one managed agent, or of all of them.
-pub async fn usage_daily(services: &Services, owner: &OwnerRecord, days: i64, agent_id: Option<Uuid>) -> AppResult<Usage> {
+pub async fn usage_daily(services: &Services, owner: &OwnerRecord, days: Option<i64>, agent_id: Option<Uuid>) -> AppResult<Usage> {
+    // The last 30 days unless asked.
+    let days = days.unwrap_or(30);
     if !(1..=USAGE_MAX_DAYS).contains(&days) {
         return Err(AppError::invalid("INVALID_VALUE", format!("days must be an integer from 1 to {USAGE_MAX_DAYS}")));
     }

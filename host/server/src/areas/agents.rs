@@ -78,7 +78,7 @@ pub(crate) struct Step {
 pub(crate) async fn register_agent(state: &AppState, request: Option<RegisterRequest>) -> ApiResult<Registered> {
     let region = request.and_then(|r| r.region_code);
     let registered = agents::register(&state.app, region.as_deref()).await?;
-    let base = &state.settings.public_url;
+    let base = &state.settings.config.public_url;
     let c = registered.credentials;
     Ok(Registered {
         agent_id: c.agent_id,
@@ -197,7 +197,7 @@ async fn rotate(
             Ok((NO_STORE, Json(Rotation { agent_id, auth_token: token, recovery_key, rotated_at: at.into() })))
         }
         Rotated::TokenReplaced => {
-            Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() })
+            Err(ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.config.public_url.clone() })
         }
     }
 }
@@ -221,7 +221,7 @@ async fn recover(
             Ok((NO_STORE, Json(Recovery { agent_id, auth_token: token, recovery_key, recovered_at: at.into() })))
         }
         Recovered::Refused => {
-            Err(ApiError::Unauthorized { failure: AuthFailure::InvalidRecoveryKey, base_url: state.settings.public_url.clone() })
+            Err(ApiError::Unauthorized { failure: AuthFailure::InvalidRecoveryKey, base_url: state.settings.config.public_url.clone() })
         }
         Recovered::RateLimited { retry_after_secs } => Err(ApiError::TooManyRequests {
             message: format!(

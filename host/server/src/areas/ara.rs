@@ -13,9 +13,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
-use crate::payment::with_settlement;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time, TimeSecs};
+use crate::x402_headers::with_settlement;
 use anchor_app::ara::agents::{self as agent_level, Granularity, Queried, QueryType};
 use anchor_app::ara::releases::{self, Kind, Release};
 use anchor_app::ara::{self, Observed, PremiumSource, meta, privacy};
@@ -215,8 +215,8 @@ pub(crate) async fn environment_anomaly_of(
     offered: anchor_app::charge::Offered,
     query: EnvironmentAnomalyQuery,
 ) -> ApiResult<(EnvironmentAnomalyView, Option<anchor_app::charge::Settlement>)> {
-    let days = query.period_days.unwrap_or(30);
-    let observed = releases::environment_anomaly(&state.app, agent.agent_id, days, query.dimension.as_deref(), offered).await?;
+    let observed =
+        releases::environment_anomaly(&state.app, agent.agent_id, query.period_days, query.dimension.as_deref(), offered).await?;
     let r = &observed.result;
     let name_of = |dimension: &str| releases::ANOMALY_DIMENSIONS.iter().find(|(_, d)| d.as_str() == dimension).map(|(n, _)| n.to_string());
     let body = EnvironmentAnomalyView {
@@ -600,7 +600,7 @@ pub(crate) async fn anomaly_compare_of(
     offered: anchor_app::charge::Offered,
     query: AnomalyQuery,
 ) -> ApiResult<(AnomalyView, Option<anchor_app::charge::Settlement>)> {
-    let observed = meta::anomaly_compare(&state.app, agent, query.dd_id.0, query.period_days.unwrap_or(90), offered).await?;
+    let observed = meta::anomaly_compare(&state.app, agent, query.dd_id.0, query.period_days, offered).await?;
     let c = &observed.result;
     let p = c.positions;
     let body = AnomalyView {
@@ -637,7 +637,7 @@ pub(crate) async fn evidence_report_of(
     dd_id: uuid::Uuid,
 ) -> ApiResult<(EvidenceReport, Option<anchor_app::charge::Settlement>)> {
     let observed = meta::evidence_report(&state.app, agent, dd_id, offered).await?;
-    let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.public_url);
+    let body = EvidenceReport::of(&observed.result, "external", observed.charged, &state.settings.config.public_url);
     Ok((body, observed.settlement))
 }
 
@@ -844,8 +844,7 @@ async fn owner_view(
     ApiQuery(query): ApiQuery<OwnerLevelQuery>,
 ) -> ApiResult<Json<OwnerAraView>> {
     let agent_id = path_uuid("agent_id", &agent_id)?;
-    let level = query.resolution_level.unwrap_or(2);
-    let view = agent_level::for_owner(&state.app, &owner.owner, agent_id, level).await?;
+    let view = agent_level::for_owner(&state.app, &owner.owner, agent_id, query.resolution_level).await?;
     Ok(Json(OwnerAraView { agent_id, timeline: timeline_view(&free(view.timeline)), ee_pattern: ee_pattern_view(&free(view.pattern)) }))
 }
 
@@ -856,12 +855,13 @@ async fn compare(
     ApiQuery(query): ApiQuery<CompareQuery>,
 ) -> ApiResult<Response> {
     let ids = query.agents.split(',').map(|id| path_uuid("agents", id.trim())).collect::<ApiResult<Vec<Uuid>>>()?;
-    let level = query.resolution_level.unwrap_or(1);
-    let observed = agent_level::compare(&state.app, &agent, &ids, level, premium_source(query.premium_source), offered).await?;
+    let observed =
+        agent_level::compare(&state.app, &agent, &ids, query.resolution_level, premium_source(query.premium_source), offered).await?;
     let body = CompareView {
-        resolution_level: level,
+        resolution_level: observed.result.level,
         agents: observed
             .result
+            .agents
             .iter()
             .map(|c| ComparedAgent { agent_id: c.agent_id, dd_count: c.declarations, distributions: distributions(&c.distributions) })
             .collect(),
@@ -882,7 +882,7 @@ async fn query(
         QueryTypeParam::Detail => (QueryType::Detail, "detail"),
     };
     let target = request.agent_id.0;
-    let ask = agent_level::Ask { target_id: target, level: 1, premium_source: premium_source(request.premium_source), offered };
+    let ask = agent_level::Ask::new(target, None, premium_source(request.premium_source), offered);
     let observed = agent_level::query(&state.app, &agent, query_type, ask).await?;
     let charged = observed.charged;
     let settlement = observed.settlement.clone();
@@ -1005,12 +1005,8 @@ impl FromRequestParts<AppState> for AgentAsk {
         let PaymentOffer(offered) = PaymentOffer::from_request_parts(parts, state).await?;
         let ApiPath(agent_id) = ApiPath::<String>::from_request_parts(parts, state).await?;
         let ApiQuery(query) = ApiQuery::<LevelQuery>::from_request_parts(parts, state).await?;
-        let ask = agent_level::Ask {
-            target_id: path_uuid("agent_id", &agent_id)?,
-            level: query.resolution_level.unwrap_or(1),
-            premium_source: premium_source(query.premium_source),
-            offered,
-        };
+        let ask =
+            agent_level::Ask::new(path_uuid("agent_id", &agent_id)?, query.resolution_level, premium_source(query.premium_source), offered);
         Ok(AgentAsk { agent, ask })
     }
 }

@@ -17,9 +17,9 @@ use crate::error::ApiResult;
 use crate::extract::{ApiPath, AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
-use crate::payment::with_settlement;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time};
+use crate::x402_headers::with_settlement;
 
 const EXAMPLE_HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 

@@ -16,9 +16,9 @@ use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer, TraceParent};
 use crate::openapi::*;
-use crate::payment;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Ratio, Time, Usdc};
+use crate::x402_headers;
 use anchor_app::declarations::{self, Form, Lineage, PremiumSource};
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::dd::{self, CORE_SCHEMA_VERSION, DdFields};
@@ -460,7 +460,7 @@ impl CreateResponse {
         s: &StoredDeclaration,
         agent: &AgentRecord,
         pay_to: &str,
-        fiat: &payment::FiatRate,
+        fiat: &x402_headers::FiatRate,
         reachable: ee::Integrity,
     ) -> CreateResponse {
         let d = &s.declaration;
@@ -516,7 +516,7 @@ pub(crate) async fn create_decision(
 ) -> ApiResult<CreateResponse> {
     let stored = declarations::create(&state.app, agent, request.into_request(trace, form), offered).await?;
     let reachable = anchor_app::transparency::reachable_level(&state.app);
-    Ok(CreateResponse::new(&stored, agent, &state.settings.pay_to, &state.settings.fiat, reachable))
+    Ok(CreateResponse::new(&stored, agent, &state.settings.config.pay_to, &state.settings.fiat, reachable))
 }
 
 // ---- confirm ----
@@ -576,7 +576,7 @@ pub(crate) async fn confirm_decision(
     state: &AppState,
     agent: &AgentRecord,
     dd_id: Uuid,
-) -> ApiResult<(ConfirmResponse, Option<anchor_app::charge::Settlement>, crate::payment::SettledAt)> {
+) -> ApiResult<(ConfirmResponse, Option<anchor_app::charge::Settlement>, crate::x402_headers::SettledAt)> {
     let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id).await?;
     let mut sources: Vec<Named<PaymentSource>> = confirmed.usage.iter().map(|u| Named(u.source)).collect();
     sources.dedup();
@@ -594,7 +594,7 @@ pub(crate) async fn confirm_decision(
         exchange_rate_source: external.then(|| state.settings.fiat.source.clone()),
         sync_reward: None,
     };
-    Ok((body, confirmed.settlement, crate::payment::SettledAt(confirmed.confirmed_at)))
+    Ok((body, confirmed.settlement, crate::x402_headers::SettledAt(confirmed.confirmed_at)))
 }
 
 // ---- reads ----
@@ -946,7 +946,7 @@ async fn confirm(
         return Err(ApiError::bad("INVALID_VALUE", "transaction_id is at most 256 characters (and not needed: see the OpenAPI)"));
     }
     let (body, settlement, settled_at) = confirm_decision(&state, &agent, request.dd_id.0).await?;
-    let mut response = payment::with_settlement(Json(body).into_response(), settlement.as_ref());
+    let mut response = x402_headers::with_settlement(Json(body).into_response(), settlement.as_ref());
     // It settled with the confirmation: its receipt says when.
     response.extensions_mut().insert(settled_at);
     Ok(response)

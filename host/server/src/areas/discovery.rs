@@ -131,7 +131,7 @@ pub(crate) struct Index {
 
 /// The guide for agents (llms.txt), also served by the MCP tool get_documentation.
 pub(crate) fn llms_text(state: &AppState) -> String {
-    let base = &state.settings.public_url;
+    let base = &state.settings.config.public_url;
     format!(
         "# anchor\n\n\
 > An accountability anchoring service for software agents. An agent declares a decision (DD) together with the scope of accountability it accepts for it (EE); the service fixes when and at what scope, outside the agent's own logs. It keeps metadata only: never what was decided, and it never judges the decision.\n\n\
@@ -396,7 +396,7 @@ pub fn operations() -> Vec<Operation> {
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]` (RFC 9728).
 async fn protected_resource(State(state): State<AppState>) -> Json<ProtectedResource> {
-    let public = state.settings.public_url.trim_end_matches('/');
+    let public = state.settings.config.public_url.trim_end_matches('/');
     Json(ProtectedResource {
         resource: format!("{public}/mcp"),
         resource_name: "anchor MCP endpoint",
@@ -475,7 +475,7 @@ async fn root(State(state): State<AppState>, headers: axum::http::HeaderMap) -> 
         page.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/portal/"));
         return page;
     }
-    let base = &state.settings.public_url;
+    let base = &state.settings.config.public_url;
     Json(Index {
         service: "anchor: an accountability anchoring service for software agents",
         version: INTERFACE_VERSION,
@@ -491,7 +491,7 @@ async fn root(State(state): State<AppState>, headers: axum::http::HeaderMap) -> 
 }
 
 async fn openapi_json(State(state): State<AppState>) -> Response {
-    let document = state.openapi.get_or_init(|| openapi::document(&super::operations(), &state.settings.public_url)).clone();
+    let document = state.openapi.get_or_init(|| openapi::document(&super::operations(), &state.settings.config.public_url)).clone();
     let mut response = Json(document).into_response();
     response.headers_mut().insert("x-da-spec-version", HeaderValue::from_static(INTERFACE_VERSION));
     response
@@ -504,7 +504,7 @@ async fn llms_txt(State(state): State<AppState>) -> Response {
 }
 
 async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
-    let base = &state.settings.public_url;
+    let base = &state.settings.config.public_url;
     let skill = |id, name, description, tags: &[&'static str]| Skill { id, name, description, tags: tags.to_vec() };
     let endpoint = |method, path, cost| KeyEndpoint { method, path, cost };
     Json(AgentCard {
@@ -584,7 +584,7 @@ async fn agent_card(State(state): State<AppState>) -> Json<AgentCard> {
 }
 
 async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
-    let base = &state.settings.public_url;
+    let base = &state.settings.config.public_url;
     let policy = state.app.pricing.policy().ok();
     let services = state.app.pricing.services().ok().flatten();
     // Prices in USD: milli-DAC are micro-USD, in exact integer math.
@@ -599,7 +599,7 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
     let paid_endpoints = catalog::PAID_ROUTES
         .iter()
         .map(|paid| {
-            let switched_off = features.route_off(paid.route.path).is_some();
+            let switched_off = !paid.available(&features);
             PaidEndpoint {
                 endpoint: paid.route.to_string(),
                 priced_by: paid.priced_by(),
@@ -619,11 +619,11 @@ async fn x402(State(state): State<AppState>) -> Json<X402Discovery> {
         x402_version: 2,
         networks: vec![NETWORK],
         asset: USDC_BASE,
-        payment_address: state.settings.pay_to.clone(),
+        payment_address: state.settings.config.pay_to.clone(),
         paid_endpoints,
         trial: TrialOffer {
-            enabled: state.settings.trial_grant > MilliDac::ZERO,
-            amount_dac: state.settings.trial_grant.into(),
+            enabled: state.settings.config.trial_grant > MilliDac::ZERO,
+            amount_dac: state.settings.config.trial_grant.into(),
             period_days: anchor_domain::agents::TRIAL_DAYS,
             applies_to: catalog::trial_routes().map(|r| r.to_string()).collect(),
         },

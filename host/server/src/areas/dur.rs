@@ -98,7 +98,7 @@ pub(crate) struct KrwRate {
 }
 
 impl KrwRate {
-    pub(crate) fn of(rate: &crate::payment::FiatRate) -> KrwRate {
+    pub(crate) fn of(rate: &crate::x402_headers::FiatRate) -> KrwRate {
         KrwRate {
             krw_per_usd: rate.text().parse().unwrap_or_else(|_| serde_json::Number::from(0)),
             as_of: Time(rate.as_of),
@@ -145,7 +145,7 @@ pub(crate) struct SummaryView {
 }
 
 impl SummaryView {
-    pub(crate) fn of(s: &Summary, fiat: &crate::payment::FiatRate) -> SummaryView {
+    pub(crate) fn of(s: &Summary, fiat: &crate::x402_headers::FiatRate) -> SummaryView {
         let spend = DacSpend {
             total: s.total().into(),
             count: s.entries(),

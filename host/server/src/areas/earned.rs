@@ -143,10 +143,6 @@ async fn ledger(
     AuthAgent(agent): AuthAgent,
     ApiQuery(query): ApiQuery<LedgerQuery>,
 ) -> ApiResult<Json<LedgerView>> {
-    let entries = earned::ledger(&state.app, &agent, query.limit, query.offset).await?;
-    Ok(Json(LedgerView {
-        entries: entries.iter().map(LedgerEntry::from).collect(),
-        limit: query.limit.unwrap_or(20),
-        offset: query.offset.unwrap_or(0),
-    }))
+    let page = earned::ledger(&state.app, &agent, query.limit, query.offset).await?;
+    Ok(Json(LedgerView { entries: page.entries.iter().map(LedgerEntry::from).collect(), limit: page.limit, offset: page.offset }))
 }

@@ -6,19 +6,18 @@
 use crate::error::ApiResult;
 use crate::extract::{AuthAgent, Body, PaymentOffer};
 use crate::openapi::*;
-use crate::payment::with_settlement;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Time};
-use anchor_app::ise::{self, Terms};
+use crate::x402_headers::with_settlement;
+use anchor_app::ise;
 use anchor_domain::ise::IseMode;
 use anchor_domain::payments::PaymentSource;
-use anchor_domain::records::{AgentRecord, IseRecord};
+use anchor_domain::records::AgentRecord;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -43,21 +42,17 @@ pub(crate) struct Entered {
     pub(crate) ends_at: Time,
 }
 
-pub(crate) fn ends_at(terms: &Terms, stay: &IseRecord) -> DateTime<Utc> {
-    terms.limit(stay.mode, stay.entered_at)
-}
-
 /// ISE enter, as REST and the MCP tool create_ise_session answer it.
 pub(crate) async fn enter_stay(state: &AppState, agent: &AgentRecord, request: Option<EnterRequest>) -> ApiResult<Entered> {
     let mode = request.unwrap_or_default().payment_mode.map(|m| m.0);
-    let (stay, terms) = ise::enter(&state.app, agent, mode).await?;
+    let stay = ise::enter(&state.app, agent, mode).await?;
     let view = Entered {
-        session_id: Id(stay.session_id),
-        payment_mode: Named(stay.mode),
-        entered_at: stay.entered_at.into(),
-        free_seconds: terms.free_seconds,
-        fee_dac: terms.fee.into(),
-        ends_at: ends_at(&terms, &stay).into(),
+        session_id: Id(stay.record.session_id),
+        payment_mode: Named(stay.record.mode),
+        entered_at: stay.record.entered_at.into(),
+        free_seconds: stay.terms.free_seconds,
+        fee_dac: stay.terms.fee.into(),
+        ends_at: stay.ends_at.into(),
     };
     Ok(view)
 }
@@ -82,9 +77,7 @@ pub(crate) struct Status {
 
 /// ISE status, as REST and the MCP tool get_ise_status answer it.
 pub(crate) async fn stay_status(state: &AppState, agent: &AgentRecord) -> ApiResult<Status> {
-    let (open, terms) = ise::status(&state.app, agent).await?;
-    let now = state.app.clock.now();
-    Ok(match open {
+    Ok(match ise::status(&state.app, agent).await? {
         None => Status {
             active: false,
             session_id: None,
@@ -96,12 +89,12 @@ pub(crate) async fn stay_status(state: &AppState, agent: &AgentRecord) -> ApiRes
         },
         Some(stay) => Status {
             active: true,
-            session_id: Some(Id(stay.session_id)),
-            payment_mode: Some(Named(stay.mode)),
-            entered_at: Some(stay.entered_at.into()),
-            elapsed_seconds: Some((now - stay.entered_at).num_seconds().max(0)),
-            dac_if_exited_now: Some(terms.price(stay.mode).into()),
-            ends_at: Some(ends_at(&terms, &stay).into()),
+            session_id: Some(Id(stay.record.session_id)),
+            payment_mode: Some(Named(stay.record.mode)),
+            entered_at: Some(stay.record.entered_at.into()),
+            elapsed_seconds: Some(stay.elapsed_seconds),
+            dac_if_exited_now: Some(stay.if_exited_now.into()),
+            ends_at: Some(stay.ends_at.into()),
         },
     })
 }

@@ -19,7 +19,7 @@ pub mod dur;
 pub mod earned;
 pub mod ise;
 pub mod owners;
-pub mod payments;
+pub mod payment_status;
 pub mod pricing;
 pub mod reports;
 pub mod retention;
@@ -48,7 +48,7 @@ pub fn operations() -> Vec<Operation> {
     all.extend(asa::operations());
     all.extend(declarations::operations());
     all.extend(bilateral::operations());
-    all.extend(payments::operations());
+    all.extend(payment_status::operations());
     all.extend(pricing::operations());
     all.extend(account::operations());
     all.extend(transparency::operations());

@@ -264,7 +264,7 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
         },
         indefinite_available,
         trial: TrialTerms {
-            amount_dac: state.settings.trial_grant.into(),
+            amount_dac: state.settings.config.trial_grant.into(),
             period_days: TRIAL_DAYS,
             covers: ["base_fee", "premium"],
             applies_to: anchor_app::catalog::trial_routes().map(|r| r.to_string()).collect(),

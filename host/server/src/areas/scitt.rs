@@ -90,7 +90,7 @@ fn cose_media(headers: &HeaderMap) -> bool {
 }
 
 fn location(state: &AppState, entry_id: &[u8; 32]) -> HeaderValue {
-    HeaderValue::from_str(&format!("{}/entries/{}", state.settings.public_url, hex::encode(entry_id)))
+    HeaderValue::from_str(&format!("{}/entries/{}", state.settings.config.public_url, hex::encode(entry_id)))
         .unwrap_or_else(|_| HeaderValue::from_static("/entries"))
 }
 

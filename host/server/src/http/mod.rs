@@ -46,7 +46,7 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
         if let (false, Some(guide)) = (methods.contains(&Method::GET), guide) {
             method_router = method_router.merge(get(move |axum::extract::State(state): axum::extract::State<AppState>| {
                 let guide = guide.clone();
-                async move { guide.render(&state.settings.public_url) }
+                async move { guide.render(&state.settings.config.public_url) }
             }));
         }
         router = router.route(path, answer_other_methods(method_router, &methods, has_get));

@@ -247,7 +247,7 @@ pub fn service(state: AppState) -> StreamableHttpService<Mcp, NeverSessionManage
         .with_sse_keep_alive(None)
         // The router's body limit does not reach a mounted service: the SDK keeps its own.
         .with_max_request_body_bytes(state.settings.http.max_body_bytes)
-        .with_allowed_hosts(allowed_hosts(&state.settings.public_url));
+        .with_allowed_hosts(allowed_hosts(&state.settings.config.public_url));
     StreamableHttpService::new(
         move || Ok(Mcp { state: state.clone(), tools: tools.clone() }),
         Arc::new(NeverSessionManager::default()),
@@ -312,7 +312,7 @@ impl ServerHandler for Mcp {
         if let Some((settlement, at)) = settled {
             let at = at.unwrap_or_else(|| self.state.app.clock.now());
             let mut meta = Map::new();
-            meta.insert(X402_PAYMENT_RESPONSE.into(), crate::payment::settlement_response(&self.state.app, &settlement, at));
+            meta.insert(X402_PAYMENT_RESPONSE.into(), crate::x402_headers::settlement_response(&self.state.app, &settlement, at));
             result.meta = Some(MetaObject(meta));
         }
         // The tool call's span, under the HTTP request's (OpenTelemetry's

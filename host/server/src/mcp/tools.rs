@@ -188,7 +188,7 @@ fn read<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> Result
 /// The agent an `auth_token` argument (which wins) or the MCP request's
 /// bearer token names.
 async fn authenticate(state: &AppState, arguments: &mut Map<String, Value>, bearer: Option<String>) -> Result<AgentRecord, Failure> {
-    let fail = |failure| Failure::Refused(ApiError::Unauthorized { failure, base_url: state.settings.public_url.clone() });
+    let fail = |failure| Failure::Refused(ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() });
     let token = match arguments.remove("auth_token") {
         Some(Value::String(token)) => token,
         _ => bearer.ok_or_else(|| fail(AuthFailure::Missing))?,

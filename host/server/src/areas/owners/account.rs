@@ -224,7 +224,7 @@ struct DeletionStatus {
 
 impl DeletionStatus {
     fn of(state: &AppState, owner: &OwnerRecord) -> DeletionStatus {
-        let days = state.settings.dap.deletion_grace_days;
+        let days = state.settings.config.owners.deletion_grace_days;
         DeletionStatus {
             owner_id: owner.owner_id,
             status: Named(owners::account_status(owner, state.app.clock.now())),

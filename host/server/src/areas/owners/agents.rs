@@ -16,7 +16,7 @@ use anchor_app::owners::{self, agents};
 use anchor_domain::agents::{AuthStatus, DisclosureLevel};
 use anchor_domain::owners::{KEY_MAX, KEY_PATTERN, LABEL_MAX, PASSWORD_MAX, PASSWORD_MIN};
 
-use crate::areas::payments::{BudgetPeriod, DabStatus, LimitSource};
+use crate::areas::payment_status::{BudgetPeriod, DabStatus, LimitSource};
 use crate::error::{ApiError, ApiResult, AuthFailure, UnauthorizedBody};
 use crate::extract::{ApiQuery, Body};
 use crate::openapi::*;
@@ -116,7 +116,7 @@ async fn link(
     let agent_id = request.agent_id.0;
     let linked = agents::link(&state.app, &owner.owner, agent_id, &request.auth_token).await.map_err(|error| match error {
         AppError::TokenRefused => {
-            ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.public_url.clone() }
+            ApiError::Unauthorized { failure: AuthFailure::InvalidToken, base_url: state.settings.config.public_url.clone() }
         }
         other => other.into(),
     })?;
@@ -175,24 +175,20 @@ struct ManagedAgent {
 }
 
 async fn list(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<AgentList>> {
-    let linked = agents::list(&state.app, &owner.owner).await?;
-    let statuses = agents::auth_statuses(&state.app, &linked.iter().map(|a| a.agent.agent_id).collect::<Vec<_>>()).await?;
-    let agents: Vec<ManagedAgent> = linked
+    let agents: Vec<ManagedAgent> = agents::overview(&state.app, &owner.owner)
+        .await?
         .into_iter()
-        .map(|a| {
-            let trial = anchor_app::agents::trial(&state.app, &a.agent);
-            ManagedAgent {
-                agent_id: a.agent.agent_id,
-                linked_at: a.linked_at.map(Time),
-                auth_status: Named(statuses.get(&a.agent.agent_id).copied().unwrap_or(AuthStatus::Active)),
-                registered_at: a.agent.registered_at.into(),
-                region_code: a.agent.region_code,
-                disclosure_level: Named(a.agent.disclosure_level),
-                budget_limit_dac: a.dab_limit.unwrap_or(state.settings.dab_default).into(),
-                limit_source: LimitSource::of(a.dab_limit.is_some()),
-                trial_dac_remaining: trial.remaining.into(),
-                trial_expires_at: trial.expires_at.into(),
-            }
+        .map(|a| ManagedAgent {
+            agent_id: a.linked.agent.agent_id,
+            linked_at: a.linked.linked_at.map(Time),
+            auth_status: Named(a.auth_status),
+            registered_at: a.linked.agent.registered_at.into(),
+            region_code: a.linked.agent.region_code,
+            disclosure_level: Named(a.linked.agent.disclosure_level),
+            budget_limit_dac: a.dab_limit.into(),
+            limit_source: LimitSource::of(a.dab_owner_set),
+            trial_dac_remaining: a.trial.remaining.into(),
+            trial_expires_at: a.trial.expires_at.into(),
         })
         .collect();
     Ok(Json(AgentList { count: agents.len(), agents }))
@@ -261,15 +257,15 @@ struct RateLimit {
 
 async fn limits(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<Limits>> {
     let linked = agents::list(&state.app, &owner.owner).await?.len();
-    let s = &state.settings;
+    let s = &state.settings.config;
     Ok(Json(Limits {
         dab: DabLimits {
-            minimum_budget_limit_dac: s.dap.dab_floor.into(),
+            minimum_budget_limit_dac: s.owners.dab_floor.into(),
             default_budget_limit_dac: s.dab_default.into(),
             budget_periods: vec![BudgetPeriod::Monthly],
         },
-        agents: AgentLimits { max_linked_agents: s.dap.max_agents_per_owner, linked_agents: linked },
-        session: SessionLimits { lifetime_hours: s.dap.session_ttl.num_hours() },
+        agents: AgentLimits { max_linked_agents: s.owners.max_agents_per_owner, linked_agents: linked },
+        session: SessionLimits { lifetime_hours: s.owners.session_ttl.num_hours() },
         login: LoginLimits {
             max_failed_attempts: owners::LOGIN_MAX_FAILURES,
             window_minutes: owners::LOGIN_WINDOW_MINUTES,
@@ -279,7 +275,7 @@ async fn limits(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Js
         },
         password: PasswordLimits { min_length: PASSWORD_MIN, max_length: PASSWORD_MAX },
         classification: CategoryLimits { key_pattern: KEY_PATTERN, key_max_length: KEY_MAX, label_max_length: LABEL_MAX },
-        rate_limit: RateLimit { requests: s.rate_limit, window_seconds: s.rate_window_secs },
+        rate_limit: RateLimit { requests: state.settings.rate_limit, window_seconds: state.settings.rate_window_secs },
     }))
 }
 

@@ -203,7 +203,7 @@ struct SessionOpened<T> {
 fn with_session<T: Serialize>(state: &AppState, session: Session, body: T) -> Response {
     let answer = SessionOpened { body, csrf_token: session.csrf_token, session_expires_at: session.expires_at.into() };
     let mut response = Json(answer).into_response();
-    let ttl = state.settings.dap.session_ttl.num_seconds();
+    let ttl = state.settings.config.owners.session_ttl.num_seconds();
     response.headers_mut().insert(header::SET_COOKIE, owner::session_cookie(&session.secret, ttl, owner::secure_cookies(state)));
     response.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-store"));
     response

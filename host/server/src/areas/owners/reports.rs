@@ -27,7 +27,7 @@ use anchor_domain::payments::SettlementStatus;
 use anchor_domain::records::Totals;
 
 use crate::areas::declarations::Axes;
-use crate::areas::payments::{BudgetPeriod, LimitSource};
+use crate::areas::payment_status::{BudgetPeriod, LimitSource};
 use crate::body::path_uuid;
 use crate::error::ApiResult;
 use crate::extract::{ApiPath, ApiQuery};
@@ -127,20 +127,18 @@ struct DashboardAgent {
 
 async fn dashboard(State(state): State<AppState>, owner: AuthOwner) -> ApiResult<Json<Dashboard>> {
     let rows = reports::dashboard(&state.app, &owner.owner).await?;
-    let ids: Vec<Uuid> = rows.iter().map(|(linked, _)| linked.agent.agent_id).collect();
-    let statuses = anchor_app::owners::agents::auth_statuses(&state.app, &ids).await?;
     let (mut count, mut dac) = (0, MilliDac::ZERO);
     let agents = rows
         .into_iter()
-        .map(|(linked, totals)| {
-            count += totals.count;
-            dac = dac + totals.dac;
+        .map(|row| {
+            count += row.totals.count;
+            dac = dac + row.totals.dac;
             DashboardAgent {
-                agent_id: linked.agent.agent_id,
-                linked_at: linked.linked_at.map(Time),
-                auth_status: Named(statuses.get(&linked.agent.agent_id).copied().unwrap_or(AuthStatus::Active)),
-                dd_count: totals.count,
-                dac_total: totals.dac.into(),
+                agent_id: row.linked.agent.agent_id,
+                linked_at: row.linked.linked_at.map(Time),
+                auth_status: Named(row.auth_status),
+                dd_count: row.totals.count,
+                dac_total: row.totals.dac.into(),
             }
         })
         .collect();
@@ -393,7 +391,7 @@ async fn evidence_report(
     ApiQuery(query): ApiQuery<DdQuery>,
 ) -> ApiResult<Json<EvidenceReport>> {
     let evidence = reports::evidence(&state.app, &owner.owner, query.dd_id.0).await?;
-    Ok(Json(EvidenceReport::of(&evidence, "owner", MilliDac::ZERO, &state.settings.public_url)))
+    Ok(Json(EvidenceReport::of(&evidence, "owner", MilliDac::ZERO, &state.settings.config.public_url)))
 }
 
 async fn receipt(State(state): State<AppState>, owner: AuthOwner, ApiPath(dd_id): ApiPath<String>) -> ApiResult<Response> {
@@ -432,7 +430,7 @@ struct UsageDay {
 }
 
 async fn usage_daily(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<UsageQuery>) -> ApiResult<Json<Usage>> {
-    let usage = reports::usage_daily(&state.app, &owner.owner, query.days.unwrap_or(30), query.agent_id.map(|a| a.0)).await?;
+    let usage = reports::usage_daily(&state.app, &owner.owner, query.days, query.agent_id.map(|a| a.0)).await?;
     Ok(Json(Usage {
         from: usage.from.into(),
         to: usage.to.into(),

@@ -6,7 +6,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
 use axum::routing::get;
-use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -83,51 +82,28 @@ async fn subscriptions(
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Json<SubscriptionsView>> {
     let agent_id = crate::body::path_uuid("agent_id", &agent_id)?;
-    let (retention, asa) = anchor_app::owners::agents::subscriptions(&state.app, &owner.owner, agent_id).await?;
-    let now = state.app.clock.now();
-    let mut upcoming: Vec<(DateTime<Utc>, Upcoming)> = Vec::new();
-    let retention = retention.map(|view| {
-        let s = view.subscription.as_ref();
-        let live = matches!(view.status, RetentionStatus::Active | RetentionStatus::Grace);
-        let grace_ends = s.and_then(|s| s.grace_ends_at).filter(|_| view.status == RetentionStatus::Grace);
-        if view.status == RetentionStatus::Active
-            && let Some(s) = s
-        {
-            upcoming.push((
-                s.next_billing_at,
-                Upcoming { at: s.next_billing_at.into(), event: "retention_charge", dac: Some(view.terms.monthly.into()), records: None },
-            ));
-        }
-        if let Some(end) = grace_ends {
-            upcoming
-                .push((end, Upcoming { at: end.into(), event: "retention_demotion", dac: None, records: Some(view.indefinite_records) }));
-        }
-        RetentionView {
-            status: Named(view.status),
-            monthly_dac: view.terms.monthly.into(),
-            next_billing_at: s.filter(|_| live).map(|s| s.next_billing_at.into()),
-            grace_ends_at: grace_ends.map(Time),
-            indefinite_dd_count: view.indefinite_records,
-            demoted_dd_count: s.map_or(0, |s| s.demoted_count),
-        }
-    });
-    let asa = asa.map(|s| {
-        let status = s.status(now);
-        if status == AsaStatus::Active {
-            upcoming.push((s.expires_at, Upcoming { at: s.expires_at.into(), event: "asa_period_end", dac: None, records: None }));
-        }
-        if s.is_live(now) {
-            let end = s.grace_ends_at();
-            upcoming.push((end, Upcoming { at: end.into(), event: "asa_grace_end", dac: None, records: None }));
-        }
-        AsaView {
-            status: Named(status),
-            expires_at: s.expires_at.into(),
-            grace_ends_at: s.grace_ends_at().into(),
-            days_remaining: s.days_remaining(now),
-            periods: s.periods,
-        }
-    });
-    upcoming.sort_by_key(|(at, _)| *at);
-    Ok(Json(SubscriptionsView { agent_id: Id(agent_id), retention, asa, upcoming: upcoming.into_iter().map(|(_, u)| u).collect() }))
+    let found = anchor_app::owners::agents::subscriptions(&state.app, &owner.owner, agent_id).await?;
+    Ok(Json(SubscriptionsView {
+        agent_id: Id(agent_id),
+        retention: found.retention.map(|r| RetentionView {
+            status: Named(r.status),
+            monthly_dac: r.monthly.into(),
+            next_billing_at: r.next_billing_at.map(Time),
+            grace_ends_at: r.grace_ends_at.map(Time),
+            indefinite_dd_count: r.indefinite_records,
+            demoted_dd_count: r.demoted_records,
+        }),
+        asa: found.asa.map(|a| AsaView {
+            status: Named(a.status),
+            expires_at: a.expires_at.into(),
+            grace_ends_at: a.grace_ends_at.into(),
+            days_remaining: a.days_remaining,
+            periods: a.periods,
+        }),
+        upcoming: found
+            .upcoming
+            .into_iter()
+            .map(|u| Upcoming { at: u.at.into(), event: u.event.name(), dac: u.charge.map(Dac::from), records: u.records })
+            .collect(),
+    }))
 }

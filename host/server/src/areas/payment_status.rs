@@ -10,7 +10,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use anchor_app::payments;
+use anchor_app::payment_status;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus};
 
@@ -80,7 +80,7 @@ pub struct DabStatus {
 }
 
 impl DabStatus {
-    pub fn new(agent_id: Uuid, dab: payments::Dab) -> DabStatus {
+    pub fn new(agent_id: Uuid, dab: payment_status::Dab) -> DabStatus {
         DabStatus {
             agent_id,
             budget_limit_dac: dab.limit.into(),
@@ -97,7 +97,7 @@ impl DabStatus {
 }
 
 async fn dab_status(State(state): State<AppState>, AuthAgent(agent): AuthAgent) -> ApiResult<Json<DabStatus>> {
-    Ok(Json(DabStatus::new(agent.agent_id, payments::dab(&state.app, agent.agent_id).await?)))
+    Ok(Json(DabStatus::new(agent.agent_id, payment_status::dab(&state.app, agent.agent_id).await?)))
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -161,7 +161,7 @@ async fn status(
     ApiPath(dd_id): ApiPath<String>,
 ) -> ApiResult<Json<PaymentStatusView>> {
     let dd_id = path_uuid("dd_id", &dd_id)?;
-    let (stored, x402) = payments::status(&state.app, &agent, dd_id).await?;
+    let (stored, x402) = payment_status::status(&state.app, &agent, dd_id).await?;
     let mut components = vec![(CostComponent::BaseFee, stored.base_fee, stored.base_fee_source)];
     if stored.premium() > MilliDac::ZERO {
         components.push((CostComponent::Premium, stored.premium(), stored.premium_source));

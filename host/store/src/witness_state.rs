@@ -14,7 +14,7 @@ use std::str::FromStr;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
-use crate::StoreError;
+use crate::{Classified, StoreError};
 
 /// The latest checkpoint a witness cosigned for one log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,12 +51,13 @@ impl WitnessState {
         if let Some(dir) = file.parent() {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Unsupported(format!("{}: {e}", dir.display())))?;
         }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", file.display()))?
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", file.display()))
+            .classified()?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(std::time::Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.classified()?;
         // One table; the file belongs to the witness alone.
         sqlx::query(
             "create table if not exists witness_log (
@@ -68,13 +69,18 @@ impl WitnessState {
             )",
         )
         .execute(&pool)
-        .await?;
+        .await
+        .classified()?;
         Ok(WitnessState { pool })
     }
 
     /// The latest checkpoint cosigned for `origin`, if any.
     pub async fn latest(&self, origin: &str) -> Result<Option<Witnessed>, StoreError> {
-        let row = sqlx::query("select size, root, note from witness_log where origin = $1").bind(origin).fetch_optional(&self.pool).await?;
+        let row = sqlx::query("select size, root, note from witness_log where origin = $1")
+            .bind(origin)
+            .fetch_optional(&self.pool)
+            .await
+            .classified()?;
         Ok(row.map(|row| {
             let root: Vec<u8> = row.get("root");
             Witnessed { size: size_of(row.get("size")), root: root.try_into().unwrap_or([0; 32]), note: row.get("note") }
@@ -102,7 +108,8 @@ impl WitnessState {
         .bind(at)
         .bind(old)
         .execute(&self.pool)
-        .await?
+        .await
+        .classified()?
         .rows_affected();
         if stored == 1 {
             return Ok(Advance::Stored);

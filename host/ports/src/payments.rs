@@ -1,0 +1,141 @@
+//! External payments (x402): their rows and history, closing and reconciling them, and the DAB.
+
+use anchor_domain::MilliDac;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::*;
+
+pub use anchor_domain::records::{DabStatus, PaymentRecord, PricedBy, Settling, UsageEntry};
+
+pub use anchor_domain::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus, Subject, SubjectDomain};
+
+/// A verified x402 authorization to reserve.
+#[derive(Clone, Debug)]
+pub struct NewPayment {
+    pub payment_id: Uuid,
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub nonce: String,
+    pub amount_units: i64,
+    pub pay_to: String,
+    pub valid_after: i64,
+    pub valid_before: i64,
+    pub route: String,
+    pub payload: String,
+    /// Settled at confirmation: the record must be confirmed before this.
+    pub deadline: DateTime<Utc>,
+    /// The DAB in force when the agent has none of its own, and the start of
+    /// the current budget period.
+    pub dab_default: MilliDac,
+    pub period_start: DateTime<Utc>,
+    /// The generation that set `amount_units`: the usage its settlement records names it.
+    pub priced_by: PricedBy,
+}
+
+/// What reserving an authorization concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    Reserved,
+    /// The authorization's nonce is already reserved: nothing was written.
+    NonceUsed,
+    /// The payment would take the agent past its DAB for the period: nothing was written.
+    DabReached {
+        limit: MilliDac,
+        spent: MilliDac,
+    },
+    /// Earned DAC could not pay its part (below the threshold, or short): nothing was written.
+    EarnedShort {
+        balance: MilliDac,
+    },
+    /// The record to write with the reservation exists already (a purchase
+    /// of the same tool, or with the same request id): nothing was written.
+    Duplicate,
+    /// The stay or sDAC session to pay for was closed meanwhile (paid from
+    /// Trial or Earned, or by the service): nothing was written.
+    SubjectClosed,
+}
+
+/// The part of an inline payment's price that Earned DAC pays, debited in
+/// the reservation's transaction, recorded as usage with the settlement and
+/// refunded into the same lots when the payment ends unsettled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EarnedPart {
+    pub amount: MilliDac,
+    /// The unexpired balance below which Earned cannot pay.
+    pub threshold: MilliDac,
+}
+
+/// A payment whose settlement outcome is not known yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownSettlement {
+    pub payment_id: Uuid,
+    pub subject: Subject,
+}
+
+#[async_trait]
+pub trait PaymentStore: Send + Sync {
+    /// The status of each declaration's x402 payment row, for those of
+    /// `dd_ids` that have one (the latest, when a released one was followed
+    /// by another).
+    async fn declaration_payment_statuses(&self, dd_ids: &[Uuid]) -> Result<Vec<(Uuid, PaymentStatus)>>;
+    /// Reserves a verified authorization for `subject`, in one transaction:
+    /// the DAB is checked under the agent's lock and the nonce's unique
+    /// constraint refuses a replay, on every host. `pending` is written with
+    /// it (a purchase, completed when the payment settles).
+    async fn reserve_payment(
+        &self,
+        payment: &NewPayment,
+        agent_id: Uuid,
+        subject: Subject,
+        earned: Option<EarnedPart>,
+        pending: Option<&Pending>,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation>;
+    /// Marks a reserved (or unknown) inline payment settled and records its
+    /// usage (one external entry for the whole amount, under its subject's
+    /// cost component), in one transaction. False if it was not reserved or
+    /// unknown any more. A declaration's payment settles with its confirmation
+    /// instead (`confirm_declaration`).
+    async fn settle_payment(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// Ends a reserved (or unknown) payment without settling it (`released`,
+    /// `settle_failed`), or marks its outcome unknown (`settle_unknown`).
+    /// False if it was not reserved or unknown any more.
+    async fn end_payment(&self, payment_id: Uuid, status: PaymentStatus, reason: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// One payment row, with its history.
+    async fn payment(&self, payment_id: Uuid) -> Result<Option<PaymentRecord>>;
+    /// Ends an unconfirmed, externally paid declaration's payment without
+    /// settling it: the declaration becomes `declaration_status` (`released`,
+    /// `failed`) and can never be confirmed; the payment becomes
+    /// `payment_status`. False if the declaration was not pending.
+    async fn close_payment(
+        &self,
+        dd_id: Uuid,
+        declaration_status: SettlementStatus,
+        payment_status: PaymentStatus,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Payments whose settlement outcome is unknown, oldest first.
+    async fn unknown_settlements(&self, limit: i64) -> Result<Vec<UnknownSettlement>>;
+    /// Closes the ISE stays and sDAC sessions still open whose inline payment
+    /// settled before `settled_before` (reconciled by the job after an
+    /// unknown outcome, or settled by a host that stopped before it closed
+    /// the subject), as paid by that payment; returns how many. A stay ends
+    /// when its payment was reserved, a session at `now`.
+    async fn close_settled_subjects(&self, settled_before: DateTime<Utc>, now: DateTime<Utc>, limit: i64) -> Result<u64>;
+    /// Marks a declaration's payment whose settlement outcome is unknown.
+    async fn mark_settlement_unknown(&self, dd_id: Uuid, detail: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// Marks a payment that settled but whose record could not be written:
+    /// `settle_unknown` with the settlement's reference kept, which the
+    /// reconciliation records without settling again.
+    async fn mark_settled_unrecorded(&self, payment_id: Uuid, reference: &str, now: DateTime<Utc>) -> Result<bool>;
+    /// The payment row of a declaration, with its history.
+    async fn payment_for(&self, dd_id: Uuid) -> Result<Option<PaymentRecord>>;
+    /// The usage entries recorded for a subject, by cost component.
+    async fn usage_for(&self, subject: Subject) -> Result<Vec<UsageEntry>>;
+    /// The agent's DAB and its external spending since `period_start`.
+    async fn dab_status(&self, agent_id: Uuid, period_start: DateTime<Utc>) -> Result<DabStatus>;
+}
