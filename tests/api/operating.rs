@@ -147,9 +147,7 @@ async fn every_answer_names_its_request_id(backend: Backend) {
 async fn metrics_stay_off_the_api_unless_asked(backend: Backend) {
     // The binary's default; tests turn it on through their settings.
     let t = TestServer::start(backend).await;
-    let mut settings = (*t.state.settings).clone();
-    settings.metrics_on_api = false;
-    let state = t.state.clone().with_settings(settings);
+    let state = t.state.clone().with_metrics_on_api(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(anchor_server::serve_listener(listener, state.clone()));

@@ -65,9 +65,9 @@ pub struct PaidRoute {
     pub earned: EarnedUse,
     /// The area an operator can switch off that the route belongs to
     /// (a name of [`crate::Features::NAMES`]), if any. None of the paid
-    /// routes of 1.3.42 is in one: the switchable areas (indefinite
-    /// retention, owners cancelling ASA, agent-type owners) charge nothing
-    /// at their own routes.
+    /// routes of 1.3.42 is in one: the switchable areas' routes (indefinite
+    /// retention, paid from Earned DAC; owners cancelling ASA; agent-type
+    /// owners) take no x402 payment. A switchable route added here names its area.
     pub feature: Option<&'static str>,
 }
 

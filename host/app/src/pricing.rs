@@ -15,7 +15,12 @@ use crate::{AppResult, Services};
 #[derive(Clone, Debug)]
 pub struct Published {
     pub generation: Generation,
+    /// The generation's policy, each axis value's `available` saying what
+    /// this host offers: the generation's, less indefinite retention while
+    /// the operator has it switched off.
     pub policy: Policy,
+    /// Whether a declaration may be kept indefinitely here now.
+    pub indefinite_available: bool,
     /// `None` for generations of `anchor:pricing@1.0.0`, which price declarations only.
     pub services: Option<ServicePrices>,
     /// Since when it is in force, and the next one published.
@@ -23,9 +28,19 @@ pub struct Published {
 }
 
 pub fn current(services: &Services) -> AppResult<Published> {
+    let mut policy = services.pricing.policy()?;
+    let retention_on = services.features().retention;
+    let mut indefinite_available = false;
+    for price in &mut policy.axes {
+        if price.axis == "ee_retention_period" && Retention::parse(&price.value) == Some(Retention::Indefinite) {
+            price.available &= retention_on;
+            indefinite_available = price.available;
+        }
+    }
     Ok(Published {
         generation: services.pricing.generation().clone(),
-        policy: services.pricing.policy()?,
+        policy,
+        indefinite_available,
         services: services.pricing.services()?,
         standing: services.schedule.standing(),
     })

@@ -68,7 +68,7 @@ pub use tsl::*;
 /// What went wrong in storage, in kinds every engine shares. The
 /// implementation classifies its engine's errors once, where they arise; the
 /// message keeps the engine's own words for the log.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database could not be reached or would not take the statement for
     /// now, rather than refusing it: a lost or refused connection, a pool

@@ -172,11 +172,12 @@ impl AppState {
         self
     }
 
-    /// The same state with other settings.
-    /// The use cases read the same configuration value the settings hold.
-    pub fn with_settings(mut self, settings: Settings) -> AppState {
+    /// The same state serving `GET /metrics` on the API's listener or not
+    /// (the configuration the use cases hold is left as it was built).
+    pub fn with_metrics_on_api(mut self, on: bool) -> AppState {
         let shared = Arc::make_mut(&mut self.0);
-        shared.app.config = settings.config.clone();
+        let mut settings = (*shared.settings).clone();
+        settings.metrics_on_api = on;
         shared.settings = Arc::new(settings);
         self
     }

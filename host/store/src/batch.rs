@@ -247,10 +247,10 @@ fn answer_creates(creates: Vec<CreateJob>, mut taken: HashMap<Uuid, Taken>) {
 /// unavailable: running each alone would only wait for it again.
 fn refuse_all(creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>, error: &StoreError) {
     for job in creates {
-        let _ = job.reply.send(Err(StoreError::Unavailable(error.to_string())));
+        let _ = job.reply.send(Err(error.clone()));
     }
     for job in confirms {
-        let _ = job.reply.send(Err(StoreError::Unavailable(error.to_string())));
+        let _ = job.reply.send(Err(error.clone()));
     }
 }
 

@@ -171,7 +171,7 @@ fn answer<K: Eq + std::hash::Hash, T: Clone>(metrics: &StoreMetrics, reads: Vec<
         Err(error) if error.is_unavailable() => {
             metrics.failed_reads.inc();
             for read in reads {
-                let _ = read.reply.send(Some(Err(StoreError::Unavailable(error.to_string()))));
+                let _ = read.reply.send(Some(Err(error.clone())));
             }
         }
         Err(error) => {

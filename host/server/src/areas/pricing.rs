@@ -12,7 +12,6 @@ use anchor_app::charge::PAYMENT_WINDOW_SECS;
 use anchor_app::pricing;
 use anchor_domain::MilliDac;
 use anchor_domain::agents::TRIAL_DAYS;
-use anchor_domain::declarations::ee;
 use anchor_domain::pricing::{ObservationTier, Quote, ServicePrices};
 use axum::Json;
 use axum::extract::State;
@@ -227,18 +226,10 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
     let published = pricing::current(&state.app)?;
     let policy = published.policy;
     let mut axes: IndexMap<String, IndexMap<String, AxisValue>> = IndexMap::new();
-    let mut indefinite_available = false;
-    let retention_on = state.app.features().retention;
     for price in policy.axes {
-        let indefinite = price.axis == "ee_retention_period" && ee::Retention::parse(&price.value) == Some(ee::Retention::Indefinite);
-        // Offered by the generation, and not switched off by the operator.
-        let available = price.available && (retention_on || !indefinite);
-        if indefinite {
-            indefinite_available = available;
-        }
         let value = AxisValue {
             add: price.add.into(),
-            available,
+            available: price.available,
             monthly: (price.monthly > MilliDac::ZERO).then_some(price.monthly.into()),
             note: price.note,
         };
@@ -262,7 +253,7 @@ async fn current(State(state): State<AppState>) -> ApiResult<Json<PricingCurrent
             multiplier: Ratio(policy.multiplier_permille),
             otherwise: 1,
         },
-        indefinite_available,
+        indefinite_available: published.indefinite_available,
         trial: TrialTerms {
             amount_dac: state.settings.config.trial_grant.into(),
             period_days: TRIAL_DAYS,

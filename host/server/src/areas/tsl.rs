@@ -136,12 +136,7 @@ pub(crate) struct ToolList {
 /// The market's tools, as REST and the MCP tool list_tools answer them.
 pub(crate) async fn list_tools(state: &AppState, query: ListQuery) -> ApiResult<ToolList> {
     let page = tsl::list(&state.app, query.layer.map(|l| l.0), query.status.map(|s| s.0), query.limit, query.page).await?;
-    Ok(ToolList {
-        tools: page.items.iter().map(ToolView::from).collect(),
-        total: page.total,
-        page: page.offset / page.limit + 1,
-        limit: page.limit,
-    })
+    Ok(ToolList { tools: page.items.iter().map(ToolView::from).collect(), total: page.total, page: page.page(), limit: page.limit })
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -127,13 +127,9 @@ pub async fn call(
         }
         "get_agent_profile" => {
             let offered = offer(&mut arguments);
-            // The reference's tool asks for level 1, surcharge-free.
-            let ask = anchor_app::ara::agents::Ask {
-                target_id: uuid_argument(&arguments, "agent_id")?,
-                level: 1,
-                premium_source: anchor_app::ara::PremiumSource::External,
-                offered,
-            };
+            // The reference's tool names no level: the use case's default (1), surcharge-free.
+            let target = uuid_argument(&arguments, "agent_id")?;
+            let ask = anchor_app::ara::agents::Ask::new(target, None, anchor_app::ara::PremiumSource::External, offered);
             paid(ara::agent_profile(state, &agent, ask).await?)
         }
         "get_dac_ur" => body(dur::usage_summary(state, &agent, read(arguments)?).await?),
