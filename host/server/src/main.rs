@@ -5,6 +5,14 @@
 
 use clap::{Parser, Subcommand};
 
+/// The process's allocator: mimalloc, without transparent huge pages. A
+/// request allocates and frees many small objects across threads (bodies,
+/// JSON values, rows); glibc's malloc took 15 % of the server's samples
+/// under load, and mimalloc takes 4 to 14 % off the CPU per anchored DD
+/// with the same memory (decision 0074).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anchor_plugin_host::PluginEngine;
 use anchor_server::config::ServeConfig;
 
