@@ -87,7 +87,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     let (balance, expired) = agents::trial_shortfall(&mut self.db(), d.agent_id, now).await?;
                     refused(Created::TrialCannotPay { balance, expired }).await
                 }
-                Err(error) if is_unique_violation(&error) => match self.declaration_for_request(d.agent_id, new.request_id).await? {
+                Err(error) if error.is_unique_violation() => match self.declaration_for_request(d.agent_id, new.request_id).await? {
                     Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),
                     None => Err(error),
                 },
@@ -129,7 +129,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             Ok(other) => Ok(other),
             // A concurrent request with the same request_id won: drop our
             // debit with the transaction and answer with its record.
-            Err(error) if is_unique_violation(&error) => {
+            Err(error) if error.is_unique_violation() => {
                 tx.rollback().await?;
                 match self.declaration_for_request(d.agent_id, new.request_id).await? {
                     Some(earlier) => Ok(Created::Replayed(Box::new(earlier))),

@@ -52,7 +52,6 @@ use sqlx::{Postgres, Sqlite};
 // the application names them.
 pub(crate) use anchor_ports::metrics;
 pub(crate) use anchor_ports::*;
-pub use deidentify::month_of;
 
 use engine::{Db, Engine, Exec, Row, sql};
 
@@ -142,11 +141,6 @@ impl<E: Engine> SqlStore<E> {
     async fn begin_write(&self) -> Result<E::Tx> {
         self.db.begin_write().await
     }
-}
-
-/// A unique constraint refused the write.
-fn is_unique_violation(error: &StoreError) -> bool {
-    error.is_unique_violation()
 }
 
 /// sqlx's error, classified once into the port's engine-neutral kinds.

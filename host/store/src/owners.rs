@@ -39,7 +39,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
             .await;
         match done {
             Ok(_) => Ok(true),
-            Err(e) if is_unique_violation(&e) => Ok(false),
+            Err(e) if e.is_unique_violation() => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -296,7 +296,7 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
                 tx.commit().await?;
                 Ok(CategoryAdded::Added)
             }
-            Err(e) if is_unique_violation(&e) => Ok(CategoryAdded::Exists),
+            Err(e) if e.is_unique_violation() => Ok(CategoryAdded::Exists),
             Err(e) => Err(e),
         }
     }

@@ -460,7 +460,7 @@ pub(crate) async fn reserve<X: Exec>(
         .await;
     match inserted {
         Ok(_) => {}
-        Err(error) if is_unique_violation(&error) => return Ok(Reservation::NonceUsed),
+        Err(error) if error.is_unique_violation() => return Ok(Reservation::NonceUsed),
         Err(error) => return Err(error),
     }
     insert_event(tx, payment.payment_id, PaymentStatus::Reserved, None, now).await?;

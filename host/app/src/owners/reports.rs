@@ -58,23 +58,18 @@ fn day_start(t: DateTime<Utc>) -> DateTime<Utc> {
 
 /// Every managed agent with its declarations on record.
 pub async fn dashboard(services: &Services, owner: &OwnerRecord) -> AppResult<Vec<DashboardRow>> {
-    let linked = services.store.owner_agents(owner.owner_id).await?;
-    let ids: Vec<Uuid> = linked.iter().map(|l| l.agent.agent_id).collect();
-    let statuses = super::agents::auth_statuses(services, &ids).await?;
     let mut out = Vec::new();
-    for linked in linked {
-        let totals = services.store.declaration_totals(linked.agent.agent_id, None, None).await?;
-        let auth_status = statuses.get(&linked.agent.agent_id).copied().unwrap_or(anchor_domain::agents::AuthStatus::Active);
-        out.push(DashboardRow { linked, auth_status, totals });
+    for agent in super::agents::overview(services, owner).await? {
+        let totals = services.store.declaration_totals(agent.linked.agent.agent_id, None, None).await?;
+        out.push(DashboardRow { agent, totals });
     }
     Ok(out)
 }
 
-/// One agent of the dashboard: its link, where its credentials stand, its totals.
+/// One agent of the dashboard: the agent as the owner's list shows it, and its totals.
 #[derive(Clone, Debug)]
 pub struct DashboardRow {
-    pub linked: LinkedAgent,
-    pub auth_status: anchor_domain::agents::AuthStatus,
+    pub agent: super::agents::ManagedAgent,
     pub totals: Totals,
 }
 

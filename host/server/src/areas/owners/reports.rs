@@ -134,9 +134,9 @@ async fn dashboard(State(state): State<AppState>, owner: AuthOwner) -> ApiResult
             count += row.totals.count;
             dac = dac + row.totals.dac;
             DashboardAgent {
-                agent_id: row.linked.agent.agent_id,
-                linked_at: row.linked.linked_at.map(Time),
-                auth_status: Named(row.auth_status),
+                agent_id: row.agent.linked.agent.agent_id,
+                linked_at: row.agent.linked.linked_at.map(Time),
+                auth_status: Named(row.agent.auth_status),
                 dd_count: row.totals.count,
                 dac_total: row.totals.dac.into(),
             }
