@@ -33,6 +33,7 @@ pub mod offers;
 pub mod owners;
 pub mod paging;
 pub mod payment_status;
+pub mod peers;
 pub mod pricing;
 pub mod receipt_key;
 pub mod requests;

@@ -271,6 +271,21 @@ impl Metrics {
         );
         r.register("store_shared_reads", "Gathered statements that answered more than one read", store_metrics.shared_reads.clone());
         r.register(
+            "store_forwarded_writes",
+            "Hot-path writes sent to the host that commits for every host (shared group commit)",
+            store_metrics.forwarded_writes.clone(),
+        );
+        r.register(
+            "store_forward_failures",
+            "Forwarded writes that came back with no answer and then ran on this host",
+            store_metrics.forward_failures.clone(),
+        );
+        r.register(
+            "store_peer_writes",
+            "Writes other hosts sent here, committed in this host's batches",
+            store_metrics.peer_writes.clone(),
+        );
+        r.register(
             "store_failed_batches",
             "Batch statements (creates or confirmations of a group commit) that failed as a whole, whose writes then ran one by one",
             store_metrics.failed_batches.clone(),

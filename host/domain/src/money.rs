@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::{Add, Sub};
 
 /// An amount of DAC in thousandths. Never a float.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct MilliDac(pub i64);
 
 impl MilliDac {

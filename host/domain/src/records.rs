@@ -43,7 +43,7 @@ pub struct AgreementListing {
 }
 
 /// A recorded declaration with its payment and confirmation state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StoredDeclaration {
     pub declaration: Declaration,
     pub request_id: Uuid,
@@ -569,7 +569,7 @@ pub struct Settling {
 
 /// One row of the usage record: what was paid for, by whom, how much, and
 /// which pricing generation set the price.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UsageEntry {
     pub cost_component: CostComponent,
     pub source: PaymentSource,
@@ -595,7 +595,7 @@ pub struct SampleRow {
 
 /// The pricing generation that priced a charge: its version and its
 /// component's SHA-256 (hex).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PricedBy {
     pub version: String,
     pub sha256: String,

@@ -11,7 +11,7 @@ use crate::*;
 pub use anchor_domain::records::{ListFilter, StoredDeclaration};
 
 /// A declaration to record, priced, paid from Trial or by a reserved payment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NewDeclaration {
     pub declaration: Declaration,
     pub request_id: Uuid,
@@ -33,7 +33,7 @@ pub struct NewDeclaration {
 }
 
 /// The agreement a bilateral proposal writes with its record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewAgreement {
     pub agreement_id: Uuid,
     pub counterparty_agent_id: Uuid,

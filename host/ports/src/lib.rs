@@ -32,6 +32,7 @@ pub mod log;
 pub mod metrics;
 pub mod owners;
 pub mod payments;
+pub mod peers;
 pub mod pricing;
 pub mod retention;
 pub mod sdac;
@@ -59,6 +60,7 @@ pub use links::*;
 pub use log::*;
 pub use owners::*;
 pub use payments::*;
+pub use peers::*;
 pub use pricing::*;
 pub use retention::*;
 pub use sdac::*;
@@ -146,6 +148,7 @@ pub trait Store:
     + RetentionStore
     + AsaStore
     + BilateralStore
+    + PeerStore
     + Send
     + Sync
     + 'static

@@ -50,6 +50,13 @@ pub struct StoreMetrics {
     pub failed_reads: Counter,
     /// Hot-path reads answered on SQLite's direct reader connections.
     pub direct_reads: Counter,
+    /// Hot-path writes this host sent to the committing host (shared group
+    /// commit, [`crate::peers`]), and those of them that came back with no
+    /// answer (each then ran here).
+    pub forwarded_writes: Counter,
+    pub forward_failures: Counter,
+    /// Writes other hosts sent here, committed in this host's batches.
+    pub peer_writes: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -65,6 +72,9 @@ impl Default for StoreMetrics {
             failed_batches: Counter::default(),
             failed_reads: Counter::default(),
             direct_reads: Counter::default(),
+            forwarded_writes: Counter::default(),
+            forward_failures: Counter::default(),
+            peer_writes: Counter::default(),
         }
     }
 }

@@ -12,7 +12,7 @@ pub use anchor_domain::records::{DabStatus, PaymentRecord, PricedBy, Settling, U
 pub use anchor_domain::payments::{CostComponent, PaymentSource, PaymentStatus, SettlementStatus, Subject, SubjectDomain};
 
 /// A verified x402 authorization to reserve.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NewPayment {
     pub payment_id: Uuid,
     pub network: String,
@@ -61,7 +61,7 @@ pub enum Reservation {
 /// The part of an inline payment's price that Earned DAC pays, debited in
 /// the reservation's transaction, recorded as usage with the settlement and
 /// refunded into the same lots when the payment ends unsettled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EarnedPart {
     pub amount: MilliDac,
     /// The unexpired balance below which Earned cannot pay.

@@ -26,6 +26,25 @@ pub struct ServeConfig {
     #[arg(long, env = "DATABASE_READ_URL", hide_env_values = true)]
     pub database_read_url: Option<String>,
 
+    /// Shared group commit (PostgreSQL, decision 0075): where this host takes
+    /// the batches of the other hosts sharing its database and
+    /// ANCHOR_PEER_KEY, while it holds the commit lease; the holder commits
+    /// every host's hot-path writes in its own batches. A private address,
+    /// not the API's. Unset: this host commits its own batches.
+    #[arg(long, env = "ANCHOR_PEER_LISTEN")]
+    pub peer_listen: Option<SocketAddr>,
+
+    /// The URL the other hosts reach --peer-listen at. Defaults to
+    /// http://<peer-listen> (which must then name an address, not 0.0.0.0).
+    #[arg(long, env = "ANCHOR_PEER_URL")]
+    pub peer_url: Option<String>,
+
+    /// The key (at least 32 bytes) every host of the deployment shares: it
+    /// authenticates the batches one host sends another. Needed with
+    /// --peer-listen.
+    #[arg(long, env = "ANCHOR_PEER_KEY", hide_env_values = true)]
+    pub peer_key: Option<String>,
+
     /// The URL clients reach this service at; used in links, x402 resources and
     /// discovery documents. Defaults to http://<listen>.
     #[arg(long, env = "ANCHOR_PUBLIC_URL")]

@@ -18,6 +18,7 @@ pub mod openapi;
 pub mod operate;
 pub mod otlp;
 pub mod owner;
+pub mod peer_commit;
 pub mod proxies;
 pub mod ratelimit;
 pub mod state;
@@ -238,6 +239,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     // Background work (the log, reconciliation, erasure) runs in one loop on
     // the host holding the lease, so one host does it at a time.
     let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
+    let jobs_stopped_for_peers = jobs_stopped.clone();
     let jobs = tokio::spawn(anchor_app::jobs::run(
         state.app.clone(),
         key.clone(),
@@ -247,6 +249,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     ));
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let limits = state.settings.http;
+    let peering = start_peering(&config, &state, store.backend(), jobs_stopped_for_peers).await?;
     listener::raise_open_files(&limits);
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
@@ -278,6 +281,9 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         abort.abort();
         tracing::warn!("the background jobs did not stop within 10 s; the lease runs out on its own");
     }
+    if let Some(peering) = peering {
+        peering.stop().await;
+    }
     if let Some(metrics_server) = metrics_server {
         metrics_server.abort();
     }
@@ -286,6 +292,63 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
     }
     tracing::info!("anchor stopped");
     Ok(())
+}
+
+/// Shared group commit, while it runs: the lease loop and the batch endpoint.
+struct Peering {
+    lease: tokio::task::JoinHandle<()>,
+    endpoint: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop_endpoint: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Peering {
+    /// After the API has stopped: the lease is given up (the jobs' stop
+    /// signal ends its loop), then the endpoint goes on taking batches for
+    /// a little longer than the others take to read the lease again, so
+    /// that none they send meanwhile is refused; then it closes.
+    async fn stop(self) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.lease).await;
+        tokio::time::sleep(anchor_app::peers::RENEW_EVERY + std::time::Duration::from_millis(500)).await;
+        let _ = self.stop_endpoint.send(());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), self.endpoint).await;
+    }
+}
+
+/// Starts shared group commit when `--peer-listen` is given (with its key).
+async fn start_peering(
+    config: &config::ServeConfig,
+    state: &AppState,
+    backend: &str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<Peering>> {
+    let key = config.peer_key.as_deref().filter(|key| !key.is_empty());
+    let Some(listen) = config.peer_listen else {
+        if key.is_some() {
+            tracing::warn!("ANCHOR_PEER_KEY is set but --peer-listen is not: this host commits its own batches");
+        }
+        return Ok(None);
+    };
+    let key =
+        peer_commit::PeerKey::new(key.ok_or_else(|| anyhow::anyhow!("--peer-listen needs ANCHOR_PEER_KEY, the key the hosts share"))?)?;
+    if backend != "postgres" {
+        anyhow::bail!("--peer-listen shares commits between hosts on one PostgreSQL; this host's database is {backend}");
+    }
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let bound = listener.local_addr()?;
+    let address = match config.peer_url.as_deref().filter(|url| !url.is_empty()) {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if bound.ip().is_unspecified() => anyhow::bail!("--peer-listen {bound} needs --peer-url, the address the other hosts reach"),
+        None => format!("http://{bound}"),
+    };
+    let (stop_endpoint, stopped) = tokio::sync::oneshot::channel();
+    let router = peer_commit::router(state.app.clone(), key.clone());
+    let endpoint = tokio::spawn(listener::serve(listener, router, state.settings.http, async {
+        let _ = stopped.await;
+    }));
+    let peering = anchor_app::peers::Peering { address: address.clone(), connect: peer_commit::connect(key)? };
+    let lease = tokio::spawn(anchor_app::peers::run(state.app.clone(), state.host_id, peering, stop));
+    tracing::info!(listen = %bound, url = %address, "shared group commit: taking other hosts' batches while holding the commit lease");
+    Ok(Some(Peering { lease, endpoint, stop_endpoint }))
 }
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C).

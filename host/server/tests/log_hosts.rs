@@ -1,6 +1,8 @@
 //! The log through the `anchor` binary: `anchor verify` checks a receipt offline,
-//! two hosts on one PostgreSQL keep one log when the integrator is killed, and
-//! either of them answers any request of a 2026-07-28 MCP client.
+//! two hosts on one PostgreSQL keep one log when the integrator is killed,
+//! three hosts sharing a peer key commit through the commit lease's holder
+//! (and go on when it is killed), and either of two hosts answers any
+//! request of a 2026-07-28 MCP client.
 
 mod common;
 
@@ -265,6 +267,166 @@ async fn two_hosts_on_one_postgres_survive_the_integrator_dying() {
     drop(survivor);
     db.close().await;
     let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("drop database {database} with (force)"))).execute(&admin).await;
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The value of a counter in a host's `/metrics`.
+async fn counter(http: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|line| line.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{base}/metrics has no {name}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The commit lease's holder and address, once someone holds it.
+async fn commit_holder(db: &sqlx::PgPool, not: Option<uuid::Uuid>) -> (uuid::Uuid, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let row: Option<(Option<uuid::Uuid>, Option<String>)> =
+            sqlx::query_as("select holder, address from commit_lease where expires_at > now()").fetch_optional(db).await.unwrap();
+        if let Some((Some(holder), Some(address))) = row
+            && Some(holder) != not
+        {
+            return (holder, address);
+        }
+        assert!(Instant::now() < deadline, "no host took the commit lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Anchors `per_agent` declarations for each of `agents` new agents, at the
+/// hosts in turn, all at once; every one must be acknowledged.
+async fn anchor_at(http: &reqwest::Client, bases: &[String], agents: usize, per_agent: usize) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for a in 0..agents {
+        let (http, bases) = (http.clone(), bases.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let token = register(&http, &bases[a % bases.len()]).await;
+            let mut done = Vec::new();
+            for i in 0..per_agent {
+                let base = &bases[(a + i) % bases.len()];
+                done.push(anchor_one(&http, base, &token).await.unwrap_or_else(|| panic!("{base} did not anchor")));
+            }
+            done
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all
+}
+
+/// Shared group commit (decision 0075): three hosts on one PostgreSQL with
+/// one peer key. The host holding the commit lease commits the writes the
+/// other two send it, which its counters and theirs agree on; every
+/// declaration acknowledged by any host is stored and confirmed; a batch
+/// whose MAC does not verify is refused before it is read. When the holder
+/// is killed, the other two go on (committing their own), and one of them
+/// takes the lease and commits the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_commit_through_the_commit_lease_holder() {
+    let test = "log_hosts::three_hosts_commit_through_the_commit_lease_holder";
+    let Some(database) = common::PgDatabase::create(test, "anchor_shared_commit").await else { return };
+    let data = scratch("shared-commit");
+    let keygen = anchor(&["log", "keygen", "--origin", "shared-commit.test/log", data.join("shared.key").to_str().unwrap()]);
+    assert!(keygen.status.success());
+    let skey = std::fs::read_to_string(data.join("shared.key")).unwrap();
+    let peer_key = "a key the three hosts share, 32+ bytes";
+    let mut hosts = Vec::new();
+    let mut peer_ports = Vec::new();
+    for n in 0..3 {
+        let peer_port = free_port();
+        let listen = format!("127.0.0.1:{peer_port}");
+        let env = [
+            ("DATABASE_URL", database.url.as_str()),
+            ("ANCHOR_LOG_SIGNING_KEY", skey.trim()),
+            ("ANCHOR_PEER_LISTEN", listen.as_str()),
+            ("ANCHOR_PEER_KEY", peer_key),
+            ("ANCHOR_METRICS_ON_API", "true"),
+        ];
+        hosts.push(start(&data.join(format!("host{n}")), &env).await);
+        peer_ports.push(peer_port);
+    }
+    let http = reqwest::Client::new();
+    let db = sqlx::PgPool::connect(&database.url).await.unwrap();
+    let (holder, address) = commit_holder(&db, None).await;
+    let at = peer_ports.iter().position(|port| address == format!("http://127.0.0.1:{port}")).expect("the holder is one of the hosts");
+    // The others read the lease within a second.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
+    let anchored = anchor_at(&http, &bases, 12, 10).await;
+    assert_eq!(anchored.len(), 120);
+    let (mut sent, mut failed) = (0.0, 0.0);
+    for (n, base) in bases.iter().enumerate() {
+        let forwarded = counter(&http, base, "anchor_store_forwarded_writes_total").await;
+        let taken = counter(&http, base, "anchor_store_peer_writes_total").await;
+        failed += counter(&http, base, "anchor_store_forward_failures_total").await;
+        if n == at {
+            assert_eq!(forwarded, 0.0, "the holder sends nothing");
+            assert!(taken > 0.0, "the holder committed no other host's writes");
+        } else {
+            assert!(forwarded > 0.0, "{base} sent none of its writes to the holder");
+            assert_eq!(taken, 0.0, "{base} holds no lease but committed others' writes");
+        }
+        sent += forwarded;
+    }
+    assert_eq!(failed, 0.0, "forwarded writes came back unanswered");
+    assert_eq!(sent, counter(&http, &bases[at], "anchor_store_peer_writes_total").await, "what was sent is what the holder took");
+    let ids: Vec<uuid::Uuid> = anchored.iter().map(|id| id.parse().unwrap()).collect();
+    let stored: i64 = sqlx::query_scalar("select count(*) from declaration where dd_id = any($1) and confirmed_at is not null")
+        .bind(&ids)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 120, "every acknowledged declaration is stored and confirmed");
+
+    // Only a host holding the key is heard: a forged batch is refused unread.
+    let before: i64 = sqlx::query_scalar("select count(*) from declaration").fetch_one(&db).await.unwrap();
+    let forged = http
+        .post(format!("http://127.0.0.1:{}/peer/v1/batch", peer_ports[at]))
+        .header("x-anchor-peer-time", chrono::Utc::now().timestamp().to_string())
+        .header("x-anchor-peer-mac", "00".repeat(32))
+        .body(r#"{"creates":[],"confirms":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 401);
+    let unsigned = http.post(format!("http://127.0.0.1:{}/peer/v1/batch", peer_ports[at])).body("{}").send().await.unwrap();
+    assert_eq!(unsigned.status().as_u16(), 401);
+    let after: i64 = sqlx::query_scalar("select count(*) from declaration").fetch_one(&db).await.unwrap();
+    assert_eq!(before, after);
+
+    // The holder dies without warning: the others commit on their own at
+    // once, and under a new holder once its lease runs out.
+    drop(hosts.remove(at));
+    peer_ports.remove(at);
+    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
+    let late = anchor_at(&http, &bases, 4, 5).await;
+    let (next, next_address) = commit_holder(&db, Some(holder)).await;
+    assert_ne!(next, holder);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let later = anchor_at(&http, &bases, 6, 5).await;
+    let next_at =
+        peer_ports.iter().position(|port| next_address == format!("http://127.0.0.1:{port}")).expect("the new holder is a survivor");
+    for (n, base) in bases.iter().enumerate() {
+        let taken = counter(&http, base, "anchor_store_peer_writes_total").await;
+        if n == next_at {
+            assert!(taken > 0.0, "the new holder committed none of the other survivor's writes");
+        } else {
+            assert_eq!(taken, 0.0, "{base} holds no lease but committed others' writes");
+        }
+    }
+    let ids: Vec<uuid::Uuid> = late.iter().chain(&later).map(|id| id.parse().unwrap()).collect();
+    let stored: i64 = sqlx::query_scalar("select count(*) from declaration where dd_id = any($1) and confirmed_at is not null")
+        .bind(&ids)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 50, "every declaration acknowledged after the kill is stored and confirmed");
+    drop(hosts);
+    db.close().await;
+    database.drop_now().await;
     let _ = std::fs::remove_dir_all(&data);
 }
 

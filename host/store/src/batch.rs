@@ -36,7 +36,9 @@
 
 use anchor_domain::MilliDac;
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -45,7 +47,7 @@ use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments;
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
-use crate::{Created, NewDeclaration, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
+use crate::{Created, Forwarder, NewDeclaration, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -54,12 +56,15 @@ pub(crate) const MAX_BATCH: usize = 64;
 pub(crate) struct CreateJob {
     pub new: NewDeclaration,
     pub now: DateTime<Utc>,
+    /// Sent by another host (`peers.rs`): committed here, never sent on.
+    pub from_peer: bool,
     /// What became of it; an error when the database is unavailable (the
     /// write alone would fail the same way).
     pub reply: oneshot::Sender<Result<Taken>>,
 }
 
 /// A create's outcome in a batch.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) enum Taken {
     /// Stored, its Trial debited or its payment reserved.
     Stored(Box<StoredDeclaration>),
@@ -88,6 +93,8 @@ pub(crate) struct ConfirmJob {
     /// An externally paid record's settlement reference: its payment is
     /// marked settled with the confirmation.
     pub settlement_ref: Option<String>,
+    /// Sent by another host: committed here, never sent on.
+    pub from_peer: bool,
     /// Whether the record was confirmed by this write, or `None`: not taken;
     /// an error when the database is unavailable.
     pub reply: oneshot::Sender<Result<Option<bool>>>,
@@ -105,6 +112,11 @@ pub(crate) struct Batcher {
     queue: mpsc::Sender<Job>,
 }
 
+/// Where the committer sends this host's writes instead of committing them
+/// (PostgreSQL, shared group commit): set and cleared as the commit lease
+/// moves (`peers.rs`).
+pub(crate) type ForwardTo = Arc<std::sync::RwLock<Option<Arc<dyn Forwarder>>>>;
+
 impl Batcher {
     /// Starts the committer: on SQLite, a thread with a writer connection of
     /// its own (one writer at a time anyway); on PostgreSQL, a task on the
@@ -112,7 +124,7 @@ impl Batcher {
     /// while a batch runs make the next batch larger, and most of a batch
     /// statement's cost is paid once per statement (two committers halved
     /// the batches and cost 7 % of the throughput, BENCHMARKS.md).
-    pub(crate) fn start<E: Engine>(db: &E) -> Batcher {
+    pub(crate) fn start<E: Engine>(db: &E, forward: ForwardTo) -> Batcher {
         let (queue, jobs) = mpsc::channel(4 * MAX_BATCH);
         if let Some(file) = db.sqlite_file() {
             let (db, file) = (db.clone(), file.to_path_buf());
@@ -122,7 +134,7 @@ impl Batcher {
             }
             return Batcher { queue };
         }
-        tokio::spawn(pg_loop(db.clone(), jobs));
+        tokio::spawn(pg_loop(db.clone(), jobs, forward));
         Batcher { queue }
     }
 
@@ -172,26 +184,49 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
     (creates, confirms, stop)
 }
 
-async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>) {
-    let (mut for_creates, mut for_confirms, mut for_settles) = (Kept::new(&db), Kept::new(&db), Kept::new(&db));
-    while let Some(first) = next(&mut jobs, [&mut for_creates, &mut for_confirms, &mut for_settles]).await {
+async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: ForwardTo) {
+    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db)];
+    while let Some(first) = next(&mut jobs, kept.each_mut()).await {
         let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
-        let (paid, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| job.new.external.is_some());
-        let (settling, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| job.settlement_ref.is_some());
-        // Each kind is its own statement (the paid creates their own
-        // transaction), on its own connection: a confirmation's commit does
-        // not wait for the creates'.
-        tokio::join!(
-            pg_creates(&db, &mut for_creates, creates),
-            pg_confirms(&db, &mut for_confirms, confirms, pg_confirm_statement),
-            pg_confirms(&db, &mut for_settles, settling, pg_settle_statement),
-            pg_paid(&db, paid)
-        );
+        let to = forward_to.read().map(|to| to.clone()).unwrap_or(None);
+        match to {
+            // This host's own writes go to the committing host; those another
+            // host sent here (during a move of the lease) are committed here.
+            // What comes back unanswered is committed here after all.
+            Some(to) if creates.iter().any(|job| !job.from_peer) || confirms.iter().any(|job| !job.from_peer) => {
+                let (own_creates, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.from_peer);
+                let (own_confirms, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| !job.from_peer);
+                let (left, ()) =
+                    tokio::join!(forward(&db, to.as_ref(), own_creates, own_confirms), pg_batch(&db, &mut kept, creates, confirms));
+                if let Some((creates, confirms)) = left {
+                    pg_batch(&db, &mut kept, creates, confirms).await;
+                }
+            }
+            _ => pg_batch(&db, &mut kept, creates, confirms).await,
+        }
         if let Some(stop) = stop {
             let _ = stop.send(());
         }
     }
+}
+
+/// A batch's writes on PostgreSQL: each kind its own statement (the paid
+/// creates their own transaction), on its own connection, so that a
+/// confirmation's commit does not wait for the creates'.
+async fn pg_batch<E: Engine>(db: &E, kept: &mut [Kept<E>; 3], creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+    if creates.is_empty() && confirms.is_empty() {
+        return;
+    }
+    let [for_creates, for_confirms, for_settles] = kept;
+    let (paid, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| job.new.external.is_some());
+    let (settling, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| job.settlement_ref.is_some());
+    tokio::join!(
+        pg_creates(db, for_creates, creates),
+        pg_confirms(db, for_confirms, confirms, pg_confirm_statement),
+        pg_confirms(db, for_settles, settling, pg_settle_statement),
+        pg_paid(db, paid)
+    );
 }
 
 /// The next item of `queue`: taken at once if one is queued; otherwise the
@@ -761,3 +796,150 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
 /// A SQLite batch's outcome: what became of each create (by dd_id), and
 /// whether each confirmation was taken (`None`: not taken).
 type SqliteDone = (HashMap<Uuid, Taken>, Vec<Option<bool>>);
+
+// Batches sent to the commit lease's holder (shared group commit,
+// decision 0075; the lease and the holder's side are `peers.rs`). The
+// encoding is JSON of the batch's own inputs.
+
+#[derive(Serialize)]
+struct BatchOut<'a> {
+    creates: Vec<CreateOut<'a>>,
+    confirms: Vec<ConfirmOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct CreateOut<'a> {
+    new: &'a NewDeclaration,
+    now: DateTime<Utc>,
+}
+
+#[derive(Serialize)]
+struct ConfirmOut<'a> {
+    dd_id: Uuid,
+    integrity_hash: &'a str,
+    now: DateTime<Utc>,
+    usage: &'a [UsageEntry],
+    leaf: String,
+    settlement_ref: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct BatchIn {
+    pub creates: Vec<CreateIn>,
+    pub confirms: Vec<ConfirmIn>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CreateIn {
+    pub new: NewDeclaration,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ConfirmIn {
+    pub dd_id: Uuid,
+    pub integrity_hash: String,
+    pub now: DateTime<Utc>,
+    pub usage: Vec<UsageEntry>,
+    pub leaf: String,
+    pub settlement_ref: Option<String>,
+}
+
+/// What became of one write: its committer's answer, or the database
+/// unavailable there.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Answer<T> {
+    Done(T),
+    Unavailable(String),
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Answers {
+    pub creates: Vec<Answer<Taken>>,
+    pub confirms: Vec<Answer<Option<bool>>>,
+}
+
+impl<T> Answer<T> {
+    fn into_result(self) -> Result<T> {
+        match self {
+            Answer::Done(value) => Ok(value),
+            Answer::Unavailable(why) => Err(StoreError::Unavailable(why)),
+        }
+    }
+}
+
+fn encode(creates: &[CreateJob], confirms: &[ConfirmJob]) -> Result<Vec<u8>> {
+    let batch = BatchOut {
+        creates: creates.iter().map(|job| CreateOut { new: &job.new, now: job.now }).collect(),
+        confirms: confirms
+            .iter()
+            .map(|job| ConfirmOut {
+                dd_id: job.dd_id,
+                integrity_hash: &job.integrity_hash,
+                now: job.now,
+                usage: &job.usage,
+                leaf: hex::encode(&job.leaf_data),
+                settlement_ref: job.settlement_ref.as_deref(),
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&batch).map_err(|error| StoreError::Unsupported(format!("a batch that does not encode: {error}")))
+}
+
+/// Sends `creates` and `confirms` (this host's own) to the committing host
+/// and answers each with what it answered; `Some` with the writes it did not
+/// answer, to be committed here.
+pub(crate) async fn forward<E: Engine>(
+    db: &E,
+    to: &dyn Forwarder,
+    creates: Vec<CreateJob>,
+    confirms: Vec<ConfirmJob>,
+) -> Option<(Vec<CreateJob>, Vec<ConfirmJob>)> {
+    if creates.is_empty() && confirms.is_empty() {
+        return None;
+    }
+    let writes = (creates.len() + confirms.len()) as u64;
+    db.metrics().forwarded_writes.inc_by(writes);
+    let answered = async {
+        let answer = to.forward(encode(&creates, &confirms)?).await?;
+        let answers: Answers = serde_json::from_slice(&answer)
+            .map_err(|error| StoreError::Unsupported(format!("a batch's answer that does not decode: {error}")))?;
+        if answers.creates.len() != creates.len() || answers.confirms.len() != confirms.len() {
+            return Err(StoreError::Unsupported("a batch's answer of another length".into()));
+        }
+        Ok(answers)
+    };
+    match answered.await {
+        Ok(answers) => {
+            for (job, answer) in creates.into_iter().zip(answers.creates) {
+                let _ = job.reply.send(answer.into_result());
+            }
+            for (job, answer) in confirms.into_iter().zip(answers.confirms) {
+                let _ = job.reply.send(answer.into_result());
+            }
+            None
+        }
+        Err(error) => {
+            db.metrics().forward_failures.inc_by(writes);
+            tracing::debug!(%error, "a batch sent to the committing host came back unanswered; it is committed here");
+            Some((creates, confirms))
+        }
+    }
+}
+
+/// Whether the committer takes a create of this shape (as
+/// `DeclarationStore::create_declaration` hands it over): no Earned DAC, no
+/// agreement, no parent.
+pub(crate) fn batchable(new: &NewDeclaration) -> bool {
+    new.earned_premium.is_none() && new.agreement.is_none() && new.declaration.dd.parent_dd_id.is_none()
+}
+
+/// A write's answer as its committer gave it: "not taken" if there was none
+/// (the committer stopped), the database unavailable kept as such.
+pub(crate) fn answer_of<T>(answer: std::result::Result<Result<T>, oneshot::error::RecvError>, not_taken: T) -> Answer<T> {
+    match answer {
+        Ok(Ok(value)) => Answer::Done(value),
+        Ok(Err(error)) if error.is_unavailable() => Answer::Unavailable(error.to_string()),
+        _ => Answer::Done(not_taken),
+    }
+}

@@ -42,7 +42,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             && let Some(batcher) = self.batcher()
         {
             let (reply, answer) = tokio::sync::oneshot::channel();
-            let job = batch::Job::Create(Box::new(batch::CreateJob { new: new.clone(), now, reply }));
+            let job = batch::Job::Create(Box::new(batch::CreateJob { new: new.clone(), now, from_peer: false, reply }));
             if batcher.submit(job).await {
                 match answer.await {
                     Ok(Ok(batch::Taken::Stored(record))) => {
@@ -217,6 +217,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 usage: usage.to_vec(),
                 leaf_data: leaf_data.to_vec(),
                 settlement_ref: settlement_ref.map(str::to_owned),
+                from_peer: false,
                 reply,
             }));
             if batcher.submit(job).await {

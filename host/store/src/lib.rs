@@ -34,6 +34,7 @@ mod log;
 mod lookup;
 mod owners;
 mod payments;
+mod peers;
 mod pricing;
 mod retention;
 mod rows;
@@ -61,6 +62,9 @@ pub struct SqlStore<E: Engine> {
     /// The group committer of the hot path's writes, started with the
     /// first of them on the runtime that serves it.
     batch: std::sync::OnceLock<batch::Batcher>,
+    /// Where the committer sends this host's batches, while another host
+    /// holds the commit lease (PostgreSQL; see `peers`).
+    forward: batch::ForwardTo,
     /// The hot path's gathered reads, likewise (PostgreSQL only).
     reader: std::sync::OnceLock<lookup::Reader>,
     /// The hot path's reads on connections of their own (SQLite only).
@@ -96,6 +100,7 @@ impl<E: Engine> SqlStore<E> {
         SqlStore {
             db,
             batch: std::sync::OnceLock::new(),
+            forward: batch::ForwardTo::default(),
             reader: std::sync::OnceLock::new(),
             direct,
             pending_from: std::sync::Mutex::new(None),
@@ -108,7 +113,7 @@ impl<E: Engine> SqlStore<E> {
         if engine::is_background() {
             return None;
         }
-        Some(self.batch.get_or_init(|| batch::Batcher::start(&self.db)))
+        Some(self.batch.get_or_init(|| batch::Batcher::start(&self.db, self.forward.clone())))
     }
 
     /// The gathered reads of the hot path, where a statement is a round

@@ -46,7 +46,7 @@ wire_enum!(
 );
 
 /// The validated `dd` object of a create request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DdFields {
     pub unit_type: UnitType,
     pub declaration_mode: DeclarationMode,

@@ -51,7 +51,7 @@ impl Retention {
 }
 
 /// The six priced axes of a scope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Scope {
     pub retention: Retention,
     pub integrity: Integrity,
@@ -62,7 +62,7 @@ pub struct Scope {
 }
 
 /// The validated `ee` object of a create request, after preset expansion.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EeFields {
     pub preset: Option<String>,
     pub scope: Scope,
@@ -103,7 +103,7 @@ pub const DEFAULT_ACCESS_PERIOD: AccessPeriod = AccessPeriod { count: 30, unit: 
 /// Applied when `ee_direct_access_quota` is omitted: ten reads of the original.
 pub const DEFAULT_ACCESS_QUOTA: i64 = 10;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PeriodUnit {
     Days,
     Months,
@@ -111,7 +111,7 @@ pub enum PeriodUnit {
 }
 
 /// A period such as `30d`, `12m` or `1y` (pattern `^[1-9]\d*[dmy]$`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AccessPeriod {
     pub count: u32,
     pub unit: PeriodUnit,

@@ -50,6 +50,13 @@ macro_rules! wire_enum {
                 serializer.serialize_str(self.as_str())
             }
         }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<$name, D::Error> {
+                let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+                $name::parse(&text).ok_or_else(|| serde::de::Error::unknown_variant(&text, $name::NAMES))
+            }
+        }
     };
 }
 pub(crate) use wire_enum;
@@ -60,7 +67,7 @@ use uuid::Uuid;
 use crate::MilliDac;
 
 /// Everything the service keeps about one declaration, apart from payment state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Declaration {
     pub dd_id: Uuid,
     pub ee_id: Uuid,

@@ -54,7 +54,7 @@ wire_enum!(
 pub const CALL_CHAIN_MAX: usize = 32;
 
 /// A validated template. `decision_scale_value` keeps the number's JSON text.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Template {
     pub decision_class: Option<DecisionClass>,
     pub decision_scale_value: Option<String>,
