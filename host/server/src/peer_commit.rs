@@ -91,6 +91,8 @@ pub struct HttpForwarder {
     client: reqwest::Client,
     url: String,
     key: PeerKey,
+    /// Whether a refusal of this host's key was logged (once per holder).
+    refused: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
@@ -110,6 +112,9 @@ impl Forwarder for HttpForwarder {
             .map_err(|e| failed(e.to_string()))?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| failed(e.to_string()))?;
+        if status == StatusCode::UNAUTHORIZED && !self.refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(holder = %self.url, "the commit lease's holder refuses this host's batches: ANCHOR_PEER_KEY differs between them; this host commits its own");
+        }
         if !status.is_success() {
             return Err(failed(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))));
         }
@@ -126,8 +131,12 @@ pub fn connect(key: PeerKey) -> anyhow::Result<Connect> {
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
     Ok(Arc::new(move |address: &str| {
-        Arc::new(HttpForwarder { client: client.clone(), url: format!("{}{PATH}", address.trim_end_matches('/')), key: key.clone() })
-            as Arc<dyn Forwarder>
+        Arc::new(HttpForwarder {
+            client: client.clone(),
+            url: format!("{}{PATH}", address.trim_end_matches('/')),
+            key: key.clone(),
+            refused: std::sync::atomic::AtomicBool::new(false),
+        }) as Arc<dyn Forwarder>
     }))
 }
 
