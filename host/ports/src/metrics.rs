@@ -51,9 +51,9 @@ pub struct StoreMetrics {
     /// Hot-path reads answered on SQLite's direct reader connections.
     pub direct_reads: Counter,
     /// Hot-path writes this host sent to the committing host (shared group
-    /// commit, [`crate::peers`]), and those of them that came back with no
-    /// answer (each then ran here).
+    /// commit, [`crate::peers`]).
     pub forwarded_writes: Counter,
+    /// Forwarded writes that came back with no answer (each then ran here).
     pub forward_failures: Counter,
     /// Writes other hosts sent here, committed in this host's batches.
     pub peer_writes: Counter,

@@ -8,7 +8,7 @@ use axum::http::header;
 use crate::witness_server::MAX_BODY;
 
 /// Reads an answer's body, refusing one over `limit` bytes without reading the rest.
-async fn read_bounded(response: &mut reqwest::Response, limit: usize, url: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_bounded(response: &mut reqwest::Response, limit: usize, url: &str) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
         if body.len() + chunk.len() > limit {

@@ -32,7 +32,8 @@ const MAC_HEADER: &str = "x-anchor-peer-mac";
 const TIME_HEADER: &str = "x-anchor-peer-time";
 /// How far a batch's time may be from this host's.
 pub const SKEW_SECS: i64 = 30;
-/// The largest body taken: a batch is at most 64 writes of a few KiB.
+/// The largest body taken, and the largest answer read: a batch is at
+/// most 64 writes of a few KiB.
 const MAX_BODY: usize = 4 << 20;
 /// The shortest key accepted.
 pub const MIN_KEY_LEN: usize = 32;
@@ -100,7 +101,7 @@ impl Forwarder for HttpForwarder {
     async fn forward(&self, batch: Vec<u8>) -> anchor_ports::Result<Vec<u8>> {
         let time = unix_now();
         let failed = |why: String| StoreError::Unavailable(format!("the committing host at {}: {why}", self.url));
-        let response = self
+        let mut response = self
             .client
             .post(&self.url)
             .header(TIME_HEADER, time.to_string())
@@ -111,14 +112,15 @@ impl Forwarder for HttpForwarder {
             .await
             .map_err(|e| failed(e.to_string()))?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| failed(e.to_string()))?;
+        // An answer is at most a batch's records: more is not read.
+        let body = crate::log_peers::read_bounded(&mut response, MAX_BODY, &self.url).await.map_err(failed)?;
         if status == StatusCode::UNAUTHORIZED && !self.refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(holder = %self.url, "the commit lease's holder refuses this host's batches: ANCHOR_PEER_KEY differs between them; this host commits its own");
         }
         if !status.is_success() {
             return Err(failed(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))));
         }
-        Ok(body.to_vec())
+        Ok(body)
     }
 }
 

@@ -194,7 +194,7 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: Fo
             // This host's own writes go to the committing host; those another
             // host sent here (during a move of the lease) are committed here.
             // What comes back unanswered is committed here after all.
-            Some(to) if creates.iter().any(|job| !job.from_peer) || confirms.iter().any(|job| !job.from_peer) => {
+            Some(to) => {
                 let (own_creates, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.from_peer);
                 let (own_confirms, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| !job.from_peer);
                 let (left, ()) =
@@ -927,9 +927,8 @@ pub(crate) async fn forward<E: Engine>(
     }
 }
 
-/// Whether the committer takes a create of this shape (as
-/// `DeclarationStore::create_declaration` hands it over): no Earned DAC, no
-/// agreement, no parent.
+/// Whether the committer takes a create of this shape, from this host's
+/// requests or another's: no Earned DAC, no agreement, no parent.
 pub(crate) fn batchable(new: &NewDeclaration) -> bool {
     new.earned_premium.is_none() && new.agreement.is_none() && new.declaration.dd.parent_dd_id.is_none()
 }

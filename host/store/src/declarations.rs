@@ -36,9 +36,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         // Paid from Trial or over x402 (Earned DAC, a bilateral agreement or a
         // parent aside): handed to the group committer, which answers once its
         // batch has committed.
-        if new.earned_premium.is_none()
-            && new.agreement.is_none()
-            && d.dd.parent_dd_id.is_none()
+        if batch::batchable(new)
             && let Some(batcher) = self.batcher()
         {
             let (reply, answer) = tokio::sync::oneshot::channel();

@@ -22,7 +22,7 @@ use chrono::{DateTime, Duration, Utc};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::batch::{Answer, Answers, BatchIn, ConfirmJob, CreateJob, Job, MAX_BATCH, Taken, answer_of, batchable};
+use crate::batch::{Answers, BatchIn, ConfirmJob, CreateJob, Job, MAX_BATCH, Taken, answer_of, batchable};
 use crate::engine::{Engine, Exec, Row, sql};
 use crate::{CommitLeader, Forwarder, PeerStore, Result, SqlStore, StoreError};
 
@@ -89,51 +89,42 @@ impl<E: Engine> PeerStore for SqlStore<E> {
             );
         }
         let writes = (batch.creates.len() + batch.confirms.len()) as u64;
+        // A write the committer did not take drops its reply unanswered,
+        // which `answer_of` reads as "not taken".
         let batcher = self.batcher();
         let mut creates = Vec::with_capacity(batch.creates.len());
         for job in batch.creates {
             let (reply, answer) = oneshot::channel();
-            let taken = batchable(&job.new)
-                && match batcher {
-                    Some(batcher) => {
-                        batcher.submit(Job::Create(Box::new(CreateJob { new: job.new, now: job.now, from_peer: true, reply }))).await
-                    }
-                    None => false,
-                };
-            creates.push(taken.then_some(answer));
+            if let Some(batcher) = batcher.filter(|_| batchable(&job.new)) {
+                batcher.submit(Job::Create(Box::new(CreateJob { new: job.new, now: job.now, from_peer: true, reply }))).await;
+            }
+            creates.push(answer);
         }
         let mut confirms = Vec::with_capacity(batch.confirms.len());
         for (job, leaf_data) in batch.confirms.into_iter().zip(leaves) {
             let (reply, answer) = oneshot::channel();
-            let job = ConfirmJob {
-                dd_id: job.dd_id,
-                integrity_hash: job.integrity_hash,
-                now: job.now,
-                usage: job.usage,
-                leaf_data,
-                settlement_ref: job.settlement_ref,
-                from_peer: true,
-                reply,
-            };
-            let taken = match batcher {
-                Some(batcher) => batcher.submit(Job::Confirm(Box::new(job))).await,
-                None => false,
-            };
-            confirms.push(taken.then_some(answer));
+            if let Some(batcher) = batcher {
+                let job = ConfirmJob {
+                    dd_id: job.dd_id,
+                    integrity_hash: job.integrity_hash,
+                    now: job.now,
+                    usage: job.usage,
+                    leaf_data,
+                    settlement_ref: job.settlement_ref,
+                    from_peer: true,
+                    reply,
+                };
+                batcher.submit(Job::Confirm(Box::new(job))).await;
+            }
+            confirms.push(answer);
         }
         self.db.metrics().peer_writes.inc_by(writes);
         let mut answers = Answers { creates: Vec::with_capacity(creates.len()), confirms: Vec::with_capacity(confirms.len()) };
         for answer in creates {
-            answers.creates.push(match answer {
-                Some(answer) => answer_of(answer.await, Taken::Not),
-                None => Answer::Done(Taken::Not),
-            });
+            answers.creates.push(answer_of(answer.await, Taken::Not));
         }
         for answer in confirms {
-            answers.confirms.push(match answer {
-                Some(answer) => answer_of(answer.await, None),
-                None => Answer::Done(None),
-            });
+            answers.confirms.push(answer_of(answer.await, None));
         }
         serde_json::to_vec(&answers).map_err(|error| StoreError::Unsupported(format!("answers that do not encode: {error}")))
     }
