@@ -115,11 +115,11 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     let stored = declarations::create(&services, &agent, input("EE_basic"), Offered::None).await.unwrap();
     assert_eq!(stored.base_fee_source, PaymentSource::Trial);
     assert_eq!(stored.settlement_status.as_str(), "unreserved");
-    let confirmed = declarations::confirm(&services, agent_id, stored.declaration.dd_id).await.unwrap();
+    let confirmed = declarations::confirm(&services, agent_id, stored.declaration.dd_id, None).await.unwrap();
     assert!(confirmed.settlement.is_none());
     assert!(confirmed.integrity_hash.starts_with("sha256:"));
     assert!(confirmed.usage.iter().all(|u| u.source == PaymentSource::Trial));
-    let again = declarations::confirm(&services, agent_id, stored.declaration.dd_id).await.unwrap_err();
+    let again = declarations::confirm(&services, agent_id, stored.declaration.dd_id, None).await.unwrap_err();
     assert_eq!(again.code(), "ALREADY_CONFIRMED");
 
     // Spend the Trial (10 + 3 x 157.5 = 482.5 of 500), then the typed challenge.
@@ -142,7 +142,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     let paid = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload.clone())).await.unwrap();
     assert_eq!(paid.base_fee_source, PaymentSource::External);
     assert_eq!(paid.settlement_status.as_str(), "pending");
-    let confirmed = declarations::confirm(&services, agent_id, paid.declaration.dd_id).await.unwrap();
+    let confirmed = declarations::confirm(&services, agent_id, paid.declaration.dd_id, None).await.unwrap();
     let settled = confirmed.settlement.expect("settled externally");
     assert!(settled.reference.starts_with("local:0x"), "{}", settled.reference);
     assert_eq!(settled.payer, "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266");

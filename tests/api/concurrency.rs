@@ -316,22 +316,31 @@ async fn gathered_reads_answer_each_request_with_its_own_agent_and_record(backen
     for (a, agent) in agents.iter().enumerate() {
         confirms.push((agent, "/v1/dd/confirm", json!({ "dd_id": records[(a + 1) % 8][0] })));
     }
+    // A rotated token confirms nothing, not even its own agent's record
+    // (read beside the agent only under the agent's current token).
+    for (i, old) in old_tokens.iter().enumerate() {
+        confirms.push((old, "/v1/dd/confirm", json!({ "dd_id": records[2 * i][1] })));
+    }
     let replies = fire_all(&t, confirms).await;
-    let (own, foreign) = replies.split_at(8 * 20);
+    let (own, rest) = replies.split_at(8 * 20);
+    let (foreign, rotated) = rest.split_at(8);
+    assert!(rotated.iter().all(|(s, b)| *s == 401 && b["error_code"] == "INVALID_TOKEN"), "{rotated:?}");
     assert!(own.iter().all(|(s, _)| *s == 200), "{:?}", own.iter().find(|(s, _)| *s != 200));
     let asked = records.iter().flatten();
     assert!(own.iter().zip(asked).all(|((_, b), dd_id)| b["dd_id"] == json!(dd_id)), "each confirm answers for the record it named");
     assert!(foreign.iter().all(|(s, b)| *s == 403 && b["error_code"] == "FORBIDDEN"), "{foreign:?}");
     assert_eq!(t.scalar("select count(*) from declaration where confirmed_at is not null").await, 160);
-    let requests = (8 * 20 + 4 * 10 + 8 * 20 + 8) as u64;
+    let requests = (8 * 20 + 4 * 10 + 8 * 20 + 8 + 4) as u64;
     if backend == Backend::Postgres {
         assert!(t.store.metrics().shared_reads.get() > shared_before, "some reads shared a statement");
         assert_eq!(t.store.metrics().direct_reads.get(), 0, "PostgreSQL has no direct reader connections");
     } else {
         assert_eq!(t.store.metrics().shared_reads.get(), 0, "SQLite reads no gathered statement");
-        // Every request's token lookup, and each confirmation's record.
+        // Every request's token lookup (a confirmation's beside its record),
+        // and, where the two did not match, the token alone, then (a current
+        // token) the record alone.
         let direct = t.store.metrics().direct_reads.get() - direct_before;
-        assert!(direct >= requests + 8 * 20 + 8, "{direct} direct reads for {requests} requests");
+        assert!(direct >= requests + 2 * 8 + 4, "{direct} direct reads for {requests} requests");
     }
     assert_eq!(t.store.metrics().failed_reads.get(), 0, "no gathered read failed as a whole (each would then run alone)");
     assert_eq!(t.store.metrics().failed_batches.get(), 0, "no batch failed as a whole");

@@ -224,6 +224,13 @@ async fn confirmation_happens_once_and_only_for_the_owner(backend: Backend) {
     t.confirm(&agent, &uuid::Uuid::new_v4().to_string()).await.assert_error(404, "DD_NOT_FOUND");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": "zzz" })).await.assert_error(400, "INVALID_UUID");
     t.post("/v1/dd/confirm", Some(&agent.token), &json!({})).await.assert_error(400, "MISSING_FIELD");
+    // The token is checked before the body, whether the body reads or not,
+    // and a token that is not the owner's is refused as on every route.
+    let stale = format!("da_tk_{}", "0".repeat(64));
+    t.post("/v1/dd/confirm", Some(&stale), &json!({ "dd_id": dd_id })).await.assert_error(401, "INVALID_TOKEN");
+    t.post("/v1/dd/confirm", Some(&stale), &json!({})).await.assert_error(401, "INVALID_TOKEN");
+    t.post("/v1/dd/confirm", None, &json!({ "dd_id": dd_id })).await.assert_error(401, "UNAUTHORIZED");
+    t.post("/v1/dd/confirm", Some(&other.token), &json!({ "dd_id": "zzz" })).await.assert_error(400, "INVALID_UUID");
     let first = t.post("/v1/dd/confirm", Some(&agent.token), &json!({ "dd_id": dd_id, "extra": true })).await;
     assert_eq!(first.headers["anchor-ignored-fields"], "extra", "{}", first.text);
     assert_eq!(first.status, StatusCode::OK);

@@ -190,6 +190,28 @@ async fn store_conforms(backend: Backend) {
     let (trial_paid, none) = store.declaration_to_confirm(first.declaration.dd_id).await.unwrap().expect("the Trial-paid record");
     assert_eq!((trial_paid.declaration.dd_id, none.map(|s| s.payment_id)), (first.declaration.dd_id, None));
     assert!(store.declaration_to_confirm(Uuid::new_v4()).await.unwrap().is_none());
+    // The same beside the agent that recorded it, found by its token hash
+    // (a confirmation's authentication and record in one read): only where
+    // that agent holds the hash; several at once, as reads gather.
+    let owner_hash = store.agent(agent).await.unwrap().unwrap().token_hash;
+    let payer_hash = store.agent(payer).await.unwrap().unwrap().token_hash;
+    let (own, paid_as, foreign, unknown) = tokio::join!(
+        store.declaration_to_confirm_as(&owner_hash, first.declaration.dd_id),
+        store.declaration_to_confirm_as(&payer_hash, paid.declaration.dd_id),
+        store.declaration_to_confirm_as(&payer_hash, first.declaration.dd_id),
+        store.declaration_to_confirm_as(&owner_hash, Uuid::new_v4()),
+    );
+    let (as_agent, own, none) = own.unwrap().expect("the agent's own record");
+    assert_eq!((as_agent.agent_id, as_agent.token_hash, as_agent.trial_balance), (agent, owner_hash, MilliDac(5_000)));
+    assert_eq!(as_agent, store.agent(agent).await.unwrap().unwrap(), "the agent as its own read finds it");
+    assert_eq!((own.declaration, none.map(|s| s.payment_id)), (first.declaration.clone(), None));
+    let (as_payer, paid_read, settling) = paid_as.unwrap().expect("the payer's record");
+    assert_eq!(
+        (as_payer.agent_id, paid_read.declaration.dd_id, settling.map(|s| s.payment_id)),
+        (payer, paid.declaration.dd_id, Some(payment.payment_id))
+    );
+    assert!(foreign.unwrap().is_none(), "another agent's record is not read beside this token");
+    assert!(unknown.unwrap().is_none());
     // The month's spending follows each payment's status: one whose
     // settlement outcome is unknown still counts (its money may have moved),
     // and keeps counting once its confirmation settles it; one released or

@@ -49,12 +49,19 @@ pub struct Registered {
 /// their SHA-256, so the lookup's timing depends on the hash, not on the
 /// token; the stored hash is then compared in constant time.
 pub async fn authenticate(services: &Services, token: &str) -> AppResult<Option<AgentRecord>> {
-    if !anchor_domain::agents::has_secret_shape(TOKEN_PREFIX, token) {
-        return Ok(None);
-    }
-    let hash = hash_secret(token);
+    let Some(hash) = token_hash(token) else { return Ok(None) };
     let agent = services.store.agent_by_token_hash(&hash).await?;
-    Ok(agent.filter(|a| bool::from(subtle::ConstantTimeEq::ct_eq(&a.token_hash[..], &hash[..]))))
+    Ok(agent.filter(|a| holds(a, &hash)))
+}
+
+/// The hash a token is looked up by; `None` for what cannot be a token.
+pub(crate) fn token_hash(token: &str) -> Option<[u8; 32]> {
+    anchor_domain::agents::has_secret_shape(TOKEN_PREFIX, token).then(|| hash_secret(token))
+}
+
+/// Whether the agent found under `hash` holds it, compared in constant time.
+pub(crate) fn holds(agent: &AgentRecord, hash: &[u8; 32]) -> bool {
+    bool::from(subtle::ConstantTimeEq::ct_eq(&agent.token_hash[..], &hash[..]))
 }
 
 /// Registers a new agent with its Trial grant.

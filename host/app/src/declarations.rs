@@ -432,10 +432,37 @@ fn payment_expired() -> AppError {
     }
 }
 
-/// DD confirm: settles an external payment (if any) and anchors the declaration.
-pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid) -> AppResult<Confirmed> {
+/// A declaration read to be confirmed, with its agent's authentication
+/// ([`authenticate_to_confirm`]).
+pub struct ToConfirm(StoredDeclaration, Option<Settling>);
+
+/// The agent whose current token `token` is (as [`crate::agents::authenticate`]
+/// finds it) and, when that agent recorded `dd_id`, the declaration to
+/// confirm: one read where the token's agent owns it, which is what a
+/// confirmation asks. Otherwise (no such token, another agent's declaration,
+/// none) the agent is looked up alone and [`confirm`] reads the record and
+/// says what is wrong with it.
+pub async fn authenticate_to_confirm(services: &Services, token: &str, dd_id: Uuid) -> AppResult<(Option<AgentRecord>, Option<ToConfirm>)> {
+    if let Some(hash) = crate::agents::token_hash(token)
+        && let Some((agent, stored, settling)) = services.store.declaration_to_confirm_as(&hash, dd_id).await?
+        && crate::agents::holds(&agent, &hash)
+        && stored.declaration.agent_id == agent.agent_id
+    {
+        return Ok((Some(agent), Some(ToConfirm(stored, settling))));
+    }
+    Ok((crate::agents::authenticate(services, token).await?, None))
+}
+
+/// DD confirm: settles an external payment (if any) and anchors the
+/// declaration. `read`: the declaration, read with the agent's
+/// authentication (read here when `None`).
+pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid, read: Option<ToConfirm>) -> AppResult<Confirmed> {
     // The record, and its payment if it has one, in one read.
-    let Some((stored, settling)) = services.store.declaration_to_confirm(dd_id).await? else {
+    let read = match read {
+        Some(ToConfirm(stored, settling)) if stored.declaration.dd_id == dd_id => Some((stored, settling)),
+        _ => services.store.declaration_to_confirm(dd_id).await?,
+    };
+    let Some((stored, settling)) = read else {
         return Err(missing(services, dd_id).await?);
     };
     must_own(&stored, agent_id)?;

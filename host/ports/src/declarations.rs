@@ -82,6 +82,15 @@ pub trait DeclarationStore: Send + Sync {
     /// payment needs ([`PaymentStore::payment_for`]'s payment): what a
     /// confirmation reads, in one statement where reads are gathered.
     async fn declaration_to_confirm(&self, dd_id: Uuid) -> Result<Option<(StoredDeclaration, Option<Settling>)>>;
+    /// The same, with the agent that holds `token_hash`, when that agent
+    /// recorded it (`None` otherwise: no such token, or another agent's
+    /// declaration, or none): a confirmation's authentication and its record
+    /// in one read. The caller compares the hash it gets back.
+    async fn declaration_to_confirm_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+    ) -> Result<Option<(AgentRecord, StoredDeclaration, Option<Settling>)>>;
     /// The agent's declaration recorded under `request_id`, if any.
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// The same, beside the agent's DAB and its external spending since

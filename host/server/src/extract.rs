@@ -22,18 +22,38 @@ impl FromRequestParts<AppState> for AuthAgent {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<AuthAgent, ApiError> {
-        let fail = |failure| ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() };
-        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
-            return Err(fail(AuthFailure::Missing));
-        };
-        let value = value.to_str().map_err(|_| fail(AuthFailure::Missing))?;
-        let Some(token) = value.strip_prefix("Bearer ").map(str::trim) else {
-            return Err(fail(AuthFailure::Missing));
-        };
-        match anchor_app::agents::authenticate(&state.app, token).await? {
+        let bearer = Bearer::from_request_parts(parts, state).await?;
+        match anchor_app::agents::authenticate(&state.app, &bearer.0).await? {
             Some(agent) => Ok(AuthAgent(agent)),
-            None => Err(fail(AuthFailure::InvalidToken)),
+            None => Err(bearer.refused(state)),
         }
+    }
+}
+
+/// The bearer token that came with the request, not yet looked up: for a
+/// route that authenticates together with its first read (a confirmation).
+pub struct Bearer(pub String);
+
+impl Bearer {
+    /// The refusal of a token that names no agent.
+    pub fn refused(&self, state: &AppState) -> ApiError {
+        unauthorized(state, AuthFailure::InvalidToken)
+    }
+}
+
+fn unauthorized(state: &AppState, failure: AuthFailure) -> ApiError {
+    ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() }
+}
+
+impl FromRequestParts<AppState> for Bearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Bearer, ApiError> {
+        let missing = || unauthorized(state, AuthFailure::Missing);
+        let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(missing)?;
+        let value = value.to_str().map_err(|_| missing())?;
+        let token = value.strip_prefix("Bearer ").map(str::trim).ok_or_else(missing)?;
+        Ok(Bearer(token.to_string()))
     }
 }
 

@@ -119,15 +119,37 @@ impl<E: Engine> AgentStore for SqlStore<E> {
 }
 
 pub(crate) fn decode_agent(row: &impl Row) -> Result<AgentRecord> {
+    decode_agent_as(row, false)
+}
+
+/// The agent's columns read beside a declaration's (`d.*`), under the names
+/// [`AGENT_BESIDE`] gives them; `agent_id` is the declaration's own.
+pub(crate) const AGENT_BESIDE: &str = "a.token_hash as a_token_hash, a.region_code as a_region_code, \
+     a.disclosure_level as a_disclosure_level, a.registered_at as a_registered_at, \
+     a.trial_granted_milli as a_trial_granted_milli, a.trial_balance_milli as a_trial_balance_milli, \
+     a.trial_expires_at as a_trial_expires_at, o.content_inclusion_policy as owner_policy";
+
+/// The agent's row joined to a declaration's `d`, with its owner's policy
+/// (what [`AGENT_BESIDE`] selects).
+pub(crate) const AGENT_BESIDE_JOIN: &str = "join agent a on a.agent_id = d.agent_id \
+     left join owner o on o.owner_id = a.owner_id and o.deleted_at is null";
+
+/// An agent from its own columns, or (`beside`) from [`AGENT_BESIDE`]'s.
+pub(crate) fn decode_agent_as(row: &impl Row, beside: bool) -> Result<AgentRecord> {
+    macro_rules! column {
+        ($name:literal) => {
+            if beside { concat!("a_", $name) } else { $name }
+        };
+    }
     Ok(AgentRecord {
         agent_id: row.get("agent_id")?,
-        token_hash: hash32("token_hash", row.get("token_hash")?)?,
-        region_code: row.get("region_code")?,
-        disclosure_level: row.named("disclosure_level")?,
-        registered_at: row.get("registered_at")?,
-        trial_granted: MilliDac(row.get("trial_granted_milli")?),
-        trial_balance: MilliDac(row.get("trial_balance_milli")?),
-        trial_expires_at: row.get("trial_expires_at")?,
+        token_hash: hash32("token_hash", row.get(column!("token_hash"))?)?,
+        region_code: row.get(column!("region_code"))?,
+        disclosure_level: row.named(column!("disclosure_level"))?,
+        registered_at: row.get(column!("registered_at"))?,
+        trial_granted: MilliDac(row.get(column!("trial_granted_milli"))?),
+        trial_balance: MilliDac(row.get(column!("trial_balance_milli"))?),
+        trial_expires_at: row.get(column!("trial_expires_at"))?,
         owner_policy: row.opt_named("owner_policy")?,
     })
 }

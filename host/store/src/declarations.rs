@@ -22,6 +22,11 @@ pub(crate) fn decode_request(row: &impl Row) -> Result<(Option<StoredDeclaration
     Ok((earlier, dab))
 }
 
+/// A declaration beside its agent ([`agents::AGENT_BESIDE`]).
+pub(crate) fn decode_confirming(row: &impl Row) -> Result<(AgentRecord, StoredDeclaration)> {
+    Ok((agents::decode_agent_as(row, true)?, decode_declaration(row)?))
+}
+
 #[async_trait]
 impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
@@ -147,6 +152,35 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
         let settling = if stored.paid_externally() { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
         Ok(Some((stored, settling)))
+    }
+
+    async fn declaration_to_confirm_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+    ) -> Result<Option<(AgentRecord, StoredDeclaration, Option<Settling>)>> {
+        if let Some(reader) = self.reader()
+            && let Some(found) = reader.confirming((*token_hash, dd_id)).await
+        {
+            return found;
+        }
+        let query = || {
+            sql(format!(
+                "select d.*, {} from declaration d {} \
+                 where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
+                agents::AGENT_BESIDE,
+                agents::AGENT_BESIDE_JOIN
+            ))
+            .bind(dd_id)
+            .bind(&token_hash[..])
+        };
+        let found = match self.read_direct(query(), decode_confirming) {
+            Some(found) => found,
+            None => self.db().fetch_optional(query()).await?.as_ref().map(decode_confirming).transpose()?,
+        };
+        let Some((agent, stored)) = found else { return Ok(None) };
+        let settling = if stored.paid_externally() { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
+        Ok(Some((agent, stored, settling)))
     }
 
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {

@@ -1,6 +1,7 @@
 //! Gathered reads of the hot path, where every statement is a round trip to
 //! a server (PostgreSQL): the agent a bearer token names (every
-//! authenticated request), a declaration by dd_id (every confirmation), an
+//! authenticated request), a declaration by dd_id, alone or beside the
+//! agent a token names (every confirmation), an
 //! agent's declaration by request_id with its DAB status (every create
 //! that may be paid over x402) and a declaration's payment with its history
 //! (every confirmation that settles one).
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::agents::{AGENT_SELECT, decode_agent};
+use crate::agents::{AGENT_BESIDE, AGENT_BESIDE_JOIN, AGENT_SELECT, decode_agent};
 use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
@@ -60,9 +61,13 @@ pub(crate) type RequestFound = (Option<StoredDeclaration>, DabStatus);
 pub(crate) enum Lookup {
     Agent(Read<[u8; 32], AgentRecord>),
     Declaration(Read<Uuid, (StoredDeclaration, Option<Settling>)>),
+    Confirming(Read<([u8; 32], Uuid), Confirming>),
     Request(Read<RequestKey, RequestFound>),
     Payment(Read<Uuid, PaymentRecord>),
 }
+
+/// A declaration with its settling facts, beside the agent that recorded it.
+pub(crate) type Confirming = (AgentRecord, StoredDeclaration, Option<Settling>);
 
 /// The queue the reader tasks take from.
 pub(crate) struct Reader {
@@ -93,6 +98,12 @@ impl Reader {
         self.ask(dd_id, Lookup::Declaration).await
     }
 
+    /// The declaration as [`Reader::declaration`] reads it, with its agent,
+    /// if that agent holds the token hash; `None` if it was not read here.
+    pub(crate) async fn confirming(&self, key: ([u8; 32], Uuid)) -> Option<Result<Option<Confirming>>> {
+        self.ask(key, Lookup::Confirming).await
+    }
+
     /// The agent's declaration under `request_id` and its DAB status (`Ok(None)`:
     /// no such agent); `None` if it was not read here.
     pub(crate) async fn request(&self, key: RequestKey) -> Option<Result<Option<RequestFound>>> {
@@ -114,7 +125,7 @@ impl Reader {
 }
 
 async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) {
-    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
+    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
     loop {
         let batch = {
             let mut reads = match reads.try_lock() {
@@ -138,20 +149,23 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
         if batch.len() > 1 {
             db.metrics().shared_reads.inc();
         }
-        let (mut agents, mut declarations, mut requests, mut payments) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut agents, mut declarations, mut confirming, mut requests, mut payments) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for read in batch {
             match read {
                 Lookup::Agent(read) => agents.push(read),
                 Lookup::Declaration(read) => declarations.push(read),
+                Lookup::Confirming(read) => confirming.push(read),
                 Lookup::Request(read) => requests.push(read),
                 Lookup::Payment(read) => payments.push(read),
             }
         }
         // A kind with no reads does not touch its connection.
-        let [for_agents, for_declarations, for_requests, for_payments] = &mut kept;
+        let [for_agents, for_declarations, for_confirming, for_requests, for_payments] = &mut kept;
         tokio::join!(
             read_agents(&db, for_agents, agents),
             read_declarations(&db, for_declarations, declarations),
+            read_confirming(&db, for_confirming, confirming),
             read_requests(&db, for_requests, requests),
             read_payments(&db, for_payments, payments)
         );
@@ -212,29 +226,66 @@ async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Rea
         let mut q = sql("with d as materialized (select * from declaration where deidentified_at is null and dd_id = any(");
         q.push_array(ids).push(&format!(")) select d.*, {SETTLING_COLUMNS} from d {SETTLING_JOIN}"));
         let rows = conn.fetch_all(q).await?;
-        // A record with several payments: the first by payment_id, as
-        // `payment_for` reads it.
-        let mut found: HashMap<Uuid, (StoredDeclaration, Option<Settling>)> = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let settling = decode_settling(row)?;
-            match found.entry(row.get("dd_id")?) {
-                Entry::Vacant(entry) => {
-                    entry.insert((decode_declaration(row)?, settling));
-                }
-                Entry::Occupied(mut entry) => {
-                    let kept = &mut entry.get_mut().1;
-                    if let Some(settling) = settling
-                        && kept.as_ref().is_none_or(|first| settling.payment_id < first.payment_id)
-                    {
-                        *kept = Some(settling);
-                    }
-                }
-            }
-        }
+        let found = first_payments(&rows, |row| Ok((row.get("dd_id")?, decode_declaration(row)?)))?;
         Ok(found.into_iter().collect::<Vec<_>>())
     }
     .await;
     answer(db.metrics(), reads, found);
+}
+
+/// Declarations by dd_id beside their agents, each only where its agent
+/// holds the token hash it is asked with (a confirmation's authentication
+/// and its record: one statement, not two).
+async fn read_confirming<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<([u8; 32], Uuid), Confirming>>) {
+    if reads.is_empty() {
+        return;
+    }
+    let found = async {
+        let keys = reads.iter().map(|read| vec![("k_hash", (&read.key.0[..]).value()), ("k_id", read.key.1.value())]).collect();
+        let mut q = sql("with d as materialized (select d.*, k.k_hash from ");
+        q.push_unnest("k", keys).ok_or_else(|| StoreError::Unsupported("confirmation reads as arrays".into()))?;
+        q.push(&format!(
+            " join declaration d on d.dd_id = k.k_id where d.deidentified_at is null) \
+             select d.*, {AGENT_BESIDE}, {SETTLING_COLUMNS} from d {AGENT_BESIDE_JOIN} {SETTLING_JOIN} \
+             where a.token_hash = d.k_hash"
+        ));
+        let rows = conn.fetch_all(q).await?;
+        let found = first_payments(&rows, |row| {
+            let (agent, stored) = crate::declarations::decode_confirming(row)?;
+            Ok(((agent.token_hash, stored.declaration.dd_id), (agent, stored)))
+        })?;
+        Ok(found.into_iter().map(|(key, ((agent, stored), settling))| (key, (agent, stored, settling))).collect::<Vec<_>>())
+    }
+    .await;
+    answer(db.metrics(), reads, found);
+}
+
+/// Rows of records beside their payments' settling facts (one row per
+/// payment), folded into one per key: a record with several payments keeps
+/// the first by payment_id, as `payment_for` reads it.
+fn first_payments<R: Row, K: Eq + std::hash::Hash, T>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<(K, T)>,
+) -> Result<HashMap<K, (T, Option<Settling>)>> {
+    let mut found: HashMap<K, (T, Option<Settling>)> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let settling = decode_settling(row)?;
+        let (key, record) = decode(row)?;
+        match found.entry(key) {
+            Entry::Vacant(entry) => {
+                entry.insert((record, settling));
+            }
+            Entry::Occupied(mut entry) => {
+                let kept = &mut entry.get_mut().1;
+                if let Some(settling) = settling
+                    && kept.as_ref().is_none_or(|first| settling.payment_id < first.payment_id)
+                {
+                    *kept = Some(settling);
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<RequestKey, RequestFound>>) {

@@ -14,7 +14,7 @@
 
 use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiPath, ApiQuery, AuthAgent, Body, PaymentOffer, TraceParent};
+use crate::extract::{ApiPath, ApiQuery, AuthAgent, Bearer, Body, PaymentOffer, TraceParent};
 use crate::openapi::*;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Ratio, Time, Usdc};
@@ -576,8 +576,9 @@ pub(crate) async fn confirm_decision(
     state: &AppState,
     agent: &AgentRecord,
     dd_id: Uuid,
+    read: Option<declarations::ToConfirm>,
 ) -> ApiResult<(ConfirmResponse, Option<anchor_app::charge::Settlement>, crate::x402_headers::SettledAt)> {
-    let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id).await?;
+    let confirmed = declarations::confirm(&state.app, agent.agent_id, dd_id, read).await?;
     let mut sources: Vec<Named<PaymentSource>> = confirmed.usage.iter().map(|u| Named(u.source)).collect();
     sources.dedup();
     let external = confirmed.settlement.is_some();
@@ -939,13 +940,21 @@ async fn create(
 
 async fn confirm(
     State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
-    Body(request): Body<ConfirmRequest>,
+    bearer: Bearer,
+    request: Result<Body<ConfirmRequest>, ApiError>,
 ) -> ApiResult<axum::response::Response> {
+    // The token and the declaration in one read; a body that does not read
+    // is refused after the token is checked, as on every route.
+    let (agent, read) = match &request {
+        Ok(Body(request)) => declarations::authenticate_to_confirm(&state.app, &bearer.0, request.dd_id.0).await?,
+        Err(_) => (anchor_app::agents::authenticate(&state.app, &bearer.0).await?, None),
+    };
+    let agent = agent.ok_or_else(|| bearer.refused(&state))?;
+    let Body(request) = request?;
     if request.transaction_id.as_ref().is_some_and(|t| t.chars().count() > 256) {
         return Err(ApiError::bad("INVALID_VALUE", "transaction_id is at most 256 characters (and not needed: see the OpenAPI)"));
     }
-    let (body, settlement, settled_at) = confirm_decision(&state, &agent, request.dd_id.0).await?;
+    let (body, settlement, settled_at) = confirm_decision(&state, &agent, request.dd_id.0, read).await?;
     let mut response = x402_headers::with_settlement(Json(body).into_response(), settlement.as_ref());
     // It settled with the confirmation: its receipt says when.
     response.extensions_mut().insert(settled_at);

@@ -88,7 +88,7 @@ pub async fn call(
         }
         "confirm_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
-            let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id).await?;
+            let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id, None).await?;
             let answer = paid((confirmed, settlement))?;
             Ok(Answer { settled_at: Some(settled_at.0), ..answer })
         }
