@@ -360,6 +360,7 @@ impl TestServer {
                 anchor_app::jobs::Schedule {
                     round: std::time::Duration::from_millis(20),
                     checkpoint_every: std::time::Duration::from_millis(50),
+                    fold_every: std::time::Duration::from_millis(20),
                     reconcile_every: std::time::Duration::from_secs(3600),
                     erase_every: std::time::Duration::from_secs(3600),
                     ..Default::default()

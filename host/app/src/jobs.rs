@@ -8,7 +8,7 @@
 //! | job | every | what |
 //! | --- | --- | --- |
 //! | log | round (100 ms) | integrate pending leaves, sign a checkpoint about once a second |
-//! | ARA fold | round | fold newly integrated declarations into the aggregate model (a few batches a round) |
+//! | ARA fold | 1 s (every round while a backlog lasts) | fold newly integrated declarations into the aggregate model (a few batches a run) |
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
@@ -46,7 +46,14 @@ pub struct Schedule {
     pub erase_every: Duration,
     /// How often Earned lots past their expiry are ended.
     pub expire_every: Duration,
-    /// Batches of declarations the ARA fold takes per round.
+    /// How often the ARA fold runs while it keeps up. A fold updates each
+    /// active agent's counts once however many of its declarations it
+    /// folds, so folding a second's worth at a time costs less per
+    /// declaration than folding every round; observations see a
+    /// declaration that much later.
+    pub fold_every: Duration,
+    /// Batches of declarations the ARA fold takes per run (a run that
+    /// takes them all goes on the next round).
     pub fold_batches: usize,
     /// How often records past their retention are looked for, and how many
     /// batches a run takes (a run that found more goes on the next round).
@@ -68,6 +75,7 @@ impl Default for Schedule {
             reconcile_every: Duration::from_secs(30),
             erase_every: Duration::from_secs(30),
             expire_every: Duration::from_secs(60),
+            fold_every: Duration::from_secs(1),
             fold_batches: 5,
             deidentify_every: Duration::from_secs(5),
             deidentify_batches: 4,
@@ -81,6 +89,7 @@ impl Default for Schedule {
 #[derive(Debug, Default)]
 pub struct Runs {
     checkpoint: Option<Instant>,
+    fold: Option<Instant>,
     reconcile: Option<Instant>,
     erase: Option<Instant>,
     expire: Option<Instant>,
@@ -152,9 +161,13 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
         Ok(None) => {}
         Err(error) => tracing::warn!(error = format!("{error:#}"), "log integration failed"),
     }
-    match metrics.job("ara_fold", ara::fold::round(services, schedule.fold_batches).await) {
-        Ok(_) => {}
-        Err(error) => tracing::warn!(error = format!("{error:#}"), "ARA fold failed"),
+    if due(&mut runs.fold, schedule.fold_every) {
+        match metrics.job("ara_fold", ara::fold::round(services, schedule.fold_batches).await) {
+            // Behind by more than a run takes: the next round goes on.
+            Ok(folded) if folded >= schedule.fold_batches * ara::fold::BATCH as usize => runs.fold = None,
+            Ok(_) => {}
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "ARA fold failed"),
+        }
     }
     if due(&mut runs.deidentify, schedule.deidentify_every) {
         match metrics.job("deidentify", crate::retention::deidentify_due(services, schedule.deidentify_batches).await) {

@@ -338,11 +338,16 @@ async fn the_tools_readme_sells_and_buys_a_tool_as_written() {
     std::fs::copy(std::path::Path::new(anchor_plugin_host::PLUGINS_DIR).join("tool_example.wasm"), data.join("tool.wasm")).unwrap();
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_anchor")).parent().unwrap().to_path_buf();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    // The fold makes the buyer's declaration visible to ARA within a round or two.
+    // The fold (once a second) makes the buyer's declaration visible to ARA:
+    // its own profile counts it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let profile = http.get(format!("{base}/v1/ara/agent/{buyer_id}/profile")).bearer_auth(&buyer).send().await.unwrap();
-        if profile.status().is_success() {
+        let counted = match profile.status().is_success() {
+            true => profile.json::<Value>().await.unwrap()["dd_count"].as_i64().unwrap_or(0) >= 1,
+            false => false,
+        };
+        if counted {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the buyer's declaration never reached ARA");
