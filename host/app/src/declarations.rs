@@ -446,7 +446,6 @@ pub async fn authenticate_to_confirm(services: &Services, token: &str, dd_id: Uu
     if let Some(hash) = crate::agents::token_hash(token)
         && let Some((agent, stored, settling)) = services.store.declaration_to_confirm_as(&hash, dd_id).await?
         && crate::agents::holds(&agent, &hash)
-        && stored.declaration.agent_id == agent.agent_id
     {
         return Ok((Some(agent), Some(ToConfirm(stored, settling))));
     }

@@ -27,6 +27,16 @@ pub(crate) fn decode_confirming(row: &impl Row) -> Result<(AgentRecord, StoredDe
     Ok((agents::decode_agent_as(row, true)?, decode_declaration(row)?))
 }
 
+impl<E: Engine> SqlStore<E> {
+    /// What settling a record's payment needs, if it is paid externally.
+    async fn settling_of(&self, stored: &StoredDeclaration) -> Result<Option<Settling>> {
+        if !stored.paid_externally() {
+            return Ok(None);
+        }
+        Ok(self.payment_for(stored.declaration.dd_id).await?.map(Settling::from))
+    }
+}
+
 #[async_trait]
 impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn create_declaration(&self, new: &NewDeclaration, now: DateTime<Utc>) -> Result<Created> {
@@ -150,7 +160,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             return found;
         }
         let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
-        let settling = if stored.paid_externally() { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
+        let settling = self.settling_of(&stored).await?;
         Ok(Some((stored, settling)))
     }
 
@@ -179,7 +189,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             None => self.db().fetch_optional(query()).await?.as_ref().map(decode_confirming).transpose()?,
         };
         let Some((agent, stored)) = found else { return Ok(None) };
-        let settling = if stored.paid_externally() { self.payment_for(dd_id).await?.map(Settling::from) } else { None };
+        let settling = self.settling_of(&stored).await?;
         Ok(Some((agent, stored, settling)))
     }
 
