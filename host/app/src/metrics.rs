@@ -286,6 +286,12 @@ impl Metrics {
             store_metrics.peer_writes.clone(),
         );
         r.register(
+            "store_forwarded_reads",
+            "Hot-path reads sent to the host that commits for every host, to share its statements (shared reads)",
+            store_metrics.forwarded_reads.clone(),
+        );
+        r.register("store_peer_reads", "Reads other hosts sent here, read in this host's statements", store_metrics.peer_reads.clone());
+        r.register(
             "store_failed_batches",
             "Batch statements (creates or confirmations of a group commit) that failed as a whole, whose writes then ran one by one",
             store_metrics.failed_batches.clone(),

@@ -57,6 +57,10 @@ pub struct StoreMetrics {
     pub forward_failures: Counter,
     /// Writes other hosts sent here, committed in this host's batches.
     pub peer_writes: Counter,
+    /// Hot-path reads this host sent to the committing host (shared reads).
+    pub forwarded_reads: Counter,
+    /// Reads other hosts sent here, read in this host's statements.
+    pub peer_reads: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -75,6 +79,8 @@ impl Default for StoreMetrics {
             forwarded_writes: Counter::default(),
             forward_failures: Counter::default(),
             peer_writes: Counter::default(),
+            forwarded_reads: Counter::default(),
+            peer_reads: Counter::default(),
         }
     }
 }

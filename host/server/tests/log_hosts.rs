@@ -371,8 +371,46 @@ async fn three_hosts_commit_through_the_commit_lease_holder() {
         }
         sent += forwarded;
     }
-    assert_eq!(failed, 0.0, "forwarded writes came back unanswered");
+    assert_eq!(failed, 0.0, "forwarded writes or reads came back unanswered");
     assert_eq!(sent, counter(&http, &bases[at], "anchor_store_peer_writes_total").await, "what was sent is what the holder took");
+    // The token and confirmation reads go to the holder too (shared reads).
+    let mut sent_reads = 0.0;
+    for (n, base) in bases.iter().enumerate() {
+        let forwarded = counter(&http, base, "anchor_store_forwarded_reads_total").await;
+        if n == at {
+            assert_eq!(forwarded, 0.0, "the holder sends no reads");
+        } else {
+            assert!(forwarded > 0.0, "{base} sent none of its reads to the holder");
+            assert_eq!(counter(&http, base, "anchor_store_peer_reads_total").await, 0.0, "{base} read for others without the lease");
+        }
+        sent_reads += forwarded;
+    }
+    assert_eq!(sent_reads, counter(&http, &bases[at], "anchor_store_peer_reads_total").await, "every read sent was read by the holder");
+    // A token rotated on one host is refused at once by every host, those
+    // whose reads the holder makes among them, and the new one is taken.
+    let others: Vec<&String> = bases.iter().enumerate().filter(|(n, _)| *n != at).map(|(_, base)| base).collect();
+    let agent: Value = http.post(format!("{}/v1/agent/register", others[0])).send().await.unwrap().json().await.unwrap();
+    let (agent_id, old) = (agent["agent_id"].as_str().unwrap(), agent["auth_token"].as_str().unwrap());
+    assert!(anchor_one(&http, others[1], old).await.is_some(), "the new agent anchors through a host that is not the holder");
+    let rotated: Value = http
+        .post(format!("{}/v1/agent/token/rotate", others[1]))
+        .bearer_auth(old)
+        .json(&json!({ "agent_id": agent_id }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let new = rotated["auth_token"].as_str().expect("a rotated token");
+    for base in &bases {
+        let refused = http.get(format!("{base}/v1/trial/status")).bearer_auth(old).send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 401, "{base} took a token rotated away");
+        let taken = http.get(format!("{base}/v1/trial/status")).bearer_auth(new).send().await.unwrap();
+        assert_eq!(taken.status().as_u16(), 200, "{base} refused the rotated token");
+    }
+    assert!(anchor_one(&http, others[0], new).await.is_some(), "the rotated token anchors");
+    assert!(anchor_one(&http, others[1], old).await.is_none(), "the old token anchors nothing");
     let ids: Vec<uuid::Uuid> = anchored.iter().map(|id| id.parse().unwrap()).collect();
     let stored: i64 = sqlx::query_scalar("select count(*) from declaration where dd_id = any($1) and confirmed_at is not null")
         .bind(&ids)

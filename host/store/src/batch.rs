@@ -825,8 +825,16 @@ struct ConfirmOut<'a> {
 
 #[derive(Deserialize)]
 pub(crate) struct BatchIn {
+    #[serde(default)]
     pub creates: Vec<CreateIn>,
+    #[serde(default)]
     pub confirms: Vec<ConfirmIn>,
+    /// Shared reads (`lookup.rs`): token hashes (hex), and token hashes
+    /// beside the records a confirmation reads.
+    #[serde(default)]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub confirming: Vec<(String, Uuid)>,
 }
 
 #[derive(Deserialize)]
@@ -855,12 +863,18 @@ pub(crate) enum Answer<T> {
 
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Answers {
+    #[serde(default)]
     pub creates: Vec<Answer<Taken>>,
+    #[serde(default)]
     pub confirms: Vec<Answer<Option<bool>>>,
+    #[serde(default)]
+    pub agents: Vec<Answer<crate::lookup::Found<crate::lookup::AgentWire>>>,
+    #[serde(default)]
+    pub confirming: Vec<Answer<crate::lookup::Found<crate::lookup::ConfirmingWire>>>,
 }
 
 impl<T> Answer<T> {
-    fn into_result(self) -> Result<T> {
+    pub(crate) fn into_result(self) -> Result<T> {
         match self {
             Answer::Done(value) => Ok(value),
             Answer::Unavailable(why) => Err(StoreError::Unavailable(why)),

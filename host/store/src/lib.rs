@@ -123,7 +123,7 @@ impl<E: Engine> SqlStore<E> {
         if !self.db.round_trips() || engine::is_background() {
             return None;
         }
-        Some(self.reader.get_or_init(|| lookup::Reader::start(&self.db)))
+        Some(self.reader.get_or_init(|| lookup::Reader::start(&self.db, self.forward.clone())))
     }
 
     /// The first row of `query`, decoded, read on SQLite's direct reader

@@ -13,6 +13,9 @@
 //! keys are one array parameter, so each kind is one statement text (one
 //! plan kept per connection) whatever the number of reads.
 //!
+//! While another host holds the commit lease, the token and confirmation
+//! reads go to it instead (shared reads, decision 0076, below).
+//!
 //! Nothing is cached: each statement starts after every read it answers was
 //! queued, so it sees every commit made before the request asked (a rotated
 //! or recovered token is refused on every host from its commit on, as with a
@@ -24,10 +27,15 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use anchor_domain::{MilliDac, WireEnum};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::Forwarder;
 use crate::agents::{AGENT_BESIDE, AGENT_BESIDE_JOIN, AGENT_SELECT, decode_agent};
+use crate::batch::{Answer, Answers, ForwardTo};
 use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
@@ -45,6 +53,9 @@ pub(crate) const MAX_READS: usize = 64;
 /// One read: its key, and where the answer goes (`None`: not read).
 pub(crate) struct Read<K, T> {
     key: K,
+    /// Sent here by another host ([`Reader::for_peer`]): read here, never
+    /// sent on.
+    from_peer: bool,
     /// The row (or none), or `None`: not read here (the caller reads alone);
     /// an error when the database is unavailable (alone would fail too).
     reply: oneshot::Sender<Option<Result<Option<T>>>>,
@@ -76,13 +87,14 @@ pub(crate) struct Reader {
 
 impl Reader {
     /// Starts two reader tasks on the current runtime (a statement in flight
-    /// while the next gathers).
-    pub(crate) fn start<E: Engine>(db: &E) -> Reader {
+    /// while the next gathers). While `forward` names the commit lease's
+    /// holder, they send it this host's token and confirmation reads.
+    pub(crate) fn start<E: Engine>(db: &E, forward: ForwardTo) -> Reader {
         let (queue, reads) = mpsc::channel(4 * MAX_READS);
         let reads = Arc::new(Mutex::new(reads));
         for _ in 0..2 {
-            let (db, reads) = (db.clone(), reads.clone());
-            tokio::spawn(async move { read_loop(db, reads).await });
+            let (db, reads, forward) = (db.clone(), reads.clone(), forward.clone());
+            tokio::spawn(async move { read_loop(db, reads, forward).await });
         }
         Reader { queue }
     }
@@ -119,12 +131,58 @@ impl Reader {
     /// Queues a read of `key` as `kind` and waits for its answer.
     async fn ask<K, T>(&self, key: K, kind: fn(Read<K, T>) -> Lookup) -> Option<Result<Option<T>>> {
         let (reply, answer) = oneshot::channel();
-        self.queue.send(kind(Read { key, reply })).await.ok()?;
+        self.queue.send(kind(Read { key, from_peer: false, reply })).await.ok()?;
         answer.await.ok()?
+    }
+
+    /// Reads another host sent (shared reads): all queued before any is
+    /// waited for, so that they share statements with each other and with
+    /// this host's own; each answered as [`Reader::ask`] answers.
+    pub(crate) async fn for_peer<K, T>(&self, keys: Vec<K>, kind: fn(Read<K, T>) -> Lookup) -> Vec<Option<Result<Option<T>>>> {
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            let (reply, answer) = oneshot::channel();
+            let queued = self.queue.send(kind(Read { key, from_peer: true, reply })).await.is_ok();
+            answers.push(queued.then_some(answer));
+        }
+        let mut found = Vec::with_capacity(answers.len());
+        for answer in answers {
+            found.push(match answer {
+                Some(answer) => answer.await.ok().flatten(),
+                None => None,
+            });
+        }
+        found
     }
 }
 
-async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) {
+/// One gathered batch, by kind.
+#[derive(Default)]
+struct Kinds {
+    agents: Vec<Read<[u8; 32], AgentRecord>>,
+    declarations: Vec<Read<Uuid, (StoredDeclaration, Option<Settling>)>>,
+    confirming: Vec<Read<([u8; 32], Uuid), Confirming>>,
+    requests: Vec<Read<RequestKey, RequestFound>>,
+    payments: Vec<Read<Uuid, PaymentRecord>>,
+}
+
+impl Kinds {
+    fn of(batch: Vec<Lookup>) -> Kinds {
+        let mut kinds = Kinds::default();
+        for read in batch {
+            match read {
+                Lookup::Agent(read) => kinds.agents.push(read),
+                Lookup::Declaration(read) => kinds.declarations.push(read),
+                Lookup::Confirming(read) => kinds.confirming.push(read),
+                Lookup::Request(read) => kinds.requests.push(read),
+                Lookup::Payment(read) => kinds.payments.push(read),
+            }
+        }
+        kinds
+    }
+}
+
+async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>, forward: ForwardTo) {
     let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
     loop {
         let batch = {
@@ -149,27 +207,38 @@ async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>) 
         if batch.len() > 1 {
             db.metrics().shared_reads.inc();
         }
-        let (mut agents, mut declarations, mut confirming, mut requests, mut payments) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for read in batch {
-            match read {
-                Lookup::Agent(read) => agents.push(read),
-                Lookup::Declaration(read) => declarations.push(read),
-                Lookup::Confirming(read) => confirming.push(read),
-                Lookup::Request(read) => requests.push(read),
-                Lookup::Payment(read) => payments.push(read),
+        let mut kinds = Kinds::of(batch);
+        let to = forward.read().map(|to| to.clone()).unwrap_or(None);
+        match to {
+            // This host's own token and confirmation reads go to the commit
+            // lease's holder, where they share statements with every host's;
+            // what comes back unread is read here after all.
+            Some(to) if kinds.agents.iter().any(|read| !read.from_peer) || kinds.confirming.iter().any(|read| !read.from_peer) => {
+                let (agents, own_agents): (Vec<_>, Vec<_>) = std::mem::take(&mut kinds.agents).into_iter().partition(|read| read.from_peer);
+                let (confirming, own_confirming): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut kinds.confirming).into_iter().partition(|read| read.from_peer);
+                (kinds.agents, kinds.confirming) = (agents, confirming);
+                let (left, ()) = tokio::join!(send_reads(&db, to.as_ref(), own_agents, own_confirming), read_here(&db, &mut kept, kinds));
+                if let Some((agents, confirming)) = left {
+                    read_here(&db, &mut kept, Kinds { agents, confirming, ..Kinds::default() }).await;
+                }
             }
+            _ => read_here(&db, &mut kept, kinds).await,
         }
-        // A kind with no reads does not touch its connection.
-        let [for_agents, for_declarations, for_confirming, for_requests, for_payments] = &mut kept;
-        tokio::join!(
-            read_agents(&db, for_agents, agents),
-            read_declarations(&db, for_declarations, declarations),
-            read_confirming(&db, for_confirming, confirming),
-            read_requests(&db, for_requests, requests),
-            read_payments(&db, for_payments, payments)
-        );
     }
+}
+
+/// One statement per kind that has reads, each on its own connection.
+async fn read_here<E: Engine>(db: &E, kept: &mut [Kept<E>; 5], kinds: Kinds) {
+    // A kind with no reads does not touch its connection.
+    let [for_agents, for_declarations, for_confirming, for_requests, for_payments] = kept;
+    tokio::join!(
+        read_agents(db, for_agents, kinds.agents),
+        read_declarations(db, for_declarations, kinds.declarations),
+        read_confirming(db, for_confirming, kinds.confirming),
+        read_requests(db, for_requests, kinds.requests),
+        read_payments(db, for_payments, kinds.payments)
+    );
 }
 
 /// Answers each read with the row found under its key (or none), every read
@@ -336,4 +405,281 @@ async fn read_payments<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<Uu
     }
     .await;
     answer(db.metrics(), reads, found);
+}
+
+// Shared reads (decision 0075): while another host holds the commit lease,
+// a reader sends it this host's token and confirmation reads in one
+// request on the batch endpoint, where they join the holder's own reads,
+// so that every host's reads share statements as one host's do. What the
+// holder does not answer (unreachable, not read there, an answer that does
+// not decode) is read here in the same gathered statements, so a read
+// never waits for a second attempt alone. The holder reads what it is sent
+// after the sending host queued it: a read sees every commit made before
+// its request asked, as a read here does.
+
+/// A shared read's answer: the row, no row, or not read there.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Found<T> {
+    Row(T),
+    NoRow,
+    NotRead,
+}
+
+/// An agent as the batch endpoint carries it.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct AgentWire {
+    agent_id: Uuid,
+    token_hash: String,
+    region_code: Option<String>,
+    disclosure_level: String,
+    registered_at: DateTime<Utc>,
+    trial_granted: MilliDac,
+    trial_balance: MilliDac,
+    trial_expires_at: DateTime<Utc>,
+    owner_policy: Option<String>,
+}
+
+/// A payment's settling facts as the batch endpoint carries them.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SettlingWire {
+    payment_id: Uuid,
+    network: String,
+    asset: String,
+    payer: String,
+    status: String,
+    payload: String,
+}
+
+/// A confirmation's read as the batch endpoint carries it.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ConfirmingWire {
+    agent: AgentWire,
+    stored: StoredDeclaration,
+    settling: Option<SettlingWire>,
+}
+
+#[derive(Serialize)]
+struct ReadsOut {
+    agents: Vec<String>,
+    confirming: Vec<(String, Uuid)>,
+}
+
+fn named<T: WireEnum>(what: &str, text: &str) -> Result<T> {
+    T::parse(text).ok_or_else(|| StoreError::Unsupported(format!("a shared read whose {what} is {text:?}")))
+}
+
+fn hash_of(text: &str) -> Result<[u8; 32]> {
+    hex::decode(text)
+        .ok()
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .ok_or_else(|| StoreError::Unsupported("a shared read whose token hash is not 32 bytes of hex".into()))
+}
+
+impl AgentWire {
+    fn of(agent: &AgentRecord) -> AgentWire {
+        AgentWire {
+            agent_id: agent.agent_id,
+            token_hash: hex::encode(agent.token_hash),
+            region_code: agent.region_code.clone(),
+            disclosure_level: agent.disclosure_level.as_str().to_owned(),
+            registered_at: agent.registered_at,
+            trial_granted: agent.trial_granted,
+            trial_balance: agent.trial_balance,
+            trial_expires_at: agent.trial_expires_at,
+            owner_policy: agent.owner_policy.map(|policy| policy.as_str().to_owned()),
+        }
+    }
+
+    fn into_record(self) -> Result<AgentRecord> {
+        Ok(AgentRecord {
+            agent_id: self.agent_id,
+            token_hash: hash_of(&self.token_hash)?,
+            region_code: self.region_code,
+            disclosure_level: named("disclosure_level", &self.disclosure_level)?,
+            registered_at: self.registered_at,
+            trial_granted: self.trial_granted,
+            trial_balance: self.trial_balance,
+            trial_expires_at: self.trial_expires_at,
+            owner_policy: self.owner_policy.map(|policy| named("owner_policy", &policy)).transpose()?,
+        })
+    }
+}
+
+impl ConfirmingWire {
+    fn of((agent, stored, settling): &Confirming) -> ConfirmingWire {
+        ConfirmingWire {
+            agent: AgentWire::of(agent),
+            stored: stored.clone(),
+            settling: settling.as_ref().map(|s| SettlingWire {
+                payment_id: s.payment_id,
+                network: s.network.clone(),
+                asset: s.asset.clone(),
+                payer: s.payer.clone(),
+                status: s.status.as_str().to_owned(),
+                payload: s.payload.clone(),
+            }),
+        }
+    }
+
+    fn into_confirming(self) -> Result<Confirming> {
+        let settling = match self.settling {
+            Some(s) => Some(Settling {
+                payment_id: s.payment_id,
+                network: s.network,
+                asset: s.asset,
+                payer: s.payer,
+                status: named("settling status", &s.status)?,
+                payload: s.payload,
+            }),
+            None => None,
+        };
+        Ok((self.agent.into_record()?, self.stored, settling))
+    }
+}
+
+/// A read's answer as the holder sends it back.
+fn answer_for_peer<T, W>(found: Option<Result<Option<T>>>, wire: impl Fn(&T) -> W) -> Answer<Found<W>> {
+    match found {
+        Some(Ok(Some(row))) => Answer::Done(Found::Row(wire(&row))),
+        Some(Ok(None)) => Answer::Done(Found::NoRow),
+        Some(Err(error)) if error.is_unavailable() => Answer::Unavailable(error.to_string()),
+        Some(Err(_)) | None => Answer::Done(Found::NotRead),
+    }
+}
+
+/// The holder's side: reads another host sent, answered in its order.
+pub(crate) async fn read_for_peer(
+    reader: Option<&Reader>,
+    agents: Vec<String>,
+    confirming: Vec<(String, Uuid)>,
+) -> Result<(Vec<Answer<Found<AgentWire>>>, Vec<Answer<Found<ConfirmingWire>>>)> {
+    if agents.len() + confirming.len() > MAX_READS {
+        return Err(StoreError::Unsupported(format!("a shared read of more than {MAX_READS} keys")));
+    }
+    let agents = agents.iter().map(|hash| hash_of(hash)).collect::<Result<Vec<_>>>()?;
+    let confirming = confirming.into_iter().map(|(hash, dd_id)| Ok((hash_of(&hash)?, dd_id))).collect::<Result<Vec<_>>>()?;
+    let Some(reader) = reader else {
+        return Ok((
+            agents.iter().map(|_| Answer::Done(Found::NotRead)).collect(),
+            confirming.iter().map(|_| Answer::Done(Found::NotRead)).collect(),
+        ));
+    };
+    // Both kinds queued before either is waited for.
+    let (agents, confirming) = tokio::join!(reader.for_peer(agents, Lookup::Agent), reader.for_peer(confirming, Lookup::Confirming));
+    Ok((
+        agents.into_iter().map(|found| answer_for_peer(found, AgentWire::of)).collect(),
+        confirming.into_iter().map(|found| answer_for_peer(found, ConfirmingWire::of)).collect(),
+    ))
+}
+
+/// Reads left for this host to read itself: none, or some kinds' reads.
+type Left = Option<(Vec<Read<[u8; 32], AgentRecord>>, Vec<Read<([u8; 32], Uuid), Confirming>>)>;
+
+/// Sends this host's reads to the commit lease's holder and answers each
+/// with what it found; what it did not answer is returned, to be read here.
+async fn send_reads<E: Engine>(
+    db: &E,
+    to: &dyn Forwarder,
+    agents: Vec<Read<[u8; 32], AgentRecord>>,
+    confirming: Vec<Read<([u8; 32], Uuid), Confirming>>,
+) -> Left {
+    if agents.is_empty() && confirming.is_empty() {
+        return None;
+    }
+    let sent = (agents.len() + confirming.len()) as u64;
+    db.metrics().forwarded_reads.inc_by(sent);
+    let answered = async {
+        let out = ReadsOut {
+            agents: agents.iter().map(|read| hex::encode(read.key)).collect(),
+            confirming: confirming.iter().map(|read| (hex::encode(read.key.0), read.key.1)).collect(),
+        };
+        let body = serde_json::to_vec(&out).map_err(|error| StoreError::Unsupported(format!("reads that do not encode: {error}")))?;
+        let answer = to.forward(body).await?;
+        let answers: Answers = serde_json::from_slice(&answer)
+            .map_err(|error| StoreError::Unsupported(format!("a shared read's answer that does not decode: {error}")))?;
+        if answers.agents.len() != agents.len() || answers.confirming.len() != confirming.len() {
+            return Err(StoreError::Unsupported("a shared read's answer of another length".into()));
+        }
+        Ok(answers)
+    };
+    let answers = match answered.await {
+        Ok(answers) => answers,
+        Err(error) => {
+            db.metrics().forward_failures.inc_by(sent);
+            tracing::debug!(%error, "reads sent to the committing host came back unanswered; they are read here");
+            return Some((agents, confirming));
+        }
+    };
+    let (mut left_agents, mut left_confirming) = (Vec::new(), Vec::new());
+    for (read, answer) in agents.into_iter().zip(answers.agents) {
+        match settle(answer, AgentWire::into_record) {
+            Some(found) => {
+                let _ = read.reply.send(Some(found));
+            }
+            None => left_agents.push(read),
+        }
+    }
+    for (read, answer) in confirming.into_iter().zip(answers.confirming) {
+        match settle(answer, ConfirmingWire::into_confirming) {
+            Some(found) => {
+                let _ = read.reply.send(Some(found));
+            }
+            None => left_confirming.push(read),
+        }
+    }
+    (!left_agents.is_empty() || !left_confirming.is_empty()).then_some((left_agents, left_confirming))
+}
+
+/// A shared read's answer as a reply: `None` when it is to be read here (not
+/// read there, or a row that does not decode).
+fn settle<W, T>(answer: Answer<Found<W>>, decode: impl Fn(W) -> Result<T>) -> Option<Result<Option<T>>> {
+    match answer.into_result() {
+        Ok(Found::Row(wire)) => decode(wire).ok().map(|row| Ok(Some(row))),
+        Ok(Found::NoRow) => Some(Ok(None)),
+        Ok(Found::NotRead) => None,
+        Err(error) => Some(Err(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anchor_domain::agents::DisclosureLevel;
+    use anchor_domain::owners::ContentPolicy;
+
+    fn agent() -> AgentRecord {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-02T05:00:00.123456Z").unwrap().with_timezone(&Utc);
+        AgentRecord {
+            agent_id: Uuid::now_v7(),
+            token_hash: [7; 32],
+            region_code: Some("KR".into()),
+            disclosure_level: DisclosureLevel::Summary,
+            registered_at: at,
+            trial_granted: MilliDac(10_000),
+            trial_balance: MilliDac(2_500),
+            trial_expires_at: at + chrono::Duration::days(30),
+            owner_policy: Some(ContentPolicy::AlwaysBranch1),
+        }
+    }
+
+    /// What the holder sends back is what the sending host reads, exactly;
+    /// an answer it cannot decode is read at home instead of taken.
+    #[test]
+    fn a_shared_read_arrives_as_it_was_read() {
+        let read = agent();
+        let wire = serde_json::to_vec(&Answer::Done(Found::Row(AgentWire::of(&read)))).unwrap();
+        let answer: Answer<Found<AgentWire>> = serde_json::from_slice(&wire).unwrap();
+        assert_eq!(settle(answer, AgentWire::into_record).unwrap().unwrap(), Some(read.clone()));
+
+        let mut bad = AgentWire::of(&read);
+        bad.token_hash = "00ff".into();
+        assert!(settle(Answer::Done(Found::Row(bad)), AgentWire::into_record).is_none(), "a short hash is read at home");
+        let mut bad = AgentWire::of(&read);
+        bad.disclosure_level = "everything".into();
+        assert!(settle(Answer::Done(Found::Row(bad)), AgentWire::into_record).is_none(), "an unknown level is read at home");
+        assert!(settle(Answer::<Found<AgentWire>>::Done(Found::NotRead), AgentWire::into_record).is_none());
+        assert!(matches!(settle(Answer::<Found<AgentWire>>::Done(Found::NoRow), AgentWire::into_record), Some(Ok(None))));
+        let unavailable = settle(Answer::<Found<AgentWire>>::Unavailable("down".into()), AgentWire::into_record);
+        assert!(matches!(unavailable, Some(Err(error)) if error.is_unavailable()));
+    }
 }

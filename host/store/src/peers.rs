@@ -8,7 +8,8 @@
 //! answer (the holder unreachable, a lease moving, an answer that does not
 //! decode) is committed here, as if nothing had been sent: a write the holder
 //! did commit is then found by its request_id or its confirmation, as a
-//! retried request is.
+//! retried request is. A host's token and confirmation reads go the same
+//! way, on their own (shared reads, decision 0076, `lookup.rs`).
 //!
 //! The encoding is JSON of the batch's own inputs. A host sends only to a
 //! holder of the same [`PROTOCOL`], so two builds never read each other's
@@ -27,7 +28,7 @@ use crate::engine::{Engine, Exec, Row, sql};
 use crate::{CommitLeader, Forwarder, PeerStore, Result, SqlStore, StoreError};
 
 /// The batch encoding of this build.
-pub(crate) const PROTOCOL: &str = concat!("anchor-batch/1 ", env!("CARGO_PKG_VERSION"));
+pub(crate) const PROTOCOL: &str = concat!("anchor-batch/2 ", env!("CARGO_PKG_VERSION"));
 
 /// The most writes one forwarded batch may carry (a committer sends at most
 /// one batch of [`MAX_BATCH`]).
@@ -77,8 +78,17 @@ impl<E: Engine> PeerStore for SqlStore<E> {
     }
 
     async fn commit_forwarded(&self, batch: &[u8]) -> Result<Vec<u8>> {
-        let batch: BatchIn = serde_json::from_slice(batch)
+        let mut batch: BatchIn = serde_json::from_slice(batch)
             .map_err(|error| StoreError::Unsupported(format!("a forwarded batch that does not decode: {error}")))?;
+        // Shared reads (`lookup.rs`) come on their own, without writes.
+        let (agents, confirming) = (std::mem::take(&mut batch.agents), std::mem::take(&mut batch.confirming));
+        if !agents.is_empty() || !confirming.is_empty() {
+            let reads = (agents.len() + confirming.len()) as u64;
+            let (agents, confirming) = crate::lookup::read_for_peer(self.reader(), agents, confirming).await?;
+            self.db.metrics().peer_reads.inc_by(reads);
+            let answers = Answers { creates: Vec::new(), confirms: Vec::new(), agents, confirming };
+            return serde_json::to_vec(&answers).map_err(|error| StoreError::Unsupported(format!("answers that do not encode: {error}")));
+        }
         if batch.creates.len() + batch.confirms.len() > MOST_WRITES {
             return Err(StoreError::Unsupported(format!("a forwarded batch of more than {MOST_WRITES} writes")));
         }
@@ -119,7 +129,12 @@ impl<E: Engine> PeerStore for SqlStore<E> {
             confirms.push(answer);
         }
         self.db.metrics().peer_writes.inc_by(writes);
-        let mut answers = Answers { creates: Vec::with_capacity(creates.len()), confirms: Vec::with_capacity(confirms.len()) };
+        let mut answers = Answers {
+            creates: Vec::with_capacity(creates.len()),
+            confirms: Vec::with_capacity(confirms.len()),
+            agents: Vec::new(),
+            confirming: Vec::new(),
+        };
         for answer in creates {
             answers.creates.push(answer_of(answer.await, Taken::Not));
         }
