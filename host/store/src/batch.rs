@@ -867,10 +867,6 @@ pub(crate) struct Answers {
     pub creates: Vec<Answer<Taken>>,
     #[serde(default)]
     pub confirms: Vec<Answer<Option<bool>>>,
-    #[serde(default)]
-    pub agents: Vec<Answer<crate::lookup::Found<crate::lookup::AgentWire>>>,
-    #[serde(default)]
-    pub confirming: Vec<Answer<crate::lookup::Found<crate::lookup::ConfirmingWire>>>,
 }
 
 impl<T> Answer<T> {

@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::Forwarder;
 use crate::agents::{AGENT_BESIDE, AGENT_BESIDE_JOIN, AGENT_SELECT, decode_agent};
-use crate::batch::{Answer, Answers, ForwardTo};
+use crate::batch::{Answer, ForwardTo};
 use crate::declarations::decode_request;
 use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
@@ -458,6 +458,13 @@ pub(crate) struct ConfirmingWire {
     settling: Option<SettlingWire>,
 }
 
+/// The holder's answers to shared reads, in the order they were sent.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ReadAnswers {
+    pub agents: Vec<Answer<Found<AgentWire>>>,
+    pub confirming: Vec<Answer<Found<ConfirmingWire>>>,
+}
+
 #[derive(Serialize)]
 struct ReadsOut {
     agents: Vec<String>,
@@ -595,7 +602,7 @@ async fn send_reads<E: Engine>(
         };
         let body = serde_json::to_vec(&out).map_err(|error| StoreError::Unsupported(format!("reads that do not encode: {error}")))?;
         let answer = to.forward(body).await?;
-        let answers: Answers = serde_json::from_slice(&answer)
+        let answers: ReadAnswers = serde_json::from_slice(&answer)
             .map_err(|error| StoreError::Unsupported(format!("a shared read's answer that does not decode: {error}")))?;
         if answers.agents.len() != agents.len() || answers.confirming.len() != confirming.len() {
             return Err(StoreError::Unsupported("a shared read's answer of another length".into()));

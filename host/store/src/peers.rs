@@ -86,7 +86,7 @@ impl<E: Engine> PeerStore for SqlStore<E> {
             let reads = (agents.len() + confirming.len()) as u64;
             let (agents, confirming) = crate::lookup::read_for_peer(self.reader(), agents, confirming).await?;
             self.db.metrics().peer_reads.inc_by(reads);
-            let answers = Answers { creates: Vec::new(), confirms: Vec::new(), agents, confirming };
+            let answers = crate::lookup::ReadAnswers { agents, confirming };
             return serde_json::to_vec(&answers).map_err(|error| StoreError::Unsupported(format!("answers that do not encode: {error}")));
         }
         if batch.creates.len() + batch.confirms.len() > MOST_WRITES {
@@ -129,12 +129,7 @@ impl<E: Engine> PeerStore for SqlStore<E> {
             confirms.push(answer);
         }
         self.db.metrics().peer_writes.inc_by(writes);
-        let mut answers = Answers {
-            creates: Vec::with_capacity(creates.len()),
-            confirms: Vec::with_capacity(confirms.len()),
-            agents: Vec::new(),
-            confirming: Vec::new(),
-        };
+        let mut answers = Answers { creates: Vec::with_capacity(creates.len()), confirms: Vec::with_capacity(confirms.len()) };
         for answer in creates {
             answers.creates.push(answer_of(answer.await, Taken::Not));
         }
