@@ -277,7 +277,7 @@ impl Metrics {
         );
         r.register(
             "store_forward_failures",
-            "Forwarded writes that came back with no answer and then ran on this host",
+            "Forwarded writes and shared reads that came back with no answer and then ran on this host",
             store_metrics.forward_failures.clone(),
         );
         r.register(

@@ -53,7 +53,8 @@ pub struct StoreMetrics {
     /// Hot-path writes this host sent to the committing host (shared group
     /// commit, [`crate::peers`]).
     pub forwarded_writes: Counter,
-    /// Forwarded writes that came back with no answer (each then ran here).
+    /// Forwarded writes and shared reads that came back with no answer
+    /// (each then ran here).
     pub forward_failures: Counter,
     /// Writes other hosts sent here, committed in this host's batches.
     pub peer_writes: Counter,
