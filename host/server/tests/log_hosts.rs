@@ -56,8 +56,13 @@ fn anchor(args: &[&str]) -> Output {
 }
 
 async fn register(http: &reqwest::Client, base: &str) -> String {
+    register_agent(http, base).await.1
+}
+
+/// Registers an agent at `base`: its agent_id and token.
+async fn register_agent(http: &reqwest::Client, base: &str) -> (String, String) {
     let agent: Value = http.post(format!("{base}/v1/agent/register")).send().await.unwrap().json().await.unwrap();
-    agent["auth_token"].as_str().unwrap().to_string()
+    (agent["agent_id"].as_str().unwrap().to_string(), agent["auth_token"].as_str().unwrap().to_string())
 }
 
 /// Creates and confirms one declaration; `None` if the host was unreachable.
@@ -389,8 +394,8 @@ async fn three_hosts_commit_through_the_commit_lease_holder() {
     // A token rotated on one host is refused at once by every host, those
     // whose reads the holder makes among them, and the new one is taken.
     let others: Vec<&String> = bases.iter().enumerate().filter(|(n, _)| *n != at).map(|(_, base)| base).collect();
-    let agent: Value = http.post(format!("{}/v1/agent/register", others[0])).send().await.unwrap().json().await.unwrap();
-    let (agent_id, old) = (agent["agent_id"].as_str().unwrap(), agent["auth_token"].as_str().unwrap());
+    let (agent_id, old) = register_agent(&http, others[0]).await;
+    let old = old.as_str();
     assert!(anchor_one(&http, others[1], old).await.is_some(), "the new agent anchors through a host that is not the holder");
     let rotated: Value = http
         .post(format!("{}/v1/agent/token/rotate", others[1]))

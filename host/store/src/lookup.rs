@@ -513,17 +513,17 @@ impl AgentWire {
 }
 
 impl ConfirmingWire {
-    fn of((agent, stored, settling): &Confirming) -> ConfirmingWire {
+    fn of((agent, stored, settling): Confirming) -> ConfirmingWire {
         ConfirmingWire {
-            agent: AgentWire::of(agent),
-            stored: stored.clone(),
-            settling: settling.as_ref().map(|s| SettlingWire {
+            agent: AgentWire::of(&agent),
+            stored,
+            settling: settling.map(|s| SettlingWire {
                 payment_id: s.payment_id,
-                network: s.network.clone(),
-                asset: s.asset.clone(),
-                payer: s.payer.clone(),
+                network: s.network,
+                asset: s.asset,
+                payer: s.payer,
                 status: s.status.as_str().to_owned(),
-                payload: s.payload.clone(),
+                payload: s.payload,
             }),
         }
     }
@@ -545,9 +545,9 @@ impl ConfirmingWire {
 }
 
 /// A read's answer as the holder sends it back.
-fn answer_for_peer<T, W>(found: Option<Result<Option<T>>>, wire: impl Fn(&T) -> W) -> Answer<Found<W>> {
+fn answer_for_peer<T, W>(found: Option<Result<Option<T>>>, wire: impl Fn(T) -> W) -> Answer<Found<W>> {
     match found {
-        Some(Ok(Some(row))) => Answer::Done(Found::Row(wire(&row))),
+        Some(Ok(Some(row))) => Answer::Done(Found::Row(wire(row))),
         Some(Ok(None)) => Answer::Done(Found::NoRow),
         Some(Err(error)) if error.is_unavailable() => Answer::Unavailable(error.to_string()),
         Some(Err(_)) | None => Answer::Done(Found::NotRead),
@@ -574,7 +574,7 @@ pub(crate) async fn read_for_peer(
     // Both kinds queued before either is waited for.
     let (agents, confirming) = tokio::join!(reader.for_peer(agents, Lookup::Agent), reader.for_peer(confirming, Lookup::Confirming));
     Ok((
-        agents.into_iter().map(|found| answer_for_peer(found, AgentWire::of)).collect(),
+        agents.into_iter().map(|found| answer_for_peer(found, |agent| AgentWire::of(&agent))).collect(),
         confirming.into_iter().map(|found| answer_for_peer(found, ConfirmingWire::of)).collect(),
     ))
 }
@@ -617,24 +617,24 @@ async fn send_reads<E: Engine>(
             return Some((agents, confirming));
         }
     };
-    let (mut left_agents, mut left_confirming) = (Vec::new(), Vec::new());
-    for (read, answer) in agents.into_iter().zip(answers.agents) {
-        match settle(answer, AgentWire::into_record) {
-            Some(found) => {
-                let _ = read.reply.send(Some(found));
-            }
-            None => left_agents.push(read),
-        }
-    }
-    for (read, answer) in confirming.into_iter().zip(answers.confirming) {
-        match settle(answer, ConfirmingWire::into_confirming) {
-            Some(found) => {
-                let _ = read.reply.send(Some(found));
-            }
-            None => left_confirming.push(read),
-        }
-    }
+    let left_agents = reply_each(agents, answers.agents, AgentWire::into_record);
+    let left_confirming = reply_each(confirming, answers.confirming, ConfirmingWire::into_confirming);
     (!left_agents.is_empty() || !left_confirming.is_empty()).then_some((left_agents, left_confirming))
+}
+
+/// Answers each read with the holder's answer in its place; the reads it
+/// left to be read here are returned.
+fn reply_each<K, T, W>(reads: Vec<Read<K, T>>, answers: Vec<Answer<Found<W>>>, decode: impl Fn(W) -> Result<T>) -> Vec<Read<K, T>> {
+    let mut left = Vec::new();
+    for (read, answer) in reads.into_iter().zip(answers) {
+        match settle(answer, &decode) {
+            Some(found) => {
+                let _ = read.reply.send(Some(found));
+            }
+            None => left.push(read),
+        }
+    }
+    left
 }
 
 /// A shared read's answer as a reply: `None` when it is to be read here (not
