@@ -43,11 +43,11 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::direct::{DirectTx, run_now};
-use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, sql};
+use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments;
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
-use crate::{Created, Forwarder, NewDeclaration, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
+use crate::{Created, Forwarder, NewDeclaration, PaymentStatus, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -686,24 +686,6 @@ async fn paid_steps<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> R
     })
 }
 
-/// A confirmation that settles its payment, in a savepoint: one that
-/// confirms nothing (already confirmed, released, its payment no longer
-/// reserved) rolls back its writes alone.
-async fn settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Result<Option<bool>> {
-    tx.execute(sql("savepoint job")).await?;
-    let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
-    let outcome = confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, job.settlement_ref.as_deref()).await;
-    end_savepoint(tx, matches!(outcome, Ok(true))).await?;
-    match outcome {
-        Ok(confirmed) => Ok(Some(confirmed)),
-        Err(error) if error.is_unavailable() => Err(error),
-        Err(error) => {
-            tracing::debug!(%error, "a settling confirmation failed in its batch; it runs alone");
-            Ok(None)
-        }
-    }
-}
-
 /// Keeps a savepoint's writes, or rolls them back; either way it ends.
 async fn end_savepoint<X: Exec>(tx: &mut X, keep: bool) -> Result<()> {
     if !keep {
@@ -749,7 +731,11 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
     for job in creates {
         let d = &job.new.declaration;
         if job.new.external.is_some() {
-            taken.insert(d.dd_id, paid_create(tx, "", job).await?);
+            let outcome = match job.new.base_from_trial {
+                false => sqlite_paid_create(tx, job).await?,
+                true => paid_create(tx, "", job).await?,
+            };
+            taken.insert(d.dd_id, outcome);
             continue;
         }
         let amount = d.dac_amount.milli();
@@ -784,13 +770,98 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
     let mut confirmed = Vec::with_capacity(confirms.len());
     for job in confirms {
         if job.settlement_ref.is_some() {
-            confirmed.push(settling_confirm(tx, job).await?);
+            confirmed.push(Some(sqlite_settling_confirm(tx, job).await?));
             continue;
         }
         let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
         confirmed.push(Some(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?));
     }
     Ok((taken, confirmed))
+}
+
+/// SQLite: a create its payment pays whole (a batchable one: no Earned DAC,
+/// no agreement, no parent), without a savepoint. With one writer, what it
+/// reads holds until it writes: the request_id, the DAB (counting the
+/// batch's earlier payments) and the nonce in one read, then the record,
+/// the payment (naming the record) and its first event. A refusal writes
+/// nothing; a write that fails fails the batch, whose writes then run
+/// alone. Four statements where the ordinary steps in a savepoint take
+/// nine; the committer thread is what bounds a paid run on SQLite.
+async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob) -> Result<Taken> {
+    let (new, d) = (&job.new, &job.new.declaration);
+    let Some(payment) = new.external.as_ref() else { return Ok(Taken::Not) };
+    let check = sql(format!(
+        "select a.dab_limit_milli as b_own, ({}) as b_spent, \
+         exists (select 1 from declaration e where e.agent_id = a.agent_id and e.request_id = $3) as b_earlier, \
+         exists (select 1 from x402_payment x where x.network = $4 and x.asset = $5 and x.payer = $6 and x.nonce = $7) as b_used \
+         from agent a where a.agent_id = $1",
+        payments::dab_spent("a.agent_id", "$2")
+    ))
+    .bind(d.agent_id)
+    .bind(payments::period_key(payment.period_start))
+    .bind(new.request_id)
+    .bind(payment.network.as_str())
+    .bind(payment.asset.as_str())
+    .bind(payment.payer.as_str())
+    .bind(payment.nonce.as_str());
+    let Some(row) = tx.fetch_optional(check).await? else { return Ok(Taken::Not) };
+    if row.get::<i64>("b_earlier")? != 0 {
+        let earlier = sql("select * from declaration where agent_id = $1 and request_id = $2").bind(d.agent_id).bind(new.request_id);
+        return Ok(match tx.fetch_optional(earlier).await? {
+            Some(row) => Taken::Replayed(Box::new(decode_declaration(&row)?)),
+            None => Taken::Not,
+        });
+    }
+    let limit = row.get::<Option<i64>>("b_own")?.unwrap_or(payment.dab_default.milli());
+    let spent: i64 = row.get("b_spent")?;
+    if spent + payment.amount_units > limit {
+        return Ok(Taken::DabReached { limit: MilliDac(limit), spent: MilliDac(spent) });
+    }
+    if row.get::<i64>("b_used")? != 0 {
+        return Ok(Taken::NonceUsed);
+    }
+    let mut insert = DeclarationRow::paid_externally(new).query();
+    insert.push(" returning *");
+    let record = decode_declaration(&tx.fetch_one(insert).await?)?;
+    let mut columns = payments::payment_columns(payment, d.agent_id, Subject::declaration(d.dd_id), job.now);
+    columns.push(("dd_id", d.dd_id.value()));
+    tx.execute(Query::insert("x402_payment", columns)).await?;
+    payments::insert_event(tx, payment.payment_id, PaymentStatus::Reserved, None, job.now).await?;
+    Ok(Taken::Stored(Box::new(record)))
+}
+
+/// SQLite: a confirmation that settles its payment, without a savepoint:
+/// the payment moves only while its record is unconfirmed and not
+/// released (else nothing is written and it confirmed nothing), then the
+/// record, the payment's event, the usage rows and the log leaf.
+async fn sqlite_settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Result<bool> {
+    let moved: Option<Uuid> = tx
+        .scalar_optional(
+            sql("update x402_payment set status = 'settled', settlement_ref = coalesce($1, settlement_ref), updated_at = $2 \
+                 where dd_id = $3 and status in ('reserved', 'settle_unknown') \
+                 and exists (select 1 from declaration r where r.dd_id = $3 and r.confirmed_at is null \
+                 and r.settlement_status <> 'released') returning payment_id")
+            .bind(job.settlement_ref.as_deref())
+            .bind(job.now)
+            .bind(job.dd_id),
+        )
+        .await?;
+    let Some(payment_id) = moved else { return Ok(false) };
+    let agent_id: Option<Uuid> = tx
+        .scalar_optional(
+            sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+                 where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
+            .bind(job.now)
+            .bind(job.integrity_hash.as_str())
+            .bind(job.dd_id),
+        )
+        .await?;
+    // Read unconfirmed by the statement before, with one writer: not
+    // confirmed now is a defect, and failing the batch undoes the move.
+    let agent_id = agent_id.ok_or_else(|| StoreError::Corrupt("a record seen unconfirmed was not confirmed".into()))?;
+    payments::insert_event(tx, payment_id, PaymentStatus::Settled, None, job.now).await?;
+    rows::confirmed_rest(tx, agent_id, job.dd_id, Some(payment_id), &job.usage, &job.leaf_data, job.now).await?;
+    Ok(true)
 }
 
 /// A SQLite batch's outcome: what became of each create (by dd_id), and

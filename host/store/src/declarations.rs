@@ -174,20 +174,35 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             return found;
         }
-        let query = || {
-            sql(format!(
-                "select d.*, {} from declaration d {} \
-                 where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
-                agents::AGENT_BESIDE,
-                agents::AGENT_BESIDE_JOIN
-            ))
-            .bind(dd_id)
-            .bind(&token_hash[..])
+        // On SQLite's direct reader, the record's payment comes in the same
+        // statement (a row per payment, the first by payment_id kept, as
+        // `payment_for` reads it): one read for a settling confirmation.
+        let beside = sql(format!(
+            "select d.*, {}, {} from declaration d {} {} \
+             where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
+            agents::AGENT_BESIDE,
+            payments::SETTLING_COLUMNS,
+            agents::AGENT_BESIDE_JOIN,
+            payments::SETTLING_JOIN_PLAIN
+        ))
+        .bind(dd_id)
+        .bind(&token_hash[..]);
+        let decode = |rows: &[direct::OwnedRow]| {
+            let mut found = payments::first_payments(rows, |row| Ok(((), decode_confirming(row)?)))?;
+            Ok(found.remove(&()).map(|((agent, stored), settling)| (agent, stored, settling)))
         };
-        let found = match self.read_direct(query(), decode_confirming) {
-            Some(found) => found,
-            None => self.db().fetch_optional(query()).await?.as_ref().map(decode_confirming).transpose()?,
-        };
+        if let Some(found) = self.read_direct_rows(beside, decode) {
+            return Ok(found);
+        }
+        let query = sql(format!(
+            "select d.*, {} from declaration d {} \
+             where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
+            agents::AGENT_BESIDE,
+            agents::AGENT_BESIDE_JOIN
+        ))
+        .bind(dd_id)
+        .bind(&token_hash[..]);
+        let found = self.db().fetch_optional(query).await?.as_ref().map(decode_confirming).transpose()?;
         let Some((agent, stored)) = found else { return Ok(None) };
         let settling = self.settling_of(&stored).await?;
         Ok(Some((agent, stored, settling)))

@@ -24,7 +24,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use anchor_domain::{MilliDac, WireEnum};
@@ -41,7 +40,6 @@ use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
     PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, SETTLING_COLUMNS, SETTLING_JOIN, dab_columns_since, decode_payments,
-    decode_settling,
 };
 use crate::rows::decode_declaration;
 use crate::*;
@@ -295,7 +293,7 @@ async fn read_declarations<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Rea
         let mut q = sql("with d as materialized (select * from declaration where deidentified_at is null and dd_id = any(");
         q.push_array(ids).push(&format!(")) select d.*, {SETTLING_COLUMNS} from d {SETTLING_JOIN}"));
         let rows = conn.fetch_all(q).await?;
-        let found = first_payments(&rows, |row| Ok((row.get("dd_id")?, decode_declaration(row)?)))?;
+        let found = payments::first_payments(&rows, |row| Ok((row.get("dd_id")?, decode_declaration(row)?)))?;
         Ok(found.into_iter().collect::<Vec<_>>())
     }
     .await;
@@ -319,7 +317,7 @@ async fn read_confirming<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<
              where a.token_hash = d.k_hash"
         ));
         let rows = conn.fetch_all(q).await?;
-        let found = first_payments(&rows, |row| {
+        let found = payments::first_payments(&rows, |row| {
             let (agent, stored) = crate::declarations::decode_confirming(row)?;
             Ok(((agent.token_hash, stored.declaration.dd_id), (agent, stored)))
         })?;
@@ -327,34 +325,6 @@ async fn read_confirming<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<
     }
     .await;
     answer(db.metrics(), reads, found);
-}
-
-/// Rows of records beside their payments' settling facts (one row per
-/// payment), folded into one per key: a record with several payments keeps
-/// the first by payment_id, as `payment_for` reads it.
-fn first_payments<R: Row, K: Eq + std::hash::Hash, T>(
-    rows: &[R],
-    decode: impl Fn(&R) -> Result<(K, T)>,
-) -> Result<HashMap<K, (T, Option<Settling>)>> {
-    let mut found: HashMap<K, (T, Option<Settling>)> = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let settling = decode_settling(row)?;
-        let (key, record) = decode(row)?;
-        match found.entry(key) {
-            Entry::Vacant(entry) => {
-                entry.insert((record, settling));
-            }
-            Entry::Occupied(mut entry) => {
-                let kept = &mut entry.get_mut().1;
-                if let Some(settling) = settling
-                    && kept.as_ref().is_none_or(|first| settling.payment_id < first.payment_id)
-                {
-                    *kept = Some(settling);
-                }
-            }
-        }
-    }
-    Ok(found)
 }
 
 async fn read_requests<E: Engine>(db: &E, conn: &mut Kept<E>, reads: Vec<Read<RequestKey, RequestFound>>) {

@@ -3,6 +3,8 @@
 use anchor_domain::MilliDac;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use uuid::Uuid;
 
 use crate::engine::{Bind, Engine, Exec, Query, Row, Transaction, sql};
@@ -18,6 +20,10 @@ pub(crate) const SETTLING_COLUMNS: &str = "s.payment_id as s_payment_id, s.netwo
 pub(crate) const SETTLING_JOIN: &str = "left join lateral (select x.payment_id, x.network, x.asset, x.payer, x.status, x.payload \
      from x402_payment x where x.dd_id = d.dd_id and (d.base_fee_source = 'external' or d.premium_source = 'external')) s on true";
 
+/// [`SETTLING_JOIN`] where there are no lateral joins (SQLite): the same rows.
+pub(crate) const SETTLING_JOIN_PLAIN: &str = "left join x402_payment s on s.dd_id = d.dd_id \
+     and (d.base_fee_source = 'external' or d.premium_source = 'external')";
+
 pub(crate) fn decode_settling(row: &impl Row) -> Result<Option<Settling>> {
     let Some(payment_id) = row.get::<Option<Uuid>>("s_payment_id")? else { return Ok(None) };
     Ok(Some(Settling {
@@ -28,6 +34,34 @@ pub(crate) fn decode_settling(row: &impl Row) -> Result<Option<Settling>> {
         status: row.named("s_status")?,
         payload: row.get("s_payload")?,
     }))
+}
+
+/// Rows of records beside their payments' settling facts (one row per
+/// payment), folded into one per key: a record with several payments keeps
+/// the first by payment_id, as `payment_for` reads it.
+pub(crate) fn first_payments<R: Row, K: Eq + std::hash::Hash, T>(
+    rows: &[R],
+    decode: impl Fn(&R) -> Result<(K, T)>,
+) -> Result<HashMap<K, (T, Option<Settling>)>> {
+    let mut found: HashMap<K, (T, Option<Settling>)> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let settling = decode_settling(row)?;
+        let (key, record) = decode(row)?;
+        match found.entry(key) {
+            Entry::Vacant(entry) => {
+                entry.insert((record, settling));
+            }
+            Entry::Occupied(mut entry) => {
+                let kept = &mut entry.get_mut().1;
+                if let Some(settling) = settling
+                    && kept.as_ref().is_none_or(|first| settling.payment_id < first.payment_id)
+                {
+                    *kept = Some(settling);
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The generation a row names (`pricing_version`, `pricing_sha256`), if it names one.
@@ -432,32 +466,7 @@ pub(crate) async fn reserve<X: Exec>(
         }
     }
     // The nonce's unique constraint is the replay guard, on every host.
-    let inserted = tx
-        .execute(Query::insert(
-            "x402_payment",
-            vec![
-                ("payment_id", payment.payment_id.value()),
-                ("network", payment.network.as_str().value()),
-                ("asset", payment.asset.as_str().value()),
-                ("payer", payment.payer.as_str().value()),
-                ("nonce", payment.nonce.as_str().value()),
-                ("amount_units", payment.amount_units.value()),
-                ("pay_to", payment.pay_to.as_str().value()),
-                ("valid_after", payment.valid_after.value()),
-                ("valid_before", payment.valid_before.value()),
-                ("route", payment.route.as_str().value()),
-                ("pricing_version", payment.priced_by.version.as_str().value()),
-                ("pricing_sha256", payment.priced_by.sha256.as_str().value()),
-                ("agent_id", agent_id.value()),
-                ("subject_domain", subject.domain.as_str().value()),
-                ("subject_id", subject.id.value()),
-                ("payload", payment.payload.as_str().value()),
-                ("status", PaymentStatus::Reserved.as_str().value()),
-                ("created_at", now.value()),
-                ("updated_at", now.value()),
-            ],
-        ))
-        .await;
+    let inserted = tx.execute(Query::insert("x402_payment", payment_columns(payment, agent_id, subject, now))).await;
     match inserted {
         Ok(_) => {}
         Err(error) if error.is_unique_violation() => return Ok(Reservation::NonceUsed),
@@ -465,6 +474,36 @@ pub(crate) async fn reserve<X: Exec>(
     }
     insert_event(tx, payment.payment_id, PaymentStatus::Reserved, None, now).await?;
     Ok(Reservation::Reserved)
+}
+
+/// The columns of a payment reserved for `subject`, as first inserted.
+pub(crate) fn payment_columns<'q>(
+    payment: &'q NewPayment,
+    agent_id: Uuid,
+    subject: Subject,
+    now: DateTime<Utc>,
+) -> Vec<(&'static str, crate::engine::Value<'q>)> {
+    vec![
+        ("payment_id", payment.payment_id.value()),
+        ("network", payment.network.as_str().value()),
+        ("asset", payment.asset.as_str().value()),
+        ("payer", payment.payer.as_str().value()),
+        ("nonce", payment.nonce.as_str().value()),
+        ("amount_units", payment.amount_units.value()),
+        ("pay_to", payment.pay_to.as_str().value()),
+        ("valid_after", payment.valid_after.value()),
+        ("valid_before", payment.valid_before.value()),
+        ("route", payment.route.as_str().value()),
+        ("pricing_version", payment.priced_by.version.as_str().value()),
+        ("pricing_sha256", payment.priced_by.sha256.as_str().value()),
+        ("agent_id", agent_id.value()),
+        ("subject_domain", subject.domain.as_str().value()),
+        ("subject_id", subject.id.value()),
+        ("payload", payment.payload.as_str().value()),
+        ("status", PaymentStatus::Reserved.as_str().value()),
+        ("created_at", now.value()),
+        ("updated_at", now.value()),
+    ]
 }
 
 /// What a moved payment row was.
@@ -517,7 +556,7 @@ pub(crate) async fn move_payment<X: Exec>(
     Ok(Some(moved))
 }
 
-async fn insert_event<X: Exec>(
+pub(crate) async fn insert_event<X: Exec>(
     tx: &mut X,
     payment_id: Uuid,
     status: PaymentStatus,

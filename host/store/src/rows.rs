@@ -312,13 +312,28 @@ pub(crate) async fn confirm_steps<X: Exec>(
         let Some(moved) = moved else { return Ok(false) };
         payment_id = Some(moved.payment_id);
     }
+    confirmed_rest(tx, agent_id, dd_id, payment_id, usage, leaf_data, now).await?;
+    Ok(true)
+}
+
+/// What follows a confirmed record's update: its usage rows (the external
+/// ones naming `payment_id`) and its log leaf queued.
+pub(crate) async fn confirmed_rest<X: Exec>(
+    tx: &mut X,
+    agent_id: Uuid,
+    dd_id: Uuid,
+    payment_id: Option<Uuid>,
+    usage: &[UsageEntry],
+    leaf_data: &[u8],
+    now: DateTime<Utc>,
+) -> Result<()> {
     for entry in usage {
         let paid_by = if entry.source == PaymentSource::External { payment_id } else { None };
         payments::insert_usage(tx, agent_id, Subject::declaration(dd_id), paid_by, entry, now).await?;
     }
     tx.execute(sql("insert into log_pending (dd_id, leaf_data, enqueued_at) values ($1, $2, $3)").bind(dd_id).bind(leaf_data).bind(now))
         .await?;
-    Ok(true)
+    Ok(())
 }
 
 /// A declaration's writes in `tx`, its parent (if any) already looked up:
