@@ -159,6 +159,17 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             return found;
         }
+        // On SQLite's direct reader, with its payment in the same statement.
+        let beside = sql(format!(
+            "select d.*, {} from declaration d {} where d.dd_id = $1 and d.deidentified_at is null",
+            payments::SETTLING_COLUMNS,
+            payments::SETTLING_JOIN_PLAIN
+        ))
+        .bind(dd_id);
+        let decode = |rows: &[direct::OwnedRow]| Ok(payments::first_payments(rows, |row| Ok(((), decode_declaration(row)?)))?.remove(&()));
+        if let Some(found) = self.read_direct_rows(beside, decode) {
+            return Ok(found);
+        }
         let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
         let settling = self.settling_of(&stored).await?;
         Ok(Some((stored, settling)))
