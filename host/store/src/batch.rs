@@ -47,7 +47,7 @@ use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments;
 use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
-use crate::{Created, Forwarder, NewDeclaration, PaymentStatus, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
+use crate::{Created, Forwarder, NewDeclaration, NewPayment, PaymentStatus, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -730,9 +730,9 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
     let mut taken = HashMap::with_capacity(creates.len());
     for job in creates {
         let d = &job.new.declaration;
-        if job.new.external.is_some() {
+        if let Some(payment) = &job.new.external {
             let outcome = match job.new.base_from_trial {
-                false => sqlite_paid_create(tx, job).await?,
+                false => sqlite_paid_create(tx, job, payment).await?,
                 true => paid_create(tx, "", job).await?,
             };
             taken.insert(d.dd_id, outcome);
@@ -787,9 +787,8 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
 /// nothing; a write that fails fails the batch, whose writes then run
 /// alone. Four statements where the ordinary steps in a savepoint take
 /// nine; the committer thread is what bounds a paid run on SQLite.
-async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob) -> Result<Taken> {
+async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob, payment: &NewPayment) -> Result<Taken> {
     let (new, d) = (&job.new, &job.new.declaration);
-    let Some(payment) = new.external.as_ref() else { return Ok(Taken::Not) };
     let check = sql(format!(
         "select a.dab_limit_milli as b_own, ({}) as b_spent, \
          exists (select 1 from declaration e where e.agent_id = a.agent_id and e.request_id = $3) as b_earlier, \
@@ -847,15 +846,7 @@ async fn sqlite_settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Resul
         )
         .await?;
     let Some(payment_id) = moved else { return Ok(false) };
-    let agent_id: Option<Uuid> = tx
-        .scalar_optional(
-            sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
-                 where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
-            .bind(job.now)
-            .bind(job.integrity_hash.as_str())
-            .bind(job.dd_id),
-        )
-        .await?;
+    let agent_id = rows::confirm_record(tx, job.dd_id, &job.integrity_hash, job.now).await?;
     // Read unconfirmed by the statement before, with one writer: not
     // confirmed now is a defect, and failing the batch undoes the move.
     let agent_id = agent_id.ok_or_else(|| StoreError::Corrupt("a record seen unconfirmed was not confirmed".into()))?;

@@ -27,14 +27,16 @@ pub(crate) fn decode_confirming(row: &impl Row) -> Result<(AgentRecord, StoredDe
     Ok((agents::decode_agent_as(row, true)?, decode_declaration(row)?))
 }
 
-impl<E: Engine> SqlStore<E> {
-    /// What settling a record's payment needs, if it is paid externally.
-    async fn settling_of(&self, stored: &StoredDeclaration) -> Result<Option<Settling>> {
-        if !stored.paid_externally() {
-            return Ok(None);
-        }
-        Ok(self.payment_for(stored.declaration.dd_id).await?.map(Settling::from))
-    }
+/// A record to confirm and what settling its payment needs, from the rows
+/// of a read beside [`payments::SETTLING_COLUMNS`] (one row per payment).
+fn to_confirm<R: Row>(rows: &[R]) -> Result<Option<(StoredDeclaration, Option<Settling>)>> {
+    Ok(payments::first_payments(rows, |row| Ok(((), decode_declaration(row)?)))?.remove(&()))
+}
+
+/// [`to_confirm`], with the agent beside the record.
+fn confirming<R: Row>(rows: &[R]) -> Result<Option<(AgentRecord, StoredDeclaration, Option<Settling>)>> {
+    let mut found = payments::first_payments(rows, |row| Ok(((), decode_confirming(row)?)))?;
+    Ok(found.remove(&()).map(|((agent, stored), settling)| (agent, stored, settling)))
 }
 
 #[async_trait]
@@ -159,20 +161,20 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             return found;
         }
-        // On SQLite's direct reader, with its payment in the same statement.
-        let beside = sql(format!(
-            "select d.*, {} from declaration d {} where d.dd_id = $1 and d.deidentified_at is null",
-            payments::SETTLING_COLUMNS,
-            payments::SETTLING_JOIN_PLAIN
-        ))
-        .bind(dd_id);
-        let decode = |rows: &[direct::OwnedRow]| Ok(payments::first_payments(rows, |row| Ok(((), decode_declaration(row)?)))?.remove(&()));
-        if let Some(found) = self.read_direct_rows(beside, decode) {
+        // The record beside its payment, in one statement (a row per
+        // payment, the first by payment_id kept, as `payment_for` reads it).
+        let query = || {
+            sql(format!(
+                "select d.*, {} from declaration d {} where d.dd_id = $1 and d.deidentified_at is null",
+                payments::SETTLING_COLUMNS,
+                payments::SETTLING_JOIN_PLAIN
+            ))
+            .bind(dd_id)
+        };
+        if let Some(found) = self.read_direct_rows(query(), to_confirm) {
             return Ok(found);
         }
-        let Some(stored) = self.declaration(dd_id).await? else { return Ok(None) };
-        let settling = self.settling_of(&stored).await?;
-        Ok(Some((stored, settling)))
+        to_confirm(&self.db().fetch_all(query()).await?)
     }
 
     async fn declaration_to_confirm_as(
@@ -185,38 +187,23 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         {
             return found;
         }
-        // On SQLite's direct reader, the record's payment comes in the same
-        // statement (a row per payment, the first by payment_id kept, as
-        // `payment_for` reads it): one read for a settling confirmation.
-        let beside = sql(format!(
-            "select d.*, {}, {} from declaration d {} {} \
-             where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
-            agents::AGENT_BESIDE,
-            payments::SETTLING_COLUMNS,
-            agents::AGENT_BESIDE_JOIN,
-            payments::SETTLING_JOIN_PLAIN
-        ))
-        .bind(dd_id)
-        .bind(&token_hash[..]);
-        let decode = |rows: &[direct::OwnedRow]| {
-            let mut found = payments::first_payments(rows, |row| Ok(((), decode_confirming(row)?)))?;
-            Ok(found.remove(&()).map(|((agent, stored), settling)| (agent, stored, settling)))
+        // The record beside its agent and its payment, in one statement.
+        let query = || {
+            sql(format!(
+                "select d.*, {}, {} from declaration d {} {} \
+                 where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
+                agents::AGENT_BESIDE,
+                payments::SETTLING_COLUMNS,
+                agents::AGENT_BESIDE_JOIN,
+                payments::SETTLING_JOIN_PLAIN
+            ))
+            .bind(dd_id)
+            .bind(&token_hash[..])
         };
-        if let Some(found) = self.read_direct_rows(beside, decode) {
+        if let Some(found) = self.read_direct_rows(query(), confirming) {
             return Ok(found);
         }
-        let query = sql(format!(
-            "select d.*, {} from declaration d {} \
-             where d.dd_id = $1 and d.deidentified_at is null and a.token_hash = $2",
-            agents::AGENT_BESIDE,
-            agents::AGENT_BESIDE_JOIN
-        ))
-        .bind(dd_id)
-        .bind(&token_hash[..]);
-        let found = self.db().fetch_optional(query).await?.as_ref().map(decode_confirming).transpose()?;
-        let Some((agent, stored)) = found else { return Ok(None) };
-        let settling = self.settling_of(&stored).await?;
-        Ok(Some((agent, stored, settling)))
+        confirming(&self.db().fetch_all(query()).await?)
     }
 
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {

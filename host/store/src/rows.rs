@@ -295,16 +295,7 @@ pub(crate) async fn confirm_steps<X: Exec>(
     leaf_data: &[u8],
     settlement_ref: Option<&str>,
 ) -> Result<bool> {
-    let agent_id: Option<Uuid> = tx
-        .scalar_optional(
-            sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
-             where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
-            .bind(now)
-            .bind(integrity_hash)
-            .bind(dd_id),
-        )
-        .await?;
-    let Some(agent_id) = agent_id else { return Ok(false) };
+    let Some(agent_id) = confirm_record(tx, dd_id, integrity_hash, now).await? else { return Ok(false) };
     let mut payment_id = None;
     if let Some(reference) = settlement_ref {
         let moved =
@@ -314,6 +305,19 @@ pub(crate) async fn confirm_steps<X: Exec>(
     }
     confirmed_rest(tx, agent_id, dd_id, payment_id, usage, leaf_data, now).await?;
     Ok(true)
+}
+
+/// Marks a record confirmed (and settled) if it is neither confirmed nor
+/// released: its agent, if it was.
+pub(crate) async fn confirm_record<X: Exec>(tx: &mut X, dd_id: Uuid, integrity_hash: &str, now: DateTime<Utc>) -> Result<Option<Uuid>> {
+    tx.scalar_optional(
+        sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+         where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
+        .bind(now)
+        .bind(integrity_hash)
+        .bind(dd_id),
+    )
+    .await
 }
 
 /// What follows a confirmed record's update: its usage rows (the external
