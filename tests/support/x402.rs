@@ -104,7 +104,7 @@ impl anchor_x402::settlement::Settler for Scripted {
     async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
         Ok(())
     }
-    async fn settle(&self, _payload: &Value, _requirements: &Value, local: &str) -> anchor_x402::settlement::Settled {
+    async fn settle(&self, _payload: &str, _requirements: Option<&Value>, local: &str) -> anchor_x402::settlement::Settled {
         let next = self.0.lock().unwrap().pop();
         next.unwrap_or_else(|| anchor_x402::settlement::Settled::Yes { reference: local.to_string() })
     }

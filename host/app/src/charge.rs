@@ -90,7 +90,7 @@ pub enum Offered {
     /// A header that could not be read as a payment payload: refused (400
     /// `INVALID_PAYLOAD`) once an external payment is needed, ignored before.
     Malformed(String),
-    Payload(Value),
+    Payload(anchor_x402::Payload),
     /// Nobody is there to pay externally (a background job charging a
     /// balance): a price Trial or Earned DAC does not cover is refused as
     /// payment required at once, before the DAB is read.
@@ -301,14 +301,16 @@ pub fn local_reference(network: &str, asset: &str, payer: &str, payment_id: Uuid
     format!("local:{}", keccak256(identity.as_bytes()))
 }
 
-/// Asks the settler to settle an authorization. After an unknown outcome
+/// Asks the settler to settle an authorization (`payload`: its JSON text,
+/// as offered and recorded; `requirement`: the terms it pays, `None` for the
+/// ones it accepted). After an unknown outcome
 /// (`reconciling`), "nonce already used" means the first attempt went
 /// through: it is read as settled, so a payment is never charged twice.
 pub(crate) async fn settle(
     services: &Services,
     payment_id: Uuid,
-    payload: &Value,
-    requirement: &Value,
+    payload: &str,
+    requirement: Option<&Value>,
     local: &str,
     reconciling: bool,
 ) -> Settled {
@@ -332,8 +334,8 @@ async fn settle_reserved(
     services: &Services,
     payment_id: Uuid,
     payer: &str,
-    payload: &Value,
-    requirement: &Value,
+    payload: &str,
+    requirement: Option<&Value>,
     local: &str,
     reconciling: bool,
 ) -> AppResult<String> {
@@ -433,11 +435,9 @@ pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppR
     {
         return record_settled(services, payment.payment_id, reference.clone()).await;
     }
-    let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
-    let requirement = payload["accepted"].clone();
     let local = local_settlement_reference(payment);
     let reconciling = payment.status == PaymentStatus::SettleUnknown;
-    settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, reconciling).await
+    settle_reserved(services, payment.payment_id, &payment.payer, &payment.payload, None, &local, reconciling).await
 }
 
 /// The agent's DAB status as the use case read it already, with its own
@@ -478,7 +478,7 @@ pub fn verify_ahead(services: &Services, order: &Order) -> Option<anchor_x402::V
     }
     let Offered::Payload(payload) = &order.offered else { return None };
     let requirement = requirement_for(services, order.total - order.earned).to_value();
-    anchor_x402::verify(payload, &requirement, services.clock.now().timestamp()).ok()
+    anchor_x402::verify(&payload.value, &requirement, services.clock.now().timestamp()).ok()
 }
 
 /// Takes payment for `order` and records it through `commit`.
@@ -587,7 +587,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             return Err(dab_reached(limit, dab.spent, amount, resets));
         }
     }
-    let payload = match order.offered {
+    let anchor_x402::Payload { value: payload, text: payload_text } = match order.offered {
         Offered::None => return Err(required(None)),
         Offered::Malformed(message) => return Err(AppError::invalid("INVALID_PAYLOAD", message)),
         Offered::Payload(payload) => payload,
@@ -620,7 +620,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         valid_after: verified.valid_after,
         valid_before: verified.valid_before,
         route: order.route.to_string(),
-        payload: payload.to_string(),
+        payload: payload_text,
         deadline: now + Duration::seconds(PAYMENT_WINDOW_SECS as i64),
         dab_default: services.config.dab_default,
         period_start,
@@ -647,7 +647,8 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             }
         }
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
-        let reference = settle_reserved(services, payment.payment_id, &payment.payer, &payload, &requirement, &local, false).await?;
+        let reference =
+            settle_reserved(services, payment.payment_id, &payment.payer, &payment.payload, Some(&requirement), &local, false).await?;
         let resource = format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path));
         let settlement = Settlement { reference, payer: payment.payer.clone(), resource };
         let settled = Funding::Settled { payment_id: payment.payment_id, settlement };

@@ -5,7 +5,6 @@
 use async_trait::async_trait;
 use chrono::{DateTime, SecondsFormat, Utc};
 use rand::RngCore;
-use serde_json::Value;
 use uuid::Uuid;
 
 use anchor_domain::MilliDac;
@@ -521,8 +520,6 @@ pub async fn settle_and_anchor(
                 .await?;
             return Err(payment_expired());
         }
-        let payload: Value = serde_json::from_str(&payment.payload).map_err(|e| AppError::Internal(e.into()))?;
-        let requirements = payload["accepted"].clone();
         let reconciling = payment.status == PaymentStatus::SettleUnknown;
         let local = charge::local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         // Settled already, its anchoring left to a later confirm: not settled again.
@@ -532,7 +529,8 @@ pub async fn settle_and_anchor(
         };
         let settled = match known {
             Some(reference) => Settled::Yes { reference },
-            None => charge::settle(services, payment.payment_id, &payload, &requirements, &local, reconciling).await,
+            // What the payment accepted at the create is what it settles.
+            None => charge::settle(services, payment.payment_id, &payment.payload, None, &local, reconciling).await,
         };
         match settled {
             Settled::Yes { reference } => {

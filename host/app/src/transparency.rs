@@ -91,7 +91,8 @@ pub async fn evidence(services: &Services, key: Option<&ReceiptKey>, agent_id: U
         let jws = |signed: serde_json::Value| signed["signature"].as_str().unwrap_or_default().to_string();
         let offer = jws(anchor_x402::offers::signed_offer(signer.as_ref(), &resource, &requirement, 0, valid_before));
         let settlement_receipt =
-            jws(anchor_x402::offers::signed_receipt(signer.as_ref(), &resource, &payment.network, &payment.payer, &transaction, issued_at));
+            anchor_x402::offers::signed_receipt(signer.as_ref(), &resource, &payment.network, &payment.payer, &transaction, issued_at)
+                .signature;
         let (payment_id, amount) = (payment.payment_id.to_string(), payment.amount_units.to_string());
         use anchor_x402::offers::Field;
         let binding = anchor_x402::offers::signed_jws(

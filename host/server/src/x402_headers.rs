@@ -40,7 +40,21 @@ pub struct Settled(pub Settlement);
 /// 0069) when the host signs: who paid, on which network, for the resource
 /// the payment's 402 named, by which settlement, when.
 pub fn settlement_response(app: &anchor_app::Services, settlement: &Settlement, at: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
-    let receipt = app.offers.as_ref().map(|signer| {
+    anchor_x402::settlement_response(true, &settlement.reference, &settlement.payer, None, receipt(app, settlement, at))
+}
+
+/// [`settlement_response`] as its `PAYMENT-RESPONSE` header value (base64
+/// of its JSON), written straight from the settlement.
+pub fn settlement_header(app: &anchor_app::Services, settlement: &Settlement, at: chrono::DateTime<chrono::Utc>) -> String {
+    anchor_x402::settle_response(true, &settlement.reference, &settlement.payer, None, receipt(app, settlement, at))
+}
+
+fn receipt(
+    app: &anchor_app::Services,
+    settlement: &Settlement,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Option<anchor_x402::offers::SignedReceipt> {
+    app.offers.as_ref().map(|signer| {
         anchor_x402::offers::signed_receipt(
             signer.as_ref(),
             &settlement.resource,
@@ -49,8 +63,7 @@ pub fn settlement_response(app: &anchor_app::Services, settlement: &Settlement, 
             &settlement.reference,
             at.timestamp().max(0) as u64,
         )
-    });
-    anchor_x402::settlement_response(true, &settlement.reference, &settlement.payer, None, receipt)
+    })
 }
 
 /// When a settlement a response reports settled, where that is not the

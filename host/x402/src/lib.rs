@@ -163,7 +163,7 @@ impl Reason {
 
 /// Decodes a payment payload as a header carries it (base64 of a JSON
 /// object); `Err` says what is wrong, naming `header`.
-pub fn decode_payload(header: &str, text: &str) -> Result<Value, String> {
+pub fn decode_payload(header: &str, text: &str) -> Result<Payload, String> {
     let text = text.trim();
     let engines = [
         base64::engine::general_purpose::STANDARD,
@@ -174,11 +174,23 @@ pub fn decode_payload(header: &str, text: &str) -> Result<Value, String> {
     let Some(bytes) = engines.iter().find_map(|e| e.decode(text).ok()) else {
         return Err(format!("{header} is not base64"));
     };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(value @ Value::Object(_)) => Ok(value),
-        Ok(_) => Err(format!("{header} does not hold a JSON object")),
-        Err(e) => Err(format!("{header} does not hold JSON: {}", anchor_domain::brief(&e.to_string()))),
-    }
+    let value = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return Err(format!("{header} does not hold a JSON object")),
+        Err(e) => return Err(format!("{header} does not hold JSON: {}", anchor_domain::brief(&e.to_string()))),
+    };
+    // JSON that parsed is UTF-8 outside its strings too (its structure is ASCII).
+    let text = String::from_utf8(bytes).map_err(|_| format!("{header} does not hold UTF-8 JSON"))?;
+    Ok(Payload { value, text })
+}
+
+/// A payment payload as offered: read (`value`), and the JSON text it was
+/// read from (`text`), which is what a payment records, so it is never
+/// written out again.
+#[derive(Clone, Debug)]
+pub struct Payload {
+    pub value: Value,
+    pub text: String,
 }
 
 /// A payment whose authorization checked out.
@@ -317,27 +329,55 @@ pub fn authorization(payload: &Value) -> Result<Verified, Reason> {
 
 /// The `PAYMENT-RESPONSE` header value for a settlement, with its signed
 /// receipt ([`offers::signed_receipt`]) when there is one.
-pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<Value>) -> String {
-    base64::engine::general_purpose::STANDARD.encode(settlement_response(success, reference, payer, error, receipt).to_string())
+pub fn settle_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<offers::SignedReceipt>) -> String {
+    let body = SettlementResponse::new(success, reference, payer, error, receipt);
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_string(&body).unwrap_or_default())
 }
 
 /// The x402 `SettlementResponse` object (what `PAYMENT-RESPONSE` carries in
 /// base64, and MCP's `x402/payment-response` as it is), with its signed
 /// receipt ([`offers::signed_receipt`]) when there is one.
-pub fn settlement_response(success: bool, reference: &str, payer: &str, error: Option<&str>, receipt: Option<Value>) -> Value {
-    let mut body = json!({
-        "success": success,
-        "transaction": if success { reference } else { "" },
-        "network": NETWORK,
-        "payer": payer,
-    });
-    if let Some(error) = error {
-        body["errorReason"] = json!(error);
+pub fn settlement_response(
+    success: bool,
+    reference: &str,
+    payer: &str,
+    error: Option<&str>,
+    receipt: Option<offers::SignedReceipt>,
+) -> Value {
+    serde_json::to_value(SettlementResponse::new(success, reference, payer, error, receipt)).unwrap_or(Value::Null)
+}
+
+/// An x402 `SettlementResponse`, written out as it is (no JSON tree built
+/// on the way to a header).
+#[derive(Serialize)]
+pub struct SettlementResponse<'a> {
+    success: bool,
+    transaction: &'a str,
+    network: &'static str,
+    payer: &'a str,
+    #[serde(rename = "errorReason", skip_serializing_if = "Option::is_none")]
+    error_reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extensions: Option<offers::ReceiptExtensions>,
+}
+
+impl<'a> SettlementResponse<'a> {
+    pub fn new(
+        success: bool,
+        reference: &'a str,
+        payer: &'a str,
+        error: Option<&'a str>,
+        receipt: Option<offers::SignedReceipt>,
+    ) -> SettlementResponse<'a> {
+        SettlementResponse {
+            success,
+            transaction: if success { reference } else { "" },
+            network: NETWORK,
+            payer,
+            error_reason: error,
+            extensions: receipt.map(offers::ReceiptExtensions::of),
+        }
     }
-    if let Some(receipt) = receipt {
-        body["extensions"] = json!({ offers::EXTENSION: offers::receipt_extension(receipt) });
-    }
-    body
 }
 
 #[cfg(test)]
@@ -353,5 +393,19 @@ mod tests {
             format!("{:#x}", keccak256(TransferWithAuthorization::eip712_encode_type().as_bytes())),
             "0x7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267"
         );
+    }
+
+    #[test]
+    fn a_payload_keeps_the_text_it_was_read_from() {
+        let text = "{ \"x402Version\": 2, \"payload\": {\"nonce\": \"\\u00e9\"} }";
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+        let payload = decode_payload("PAYMENT-SIGNATURE", &format!(" {encoded} ")).unwrap();
+        assert_eq!(payload.text, text);
+        assert_eq!(payload.value["payload"]["nonce"], "\u{e9}");
+        assert_eq!(serde_json::from_str::<Value>(&payload.text).unwrap(), payload.value);
+        let not_object = base64::engine::general_purpose::STANDARD.encode("[1]");
+        assert_eq!(decode_payload("X", &not_object).unwrap_err(), "X does not hold a JSON object");
+        let bad_utf8 = base64::engine::general_purpose::STANDARD.encode(b"{\"a\": \"\xff\"}");
+        assert!(decode_payload("X", &bad_utf8).unwrap_err().starts_with("X does not hold JSON"));
     }
 }

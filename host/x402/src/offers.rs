@@ -9,6 +9,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::Requirement;
@@ -44,15 +45,20 @@ fn canonical(fields: &mut [(&str, Field<'_>)]) -> String {
         if n > 0 {
             out.push(',');
         }
-        out.push_str(&Value::from(*key).to_string());
+        json_string(&mut out, key);
         out.push(':');
         match value {
-            Field::Text(text) => out.push_str(&Value::from(*text).to_string()),
+            Field::Text(text) => json_string(&mut out, text),
             Field::Int(number) => out.push_str(&number.to_string()),
         }
     }
     out.push('}');
     out
+}
+
+/// `text` as a JSON string, written onto `out`.
+fn json_string(out: &mut String, text: &str) {
+    out.push_str(&serde_json::to_string(text).unwrap_or_default());
 }
 
 /// A compact JWS of `payload` (its canonical JSON) by `signer`.
@@ -111,8 +117,64 @@ pub fn receipt_payload(resource_url: &str, network: &str, payer: &str, transacti
 }
 
 /// A signed receipt.
-pub fn signed_receipt(signer: &dyn Signer, resource_url: &str, network: &str, payer: &str, transaction: &str, issued_at: u64) -> Value {
-    json!({ "format": "jws", "signature": jws(signer, &receipt_payload(resource_url, network, payer, transaction, issued_at)) })
+pub fn signed_receipt(
+    signer: &dyn Signer,
+    resource_url: &str,
+    network: &str,
+    payer: &str,
+    transaction: &str,
+    issued_at: u64,
+) -> SignedReceipt {
+    SignedReceipt { format: "jws", signature: jws(signer, &receipt_payload(resource_url, network, payer, transaction, issued_at)) }
+}
+
+/// A signed receipt as a settlement carries it: `{"format": "jws", "signature": …}`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SignedReceipt {
+    pub format: &'static str,
+    pub signature: String,
+}
+
+/// A settlement's `extensions` holding its signed receipt: the extension's
+/// entry, `info.receipt` and the entry's schema (written out without a JSON
+/// tree).
+#[derive(Serialize)]
+pub struct ReceiptExtensions {
+    #[serde(rename = "offer-receipt")]
+    entry: ReceiptEntry,
+}
+
+#[derive(Serialize)]
+struct ReceiptEntry {
+    info: ReceiptInfo,
+    schema: &'static serde_json::value::RawValue,
+}
+
+#[derive(Serialize)]
+struct ReceiptInfo {
+    receipt: SignedReceipt,
+}
+
+impl ReceiptExtensions {
+    pub fn of(receipt: SignedReceipt) -> ReceiptExtensions {
+        ReceiptExtensions { entry: ReceiptEntry { info: ReceiptInfo { receipt }, schema: receipt_schema() } }
+    }
+}
+
+/// The receipt entry's JSON schema, the same for every receipt: written once.
+fn receipt_schema() -> &'static serde_json::value::RawValue {
+    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
+        std::sync::LazyLock::new(|| serde_json::value::to_raw_value(&receipt_schema_value()).expect("a JSON schema written as JSON"));
+    &SCHEMA
+}
+
+fn receipt_schema_value() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": { "receipt": signed_schema(false) },
+        "required": ["receipt"],
+    })
 }
 
 /// The extension's entry in a challenge's `extensions`: the signed offers.
@@ -124,19 +186,6 @@ pub fn offers_extension(offers: Vec<Value>) -> Value {
             "type": "object",
             "properties": { "offers": { "type": "array", "items": signed_schema(true) } },
             "required": ["offers"],
-        },
-    })
-}
-
-/// The extension's entry in a settlement's `extensions`: the signed receipt.
-pub fn receipt_extension(receipt: Value) -> Value {
-    json!({
-        "info": { "receipt": receipt },
-        "schema": {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "properties": { "receipt": signed_schema(false) },
-            "required": ["receipt"],
         },
     })
 }
@@ -198,5 +247,29 @@ mod tests {
         let input = format!("{}.{}", parts[0], parts[1]);
         assert_eq!(B64URL.decode(parts[2]).unwrap(), Fixed.sign(input.as_bytes()));
         assert_eq!(offers_extension(vec![offer.clone()])["info"]["offers"][0], offer);
+    }
+
+    #[test]
+    fn a_settlement_carries_its_receipt_and_the_receipt_schema() {
+        let receipt = || Some(signed_receipt(&Fixed, "http://h/r", "eip155:8453", "0xab", "local:0x01", 7));
+        let header = crate::settle_response(true, "local:0x01", "0xab", None, receipt());
+        let written: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(header).unwrap()).unwrap();
+        // The header carries the object MCP's _meta does, keys in x402's order.
+        assert_eq!(written, crate::settlement_response(true, "local:0x01", "0xab", None, receipt()));
+        let keys: Vec<&String> = written.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["success", "transaction", "network", "payer", "extensions"]);
+        let entry = &written["extensions"][EXTENSION];
+        assert_eq!(entry["info"]["receipt"]["format"], "jws");
+        let signature = entry["info"]["receipt"]["signature"].as_str().unwrap();
+        let payload = B64URL.decode(signature.split('.').nth(1).unwrap()).unwrap();
+        assert_eq!(String::from_utf8(payload).unwrap(), receipt_payload("http://h/r", "eip155:8453", "0xab", "local:0x01", 7));
+        assert_eq!(entry["schema"]["properties"]["receipt"]["required"], json!(["format", "signature"]));
+        assert_eq!(entry["schema"]["required"], json!(["receipt"]));
+        // A refusal names its reason and carries no transaction, nor receipt.
+        let refused = crate::settlement_response(false, "local:0x01", "0xab", Some("insufficient_funds"), None);
+        assert_eq!(
+            refused,
+            json!({"success": false, "transaction": "", "network": "eip155:8453", "payer": "0xab", "errorReason": "insufficient_funds"})
+        );
     }
 }

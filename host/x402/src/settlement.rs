@@ -46,8 +46,10 @@ pub trait Settler: Send + Sync + 'static {
     fn mode(&self) -> &'static str;
     /// Asks the settler whether it would accept the payment; `Err` carries the reason.
     async fn verify(&self, payload: &Value, requirements: &Value) -> Result<(), String>;
-    /// Settles the payment. `local_reference` names it in local mode.
-    async fn settle(&self, payload: &Value, requirements: &Value, local_reference: &str) -> Settled;
+    /// Settles the payment whose payload is `payload` (its JSON text, as
+    /// offered and recorded) to `requirements` (`None`: the terms the
+    /// payload accepted). `local_reference` names it in local mode.
+    async fn settle(&self, payload: &str, requirements: Option<&Value>, local_reference: &str) -> Settled;
 }
 
 /// Everything but the chain: verification happened in `x402::verify`.
@@ -61,7 +63,7 @@ impl Settler for LocalSettler {
     async fn verify(&self, _payload: &Value, _requirements: &Value) -> Result<(), String> {
         Ok(())
     }
-    async fn settle(&self, _payload: &Value, _requirements: &Value, local_reference: &str) -> Settled {
+    async fn settle(&self, _payload: &str, _requirements: Option<&Value>, local_reference: &str) -> Settled {
         Settled::Yes { reference: local_reference.to_string() }
     }
 }
@@ -131,8 +133,14 @@ impl Settler for FacilitatorSettler {
         }
     }
 
-    async fn settle(&self, payload: &Value, requirements: &Value, _local_reference: &str) -> Settled {
-        match self.post("/settle", &request(payload, requirements), self.settle_timeout).await {
+    async fn settle(&self, payload: &str, requirements: Option<&Value>, _local_reference: &str) -> Settled {
+        // Read only here, where it is sent: a payment recorded is JSON (an
+        // object, checked when it was offered).
+        let Ok(payload) = serde_json::from_str::<Value>(payload) else {
+            return Settled::No { reason: "invalid_payload".into() };
+        };
+        let requirements = requirements.unwrap_or(&payload["accepted"]);
+        match self.post("/settle", &request(&payload, requirements), self.settle_timeout).await {
             Err(detail) => Settled::Unknown { detail },
             Ok(answer) if answer["success"] == json!(true) => {
                 Settled::Yes { reference: answer["transaction"].as_str().unwrap_or_default().to_string() }

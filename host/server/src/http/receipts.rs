@@ -4,12 +4,11 @@
 
 use axum::http::HeaderValue;
 use axum::response::Response;
-use base64::Engine;
 
 use crate::x402_headers::{Settled, SettledAt};
 
 /// Writes a settled response's `PAYMENT-RESPONSE`
-/// ([`crate::x402_headers::settlement_response`]), settled now or when
+/// ([`crate::x402_headers::settlement_header`]), settled now or when
 /// [`SettledAt`] says.
 pub async fn sign(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
@@ -19,8 +18,7 @@ pub async fn sign(
     let mut response = next.run(request).await;
     let Some(Settled(settlement)) = response.extensions_mut().remove::<Settled>() else { return response };
     let at = response.extensions().get::<SettledAt>().map_or_else(|| state.app.clock.now(), |at| at.0);
-    let body = crate::x402_headers::settlement_response(&state.app, &settlement, at);
-    let header = base64::engine::general_purpose::STANDARD.encode(body.to_string());
+    let header = crate::x402_headers::settlement_header(&state.app, &settlement, at);
     if let Ok(value) = HeaderValue::from_str(&header) {
         response.headers_mut().insert("payment-response", value);
     }
