@@ -139,7 +139,7 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
 
     // Paid over x402: reserved at create, settled at confirm.
     let payload = pay(&challenge, now.timestamp(), Twist::default());
-    let paid = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload.clone())).await.unwrap();
+    let paid = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload.clone().into())).await.unwrap();
     assert_eq!(paid.base_fee_source, PaymentSource::External);
     assert_eq!(paid.settlement_status.as_str(), "pending");
     let confirmed = declarations::confirm(&services, agent_id, paid.declaration.dd_id, None).await.unwrap();
@@ -149,11 +149,11 @@ async fn create_and_confirm_through_the_use_cases(backend: Backend) {
     assert!(settled.resource.ends_with("/v1/dd/create"), "the create's resource: {}", settled.resource);
 
     // Refused payments: a used authorization, an expired one, a malformed header.
-    let replayed = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload)).await.unwrap_err();
+    let replayed = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(payload.into())).await.unwrap_err();
     let AppError::PaymentRequired(required) = replayed else { panic!("expected a challenge, got {replayed:?}") };
     assert_eq!(required.reason.as_deref(), Some("invalid_exact_evm_nonce_already_used"));
     let expired = pay(&challenge, now.timestamp(), Twist { valid_before_in: Some(-1), ..Twist::default() });
-    let refused = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(expired)).await.unwrap_err();
+    let refused = declarations::create(&services, &agent, input("EE_high"), Offered::Payload(expired.into())).await.unwrap_err();
     let AppError::PaymentRequired(required) = refused else { panic!("expected a challenge, got {refused:?}") };
     assert_eq!(required.reason.as_deref(), Some("invalid_exact_evm_payload_authorization_valid_before"));
     let malformed = declarations::create(&services, &agent, input("EE_high"), Offered::Malformed("not base64".into())).await.unwrap_err();
@@ -207,7 +207,8 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
 
     // Paid: settled before the commit ran, its usage recorded with the settlement.
     let payload = pay(&challenge, now.timestamp(), Twist::default());
-    let (payment_id, reference) = charge::charge(&services, order(first, Offered::Payload(payload.clone())), &observe).await.unwrap();
+    let (payment_id, reference) =
+        charge::charge(&services, order(first, Offered::Payload(payload.clone().into())), &observe).await.unwrap();
     assert!(reference.starts_with("local:0x"), "{reference}");
     let payment = store.payment(payment_id).await.unwrap().unwrap();
     assert_eq!(payment.status, PaymentStatus::Settled);
@@ -229,24 +230,26 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
 
     // The same authorization again: refused before anything is written or settled.
     let second = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
-    let replayed = charge::charge(&services, order(second, Offered::Payload(payload)), &observe).await.unwrap_err();
+    let replayed = charge::charge(&services, order(second, Offered::Payload(payload.into())), &observe).await.unwrap_err();
     let AppError::PaymentRequired(required) = replayed else { panic!("expected a challenge, got {replayed:?}") };
     assert_eq!(required.reason.as_deref(), Some("invalid_exact_evm_nonce_already_used"));
 
     // Settlement refused: the payment ends, nothing is recorded, the commit never runs.
     settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
-    let refused = charge::charge(&services, order(second, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
-        .await
-        .unwrap_err();
+    let refused =
+        charge::charge(&services, order(second, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())), &observe)
+            .await
+            .unwrap_err();
     assert_eq!(refused.code(), "SETTLEMENT_FAILED");
     assert!(store.usage_for(second).await.unwrap().is_empty());
 
     // Outcome unknown: 503 now, settled once by the reconciliation job, usage then.
     let third = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
     settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
-    let pending = charge::charge(&services, order(third, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
-        .await
-        .unwrap_err();
+    let pending =
+        charge::charge(&services, order(third, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())), &observe)
+            .await
+            .unwrap_err();
     assert_eq!(pending.code(), "SETTLEMENT_PENDING");
     assert!(store.usage_for(third).await.unwrap().is_empty());
     let unknown = store.unknown_settlements(10).await.unwrap();
@@ -301,9 +304,13 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     assert_eq!(balance().await, MilliDac::from_dac(40));
 
     // Paid: 3 over x402 and 2 from Earned, both usage of the one subject.
-    charge::charge(&services, order(agent_id, first, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
-        .await
-        .unwrap();
+    charge::charge(
+        &services,
+        order(agent_id, first, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
+        &observe,
+    )
+    .await
+    .unwrap();
     let mut usage = store.usage_for(first).await.unwrap();
     usage.sort_by_key(|u| u.source.as_str());
     assert_eq!(
@@ -328,10 +335,13 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     // Settlement refused: the 2 come back, nothing is used.
     let second = subject();
     settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
-    let refused =
-        charge::charge(&services, order(agent_id, second, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
-            .await
-            .unwrap_err();
+    let refused = charge::charge(
+        &services,
+        order(agent_id, second, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
+        &observe,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(refused.code(), "SETTLEMENT_FAILED");
     assert!(store.usage_for(second).await.unwrap().is_empty());
     assert_eq!(balance().await, MilliDac::from_dac(38));
@@ -342,10 +352,13 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     // Outcome unknown: the 2 stay debited until the job settles it; then they are usage.
     let third = subject();
     settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
-    let pending =
-        charge::charge(&services, order(agent_id, third, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()))), &observe)
-            .await
-            .unwrap_err();
+    let pending = charge::charge(
+        &services,
+        order(agent_id, third, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
+        &observe,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(pending.code(), "SETTLEMENT_PENDING");
     assert_eq!(balance().await, MilliDac::from_dac(36));
     assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&services).await.unwrap(), 1);

@@ -193,6 +193,14 @@ pub struct Payload {
     pub text: String,
 }
 
+/// A payload made here rather than received (a caller of the application
+/// itself): its text is its JSON written out.
+impl From<Value> for Payload {
+    fn from(value: Value) -> Payload {
+        Payload { text: value.to_string(), value }
+    }
+}
+
 /// A payment whose authorization checked out.
 #[derive(Clone, Debug)]
 pub struct Verified {
