@@ -237,7 +237,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     // Settlement refused: the payment ends, nothing is recorded, the commit never runs.
     settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
     let refused =
-        charge::charge(&services, order(second, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())), &observe)
+        charge::charge(&services, order(second, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()).into())), &observe)
             .await
             .unwrap_err();
     assert_eq!(refused.code(), "SETTLEMENT_FAILED");
@@ -247,7 +247,7 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     let third = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
     settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
     let pending =
-        charge::charge(&services, order(third, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())), &observe)
+        charge::charge(&services, order(third, Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()).into())), &observe)
             .await
             .unwrap_err();
     assert_eq!(pending.code(), "SETTLEMENT_PENDING");
@@ -302,15 +302,10 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     let challenge = serde_json::to_value(required.challenge()).unwrap();
     assert_eq!(challenge["accepts"][0]["amount"], "3000");
     assert_eq!(balance().await, MilliDac::from_dac(40));
+    let paid = || Offered::Payload(pay(&challenge, now.timestamp(), Twist::default()).into());
 
     // Paid: 3 over x402 and 2 from Earned, both usage of the one subject.
-    charge::charge(
-        &services,
-        order(agent_id, first, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
-        &observe,
-    )
-    .await
-    .unwrap();
+    charge::charge(&services, order(agent_id, first, paid()), &observe).await.unwrap();
     let mut usage = store.usage_for(first).await.unwrap();
     usage.sort_by_key(|u| u.source.as_str());
     assert_eq!(
@@ -335,13 +330,7 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     // Settlement refused: the 2 come back, nothing is used.
     let second = subject();
     settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
-    let refused = charge::charge(
-        &services,
-        order(agent_id, second, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
-        &observe,
-    )
-    .await
-    .unwrap_err();
+    let refused = charge::charge(&services, order(agent_id, second, paid()), &observe).await.unwrap_err();
     assert_eq!(refused.code(), "SETTLEMENT_FAILED");
     assert!(store.usage_for(second).await.unwrap().is_empty());
     assert_eq!(balance().await, MilliDac::from_dac(38));
@@ -352,13 +341,7 @@ async fn earned_pays_its_part_and_comes_back_when_settlement_is_refused(backend:
     // Outcome unknown: the 2 stay debited until the job settles it; then they are usage.
     let third = subject();
     settler.0.lock().unwrap().push(Settled::Unknown { detail: "facilitator timed out".into() });
-    let pending = charge::charge(
-        &services,
-        order(agent_id, third, Offered::Payload((pay(&challenge, now.timestamp(), Twist::default())).into())),
-        &observe,
-    )
-    .await
-    .unwrap_err();
+    let pending = charge::charge(&services, order(agent_id, third, paid()), &observe).await.unwrap_err();
     assert_eq!(pending.code(), "SETTLEMENT_PENDING");
     assert_eq!(balance().await, MilliDac::from_dac(36));
     assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&services).await.unwrap(), 1);
