@@ -312,6 +312,21 @@ impl Drop for TestServer {
         if let Some(jobs) = &self._integrator {
             jobs.abort();
         }
+        // The store's pools close while the runtime still runs: a pool that
+        // outlives its runtime keeps sqlx's maintenance task looping through
+        // the runtime's shutdown, which then never ends (seen once in CI).
+        // block_in_place needs a multi-threaded runtime; a panicking test
+        // skips it, and the wait is bounded.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        if std::thread::panicking() || handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        let store = self.store.clone();
+        tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), store.close()).await;
+            })
+        });
     }
 }
 
@@ -409,11 +424,13 @@ impl TestServer {
                 let url = format!("sqlite://{}", dir.join("anchor.db").display());
                 let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
                 sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string())).execute(&pool).await.expect("tamper statement");
+                pool.close().await;
             }
             Cleanup::Schema { url, schema } => {
                 let pool = sqlx::PgPool::connect(url).await.expect("postgres");
                 let sql = format!("set search_path to \"{schema}\"; {statement}");
                 sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.expect("tamper statement");
+                pool.close().await;
             }
         }
     }
@@ -443,9 +460,11 @@ impl TestServer {
                     );
                     let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(needle).fetch_one(&pool).await.unwrap_or(0);
                     if found > 0 {
+                        pool.close().await;
                         return true;
                     }
                 }
+                pool.close().await;
                 false
             }
         }
@@ -472,13 +491,17 @@ impl TestServer {
             Cleanup::Dir(dir) => {
                 let url = format!("sqlite://{}", dir.join("anchor.db").display());
                 let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query")
+                let column = sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query");
+                pool.close().await;
+                column
             }
             Cleanup::Schema { url, schema } => {
                 let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.expect("postgres");
                 let path = format!("set search_path to \"{schema}\"");
                 sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(&pool).await.expect("search path");
-                sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query")
+                let column = sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_string())).fetch_all(&pool).await.expect("column query");
+                pool.close().await;
+                column
             }
         }
     }
