@@ -63,24 +63,15 @@ impl<E: Engine> AraStore for SqlStore<E> {
     }
 
     async fn fold(&self, from_leaf: i64, to_leaf: i64, counts: &[DayCount], bands: &[BandCount]) -> Result<bool> {
+        let (rows, arrays) = (|columns| self.db.rows_per_statement(columns), self.db.arrays());
+        // SQLite: run whole while the write lock is held (`direct::Writer`).
+        if let Some(done) = self.write_direct(|tx| direct::run_now(fold_steps(tx, rows, arrays, from_leaf, to_leaf, counts, bands))) {
+            return done;
+        }
         let mut tx = self.begin_write().await?;
-        let moved = tx
-            .execute(sql("update ara_fold set next_leaf = $1 where ara_fold_id = 0 and next_leaf = $2").bind(to_leaf).bind(from_leaf))
-            .await?;
-        if moved != 1 {
+        if !fold_steps(&mut tx, rows, arrays, from_leaf, to_leaf, counts, bands).await? {
             tx.rollback().await?;
             return Ok(false);
-        }
-        add_counts(&mut tx, self.db.rows_per_statement(7), self.db.arrays(), counts).await?;
-        for chunk in bands.chunks(self.db.rows_per_statement(4)) {
-            let mut insert = sql("insert into ara_band (dd_id, dimension, value, visibility) values ");
-            for (i, b) in chunk.iter().enumerate() {
-                insert.push(if i == 0 { "(" } else { ", (" });
-                insert.push_bind(b.dd_id).push(", ").push_bind(b.dimension.as_str()).push(", ").push_bind(b.value.as_str());
-                insert.push(", ").push_bind(b.visibility.code()).push(")");
-            }
-            insert.push(" on conflict (dd_id, dimension) do nothing");
-            tx.execute(insert).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -318,6 +309,38 @@ type TotalKey<'a> = (Uuid, &'a str, &'a str, i32);
 
 /// Rows of counts one array statement carries (PostgreSQL).
 const COUNTS_PER_ARRAY_STATEMENT: usize = 20_000;
+
+/// A fold's writes in `tx`: the fold moved from `from_leaf` to `to_leaf`
+/// (`false`, and nothing written, if another fold moved it first), then the
+/// counts added and the bands recorded.
+async fn fold_steps<X: Exec>(
+    tx: &mut X,
+    rows: impl Fn(usize) -> usize,
+    arrays: bool,
+    from_leaf: i64,
+    to_leaf: i64,
+    counts: &[DayCount],
+    bands: &[BandCount],
+) -> Result<bool> {
+    let moved = tx
+        .execute(sql("update ara_fold set next_leaf = $1 where ara_fold_id = 0 and next_leaf = $2").bind(to_leaf).bind(from_leaf))
+        .await?;
+    if moved != 1 {
+        return Ok(false);
+    }
+    add_counts(tx, rows(7), arrays, counts).await?;
+    for chunk in bands.chunks(rows(4)) {
+        let mut insert = sql("insert into ara_band (dd_id, dimension, value, visibility) values ");
+        for (i, b) in chunk.iter().enumerate() {
+            insert.push(if i == 0 { "(" } else { ", (" });
+            insert.push_bind(b.dd_id).push(", ").push_bind(b.dimension.as_str()).push(", ").push_bind(b.value.as_str());
+            insert.push(", ").push_bind(b.visibility.code()).push(")");
+        }
+        insert.push(" on conflict (dd_id, dimension) do nothing");
+        tx.execute(insert).await?;
+    }
+    Ok(true)
+}
 
 /// Adds `counts` to the per-day and all-time tables (see [`upsert_counts`]
 /// for how the rows are sent).

@@ -69,6 +69,8 @@ pub struct SqlStore<E: Engine> {
     reader: std::sync::OnceLock<lookup::Reader>,
     /// The hot path's reads on connections of their own (SQLite only).
     direct: Option<direct::Readers>,
+    /// The background jobs' write transactions (SQLite only).
+    writer: Option<direct::Writer>,
     /// Where this host's integrator last left `log_pending` (PostgreSQL):
     /// see `LogStore::integrate_log`.
     pending_from: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
@@ -97,12 +99,14 @@ impl PostgresStore {
 impl<E: Engine> SqlStore<E> {
     fn new(db: E) -> SqlStore<E> {
         let direct = db.sqlite_file().map(direct::Readers::new);
+        let writer = db.sqlite_file().map(direct::Writer::new);
         SqlStore {
             db,
             batch: std::sync::OnceLock::new(),
             forward: batch::ForwardTo::default(),
             reader: std::sync::OnceLock::new(),
             direct,
+            writer,
             pending_from: std::sync::Mutex::new(None),
         }
     }
@@ -131,6 +135,14 @@ impl<E: Engine> SqlStore<E> {
     /// copy) or the read failed there: the caller then reads on the pool.
     fn read_direct<T>(&self, query: engine::Query<'_>, decode: impl FnOnce(&direct::OwnedRow) -> Result<T>) -> Option<Option<T>> {
         self.direct.as_ref()?.fetch_optional(self.db.metrics(), query, decode)
+    }
+
+    /// Runs `steps` as one write transaction on SQLite's background writer
+    /// connection ([`direct::Writer`]), committed if they return `Ok`;
+    /// `None` where it cannot (PostgreSQL, no multi-threaded runtime): the
+    /// caller runs them on the pool.
+    fn write_direct<T>(&self, steps: impl FnOnce(&mut direct::DirectTx<'_>) -> Result<T>) -> Option<Result<T>> {
+        self.writer.as_ref()?.write(self.db.metrics(), steps)
     }
 
     /// Every row of `query`, decoded together, as [`SqlStore::read_direct`] reads.
@@ -231,6 +243,9 @@ impl<E: Engine> Store for SqlStore<E> {
         }
         if let Some(direct) = &self.direct {
             direct.close();
+        }
+        if let Some(writer) = &self.writer {
+            writer.close();
         }
         self.db.close().await
     }

@@ -10,17 +10,19 @@ use crate::*;
 #[async_trait]
 impl<E: Engine> LogStore for SqlStore<E> {
     async fn acquire_log_lease(&self, holder: Uuid, now: DateTime<Utc>, ttl: Duration) -> Result<bool> {
-        let done = self
-            .db()
-            .execute(
-                sql("update log_lease set holder = $1, expires_at = $2 \
+        let update = || {
+            sql("update log_lease set holder = $1, expires_at = $2 \
              where log_lease_id = 0 and (holder = $1 or holder is null or expires_at < $3)")
-                .bind(holder)
-                .bind(now + ttl)
-                .bind(now),
-            )
-            .await?;
-        Ok(done == 1)
+            .bind(holder)
+            .bind(now + ttl)
+            .bind(now)
+        };
+        // SQLite: on the background writer, as a checkpoint is (a lease
+        // renewal waited 16-56 ms for the lock on the pool).
+        if let Some(done) = self.write_direct(|tx| direct::run_now(tx.execute(update()))) {
+            return Ok(done? == 1);
+        }
+        Ok(self.db().execute(update()).await? == 1)
     }
 
     async fn release_log_lease(&self, holder: Uuid) -> Result<bool> {
@@ -29,146 +31,22 @@ impl<E: Engine> LogStore for SqlStore<E> {
     }
 
     async fn integrate_log(&self, max: i64, now: DateTime<Utc>, planner: Planner<'_>) -> Result<Option<LogState>> {
+        let (for_update, rows_per_statement) = (self.db.for_update(), |columns| self.db.rows_per_statement(columns));
+        // SQLite: run whole while the write lock is held (`direct::Writer`).
+        if let Some(done) = self.write_direct(|tx| direct::run_now(integrate(tx, for_update, rows_per_statement, None, max, now, planner)))
+        {
+            return Ok(done?.map(|(state, _)| state));
+        }
         let mut tx = self.begin_write().await?;
-        // The head's row lock serializes integrators: whoever holds it
-        // plans from the head as stored, so two integrators cannot fork.
-        let row =
-            tx.fetch_one(sql(format!("select size, root, edge from log_state where log_state_id = 0{}", self.db.for_update()))).await?;
-        let state = decode_state(&row)?;
-        // PostgreSQL leaves the entries this integrator deleted in the order
-        // index, dead, until vacuum comes: a read from the start of the
-        // index walks all of them, and while a backlog of millions drains
-        // that walk costs more than the rest of the batch (130 ms a read at
-        // ten million). So while a backlog drains (the last batch was
-        // full), a read begins five seconds before where this host's last
-        // one ended, past them. A leaf committed later than that after its
-        // enqueuing time is not lost: whenever the bounded read comes back
-        // short, the read from the start follows (and, the backlog drained,
-        // is the only read again).
-        // (Only set on PostgreSQL, below.)
         let from = *self.pending_from.lock().unwrap_or_else(|e| e.into_inner());
-        // Declarations' leaves and registered statements' wait side by side
-        // and enter the one tree in the order they came (a declaration
-        // first at the same instant): each is read by its own index, up to
-        // `max`, and the two merged.
-        let read = |from: Option<DateTime<Utc>>, statements: bool| {
-            let mut q = if statements {
-                sql("select entry_id, leaf_data, registered_at as enqueued_at from scitt_entry where leaf_index is null")
-            } else {
-                sql("select dd_id, leaf_data, enqueued_at from log_pending where 1 = 1")
-            };
-            if let Some(from) = from {
-                q.push(if statements { " and registered_at >= " } else { " and enqueued_at >= " }).push_bind(from - Duration::seconds(5));
-            }
-            q.push(if statements { " order by registered_at, entry_id limit " } else { " order by enqueued_at, dd_id limit " })
-                .push_bind(max);
-            q
-        };
-        let mut pending: Vec<(DateTime<Utc>, PendingLeaf)> = Vec::new();
-        for from in [from, None] {
-            if from.is_none() && pending.len() as i64 >= max {
-                break;
-            }
-            pending.clear();
-            for row in tx.fetch_all(read(from, false)).await? {
-                let owner = LeafOwner::Declaration(row.get("dd_id")?);
-                pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
-            }
-            for row in tx.fetch_all(read(from, true)).await? {
-                let owner = LeafOwner::Statement(hash32("entry_id", row.get("entry_id")?)?);
-                pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
-            }
-            if from.is_none() {
-                break;
-            }
-        }
-        if pending.is_empty() {
+        let Some((state, last)) = integrate(&mut tx, for_update, rows_per_statement, from, max, now, planner).await? else {
             return Ok(None);
-        }
-        pending.sort_by(|(a, x), (b, y)| {
-            let key = |owner: &LeafOwner| match owner {
-                LeafOwner::Declaration(id) => (0, id.as_bytes().to_vec()),
-                LeafOwner::Statement(id) => (1, id.to_vec()),
-            };
-            a.cmp(b).then_with(|| key(&x.owner).cmp(&key(&y.owner)))
-        });
-        pending.truncate(max as usize);
-        let last = pending.last().expect("not empty").0;
-        let batch: Vec<PendingLeaf> = pending.into_iter().map(|(_, leaf)| leaf).collect();
-        let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
-        let declarations: Vec<(i64, Uuid, &Vec<u8>)> = plan
-            .entries
-            .iter()
-            .filter_map(|(index, owner, leaf)| match owner {
-                LeafOwner::Declaration(dd_id) => Some((*index, *dd_id, leaf)),
-                LeafOwner::Statement(_) => None,
-            })
-            .collect();
-        for (index, owner, _) in &plan.entries {
-            if let LeafOwner::Statement(entry_id) = owner {
-                tx.execute(
-                    sql("update scitt_entry set leaf_index = $1, integrated_at = $2 where entry_id = $3 and leaf_index is null")
-                        .bind(*index)
-                        .bind(now)
-                        .bind(entry_id.as_slice()),
-                )
-                .await?;
-            }
-        }
-        for chunk in declarations.chunks(self.db.rows_per_statement(4)) {
-            let mut insert = sql("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) values ");
-            for (i, (index, dd_id, leaf)) in chunk.iter().enumerate() {
-                insert.push(if i == 0 { "(" } else { ", (" });
-                insert
-                    .push_bind(*index)
-                    .push(", ")
-                    .push_bind(*dd_id)
-                    .push(", ")
-                    .push_bind(leaf.as_slice())
-                    .push(", ")
-                    .push_bind(now)
-                    .push(")");
-            }
-            tx.execute(insert).await?;
-        }
-        for chunk in plan.hashes.chunks(self.db.rows_per_statement(2)) {
-            let mut insert = sql("insert into log_hash (hash_index, hash) values ");
-            for (i, (index, hash)) in chunk.iter().enumerate() {
-                insert.push(if i == 0 { "(" } else { ", (" });
-                insert.push_bind(*index).push(", ").push_bind(hash).push(")");
-            }
-            tx.execute(insert).await?;
-        }
-        let pending: Vec<Uuid> = batch
-            .iter()
-            .filter_map(|leaf| match leaf.owner {
-                LeafOwner::Declaration(dd_id) => Some(dd_id),
-                LeafOwner::Statement(_) => None,
-            })
-            .collect();
-        for chunk in pending.chunks(self.db.rows_per_statement(1)) {
-            let mut delete = sql("delete from log_pending where dd_id in (");
-            for (i, dd_id) in chunk.iter().enumerate() {
-                delete.push(if i == 0 { "" } else { ", " }).push_bind(*dd_id);
-            }
-            delete.push(")");
-            tx.execute(delete).await?;
-        }
-        let edge: Vec<u8> = plan.state.edge.iter().flatten().copied().collect();
-        tx.execute(
-            sql("update log_state set size = $1, root = $2, edge = $3, updated_at = $4 where log_state_id = 0 and size = $5")
-                .bind(plan.state.size)
-                .bind(&plan.state.root)
-                .bind(edge)
-                .bind(now)
-                .bind(state.size),
-        )
-        .await?;
+        };
         tx.commit().await?;
         if self.db.round_trips() {
-            *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()) = (batch.len() as i64 >= max).then_some(last);
+            *self.pending_from.lock().unwrap_or_else(|e| e.into_inner()) = last;
         }
-        Ok(Some(plan.state))
+        Ok(Some(state))
     }
 
     async fn log_state(&self) -> Result<LogState> {
@@ -272,15 +150,21 @@ impl<E: Engine> LogStore for SqlStore<E> {
     }
 
     async fn insert_checkpoint(&self, c: &CheckpointRecord) -> Result<()> {
-        self.db()
-            .execute(
-                sql("insert into log_checkpoint (size, root, note, published_at) values ($1, $2, $3, $4) on conflict (size) do nothing")
-                    .bind(c.size)
-                    .bind(&c.root)
-                    .bind(c.note.as_str())
-                    .bind(c.published_at),
-            )
-            .await?;
+        let insert = || {
+            sql("insert into log_checkpoint (size, root, note, published_at) values ($1, $2, $3, $4) on conflict (size) do nothing")
+                .bind(c.size)
+                .bind(&c.root)
+                .bind(c.note.as_str())
+                .bind(c.published_at)
+        };
+        // SQLite: on the background writer, whose waits for the lock are
+        // short (on the pool, SQLite's own waits of up to 100 ms each let
+        // the committer's batches take the lock first, 0.24 s a checkpoint
+        // under a paid load).
+        if let Some(done) = self.write_direct(|tx| direct::run_now(tx.execute(insert()))) {
+            return done.map(drop);
+        }
+        self.db().execute(insert()).await?;
         Ok(())
     }
 
@@ -479,4 +363,144 @@ fn decode_checkpoint(row: &impl Row) -> Result<CheckpointRecord> {
         note: row.get("note")?,
         published_at: row.get("published_at")?,
     })
+}
+
+/// The log's integration in `tx`: up to `max` pending leaves (read from
+/// `from` on, see below) planned by `planner` and written, the head moved;
+/// the new head, and where a full batch's read ended (`None` if it was not
+/// full). `None` if nothing was pending.
+#[allow(clippy::too_many_arguments)]
+async fn integrate<X: Exec>(
+    tx: &mut X,
+    for_update: &str,
+    rows_per_statement: impl Fn(usize) -> usize,
+    from: Option<DateTime<Utc>>,
+    max: i64,
+    now: DateTime<Utc>,
+    planner: Planner<'_>,
+) -> Result<Option<(LogState, Option<DateTime<Utc>>)>> {
+    // The head's row lock serializes integrators: whoever holds it
+    // plans from the head as stored, so two integrators cannot fork.
+    let row = tx.fetch_one(sql(format!("select size, root, edge from log_state where log_state_id = 0{for_update}"))).await?;
+    let state = decode_state(&row)?;
+    // PostgreSQL leaves the entries this integrator deleted in the order
+    // index, dead, until vacuum comes: a read from the start of the
+    // index walks all of them, and while a backlog of millions drains
+    // that walk costs more than the rest of the batch (130 ms a read at
+    // ten million). So while a backlog drains (the last batch was
+    // full), a read begins five seconds before where this host's last
+    // one ended, past them. A leaf committed later than that after its
+    // enqueuing time is not lost: whenever the bounded read comes back
+    // short, the read from the start follows (and, the backlog drained,
+    // is the only read again).
+    // (Only set on PostgreSQL, by the caller.)
+    // Declarations' leaves and registered statements' wait side by side
+    // and enter the one tree in the order they came (a declaration
+    // first at the same instant): each is read by its own index, up to
+    // `max`, and the two merged.
+    let read = |from: Option<DateTime<Utc>>, statements: bool| {
+        let mut q = if statements {
+            sql("select entry_id, leaf_data, registered_at as enqueued_at from scitt_entry where leaf_index is null")
+        } else {
+            sql("select dd_id, leaf_data, enqueued_at from log_pending where 1 = 1")
+        };
+        if let Some(from) = from {
+            q.push(if statements { " and registered_at >= " } else { " and enqueued_at >= " }).push_bind(from - Duration::seconds(5));
+        }
+        q.push(if statements { " order by registered_at, entry_id limit " } else { " order by enqueued_at, dd_id limit " }).push_bind(max);
+        q
+    };
+    let mut pending: Vec<(DateTime<Utc>, PendingLeaf)> = Vec::new();
+    for from in [from, None] {
+        if from.is_none() && pending.len() as i64 >= max {
+            break;
+        }
+        pending.clear();
+        for row in tx.fetch_all(read(from, false)).await? {
+            let owner = LeafOwner::Declaration(row.get("dd_id")?);
+            pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
+        }
+        for row in tx.fetch_all(read(from, true)).await? {
+            let owner = LeafOwner::Statement(hash32("entry_id", row.get("entry_id")?)?);
+            pending.push((row.get("enqueued_at")?, PendingLeaf { owner, leaf_data: row.get("leaf_data")? }));
+        }
+        if from.is_none() {
+            break;
+        }
+    }
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    pending.sort_by(|(a, x), (b, y)| {
+        let key = |owner: &LeafOwner| match owner {
+            LeafOwner::Declaration(id) => (0, id.as_bytes().to_vec()),
+            LeafOwner::Statement(id) => (1, id.to_vec()),
+        };
+        a.cmp(b).then_with(|| key(&x.owner).cmp(&key(&y.owner)))
+    });
+    pending.truncate(max as usize);
+    let last = pending.last().expect("not empty").0;
+    let batch: Vec<PendingLeaf> = pending.into_iter().map(|(_, leaf)| leaf).collect();
+    let plan = planner(&state, &batch).map_err(StoreError::Corrupt)?;
+    let declarations: Vec<(i64, Uuid, &Vec<u8>)> = plan
+        .entries
+        .iter()
+        .filter_map(|(index, owner, leaf)| match owner {
+            LeafOwner::Declaration(dd_id) => Some((*index, *dd_id, leaf)),
+            LeafOwner::Statement(_) => None,
+        })
+        .collect();
+    for (index, owner, _) in &plan.entries {
+        if let LeafOwner::Statement(entry_id) = owner {
+            tx.execute(
+                sql("update scitt_entry set leaf_index = $1, integrated_at = $2 where entry_id = $3 and leaf_index is null")
+                    .bind(*index)
+                    .bind(now)
+                    .bind(entry_id.as_slice()),
+            )
+            .await?;
+        }
+    }
+    for chunk in declarations.chunks(rows_per_statement(4)) {
+        let mut insert = sql("insert into log_entry (leaf_index, dd_id, leaf_data, integrated_at) values ");
+        for (i, (index, dd_id, leaf)) in chunk.iter().enumerate() {
+            insert.push(if i == 0 { "(" } else { ", (" });
+            insert.push_bind(*index).push(", ").push_bind(*dd_id).push(", ").push_bind(leaf.as_slice()).push(", ").push_bind(now).push(")");
+        }
+        tx.execute(insert).await?;
+    }
+    for chunk in plan.hashes.chunks(rows_per_statement(2)) {
+        let mut insert = sql("insert into log_hash (hash_index, hash) values ");
+        for (i, (index, hash)) in chunk.iter().enumerate() {
+            insert.push(if i == 0 { "(" } else { ", (" });
+            insert.push_bind(*index).push(", ").push_bind(hash).push(")");
+        }
+        tx.execute(insert).await?;
+    }
+    let pending: Vec<Uuid> = batch
+        .iter()
+        .filter_map(|leaf| match leaf.owner {
+            LeafOwner::Declaration(dd_id) => Some(dd_id),
+            LeafOwner::Statement(_) => None,
+        })
+        .collect();
+    for chunk in pending.chunks(rows_per_statement(1)) {
+        let mut delete = sql("delete from log_pending where dd_id in (");
+        for (i, dd_id) in chunk.iter().enumerate() {
+            delete.push(if i == 0 { "" } else { ", " }).push_bind(*dd_id);
+        }
+        delete.push(")");
+        tx.execute(delete).await?;
+    }
+    let edge: Vec<u8> = plan.state.edge.iter().flatten().copied().collect();
+    tx.execute(
+        sql("update log_state set size = $1, root = $2, edge = $3, updated_at = $4 where log_state_id = 0 and size = $5")
+            .bind(plan.state.size)
+            .bind(&plan.state.root)
+            .bind(edge)
+            .bind(now)
+            .bind(state.size),
+    )
+    .await?;
+    Ok(Some((plan.state, (batch.len() as i64 >= max).then_some(last))))
 }
