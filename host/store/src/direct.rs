@@ -48,9 +48,8 @@ pub(crate) fn open_writer(path: &Path) -> Result<rusqlite::Connection> {
     Ok(conn)
 }
 
-/// How the committer waits for the write lock another connection holds
-/// (the background jobs' transactions on the pool): `attempt` counts the
-/// waits so far. SQLite's own busy timeout sleeps 1, 2, 5, 10 … 100 ms
+/// How the committer and the background writer wait for the write lock
+/// another connection holds: `attempt` counts the waits so far. SQLite's own busy timeout sleeps 1, 2, 5, 10 … 100 ms
 /// between tries, so a batch that found the lock taken for 50 us waited a
 /// millisecond or more, while every write queued behind it waited too (a
 /// profile of paid runs put the committer's BEGIN at 0.7-1 ms on average).
@@ -88,8 +87,8 @@ pub(crate) fn run_now<T>(work: impl Future<Output = Result<T>>) -> Result<T> {
 }
 
 /// The background jobs' write transactions on SQLite (the log's
-/// integration, ARA's fold), each run whole on the calling thread on a
-/// writer connection of their own.
+/// integration, ARA's fold, checkpoints, the integrator's lease), each run
+/// whole on the calling thread on a writer connection of their own.
 ///
 /// On the pool, a transaction holds SQLite's one write lock from its
 /// `BEGIN IMMEDIATE` to its `COMMIT`, and each statement between is a

@@ -145,6 +145,16 @@ impl<E: Engine> SqlStore<E> {
         self.writer.as_ref()?.write(self.db.metrics(), steps)
     }
 
+    /// A background job's one write statement (`query` made anew for each
+    /// try): on SQLite's background writer, whose waits for the lock are
+    /// short, else on the pool; the rows it changed.
+    async fn execute_background<'q>(&self, query: impl Fn() -> engine::Query<'q>) -> Result<u64> {
+        if let Some(done) = self.write_direct(|tx| direct::run_now(engine::Exec::execute(tx, query()))) {
+            return done;
+        }
+        self.db().execute(query()).await
+    }
+
     /// Every row of `query`, decoded together, as [`SqlStore::read_direct`] reads.
     fn read_direct_rows<T>(&self, query: engine::Query<'_>, decode: impl FnOnce(&[direct::OwnedRow]) -> Result<T>) -> Option<T> {
         self.direct.as_ref()?.fetch_rows(self.db.metrics(), query, decode)

@@ -17,12 +17,8 @@ impl<E: Engine> LogStore for SqlStore<E> {
             .bind(now + ttl)
             .bind(now)
         };
-        // SQLite: on the background writer, as a checkpoint is (a lease
-        // renewal waited 16-56 ms for the lock on the pool).
-        if let Some(done) = self.write_direct(|tx| direct::run_now(tx.execute(update()))) {
-            return Ok(done? == 1);
-        }
-        Ok(self.db().execute(update()).await? == 1)
+        // (A lease renewal waited 16-56 ms for SQLite's lock on the pool.)
+        Ok(self.execute_background(update).await? == 1)
     }
 
     async fn release_log_lease(&self, holder: Uuid) -> Result<bool> {
@@ -157,14 +153,10 @@ impl<E: Engine> LogStore for SqlStore<E> {
                 .bind(c.note.as_str())
                 .bind(c.published_at)
         };
-        // SQLite: on the background writer, whose waits for the lock are
-        // short (on the pool, SQLite's own waits of up to 100 ms each let
-        // the committer's batches take the lock first, 0.24 s a checkpoint
-        // under a paid load).
-        if let Some(done) = self.write_direct(|tx| direct::run_now(tx.execute(insert()))) {
-            return done.map(drop);
-        }
-        self.db().execute(insert()).await?;
+        // (On the pool, SQLite's own waits of up to 100 ms each let the
+        // committer's batches take the lock first: 0.24 s a checkpoint
+        // under a paid load.)
+        self.execute_background(insert).await?;
         Ok(())
     }
 
