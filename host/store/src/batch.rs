@@ -267,7 +267,10 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
         syncer = None;
     }
     while let Some(first) = jobs.blocking_recv() {
-        let batch = gather(first, &mut jobs, MAX_BATCH);
+        let mut batch = gather(first, &mut jobs, MAX_BATCH);
+        if let Some(syncer) = &syncer {
+            syncer.gather_while_syncing(&mut batch, &mut jobs);
+        }
         let (creates, confirms, stop) = split(&db, batch);
         if !creates.is_empty() || !confirms.is_empty() {
             sqlite_batch(&mut conn, db.metrics(), syncer.as_ref(), creates, confirms);
@@ -281,6 +284,9 @@ fn sqlite_thread<E: Engine>(db: E, file: &std::path::Path, mut jobs: mpsc::Recei
         }
     }
 }
+
+/// The longest the committer waits for a sync's end before it looks again.
+const SYNC_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A batch's answers, given once its commit is on disk (or refused, with
 /// the error, if the sync failed).
@@ -301,9 +307,19 @@ type Deferred = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 /// the next one. A crash loses only unanswered writes, and the log's frames
 /// are recovered in order, so a later batch is never kept without an
 /// earlier one.
+///
+/// A batch committed while a sync runs is answered only after the sync
+/// that follows it, so the committer does not commit it at once: it
+/// gathers the writes that come meanwhile until the sync under way has
+/// answered (or the batch is full), then commits them as one batch. Under
+/// load that makes fewer, larger commits (each commit writes every page
+/// it changed to the log, and makes every reader connection read its
+/// pages again) for the same wait; alone, a write still waits for no one.
 struct Syncer {
     queue: Option<std::sync::mpsc::Sender<Deferred>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Answers handed to the syncer and not given yet.
+    pending: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Syncer {
@@ -314,6 +330,10 @@ impl Syncer {
         wal.push("-wal");
         let wal = std::path::PathBuf::from(wal);
         let (queue, answers) = std::sync::mpsc::channel::<Deferred>();
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        // The committer (the thread starting this one), woken after each sync.
+        let committer = std::thread::current();
+        let given = pending.clone();
         let started = std::thread::Builder::new().name("sqlite-syncer".into()).spawn(move || {
             let mut log: Option<std::fs::File> = None;
             while let Ok(first) = answers.recv() {
@@ -325,13 +345,16 @@ impl Syncer {
                 if let Err(error) = &synced {
                     tracing::error!(%error, "syncing SQLite's write-ahead log failed; the writes waiting for it are refused");
                 }
+                let count = due.len();
                 for answer in due {
                     answer(synced.as_ref().err());
                 }
+                given.fetch_sub(count, std::sync::atomic::Ordering::SeqCst);
+                committer.unpark();
             }
         });
         match started {
-            Ok(thread) => Some(Syncer { queue: Some(queue), thread: Some(thread) }),
+            Ok(thread) => Some(Syncer { queue: Some(queue), thread: Some(thread), pending }),
             Err(error) => {
                 tracing::warn!(%error, "the SQLite syncer did not start; each commit syncs");
                 None
@@ -339,11 +362,32 @@ impl Syncer {
         }
     }
 
+    /// Adds to `batch` what is queued in `jobs` until no sync is under way
+    /// or waiting to start, or the batch is full (a stop request ends it).
+    /// The syncer wakes this thread after each sync; the wait is also
+    /// bounded, so a wake-up missed costs at most [`SYNC_WAIT`].
+    fn gather_while_syncing(&self, batch: &mut Vec<Job>, jobs: &mut mpsc::Receiver<Job>) {
+        while self.pending.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && batch.len() < MAX_BATCH
+            && !batch.iter().any(|job| matches!(job, Job::Stop(_)))
+        {
+            std::thread::park_timeout(SYNC_WAIT);
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
     /// Gives `answer` once what is committed now is on disk.
     fn after_sync(&self, answer: Deferred) {
+        self.pending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if let Some(queue) = &self.queue
             && let Err(std::sync::mpsc::SendError(answer)) = queue.send(answer)
         {
+            self.pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             // The syncer is gone (it cannot be while the committer runs): the
             // answer is given as a failed sync's.
             answer(Some(&StoreError::Unavailable("the SQLite syncer stopped".into())));
@@ -1178,6 +1222,56 @@ mod tests {
         queue(&syncer, 3, &seen);
         drop(syncer);
         assert_eq!(*seen.lock().unwrap(), vec![true; 3]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn confirm_job() -> Job {
+        Job::Confirm(Box::new(ConfirmJob {
+            dd_id: Uuid::nil(),
+            integrity_hash: String::new(),
+            now: Utc::now(),
+            usage: Vec::new(),
+            leaf_data: Vec::new(),
+            settlement_ref: None,
+            from_peer: false,
+            reply: oneshot::channel().0,
+        }))
+    }
+
+    #[test]
+    fn the_committer_gathers_while_a_sync_is_under_way_and_not_after() {
+        let dir = std::env::temp_dir().join(format!("anchor-gather-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("anchor.db");
+        std::fs::write(dir.join("anchor.db-wal"), b"frames").unwrap();
+        // This thread is the committer: it started the syncer.
+        let syncer = Syncer::start(|_| {}, &file).unwrap();
+        // A sync under way until `release`: its answer blocks the syncer.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        syncer.after_sync(Box::new(move |_| {
+            let _ = held.recv();
+        }));
+        let (queue, mut jobs) = mpsc::channel(16);
+        queue.try_send(confirm_job()).unwrap();
+        queue.try_send(confirm_job()).unwrap();
+        let later = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            queue.blocking_send(confirm_job()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            release.send(()).unwrap();
+            queue
+        });
+        let mut batch = vec![confirm_job()];
+        syncer.gather_while_syncing(&mut batch, &mut jobs);
+        assert_eq!(batch.len(), 4, "the writes queued before and during the sync join the batch");
+        assert_eq!(syncer.pending.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // No sync under way: the batch is committed as it is.
+        let queue = later.join().unwrap();
+        queue.try_send(confirm_job()).unwrap();
+        let mut batch = vec![confirm_job()];
+        syncer.gather_while_syncing(&mut batch, &mut jobs);
+        assert_eq!(batch.len(), 1, "nothing is waited for without a sync");
+        drop(syncer);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
