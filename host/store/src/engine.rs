@@ -1085,7 +1085,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
 /// The most connections of the hot path's pool: the committer's three batch
-/// statements and its paid creates' transaction, and the two readers' four
+/// statements and its paid creates' transaction, and the reader's five
 /// kinds of read, each in flight at once and each statement keeping its
 /// connection while it has work ([`Kept`]), and two to spare, so a task
 /// whose connection is still being returned (after a failure, or after

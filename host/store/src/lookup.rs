@@ -24,19 +24,18 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use anchor_domain::{MilliDac, WireEnum};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::Forwarder;
 use crate::agents::{AGENT_BESIDE, AGENT_BESIDE_JOIN, AGENT_SELECT, decode_agent};
 use crate::batch::{Answer, ForwardTo};
 use crate::declarations::decode_request;
-use crate::engine::{Array, Bind, Engine, Exec, KEPT_IDLE, Kept, Row, sql};
+use crate::engine::{Array, Bind, Engine, Exec, Kept, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments::{
     PAYMENT_COLUMNS, PAYMENT_EVENT_ORDER, PAYMENT_EVENTS_EACH, SETTLING_COLUMNS, SETTLING_JOIN, dab_columns_since, decode_payments,
@@ -84,16 +83,18 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    /// Starts two reader tasks on the current runtime (a statement in flight
-    /// while the next gathers). While `forward` names the commit lease's
-    /// holder, they send it this host's token and confirmation reads.
+    /// Starts the reader task on the current runtime: what is queued while
+    /// its statements run is gathered into the next ones. (A second task,
+    /// taking reads while the first's statements ran, split the reads into
+    /// more statements for no shorter wait: side by side on PostgreSQL, one
+    /// task took 7 % less host and 5-8 % less database CPU per anchored DD,
+    /// with the same confirm p99 at half the peak.) While `forward` names
+    /// the commit lease's holder, it sends it this host's token and
+    /// confirmation reads.
     pub(crate) fn start<E: Engine>(db: &E, forward: ForwardTo) -> Reader {
         let (queue, reads) = mpsc::channel(4 * MAX_READS);
-        let reads = Arc::new(Mutex::new(reads));
-        for _ in 0..2 {
-            let (db, reads, forward) = (db.clone(), reads.clone(), forward.clone());
-            tokio::spawn(async move { read_loop(db, reads, forward).await });
-        }
+        let db = db.clone();
+        tokio::spawn(async move { read_loop(db, reads, forward).await });
         Reader { queue }
     }
 
@@ -180,27 +181,11 @@ impl Kinds {
     }
 }
 
-async fn read_loop<E: Engine>(db: E, reads: Arc<Mutex<mpsc::Receiver<Lookup>>>, forward: ForwardTo) {
+async fn read_loop<E: Engine>(db: E, mut reads: mpsc::Receiver<Lookup>, forward: ForwardTo) {
     let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
     loop {
-        let batch = {
-            let mut reads = match reads.try_lock() {
-                Ok(reads) => reads,
-                // The other reader holds the queue, waiting for reads or
-                // taking them: this one keeps its connections while it
-                // waits, as a reader waiting for reads does, for a while
-                // ([`KEPT_IDLE`]), then lets them go.
-                Err(_) => match tokio::time::timeout(KEPT_IDLE, reads.lock()).await {
-                    Ok(reads) => reads,
-                    Err(_) => {
-                        kept.iter_mut().for_each(Kept::release);
-                        reads.lock().await
-                    }
-                },
-            };
-            let Some(first) = crate::batch::next(&mut reads, kept.each_mut()).await else { return };
-            crate::batch::gather(first, &mut reads, MAX_READS)
-        };
+        let Some(first) = crate::batch::next(&mut reads, kept.each_mut()).await else { return };
+        let batch = crate::batch::gather(first, &mut reads, MAX_READS);
         db.metrics().read_batch_size.observe(batch.len() as f64);
         if batch.len() > 1 {
             db.metrics().shared_reads.inc();
