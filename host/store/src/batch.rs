@@ -158,13 +158,18 @@ impl Batcher {
 /// committers' batches and the readers' alike.
 pub(crate) fn gather<T>(first: T, queue: &mut mpsc::Receiver<T>, max: usize) -> Vec<T> {
     let mut batch = vec![first];
+    take_queued(&mut batch, queue, max);
+    batch
+}
+
+/// Adds to `batch` what is queued now, until it holds `max`.
+fn take_queued<T>(batch: &mut Vec<T>, queue: &mut mpsc::Receiver<T>, max: usize) {
     while batch.len() < max {
         match queue.try_recv() {
             Ok(item) => batch.push(item),
             Err(_) => break,
         }
     }
-    batch
 }
 
 /// A batch split by kind; the stop request, if it holds one.
@@ -372,12 +377,7 @@ impl Syncer {
             && !batch.iter().any(|job| matches!(job, Job::Stop(_)))
         {
             std::thread::park_timeout(SYNC_WAIT);
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
+            take_queued(batch, jobs, MAX_BATCH);
         }
     }
 
@@ -1198,12 +1198,19 @@ mod tests {
         }
     }
 
+    /// A folder of its own holding a database's write-ahead log (the
+    /// database file itself is never opened): the folder and the database's path.
+    fn log_to_sync(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("anchor-{name}-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("anchor.db-wal"), b"frames").unwrap();
+        let file = dir.join("anchor.db");
+        (dir, file)
+    }
+
     #[test]
     fn answers_wait_for_a_sync_and_a_failed_one_refuses() {
-        let dir = std::env::temp_dir().join(format!("anchor-syncer-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("anchor.db");
-        std::fs::write(dir.join("anchor.db-wal"), b"frames").unwrap();
+        let (dir, file) = log_to_sync("syncer");
         let syncs = Arc::new(Mutex::new(0));
         let counted = syncs.clone();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -1240,10 +1247,7 @@ mod tests {
 
     #[test]
     fn the_committer_gathers_while_a_sync_is_under_way_and_not_after() {
-        let dir = std::env::temp_dir().join(format!("anchor-gather-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("anchor.db");
-        std::fs::write(dir.join("anchor.db-wal"), b"frames").unwrap();
+        let (dir, file) = log_to_sync("gather");
         // This thread is the committer: it started the syncer.
         let syncer = Syncer::start(|_| {}, &file).unwrap();
         // A sync under way until `release`: its answer blocks the syncer.

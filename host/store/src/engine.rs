@@ -1087,9 +1087,10 @@ const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 /// The most connections of the hot path's pool: the committer's three batch
 /// statements and its paid creates' transaction, and the reader's five
 /// kinds of read, each in flight at once and each statement keeping its
-/// connection while it has work ([`Kept`]), and two to spare, so a task
+/// connection while it has work ([`Kept`]), and to spare, so a task
 /// whose connection is still being returned (after a failure, or after
-/// [`KEPT_AT_MOST`]) need not wait for it.
+/// [`KEPT_AT_MOST`]) need not wait for it. (Nine in flight at most since
+/// one reader task reads, not two; the five to spare were kept.)
 const HOT_CONNECTIONS: u32 = 14;
 
 /// How the hot path's connections are set up. Its statements have one text
