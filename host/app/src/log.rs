@@ -235,7 +235,7 @@ pub fn plan(state: &LogState, batch: &[PendingLeaf]) -> Result<IntegrationPlan, 
     Ok(IntegrationPlan { entries, hashes: written, state: LogState { size: new_size as i64, root: root.0, edge } })
 }
 
-/// Integrates what is pending (in batches of `batch` leaves) and publishes
+/// Integrates the leaves pending as it begins (in batches of `batch`) and publishes
 /// a checkpoint if the tree grew and the last one is older than
 /// `checkpoint_every`. A backlog is drained a checkpoint interval at a time,
 /// so that receipts keep coming while it drains (the next round goes on
@@ -250,8 +250,14 @@ pub async fn integrate(
     last_published: &mut Option<std::time::Instant>,
 ) -> anyhow::Result<Option<CheckpointRecord>> {
     let draining = std::time::Instant::now();
-    while store.integrate_log(batch, clock.now(), &plan).await?.is_some() {
-        if draining.elapsed() >= checkpoint_every {
+    let mut size = store.log_state().await?.size;
+    while let Some(state) = store.integrate_log(batch, clock.now(), &plan).await? {
+        let taken = state.size - size;
+        size = state.size;
+        // Short of a batch: it took every leaf pending when it began. Those
+        // confirmed since wait for the next round, a round's worth in one
+        // transaction, instead of being chased a few leaves at a time.
+        if taken < batch || draining.elapsed() >= checkpoint_every {
             break;
         }
     }
