@@ -7,7 +7,7 @@
 //!
 //! | job | every | what |
 //! | --- | --- | --- |
-//! | log | round (100 ms) | integrate pending leaves, sign a checkpoint about once a second |
+//! | log | round (100 ms) | integrate the leaves pending as the round begins (a backlog: full batches for up to a second), sign a checkpoint about once a second |
 //! | ARA fold | 1 s (every round while a backlog lasts) | fold newly integrated declarations into the aggregate model (a few batches a run) |
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |

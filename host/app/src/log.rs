@@ -250,10 +250,11 @@ pub async fn integrate(
     last_published: &mut Option<std::time::Instant>,
 ) -> anyhow::Result<Option<CheckpointRecord>> {
     let draining = std::time::Instant::now();
-    let mut size = store.log_state().await?.size;
-    while let Some(state) = store.integrate_log(batch, clock.now(), &plan).await? {
-        let taken = state.size - size;
-        size = state.size;
+    // The head as this round found it, then as each batch left it.
+    let mut state = store.log_state().await?;
+    while let Some(after) = store.integrate_log(batch, clock.now(), &plan).await? {
+        let taken = after.size - state.size;
+        state = after;
         // Short of a batch: it took every leaf pending when it began. Those
         // confirmed since wait for the next round, a round's worth in one
         // transaction, instead of being chased a few leaves at a time.
@@ -261,7 +262,6 @@ pub async fn integrate(
             break;
         }
     }
-    let state = store.log_state().await?;
     let latest = store.latest_checkpoint().await?;
     let published_size = latest.as_ref().map_or(0, |c| c.size);
     let due = last_published.is_none_or(|at| at.elapsed() >= checkpoint_every);
