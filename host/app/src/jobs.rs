@@ -1,6 +1,7 @@
 //! Background work that one host does at a time, in one loop: the host
-//! holding the lease (a row in the database, taken and renewed every round,
-//! expiring after a few seconds) integrates the verifiable log every round
+//! holding the lease (a row in the database, tried for every round, renewed
+//! a third of its length after the last renewal, expiring after a few
+//! seconds) integrates the verifiable log every round
 //! and runs each periodic job when it is due. When that host stops, its lease
 //! runs out and another takes over; every job is safe to run again or to be
 //! interrupted, since each is one transaction per unit of work.
@@ -85,9 +86,13 @@ impl Default for Schedule {
     }
 }
 
-/// When each periodic job last ran on this host (while it held the lease).
+/// When each periodic job last ran on this host (while it held the lease),
+/// and when this host last wrote its lease.
 #[derive(Debug, Default)]
 pub struct Runs {
+    /// The clock's time of this host's last renewal of the lease, while it
+    /// holds it.
+    lease_renewed: Option<chrono::DateTime<chrono::Utc>>,
     checkpoint: Option<Instant>,
     fold: Option<Instant>,
     reconcile: Option<Instant>,
@@ -96,6 +101,9 @@ pub struct Runs {
     deidentify: Option<Instant>,
     releases: Option<Instant>,
 }
+
+/// How many times the holder writes its lease within one lease's length.
+const LEASE_RENEWALS: i32 = 3;
 
 fn due(last: &mut Option<Instant>, every: Duration) -> bool {
     if last.is_some_and(|at| at.elapsed() < every) {
@@ -141,12 +149,24 @@ pub async fn run(services: Services, key: Arc<LogKey>, host_id: Uuid, schedule: 
 /// job that is due. False when another host holds the lease.
 pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &Schedule, runs: &mut Runs) -> bool {
     let lease = chrono::Duration::from_std(schedule.lease).unwrap_or(chrono::TimeDelta::seconds(3));
-    match services.store.acquire_log_lease(host_id, services.clock.now(), lease).await {
-        Ok(true) => {}
-        Ok(false) => return false,
-        Err(error) => {
-            tracing::warn!(error = %error, "the lease could not be taken");
-            return false;
+    let now = services.clock.now();
+    // The holder writes its lease a third of its length after the last
+    // write, not every round: until it runs out no other host can take it,
+    // and an idle host wrote (and synced) ten times a second for nothing.
+    // A host without it tries every round, to take over within one.
+    let held = runs.lease_renewed.is_some_and(|at| now >= at && now - at < lease / LEASE_RENEWALS);
+    if !held {
+        match services.store.acquire_log_lease(host_id, now, lease).await {
+            Ok(true) => runs.lease_renewed = Some(now),
+            Ok(false) => {
+                runs.lease_renewed = None;
+                return false;
+            }
+            Err(error) => {
+                runs.lease_renewed = None;
+                tracing::warn!(error = %error, "the lease could not be taken");
+                return false;
+            }
         }
     }
     let store = services.store.as_ref();
