@@ -18,6 +18,7 @@ anchor_tests::both_backends!(
     consecutive_checkpoints_are_consistent,
     a_backlog_is_checkpointed_while_it_drains,
     a_round_takes_what_was_pending_not_what_arrives_meanwhile,
+    the_holder_writes_its_lease_a_third_of_its_length_apart,
 );
 
 /// A backlog of leaves is taken a checkpoint interval at a time: each round
@@ -45,9 +46,41 @@ async fn a_backlog_is_checkpointed_while_it_drains(backend: Backend) {
 /// How many integration transactions the store has run: each updates the
 /// log's head once.
 async fn head_updates(t: &TestServer) -> f64 {
-    let series = r#"anchor_store_statement_duration_seconds_count{operation="update",table="log_state"} "#;
+    updates_of(t, "log_state").await
+}
+
+/// How many update statements the store has run on `table`.
+async fn updates_of(t: &TestServer, table: &str) -> f64 {
+    let series = format!(r#"anchor_store_statement_duration_seconds_count{{operation="update",table="{table}"}} "#);
     let metrics = t.get("/metrics", None).await.text;
-    metrics.lines().find_map(|line| line.strip_prefix(series)).map_or(0.0, |n| n.parse().expect("a count"))
+    metrics.lines().find_map(|line| line.strip_prefix(series.as_str())).map_or(0.0, |n| n.parse().expect("a count"))
+}
+
+/// One round of the background jobs on host `host`.
+async fn jobs_round(t: &TestServer, host: u128, runs: &mut anchor_app::jobs::Runs) -> bool {
+    let schedule = anchor_app::jobs::Schedule::default();
+    anchor_app::jobs::round(&t.state.app, &t.log_key, uuid::Uuid::from_u128(host), &schedule, runs).await
+}
+
+/// The integrator writes its lease a third of the lease's length (3 s)
+/// after its last write, not every round (an idle host wrote and synced it
+/// ten times a second). Until it runs out no other host takes it; once it
+/// has, one does within a round.
+async fn the_holder_writes_its_lease_a_third_of_its_length_apart(backend: Backend) {
+    let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
+    let (mut holding, mut waiting) = (anchor_app::jobs::Runs::default(), anchor_app::jobs::Runs::default());
+    let before = updates_of(&t, "log_lease").await;
+    for _ in 0..5 {
+        assert!(jobs_round(&t, 1, &mut holding).await, "the first host takes the lease and keeps it");
+    }
+    assert_eq!(updates_of(&t, "log_lease").await - before, 1.0, "one write of the lease for five rounds");
+    assert!(!jobs_round(&t, 2, &mut waiting).await, "another host finds it held");
+    t.clock.advance(chrono::Duration::milliseconds(1_100));
+    assert!(jobs_round(&t, 1, &mut holding).await);
+    assert_eq!(updates_of(&t, "log_lease").await - before, 3.0, "the other host's try, then the holder's renewal a second on");
+    // The holder stops: once its lease has run out, the other host takes it.
+    t.clock.advance(chrono::Duration::seconds(4));
+    assert!(jobs_round(&t, 2, &mut waiting).await, "the lease is taken once it has run out");
 }
 
 /// A round integrates what was pending as it began: confirmations that
