@@ -1013,7 +1013,8 @@ pub async fn open_sqlite(path: &Path) -> Result<Db<Sqlite>> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(StdDuration::from_secs(30))
-        .foreign_keys(true);
+        .foreign_keys(true)
+        .pragma("wal_autocheckpoint", crate::direct::WAL_PAGES.to_string());
     // A connection to a file in this process does not go stale: checking it
     // before each use would be one more hand-over to its worker thread and
     // back on every statement.
