@@ -25,7 +25,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::types::Value as SqlValue;
 use uuid::Uuid;
 
-use crate::engine::{Col, Exec, Query, Row, Value};
+use crate::engine::{Col, Exec, Query, Row, Value, WAL_PAGES};
 use crate::metrics::StoreMetrics;
 use crate::{Result, StoreError};
 
@@ -48,16 +48,6 @@ pub(crate) fn open_writer(path: &Path) -> Result<rusqlite::Connection> {
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
-
-/// The write-ahead log's length, in pages, past which a connection that
-/// commits checkpoints it (SQLite's default is 1,000), on every connection
-/// that writes (decision 0081). A checkpoint copies the newest frame of each
-/// page to the database file, between one batch's commit and the next
-/// batch's begin: four times fewer of them copy the hot pages (the tables'
-/// last pages, the indexes' upper levels, the agents' rows) four times
-/// fewer times. 4,000 frames still fit the first of the log's index hash
-/// tables (4,096 frames each), which a reader searches for every page.
-pub(crate) const WAL_PAGES: i64 = 4000;
 
 /// How the committer and the background writer wait for the write lock
 /// another connection holds: `attempt` counts the waits so far. SQLite's own busy timeout sleeps 1, 2, 5, 10 … 100 ms
