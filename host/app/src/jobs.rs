@@ -156,14 +156,11 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
     // A host without it tries every round, to take over within one.
     let held = runs.lease_renewed.is_some_and(|at| now >= at && now - at < lease / LEASE_RENEWALS);
     if !held {
+        runs.lease_renewed = None;
         match services.store.acquire_log_lease(host_id, now, lease).await {
             Ok(true) => runs.lease_renewed = Some(now),
-            Ok(false) => {
-                runs.lease_renewed = None;
-                return false;
-            }
+            Ok(false) => return false,
             Err(error) => {
-                runs.lease_renewed = None;
                 tracing::warn!(error = %error, "the lease could not be taken");
                 return false;
             }
