@@ -1070,7 +1070,7 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
             }
         }
     };
-    let pool = pool_options(16).connect_with(options.clone()).await.classified()?;
+    let pool = pool_options(ORDINARY_CONNECTIONS).connect_with(options.clone()).await.classified()?;
     migrate!(postgres_migrator(), &pool, "select to_regclass('_sqlx_migrations') is not null");
     let hot = pool_options(HOT_CONNECTIONS).connect_lazy_with(hot_pool_options(options));
     // A server (or a pooler in front of it) may refuse the hot pool's
@@ -1103,6 +1103,11 @@ const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 /// [`KEPT_AT_MOST`]) need not wait for it. (Nine in flight at most since
 /// one reader task reads, not two; the five to spare were kept.)
 const HOT_CONNECTIONS: u32 = 14;
+
+/// The most connections a host's ordinary pool opens to the primary
+/// (besides the hot path's [`HOT_CONNECTIONS`]); the deployment manual's
+/// sizing of `max_connections` is their sum per host.
+const ORDINARY_CONNECTIONS: u32 = 16;
 
 /// How the hot path's connections are set up. Its statements have one text
 /// each whatever their number of rows (array parameters), and each is a
@@ -1212,6 +1217,20 @@ pub async fn connect_postgres_as_is(url: &str) -> Result<Db<Postgres>> {
 mod tests {
     use super::{Array, Bind, Value, sql};
     use uuid::Uuid;
+
+    /// The deployment manual sizes the primary's `max_connections` from the
+    /// connections each host opens at most: its formula follows the pools.
+    #[test]
+    fn the_manual_sizes_connections_as_the_pools_open_them() {
+        let manual = include_str!("../../../docs/deployment.md");
+        let per_host = super::ORDINARY_CONNECTIONS + super::HOT_CONNECTIONS;
+        let formula = format!("    {per_host} × N + superuser_reserved_connections");
+        assert!(manual.contains(&formula), "docs/deployment.md sizes max_connections with `{formula}`");
+        let parts = format!("at most {} connections to the primary", super::ORDINARY_CONNECTIONS);
+        assert!(manual.contains(&parts), "docs/deployment.md says `{parts}`");
+        let hot = format!("and {} for the hot path's", super::HOT_CONNECTIONS);
+        assert!(manual.contains(&hot), "docs/deployment.md says `{hot}`");
+    }
 
     /// The embedded migrators hold what sqlx itself resolves from the folders
     /// (as `sqlx::migrate!` did): every file, with its version, description,
