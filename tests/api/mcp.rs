@@ -15,6 +15,7 @@ both_backends!(
     malformed_mcp_requests_get_clear_refusals_never_5xx,
     initialize_agrees_on_the_current_and_the_previous_protocol_version,
     every_tool_reaches_its_success_path_paying_where_it_costs,
+    a_confirmation_over_mcp_reads_its_agent_with_its_record,
 );
 
 async fn the_official_mcp_client_lists_registers_declares_and_reads(backend: Backend) {
@@ -53,6 +54,49 @@ async fn tool(t: &TestServer, name: &str, arguments: Value) -> Value {
     let result = body["result"].clone();
     assert_ne!(result["isError"], json!(true), "{name}: {body}");
     result["structuredContent"].clone()
+}
+
+/// How many statements the store has run that read the `agent` table alone
+/// (a token's lookup).
+async fn agent_reads(t: &TestServer) -> f64 {
+    let series = r#"anchor_store_statement_duration_seconds_count{operation="select",table="agent"} "#;
+    let metrics = t.get("/metrics", None).await.text;
+    metrics.lines().find_map(|line| line.strip_prefix(series)).map_or(0.0, |n| n.parse().expect("a count"))
+}
+
+/// A confirmation over MCP reads its agent beside its record, in one read,
+/// as the REST route does: no lookup of the token of its own.
+async fn a_confirmation_over_mcp_reads_its_agent_with_its_record(backend: Backend) {
+    let t = TestServer::with(backend, Options { jobs: false, ..Default::default() }).await;
+    let agent = t.register().await;
+    let over_rest = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+    let over_mcp = t.create(&agent, json!({ "ee_preset": "EE_basic" })).await;
+    let before = agent_reads(&t).await;
+    let confirmed = t.confirm(&agent, over_rest["dd_id"].as_str().unwrap()).await;
+    assert_eq!(confirmed.status.as_u16(), 200, "{}", confirmed.text);
+    let after_rest = agent_reads(&t).await;
+    let answer = tool(&t, "confirm_decision", json!({ "auth_token": agent.token, "dd_id": over_mcp["dd_id"] })).await;
+    assert_eq!(answer["dd_id"], over_mcp["dd_id"], "{answer}");
+    let after_mcp = agent_reads(&t).await;
+    assert_eq!((after_rest - before, after_mcp - after_rest), (0.0, 0.0), "token lookups of their own: REST, then MCP");
+    // A token that is not the agent's is still refused, and a dd_id that
+    // does not read still gets its own refusal once the token is known.
+    let reply = |arguments: Value| {
+        let t = &t;
+        async move {
+            let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "confirm_decision", "arguments": arguments } });
+            let reply =
+                t.http.post(t.url("/mcp")).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
+            reply.json::<Value>().await.expect("JSON-RPC answer")
+        }
+    };
+    let foreign = reply(json!({ "auth_token": "da_not_a_token", "dd_id": over_mcp["dd_id"] })).await;
+    assert_eq!(foreign["result"]["isError"], json!(true), "{foreign}");
+    assert!(foreign.to_string().contains("INVALID_TOKEN"), "a refused token: {foreign}");
+    let unreadable = reply(json!({ "auth_token": agent.token, "dd_id": "not-a-uuid" })).await;
+    assert_eq!(unreadable["result"]["isError"], json!(true), "{unreadable}");
+    let text = unreadable.to_string();
+    assert!(!text.contains("INVALID_TOKEN") && text.contains("dd_id"), "the token is good; the dd_id is what is refused: {text}");
 }
 
 /// `value` without what differs between two records by nature: their ids,

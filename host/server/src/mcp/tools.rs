@@ -9,7 +9,6 @@ use serde_json::{Map, Value, json};
 
 use anchor_app::charge::Offered;
 use anchor_app::declarations::Form;
-use anchor_domain::records::AgentRecord;
 
 use crate::areas::{account, agents, ara, bilateral, declarations, discovery, dur, earned, ise, sdac, tsl};
 use crate::error::{ApiError, AuthFailure};
@@ -79,18 +78,29 @@ pub async fn call(
         "submit_feedback" => return submit_feedback(state, arguments).await,
         _ => {}
     }
-    let agent = authenticate(state, &mut arguments, bearer).await?;
+    let token = token_of(state, &mut arguments, bearer)?;
+    if tool == "confirm_decision" {
+        // The token and the declaration in one read, as the REST route reads
+        // them; an argument that does not read is refused after the token.
+        let dd_id = uuid_argument(&arguments, "dd_id");
+        let (agent, read) = match &dd_id {
+            Ok(dd_id) => anchor_app::declarations::authenticate_to_confirm(&state.app, &token, *dd_id).await?,
+            Err(_) => (anchor_app::agents::authenticate(&state.app, &token).await?, None),
+        };
+        let agent = agent.ok_or_else(|| unauthorized(state, AuthFailure::InvalidToken))?;
+        let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id?, read).await?;
+        let answer = paid((confirmed, settlement))?;
+        return Ok(Answer { settled_at: Some(settled_at.0), ..answer });
+    }
+    let agent = match anchor_app::agents::authenticate(&state.app, &token).await? {
+        Some(agent) => agent,
+        None => return Err(unauthorized(state, AuthFailure::InvalidToken)),
+    };
     match tool {
         "create_decision" => {
             let offered = offer(&mut arguments);
             let request = create_request(arguments);
             body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?, Form::Flat, trace).await?)
-        }
-        "confirm_decision" => {
-            let dd_id = uuid_argument(&arguments, "dd_id")?;
-            let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id, None).await?;
-            let answer = paid((confirmed, settlement))?;
-            Ok(Answer { settled_at: Some(settled_at.0), ..answer })
         }
         "get_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
@@ -183,16 +193,17 @@ fn read<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> Result
 
 /// The agent an `auth_token` argument (which wins) or the MCP request's
 /// bearer token names.
-async fn authenticate(state: &AppState, arguments: &mut Map<String, Value>, bearer: Option<String>) -> Result<AgentRecord, Failure> {
-    let fail = |failure| Failure::Refused(ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() });
-    let token = match arguments.remove("auth_token") {
-        Some(Value::String(token)) => token,
-        _ => bearer.ok_or_else(|| fail(AuthFailure::Missing))?,
-    };
-    match anchor_app::agents::authenticate(&state.app, token.trim()).await? {
-        Some(agent) => Ok(agent),
-        None => Err(fail(AuthFailure::InvalidToken)),
+/// The agent's token: the `auth_token` argument, else the MCP request's
+/// bearer credential (trimmed).
+fn token_of(state: &AppState, arguments: &mut Map<String, Value>, bearer: Option<String>) -> Result<String, Failure> {
+    match arguments.remove("auth_token") {
+        Some(Value::String(token)) => Ok(token.trim().to_string()),
+        _ => bearer.map(|token| token.trim().to_string()).ok_or_else(|| unauthorized(state, AuthFailure::Missing)),
     }
+}
+
+fn unauthorized(state: &AppState, failure: AuthFailure) -> Failure {
+    Failure::Refused(ApiError::Unauthorized { failure, base_url: state.settings.config.public_url.clone() })
 }
 
 /// The payment a `payment_signature` argument carries (what a
