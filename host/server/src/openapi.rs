@@ -262,6 +262,7 @@ fn common_responses(error: &Value) -> Value {
         "CrossSite": error("A request that changes the owner's state was sent by another site (its Origin or Sec-Fetch-Site), or by a browser without the session's X-CSRF-Token. Code: CSRF_REJECTED."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
         "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
+        "UnsupportedMediaType": error("The body is sent as another media type than JSON (its Content-Type is neither application/json nor a +json type), so it is not read: a browser sends text/plain and forms across origins without asking first. Code: UNSUPPORTED_MEDIA_TYPE."),
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
         "RateLimited": error("Too many requests from this client in the window; RateLimit-* and Retry-After say when to retry (RATE_LIMITED), or too many connections open from this client at once (TOO_MANY_CONNECTIONS). Codes: RATE_LIMITED, TOO_MANY_CONNECTIONS."),
@@ -379,10 +380,11 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         }
         // What any operation may answer before its handler runs: refusals of
         // the request's form (400 when it has input to refuse), its origin
-        // (403 on the owner's writes), its size (413, 414, 431), its pace
-        // (408, 429); and what any may answer while the database is away
-        // (503). Where the operation documents that status itself, the
-        // shared refusals are added to its description.
+        // (403 on the owner's writes), its size (413, 414, 431), its media
+        // type (415 where the body is JSON), its pace (408, 429); and what
+        // any may answer while the database is away (503). Where the
+        // operation documents that status itself, the shared refusals are
+        // added to its description.
         // A body is refused by its size or pace even where none is expected.
         let has_input = operation.request.is_some() || !operation.parameters.is_empty();
         // What the pricing generation prices (anything paid, and what quotes or counts a price).
@@ -396,6 +398,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
             ("403", "CrossSite", owner_write),
             ("408", "RequestTimeout", true),
             ("413", "PayloadTooLarge", true),
+            ("415", "UnsupportedMediaType", operation.request.is_some() && operation.request_media == "application/json"),
             ("414", "UriTooLong", true),
             ("429", "RateLimited", true),
             ("431", "HeadersTooLarge", true),
