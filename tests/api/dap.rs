@@ -251,6 +251,9 @@ async fn csrf_is_refused_for_browser_requests(backend: Backend) {
         vec![("cookie", cookie), ("origin", ours)],
         vec![("cookie", cookie), ("origin", ours), ("x-csrf-token", "0000")],
         vec![("cookie", cookie), ("sec-fetch-site", "same-origin")],
+        // A client with no browser headers needs no token, but one it sends
+        // must be the session's.
+        vec![("cookie", cookie), ("x-csrf-token", "0000")],
     ] {
         let reply = t.call_with("PUT", "/dap/dab/set", &headers, Some(&body)).await;
         assert_eq!((reply.status.as_u16(), reply.json["error_code"].as_str()), (403, Some("CSRF_REJECTED")), "{headers:?}: {}", reply.text);

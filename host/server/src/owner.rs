@@ -11,8 +11,9 @@
 //!   also send `X-CSRF-Token`, a value derived from the session secret and
 //!   handed out at login and by `GET /dap/account/me`. Clients that are not
 //!   browsers send neither header and need no token: no other site can make
-//!   them send a request. SameSite=Strict keeps the cookie off cross-site
-//!   requests in the first place.
+//!   them send a request; a token they send anyway must be the session's.
+//!   SameSite=Strict keeps the cookie off cross-site requests in the first
+//!   place.
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -105,8 +106,11 @@ impl FromRequestParts<AppState> for AuthOwner {
             return Err(owner_unauthorized("the session has ended or never existed; sign in again with POST /dap/login"));
         };
         let csrf = sessions::csrf_token(&secret);
-        if is_state_changing(&parts.method) && from_browser(&parts.headers) {
-            let sent = parts.headers.get(CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or_default();
+        // A token sent is checked even where none is needed: a wrong one is
+        // a mistake (or a guess) the client should hear of.
+        let sent = parts.headers.get(CSRF_HEADER);
+        if is_state_changing(&parts.method) && (from_browser(&parts.headers) || sent.is_some()) {
+            let sent = sent.map(HeaderValue::as_bytes).unwrap_or_default();
             if !bool::from(sent.ct_eq(csrf.as_bytes())) {
                 return Err(ApiError::forbidden(
                     "CSRF_REJECTED",
