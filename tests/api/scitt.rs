@@ -152,6 +152,11 @@ async fn statements_outside_the_policy_are_refused_with_their_titles(backend: Ba
     let refused =
         |title: &'static str, code: &'static str| move |got: (u16, String, String)| assert_eq!(got, (400, title.into(), code.into()));
 
+    // A receipt key no kid names is refused as the registration's refusals
+    // are, its code beside its title.
+    let no_key = t.http.get(t.url("/.well-known/scitt-keys/AAAA")).send().await.unwrap();
+    assert_eq!(problem(no_key).await, (404, "No such key".into(), "NOT_FOUND".into()));
+
     // Not COSE at all, or sent as something else.
     let json = post_entry(&t, "application/json", b"{}".to_vec()).await;
     assert_eq!(problem(json).await, (415, "Unsupported Media Type".into(), "UNSUPPORTED_MEDIA_TYPE".into()));

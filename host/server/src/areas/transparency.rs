@@ -107,7 +107,11 @@ pub fn operations() -> Vec<Operation> {
             .extension()
             .path::<String>("kid")
             .ok_media(200, "The COSE_Key (CBOR)", "application/cbor")
-            .ok_media(404, "No key has this kid: concise problem details (RFC 9290)", "application/concise-problem-details+cbor"),
+            .ok_media(
+                404,
+                "No key has this kid: concise problem details (RFC 9290) with the code NOT_FOUND",
+                "application/concise-problem-details+cbor",
+            ),
         op(Method::GET, "/v1/log/checkpoint", get(latest_checkpoint))
             .tag("Log")
             .summary("The latest signed checkpoint (C2SP tlog-checkpoint, signed note)")
@@ -233,7 +237,7 @@ async fn receipt_key(State(state): State<AppState>, ApiPath(kid): ApiPath<String
     match keys.into_iter().find(|k| wanted.as_deref() == Some(k.thumbprint().as_slice())) {
         Some(key) => Ok(cbor(key.cose_key(), "application/cbor")),
         None => {
-            let problem = anchor_verify::cose::problem("No such key", "No key could be found for this kid value");
+            let problem = anchor_verify::cose::coded_problem("No such key", "No key could be found for this kid value", "NOT_FOUND");
             let mut response = cbor(problem, "application/concise-problem-details+cbor");
             *response.status_mut() = StatusCode::NOT_FOUND;
             Ok(response)
