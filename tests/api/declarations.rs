@@ -19,6 +19,7 @@ anchor_tests::both_backends!(
     template_rules_and_classification_keys,
     premium_payment_sources_are_never_ignored,
     what_a_client_sends_is_read_and_what_the_service_says_is_true,
+    a_scale_value_is_kept_as_written_but_its_exponent,
 );
 
 async fn register_create_confirm_detail(backend: Backend) {
@@ -134,6 +135,30 @@ async fn integrity_hash_follows_the_documented_encoding(backend: Backend) {
         encoding.push_str(&format!("{key}={value}\n"));
     }
     assert_eq!(hash, format!("sha256:{}", hex::encode(Sha256::digest(encoding.as_bytes()))));
+}
+
+/// `template.decision_scale_value` keeps the digits, point and sign the
+/// client wrote (the integrity hash covers that text, not a float's
+/// rounding of it); an exponent is kept as `e` with its sign, as JSON
+/// encoders write it, whatever its case or sign were. The record's answers
+/// show the text kept, which the hash covers.
+async fn a_scale_value_is_kept_as_written_but_its_exponent(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    for (written, kept) in [("1.50", "1.50"), ("18446744073709551616", "18446744073709551616"), ("1E2", "1e+2"), ("2.5e-3", "2.5e-3")] {
+        let mut body = create_body(json!({ "ee_preset": "EE_basic" }));
+        body["content_inclusion_flag"] = json!(1);
+        body["template"] = json!({ "decision_class": "payment", "decision_scale_value": "SCALE" });
+        let text = body.to_string().replace("\"SCALE\"", written);
+        let reply = t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(text);
+        let reply = reply.send().await.unwrap();
+        assert_eq!(reply.status().as_u16(), 201, "{written}");
+        let created: Value = reply.json().await.unwrap();
+        let dd_id = created["dd_id"].as_str().unwrap();
+        let detail = t.get(&format!("/v1/dd/{dd_id}"), Some(&agent.token)).await;
+        let template = &detail.json["dd"]["template"];
+        assert_eq!(template["decision_scale_value"].to_string(), kept, "{written}: {template}");
+    }
 }
 
 async fn reusing_a_request_id_returns_the_earlier_result(backend: Backend) {

@@ -140,7 +140,10 @@ impl<'de> Deserialize<'de> for Flag {
 #[schemars(extend("minProperties" = 1))]
 pub(crate) struct TemplateInput {
     pub(crate) decision_class: Option<Named<template::DecisionClass>>,
-    /// Kept exactly as sent (the integrity hash covers its JSON text).
+    /// Kept as written, digits, point and sign (the integrity hash covers
+    /// its JSON text, not a float's rounding of it), but for an exponent,
+    /// kept as `e` and its sign as JSON encoders write it (`1E2` is kept as
+    /// `1e+2`); the record's answers show the text the hash covers.
     pub(crate) decision_scale_value: Option<serde_json::Number>,
     pub(crate) target_class: Option<Named<template::TargetClass>>,
     #[schemars(length(max = template::CALL_CHAIN_MAX), inner(pattern(template::CALL_CHAIN_PATTERN)))]
