@@ -444,6 +444,8 @@ async fn what_a_client_sends_is_read_and_what_the_service_says_is_true(backend: 
     let created = t.post("/v1/dd/create", Some(&agent.token), &body).await;
     assert_eq!(created.status.as_u16(), 201, "{}", created.text);
     assert_eq!(created.json["content_inclusion_flag"], json!(0));
+    let named = created.headers.get("anchor-ignored-fields").map(|v| v.to_str().unwrap());
+    assert_eq!(named, Some("template"), "a template the flag 0 leaves out is named, as unknown keys are");
     let dd_id = created.json["dd_id"].as_str().unwrap();
     let stored = format!(
         "select count(*) from declaration where dd_id = {} and tpl_decision_class is null and tpl_decision_scale_value is null",

@@ -202,6 +202,12 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> 
     }
 }
 
+/// Names `key` among the body keys the answer says were left out (a key the
+/// request's type defines but that this request's other values make moot).
+pub fn left_out(key: &str) {
+    let _ = IGNORED_FIELDS.try_with(|cell| cell.borrow_mut().push(key.to_string()));
+}
+
 tokio::task_local! {
     /// The body keys the request's type left out, for the answer's
     /// [`IGNORED_FIELDS_HEADER`] (scoped per request by `http::observe`).

@@ -850,7 +850,7 @@ pub fn operations() -> Vec<Operation> {
         op(Method::POST, "/v1/dd/create", post(create))
             .tag("DD")
             .summary("Declare a decision with its accountability scope")
-            .describe("Records the declaration's metadata, prices its EE with the active pricing generation and pays it from Trial while Trial lasts. Trial pays a declaration whole or not at all: when what is left of it covers the base fee but not the premium, the answer is 402 for the whole price, unless premium_payment_source is external (Trial then pays the base fee and x402 the premium) or earned. Reusing a request_id returns the earlier result. When nothing can pay, answers 402 with an x402 challenge. A template is read only with content_inclusion_flag 1 (branch 1); with the flag 0 (branch 0, the decision fact only) a template sent is ignored and not stored. context (sent by the published SDK) is accepted and dropped: it may carry decision content, which this service never stores. A traceparent header (W3C trace context of the run that made the decision), sent once and well-formed, links the record: its salt commits to the trace id (the id itself is not stored), the answer carries trace_key, and the receipt lets whoever holds the trace id prove the link (anchor verify --trace-id); a missing or malformed one leaves the record unlinked.")
+            .describe("Records the declaration's metadata, prices its EE with the active pricing generation and pays it from Trial while Trial lasts. Trial pays a declaration whole or not at all: when what is left of it covers the base fee but not the premium, the answer is 402 for the whole price, unless premium_payment_source is external (Trial then pays the base fee and x402 the premium) or earned. Reusing a request_id returns the earlier result. When nothing can pay, answers 402 with an x402 challenge. A template is read only with content_inclusion_flag 1 (branch 1); with the flag 0 (branch 0, the decision fact only) a template sent is ignored, not stored, and named in the Anchor-Ignored-Fields header. context (sent by the published SDK) is accepted and dropped: it may carry decision content, which this service never stores. A traceparent header (W3C trace context of the run that made the decision), sent once and well-formed, links the record: its salt commits to the trace id (the id itself is not stored), the answer carries trace_key, and the receipt lets whoever holds the trace id prove the link (anchor verify --trace-id); a missing or malformed one leaves the record unlinked.")
             .agent()
             .takes::<CreateRequest>(json!({
                 "request_id": "00000000-0000-4000-8000-000000000000",
@@ -938,6 +938,12 @@ async fn create(
     TraceParent(trace): TraceParent,
     Body(request): Body<CreateRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateResponse>)> {
+    // A template is read only with content_inclusion_flag 1: one sent with
+    // the flag 0 is left out, and named as the keys the body's type does not
+    // define are (decision 0061).
+    if request.template.is_some() && request.content_inclusion_flag.as_ref().is_none_or(|f| f.0 != 1) {
+        crate::extract::left_out("template");
+    }
     Ok((StatusCode::CREATED, Json(create_decision(&state, &agent, offered, request, anchor_app::declarations::Form::Nested, trace).await?)))
 }
 
