@@ -2171,7 +2171,7 @@ class TemplateInput(BaseModel):
     ) = None
     decision_scale_value: float | None = Field(
         None,
-        description='Kept exactly as sent (the integrity hash covers its JSON text).',
+        description="Kept as written, digits, point and sign (the integrity hash covers\nits JSON text, not a float's rounding of it), but for an exponent,\nkept as `e` and its sign as JSON encoders write it (`1E2` is kept as\n`1e+2`); the record's answers show the text the hash covers.",
     )
     target_class: (
         Literal[
