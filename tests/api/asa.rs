@@ -11,7 +11,12 @@ use anchor_x402::settlement::Settled;
 use chrono::Duration;
 use serde_json::{Value, json};
 
-both_backends!(periods_states_and_snapshots, earned_periods_the_owner_and_parallel_purchases, a_purchase_settles_once_or_not_at_all);
+both_backends!(
+    periods_states_and_snapshots,
+    earned_periods_the_owner_and_parallel_purchases,
+    a_purchase_settles_once_or_not_at_all,
+    one_payment_sent_many_times_at_once_is_charged_once_and_never_refused_as_unpaid,
+);
 
 const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
@@ -229,4 +234,41 @@ async fn a_purchase_settles_once_or_not_at_all(backend: Backend) {
     assert_eq!(t.get("/v1/asa/subscription", Some(&agent.token)).await.json["periods"], json!(2));
     let cancelled = t.call("DELETE", "/v1/asa/subscribe", Some(&agent.token), None).await;
     assert_eq!(cancelled.status.as_u16(), 200, "{}", cancelled.text);
+}
+
+/// The same signed payment sent several times at once by its agent (a client
+/// retrying before the first answer came): one subscription, one charge,
+/// and no answer saying the payment failed (402), since it did not; the
+/// others say the same payment was sent before (409). The same payment sent
+/// by another agent is a replay, refused as one.
+async fn one_payment_sent_many_times_at_once_is_charged_once_and_never_refused_as_unpaid(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let (agent, other) = (t.register().await, t.register().await);
+    let bearer = format!("Bearer {}", agent.token);
+    let body = json!({ "periods": 1 });
+    let challenge = challenge_of(&t.call_with("POST", "/v1/asa/subscribe", &[("authorization", &bearer)], Some(&body)).await);
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let headers = [("authorization", bearer.as_str()), ("payment-signature", payment.as_str())];
+    let replies = futures_util::future::join_all((0..12).map(|_| t.call_with("POST", "/v1/asa/subscribe", &headers, Some(&body)))).await;
+    let answers: Vec<(u16, String)> =
+        replies.iter().map(|r| (r.status.as_u16(), r.json["error_code"].as_str().unwrap_or_default().to_string())).collect();
+    assert_eq!(answers.iter().filter(|(status, _)| *status == 201).count(), 1, "{answers:?}");
+    assert!(
+        answers.iter().all(
+            |(status, code)| *status == 201 || (*status == 409 && ["DUPLICATE_REQUEST", "ALREADY_SUBSCRIBED"].contains(&code.as_str()))
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(t.scalar("select count(*) from asa_subscription").await, 1);
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, 1, "one payment reserved and settled");
+    let usage =
+        t.strings("select cost_component || ':' || payment_source from usage_entry where subject_domain = 'asa_subscription'").await;
+    assert_eq!(usage, ["asa_subscribe:external"]);
+    // Another agent sending that payment replays it: refused as a used nonce.
+    let other_bearer = format!("Bearer {}", other.token);
+    let replayed =
+        t.call_with("POST", "/v1/asa/subscribe", &[("authorization", &other_bearer), ("payment-signature", &payment)], Some(&body)).await;
+    assert_eq!(replayed.status.as_u16(), 402, "{}", replayed.text);
+    assert!(replayed.text.contains("nonce"), "{}", replayed.text);
+    assert_eq!(t.scalar("select count(*) from asa_subscription").await, 1);
 }

@@ -635,7 +635,20 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
                     message: "the same purchase is being made or was made already; nothing was charged".into(),
                 });
             }
-            Reservation::NonceUsed => return Err(required(Some(Reason::NonceUsed.as_str().into()))),
+            // The same payment sent again by its agent (a retry, or one
+            // request sent twice at once) is not a replay: told so, and
+            // charged once, for the request that reserved it.
+            Reservation::NonceUsed => {
+                if sent_before(services, &payment, order.agent_id).await? {
+                    return Err(AppError::Conflict {
+                        code: "DUPLICATE_REQUEST",
+                        message: "this agent sent this payment before, for a request being completed or completed already: \
+                                  it is charged once, and not again for this one"
+                            .into(),
+                    });
+                }
+                return Err(required(Some(Reason::NonceUsed.as_str().into())));
+            }
             Reservation::DabReached { limit, spent } => return Err(dab_reached(limit, spent, amount, resets)),
             Reservation::EarnedShort { balance } => return Err(short(balance)),
             Reservation::SubjectClosed => {
@@ -706,6 +719,14 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             )))
         }
     }
+}
+
+/// Whether the payment whose authorization is reserved already is this one,
+/// sent before by the same agent (the payload exactly as it was received):
+/// a retry or a duplicate of one request, not another's replay.
+async fn sent_before(services: &Services, payment: &NewPayment, agent_id: Uuid) -> AppResult<bool> {
+    let earlier = services.store.payment_with_nonce(&payment.network, &payment.asset, &payment.payer, &payment.nonce).await?;
+    Ok(earlier.is_some_and(|earlier| earlier.agent_id == agent_id && earlier.payload == payment.payload))
 }
 
 /// An order Earned DAC pays whole: the commit debits it under the agent's

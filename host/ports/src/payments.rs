@@ -106,6 +106,9 @@ pub trait PaymentStore: Send + Sync {
     async fn end_payment(&self, payment_id: Uuid, status: PaymentStatus, reason: &str, now: DateTime<Utc>) -> Result<bool>;
     /// One payment row, with its history.
     async fn payment(&self, payment_id: Uuid) -> Result<Option<PaymentRecord>>;
+    /// The payment that reserved an authorization (its network, asset, payer
+    /// and nonce, which one payment holds at most), with its history.
+    async fn payment_with_nonce(&self, network: &str, asset: &str, payer: &str, nonce: &str) -> Result<Option<PaymentRecord>>;
     /// Ends an unconfirmed, externally paid declaration's payment without
     /// settling it: the declaration becomes `declaration_status` (`released`,
     /// `failed`) and can never be confirmed; the payment becomes

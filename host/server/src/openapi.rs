@@ -262,6 +262,7 @@ fn common_responses(error: &Value) -> Value {
         "CrossSite": error("A request that changes the owner's state was sent by another site (its Origin or Sec-Fetch-Site), or by a browser without the session's X-CSRF-Token. Code: CSRF_REJECTED."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
         "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
+        "PaymentSentBefore": error("This agent sent the same payment (PAYMENT-SIGNATURE) before, for a request being completed or completed already: it is charged once, and not again for this one. Code: DUPLICATE_REQUEST."),
         "UnsupportedMediaType": error("The body is sent as another media type than JSON (its Content-Type is neither application/json nor a +json type), so it is not read: a browser sends text/plain and forms across origins without asking first. Code: UNSUPPORTED_MEDIA_TYPE."),
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),
@@ -393,10 +394,18 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
                 .iter()
                 .any(|p| operation.path.starts_with(p));
         let owner_write = operation.path.starts_with("/dap/") && operation.method != Method::GET && operation.method != Method::HEAD;
+        // A route whose x402 payment settles within the request (every paid
+        // route but a declaration's, which settles with its confirmation).
+        let settles_inline = anchor_app::catalog::PAID_ROUTES.iter().any(|paid| {
+            paid.route.method == operation.method.as_str()
+                && paid.route.path == operation.path
+                && paid.price != anchor_app::catalog::PriceSource::DeclarationQuote
+        });
         for (status, name, applies) in [
             ("400", "BadRequest", has_input),
             ("403", "CrossSite", owner_write),
             ("408", "RequestTimeout", true),
+            ("409", "PaymentSentBefore", settles_inline),
             ("413", "PayloadTooLarge", true),
             ("415", "UnsupportedMediaType", operation.request.is_some() && operation.request_media == "application/json"),
             ("414", "UriTooLong", true),

@@ -212,6 +212,18 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
         read_payment(&mut self.db(), Key::Payment(payment_id)).await
     }
 
+    async fn payment_with_nonce(&self, network: &str, asset: &str, payer: &str, nonce: &str) -> Result<Option<PaymentRecord>> {
+        let query = sql(format!(
+            "select {PAYMENT_COLUMNS} from x402_payment p {PAYMENT_EVENTS} \
+             where p.network = $1 and p.asset = $2 and p.payer = $3 and p.nonce = $4 order by p.payment_id, {PAYMENT_EVENT_ORDER}"
+        ))
+        .bind(network)
+        .bind(asset)
+        .bind(payer)
+        .bind(nonce);
+        first_payment(&self.db().fetch_all(query).await?)
+    }
+
     async fn close_payment(
         &self,
         dd_id: Uuid,
@@ -426,9 +438,15 @@ pub(crate) async fn reserve<X: Exec>(
     now: DateTime<Utc>,
 ) -> Result<Reservation> {
     // On PostgreSQL the agent row's lock makes concurrent payments of one
-    // agent count one after another; SQLite has a single writer.
-    let own: Option<i64> =
-        tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{for_update}")).bind(agent_id)).await?;
+    // agent count one after another; SQLite has a single writer. The lock is
+    // `for no key update`, as the batched paid creates' is: it excludes the
+    // other writes of the agent's spending but not another transaction's
+    // foreign keys to the agent (a settlement's usage rows), which only share
+    // the row. With `for update`, a settlement waiting for it while this
+    // reservation waited for the settlement's payment row (the same nonce,
+    // sent again at once) was a deadlock, answered 503.
+    let lock = if for_update.is_empty() { "" } else { " for no key update" };
+    let own: Option<i64> = tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{lock}")).bind(agent_id)).await?;
     // A stay or an sDAC session closed since it was priced takes no payment.
     // Its closes lock the agent's row too, so one committed before the lock
     // above is seen here, and one after it finds this payment live.
