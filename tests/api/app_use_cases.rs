@@ -228,11 +228,12 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     assert_eq!(services.priced_by().sha256, services.pricing.generation().sha256);
     assert_eq!(services.priced_by().sha256.len(), 64);
 
-    // The same authorization again: refused before anything is written or settled.
+    // The same authorization again, from its agent: a duplicate of the paid
+    // request (decision 0082; another agent's would be a replay, 402),
+    // refused before anything is written or settled.
     let second = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
-    let replayed = charge::charge(&services, order(second, Offered::Payload(payload.into())), &observe).await.unwrap_err();
-    let AppError::PaymentRequired(required) = replayed else { panic!("expected a challenge, got {replayed:?}") };
-    assert_eq!(required.reason.as_deref(), Some("invalid_exact_evm_nonce_already_used"));
+    let again = charge::charge(&services, order(second, Offered::Payload(payload.into())), &observe).await.unwrap_err();
+    assert!(matches!(again, AppError::Conflict { code: "DUPLICATE_REQUEST", .. }), "expected a duplicate, got {again:?}");
 
     // Settlement refused: the payment ends, nothing is recorded, the commit never runs.
     settler.0.lock().unwrap().push(Settled::No { reason: "insufficient_funds".into() });
