@@ -104,10 +104,12 @@ test("a paid observation raises PaymentRequiredError, and the payment sent in X-
   assert.equal(answer.dac_charged, 1, JSON.stringify(answer));
   assert.ok(answer.agent_count >= 10, JSON.stringify(answer));
 
-  // The same payment does not buy a second answer.
+  // The same payment does not buy a second answer, nor is the agent asked to
+  // pay again for it: its own payment sent again is a duplicate (409
+  // DUPLICATE_REQUEST, decision 0082), not a challenge a wrapped fetch would pay.
   await assert.rejects(
     sdk._req(required.method, required.path, { headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) } }),
-    (err) => err instanceof PaymentRequiredError,
+    (err) => err.status === 409 && !(err instanceof PaymentRequiredError),
   );
 });
 
