@@ -59,9 +59,7 @@ async fn tool(t: &TestServer, name: &str, arguments: Value) -> Value {
 /// How many statements the store has run that read the `agent` table alone
 /// (a token's lookup).
 async fn agent_reads(t: &TestServer) -> f64 {
-    let series = r#"anchor_store_statement_duration_seconds_count{operation="select",table="agent"} "#;
-    let metrics = t.get("/metrics", None).await.text;
-    metrics.lines().find_map(|line| line.strip_prefix(series)).map_or(0.0, |n| n.parse().expect("a count"))
+    t.statements_run("select", "agent").await
 }
 
 /// A confirmation over MCP reads its agent beside its record, in one read,

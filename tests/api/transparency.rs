@@ -51,9 +51,7 @@ async fn head_updates(t: &TestServer) -> f64 {
 
 /// How many update statements the store has run on `table`.
 async fn updates_of(t: &TestServer, table: &str) -> f64 {
-    let series = format!(r#"anchor_store_statement_duration_seconds_count{{operation="update",table="{table}"}} "#);
-    let metrics = t.get("/metrics", None).await.text;
-    metrics.lines().find_map(|line| line.strip_prefix(series.as_str())).map_or(0.0, |n| n.parse().expect("a count"))
+    t.statements_run("update", table).await
 }
 
 /// One round of the background jobs on host `host`.

@@ -470,6 +470,14 @@ impl TestServer {
         }
     }
 
+    /// How many statements of `operation` (select, update, …) on `table`
+    /// the store has run, as its metrics count them.
+    pub async fn statements_run(&self, operation: &str, table: &str) -> f64 {
+        let series = format!(r#"anchor_store_statement_duration_seconds_count{{operation="{operation}",table="{table}"}} "#);
+        let metrics = self.get("/metrics", None).await.text;
+        metrics.lines().find_map(|line| line.strip_prefix(series.as_str())).map_or(0.0, |n| n.parse().expect("a count"))
+    }
+
     /// A count (or any bigint) read directly from this server's database.
     pub async fn scalar(&self, query: &str) -> i64 {
         self.column::<i64>(query).await.into_iter().next().expect("scalar query returned no row")

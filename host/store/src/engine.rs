@@ -998,6 +998,15 @@ macro_rules! migrate {
     }};
 }
 
+/// The row lock to append to a statement where `for_update` (the engine's
+/// [`Engine::for_update`]) would be: on PostgreSQL `for no key update`,
+/// which excludes the row's other writers but not another transaction's
+/// foreign keys to it (they only share the row); none on SQLite, which has
+/// one writer.
+pub(crate) fn for_no_key_update(for_update: &str) -> &'static str {
+    if for_update.is_empty() { "" } else { " for no key update" }
+}
+
 /// The write-ahead log's length, in pages, past which a connection that
 /// commits checkpoints it (SQLite's default is 1,000), on every connection
 /// that writes (decision 0081). A checkpoint copies the newest frame of each

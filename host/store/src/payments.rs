@@ -445,7 +445,7 @@ pub(crate) async fn reserve<X: Exec>(
     // the row. With `for update`, a settlement waiting for it while this
     // reservation waited for the settlement's payment row (the same nonce,
     // sent again at once) was a deadlock, answered 503.
-    let lock = if for_update.is_empty() { "" } else { " for no key update" };
+    let lock = crate::engine::for_no_key_update(for_update);
     let own: Option<i64> = tx.scalar(sql(format!("select dab_limit_milli from agent where agent_id = $1{lock}")).bind(agent_id)).await?;
     // A stay or an sDAC session closed since it was priced takes no payment.
     // Its closes lock the agent's row too, so one committed before the lock

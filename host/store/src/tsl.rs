@@ -780,7 +780,7 @@ pub(crate) async fn lock_tool<X: Exec>(tx: &mut X, for_update: &str, tool_id: Uu
     // a run) are not held up by them, so a purchase that holds its buyer's
     // row can never wait in a circle with a transfer that moves the tool to
     // that buyer (tool, then agent).
-    let mode = if for_update.is_empty() { "" } else { " for no key update" };
+    let mode = crate::engine::for_no_key_update(for_update);
     let found: Option<Uuid> =
         tx.scalar_optional(sql(format!("select tool_id from tsl_tool where tool_id = $1{mode}")).bind(tool_id)).await?;
     found.map(|_| ()).ok_or_else(|| StoreError::NotFound("no row returned".into()))

@@ -191,8 +191,6 @@ fn read<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> Result
     Ok(crate::body::read(&Value::Object(arguments))?)
 }
 
-/// The agent an `auth_token` argument (which wins) or the MCP request's
-/// bearer token names.
 /// The agent's token: the `auth_token` argument, else the MCP request's
 /// bearer credential (trimmed).
 fn token_of(state: &AppState, arguments: &mut Map<String, Value>, bearer: Option<String>) -> Result<String, Failure> {
