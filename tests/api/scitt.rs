@@ -6,6 +6,7 @@
 
 use anchor_app::receipt_key::ReceiptKey;
 use anchor_app::scitt::{Issuer, Registry};
+use anchor_domain::Clock;
 use anchor_tests::*;
 use anchor_verify::statement::{parse_statement, sign_statement, verify_statement_receipt};
 use coset::cbor::value::Value as Cbor;
@@ -25,6 +26,19 @@ fn registry(key: &ReceiptKey) -> Registry {
 
 fn statement(key: &ReceiptKey, kid: &[u8], iss: &str, payload: &[u8]) -> Vec<u8> {
     sign_statement(iss, "pkg:demo/tool@1.2.3", Some("application/json"), payload, kid, |tbs| key.sign(tbs)).unwrap()
+}
+
+/// A statement whose CWT claims carry `claim` (4, exp; 5, nbf) at `at`.
+fn dated_statement(key: &ReceiptKey, kid: &[u8], claim: i64, at: i64) -> Vec<u8> {
+    let claims = Cbor::Map(vec![
+        (Cbor::Integer(1.into()), Cbor::Text(ISSUER.into())),
+        (Cbor::Integer(2.into()), Cbor::Text("pkg:demo/tool@1.2.3".into())),
+        (Cbor::Integer(claim.into()), Cbor::Integer(at.into())),
+    ]);
+    let protected = coset::HeaderBuilder::new().algorithm(coset::iana::Algorithm::ES256).key_id(kid.to_vec()).value(15, claims).build();
+    let message =
+        coset::CoseSign1Builder::new().protected(protected).payload(b"{}".to_vec()).create_signature(b"", |tbs| key.sign(tbs)).build();
+    message.to_tagged_vec().unwrap()
 }
 
 async fn post_entry(t: &TestServer, content_type: &str, body: Vec<u8>) -> reqwest::Response {
@@ -191,6 +205,11 @@ async fn statements_outside_the_policy_are_refused_with_their_titles(backend: Ba
     let mut changed = coset::CoseSign1::from_tagged_slice(&good).unwrap();
     changed.payload = Some(b"{\"x\":1}".to_vec());
     rejected(problem(post_entry(&t, "application/cose", changed.to_tagged_vec().unwrap()).await).await);
+    // Outside its CWT validity by the service's clock: expired (exp at or
+    // before now), or not valid yet (nbf after now).
+    let now = t.clock.now().timestamp();
+    rejected(problem(post_entry(&t, "application/cose", dated_statement(&issuer, &thumbprint, 4, now)).await).await);
+    rejected(problem(post_entry(&t, "application/cose", dated_statement(&issuer, &thumbprint, 5, now + 60)).await).await);
     // Issuer and subject with control characters, or empty.
     refused("Invalid Signed Statement", "STATEMENT_MALFORMED")(
         problem(post_entry(&t, "application/cose", statement(&issuer, &thumbprint, "https://issuer.example\0", b"{}")).await).await,
@@ -209,6 +228,17 @@ async fn statements_outside_the_policy_are_refused_with_their_titles(backend: Ba
     );
     // The statement signed under the key's thumbprint is accepted.
     assert_eq!(post_entry(&t, "application/cose", good).await.status().as_u16(), 303);
+    // One valid for a minute is accepted, and is still the same entry when
+    // sent again after it expired.
+    let expiring = dated_statement(&issuer, &thumbprint, 4, now + 60);
+    let first = post_entry(&t, "application/cose", expiring.clone()).await;
+    assert_eq!(first.status().as_u16(), 303);
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    t.clock.advance(chrono::Duration::seconds(61));
+    let again = post_entry(&t, "application/cose", expiring).await;
+    assert!(matches!(again.status().as_u16(), 201 | 303), "an entry registered while valid is not refused later: {}", again.status());
+    assert_eq!(again.headers()["location"].to_str().unwrap(), location);
+    assert_eq!(t.scalar("select count(*) from scitt_entry").await, 2, "the good statement and the expiring one, once");
 
     // A server with no issuer registers nothing.
     let closed = TestServer::start(backend).await;

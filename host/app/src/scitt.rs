@@ -8,7 +8,10 @@
 //!   and a subject in its protected header, and its payload attached;
 //! - its issuer is one the operator allows (`--scitt-issuer ISS=KEYFILE`),
 //!   and one of that issuer's keys, named by the statement's `kid` (the
-//!   key's RFC 9679 thumbprint, or the kid its COSE_Key carries), signed it.
+//!   key's RFC 9679 thumbprint, or the kid its COSE_Key carries), signed it;
+//! - its CWT `exp` (4), if it has one, is later than this service's clock,
+//!   and its `nbf` (5) not later (one registered while it was valid stays
+//!   the same entry).
 //!
 //! The payload is hashed into the statement's identity and never kept; the
 //! log keeps the issuer, the subject, the kid, the payload's content type
@@ -119,6 +122,19 @@ pub async fn register(services: &Services, key: &ReceiptKey, statement: &[u8]) -
     }
     let read = parse_statement(statement).map_err(refusal)?;
     check_signer(&services.scitt, &read)?;
+    let now = services.clock.now().timestamp();
+    let outside = match (read.expires_at, read.not_before) {
+        (Some(exp), _) if exp <= now => Some(format!("the statement expired (its CWT exp is {exp}, this service's clock {now})")),
+        (_, Some(nbf)) if nbf > now => Some(format!("the statement is not valid yet (its CWT nbf is {nbf}, this service's clock {now})")),
+        _ => None,
+    };
+    if let Some(why) = outside {
+        // Registered while it was valid: still the same entry.
+        if services.store.statement_entry(&read.entry_id).await?.is_some() {
+            return entry_status(services, key, &read.entry_id).await;
+        }
+        return Err(AppError::invalid(codes::REJECTED, why));
+    }
     let entry = StatementEntry {
         entry_id: read.entry_id,
         issuer: read.issuer.clone(),

@@ -48,6 +48,10 @@ pub struct SignedStatement {
     /// The payload's content type, when the protected header names one.
     pub content_type: Option<String>,
     pub payload_len: usize,
+    /// The CWT `exp` (4), seconds since 1970: not to be registered from then on.
+    pub expires_at: Option<i64>,
+    /// The CWT `nbf` (5), seconds since 1970: not to be registered before.
+    pub not_before: Option<i64>,
     /// SHA-256 of the statement without its unprotected header: the
     /// statement's identity in the log.
     pub entry_id: [u8; 32],
@@ -62,9 +66,15 @@ fn malformed(why: impl Into<String>) -> Refusal {
     Refusal::Malformed(why.into())
 }
 
+fn numeric_date(name: &str, key: i64) -> Refusal {
+    malformed(format!("the CWT claim {name} ({key}) is a NumericDate: seconds since 1970, as a number"))
+}
+
 /// Reads a signed statement: a COSE_Sign1, ES256, a `kid`, CWT claims with
 /// an issuer and a subject (text of 1 to 1,024 bytes, no control
-/// characters), an attached payload, and nothing after it.
+/// characters), an attached payload, and nothing after it. Its `exp` and
+/// `nbf` claims, when present, are NumericDates (an integer or a float of
+/// seconds); whether they have passed is the registration policy's to say.
 pub fn parse_statement(bytes: &[u8]) -> Result<SignedStatement, Refusal> {
     if bytes.len() > MAX_STATEMENT_BYTES {
         return Err(malformed(format!("a signed statement is at most {MAX_STATEMENT_BYTES} bytes")));
@@ -101,6 +111,16 @@ pub fn parse_statement(bytes: &[u8]) -> Result<SignedStatement, Refusal> {
     };
     let issuer = claim(1, "iss")?;
     let subject = claim(2, "sub")?;
+    let date = |key: i64, name: &str| -> Result<Option<i64>, Refusal> {
+        match claims.iter().find(|(k, _)| *k == Value::Integer(key.into())).map(|(_, v)| v) {
+            None => Ok(None),
+            Some(Value::Integer(seconds)) => i64::try_from(*seconds).map(Some).map_err(|_| numeric_date(name, key)),
+            Some(Value::Float(seconds)) if seconds.is_finite() && seconds.abs() < 1e15 => Ok(Some(seconds.floor() as i64)),
+            Some(_) => Err(numeric_date(name, key)),
+        }
+    };
+    let expires_at = date(4, "exp")?;
+    let not_before = date(5, "nbf")?;
     let content_type = match &header.content_type {
         Some(coset::ContentType::Text(text)) => Some(text.clone()),
         Some(coset::ContentType::Assigned(format)) => Some(format!("{}", *format as i64)),
@@ -112,7 +132,7 @@ pub fn parse_statement(bytes: &[u8]) -> Result<SignedStatement, Refusal> {
     let payload_len = payload.len();
     let entry_id = Sha256::digest(normalized(&message)?).into();
     let kid = header.key_id.clone();
-    Ok(SignedStatement { message, issuer, subject, kid, content_type, payload_len, entry_id })
+    Ok(SignedStatement { message, issuer, subject, kid, content_type, payload_len, expires_at, not_before, entry_id })
 }
 
 /// The statement as the tagged COSE_Sign1 with an empty unprotected header.
@@ -287,5 +307,27 @@ mod tests {
         let mut trailing = statement(iana::Algorithm::ES256, Some(claims()), Some(b"x"));
         trailing.push(0);
         assert!(matches!(parse_statement(&trailing), Err(Refusal::Malformed(_))));
+    }
+
+    #[test]
+    fn its_validity_dates_are_read_as_numeric_dates() {
+        let dated = |exp: Value, nbf: Value| {
+            let mut dated = claims();
+            dated.push((Value::Integer(4.into()), exp));
+            dated.push((Value::Integer(5.into()), nbf));
+            parse_statement(&statement(iana::Algorithm::ES256, Some(dated), Some(b"x")))
+        };
+        let read = dated(Value::Integer(1_900_000_000.into()), Value::Float(1_700_000_000.75)).unwrap();
+        assert_eq!((read.expires_at, read.not_before), (Some(1_900_000_000), Some(1_700_000_000)));
+        let undated = parse_statement(&statement(iana::Algorithm::ES256, Some(claims()), Some(b"x"))).unwrap();
+        assert_eq!((undated.expires_at, undated.not_before), (None, None));
+        for (exp, nbf) in [
+            (Value::Text("2030-01-01".into()), Value::Integer(0.into())),
+            (Value::Integer(0.into()), Value::Float(f64::NAN)),
+            (Value::Integer(u64::MAX.into()), Value::Integer(0.into())),
+            (Value::Float(1e300), Value::Integer(0.into())),
+        ] {
+            assert!(matches!(dated(exp.clone(), nbf.clone()), Err(Refusal::Malformed(_))), "{exp:?} {nbf:?}");
+        }
     }
 }

@@ -60,7 +60,9 @@ pub fn operations() -> Vec<Operation> {
 const REGISTRATION: &str = "The body is a signed statement (RFC 9943): a COSE_Sign1, tagged or not, at most 64 KiB, signed with ES256, \
      whose protected header holds a kid and CWT claims (15) with an issuer (1) and a subject (2), text of 1 to 1,024 bytes, and \
      whose payload is attached. It is registered when its issuer is one the operator allows (--scitt-issuer) and the issuer's key \
-     its kid names (the key's RFC 9679 thumbprint, or the kid its COSE_Key carries) signed it. The payload is hashed, never kept: \
+     its kid names (the key's RFC 9679 thumbprint, or the kid its COSE_Key carries) signed it, and within its CWT validity: \
+     an exp (4) at or before the service's clock, or an nbf (5) after it, is Rejected (a statement registered while valid stays \
+     its entry). The payload is hashed, never kept: \
      the log's leaf is the text anchor-statement/1\\nsha256:<entry_id>\\n, entry_id being the hex SHA-256 of the statement as \
      18([protected, {}, payload, signature]) (the unprotected header left out), and it enters the same tree as the declarations, \
      under the same checkpoints, witnesses and time stamps. Registering the same statement again is the same entry. Refusals \
