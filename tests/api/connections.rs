@@ -252,6 +252,26 @@ async fn mcp_answers_malformed_input_with_json_rpc_errors() {
         ),
         (r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}}"#, 200, -32602, "INVALID_INPUT"),
         (r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call"}"#, 200, -32602, "INVALID_INPUT"),
+        // So is one whose arguments hold an integer past 64 bits (which the
+        // service would not round); an id past 64 bits is no request.
+        (
+            r#"{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "list_decisions", "arguments": {"limit": 123456789012345678901234567890}}}"#,
+            200,
+            -32602,
+            "INVALID_INPUT",
+        ),
+        (r#"{"jsonrpc": "2.0", "id": 123456789012345678901234567890, "method": "tools/list"}"#, 400, -32600, "INVALID_INPUT"),
+        // A method or a tool the server does not know carries its code as every refusal does.
+        (r#"{"jsonrpc": "2.0", "id": 12, "method": "no/such"}"#, 200, -32601, "NOT_FOUND"),
+        (
+            r#"{"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}"#,
+            200,
+            -32602,
+            "INVALID_INPUT",
+        ),
+        // So is an initialize without params, or without a protocol version.
+        (r#"{"jsonrpc": "2.0", "id": 9, "method": "initialize"}"#, 200, -32602, "INVALID_INPUT"),
+        (r#"{"jsonrpc": "2.0", "id": 10, "method": "initialize", "params": {"capabilities": {}}}"#, 200, -32602, "INVALID_INPUT"),
         // A key named twice, in a tool's arguments or in the envelope, is refused whole.
         (
             r#"{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "get_trial_status", "arguments": {"auth_token": "da_tk_a", "auth_token": "da_tk_b"}}}"#,
@@ -267,6 +287,13 @@ async fn mcp_answers_malformed_input_with_json_rpc_errors() {
         let json: Value = reply.json().await.unwrap_or_else(|e| panic!("{body}: not JSON: {e}"));
         assert_eq!((json["jsonrpc"].clone(), json["error"]["code"].clone()), (json!("2.0"), json!(rpc)), "{body}: {json}");
         assert_eq!(json["error"]["data"]["error_code"], code, "{body}: {json}");
+        // The status a REST route would answer, even where HTTP says 200.
+        assert!(json["error"]["data"]["status"].as_u64().is_some_and(|s| (400..500).contains(&s)), "{body}: {json}");
+        // The request's id, where it had one this server can answer with.
+        let sent: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        if let Some(id) = sent.get("id").filter(|id| id.is_i64()) {
+            assert_eq!(&json["id"], id, "{body}: {json}");
+        }
     }
     let list = r#"{"jsonrpc": "2.0", "id": 7, "method": "tools/list"}"#;
     for (accept, content_type, status, code) in

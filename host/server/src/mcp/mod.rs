@@ -100,11 +100,14 @@ pub fn router(state: AppState) -> axum::Router<AppState> {
 }
 
 /// A JSON-RPC error answer (`id` null unless the request's could be read).
+/// Its `data.status` is the status a REST route would answer: a refusal
+/// sent with HTTP 200 (invalid params, as JSON-RPC does) says 400.
 fn rpc_error(status: StatusCode, rpc_code: i32, error_code: &str, message: &str, id: Value) -> Response {
+    let data_status = if status.is_success() { 400 } else { status.as_u16() };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
-        "error": { "code": rpc_code, "message": message, "data": { "error_code": error_code, "status": status.as_u16() } },
+        "error": { "code": rpc_code, "message": message, "data": { "error_code": error_code, "status": data_status } },
     });
     let mut response = (status, axum::Json(body)).into_response();
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -157,9 +160,26 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
             return rpc_error(StatusCode::BAD_REQUEST, -32600, "INVALID_INPUT", &format!("Invalid request: {repeated}"), id);
         }
         // (A notification, with no id, is answered nothing.)
-        let call_params = (value.get("method").and_then(Value::as_str) == Some("tools/call") && value.get("id").is_some())
-            .then(|| value.get("params").cloned().unwrap_or(Value::Null));
-        if let Err(error) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
+        let method = value.get("method").and_then(Value::as_str).filter(|_| value.get("id").is_some()).map(str::to_owned);
+        let params = value.get("params").cloned().unwrap_or(Value::Null);
+        if let Err(error) = <rmcp::model::ClientJsonRpcMessage as serde::Deserialize>::deserialize(&value) {
+            // An integer past 64 bits is read here exactly, but not by the
+            // SDK: a request with one in its params is a request all the
+            // same, whose params this service cannot take (never rounded,
+            // which would change what is recorded).
+            let in_params = value.get("params").and_then(integer_beyond_64_bits);
+            if let Some(integer) = in_params.filter(|_| value.get("id").is_none_or(|id| integer_beyond_64_bits(id).is_none())) {
+                return rpc_error(
+                    StatusCode::OK,
+                    -32602,
+                    "INVALID_INPUT",
+                    &format!(
+                        "Invalid params: the integer {} is beyond 64 bits, which this service does not take",
+                        anchor_domain::brief(&integer)
+                    ),
+                    id,
+                );
+            }
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 -32600,
@@ -168,13 +188,14 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
                 id,
             );
         }
-        // A tool call whose params do not fit (arguments not an object, no
-        // name) would reach the SDK as a method of its own, and be answered
-        // "method not found": it is a call with invalid params.
-        if let Some(params) = call_params
-            && let Err(error) = serde_json::from_value::<rmcp::model::CallToolRequestParams>(params)
+        // A tool call or an initialize whose params do not fit (a tool's
+        // arguments not an object, no name; no protocol version) would reach
+        // the SDK as a method of its own, and be answered "method not
+        // found": it is a call with invalid params.
+        if let Some(method) = method
+            && let Err(error) = required_params_fit(&method, params)
         {
-            return rpc_error(StatusCode::OK, -32602, "INVALID_INPUT", &format!("Invalid params for tools/call: {error}"), id);
+            return rpc_error(StatusCode::OK, -32602, "INVALID_INPUT", &format!("Invalid params for {method}: {error}"), id);
         }
         axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
     } else {
@@ -189,7 +210,7 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
         v.starts_with("application/json") || v.starts_with("text/event-stream")
     });
     if response.status().is_success() || json {
-        let mut response = response;
+        let mut response = with_error_code(response).await;
         response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         return response;
     }
@@ -218,6 +239,84 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
         answer.headers_mut().insert(header::ALLOW, allow);
     }
     answer
+}
+
+/// The SDK's own JSON-RPC errors (a method or a tool it does not know)
+/// carry no `error_code`: the same errors, with the code and status every
+/// other refusal here carries in its `data`. Other answers pass unchanged.
+async fn with_error_code(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
+    if !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return rpc_error(StatusCode::INTERNAL_SERVER_ERROR, -32603, "INTERNAL_ERROR", "the answer could not be read", Value::Null);
+    };
+    // (An error is at the top: no need to read a tool's result.)
+    let head = &bytes[..bytes.len().min(256)];
+    if !head.windows(10).any(|w| w == b"\"error\":{\"") {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    let Some(error) = answer.get_mut("error").and_then(Value::as_object_mut) else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    if error.get("data").and_then(|data| data.get("error_code")).is_some() {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let rpc_code = error.get("code").and_then(Value::as_i64);
+    let (error_code, status) = match rpc_code {
+        Some(-32601) => ("NOT_FOUND", 404),
+        Some(-32603) => ("INTERNAL_ERROR", 500),
+        _ => ("INVALID_INPUT", 400),
+    };
+    if rpc_code == Some(-32601)
+        && let Some(Value::String(method)) = error.get("message").cloned()
+    {
+        error.insert("message".into(), Value::String(format!("Method not found: {method}")));
+    }
+    match error.get_mut("data") {
+        Some(Value::Object(data)) => {
+            data.insert("error_code".into(), error_code.into());
+            data.insert("status".into(), status.into());
+        }
+        _ => {
+            error.insert("data".into(), serde_json::json!({ "error_code": error_code, "status": status }));
+        }
+    }
+    let body = serde_json::to_vec(&answer).unwrap_or_else(|_| bytes.to_vec());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+/// Whether the params of a request of `method` that must have params
+/// (tools/call, initialize) have the shape the method takes.
+fn required_params_fit(method: &str, params: Value) -> Result<(), serde_json::Error> {
+    match method {
+        "tools/call" => serde_json::from_value::<rmcp::model::CallToolRequestParams>(params).map(drop),
+        "initialize" => serde_json::from_value::<rmcp::model::InitializeRequestParams>(params).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// The first integer in `value` that fits neither i64 nor u64, as written.
+fn integer_beyond_64_bits(value: &Value) -> Option<String> {
+    match value {
+        Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
+            let text = n.to_string();
+            (!text.contains(['.', 'e', 'E'])).then_some(text)
+        }
+        Value::Array(items) => items.iter().find_map(integer_beyond_64_bits),
+        Value::Object(map) => map.values().find_map(integer_beyond_64_bits),
+        _ => None,
+    }
 }
 
 /// Why a body was not read whole.
