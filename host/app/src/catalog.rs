@@ -116,6 +116,26 @@ pub const PAID_ROUTES: &[PaidRoute] = &[
     paid("GET", "/v1/ara/evidence-report", Observation(Tier::EvidenceReport), false, Never),
 ];
 
+/// Routes paid over x402 that the reference's list does not name: the
+/// deprecated aliases of observations, and tool runs (whose observations
+/// are paid). Each settles its payment within the request, as the
+/// catalog's routes but a declaration's do.
+pub const UNLISTED_PAID_ROUTES: &[Route] = &[
+    Route { method: "GET", path: "/v1/ara/environment/summary" },
+    Route { method: "POST", path: "/v1/ara/query" },
+    Route { method: "POST", path: "/v1/tsl/tool/{tool_id}/run" },
+];
+
+/// Whether a payment on `route` settles within its request (every paid
+/// route but a declaration's, which settles with its confirmation): where
+/// the same payment sent again by its agent is a 409 DUPLICATE_REQUEST.
+/// The charge pipeline checks every inline settlement against this (in
+/// debug builds), so the OpenAPI, which documents that 409 from it, cannot
+/// leave a route out.
+pub fn settles_inline(route: Route) -> bool {
+    UNLISTED_PAID_ROUTES.contains(&route) || paid_route(route).is_some_and(|paid| paid.price != DeclarationQuote)
+}
+
 /// The catalog's entry of `route`, if it is a paid route.
 pub fn paid_route(route: Route) -> Option<&'static PaidRoute> {
     PAID_ROUTES.iter().find(|p| p.route.method == route.method && p.route.path == route.path)
