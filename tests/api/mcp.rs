@@ -154,6 +154,21 @@ async fn create_and_confirm_over_mcp_answer_what_rest_answers(backend: Backend) 
     assert_eq!(comparable(&mcp_record), comparable(&rest_record.json));
     assert_eq!(mcp_record["dac"], rest_record.json["dac"]);
     assert_eq!(mcp_record["dac"]["pricing_version"], rest.json["pricing_version"], "{mcp_record}");
+
+    // A number past 64 bits is read as written, as REST reads it.
+    let scale: Value = serde_json::from_str("123456789012345678901234567890").unwrap();
+    let created = tool(
+        &t,
+        "create_decision",
+        json!({
+            "auth_token": mcp_agent.token, "decision_type": "internal_service", "decision_action_type": "execute",
+            "origin_context_type": "internal", "content_inclusion_flag": 1,
+            "template": { "decision_class": "payment", "decision_scale_value": scale },
+        }),
+    )
+    .await;
+    let read = tool(&t, "get_decision", json!({ "auth_token": mcp_agent.token, "dd_id": created["dd_id"] })).await;
+    assert_eq!(read["dd"]["template"]["decision_scale_value"].to_string(), "123456789012345678901234567890", "{read}");
 }
 
 async fn a_foreign_host_header_is_refused(backend: Backend) {

@@ -159,27 +159,10 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
         {
             return rpc_error(StatusCode::BAD_REQUEST, -32600, "INVALID_INPUT", &format!("Invalid request: {repeated}"), id);
         }
-        // (A notification, with no id, is answered nothing.)
-        let method = value.get("method").and_then(Value::as_str).filter(|_| value.get("id").is_some()).map(str::to_owned);
-        let params = value.get("params").cloned().unwrap_or(Value::Null);
-        if let Err(error) = <rmcp::model::ClientJsonRpcMessage as serde::Deserialize>::deserialize(&value) {
-            // An integer past 64 bits is read here exactly, but not by the
-            // SDK: a request with one in its params is a request all the
-            // same, whose params this service cannot take (never rounded,
-            // which would change what is recorded).
-            let in_params = value.get("params").and_then(integer_beyond_64_bits);
-            if let Some(integer) = in_params.filter(|_| value.get("id").is_none_or(|id| integer_beyond_64_bits(id).is_none())) {
-                return rpc_error(
-                    StatusCode::OK,
-                    -32602,
-                    "INVALID_INPUT",
-                    &format!(
-                        "Invalid params: the integer {} is beyond 64 bits, which this service does not take",
-                        anchor_domain::brief(&integer)
-                    ),
-                    id,
-                );
-            }
+        // Read as the SDK reads it, from the text: an integer past 64 bits
+        // is then kept exactly, as REST keeps it (a value read back from
+        // `value` would not be).
+        if let Err(error) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 -32600,
@@ -191,9 +174,10 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
         // A tool call or an initialize whose params do not fit (a tool's
         // arguments not an object, no name; no protocol version) would reach
         // the SDK as a method of its own, and be answered "method not
-        // found": it is a call with invalid params.
-        if let Some(method) = method
-            && let Err(error) = required_params_fit(&method, params)
+        // found": it is a call with invalid params. (A notification, with
+        // no id, is answered nothing.)
+        if let Some(method) = value.get("method").and_then(Value::as_str).filter(|_| value.get("id").is_some())
+            && let Err(error) = required_params_fit(method, &bytes)
         {
             return rpc_error(StatusCode::OK, -32602, "INVALID_INPUT", &format!("Invalid params for {method}: {error}"), id);
         }
@@ -242,8 +226,9 @@ async fn front(mut sdk: StreamableHttpService<Mcp, NeverSessionManager>, limit: 
 }
 
 /// The SDK's own JSON-RPC errors (a method or a tool it does not know)
-/// carry no `error_code`: the same errors, with the code and status every
-/// other refusal here carries in its `data`. Other answers pass unchanged.
+/// carry no `error_code`, and a tool's arguments refused by its schema no
+/// status: the same errors, with the code and status every other refusal
+/// here carries in its `data`. Other answers pass unchanged.
 async fn with_error_code(response: Response) -> Response {
     let is_json = response
         .headers()
@@ -257,19 +242,20 @@ async fn with_error_code(response: Response) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return rpc_error(StatusCode::INTERNAL_SERVER_ERROR, -32603, "INTERNAL_ERROR", "the answer could not be read", Value::Null);
     };
-    // (An error is at the top: no need to read a tool's result.)
-    let head = &bytes[..bytes.len().min(256)];
-    if !head.windows(10).any(|w| w == b"\"error\":{\"") {
-        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        error: Option<&'a serde_json::value::RawValue>,
     }
-    let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
-        return Response::from_parts(parts, axum::body::Body::from(bytes));
-    };
-    let Some(error) = answer.get_mut("error").and_then(Value::as_object_mut) else {
-        return Response::from_parts(parts, axum::body::Body::from(bytes));
-    };
-    if error.get("data").and_then(|data| data.get("error_code")).is_some() {
-        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    let pass = |parts, bytes| Response::from_parts(parts, axum::body::Body::from(bytes));
+    if !serde_json::from_slice::<Answer>(&bytes).is_ok_and(|answer| answer.error.is_some()) {
+        return pass(parts, bytes);
+    }
+    let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else { return pass(parts, bytes) };
+    let Some(error) = answer.get_mut("error").and_then(Value::as_object_mut) else { return pass(parts, bytes) };
+    let data = error.get("data");
+    if data.and_then(|data| data.get("error_code")).is_some() && data.and_then(|data| data.get("status")).is_some() {
+        return pass(parts, bytes);
     }
     let rpc_code = error.get("code").and_then(Value::as_i64);
     let (error_code, status) = match rpc_code {
@@ -283,9 +269,10 @@ async fn with_error_code(response: Response) -> Response {
         error.insert("message".into(), Value::String(format!("Method not found: {method}")));
     }
     match error.get_mut("data") {
+        // (A tool's arguments refused by its schema carry their own code.)
         Some(Value::Object(data)) => {
-            data.insert("error_code".into(), error_code.into());
-            data.insert("status".into(), status.into());
+            data.entry("error_code").or_insert(error_code.into());
+            data.entry("status").or_insert(status.into());
         }
         _ => {
             error.insert("data".into(), serde_json::json!({ "error_code": error_code, "status": status }));
@@ -297,25 +284,19 @@ async fn with_error_code(response: Response) -> Response {
 }
 
 /// Whether the params of a request of `method` that must have params
-/// (tools/call, initialize) have the shape the method takes.
-fn required_params_fit(method: &str, params: Value) -> Result<(), serde_json::Error> {
-    match method {
-        "tools/call" => serde_json::from_value::<rmcp::model::CallToolRequestParams>(params).map(drop),
-        "initialize" => serde_json::from_value::<rmcp::model::InitializeRequestParams>(params).map(drop),
-        _ => Ok(()),
+/// (tools/call, initialize) have the shape the method takes, read from the
+/// request's text as the SDK reads them.
+fn required_params_fit(method: &str, request: &[u8]) -> Result<(), serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        params: Option<&'a serde_json::value::RawValue>,
     }
-}
-
-/// The first integer in `value` that fits neither i64 nor u64, as written.
-fn integer_beyond_64_bits(value: &Value) -> Option<String> {
-    match value {
-        Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
-            let text = n.to_string();
-            (!text.contains(['.', 'e', 'E'])).then_some(text)
-        }
-        Value::Array(items) => items.iter().find_map(integer_beyond_64_bits),
-        Value::Object(map) => map.values().find_map(integer_beyond_64_bits),
-        _ => None,
+    let params = serde_json::from_slice::<Params>(request)?.params.map_or("null", |raw| raw.get());
+    match method {
+        "tools/call" => serde_json::from_str::<rmcp::model::CallToolRequestParams>(params).map(drop),
+        "initialize" => serde_json::from_str::<rmcp::model::InitializeRequestParams>(params).map(drop),
+        _ => Ok(()),
     }
 }
 
