@@ -122,10 +122,15 @@ pub async fn register(services: &Services, key: &ReceiptKey, statement: &[u8]) -
     }
     let read = parse_statement(statement).map_err(refusal)?;
     check_signer(&services.scitt, &read)?;
-    let now = services.clock.now().timestamp();
-    let outside = match (read.expires_at, read.not_before) {
-        (Some(exp), _) if exp <= now => Some(format!("the statement expired (its CWT exp is {exp}, this service's clock {now})")),
-        (_, Some(nbf)) if nbf > now => Some(format!("the statement is not valid yet (its CWT nbf is {nbf}, this service's clock {now})")),
+    let now = services.clock.now().timestamp_millis();
+    let seconds = |ms: i64| ms as f64 / 1000.0;
+    let outside = match (read.expires_at_ms, read.not_before_ms) {
+        (Some(exp), _) if exp <= now => {
+            Some(format!("the statement expired (its CWT exp is {}, this service's clock {})", seconds(exp), seconds(now)))
+        }
+        (_, Some(nbf)) if nbf > now => {
+            Some(format!("the statement is not valid yet (its CWT nbf is {}, this service's clock {})", seconds(nbf), seconds(now)))
+        }
         _ => None,
     };
     if let Some(why) = outside {

@@ -48,10 +48,12 @@ pub struct SignedStatement {
     /// The payload's content type, when the protected header names one.
     pub content_type: Option<String>,
     pub payload_len: usize,
-    /// The CWT `exp` (4), seconds since 1970: not to be registered from then on.
-    pub expires_at: Option<i64>,
-    /// The CWT `nbf` (5), seconds since 1970: not to be registered before.
-    pub not_before: Option<i64>,
+    /// The CWT `exp` (4), in milliseconds since 1970: not to be registered
+    /// from then on.
+    pub expires_at_ms: Option<i64>,
+    /// The CWT `nbf` (5), in milliseconds since 1970: not to be registered
+    /// before.
+    pub not_before_ms: Option<i64>,
     /// SHA-256 of the statement without its unprotected header: the
     /// statement's identity in the log.
     pub entry_id: [u8; 32],
@@ -114,13 +116,15 @@ pub fn parse_statement(bytes: &[u8]) -> Result<SignedStatement, Refusal> {
     let date = |key: i64, name: &str| -> Result<Option<i64>, Refusal> {
         match claims.iter().find(|(k, _)| *k == Value::Integer(key.into())).map(|(_, v)| v) {
             None => Ok(None),
-            Some(Value::Integer(seconds)) => i64::try_from(*seconds).map(Some).map_err(|_| numeric_date(name, key)),
-            Some(Value::Float(seconds)) if seconds.is_finite() && seconds.abs() < 1e15 => Ok(Some(seconds.floor() as i64)),
+            Some(Value::Integer(seconds)) => {
+                i64::try_from(*seconds).map(|seconds| Some(seconds.saturating_mul(1000))).map_err(|_| numeric_date(name, key))
+            }
+            Some(Value::Float(seconds)) if seconds.is_finite() && seconds.abs() < 1e15 => Ok(Some((seconds * 1000.0).floor() as i64)),
             Some(_) => Err(numeric_date(name, key)),
         }
     };
-    let expires_at = date(4, "exp")?;
-    let not_before = date(5, "nbf")?;
+    let expires_at_ms = date(4, "exp")?;
+    let not_before_ms = date(5, "nbf")?;
     let content_type = match &header.content_type {
         Some(coset::ContentType::Text(text)) => Some(text.clone()),
         Some(coset::ContentType::Assigned(format)) => Some(format!("{}", *format as i64)),
@@ -132,7 +136,7 @@ pub fn parse_statement(bytes: &[u8]) -> Result<SignedStatement, Refusal> {
     let payload_len = payload.len();
     let entry_id = Sha256::digest(normalized(&message)?).into();
     let kid = header.key_id.clone();
-    Ok(SignedStatement { message, issuer, subject, kid, content_type, payload_len, expires_at, not_before, entry_id })
+    Ok(SignedStatement { message, issuer, subject, kid, content_type, payload_len, expires_at_ms, not_before_ms, entry_id })
 }
 
 /// The statement as the tagged COSE_Sign1 with an empty unprotected header.
@@ -318,9 +322,9 @@ mod tests {
             parse_statement(&statement(iana::Algorithm::ES256, Some(dated), Some(b"x")))
         };
         let read = dated(Value::Integer(1_900_000_000.into()), Value::Float(1_700_000_000.75)).unwrap();
-        assert_eq!((read.expires_at, read.not_before), (Some(1_900_000_000), Some(1_700_000_000)));
+        assert_eq!((read.expires_at_ms, read.not_before_ms), (Some(1_900_000_000_000), Some(1_700_000_000_750)));
         let undated = parse_statement(&statement(iana::Algorithm::ES256, Some(claims()), Some(b"x"))).unwrap();
-        assert_eq!((undated.expires_at, undated.not_before), (None, None));
+        assert_eq!((undated.expires_at_ms, undated.not_before_ms), (None, None));
         for (exp, nbf) in [
             (Value::Text("2030-01-01".into()), Value::Integer(0.into())),
             (Value::Integer(0.into()), Value::Float(f64::NAN)),
