@@ -242,13 +242,8 @@ async fn with_error_code(response: Response) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return rpc_error(StatusCode::INTERNAL_SERVER_ERROR, -32603, "INTERNAL_ERROR", "the answer could not be read", Value::Null);
     };
-    #[derive(serde::Deserialize)]
-    struct Answer<'a> {
-        #[serde(borrow)]
-        error: Option<&'a serde_json::value::RawValue>,
-    }
     let pass = |parts, bytes| Response::from_parts(parts, axum::body::Body::from(bytes));
-    if !serde_json::from_slice::<Answer>(&bytes).is_ok_and(|answer| answer.error.is_some()) {
+    if !top_level(&bytes).is_ok_and(|answer| answer.contains_key("error")) {
         return pass(parts, bytes);
     }
     let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else { return pass(parts, bytes) };
@@ -287,17 +282,19 @@ async fn with_error_code(response: Response) -> Response {
 /// (tools/call, initialize) have the shape the method takes, read from the
 /// request's text as the SDK reads them.
 fn required_params_fit(method: &str, request: &[u8]) -> Result<(), serde_json::Error> {
-    #[derive(serde::Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow)]
-        params: Option<&'a serde_json::value::RawValue>,
-    }
-    let params = serde_json::from_slice::<Params>(request)?.params.map_or("null", |raw| raw.get());
+    let top = top_level(request)?;
+    let params = top.get("params").map_or("null", |raw| raw.get());
     match method {
         "tools/call" => serde_json::from_str::<rmcp::model::CallToolRequestParams>(params).map(drop),
         "initialize" => serde_json::from_str::<rmcp::model::InitializeRequestParams>(params).map(drop),
         _ => Ok(()),
     }
+}
+
+/// A JSON object's members, each left as its text (nothing below the top
+/// is read into values).
+fn top_level(json: &[u8]) -> Result<std::collections::HashMap<std::borrow::Cow<'_, str>, &serde_json::value::RawValue>, serde_json::Error> {
+    serde_json::from_slice(json)
 }
 
 /// Why a body was not read whole.
