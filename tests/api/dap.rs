@@ -251,6 +251,9 @@ async fn csrf_is_refused_for_browser_requests(backend: Backend) {
         vec![("cookie", cookie), ("origin", ours)],
         vec![("cookie", cookie), ("origin", ours), ("x-csrf-token", "0000")],
         vec![("cookie", cookie), ("sec-fetch-site", "same-origin")],
+        // Any fetch metadata marks a browser, not Sec-Fetch-Site alone.
+        vec![("cookie", cookie), ("sec-fetch-mode", "cors")],
+        vec![("cookie", cookie), ("sec-fetch-dest", "empty")],
         // A client with no browser headers needs no token, but one it sends
         // must be the session's.
         vec![("cookie", cookie), ("x-csrf-token", "0000")],
@@ -646,6 +649,16 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     let restored = t.as_owner(&owner, "POST", "/dap/account/restore", None).await;
     assert_eq!(restored.json["status"], "active");
     t.as_owner(&owner, "POST", "/dap/account/restore", None).await.assert_error(409, "NOT_PENDING_DELETION");
+    // Several at once: one starts the grace period and one cancels it, the others are told.
+    let body = json!({ "password": OWNER_PASSWORD });
+    let at_once = futures_util::future::join_all((0..6).map(|_| t.as_owner(&owner, "DELETE", "/dap/account", Some(&body)))).await;
+    let statuses: Vec<u16> = at_once.iter().map(|r| r.status.as_u16()).collect();
+    // (A password confirmed this often may also be told to wait: 429.)
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 409, 429].contains(s)), "{statuses:?}");
+    let at_once = futures_util::future::join_all((0..6).map(|_| t.as_owner(&owner, "POST", "/dap/account/restore", None))).await;
+    let statuses: Vec<u16> = at_once.iter().map(|r| r.status.as_u16()).collect();
+    assert_eq!((statuses.iter().filter(|s| **s == 200).count(), statuses.iter().filter(|s| **s == 409).count()), (1, 5), "{statuses:?}");
 
     // Past the grace period the account is gone: sessions and sign-in refused, then erased.
     t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": OWNER_PASSWORD }))).await;

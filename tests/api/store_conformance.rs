@@ -440,7 +440,8 @@ async fn a_session_opens_only_with_the_password_still_in_place(backend: Backend)
         created_at: now(),
     };
     assert_eq!(store.insert_classification(owner.owner_id, &category("kept_until_erased"), 500).await.unwrap(), CategoryAdded::Added);
-    store.set_owner_deletion(owner.owner_id, Some((now(), now() + Duration::days(1)))).await.unwrap();
+    assert!(store.set_owner_deletion(owner.owner_id, Some((now(), now() + Duration::days(1)))).await.unwrap());
+    assert!(!store.set_owner_deletion(owner.owner_id, Some((now(), now() + Duration::days(3)))).await.unwrap(), "started once");
     assert_eq!(store.erase_due_owners(now() + Duration::days(2)).await.unwrap(), 1);
     assert_eq!(store.insert_classification(owner.owner_id, &category("after_erasure"), 500).await.unwrap(), CategoryAdded::OwnerGone);
     assert!(

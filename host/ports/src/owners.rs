@@ -39,8 +39,10 @@ pub trait OwnerStore: Send + Sync {
     async fn set_owner_residence(&self, owner_id: Uuid, country: Residence, now: DateTime<Utc>) -> Result<()>;
     async fn set_owner_marketing(&self, owner_id: Uuid, agreed_at: Option<DateTime<Utc>>) -> Result<()>;
     async fn set_owner_policy(&self, owner_id: Uuid, policy: ContentPolicy) -> Result<()>;
-    /// Starts (`Some`) or cancels (`None`) the deletion grace period.
-    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()>;
+    /// Starts (`Some`) or cancels (`None`) the deletion grace period;
+    /// false when it was already started, or not started to cancel (one
+    /// of several requests at once wins).
+    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<bool>;
     /// Erases owners whose grace period ended before `now`: their agents are
     /// unlinked (and lose the owner's DAB), their sessions, categories and
     /// personal fields are removed; the row stays as a tombstone. Also prunes

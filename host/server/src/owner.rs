@@ -7,7 +7,7 @@
 //! - CSRF: a state-changing request (POST, PUT, PATCH, DELETE) under `/dap` is
 //!   refused with 403 `CSRF_REJECTED` when its `Origin` is not this service's,
 //!   or its `Sec-Fetch-Site` says another site sent it. A browser request
-//!   (one that carries `Origin` or `Sec-Fetch-Site`) made with a session must
+//!   (one that carries `Origin` or any `Sec-Fetch-*` header) made with a session must
 //!   also send `X-CSRF-Token`, a value derived from the session secret and
 //!   handed out at login and by `GET /dap/account/me`. Clients that are not
 //!   browsers send neither header and need no token: no other site can make
@@ -90,9 +90,10 @@ fn is_state_changing(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// True when the request carries headers only a browser sends.
+/// True when the request carries headers only a browser sends: `Origin`,
+/// or any of the fetch metadata (`Sec-Fetch-Site`, `-Mode`, `-Dest`, `-User`).
 fn from_browser(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::ORIGIN) || headers.contains_key("sec-fetch-site")
+    headers.contains_key(header::ORIGIN) || headers.keys().any(|name| name.as_str().starts_with("sec-fetch-"))
 }
 
 impl FromRequestParts<AppState> for AuthOwner {

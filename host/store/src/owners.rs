@@ -89,18 +89,17 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         Ok(())
     }
 
-    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<()> {
-        self.db()
-            .execute(
-                sql(
-                    "update owner set deletion_requested_at = $1, deletion_response_due_at = $2 where owner_id = $3 and deleted_at is null",
-                )
-                .bind(requested.map(|r| r.0))
-                .bind(requested.map(|r| r.1))
-                .bind(owner_id),
-            )
-            .await?;
-        Ok(())
+    async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<bool> {
+        // Only from the other state: of two requests at once, one changes it.
+        let text = if requested.is_some() {
+            "update owner set deletion_requested_at = $1, deletion_response_due_at = $2 \
+             where owner_id = $3 and deleted_at is null and deletion_requested_at is null"
+        } else {
+            "update owner set deletion_requested_at = $1, deletion_response_due_at = $2 \
+             where owner_id = $3 and deleted_at is null and deletion_requested_at is not null"
+        };
+        let changed = self.db().execute(sql(text).bind(requested.map(|r| r.0)).bind(requested.map(|r| r.1)).bind(owner_id)).await?;
+        Ok(changed == 1)
     }
 
     async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64> {
