@@ -711,4 +711,20 @@ async fn agent_type_owners(backend: Backend) {
     // The human owner does not see the sub-agent.
     assert_eq!(t.as_owner(&human, "GET", "/dap/agents", None).await.json["count"], 1);
     t.post("/dap/auth/agent-login", None, &json!({})).await.assert_error(401, "UNAUTHORIZED");
+
+    // The token is the agent-type owner's password: rotating it, or
+    // recovering the agent, ends the sessions it opened.
+    let rotated = t.post("/v1/agent/token/rotate", Some(&parent.token), &json!({ "agent_id": parent.id })).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
+    t.as_owner(&agent_owner, "GET", "/dap/agents", None).await.assert_error(401, "UNAUTHORIZED");
+    let token = rotated.json["new_auth_token"].as_str().or(rotated.json["auth_token"].as_str()).expect("a new token").to_owned();
+    let login = t.post("/dap/auth/agent-login", Some(&token), &json!({})).await;
+    assert_eq!(login.status, StatusCode::OK, "{}", login.text);
+    let cookie = login.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let agent_owner = Owner { cookie, ..agent_owner };
+    assert_eq!(t.as_owner(&agent_owner, "GET", "/dap/agents", None).await.status, StatusCode::OK);
+    let key = rotated.json["new_recovery_key"].as_str().or(rotated.json["recovery_key"].as_str()).expect("a new recovery key");
+    let recovered = t.post("/v1/agent/token/recover", None, &json!({ "agent_id": parent.id, "recovery_key": key })).await;
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.text);
+    t.as_owner(&agent_owner, "GET", "/dap/agents", None).await.assert_error(401, "UNAUTHORIZED");
 }

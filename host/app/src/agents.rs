@@ -101,6 +101,9 @@ pub async fn rotate(services: &Services, agent: &AgentRecord, agent_id: Uuid) ->
     if agent_id != agent.agent_id {
         return Err(AppError::forbidden("FORBIDDEN", "agent_id must be the agent the bearer token belongs to"));
     }
+    // The token is an agent-type owner's password: its portal sessions end
+    // with it (before, so that no answer gives a new token while they last).
+    end_owner_sessions(services, agent.agent_id).await?;
     let credentials = Credentials::new(agent.agent_id, services.clock.now());
     let rotated = services
         .store
@@ -141,10 +144,27 @@ pub async fn recover(services: &Services, agent_id: Uuid, recovery_key: &str) ->
         )
         .await?;
     Ok(match outcome {
-        Recovery::Recovered => Recovered::Done(credentials),
+        Recovery::Recovered => {
+            // The new token is the answer's, whatever happens here: a
+            // failure to end the sessions is logged, not answered.
+            if let Err(error) = end_owner_sessions(services, agent_id).await {
+                tracing::error!(%agent_id, error = %error, "a recovered agent's owner sessions could not be ended");
+            }
+            Recovered::Done(credentials)
+        }
         Recovery::Refused => Recovered::Refused,
         Recovery::RateLimited => Recovered::RateLimited { retry_after_secs: (RECOVERY_WINDOW_MINUTES * 60) as u64 },
     })
+}
+
+/// Ends every portal session of the agent-type owner `agent_id` acts for,
+/// if it is one (signed in with the token being replaced).
+async fn end_owner_sessions(services: &Services, agent_id: Uuid) -> AppResult<()> {
+    if let Some(owner) = services.store.owner_by_managing_agent(agent_id).await? {
+        // (No session has the all-zero hash: none is kept.)
+        services.store.delete_other_sessions(owner.owner_id, &[0u8; 32]).await?;
+    }
+    Ok(())
 }
 
 /// Sets how much of the agent's record ARA may show to others.
