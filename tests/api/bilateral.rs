@@ -72,6 +72,13 @@ async fn accepted_both_records_are_anchored_and_verify(backend: Backend) {
     // The same request_id answers the same proposal, with no second reservation.
     let again = t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &proposal).await;
     assert_eq!((again.status.as_u16(), again.json["agreement_id"].clone()), (201, json!(agreement)), "{}", again.text);
+    // The same request_id for another decision or scope is refused, not answered with the first.
+    let mut other_scope = proposal.clone();
+    other_scope["ee"]["ee_responsibility_scope"] = json!("extended");
+    t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &other_scope).await.assert_error(400, "REQUEST_ID_USED");
+    let mut other_action = proposal.clone();
+    other_action["dd"]["decision_action_type"] = json!("hold");
+    t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &other_action).await.assert_error(400, "REQUEST_ID_USED");
 
     // The lists; confirming before acceptance is refused; only the counterparty answers.
     let received = t.get("/v1/dd/bilateral/received", Some(&counterparty.token)).await.json;

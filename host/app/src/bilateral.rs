@@ -52,8 +52,12 @@ pub async fn propose(
         })?;
     }
     // A request_id used before answers its proposal, with no payment asked again.
+    // (Only when it proposes the same thing: REQUEST_ID_USED otherwise.)
     let stored = match services.store.declaration_by_request(agent.agent_id, input.request_id).await? {
-        Some(earlier) => earlier,
+        Some(earlier) => {
+            crate::declarations::same_input(services, &earlier, &input)?;
+            earlier
+        }
         None => {
             let agreement =
                 NewAgreement { agreement_id: Uuid::new_v4(), counterparty_agent_id: counterparty, expires_at: window_end(services) };

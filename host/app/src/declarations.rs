@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use anchor_domain::MilliDac;
 use anchor_domain::declarations::Declaration;
+use anchor_domain::declarations::dd::DdFields;
 use anchor_domain::declarations::ee::{self, EeFields, Scope};
+use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
@@ -290,25 +292,48 @@ pub(crate) async fn record(
 /// must not silently return a record of the first. What the service filled
 /// in itself (a time, a demoted retention) is not compared.
 pub(crate) fn same_request(earlier: &StoredDeclaration, asked: &Declaration) -> AppResult<()> {
+    same_parts(earlier, &asked.dd, &asked.ee, asked.content_inclusion, &asked.template)
+}
+
+/// [`same_request`] for a request as sent (a bilateral proposal's, whose
+/// replay is found before anything is priced or written).
+pub(crate) fn same_input(services: &Services, earlier: &StoredDeclaration, input: &CreateInput) -> AppResult<()> {
+    let ee = EeFields {
+        preset: input.ee.preset.clone(),
+        scope: resolve_scope(services, &input.ee)?,
+        direct_access_period: input.ee.period,
+        direct_access_quota: input.ee.quota,
+        access_class: input.ee.access_class,
+    };
+    same_parts(earlier, &input.dd, &ee, input.content_inclusion, &input.template)
+}
+
+fn same_parts(
+    earlier: &StoredDeclaration,
+    asked_dd: &DdFields,
+    asked_ee: &EeFields,
+    content_inclusion: bool,
+    template: &Option<Template>,
+) -> AppResult<()> {
     let before = &earlier.declaration;
-    let mut dd = asked.dd.clone();
+    let mut dd = asked_dd.clone();
     if dd.decision_at.is_none() {
         dd.decision_at = before.dd.decision_at;
     }
-    let mut scope = asked.ee.scope;
+    let mut scope = asked_ee.scope;
     if earlier.retention_demoted_at.is_some() {
         scope.retention = before.ee.scope.retention;
     }
     let differs = if dd != before.dd {
         Some("dd")
-    } else if asked.ee.preset != before.ee.preset || scope != before.ee.scope {
+    } else if asked_ee.preset != before.ee.preset || scope != before.ee.scope {
         Some("ee")
-    } else if asked.ee.direct_access_period != before.ee.direct_access_period
-        || asked.ee.direct_access_quota != before.ee.direct_access_quota
-        || asked.ee.access_class != before.ee.access_class
+    } else if asked_ee.direct_access_period != before.ee.direct_access_period
+        || asked_ee.direct_access_quota != before.ee.direct_access_quota
+        || asked_ee.access_class != before.ee.access_class
     {
         Some("ee's direct access")
-    } else if asked.content_inclusion != before.content_inclusion || asked.template != before.template {
+    } else if content_inclusion != before.content_inclusion || *template != before.template {
         Some("content_inclusion_flag or template")
     } else {
         None
