@@ -72,6 +72,14 @@ async fn accepted_both_records_are_anchored_and_verify(backend: Backend) {
     // The same request_id answers the same proposal, with no second reservation.
     let again = t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &proposal).await;
     assert_eq!((again.status.as_u16(), again.json["agreement_id"].clone()), (201, json!(agreement)), "{}", again.text);
+    // A parent that is not there, or not the proposer's, is said before any payment is asked.
+    let mut orphan = body(&counterparty.id);
+    orphan["continuity"] = json!({ "parent_dd_id": uuid::Uuid::new_v4() });
+    t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &orphan).await.assert_error(404, "DD_NOT_FOUND");
+    let stranger = t.register().await;
+    let theirs = t.create(&stranger, json!({ "ee_preset": "EE_basic" })).await;
+    orphan["continuity"] = json!({ "parent_dd_id": theirs["dd_id"] });
+    t.post("/v1/dd/bilateral/propose", Some(&proposer.token), &orphan).await.assert_error(403, "FORBIDDEN");
     // The same request_id for another decision or scope is refused, not answered with the first.
     let mut other_scope = proposal.clone();
     other_scope["ee"]["ee_responsibility_scope"] = json!("extended");

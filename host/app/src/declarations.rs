@@ -209,9 +209,12 @@ pub(crate) async fn record(
     // premium_payment_source external asks for the split even when Trial
     // could pay the whole.
     let trial = if agreement.is_some() { TrialUse::None } else { trial_use(agent, &quote, input.premium_source, earned_part, now) };
-    // A split is only tried with a payment: a parent that is not there is
-    // said before the challenge (the commit says it for the other uses).
-    if let (TrialUse::Part(_), Some(parent)) = (trial, parent_dd_id) {
+    // A split is only tried with a payment, and a proposal is paid over
+    // x402 alone: a parent that is not there is said before the challenge
+    // (the commit says it for the other uses).
+    if let Some(parent) = parent_dd_id
+        && (matches!(trial, TrialUse::Part(_)) || agreement.is_some())
+    {
         parent_of(services, agent.agent_id, parent).await?;
     }
     let order = Order {
