@@ -488,12 +488,33 @@ async fn content_inclusion_policy_is_enforced_on_create(backend: Backend) {
     assert_eq!(put(json!("always_branch_1")).await.json["content_inclusion_policy"], "always_branch_1");
     t.post("/v1/dd/create", Some(&agent.token), &flag0()).await.assert_error(403, "CONTENT_INCLUSION_POLICY");
     assert_eq!(t.post("/v1/dd/create", Some(&agent.token), &flag1()).await.status, StatusCode::CREATED);
+    // Accepting a proposal records the agent's own declaration, which never
+    // carries content: refused under always_branch_1 too.
+    let proposer = t.register().await;
+    let mut bilateral = dd();
+    bilateral["dd_declaration_mode"] = json!("bilateral");
+    let proposal = json!({ "counterparty_agent_id": agent.id, "dd": bilateral, "ee": basic_axes(), "request_id": uuid::Uuid::new_v4() });
+    let bearer = format!("Bearer {}", proposer.token);
+    let challenge = anchor_tests::x402::challenge_of(
+        &t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer)], Some(&proposal)).await,
+    );
+    let payment = anchor_tests::x402::b64(&anchor_tests::x402::pay(&challenge, t.clock.now().timestamp(), Default::default()));
+    let paid = [("authorization", bearer.as_str()), ("payment-signature", payment.as_str())];
+    let proposed = t.call_with("POST", "/v1/dd/bilateral/propose", &paid, Some(&proposal)).await;
+    assert_eq!(proposed.status, StatusCode::CREATED, "{}", proposed.text);
+    let respond = format!("/v1/dd/bilateral/{}/respond", proposed.json["agreement_id"].as_str().unwrap());
+    t.post(&respond, Some(&agent.token), &json!({ "accept": true })).await.assert_error(403, "CONTENT_INCLUSION_POLICY");
 
     // Another owner's agent and an agent without owner choose freely.
     let free = t.register().await;
     assert_eq!(t.post("/v1/dd/create", Some(&free.token), &flag0()).await.status, StatusCode::CREATED);
     assert_eq!(put(json!("agent_choice")).await.status, StatusCode::OK);
     assert_eq!(t.post("/v1/dd/create", Some(&agent.token), &flag0()).await.status, StatusCode::CREATED);
+    assert_eq!(
+        t.post(&respond, Some(&agent.token), &json!({ "accept": true })).await.status,
+        StatusCode::OK,
+        "the refusal left it pending"
+    );
     assert_eq!(t.as_owner(&owner, "GET", "/dap/account/me", None).await.json["content_inclusion_policy"], "agent_choice");
 }
 

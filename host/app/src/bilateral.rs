@@ -139,7 +139,10 @@ pub async fn respond(services: &Services, agent: &AgentRecord, agreement_id: Uui
             if proposal.declaration.ee.scope.retention == Retention::Indefinite {
                 crate::retention::require_active(services, agent.agent_id).await?;
             }
-            Some(mirror(&proposal, agent.agent_id, services))
+            let record = mirror(&proposal, agent.agent_id, services);
+            // The counterparty's record is its own declaration, under its owner's policy.
+            crate::declarations::enforce_policy(agent, record.declaration.content_inclusion)?;
+            Some(record)
         }
         false => None,
     };

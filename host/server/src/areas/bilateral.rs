@@ -220,8 +220,9 @@ pub fn operations() -> Vec<Operation> {
             )
             .error(
                 403,
-                "You are not the counterparty; indefinite retention without a subscription.",
-                &["FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED"],
+                "You are not the counterparty; indefinite retention without a subscription; accepting would record a declaration \
+                 without content (a counterparty's record carries none) while your owner requires content_inclusion_flag 1.",
+                &["FORBIDDEN", "INDEFINITE_SUBSCRIPTION_REQUIRED", "CONTENT_INCLUSION_POLICY"],
             )
             .error(404, "No such agreement.", &["AGREEMENT_NOT_FOUND"])
             .error(409, "Answered already, or its window ended.", &["AGREEMENT_NOT_PENDING"]),
