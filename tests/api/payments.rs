@@ -148,9 +148,16 @@ async fn trial_pays_the_base_fee_when_it_cannot_pay_the_whole(backend: Backend) 
     assert_eq!(created.json["trial_payment"]["trial_remaining"], json!(30));
     assert_eq!(created.json["payment"]["amount_usdc"], json!(0.035));
     let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    // Sent again without its payment (a retry after a timeout): the earlier
+    // record, not a second challenge, before and after the confirmation.
+    let retried = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    assert_eq!((retried.status.as_u16(), retried.json["dd_id"].as_str()), (201, Some(dd_id.as_str())), "{}", retried.text);
     let confirmed = t.confirm(&agent, &dd_id).await;
     assert_eq!(confirmed.json["payment_sources"], json!(["trial", "external"]), "{}", confirmed.text);
     assert_eq!(trial(&t, &agent).await, json!(30));
+    let retried = t.post("/v1/dd/create", Some(&agent.token), &body).await;
+    assert_eq!((retried.status.as_u16(), retried.json["dd_id"].as_str()), (201, Some(dd_id.as_str())), "{}", retried.text);
+    assert_eq!(trial(&t, &agent).await, json!(30), "a retry debits nothing");
 
     // Split again, never confirmed: the window passes and the base fee goes back.
     let again = create_body(json!({ "ee_preset": "EE_standard" }));

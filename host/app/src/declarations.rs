@@ -247,9 +247,12 @@ pub(crate) async fn record(
     // payment that verifies needs neither read first: the commit answers an
     // earlier request_id with its record, and checks the DAB under the
     // agent's lock, before it reserves anything.
+    // So is one Trial pays in part and x402 the rest (its premium), sent
+    // again without a payment (a client retrying after a timeout).
+    let split_unpaid = matches!(order.trial, TrialUse::Part(_)) && matches!(order.offered, Offered::None);
     let mut known = charge::Known::Nothing;
-    if matches!(order.trial, TrialUse::Short { .. }) {
-        if let Some(verified) = charge::verify_ahead(services, &order) {
+    if matches!(order.trial, TrialUse::Short { .. }) || split_unpaid {
+        if let Some(verified) = charge::verify_ahead(services, &order).filter(|_| !split_unpaid) {
             known = charge::Known::Verified(Box::new(verified));
         } else {
             let (period_start, _) = anchor_domain::dab::period(now);
