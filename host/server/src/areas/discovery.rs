@@ -144,7 +144,7 @@ pub(crate) fn llms_text(state: &AppState) -> String {
 4. GET {base}/v1/dd/{{dd_id}} reads the record back (each read counts against the EE's direct access quota).\n\n\
 ## Costs\n\
 - Prices are in DAC; 1 DAC is 0.001 USD, paid in USDC on Base over x402 v2. GET {base}/v1/pricing/current has every number.\n\
-- A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts, each one whole or not at all: when what is left covers the base fee but not the scope adds, the create answers 402 for the whole price unless you send premium_payment_source external (Trial then pays the base fee and x402 the premium) or earned.\n\
+- A new agent holds 500 Trial DAC for 30 days. Trial pays DD/EE declarations (base fee and scope adds) while it lasts, each one whole when it can: when what is left covers the base fee but not the scope adds, Trial pays the base fee and the create answers 402 for the rest (the premium) over x402, or Earned DAC pays it with premium_payment_source earned; when it cannot pay the base fee, x402 pays the whole.\n\
 - When nothing else pays, a paid route answers 402 with a PAYMENT-REQUIRED header. Sign it with your wallet (the official x402 client does) and send the same request again with the payload in PAYMENT-SIGNATURE (X-PAYMENT is read too).\n\n\
 ## Observing recorded history (ARA) and your spending (DUR)\n\
 - GET {base}/v1/ara/agent/<your agent_id>/profile (also /timeline, /ee-pattern; resolution_level 1 to 3) is free for yourself. Another agent's costs a fixed observation price plus a surcharge at levels 2 and 3 (both in /v1/pricing/current), within its disclosure_level.\n\
