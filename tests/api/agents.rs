@@ -56,6 +56,16 @@ async fn missing_and_invalid_tokens_get_the_documented_401_bodies(backend: Backe
     let garbage = t.get("/v1/trial/status", Some("not-a-token")).await;
     garbage.assert_error(401, "INVALID_TOKEN");
     assert_eq!(garbage.headers["www-authenticate"], "Bearer");
+
+    // The scheme's name is case-insensitive; another scheme is no token.
+    let agent = t.register().await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let header = format!("{scheme} {}", agent.token);
+        let reply = t.call_with("GET", "/v1/trial/status", &[("authorization", &header)], None).await;
+        assert_eq!(reply.status.as_u16(), 200, "{scheme}: {}", reply.text);
+    }
+    let basic = format!("Basic {}", agent.token);
+    t.call_with("GET", "/v1/trial/status", &[("authorization", &basic)], None).await.assert_error(401, "UNAUTHORIZED");
 }
 
 async fn rotation_kills_the_old_token_and_key_at_once(backend: Backend) {

@@ -52,9 +52,16 @@ impl FromRequestParts<AppState> for Bearer {
         let missing = || unauthorized(state, AuthFailure::Missing);
         let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(missing)?;
         let value = value.to_str().map_err(|_| missing())?;
-        let token = value.strip_prefix("Bearer ").map(str::trim).ok_or_else(missing)?;
+        let token = bearer_token(value).ok_or_else(missing)?;
         Ok(Bearer(token.to_string()))
     }
+}
+
+/// The token of an `Authorization` value of the Bearer scheme, whose name
+/// is case-insensitive (RFC 9110 §11.1): `Bearer x`, `bearer x`, `BEARER x`.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// The client a request comes from, as limits count it: an IPv4 address or

@@ -377,8 +377,8 @@ impl ServerHandler for Mcp {
         let bearer = parts
             .and_then(|parts| parts.headers.get(axum::http::header::AUTHORIZATION))
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(|token| token.trim().to_string());
+            .and_then(crate::extract::bearer_token)
+            .map(str::to_string);
         // The SDK runs the call on a task of its own: it gets its own one-generation scope.
         let started = std::time::SystemTime::now();
         let outcome = self.state.app.schedule.in_one_generation(tools::call(&self.state, &tool.name, arguments, bearer, trace)).await;
