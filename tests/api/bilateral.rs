@@ -3,8 +3,7 @@
 //! and each side's receipt verifying offline), rejected or expired (the
 //! reservation released, nothing charged), and its refusals.
 
-use anchor_domain::Clock;
-use anchor_tests::x402::{Twist, b64, challenge_of, pay};
+use anchor_tests::x402::challenge_of;
 use anchor_tests::*;
 use anchor_verify::{Receipt, verify_receipt};
 use chrono::Duration;
@@ -23,13 +22,6 @@ fn body(counterparty: &str) -> Value {
 }
 
 /// Proposes, paying over x402.
-async fn propose(t: &TestServer, proposer: &Agent, body: &Value) -> Reply {
-    let bearer = format!("Bearer {}", proposer.token);
-    let challenge = challenge_of(&t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer)], Some(body)).await);
-    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
-    t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer), ("payment-signature", &payment)], Some(body)).await
-}
-
 async fn respond(t: &TestServer, agent: &Agent, agreement: &str, accept: bool) -> Reply {
     t.post(&format!("/v1/dd/bilateral/{agreement}/respond"), Some(&agent.token), &json!({ "accept": accept })).await
 }
@@ -63,7 +55,7 @@ async fn accepted_both_records_are_anchored_and_verify(backend: Backend) {
     let proposal = body(&counterparty.id);
     let challenge = challenge_of(&t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer)], Some(&proposal)).await);
     assert_eq!(challenge["accepts"][0]["amount"], "10000", "{challenge}");
-    let proposed = propose(&t, &proposer, &proposal).await;
+    let proposed = t.propose_paid(&proposer, &proposal).await;
     assert_eq!(proposed.status.as_u16(), 201, "{}", proposed.text);
     assert_eq!((proposed.json["status"].clone(), proposed.json["settlement_status"].clone()), (json!("proposed"), json!("pending")));
     assert_eq!(trial(&t, &proposer).await, json!(500));
@@ -148,7 +140,7 @@ async fn rejected_or_expired_nothing_is_charged(backend: Backend) {
     let counterparty = t.register().await;
 
     // Rejected: released at once; the proposer's confirmation says why.
-    let rejected = propose(&t, &proposer, &body(&counterparty.id)).await;
+    let rejected = t.propose_paid(&proposer, &body(&counterparty.id)).await;
     assert_eq!(rejected.status.as_u16(), 201, "{}", rejected.text);
     let (agreement, dd_id) = (rejected.json["agreement_id"].as_str().unwrap(), rejected.json["dd_id"].as_str().unwrap());
     assert_eq!(respond(&t, &counterparty, agreement, false).await.json["status"], "rejected");
@@ -159,7 +151,7 @@ async fn rejected_or_expired_nothing_is_charged(backend: Backend) {
     assert_eq!(t.received_all(&counterparty).await, 1);
 
     // Unanswered for the payment window: expired by the job, released; answering later is refused.
-    let late = propose(&t, &proposer, &body(&counterparty.id)).await;
+    let late = t.propose_paid(&proposer, &body(&counterparty.id)).await;
     let (agreement, dd_id) = (late.json["agreement_id"].as_str().unwrap().to_string(), late.json["dd_id"].as_str().unwrap().to_string());
     t.clock.advance(Duration::minutes(29));
     assert_eq!(anchor_app::bilateral::expire_due(&t.state.app).await.unwrap(), 0);

@@ -494,13 +494,7 @@ async fn content_inclusion_policy_is_enforced_on_create(backend: Backend) {
     let mut bilateral = dd();
     bilateral["dd_declaration_mode"] = json!("bilateral");
     let proposal = json!({ "counterparty_agent_id": agent.id, "dd": bilateral, "ee": basic_axes(), "request_id": uuid::Uuid::new_v4() });
-    let bearer = format!("Bearer {}", proposer.token);
-    let challenge = anchor_tests::x402::challenge_of(
-        &t.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer)], Some(&proposal)).await,
-    );
-    let payment = anchor_tests::x402::b64(&anchor_tests::x402::pay(&challenge, t.clock.now().timestamp(), Default::default()));
-    let paid = [("authorization", bearer.as_str()), ("payment-signature", payment.as_str())];
-    let proposed = t.call_with("POST", "/v1/dd/bilateral/propose", &paid, Some(&proposal)).await;
+    let proposed = t.propose_paid(&proposer, &proposal).await;
     assert_eq!(proposed.status, StatusCode::CREATED, "{}", proposed.text);
     let respond = format!("/v1/dd/bilateral/{}/respond", proposed.json["agreement_id"].as_str().unwrap());
     t.post(&respond, Some(&agent.token), &json!({ "accept": true })).await.assert_error(403, "CONTENT_INCLUSION_POLICY");

@@ -680,6 +680,15 @@ impl TestServer {
         self.call_with(method, path, &[("cookie", &owner.cookie)], body).await
     }
 
+    /// A bilateral proposal paid over x402: asked without a payment, then
+    /// sent again with the challenge signed.
+    pub async fn propose_paid(&self, proposer: &Agent, body: &Value) -> Reply {
+        let bearer = format!("Bearer {}", proposer.token);
+        let asked = self.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer)], Some(body)).await;
+        let payment = x402::b64(&x402::pay(&x402::challenge_of(&asked), self.clock.now().timestamp(), x402::Twist::default()));
+        self.call_with("POST", "/v1/dd/bilateral/propose", &[("authorization", &bearer), ("payment-signature", &payment)], Some(body)).await
+    }
+
     /// Links the agent to the owner; the agent's token is replaced by the new one.
     pub async fn link(&self, owner: &Owner, agent: &mut Agent) {
         let reply =

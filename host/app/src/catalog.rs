@@ -126,14 +126,15 @@ pub const UNLISTED_PAID_ROUTES: &[Route] = &[
     Route { method: "POST", path: "/v1/tsl/tool/{tool_id}/run" },
 ];
 
-/// Whether a payment on `route` settles within its request (every paid
+/// Whether a payment on the route `method` `path` settles within its request (every paid
 /// route but a declaration's, which settles with its confirmation): where
 /// the same payment sent again by its agent is a 409 DUPLICATE_REQUEST.
 /// The charge pipeline checks every inline settlement against this (in
 /// debug builds), so the OpenAPI, which documents that 409 from it, cannot
 /// leave a route out.
-pub fn settles_inline(route: Route) -> bool {
-    UNLISTED_PAID_ROUTES.contains(&route) || paid_route(route).is_some_and(|paid| paid.price != DeclarationQuote)
+pub fn settles_inline(method: &str, path: &str) -> bool {
+    let is = |route: &Route| route.method == method && route.path == path;
+    UNLISTED_PAID_ROUTES.iter().any(is) || PAID_ROUTES.iter().any(|paid| is(&paid.route) && paid.price != DeclarationQuote)
 }
 
 /// The catalog's entry of `route`, if it is a paid route.

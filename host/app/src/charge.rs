@@ -627,7 +627,11 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         priced_by: services.priced_by(),
     };
     if let Settle::Inline(subject) = order.settle {
-        debug_assert!(crate::catalog::settles_inline(order.route), "{} settles inline but the catalog does not say so", order.route);
+        debug_assert!(
+            crate::catalog::settles_inline(order.route.method, order.route.path),
+            "{} settles inline but the catalog does not say so",
+            order.route
+        );
         match services.store.reserve_payment(&payment, order.agent_id, subject, earned, order.pending.as_ref(), now).await? {
             Reservation::Reserved => {}
             Reservation::Duplicate => {

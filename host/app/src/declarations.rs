@@ -252,7 +252,7 @@ pub(crate) async fn record(
     let split_unpaid = matches!(order.trial, TrialUse::Part(_)) && matches!(order.offered, Offered::None);
     let mut known = charge::Known::Nothing;
     if matches!(order.trial, TrialUse::Short { .. }) || split_unpaid {
-        if let Some(verified) = charge::verify_ahead(services, &order).filter(|_| !split_unpaid) {
+        if let Some(verified) = charge::verify_ahead(services, &order) {
             known = charge::Known::Verified(Box::new(verified));
         } else {
             let (period_start, _) = anchor_domain::dab::period(now);

@@ -396,12 +396,7 @@ pub fn document(operations: &[Operation], server_url: &str) -> Value {
         let owner_write = operation.path.starts_with("/dap/") && operation.method != Method::GET && operation.method != Method::HEAD;
         // A route whose x402 payment settles within the request (every paid
         // route but a declaration's, which settles with its confirmation).
-        let settles_inline = anchor_app::catalog::UNLISTED_PAID_ROUTES
-            .iter()
-            .chain(anchor_app::catalog::PAID_ROUTES.iter().map(|paid| &paid.route))
-            .any(|route| {
-                route.method == operation.method.as_str() && route.path == operation.path && anchor_app::catalog::settles_inline(*route)
-            });
+        let settles_inline = anchor_app::catalog::settles_inline(operation.method.as_str(), operation.path);
         for (status, name, applies) in [
             ("400", "BadRequest", has_input),
             ("403", "CrossSite", owner_write),

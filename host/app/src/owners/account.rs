@@ -36,27 +36,23 @@ pub async fn set_marketing(services: &Services, owner: &OwnerRecord, agreed: boo
 /// Starts the deletion grace period (password confirmed).
 pub async fn request_deletion(services: &Services, owner: &OwnerRecord, password: &str) -> AppResult<OwnerRecord> {
     super::confirm_password(services, owner, password).await?;
-    let pending = || AppError::Conflict {
-        code: "DELETION_ALREADY_REQUESTED",
-        message: "deletion is already pending; POST /dap/account/restore cancels it".into(),
-    };
-    if owner.deletion_requested_at.is_some() {
-        return Err(pending());
-    }
     let now = services.clock.now();
     let due = now + Duration::days(services.config.owners.deletion_grace_days);
-    // (Another request may have started it since the session was read.)
+    // The store starts it only if it is not started (by this request or
+    // another at the same time): the state read with the session is not asked.
     if !services.store.set_owner_deletion(owner.owner_id, Some((now, due))).await? {
-        return Err(pending());
+        return Err(AppError::Conflict {
+            code: "DELETION_ALREADY_REQUESTED",
+            message: "deletion is already pending; POST /dap/account/restore cancels it".into(),
+        });
     }
     reload(services, owner).await
 }
 
 /// Cancels a pending deletion inside its grace period.
 pub async fn restore(services: &Services, owner: &OwnerRecord) -> AppResult<()> {
-    let not_pending = || AppError::Conflict { code: "NOT_PENDING_DELETION", message: "no deletion is pending for this account".into() };
-    if owner.deletion_requested_at.is_none() || !services.store.set_owner_deletion(owner.owner_id, None).await? {
-        return Err(not_pending());
+    if !services.store.set_owner_deletion(owner.owner_id, None).await? {
+        return Err(AppError::Conflict { code: "NOT_PENDING_DELETION", message: "no deletion is pending for this account".into() });
     }
     Ok(())
 }
