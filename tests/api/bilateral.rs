@@ -1,7 +1,7 @@
 //! Bilateral declarations: a proposal priced like DD create and paid over
 //! x402 alone, accepted (the counterparty's own record, free; both anchored
-//! and each side's receipt verifying offline), rejected or expired (the
-//! reservation released, nothing charged), and its refusals.
+//! and each side's receipt verifying offline), rejected, expired or left
+//! unconfirmed (the reservation released, nothing charged), and its refusals.
 
 use anchor_tests::x402::challenge_of;
 use anchor_tests::*;
@@ -166,5 +166,17 @@ async fn rejected_or_expired_nothing_is_charged(backend: Backend) {
     let listed: Vec<(Value, Value)> =
         sent["agreements"].as_array().unwrap().iter().map(|a| (a["agreement_id"].clone(), a["status"].clone())).collect();
     assert!(listed.contains(&(json!(agreement), json!("expired"))), "{sent}");
+
+    // Accepted, never confirmed by its proposer: the service releases the
+    // reservation once the window and its grace have passed (decision 0083).
+    let accepted = t.propose_paid(&proposer, &body(&counterparty.id)).await;
+    let (agreement, dd_id) = (accepted.json["agreement_id"].as_str().unwrap(), accepted.json["dd_id"].as_str().unwrap());
+    assert_eq!(respond(&t, &counterparty, agreement, true).await.status.as_u16(), 200);
+    t.clock.advance(Duration::minutes(46));
+    let mut walked = None;
+    assert_eq!(anchor_app::declarations::release_lapsed(&t.state.app, &mut walked, 4).await.unwrap(), (1, false));
+    let status = t.strings(&format!("select status from x402_payment where subject_id = {}", t.uuid_sql(dd_id))).await;
+    assert_eq!(status, ["released"]);
+    t.confirm(&proposer, dd_id).await.assert_error(410, "PAYMENT_EXPIRED");
     assert_eq!(t.scalar("select count(*) from usage_entry").await, 0, "nothing was charged");
 }

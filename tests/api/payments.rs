@@ -40,6 +40,7 @@ anchor_tests::both_backends!(
     an_external_premium_is_paid_over_x402_while_trial_pays_the_base_fee,
     trial_pays_the_base_fee_when_it_cannot_pay_the_whole,
     a_payment_signed_before_a_price_switch_is_refused_and_never_charged,
+    a_reservation_left_unconfirmed_is_released_by_the_service,
 );
 
 /// The rule at a pricing switch: a request is priced by the generation in
@@ -175,6 +176,63 @@ async fn trial_pays_the_base_fee_when_it_cannot_pay_the_whole(backend: Backend) 
     let whole = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &create_body(json!({ "ee_preset": "EE_standard" }))).await);
     assert_eq!(whole["accepts"][0]["amount"], "45000", "{whole}");
     assert!(whole["resource"]["description"].as_str().unwrap().contains("Trial holds 9 DAC"), "{whole}");
+}
+
+/// Decision 0083: a reservation nobody confirms is released by the service
+/// fifteen minutes after its window closed, when no authorization can settle
+/// any more, not only when a confirmation comes (which may never happen):
+/// its DAB share and the base fee Trial paid beside it come back. A record
+/// confirmed in its window and one whose settlement is in doubt are left as
+/// they are, and the walk goes through the deadlines in order.
+async fn a_reservation_left_unconfirmed_is_released_by_the_service(backend: Backend) {
+    let options = Options { dab_default: anchor_domain::MilliDac::from_dac(500), jobs: false, ..Options::default() };
+    let t = TestServer::with(backend, options).await;
+    let agent = t.register().await;
+    // 40 DAC of Trial: each EE_standard (45 DAC) is split, Trial 10 and x402 35.
+    t.tamper(&format!("update agent set trial_balance_milli = 40000 where agent_id = {}", t.uuid_sql(&agent.id))).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let body = create_body(json!({ "ee_preset": "EE_standard" }));
+        let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
+        let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+        let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+        assert_eq!(created.json["status"], "pending_payment", "{}", created.text);
+        ids.push(created.json["dd_id"].as_str().unwrap().to_string());
+        t.clock.advance(chrono::Duration::seconds(1));
+    }
+    assert_eq!(trial(&t, &agent).await, json!(10));
+    let spent = || async { t.get("/v1/dab/status", Some(&agent.token)).await.json["spent_dac"].clone() };
+    assert_eq!(spent().await, json!(105));
+    t.clock.advance(chrono::Duration::minutes(10));
+    assert_eq!(t.confirm(&agent, &ids[0]).await.status.as_u16(), 200);
+    // The second's settlement outcome is unknown: only reconciliation may end it.
+    t.tamper(&format!("update x402_payment set status = 'settle_unknown' where dd_id = {}", t.uuid_sql(&ids[1]))).await;
+    let before = spent().await;
+
+    let app = &t.state.app;
+    let mut walked = None;
+    assert_eq!(anchor_app::declarations::release_lapsed(app, &mut walked, 4).await.unwrap(), (0, false), "inside the window");
+    // The window closed 14 minutes ago: a confirmation may still be settling.
+    t.clock.advance(chrono::Duration::minutes(34));
+    assert_eq!(anchor_app::declarations::release_lapsed(app, &mut walked, 4).await.unwrap(), (0, false), "inside the grace");
+    assert_eq!(t.get(&format!("/v1/payment/{}/status", ids[2]), Some(&agent.token)).await.json["x402"]["status"], "reserved");
+    t.clock.advance(chrono::Duration::minutes(2));
+    assert_eq!(anchor_app::declarations::release_lapsed(app, &mut walked, 4).await.unwrap(), (1, false));
+    assert_eq!(walked.map(|w| w.dd_id.to_string()), Some(ids[2].clone()), "the walk reached the last deadline");
+    assert_eq!(anchor_app::declarations::release_lapsed(app, &mut walked, 4).await.unwrap(), (0, false), "once");
+    let mut fresh = None;
+    assert_eq!(anchor_app::declarations::release_lapsed(app, &mut fresh, 4).await.unwrap(), (0, false), "a new walk, once too");
+
+    let status = t.get(&format!("/v1/payment/{}/status", ids[2]), Some(&agent.token)).await;
+    assert_eq!((&status.json["settlement_status"], &status.json["x402"]["status"]), (&json!("released"), &json!("released")));
+    assert_eq!(trial(&t, &agent).await, json!(20), "the released record's base fee is Trial's again");
+    let after = spent().await;
+    assert_eq!(before.as_f64().unwrap() - after.as_f64().unwrap(), 35.0, "{before} -> {after}");
+    t.confirm(&agent, &ids[2]).await.assert_error(410, "PAYMENT_EXPIRED");
+    let doubtful = t.get(&format!("/v1/payment/{}/status", ids[1]), Some(&agent.token)).await;
+    assert_eq!((&doubtful.json["settlement_status"], &doubtful.json["x402"]["status"]), (&json!("pending"), &json!("settle_unknown")));
+    let confirmed = t.get(&format!("/v1/payment/{}/status", ids[0]), Some(&agent.token)).await;
+    assert_eq!(confirmed.json["settlement_status"], "settled");
 }
 
 async fn trial(t: &TestServer, agent: &Agent) -> Value {

@@ -48,6 +48,13 @@ const MOVERS: &[(&str, Kind)] = &[
              the Earned premium or Trial base fee its create took: a refund of what the pipeline reserved, not a purchase",
         ),
     ),
+    (
+        "release_lapsed_payment",
+        Exception(
+            "the release job ends a reservation nobody confirmed as close_payment does (decision 0083), giving back the \
+             Earned premium or Trial base fee its create took: a refund, not a purchase",
+        ),
+    ),
     ("expire_earned", Exception("the lots whose days are over expire (the Earned job): time, not a purchase")),
     ("debit_earned", Exception("the store's conformance tests' own debit; no use case calls it (checked below)")),
     ("credit_earned", Exception("the store's conformance tests' own credit; no use case calls it (checked below)")),

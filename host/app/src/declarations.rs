@@ -15,7 +15,7 @@ use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
-use anchor_ports::{Created, DirectRead, EarnedPart, NewAgreement, NewDeclaration};
+use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, NewAgreement, NewDeclaration};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -626,6 +626,56 @@ pub async fn settle_and_anchor(
     }
     services.metrics.declarations_confirmed.inc();
     Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
+}
+
+/// How long after its payment window an unconfirmed record's reservation
+/// is released by the service (its own confirmation releases it as soon
+/// as the window has closed). An authorization accepted at the create is
+/// valid at most [`charge::CONFIRM_MAX_TIMEOUT_SECS`] and a minute after it,
+/// six minutes past the window: fifteen leave no settlement in flight.
+pub const LAPSE_GRACE_MINUTES: i64 = 15;
+/// The least time between an authorization's `validBefore` and its release.
+const LAPSE_AUTHORIZATION_MARGIN_MINUTES: i64 = 5;
+/// How far back a host that has not walked the deadlines yet starts.
+pub const LAPSE_LOOKBACK_DAYS: i64 = 1;
+// A released record's authorization has expired with margin to spare.
+const _: () = assert!(
+    LAPSE_GRACE_MINUTES * 60
+        > (charge::CONFIRM_MAX_TIMEOUT_SECS - charge::PAYMENT_WINDOW_SECS + 60) as i64 + LAPSE_AUTHORIZATION_MARGIN_MINUTES * 60
+);
+/// Records per page of the walk.
+const LAPSE_PAGE: i64 = 1000;
+
+/// Releases the reservations of externally paid declarations nobody
+/// confirmed (decision 0083), walking the records in the order of their
+/// payment deadlines from `walked` (where the last walk stopped) to
+/// [`LAPSE_GRACE_MINUTES`] ago, `pages` pages at most: their DAB share,
+/// and the base fee Trial or the premium Earned paid beside it, come back
+/// without waiting for a confirmation that may never come. Returns how
+/// many it released and whether the walk has further to go.
+pub async fn release_lapsed(services: &Services, walked: &mut Option<DueKey>, pages: usize) -> AppResult<(usize, bool)> {
+    let now = services.clock.now();
+    let deadline_before = now - chrono::Duration::minutes(LAPSE_GRACE_MINUTES);
+    let authorized_before = (now - chrono::Duration::minutes(LAPSE_AUTHORIZATION_MARGIN_MINUTES)).timestamp();
+    let mut after = walked.unwrap_or(DueKey { deadline: now - chrono::Duration::days(LAPSE_LOOKBACK_DAYS), dd_id: Uuid::nil() });
+    let mut released = 0;
+    for _ in 0..pages {
+        let page = services.store.payment_deadlines(after, deadline_before, LAPSE_PAGE).await?;
+        for due in page.iter().filter(|due| due.pending) {
+            let reason = "payment window expired before confirmation";
+            if services.store.release_lapsed_payment(due.key.dd_id, deadline_before, authorized_before, reason, now).await? {
+                released += 1;
+            }
+        }
+        if let Some(last) = page.last() {
+            after = last.key;
+        }
+        *walked = Some(after);
+        if (page.len() as i64) < LAPSE_PAGE {
+            return Ok((released, false));
+        }
+    }
+    Ok((released, true))
 }
 
 /// A declaration's original, read by its agent: one read of its direct access.

@@ -13,6 +13,7 @@
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
 //! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
+//! | release | 60 s (every round while a backlog lasts) | release the reservations of externally paid declarations left unconfirmed 15 minutes past their window, walking their deadlines (`declarations::release_lapsed`) |
 //! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
 //! | witness | 100 ms, in a task of its own (a round does work only when a new checkpoint was signed) | offer the newest checkpoint to the witnesses that do not hold it (`witness`) |
 //! | timestamp | 100 ms (one token per `--tsa-interval-secs` at most), in a task of its own | ask a TSA for an RFC 3161 token over the newest witnessed checkpoint (`timestamp`) |
@@ -100,6 +101,9 @@ pub struct Runs {
     expire: Option<Instant>,
     deidentify: Option<Instant>,
     releases: Option<Instant>,
+    release: Option<Instant>,
+    /// How far this host has walked the payment deadlines.
+    lapsed_walked: Option<anchor_ports::DueKey>,
 }
 
 /// How many times the holder writes its lease within one lease's length.
@@ -221,6 +225,19 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Ok(0) => {}
             Ok(n) => tracing::info!(subjects = n, "closed stays and sDAC sessions their settled payments paid for"),
             Err(error) => tracing::warn!(error = format!("{error:#}"), "closing settled stays and sessions failed"),
+        }
+    }
+    if due(&mut runs.release, schedule.expire_every) {
+        match metrics.job("payment_release", declarations::release_lapsed(services, &mut runs.lapsed_walked, 4).await) {
+            Ok((released, more)) => {
+                if released > 0 {
+                    tracing::info!(declarations = released, "released the reservations of records left unconfirmed past their window");
+                }
+                if more {
+                    runs.release = None;
+                }
+            }
+            Err(error) => tracing::warn!(error = %error, "releasing lapsed reservations failed"),
         }
     }
     if due(&mut runs.erase, schedule.erase_every) {

@@ -68,6 +68,22 @@ pub struct EarnedPart {
     pub threshold: MilliDac,
 }
 
+/// Where an externally paid declaration stands in the order of payment
+/// deadlines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DueKey {
+    pub deadline: DateTime<Utc>,
+    pub dd_id: Uuid,
+}
+
+/// An externally paid declaration, by its payment deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaymentDue {
+    pub key: DueKey,
+    /// Neither confirmed nor closed.
+    pub pending: bool,
+}
+
 /// A payment whose settlement outcome is not known yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnknownSettlement {
@@ -118,6 +134,25 @@ pub trait PaymentStore: Send + Sync {
         dd_id: Uuid,
         declaration_status: SettlementStatus,
         payment_status: PaymentStatus,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// A page of the externally paid declarations whose payment deadline is
+    /// before `before`, after `after` in the order of (deadline, dd_id):
+    /// what the release of lapsed reservations walks.
+    async fn payment_deadlines(&self, after: DueKey, before: DateTime<Utc>, limit: i64) -> Result<Vec<PaymentDue>>;
+    /// Releases the reservation of an externally paid declaration nobody
+    /// confirmed, as [`PaymentStore::close_payment`] does, but only while its
+    /// deadline is before `deadline_before`, every one of its payments is
+    /// reserved or ended, none was authorized until `authorized_before` (Unix
+    /// seconds) or later, and its reservation is still reserved as the
+    /// payment is moved: a confirmation settling it meanwhile keeps it.
+    /// False when it did nothing.
+    async fn release_lapsed_payment(
+        &self,
+        dd_id: Uuid,
+        deadline_before: DateTime<Utc>,
+        authorized_before: i64,
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;

@@ -245,19 +245,70 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             return Ok(false);
         }
         move_payment(&mut tx, Key::Declaration(dd_id), payment_status, Some(reason), None, now).await?;
-        // A base fee Trial paid beside the external premium goes back too
-        // (decision 0062): the record it paid for will never be anchored.
-        tx.execute(
-            sql("update agent set trial_balance_milli = trial_balance_milli + \
-                   (select base_fee_milli from declaration where dd_id = $1 and base_fee_source = 'trial') \
-                 where agent_id = (select agent_id from declaration where dd_id = $1 and base_fee_source = 'trial')")
-            .bind(dd_id),
-        )
-        .await?;
-        // A premium Earned DAC paid goes back with the record that will never be anchored.
-        if let Some((debit_id, _)) = earned::debit_for(&mut tx, Subject::declaration(dd_id)).await? {
-            earned::refund(&mut tx, self.db.for_update(), debit_id, "declaration not anchored", now).await?;
+        give_back_unanchored(&mut tx, self.db.for_update(), dd_id, now).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn payment_deadlines(&self, after: DueKey, before: DateTime<Utc>, limit: i64) -> Result<Vec<PaymentDue>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select dd_id, payment_deadline, settlement_status, confirmed_at from declaration \
+                     where payment_deadline is not null and payment_deadline < $1 \
+                     and (payment_deadline > $2 or (payment_deadline = $2 and dd_id > $3)) \
+                     order by payment_deadline, dd_id limit $4")
+                .bind(before)
+                .bind(after.deadline)
+                .bind(after.dd_id)
+                .bind(limit),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let status: Option<String> = row.get("settlement_status")?;
+                let confirmed: Option<DateTime<Utc>> = row.get("confirmed_at")?;
+                Ok(PaymentDue {
+                    key: DueKey { deadline: row.get("payment_deadline")?, dd_id: row.get("dd_id")? },
+                    pending: confirmed.is_none() && status.as_deref() == Some(SettlementStatus::Pending.as_str()),
+                })
+            })
+            .collect()
+    }
+
+    async fn release_lapsed_payment(
+        &self,
+        dd_id: Uuid,
+        deadline_before: DateTime<Utc>,
+        authorized_before: i64,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        // Only a record none of whose payments settled, is settling (its
+        // outcome unknown) or could still settle.
+        let released = tx
+            .execute(
+                sql("update declaration set settlement_status = 'released' \
+                     where dd_id = $1 and settlement_status = 'pending' and confirmed_at is null and payment_deadline < $2 \
+                     and not exists (select 1 from x402_payment p where p.dd_id = $1 \
+                                     and (p.status in ('settled', 'settle_unknown') or p.valid_before >= $3))")
+                .bind(dd_id)
+                .bind(deadline_before)
+                .bind(authorized_before),
+            )
+            .await?;
+        if released == 0 {
+            tx.rollback().await?;
+            return Ok(false);
         }
+        // Reserved, not unknown: a confirmation that began settling it meanwhile keeps it.
+        let moved = move_payment_from(&mut tx, Key::Declaration(dd_id), RESERVED, PaymentStatus::Released, Some(reason), None, now).await?;
+        if moved.is_none() {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        give_back_unanchored(&mut tx, self.db.for_update(), dd_id, now).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -546,12 +597,30 @@ pub(crate) async fn move_payment<X: Exec>(
     reference: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Option<Moved>> {
+    move_payment_from(tx, key, LIVE, status, reason, reference, now).await
+}
+
+/// The statuses a payment is moved from: every live one (its outcome known
+/// or not), or only a reservation.
+const LIVE: &str = "('reserved', 'settle_unknown')";
+const RESERVED: &str = "('reserved')";
+
+/// [`move_payment`], from the statuses `from` lists.
+async fn move_payment_from<X: Exec>(
+    tx: &mut X,
+    key: Key,
+    from: &'static str,
+    status: PaymentStatus,
+    reason: Option<&str>,
+    reference: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Option<Moved>> {
     let row = tx
         .fetch_optional(
             sql(format!(
                 "update x402_payment set status = $1, error_reason = coalesce($2, error_reason), \
                  settlement_ref = coalesce($3, settlement_ref), updated_at = $4 \
-                 where {} = $5 and status in ('reserved', 'settle_unknown') \
+                 where {} = $5 and status in {from} \
                  returning payment_id, agent_id, amount_units, subject_domain, subject_id, pricing_version, pricing_sha256",
                 key.column()
             ))
@@ -572,6 +641,23 @@ pub(crate) async fn move_payment<X: Exec>(
     };
     insert_event(tx, moved.payment_id, status, reason, now).await?;
     Ok(Some(moved))
+}
+
+/// What an externally paid declaration that will never be anchored took
+/// from the agent's other balances goes back: a base fee Trial paid beside
+/// the external premium (decision 0062), a premium Earned DAC paid.
+async fn give_back_unanchored<X: Exec>(tx: &mut X, for_update: &str, dd_id: Uuid, now: DateTime<Utc>) -> Result<()> {
+    tx.execute(
+        sql("update agent set trial_balance_milli = trial_balance_milli + \
+               (select base_fee_milli from declaration where dd_id = $1 and base_fee_source = 'trial') \
+             where agent_id = (select agent_id from declaration where dd_id = $1 and base_fee_source = 'trial')")
+        .bind(dd_id),
+    )
+    .await?;
+    if let Some((debit_id, _)) = earned::debit_for(tx, Subject::declaration(dd_id)).await? {
+        earned::refund(tx, for_update, debit_id, "declaration not anchored", now).await?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn insert_event<X: Exec>(
