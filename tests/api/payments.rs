@@ -41,6 +41,7 @@ anchor_tests::both_backends!(
     trial_pays_the_base_fee_when_it_cannot_pay_the_whole,
     a_payment_signed_before_a_price_switch_is_refused_and_never_charged,
     a_reservation_left_unconfirmed_is_released_by_the_service,
+    a_confirmation_whose_client_hangs_up_is_finished,
 );
 
 /// The rule at a pricing switch: a request is priced by the generation in
@@ -463,6 +464,8 @@ mod stub {
         Succeed,
         /// Moves the money, then answers too late.
         SucceedSlowly,
+        /// Moves the money, then answers 400 ms later (in time).
+        SucceedAfterAWhile,
         Refuse,
     }
 
@@ -500,10 +503,13 @@ mod stub {
                         let behaviour = *b.lock().unwrap();
                         match behaviour {
                             Settle::Refuse => axum::Json(json!({ "success": false, "errorReason": "invalid_exact_evm_insufficient_balance", "transaction": "", "network": "eip155:8453", "payer": payer })),
-                            Settle::Succeed | Settle::SucceedSlowly => {
+                            Settle::Succeed | Settle::SucceedSlowly | Settle::SucceedAfterAWhile => {
                                 m.lock().unwrap().push(nonce);
                                 if behaviour == Settle::SucceedSlowly {
                                     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                                }
+                                if behaviour == Settle::SucceedAfterAWhile {
+                                    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
                                 }
                                 axum::Json(json!({ "success": true, "transaction": "0xfeedbeef", "network": "eip155:8453", "payer": payer }))
                             }
@@ -535,6 +541,48 @@ async fn with_facilitator(backend: Backend) -> (TestServer, stub::Facilitator) {
     let options = Options { settler: Some(std::sync::Arc::new(settler)), jobs: false, ..Options::default() };
     let t = TestServer::with(backend, options).await;
     (t, facilitator)
+}
+
+/// A client that closes its connection while its confirmation is settling
+/// (a timeout, a crash) does not stop it half-way: the money moved, so the
+/// record is anchored and the payment settled, as if the client had waited.
+/// Dropped with the connection, the confirmation left the payment reserved
+/// after the money moved, and the next confirmation, settling it again, was
+/// refused for the used nonce and failed the record.
+async fn a_confirmation_whose_client_hangs_up_is_finished(backend: Backend) {
+    use tokio::io::AsyncWriteExt;
+    let (t, facilitator) = with_facilitator(backend).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let created = send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&payment)))).await;
+    let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+    *facilitator.behaviour.lock().unwrap() = stub::Settle::SucceedAfterAWhile;
+
+    let address = t.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let confirm = json!({ "dd_id": dd_id }).to_string();
+    let request = format!(
+        "POST /v1/dd/confirm HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{confirm}",
+        agent.token,
+        confirm.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    drop(stream);
+    // The settlement answers 400 ms after it began (within the settler's
+    // 500 ms); the record follows it.
+    let mut status = Value::Null;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        status = t.get(&format!("/v1/payment/{dd_id}/status"), Some(&agent.token)).await.json;
+        if status["settlement_status"] != "pending" {
+            break;
+        }
+    }
+    assert_eq!(facilitator.moved.lock().unwrap().len(), 1, "the money moved once");
+    assert_eq!((&status["settlement_status"], &status["x402"]["status"]), (&json!("settled"), &json!("settled")), "{status}");
+    t.confirm(&agent, &dd_id).await.assert_error(409, "ALREADY_CONFIRMED");
 }
 
 async fn facilitator_settles_reconciles_an_unknown_outcome_once_and_reports_failures(backend: Backend) {

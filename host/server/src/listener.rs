@@ -19,6 +19,9 @@
 //!   answer 414 and header sections over [`MAX_HEADER_BYTES`] 431, as JSON
 //!   ([`protocol_limits`]).
 //!
+//! A request's handler runs in a task of its own, to its end even when its
+//! client hangs up: what it writes never stops half-way for that.
+//!
 //! Beyond those, the HTTP parser's own limits (a request line over 64 KiB, a
 //! head over `max_buf_size` or with more than [`MAX_HEADERS`] fields, bytes
 //! that are not HTTP) answer before any handler runs; [`JsonErrors`] gives
@@ -177,7 +180,16 @@ pub async fn serve_behind(
             let mut router = router.clone();
             let draining = draining.clone();
             async move {
-                let mut response = tower::Service::call(&mut router, request.map(Body::new)).await?;
+                // Each request runs to its end in a task of its own: hyper drops
+                // the future of a request whose client hung up, and a write
+                // stopped half-way (a payment settled, its record not yet
+                // written) must not depend on a client waiting for it.
+                let call = tokio::spawn(async move { tower::Service::call(&mut router, request.map(Body::new)).await });
+                let mut response = match call.await {
+                    Ok(answered) => answered?,
+                    // Only a runtime shutting down cancels it (a panic is answered inside the router).
+                    Err(error) => ApiError::internal(anyhow::anyhow!("the request's task ended: {error}")).into_response(),
+                };
                 // A refusal that leaves the request's body unread (413) ends
                 // the connection: the unread bytes cannot be told from the
                 // next request, so a client must not reuse it.
