@@ -99,7 +99,7 @@ static PII_LABEL: LazyLock<Regex> = LazyLock::new(|| {
 ///
 /// The screen refuses a token that holds a run of seven or more digits (a phone,
 /// card, account or national identity number, allowing `-`, `.`, `_` or `:`
-/// between the digits), an IPv4 address, or a personal-data label followed by a
+/// between the digits), an IPv4 or IPv6 address, or a personal-data label followed by a
 /// value (`email:`, `phone-`, `user.` and the like). It is a screen, not a
 /// guarantee: it refuses the shapes such data usually takes.
 pub fn check_call_chain_entry(index: usize, token: &str) -> Result<(), Invalid> {
@@ -131,7 +131,8 @@ fn looks_personal(token: &str) -> bool {
             run = 0;
         }
     }
-    longest >= 7 || IPV4.is_match(token) || PII_LABEL.is_match(token)
+    // An IPv6 address in any of its forms (`2001:db8::1` holds no long run of digits).
+    longest >= 7 || IPV4.is_match(token) || token.parse::<std::net::Ipv6Addr>().is_ok() || PII_LABEL.is_match(token)
 }
 
 pub fn check_scale_unit(unit: &str) -> Result<(), Invalid> {
@@ -190,7 +191,12 @@ mod tests {
         for ok in ["search_api", "tool:v2", "mcp.fs.read", "gpt-4o", "step-12"] {
             check_call_chain_entry(0, ok).unwrap();
         }
-        for pii in ["010-1234-5678", "4111111111111111", "192.168.0.1", "email:bob", "user.alice", "900101-1234567"] {
+        for ok in ["fs::read", "crate::module", "a:b:c"] {
+            check_call_chain_entry(0, ok).unwrap();
+        }
+        let pii = ["010-1234-5678", "4111111111111111", "192.168.0.1", "email:bob", "user.alice", "900101-1234567"];
+        let ipv6 = ["2001:db8::1", "fe80::1", "2001:0db8:85a3:0000:0000:8a2e:0370:7334", "1::", "0::ffff:a00:1"];
+        for pii in pii.into_iter().chain(ipv6) {
             assert_eq!(check_call_chain_entry(0, pii).unwrap_err().code, "PII_DETECTED", "{pii}");
         }
         assert_eq!(check_call_chain_entry(0, "has space").unwrap_err().code, "INVALID_VALUE");
