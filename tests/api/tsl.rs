@@ -208,6 +208,11 @@ async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend
     let shares = t.as_owner(&owner, "GET", "/dap/tsl/human-shares", None).await;
     assert_eq!(shares.json["accrued_total_dac"], json!(10), "{}", shares.text);
     assert_eq!(shares.json["human_shares"][0]["sales"], 1);
+    // The owner's export holds the agreement too, as the list shows it.
+    let export = t.as_owner(&owner, "GET", "/dap/account/export", None).await;
+    assert_eq!(export.json["human_shares"], shares.json["human_shares"], "{}", export.text);
+    let csv = t.as_owner(&owner, "GET", "/dap/account/export?format=csv", None).await;
+    assert!(csv.text.contains(&format!("human_share,{tool},0.1 in_force\n")), "{}", csv.text);
     let ledger = t.get("/v1/earned-dac/ledger", Some(&seller.token)).await;
     assert_eq!(ledger.json["entries"][0]["type"], "credit");
     assert_eq!(ledger.json["entries"][0]["reference"]["kind"], "tsl_purchase");

@@ -11,7 +11,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use anchor_domain::owners::Residence;
-use anchor_domain::records::{LinkedAgent, OwnerClassification, OwnerRecord};
+use anchor_domain::records::{HumanShareRecord, LinkedAgent, OwnerClassification, OwnerRecord};
 
 use crate::{AppError, AppResult, Services};
 
@@ -63,6 +63,8 @@ pub struct Export {
     pub at: DateTime<Utc>,
     pub agents: Vec<LinkedAgent>,
     pub categories: Vec<OwnerClassification>,
+    /// The owner's human shares of its agents' tools, ended ones too.
+    pub human_shares: Vec<HumanShareRecord>,
 }
 
 pub async fn export(services: &Services, owner: &OwnerRecord) -> AppResult<Export> {
@@ -70,5 +72,6 @@ pub async fn export(services: &Services, owner: &OwnerRecord) -> AppResult<Expor
         at: services.clock.now(),
         agents: services.store.owner_agents(owner.owner_id).await?,
         categories: services.store.owner_classifications(owner.owner_id, true).await?,
+        human_shares: services.store.human_shares(owner.owner_id).await?,
     })
 }

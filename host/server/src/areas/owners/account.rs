@@ -281,6 +281,8 @@ struct AccountExport {
     account: Profile,
     agents: Vec<ExportedAgent>,
     classifications: Vec<Category>,
+    /// The human shares of the owner's agents' tools, ended ones too.
+    human_shares: Vec<super::tsl::HumanShareView>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -308,6 +310,7 @@ async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query)
                 })
                 .collect(),
             classifications: export.categories.iter().map(Category::from).collect(),
+            human_shares: export.human_shares.iter().map(super::tsl::HumanShareView::from).collect(),
         })
         .into_response()),
         ExportFormat::Csv => {
@@ -328,6 +331,11 @@ async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query)
             }
             for c in &export.categories {
                 csv.push_str(&format!("classification,{},{}\n", quote(&c.key), quote(&c.label)));
+            }
+            for h in &export.human_shares {
+                let rate = anchor_app::tsl::ppm_text(h.rate_ppm);
+                let state = if h.in_force { "in_force".to_string() } else { h.end_reason.clone().unwrap_or_else(|| "ended".into()) };
+                csv.push_str(&format!("human_share,{},{}\n", h.tool_id, quote(&format!("{rate} {state}"))));
             }
             Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], csv).into_response())
         }

@@ -172,7 +172,7 @@ struct HumanShareRequest {
 }
 
 #[derive(Serialize, JsonSchema)]
-struct HumanShareView {
+pub(crate) struct HumanShareView {
     human_share_id: Id,
     tool_id: Id,
     tool_name: String,
