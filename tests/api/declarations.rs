@@ -145,7 +145,14 @@ async fn integrity_hash_follows_the_documented_encoding(backend: Backend) {
 async fn a_scale_value_is_kept_as_written_but_its_exponent(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
-    for (written, kept) in [("1.50", "1.50"), ("18446744073709551616", "18446744073709551616"), ("1E2", "1e+2"), ("2.5e-3", "2.5e-3")] {
+    for (written, kept) in [
+        ("1.50", "1.50"),
+        ("18446744073709551616", "18446744073709551616"),
+        ("1E2", "1e+2"),
+        ("2.5e-3", "2.5e-3"),
+        ("-0", "-0"),
+        ("-0.0", "-0.0"),
+    ] {
         let mut body = create_body(json!({ "ee_preset": "EE_basic" }));
         body["content_inclusion_flag"] = json!(1);
         body["template"] = json!({ "decision_class": "payment", "decision_scale_value": "SCALE" });

@@ -334,7 +334,12 @@ impl<'de> Deserializer<'de> for Reader<'de> {
         match self.value {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(*b),
-            // serde_json's own number keeps its exact text (arbitrary_precision).
+            // serde_json's number keeps its exact text (arbitrary_precision),
+            // but hands `-0` to a visitor as the integer 0; its parser keeps
+            // the sign, so that one is read again from its text.
+            Value::Number(n) if n.as_i64() == Some(0) && n.to_string().starts_with('-') => {
+                serde_json::Deserializer::from_reader(n.to_string().as_bytes()).deserialize_any(visitor).map_err(from_json)
+            }
             Value::Number(n) => n.clone().deserialize_any(visitor).map_err(from_json),
             Value::String(s) => visitor.visit_borrowed_str(s),
             Value::Array(items) => visitor.visit_seq(Items { items: items.iter(), index: 0, query: self.query }),
@@ -576,6 +581,16 @@ mod tests {
     }
 
     const ID: &str = "00000000-0000-4000-8000-000000000000";
+
+    #[test]
+    fn a_number_keeps_its_text_and_sign() {
+        for text in ["-0", "-0.0", "0", "1e+2", "123456789012345678901234567890", "-1.50"] {
+            let value: Value = serde_json::from_str(&format!(r#"{{"id":"{ID}","inner":{{"unit":"single"}},"exact":{text}}}"#)).unwrap();
+            assert_eq!(value["exact"].to_string(), text, "as parsed");
+            let read = read::<Outer>(&value).unwrap();
+            assert_eq!(read.exact.map(|n| n.to_string()).as_deref(), Some(text));
+        }
+    }
 
     #[test]
     fn every_mistake_has_its_code_and_path() {
