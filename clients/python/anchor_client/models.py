@@ -1540,6 +1540,22 @@ class Category(BaseModel):
     created_at: AwareDatetime
 
 
+class HumanShareView(BaseModel):
+    human_share_id: UUID
+    tool_id: UUID
+    tool_name: str
+    agent_id: UUID = Field(..., description='The agent that sells the tool.')
+    human_share_rate: confloat(ge=0.0, le=1.0)
+    in_force: bool = Field(..., description='Not ended, and the agent is still yours.')
+    created_at: AwareDatetime
+    ended_at: AwareDatetime | None = Field(...)
+    end_reason: str | None = Field(
+        ..., description='superseded, transferred, retired, unlinked or owner_erased.'
+    )
+    sales: int
+    accrued_dac: confloat(ge=0.0, multiple_of=0.001)
+
+
 class Linked(BaseModel):
     agent_id: UUID
     linked_at: AwareDatetime
@@ -1745,22 +1761,6 @@ class Policy(BaseModel):
     ]
     valid_values: list[str]
     effect: str
-
-
-class HumanShareView(BaseModel):
-    human_share_id: UUID
-    tool_id: UUID
-    tool_name: str
-    agent_id: UUID = Field(..., description='The agent that sells the tool.')
-    human_share_rate: confloat(ge=0.0, le=1.0)
-    in_force: bool = Field(..., description='Not ended, and the agent is still yours.')
-    created_at: AwareDatetime
-    ended_at: AwareDatetime | None = Field(...)
-    end_reason: str | None = Field(
-        ..., description='superseded, transferred, retired, unlinked or owner_erased.'
-    )
-    sales: int
-    accrued_dac: confloat(ge=0.0, multiple_of=0.001)
 
 
 class HumanShareList(BaseModel):
@@ -2987,6 +2987,10 @@ class AccountExport(BaseModel):
     account: Profile
     agents: list[ExportedAgent]
     classifications: list[Category]
+    human_shares: list[HumanShareView] = Field(
+        ...,
+        description="The human shares of the owner's agents' tools, ended ones too.",
+    )
 
 
 class AgentList(BaseModel):
