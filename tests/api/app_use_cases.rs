@@ -25,7 +25,8 @@ both_backends!(
     create_and_confirm_through_the_use_cases,
     inline_payments_settle_before_the_answer,
     earned_pays_its_part_and_comes_back_when_settlement_is_refused,
-    defaults_and_bounds_are_the_use_cases
+    defaults_and_bounds_are_the_use_cases,
+    a_payment_a_stopped_host_left_reserved_is_reconciled
 );
 
 /// A DD with what a client must name and nothing else.
@@ -266,6 +267,118 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
     // Reserved and settled payments count against the DAB; the refused one does not.
     let (period_start, _) = anchor_domain::dab::period(now);
     assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac(2000));
+}
+
+/// A settler whose next settlements never answer while `stopped` holds
+/// (their host stops while they wait), then the scripted outcomes.
+struct Stopping {
+    stopped: std::sync::atomic::AtomicBool,
+    then: Arc<Scripted>,
+}
+
+#[async_trait::async_trait]
+impl Settler for Stopping {
+    fn mode(&self) -> &'static str {
+        "scripted"
+    }
+    async fn verify(&self, payload: &serde_json::Value, requirements: &serde_json::Value) -> Result<(), String> {
+        self.then.verify(payload, requirements).await
+    }
+    async fn settle(&self, payload: &str, requirements: Option<&serde_json::Value>, local: &str) -> Settled {
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.then.settle(payload, requirements, local).await
+    }
+}
+
+/// The challenge an unpaid order answers.
+async fn challenge_of(services: &Services, order: Order, observe: &Observe) -> serde_json::Value {
+    let AppError::PaymentRequired(required) = charge::charge(services, order, observe).await.unwrap_err() else { panic!("a challenge") };
+    serde_json::to_value(required.challenge()).unwrap()
+}
+
+/// Decision 0084: a host that stops between reserving an inline payment and
+/// settling it (its request's future dropped mid-settlement, as a killed
+/// process leaves it) leaves the payment reserved. Ten minutes after its
+/// authorization ended the job marks it unknown and the reconciliation
+/// settles it again: charged once where the money had moved (the nonce is
+/// used), ended and taken out of the DAB where it had not. Payments settled
+/// in time, and reserved ones whose authorization still runs, are left alone.
+async fn a_payment_a_stopped_host_left_reserved_is_reconciled(backend: Backend) {
+    let scripted = Scripted::new(Vec::new());
+    let settler = Arc::new(Stopping { stopped: true.into(), then: scripted.clone() });
+    let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
+    let agent_id = agent.agent_id;
+    let route = Route { method: "GET", path: "/v1/ara/environment" };
+    let order = |subject: Subject, offered: Offered| Order {
+        agent_id,
+        route,
+        path: None,
+        total: MilliDac::from_dac(1),
+        description: "Environment observation".into(),
+        trial: TrialUse::None,
+        earned: MilliDac::ZERO,
+        offered,
+        settle: Settle::Inline(subject),
+        pending: None,
+    };
+    let observe = Observe::default();
+    let subject = || Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
+    let (moved, unmoved, settled) = (subject(), subject(), subject());
+    // Two requests whose host stops while they settle.
+    for s in [moved, unmoved] {
+        let paid = pay(&challenge_of(&services, order(s, Offered::None), &observe).await, clock.now().timestamp(), Twist::default());
+        let stopped = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            charge::charge(&services, order(s, Offered::Payload(paid.into())), &observe),
+        )
+        .await;
+        assert!(stopped.is_err(), "the settlement never answered");
+    }
+    settler.stopped.store(false, std::sync::atomic::Ordering::SeqCst);
+    let paid = pay(&challenge_of(&services, order(settled, Offered::None), &observe).await, clock.now().timestamp(), Twist::default());
+    let (settled_id, _) = charge::charge(&services, order(settled, Offered::Payload(paid.into())), &observe).await.unwrap();
+    let status = |id: Uuid| {
+        let store = store.clone();
+        async move { store.payment(id).await.unwrap().unwrap().status }
+    };
+    // The two left reserved count against the DAB, beside the settled one.
+    let (period_start, _) = anchor_domain::dab::period(clock.now());
+    assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac(3000));
+    assert!(store.unknown_settlements(10).await.unwrap().is_empty());
+
+    // Their authorizations (35 minutes) still run, then ended less than ten minutes ago: nothing to do.
+    let mut walked = None;
+    assert_eq!(charge::mark_abandoned(&services, &mut walked, 4).await.unwrap(), (0, false));
+    clock.advance(chrono::Duration::minutes(44));
+    assert_eq!(charge::mark_abandoned(&services, &mut walked, 4).await.unwrap(), (0, false));
+    clock.advance(chrono::Duration::minutes(2));
+    assert_eq!(charge::mark_abandoned(&services, &mut walked, 4).await.unwrap(), (2, false));
+    assert_eq!(charge::mark_abandoned(&services, &mut walked, 4).await.unwrap(), (0, false), "once");
+    let mut unknown = store.unknown_settlements(10).await.unwrap();
+    unknown.sort_by_key(|u| u.subject != moved);
+    assert_eq!(unknown.iter().map(|u| u.subject).collect::<Vec<_>>(), vec![moved, unmoved]);
+    let (moved_id, unmoved_id) = (unknown[0].payment_id, unknown[1].payment_id);
+    assert_eq!(status(settled_id).await, PaymentStatus::Settled, "a payment settled in time is left as it is");
+
+    // Settled again: the first had moved (its nonce is used), the second had not (its authorization expired).
+    let script = |id: Uuid| {
+        if id == moved_id {
+            Settled::No { reason: anchor_x402::settlement::NONCE_USED.into() }
+        } else {
+            Settled::No { reason: "invalid_exact_evm_payload_authorization_valid_before".into() }
+        }
+    };
+    // The reconciliation takes them oldest first; the script is popped from its end.
+    let order_taken: Vec<Uuid> = store.unknown_settlements(10).await.unwrap().iter().map(|u| u.payment_id).collect();
+    scripted.0.lock().unwrap().extend(order_taken.iter().rev().map(|id| script(*id)));
+    assert_eq!(anchor_app::jobs::reconcile_unknown_settlements(&services).await.unwrap(), 2);
+    assert_eq!(status(moved_id).await, PaymentStatus::Settled);
+    assert_eq!(store.usage_for(moved).await.unwrap().len(), 1, "charged once");
+    assert_eq!(status(unmoved_id).await, PaymentStatus::SettleFailed);
+    assert!(store.usage_for(unmoved).await.unwrap().is_empty());
+    assert_eq!(store.dab_status(agent_id, period_start).await.unwrap().spent, MilliDac(2000), "the unmoved one left the DAB");
 }
 
 /// An order whose surcharge Earned DAC pays: debited with the reservation

@@ -39,7 +39,7 @@ use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, PaymentStatus, Subject, SubjectDomain};
 use anchor_domain::records::{DabStatus, PaymentRecord};
-use anchor_ports::{EarnedPart, NewPayment, Pending, Reservation, StoreError};
+use anchor_ports::{EarnedPart, NewPayment, Pending, Reservation, StoreError, ValidityKey};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -438,6 +438,48 @@ pub async fn settle_inline(services: &Services, payment: &PaymentRecord) -> AppR
     let local = local_settlement_reference(payment);
     let reconciling = payment.status == PaymentStatus::SettleUnknown;
     settle_reserved(services, payment.payment_id, &payment.payer, &payment.payload, None, &local, reconciling).await
+}
+
+/// How long after its authorization ended a reserved inline payment is
+/// taken for abandoned: the request that reserved it settles it at once,
+/// within its settler's timeout, so one still reserved this long after no
+/// transfer could begin belongs to a host that stopped half-way.
+const ABANDONED_AFTER_MINUTES: i64 = 10;
+/// How far back a host that has not walked the authorizations yet starts.
+const ABANDONED_LOOKBACK_DAYS: i64 = 2;
+/// Payments per page of the walk.
+const ABANDONED_PAGE: i64 = 1000;
+
+/// Marks the inline payments a stopped host left reserved (decision 0084)
+/// as of unknown outcome, which the reconciliation then settles again:
+/// charged once if the money moved before the host stopped (a used nonce),
+/// ended and given back (Earned, the DAB, a pending purchase) if it did
+/// not. Walks the payments in the order of their authorization's end from
+/// `walked` (where the last walk stopped), `pages` pages at most. Returns
+/// how many it marked and whether the walk has further to go.
+pub async fn mark_abandoned(services: &Services, walked: &mut Option<ValidityKey>, pages: usize) -> AppResult<(usize, bool)> {
+    let now = services.clock.now();
+    let before = (now - Duration::minutes(ABANDONED_AFTER_MINUTES)).timestamp();
+    let mut after = walked
+        .unwrap_or(ValidityKey { valid_before: (now - Duration::days(ABANDONED_LOOKBACK_DAYS)).timestamp(), payment_id: Uuid::nil() });
+    let mut marked = 0;
+    for _ in 0..pages {
+        let page = services.store.inline_payments_by_validity(after, before, ABANDONED_PAGE).await?;
+        for due in page.iter().filter(|due| due.status == PaymentStatus::Reserved) {
+            let reason = "the request that reserved it never finished (its host stopped); settled again by the reconciliation";
+            if services.store.end_payment(due.key.payment_id, PaymentStatus::SettleUnknown, reason, now).await? {
+                marked += 1;
+            }
+        }
+        if let Some(last) = page.last() {
+            after = last.key;
+        }
+        *walked = Some(after);
+        if (page.len() as i64) < ABANDONED_PAGE {
+            return Ok((marked, false));
+        }
+    }
+    Ok((marked, true))
 }
 
 /// The agent's DAB status as the use case read it already, with its own

@@ -11,7 +11,7 @@
 //! | log | round (100 ms) | integrate the leaves pending as the round begins (a backlog: full batches for up to a second), sign a checkpoint about once a second |
 //! | ARA fold | 1 s (every round while a backlog lasts) | fold newly integrated declarations into the aggregate model (a few batches a run) |
 //! | ARA releases | 60 s | once the fold has caught up, cut the day's de-identified releases not cut yet |
-//! | reconcile | 30 s | settle again the payments whose settlement outcome is unknown |
+//! | reconcile | 30 s | mark the inline payments a stopped host left reserved ten minutes past their authorization as unknown (`charge::mark_abandoned`), then settle again the payments whose settlement outcome is unknown |
 //! | erase | 30 s | erase owner accounts whose deletion grace period ended |
 //! | release | 60 s (every round while a backlog lasts) | release the reservations of externally paid declarations left unconfirmed 15 minutes past their window, walking their deadlines (`declarations::release_lapsed`) |
 //! | de-identify | 5 s (every round while a backlog lasts) | records past their retention end become id-free statistics, a few batches a run |
@@ -104,6 +104,8 @@ pub struct Runs {
     release: Option<Instant>,
     /// How far this host has walked the payment deadlines.
     lapsed_walked: Option<anchor_ports::DueKey>,
+    /// How far this host has walked the inline payments' authorizations.
+    abandoned_walked: Option<anchor_ports::ValidityKey>,
 }
 
 /// How many times the holder writes its lease within one lease's length.
@@ -216,6 +218,18 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
         }
     }
     if due(&mut runs.reconcile, schedule.reconcile_every) {
+        // First what a stopped host left reserved, which the reconciliation then settles.
+        match metrics.job("abandoned_payments", charge::mark_abandoned(services, &mut runs.abandoned_walked, 4).await) {
+            Ok((marked, more)) => {
+                if marked > 0 {
+                    tracing::warn!(payments = marked, "inline payments left reserved by a stopped host are reconciled");
+                }
+                if more {
+                    runs.reconcile = None;
+                }
+            }
+            Err(error) => tracing::warn!(error = %error, "looking for abandoned inline payments failed"),
+        }
         match metrics.job("reconcile", reconcile_unknown_settlements(services).await) {
             Ok(0) => {}
             Ok(n) => tracing::info!(payments = n, "reconciled payments whose settlement was unknown"),

@@ -76,6 +76,21 @@ pub struct DueKey {
     pub dd_id: Uuid,
 }
 
+/// Where an inline payment stands in the order of its authorization's
+/// `validBefore` (Unix seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ValidityKey {
+    pub valid_before: i64,
+    pub payment_id: Uuid,
+}
+
+/// An inline payment, by its authorization's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineDue {
+    pub key: ValidityKey,
+    pub status: PaymentStatus,
+}
+
 /// An externally paid declaration, by its payment deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PaymentDue {
@@ -156,6 +171,10 @@ pub trait PaymentStore: Send + Sync {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    /// A page of the inline payments (every subject but a declaration's)
+    /// whose authorization ended before `before` (Unix seconds), after
+    /// `after` in the order of (valid_before, payment_id), with their status.
+    async fn inline_payments_by_validity(&self, after: ValidityKey, before: i64, limit: i64) -> Result<Vec<InlineDue>>;
     /// Payments whose settlement outcome is unknown, oldest first.
     async fn unknown_settlements(&self, limit: i64) -> Result<Vec<UnknownSettlement>>;
     /// Closes the ISE stays and sDAC sessions still open whose inline payment

@@ -276,6 +276,30 @@ impl<E: Engine> PaymentStore for SqlStore<E> {
             .collect()
     }
 
+    async fn inline_payments_by_validity(&self, after: ValidityKey, before: i64, limit: i64) -> Result<Vec<InlineDue>> {
+        let rows = self
+            .db()
+            .fetch_all(
+                sql("select payment_id, valid_before, status from x402_payment \
+                     where subject_domain <> 'declaration' and valid_before < $1 \
+                     and (valid_before > $2 or (valid_before = $2 and payment_id > $3)) \
+                     order by valid_before, payment_id limit $4")
+                .bind(before)
+                .bind(after.valid_before)
+                .bind(after.payment_id)
+                .bind(limit),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(InlineDue {
+                    key: ValidityKey { valid_before: row.get("valid_before")?, payment_id: row.get("payment_id")? },
+                    status: row.named("status")?,
+                })
+            })
+            .collect()
+    }
+
     async fn release_lapsed_payment(
         &self,
         dd_id: Uuid,
