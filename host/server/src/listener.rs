@@ -19,8 +19,8 @@
 //!   answer 414 and header sections over [`MAX_HEADER_BYTES`] 431, as JSON
 //!   ([`protocol_limits`]).
 //!
-//! A request's handler runs in a task of its own, to its end even when its
-//! client hangs up: what it writes never stops half-way for that.
+//! A request's handler runs to its end even when its client hangs up
+//! ([`RunToEnd`]): what it writes never stops half-way for that.
 //!
 //! Beyond those, the HTTP parser's own limits (a request line over 64 KiB, a
 //! head over `max_buf_size` or with more than [`MAX_HEADERS`] fields, bytes
@@ -180,16 +180,10 @@ pub async fn serve_behind(
             let mut router = router.clone();
             let draining = draining.clone();
             async move {
-                // Each request runs to its end in a task of its own: hyper drops
-                // the future of a request whose client hung up, and a write
-                // stopped half-way (a payment settled, its record not yet
+                // hyper drops the future of a request whose client hung up; a
+                // write stopped half-way (a payment settled, its record not yet
                 // written) must not depend on a client waiting for it.
-                let call = tokio::spawn(async move { tower::Service::call(&mut router, request.map(Body::new)).await });
-                let mut response = match call.await {
-                    Ok(answered) => answered?,
-                    // Only a runtime shutting down cancels it (a panic is answered inside the router).
-                    Err(error) => ApiError::internal(anyhow::anyhow!("the request's task ended: {error}")).into_response(),
-                };
+                let mut response = RunToEnd::new(async move { tower::Service::call(&mut router, request.map(Body::new)).await }).await?;
                 // A refusal that leaves the request's body unread (413) ends
                 // the connection: the unread bytes cannot be told from the
                 // next request, so a client must not reuse it.
@@ -640,6 +634,43 @@ pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
         next = error.source();
     }
     false
+}
+
+/// A request's future that, dropped before it finished (its connection
+/// closed), goes on to its end in a task of its own: what its handler
+/// writes never stops half-way because a client hung up. A request that
+/// finishes costs no task.
+struct RunToEnd<F: Future<Output: Send> + Send + 'static> {
+    inner: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future<Output: Send> + Send + 'static> RunToEnd<F> {
+    fn new(future: F) -> Self {
+        RunToEnd { inner: Some(Box::pin(future)) }
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Future for RunToEnd<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(inner) = self.inner.as_mut() else { return Poll::Pending };
+        let done = inner.as_mut().poll(cx);
+        if done.is_ready() {
+            self.inner = None;
+        }
+        done
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Drop for RunToEnd<F> {
+    fn drop(&mut self) {
+        // (A runtime shutting down, where none is current, ends it here.)
+        if let Some(unfinished) = self.inner.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(unfinished);
+        }
+    }
 }
 
 /// Answers a panic in a handler with 500 JSON and logs it: the connection and
