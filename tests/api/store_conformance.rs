@@ -418,8 +418,11 @@ async fn a_session_opens_only_with_the_password_still_in_place(backend: Backend)
     assert!(store.insert_session(&[1; 32], owner.owner_id, Some("$argon2id$old"), now(), later).await.unwrap());
     assert!(live([1; 32]).await);
     store.set_owner_password(owner.owner_id, "$argon2id$new").await.unwrap();
-    store.delete_other_sessions(owner.owner_id, &[0; 32]).await.unwrap();
-    assert!(!live([1; 32]).await, "the change ended the session");
+    assert!(store.insert_session(&[9; 32], owner.owner_id, Some("$argon2id$new"), now(), later).await.unwrap());
+    store.end_owner_sessions(owner.owner_id, Some(&[9; 32])).await.unwrap();
+    assert!(!live([1; 32]).await && live([9; 32]).await, "the change ended the sessions but the one kept");
+    store.end_owner_sessions(owner.owner_id, None).await.unwrap();
+    assert!(!live([9; 32]).await, "none kept: every session ended");
     // A sign-in that verified the old hash before the change.
     assert!(!store.insert_session(&[2; 32], owner.owner_id, Some("$argon2id$old"), now(), later).await.unwrap());
     assert!(!live([2; 32]).await, "nothing went in");

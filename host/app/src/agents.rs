@@ -161,8 +161,7 @@ pub async fn recover(services: &Services, agent_id: Uuid, recovery_key: &str) ->
 /// if it is one (signed in with the token being replaced).
 async fn end_owner_sessions(services: &Services, agent_id: Uuid) -> AppResult<()> {
     if let Some(owner) = services.store.owner_by_managing_agent(agent_id).await? {
-        // (No session has the all-zero hash: none is kept.)
-        services.store.delete_other_sessions(owner.owner_id, &[0u8; 32]).await?;
+        services.store.end_owner_sessions(owner.owner_id, None).await?;
     }
     Ok(())
 }

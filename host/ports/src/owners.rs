@@ -65,8 +65,8 @@ pub trait OwnerStore: Send + Sync {
     /// The owner of an unexpired session.
     async fn session_owner(&self, session_hash: &[u8; 32], now: DateTime<Utc>) -> Result<Option<OwnerRecord>>;
     async fn delete_session(&self, session_hash: &[u8; 32]) -> Result<()>;
-    /// Ends every session of the owner but `keep`.
-    async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()>;
+    /// Ends every session of the owner, or every one but `keep`.
+    async fn end_owner_sessions(&self, owner_id: Uuid, keep: Option<&[u8; 32]>) -> Result<()>;
     /// The owner a device (a browser the owner signed in from) belongs to.
     async fn device_owner(&self, device_hash: &[u8; 32]) -> Result<Option<Uuid>>;
     /// Remembers a device the owner signed in from; only its most recent

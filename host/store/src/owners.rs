@@ -197,8 +197,12 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         Ok(())
     }
 
-    async fn delete_other_sessions(&self, owner_id: Uuid, keep: &[u8; 32]) -> Result<()> {
-        self.db().execute(sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep)).await?;
+    async fn end_owner_sessions(&self, owner_id: Uuid, keep: Option<&[u8; 32]>) -> Result<()> {
+        let delete = match keep {
+            Some(keep) => sql("delete from owner_session where owner_id = $1 and session_hash <> $2").bind(owner_id).bind(keep),
+            None => sql("delete from owner_session where owner_id = $1").bind(owner_id),
+        };
+        self.db().execute(delete).await?;
         Ok(())
     }
 

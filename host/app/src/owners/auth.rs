@@ -140,7 +140,7 @@ pub async fn change_password(services: &Services, owner: &OwnerRecord, session_h
     owners::check_password(new, owner.email.as_deref())?;
     let hash = password::hash_off_thread(new).await.map_err(AppError::Internal)?;
     services.store.set_owner_password(owner.owner_id, &hash).await?;
-    services.store.delete_other_sessions(owner.owner_id, session_hash).await?;
+    services.store.end_owner_sessions(owner.owner_id, Some(session_hash)).await?;
     Ok(())
 }
 
