@@ -178,15 +178,11 @@ impl Commit for Observe {
     }
 }
 
-async fn inline_payments_settle_before_the_answer(backend: Backend) {
-    let settler = Scripted::new(Vec::new());
-    let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
-    let now = clock.now();
-    let agent_id = agent.agent_id;
-    let route = Route { method: "GET", path: "/v1/ara/environment" };
-    let order = |subject: Subject, offered: Offered| Order {
+/// A 1-DAC environment observation for `subject`, settled inline.
+fn observation(agent_id: Uuid, subject: Subject, offered: Offered) -> Order {
+    Order {
         agent_id,
-        route,
+        route: Route { method: "GET", path: "/v1/ara/environment" },
         path: None,
         total: MilliDac::from_dac(1),
         description: "Environment observation".into(),
@@ -195,7 +191,15 @@ async fn inline_payments_settle_before_the_answer(backend: Backend) {
         offered,
         settle: Settle::Inline(subject),
         pending: None,
-    };
+    }
+}
+
+async fn inline_payments_settle_before_the_answer(backend: Backend) {
+    let settler = Scripted::new(Vec::new());
+    let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
+    let now = clock.now();
+    let agent_id = agent.agent_id;
+    let order = |subject: Subject, offered: Offered| observation(agent_id, subject, offered);
     let observe = Observe::default();
     let first = Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
 
@@ -310,19 +314,7 @@ async fn a_payment_a_stopped_host_left_reserved_is_reconciled(backend: Backend) 
     let settler = Arc::new(Stopping { stopped: true.into(), then: scripted.clone() });
     let (services, store, clock, agent, _cleanup) = setup(backend, settler.clone()).await;
     let agent_id = agent.agent_id;
-    let route = Route { method: "GET", path: "/v1/ara/environment" };
-    let order = |subject: Subject, offered: Offered| Order {
-        agent_id,
-        route,
-        path: None,
-        total: MilliDac::from_dac(1),
-        description: "Environment observation".into(),
-        trial: TrialUse::None,
-        earned: MilliDac::ZERO,
-        offered,
-        settle: Settle::Inline(subject),
-        pending: None,
-    };
+    let order = |subject: Subject, offered: Offered| observation(agent_id, subject, offered);
     let observe = Observe::default();
     let subject = || Subject { domain: SubjectDomain::AraObservation, id: Uuid::new_v4() };
     let (moved, unmoved, settled) = (subject(), subject(), subject());

@@ -39,7 +39,7 @@ use alloy_primitives::keccak256;
 use anchor_domain::MilliDac;
 use anchor_domain::payments::{PaymentSource, PaymentStatus, Subject, SubjectDomain};
 use anchor_domain::records::{DabStatus, PaymentRecord};
-use anchor_ports::{EarnedPart, NewPayment, Pending, Reservation, StoreError, ValidityKey};
+use anchor_ports::{EarnedPart, InlineDue, NewPayment, Pending, Reservation, StoreError, ValidityKey};
 use anchor_x402::Reason;
 use anchor_x402::settlement::{NONCE_USED, Settled};
 
@@ -460,26 +460,29 @@ const ABANDONED_PAGE: i64 = 1000;
 pub async fn mark_abandoned(services: &Services, walked: &mut Option<ValidityKey>, pages: usize) -> AppResult<(usize, bool)> {
     let now = services.clock.now();
     let before = (now - Duration::minutes(ABANDONED_AFTER_MINUTES)).timestamp();
-    let mut after = walked
-        .unwrap_or(ValidityKey { valid_before: (now - Duration::days(ABANDONED_LOOKBACK_DAYS)).timestamp(), payment_id: Uuid::nil() });
-    let mut marked = 0;
-    for _ in 0..pages {
-        let page = services.store.inline_payments_by_validity(after, before, ABANDONED_PAGE).await?;
-        for due in page.iter().filter(|due| due.status == PaymentStatus::Reserved) {
-            let reason = "the request that reserved it never finished (its host stopped); settled again by the reconciliation";
-            if services.store.end_payment(due.key.payment_id, PaymentStatus::SettleUnknown, reason, now).await? {
-                marked += 1;
+    let start = ValidityKey { valid_before: (now - Duration::days(ABANDONED_LOOKBACK_DAYS)).timestamp(), payment_id: Uuid::nil() };
+    let reason = "the request that reserved it never finished (its host stopped); settled again by the reconciliation";
+    // Each step's future owns its store handle (see `declarations::release_lapsed`).
+    let store = || services.store.clone();
+    crate::paging::walk(
+        walked,
+        start,
+        pages,
+        ABANDONED_PAGE,
+        |due: InlineDue| due.key,
+        |after, limit| {
+            let store = store();
+            async move { Ok(store.inline_payments_by_validity(after, before, limit).await?) }
+        },
+        |due: InlineDue| {
+            let store = store();
+            async move {
+                Ok(due.status == PaymentStatus::Reserved
+                    && store.end_payment(due.key.payment_id, PaymentStatus::SettleUnknown, reason, now).await?)
             }
-        }
-        if let Some(last) = page.last() {
-            after = last.key;
-        }
-        *walked = Some(after);
-        if (page.len() as i64) < ABANDONED_PAGE {
-            return Ok((marked, false));
-        }
-    }
-    Ok((marked, true))
+        },
+    )
+    .await
 }
 
 /// The agent's DAB status as the use case read it already, with its own

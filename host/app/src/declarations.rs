@@ -15,7 +15,7 @@ use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
-use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, NewAgreement, NewDeclaration};
+use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, NewAgreement, NewDeclaration, PaymentDue};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -540,15 +540,7 @@ pub async fn settle_and_anchor(
         // An unknown outcome is reconciled before the window is looked at: the
         // money may already have moved.
         if payment.status != PaymentStatus::SettleUnknown && stored.payment_deadline.is_some_and(|deadline| now >= deadline) {
-            store
-                .close_payment(
-                    dd_id,
-                    SettlementStatus::Released,
-                    PaymentStatus::Released,
-                    "payment window expired before confirmation",
-                    now,
-                )
-                .await?;
+            store.close_payment(dd_id, SettlementStatus::Released, PaymentStatus::Released, WINDOW_EXPIRED, now).await?;
             return Err(payment_expired());
         }
         let reconciling = payment.status == PaymentStatus::SettleUnknown;
@@ -643,6 +635,8 @@ const _: () = assert!(
     LAPSE_GRACE_MINUTES * 60
         > (charge::CONFIRM_MAX_TIMEOUT_SECS - charge::PAYMENT_WINDOW_SECS + 60) as i64 + LAPSE_AUTHORIZATION_MARGIN_MINUTES * 60
 );
+/// Why a reservation whose window closed unconfirmed was released.
+const WINDOW_EXPIRED: &str = "payment window expired before confirmation";
 /// Records per page of the walk.
 const LAPSE_PAGE: i64 = 1000;
 
@@ -657,25 +651,29 @@ pub async fn release_lapsed(services: &Services, walked: &mut Option<DueKey>, pa
     let now = services.clock.now();
     let deadline_before = now - chrono::Duration::minutes(LAPSE_GRACE_MINUTES);
     let authorized_before = (now - chrono::Duration::minutes(LAPSE_AUTHORIZATION_MARGIN_MINUTES)).timestamp();
-    let mut after = walked.unwrap_or(DueKey { deadline: now - chrono::Duration::days(LAPSE_LOOKBACK_DAYS), dd_id: Uuid::nil() });
-    let mut released = 0;
-    for _ in 0..pages {
-        let page = services.store.payment_deadlines(after, deadline_before, LAPSE_PAGE).await?;
-        for due in page.iter().filter(|due| due.pending) {
-            let reason = "payment window expired before confirmation";
-            if services.store.release_lapsed_payment(due.key.dd_id, deadline_before, authorized_before, reason, now).await? {
-                released += 1;
+    let start = DueKey { deadline: now - chrono::Duration::days(LAPSE_LOOKBACK_DAYS), dd_id: Uuid::nil() };
+    // Each step's future owns its store handle: a future borrowing the
+    // closure would not be Send for every lifetime the job loop asks.
+    let store = || services.store.clone();
+    crate::paging::walk(
+        walked,
+        start,
+        pages,
+        LAPSE_PAGE,
+        |due: PaymentDue| due.key,
+        |after, limit| {
+            let store = store();
+            async move { Ok(store.payment_deadlines(after, deadline_before, limit).await?) }
+        },
+        |due: PaymentDue| {
+            let store = store();
+            async move {
+                Ok(due.pending
+                    && store.release_lapsed_payment(due.key.dd_id, deadline_before, authorized_before, WINDOW_EXPIRED, now).await?)
             }
-        }
-        if let Some(last) = page.last() {
-            after = last.key;
-        }
-        *walked = Some(after);
-        if (page.len() as i64) < LAPSE_PAGE {
-            return Ok((released, false));
-        }
-    }
-    Ok((released, true))
+        },
+    )
+    .await
 }
 
 /// A declaration's original, read by its agent: one read of its direct access.

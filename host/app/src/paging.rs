@@ -1,10 +1,13 @@
 //! How a list is paged: the defaults and bounds of `limit`, `offset` and
 //! `page` for every list the service answers, applied here, once.
+//! And how a job walks a store's rows by a key, a page at a time ([`walk`]).
 //!
 //! A `limit` above a list's largest page is not refused: the page holds
 //! the most it can, and the answer's `limit` says the size used (the
 //! reference interface sets no maximum). A `limit` below 1, a negative
 //! `offset` and a `page` below 1 are mistakes (400 `INVALID_VALUE`).
+
+use std::future::Future;
 
 use crate::{AppError, AppResult};
 
@@ -92,6 +95,41 @@ pub fn by_page(sizes: Sizes, limit: Option<i64>, page: Option<i64>) -> AppResult
         Some(n) => return Err(AppError::invalid("INVALID_VALUE", format!("page must be from 1 to {PAGE_MAX}; got {n}"))),
     };
     Ok(Window { limit, offset: (page - 1) * limit })
+}
+
+/// A walk through a store's rows in the order of their key, a page at a
+/// time, from where the last walk stopped (`walked`; `start` for a first
+/// one), `pages` pages at most: `page` reads up to `page_size` rows after a
+/// key, `act` acts on one row and says whether it did anything. Returns how
+/// many rows it acted on and whether the walk has further to go; `walked`
+/// keeps the last key read. The jobs that walk by a deadline use it.
+pub async fn walk<K: Copy, R: Copy, Read: Future<Output = AppResult<Vec<R>>>, Act: Future<Output = AppResult<bool>>>(
+    walked: &mut Option<K>,
+    start: K,
+    pages: usize,
+    page_size: i64,
+    key: impl Fn(R) -> K,
+    mut page: impl FnMut(K, i64) -> Read,
+    mut act: impl FnMut(R) -> Act,
+) -> AppResult<(usize, bool)> {
+    let mut after = walked.unwrap_or(start);
+    let mut acted = 0;
+    for _ in 0..pages {
+        let rows = page(after, page_size).await?;
+        for &row in &rows {
+            if act(row).await? {
+                acted += 1;
+            }
+        }
+        if let Some(last) = rows.last() {
+            after = key(*last);
+        }
+        *walked = Some(after);
+        if (rows.len() as i64) < page_size {
+            return Ok((acted, false));
+        }
+    }
+    Ok((acted, true))
 }
 
 #[cfg(test)]
