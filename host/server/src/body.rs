@@ -337,8 +337,8 @@ impl<'de> Deserializer<'de> for Reader<'de> {
             // serde_json's number keeps its exact text (arbitrary_precision),
             // but hands `-0` to a visitor as the integer 0; its parser keeps
             // the sign, so that one is read again from its text.
-            Value::Number(n) if n.as_i64() == Some(0) && n.to_string().starts_with('-') => {
-                serde_json::Deserializer::from_reader(n.to_string().as_bytes()).deserialize_any(visitor).map_err(from_json)
+            Value::Number(n) if n.as_str() == "-0" => {
+                serde_json::Deserializer::from_str(n.as_str()).deserialize_any(visitor).map_err(from_json)
             }
             Value::Number(n) => n.clone().deserialize_any(visitor).map_err(from_json),
             Value::String(s) => visitor.visit_borrowed_str(s),
