@@ -101,7 +101,7 @@ pub struct Runs {
     expire: Option<Instant>,
     deidentify: Option<Instant>,
     releases: Option<Instant>,
-    release: Option<Instant>,
+    lapsed: Option<Instant>,
     /// How far this host has walked the payment deadlines.
     lapsed_walked: Option<anchor_ports::DueKey>,
     /// How far this host has walked the inline payments' authorizations.
@@ -241,14 +241,14 @@ pub async fn round(services: &Services, key: &LogKey, host_id: Uuid, schedule: &
             Err(error) => tracing::warn!(error = format!("{error:#}"), "closing settled stays and sessions failed"),
         }
     }
-    if due(&mut runs.release, schedule.expire_every) {
+    if due(&mut runs.lapsed, schedule.expire_every) {
         match metrics.job("payment_release", declarations::release_lapsed(services, &mut runs.lapsed_walked, 4).await) {
             Ok((released, more)) => {
                 if released > 0 {
                     tracing::info!(declarations = released, "released the reservations of records left unconfirmed past their window");
                 }
                 if more {
-                    runs.release = None;
+                    runs.lapsed = None;
                 }
             }
             Err(error) => tracing::warn!(error = %error, "releasing lapsed reservations failed"),
