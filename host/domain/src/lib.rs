@@ -24,6 +24,7 @@ pub mod pricing;
 pub mod records;
 pub mod retention;
 pub mod schema;
+pub mod screen;
 pub mod tools;
 pub mod trace;
 pub mod tsl;

@@ -124,7 +124,8 @@ pub fn split<K: Copy>(price: MilliDac, shares: &[(K, u32)], human_ppm: u32) -> O
 
 /// What personal data in free text usually looks like: an e-mail address,
 /// a run of seven or more digits (a phone, card or account number, with
-/// separators allowed), an IPv4 address.
+/// separators allowed), an IPv4 address; an IPv6 address is
+/// [`crate::screen::contains_ipv6`].
 static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[^\s@＠﹫]+[@＠﹫][^\s@＠﹫]+[.．。][^\s@＠﹫]+").expect("static pattern"));
 static IPV4: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b").expect("static pattern"));
 static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d(?:[\s().+_:-]*\d){6,}").expect("static pattern"));
@@ -143,7 +144,7 @@ pub fn check_text(field: &str, text: &str, max_chars: usize, required: bool) -> 
     if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
         return Err(Invalid::new("INVALID_INPUT", format!("{field} must not contain control characters")));
     }
-    if EMAIL.is_match(text) || IPV4.is_match(text) || DIGITS.is_match(text) {
+    if EMAIL.is_match(text) || IPV4.is_match(text) || DIGITS.is_match(text) || crate::screen::contains_ipv6(text) {
         return Err(Invalid::new(
             "PII_DETECTED",
             format!(
@@ -183,11 +184,19 @@ mod tests {
 
     #[test]
     fn personal_data_is_screened_out_of_names() {
-        for text in ["call me at +1 (555) 123-4567", "mail bob@example.com", "ａ＠ｂ．ｃｏｍ", "from 10.0.0.12", "card 4111 1111 1111 1111"]
-        {
+        for text in [
+            "call me at +1 (555) 123-4567",
+            "mail bob@example.com",
+            "ａ＠ｂ．ｃｏｍ",
+            "from 10.0.0.12",
+            "card 4111 1111 1111 1111",
+            "reach me at 2001:db8::1",
+        ] {
             assert_eq!(check_text("tool_name", text, 100, true).unwrap_err().code, "PII_DETECTED", "{text}");
         }
-        for text in ["ee-mix v2", "retention over 30 days, 2026 edition", "outlier ratio 1.5x"] {
+        for text in
+            ["ee-mix v2", "retention over 30 days, 2026 edition", "outlier ratio 1.5x", "runs at 10:30, uses std::io and dead::beef"]
+        {
             assert!(check_text("tool_name", text, 100, true).is_ok(), "{text}");
         }
         assert_eq!(check_text("tool_name", "  ", 100, true).unwrap_err().code, "INVALID_INPUT");

@@ -99,7 +99,7 @@ static PII_LABEL: LazyLock<Regex> = LazyLock::new(|| {
 ///
 /// The screen refuses a token that holds a run of seven or more digits (a phone,
 /// card, account or national identity number, allowing `-`, `.`, `_` or `:`
-/// between the digits), an IPv4 or IPv6 address, or a personal-data label followed by a
+/// between the digits), an IPv4 or IPv6 address anywhere in it, or a personal-data label followed by a
 /// value (`email:`, `phone-`, `user.` and the like). It is a screen, not a
 /// guarantee: it refuses the shapes such data usually takes.
 pub fn check_call_chain_entry(index: usize, token: &str) -> Result<(), Invalid> {
@@ -131,8 +131,8 @@ fn looks_personal(token: &str) -> bool {
             run = 0;
         }
     }
-    // An IPv6 address in any of its forms (`2001:db8::1` holds no long run of digits).
-    longest >= 7 || IPV4.is_match(token) || token.parse::<std::net::Ipv6Addr>().is_ok() || PII_LABEL.is_match(token)
+    // An IPv6 address anywhere in the token (`2001:db8::1` holds no long run of digits).
+    longest >= 7 || IPV4.is_match(token) || crate::screen::contains_ipv6(token) || PII_LABEL.is_match(token)
 }
 
 pub fn check_scale_unit(unit: &str) -> Result<(), Invalid> {
@@ -146,25 +146,33 @@ pub fn check_scale_unit(unit: &str) -> Result<(), Invalid> {
     }
 }
 
-/// The longest text a decision scale value may have, as sent.
+/// The longest text a decision scale value may have, as sent. The JSON
+/// reader writes an exponent with its sign (`1e2` is kept as `1e+2`), so a
+/// `+` after the `e` is not counted.
 pub const SCALE_VALUE_MAX_CHARS: usize = 40;
 
-/// A decision scale value is a finite number a 64-bit float can hold
-/// (±1.7976931348623157e308), written in at most
-/// [`SCALE_VALUE_MAX_CHARS`] characters; `1e400` is refused, so no report
-/// can ever show an infinity.
+/// A decision scale value is a number a 64-bit float can hold: finite
+/// (within ±1.7976931348623157e308, so no report can ever show an infinity)
+/// and, unless it is zero, not so small that it reads as zero (below about
+/// 4.9e-324), written in at most [`SCALE_VALUE_MAX_CHARS`] characters. The
+/// value decides, not how its exponent is written: `0e-401` is zero,
+/// `1e-401` and `0.00001e-399` are both below the smallest float.
+///
+/// Within these bounds an accepted value's decimal exponent stays within
+/// ±400, so exact reports over such values never raise ten to more.
 pub fn check_scale_value(text: &str) -> Result<(), Invalid> {
-    // A power of ten past what a float can hold either way (`1e-500` reads
-    // as a finite 0, and no report could count it exactly) is refused too.
-    let exponent_fits = text.split_once(['e', 'E']).is_none_or(|(_, e)| e.parse::<i64>().is_ok_and(|e| (-400..=400).contains(&e)));
-    let finite = text.len() <= SCALE_VALUE_MAX_CHARS && exponent_fits && text.parse::<f64>().is_ok_and(f64::is_finite);
-    if finite {
+    let written = text.len() - usize::from(text.contains("e+") || text.contains("E+"));
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    let zero = !mantissa.bytes().any(|b| matches!(b, b'1'..=b'9'));
+    let holds = text.parse::<f64>().is_ok_and(|v| v.is_finite() && (v != 0.0 || zero));
+    if written <= SCALE_VALUE_MAX_CHARS && holds {
         Ok(())
     } else {
         Err(Invalid::new(
             "INVALID_VALUE",
             format!(
-                "template.decision_scale_value must be a finite number within ±1.7976931348623157e308, written in at most \
+                "template.decision_scale_value must be a number a 64-bit float holds (finite, within \
+                 ±1.7976931348623157e308, and zero or at least about 4.9e-324 in size), written in at most \
                  {SCALE_VALUE_MAX_CHARS} characters; got {}",
                 crate::brief(text)
             ),
@@ -178,10 +186,14 @@ mod tests {
 
     #[test]
     fn scale_values_are_finite_numbers() {
-        for ok in ["0", "-3", "157.5", "1e308", "-1.7976931348623157e308", "2.5E-10"] {
+        let forty_with_exponent = format!("{}e+1", "9".repeat(38));
+        for ok in ["0", "-3", "157.5", "1e308", "-1.7976931348623157e308", "2.5E-10", "0e-401", "-0e-401", "1e-323", &forty_with_exponent] {
             assert!(check_scale_value(ok).is_ok(), "{ok}");
         }
-        for refused in ["1e400", "-1e400", "1e309", &"9".repeat(41), "NaN", "inf", "1e-500", "-0e-401"] {
+        let forty_one = format!("{}e-1", "9".repeat(38));
+        for refused in
+            ["1e400", "-1e400", "1e309", &"9".repeat(41), "NaN", "inf", "1e-500", "1e-401", "10e-401", "0.00001e-399", "1e-324", &forty_one]
+        {
             assert_eq!(check_scale_value(refused).unwrap_err().code, "INVALID_VALUE", "{refused}");
         }
     }
@@ -191,11 +203,19 @@ mod tests {
         for ok in ["search_api", "tool:v2", "mcp.fs.read", "gpt-4o", "step-12"] {
             check_call_chain_entry(0, ok).unwrap();
         }
-        for ok in ["fs::read", "crate::module", "a:b:c"] {
+        for ok in ["fs::read", "crate::module", "a:b:c", "dead::beef", "abc::def", "step::12"] {
             check_call_chain_entry(0, ok).unwrap();
         }
         let pii = ["010-1234-5678", "4111111111111111", "192.168.0.1", "email:bob", "user.alice", "900101-1234567"];
-        let ipv6 = ["2001:db8::1", "fe80::1", "2001:0db8:85a3:0000:0000:8a2e:0370:7334", "1::", "0::ffff:a00:1"];
+        let ipv6 = [
+            "2001:db8::1",
+            "fe80::1",
+            "2001:0db8:85a3:0000:0000:8a2e:0370:7334",
+            "1::",
+            "0::ffff:a00:1",
+            "fetch:2001:db8::1",
+            "host-fe80::1",
+        ];
         for pii in pii.into_iter().chain(ipv6) {
             assert_eq!(check_call_chain_entry(0, pii).unwrap_err().code, "PII_DETECTED", "{pii}");
         }
