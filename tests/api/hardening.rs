@@ -37,6 +37,30 @@ fn json_of(answer: &str) -> Value {
     serde_json::from_str(body).unwrap_or(Value::Null)
 }
 
+/// A client that closes its sending side once the request is out
+/// (`shutdown(SHUT_WR)`) still gets the answer, on a read and on a write.
+#[tokio::test]
+async fn a_client_that_half_closes_gets_its_answer() {
+    let t = TestServer::start(Backend::Sqlite).await;
+    let agent = t.register().await;
+    let body = create_body(json!({ "ee_preset": "EE_basic" })).to_string();
+    let create = format!(
+        "POST /v1/dd/create HTTP/1.1\r\nHost: anchor\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        agent.token,
+        body.len()
+    );
+    for (request, status) in [("GET /v1/log/key HTTP/1.1\r\nHost: anchor\r\n\r\n".to_string(), "200"), (create, "201")] {
+        let mut stream = TcpStream::connect(t.base.trim_start_matches("http://")).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
+    }
+    assert_eq!(t.scalar("select count(*) from declaration").await, 1);
+}
+
 /// Defect 1: a tile width of 0 or a level of 64 or more reached an assertion.
 #[tokio::test]
 async fn tile_paths_out_of_range_answer_404_json() {
@@ -509,32 +533,40 @@ async fn guessing_from_many_clients_never_locks_the_owner_out_of_its_own_browser
 async fn out_of_range_numbers_are_refused_and_no_report_shows_an_infinity(backend: Backend) {
     let t = TestServer::start(backend).await;
     let agent = t.register().await;
-    for value in ["1e400", "-1e400", "1e309", "123456789012345678901234567890123456789012345"] {
+    let create = |value: &'static str| {
         let text = format!(
             r#"{{"request_id":"{}","dd":{{"dd_unit_type":"single","dd_declaration_mode":"self_declared","decision_type":"internal_service","decision_action_type":"execute","origin_context_type":"internal","selection_state":"SELECTED"}},"ee":{{"ee_preset":"EE_basic"}},"content_inclusion_flag":1,"template":{{"decision_scale_value":{value},"decision_scale_unit":"USD"}}}}"#,
             uuid::Uuid::new_v4()
         );
-        let reply = t
-            .http
-            .post(t.url("/v1/dd/create"))
-            .bearer_auth(&agent.token)
-            .header("content-type", "application/json")
-            .body(text)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(reply.status().as_u16(), 400, "{value}");
-        let body: Value = reply.json().await.unwrap();
-        assert_eq!(body["error_code"], "INVALID_VALUE", "{value}: {body}");
+        let request = t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(text);
+        async move {
+            let reply = request.send().await.unwrap();
+            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
+        }
+    };
+    // Past what a float holds either way, whatever the exponent's text says:
+    // `0.00001e-399` is as far below the smallest float as `1e-404`.
+    let refused = ["1e400", "-1e400", "1e309", "123456789012345678901234567890123456789012345", "1e-401", "10e-401", "0.00001e-399"];
+    for value in refused {
+        let (status, body) = create(value).await;
+        assert_eq!((status, body["error_code"].as_str()), (400, Some("INVALID_VALUE")), "{value}: {body}");
     }
     assert_eq!(t.scalar("select count(*) from declaration").await, 0);
-    let mut created = create_body(json!({ "ee_preset": "EE_basic" }));
-    created["content_inclusion_flag"] = json!(1);
-    created["template"] = json!({ "decision_scale_value": 1.5e300, "decision_scale_unit": "USD" });
-    let reply = t.post("/v1/dd/create", Some(&agent.token), &created).await;
-    assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
+    // Zero is zero however its exponent is written; it counts in the report.
+    let mut anchored = Vec::new();
+    for value in ["0e-401", "1.5e300"] {
+        let (status, body) = create(value).await;
+        assert_eq!(status, 201, "{value}: {body}");
+        anchored.push(body["dd_id"].as_str().unwrap().to_string());
+    }
+    for dd_id in &anchored {
+        assert_eq!(t.confirm(&agent, dd_id).await.status.as_u16(), 200);
+    }
     let report = t.get("/v1/dur/decision-scale", Some(&agent.token)).await;
     assert!(!report.text.contains("e+400") && !report.text.to_ascii_lowercase().contains("inf"), "{}", report.text);
+    let units = report.json["units"].as_array().unwrap();
+    let usd = units.iter().find(|u| u["unit"] == "USD").unwrap_or_else(|| panic!("{}", report.text));
+    assert_eq!((usd["count"].as_i64(), usd["min"].as_f64()), (Some(2), Some(0.0)), "{}", report.text);
 }
 
 /// LOW: of two parallel ends of one sDAC session paid over x402, the loser
@@ -609,6 +641,9 @@ async fn a_key_named_twice_in_one_object_is_refused() {
         format!(r#"{{"tool_name":"first","price_dac":1,"price_dac":999,{tool}}}"#),
         r#"{"tool_name":"nested","price_dac":1,"tool_description":"shares","layer":"layer1","ara_connections":[{"observation_type":"pattern_ee_distribution","observation_type":"agent_profile"}]}"#.to_string(),
         format!(r#"{{"tool_name":"escaped","tool\u005fname":"same key, written otherwise","price_dac":1,{tool}}}"#),
+        // The JSON reader's own key for numbers is no number a client sends.
+        format!(r#"{{"tool_name":"magic","price_dac":{{"$serde_json::private::Number":"1"}},{tool}}}"#),
+        format!(r#"{{"tool_name":"magic","price_dac":{{"\u0024serde_json::private::Number":"1"}},{tool}}}"#),
     ] {
         let reply = send(text.clone()).await.unwrap();
         assert_eq!(reply.status().as_u16(), 400, "{text}");

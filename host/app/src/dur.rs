@@ -223,18 +223,20 @@ struct Decimal {
 
 impl Decimal {
     fn parse(text: &str) -> Option<Decimal> {
-        let (number, exponent) = match text.find(['e', 'E']) {
-            Some(at) => (&text[..at], text[at + 1..].parse::<i64>().ok()?),
-            None => (text, 0),
-        };
+        let (number, exponent) = text.split_once(['e', 'E']).unwrap_or((text, "0"));
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let digits = format!("{whole}{fraction}");
+        let mantissa: IBig = digits.parse().ok()?;
+        if mantissa == IBig::ZERO {
+            // Zero is zero however its exponent is written (`0e-401`).
+            return Some(Decimal { mantissa, scale: 0 });
+        }
+        let exponent = exponent.parse::<i64>().ok()?;
         // What a float can hold, no more: values stored before that bound
         // was checked never cost an unbounded power of ten.
         if !(-400..=400).contains(&exponent) || text.len() > 64 {
             return None;
         }
-        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        let digits = format!("{whole}{fraction}");
-        let mantissa: IBig = digits.parse().ok()?;
         Some(Decimal { mantissa, scale: fraction.len() as i64 - exponent })
     }
 
@@ -338,5 +340,7 @@ mod tests {
         let small = Decimal::parse("-0.000125").unwrap();
         assert_eq!(Decimal::text(&small.mantissa, small.scale), "-0.000125");
         assert_eq!(Decimal::text(&IBig::from(5), 3), "0.005");
+        let zero = Decimal::parse("-0e-401").unwrap();
+        assert_eq!((Decimal::text(&zero.mantissa, zero.scale), zero.scale), ("0".to_string(), 0));
     }
 }

@@ -126,7 +126,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 /// Refuses a JSON text in which an object names a key twice (at any depth,
-/// escapes decoded), with a message naming the key.
+/// escapes decoded), with a message naming the key, or names the key the
+/// JSON reader keeps for numbers.
 pub fn no_repeated_keys(json: &[u8]) -> Result<(), String> {
     serde_json::from_slice::<NoRepeatedKeys>(json).map(|_| ()).map_err(|e| e.to_string())
 }
@@ -179,6 +180,12 @@ impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == NUMBER_KEY {
+                // A number of the text comes here too, as a map of this one
+                // key, its value handed over as an owned string.
+                map.next_value::<NumberText>()?;
+                continue;
+            }
             if !seen.insert(key.clone()) {
                 return Err(serde::de::Error::custom(format!(
                     "the request body names the key {} twice in one object",
@@ -188,6 +195,37 @@ impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
             map.next_value::<NoRepeatedKeys>()?;
         }
         Ok(self)
+    }
+}
+
+/// The key serde_json reads an object under as a number
+/// (`{"$serde_json::private::Number": "5"}` as 5), and under which it hands a
+/// number of the text to a visitor.
+const NUMBER_KEY: &str = "$serde_json::private::Number";
+
+/// The value under [`NUMBER_KEY`]: a number of the text arrives as an owned
+/// string (`visit_string`); an object a client wrote with that key holds a
+/// string of the text (`visit_str`), and is refused, since no JSON a client
+/// means has it.
+struct NumberText;
+
+impl<'de> serde::Deserialize<'de> for NumberText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NumberText, D::Error> {
+        deserializer.deserialize_any(NumberText)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NumberText {
+    type Value = NumberText;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a number")
+    }
+    fn visit_string<E>(self, _: String) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self, E> {
+        Err(E::custom("the request body names a key reserved by the JSON reader"))
     }
 }
 

@@ -136,6 +136,9 @@ pub async fn serve_behind(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(PARSER_BUFFER_BYTES)
         .max_headers(MAX_HEADERS)
+        // A client may close its sending side once its request is out
+        // (`shutdown(SHUT_WR)`) and still wait for the answer.
+        .half_close(true)
         .keep_alive(true);
     let mut refusing = hyper::server::conn::http1::Builder::new();
     refusing.timer(TokioTimer::new()).header_read_timeout(REFUSAL_HEADER_TIMEOUT).max_buf_size(PARSER_BUFFER_BYTES).keep_alive(false);
