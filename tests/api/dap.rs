@@ -643,14 +643,32 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     // A category label a spreadsheet would run as a formula is exported as text; control characters never go in.
     let formula = json!({ "classification_key": "formula", "classification_label": "=HYPERLINK(\"http://x.example\",\"a\")" });
     assert_eq!(t.as_owner(&owner, "POST", "/dap/classification", Some(&formula)).await.status, StatusCode::CREATED);
-    for label in ["\u{1b}[31mred", "back\u{8}space", "bell\u{7}"] {
+    let blank_first = json!({ "classification_key": "blank_first", "classification_label": "  =1+1", "description": "kept, as in JSON" });
+    assert_eq!(t.as_owner(&owner, "POST", "/dap/classification", Some(&blank_first)).await.status, StatusCode::CREATED);
+    for label in ["\u{1b}[31mred", "back\u{8}space", "bell\u{7}", "two\nlines", "tab\there"] {
         t.as_owner(&owner, "POST", "/dap/classification", Some(&json!({ "classification_key": "ctl", "classification_label": label })))
             .await
             .assert_error(400, "INVALID_VALUE");
     }
     let csv = t.as_owner(&owner, "GET", "/dap/account/export?format=csv", None).await;
     assert!(csv.text.starts_with("section,field,value\n") && csv.text.contains("account,email,i@example.com"));
-    assert!(csv.text.contains("classification,formula,\"'=HYPERLINK(\"\"http://x.example\"\",\"\"a\"\")\"\n"), "{}", csv.text);
+    assert!(csv.text.contains(".classification_label,\"'=HYPERLINK(\"\"http://x.example\"\",\"\"a\"\")\"\n"), "{}", csv.text);
+    assert!(
+        csv.text.contains(".classification_label,'  =1+1\n") && csv.text.contains(".description,\"kept, as in JSON\"\n"),
+        "{}",
+        csv.text
+    );
+    // Every value of the JSON export is a row of the CSV one.
+    let export = t.as_owner(&owner, "GET", "/dap/account/export", None).await;
+    fn leaves(value: &Value) -> usize {
+        match value {
+            Value::Object(map) => map.values().map(leaves).sum(),
+            Value::Array(items) => items.iter().map(leaves).sum(),
+            _ => 1,
+        }
+    }
+    assert_eq!(csv.text.lines().count() - 1, leaves(&export.json), "{}\n{}", csv.text, export.text);
+    assert!(csv.text.contains(&format!("agent,1.agent_id,{}\n", agent.id)), "{}", csv.text);
     t.as_owner(&owner, "GET", "/dap/account/export?format=xml", None).await.assert_error(400, "INVALID_ENUM");
 
     t.as_owner(&owner, "DELETE", "/dap/account", Some(&json!({ "password": "wrong wrong 9" }))).await.assert_error(401, "UNAUTHORIZED");

@@ -212,7 +212,9 @@ async fn a_purchase_is_paid_over_x402_and_its_price_shared_in_earned_dac(backend
     let export = t.as_owner(&owner, "GET", "/dap/account/export", None).await;
     assert_eq!(export.json["human_shares"], shares.json["human_shares"], "{}", export.text);
     let csv = t.as_owner(&owner, "GET", "/dap/account/export?format=csv", None).await;
-    assert!(csv.text.contains(&format!("human_share,{tool},0.1 in_force\n")), "{}", csv.text);
+    for row in [format!("human_share,1.tool_id,{tool}\n"), "human_share,1.in_force,true\n".into(), "human_share,1.sales,1\n".into()] {
+        assert!(csv.text.contains(&row), "{row}: {}", csv.text);
+    }
     let ledger = t.get("/v1/earned-dac/ledger", Some(&seller.token)).await;
     assert_eq!(ledger.json["entries"][0]["type"], "credit");
     assert_eq!(ledger.json["entries"][0]["reference"]["kind"], "tsl_purchase");

@@ -135,7 +135,17 @@ pub fn check_category_key(key: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// A label or description: not blank, at most `max` characters, no control
+/// A label: one line of text, not blank, at most `max` characters, no
+/// control character at all (no line break, no tab).
+pub fn check_label(name: &str, value: &str, max: usize) -> Result<(), Invalid> {
+    check_text(name, value, max)?;
+    if value.contains(['\n', '\r', '\t']) {
+        return Err(Invalid::new("INVALID_VALUE", format!("{name} must be one line, with no tab")));
+    }
+    Ok(())
+}
+
+/// A description: not blank, at most `max` characters, no control
 /// characters but line breaks and tabs.
 pub fn check_text(name: &str, value: &str, max: usize) -> Result<(), Invalid> {
     if value.trim().is_empty() {

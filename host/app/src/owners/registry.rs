@@ -39,7 +39,7 @@ pub async fn add(
     description: Option<&str>,
 ) -> AppResult<OwnerClassification> {
     owners::check_category_key(key)?;
-    owners::check_text("classification_label", label, LABEL_MAX)?;
+    owners::check_label("classification_label", label, LABEL_MAX)?;
     if let Some(d) = description {
         owners::check_text("description", d, DESCRIPTION_MAX)?;
     }
@@ -87,7 +87,7 @@ pub async fn update(
     description: Option<&str>,
 ) -> AppResult<OwnerClassification> {
     if let Some(l) = label {
-        owners::check_text("classification_label", l, LABEL_MAX)?;
+        owners::check_label("classification_label", l, LABEL_MAX)?;
     }
     if let Some(d) = description {
         owners::check_text("description", d, DESCRIPTION_MAX)?;

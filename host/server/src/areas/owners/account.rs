@@ -18,7 +18,7 @@ use anchor_domain::owners::{AccountStatus, ContentPolicy, OwnerType, Residence};
 use anchor_domain::records::OwnerRecord;
 
 use super::registry::Category;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiQuery, Body};
 use crate::openapi::*;
 use crate::owner::AuthOwner;
@@ -129,21 +129,6 @@ impl Profile {
             deletion_response_due_at: owner.deletion_response_due_at.map(Time),
             deleted_at: owner.deleted_at.map(Time),
         }
-    }
-
-    /// (field, value) pairs, for the CSV export.
-    fn fields(&self) -> Vec<(String, String)> {
-        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self) else { return Vec::new() };
-        map.into_iter()
-            .map(|(field, value)| {
-                let text = match value {
-                    serde_json::Value::String(s) => s,
-                    serde_json::Value::Null => String::new(),
-                    other => other.to_string(),
-                };
-                (field, text)
-            })
-            .collect()
     }
 }
 
@@ -295,49 +280,62 @@ struct ExportedAgent {
 
 async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query): ApiQuery<ExportQuery>) -> ApiResult<Response> {
     let export = account::export(&state.app, &owner.owner).await?;
-    let profile = Profile::of(&owner.owner, export.at);
+    let document = AccountExport {
+        exported_at: export.at.into(),
+        account: Profile::of(&owner.owner, export.at),
+        agents: export
+            .agents
+            .iter()
+            .map(|a| ExportedAgent { agent_id: a.agent.agent_id, linked_at: a.linked_at.map(Time), budget_limit_dac: a.dab_limit.map(Dac) })
+            .collect(),
+        classifications: export.categories.iter().map(Category::from).collect(),
+        human_shares: export.human_shares.iter().map(super::tsl::HumanShareView::from).collect(),
+    };
     match query.format.unwrap_or_default() {
-        ExportFormat::Json => Ok(Json(AccountExport {
-            exported_at: export.at.into(),
-            account: profile,
-            agents: export
-                .agents
-                .iter()
-                .map(|a| ExportedAgent {
-                    agent_id: a.agent.agent_id,
-                    linked_at: a.linked_at.map(Time),
-                    budget_limit_dac: a.dab_limit.map(Dac),
-                })
-                .collect(),
-            classifications: export.categories.iter().map(Category::from).collect(),
-            human_shares: export.human_shares.iter().map(super::tsl::HumanShareView::from).collect(),
-        })
-        .into_response()),
+        ExportFormat::Json => Ok(Json(document).into_response()),
         ExportFormat::Csv => {
-            // section,field,value; values are quoted when they hold a comma, a
-            // quote or a line break, and one a spreadsheet would read as a
-            // formula (=, +, -, @, a tab or a carriage return first) starts with an
-            // apostrophe.
-            let quote = |v: &str| {
-                let v = if v.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{v}") } else { v.to_string() };
-                if v.contains([',', '"', '\n', '\r']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v }
-            };
-            let mut csv = String::from("section,field,value\n");
-            for (field, value) in profile.fields() {
-                csv.push_str(&format!("account,{field},{}\n", quote(&value)));
-            }
-            for a in &export.agents {
-                csv.push_str(&format!("agent,{},{}\n", a.agent.agent_id, a.linked_at.map(|t| Time(t).text()).unwrap_or_default()));
-            }
-            for c in &export.categories {
-                csv.push_str(&format!("classification,{},{}\n", quote(&c.key), quote(&c.label)));
-            }
-            for h in &export.human_shares {
-                let rate = anchor_app::tsl::ppm_text(h.rate_ppm);
-                let state = if h.in_force { "in_force".to_string() } else { h.end_reason.clone().unwrap_or_else(|| "ended".into()) };
-                csv.push_str(&format!("human_share,{},{}\n", h.tool_id, quote(&format!("{rate} {state}"))));
-            }
-            Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], csv).into_response())
+            let value = serde_json::to_value(&document).map_err(ApiError::internal)?;
+            Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], export_csv(&value)).into_response())
         }
     }
+}
+
+/// The JSON export as `section,field,value` rows, every value of it: a
+/// list's items are numbered from 1 (`agent,1.budget_limit_dac,250`), a
+/// nested object's fields are joined with dots, null is empty.
+fn export_csv(document: &serde_json::Value) -> String {
+    fn rows(section: &str, field: &str, value: &serde_json::Value, csv: &mut String) {
+        use serde_json::Value;
+        let join = |name: &str| if field.is_empty() { name.to_string() } else { format!("{field}.{name}") };
+        match value {
+            Value::Object(map) => map.iter().for_each(|(name, v)| rows(section, &join(name), v, csv)),
+            Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| rows(section, &join(&(i + 1).to_string()), v, csv)),
+            Value::String(text) => csv.push_str(&format!("{section},{},{}\n", cell(field), cell(text))),
+            Value::Null => csv.push_str(&format!("{section},{},\n", cell(field))),
+            number_or_bool => csv.push_str(&format!("{section},{},{number_or_bool}\n", cell(field))),
+        }
+    }
+    let mut csv = String::from("section,field,value\n");
+    for (name, value) in document.as_object().into_iter().flatten() {
+        let section = match name.as_str() {
+            "exported_at" => "export",
+            "agents" => "agent",
+            "classifications" => "classification",
+            "human_shares" => "human_share",
+            other => other,
+        };
+        let field = if section == "export" { name.as_str() } else { "" };
+        rows(section, field, value, &mut csv);
+    }
+    csv
+}
+
+/// One CSV cell of text: quoted when it holds a comma, a quote or a line
+/// break; one a spreadsheet would read as a formula (`=`, `+`, `-` or `@`
+/// first, after any blanks, or a tab, carriage return or line feed first)
+/// starts with an apostrophe.
+fn cell(text: &str) -> String {
+    let formula = text.trim_start().starts_with(['=', '+', '-', '@']) || text.starts_with(['\t', '\r', '\n']);
+    let text = if formula { format!("'{text}") } else { text.to_string() };
+    if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text }
 }
