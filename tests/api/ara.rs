@@ -17,7 +17,8 @@ both_backends!(
     comparisons_meta_observation_and_the_legacy_query,
     anomaly_bands_are_released_per_dimension,
     owners_see_their_agents_own_view_for_free,
-    the_epsilon_ledger_holds_releases_to_the_budget
+    the_epsilon_ledger_holds_releases_to_the_budget,
+    a_payment_sent_again_resumes_the_observation_it_paid
 );
 
 /// A test server whose releases are exact (k-anonymity alone), so the rules
@@ -471,4 +472,74 @@ async fn the_epsilon_ledger_holds_releases_to_the_budget(backend: Backend) {
     let pattern = observe(&t, &observer, "GET", "/v1/ara/pattern/ee-distribution", None, None).await;
     pattern.assert_error(404, "DATA_UNAVAILABLE");
     assert!(pattern.text.contains("up to 40.00 epsilon") && pattern.text.contains("more than the whole"), "{}", pattern.text);
+}
+
+/// The settlement's transaction a paid answer reports in `PAYMENT-RESPONSE`.
+fn settled_transaction(reply: &Reply) -> String {
+    use base64::Engine;
+    let header = reply.headers.get("payment-response").unwrap_or_else(|| panic!("no PAYMENT-RESPONSE: {}", reply.text));
+    let decoded = base64::engine::general_purpose::STANDARD.decode(header.to_str().unwrap()).unwrap();
+    let settled: Value = serde_json::from_slice(&decoded).unwrap();
+    settled["transaction"].as_str().expect("a transaction").to_string()
+}
+
+/// Decision 0085 (FEATURES: a retry with the same payment, route and agent
+/// resumes that payment): an observation asked again with the payment that
+/// paid for it, by its agent, for the same request, is answered again with
+/// that payment's settlement and charged once; sent many times at once, it
+/// is charged once and never refused as unpaid. The same payment for
+/// another request is still a duplicate (409), and another agent's a replay (402).
+async fn a_payment_sent_again_resumes_the_observation_it_paid(backend: Backend) {
+    let t = exact(backend).await;
+    let me = t.register().await;
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        let created = t.post("/v1/dd/create", Some(&me.token), &create_body(json!({ "ee_preset": "EE_basic" }))).await;
+        let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
+        assert_eq!(t.confirm(&me, &dd_id).await.status.as_u16(), 200);
+        mine.push(dd_id);
+    }
+    let report = |dd_id: &str| format!("/v1/ara/evidence-report?dd_id={dd_id}");
+    let challenge = challenge_of(&observe(&t, &me, "GET", &report(&mine[0]), None, None).await);
+    let payment = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let first = observe(&t, &me, "GET", &report(&mine[0]), Some(&payment), None).await;
+    assert_eq!(first.status.as_u16(), 200, "{}", first.text);
+    // The client did not get that answer (it hung up, say) and sends the request again.
+    let again = observe(&t, &me, "GET", &report(&mine[0]), Some(&payment), None).await;
+    assert_eq!(again.status.as_u16(), 200, "{}", again.text);
+    assert_eq!(again.json["decision"]["dd_id"], mine[0].as_str());
+    assert_eq!(again.json["report"]["dac_charged"], first.json["report"]["dac_charged"]);
+    assert_eq!(settled_transaction(&again), settled_transaction(&first));
+    let charged = || async {
+        (
+            payments(&t).await,
+            observations(&t).await,
+            t.scalar("select count(*) from usage_entry where subject_domain = 'ara_observation'").await,
+        )
+    };
+    assert_eq!(charged().await, (1, 1, 1));
+    // Many at once: each answered, or told it is a duplicate while the first settles; never a second charge.
+    let challenge = challenge_of(&observe(&t, &me, "GET", &report(&mine[1]), None, None).await);
+    let payment_b = pay(&challenge, t.clock.now().timestamp(), Twist::default());
+    let path_b = report(&mine[1]);
+    let at_once = futures_util::future::join_all((0..8).map(|_| observe(&t, &me, "GET", &path_b, Some(&payment_b), None))).await;
+    for reply in &at_once {
+        match reply.status.as_u16() {
+            200 => assert_eq!(reply.json["decision"]["dd_id"], mine[1].as_str()),
+            409 => assert_eq!(reply.json["error_code"], "DUPLICATE_REQUEST", "{}", reply.text),
+            _ => panic!("a payment sent many times at once: {} {}", reply.status, reply.text),
+        }
+    }
+    assert!(at_once.iter().any(|r| r.status.as_u16() == 200));
+    assert_eq!(charged().await, (2, 2, 2));
+    // The same payment for another request is a duplicate of its purchase: it buys one report.
+    observe(&t, &me, "GET", &report(&mine[1]), Some(&payment), None).await.assert_error(409, "DUPLICATE_REQUEST");
+    // Another agent sending it is a replay.
+    let other = t.register().await;
+    let created = t.post("/v1/dd/create", Some(&other.token), &create_body(json!({ "ee_preset": "EE_basic" }))).await;
+    let theirs = created.json["dd_id"].as_str().unwrap().to_string();
+    assert_eq!(t.confirm(&other, &theirs).await.status.as_u16(), 200);
+    let stolen = observe(&t, &other, "GET", &report(&theirs), Some(&payment), None).await;
+    assert_eq!(stolen.status.as_u16(), 402, "{}", stolen.text);
+    assert_eq!(charged().await, (2, 2, 2));
 }

@@ -115,6 +115,7 @@ fn new_payment(nonce: &str, amount_units: i64, route: &str, at: DateTime<Utc>) -
         dab_default: MilliDac(1_000_000),
         period_start: now() - Duration::days(1),
         priced_by: PricedBy { version: "1.3.0-test".into(), sha256: "ab".repeat(32) },
+        request: None,
     }
 }
 
@@ -532,10 +533,13 @@ async fn a_stay_whose_payment_settled_is_closed_by_it_and_a_stale_reservation_ho
     };
     let stay = Uuid::new_v4();
     assert!(store.enter_ise(stay, agent, IseMode::External, now() - Duration::hours(1)).await.unwrap());
-    let paid = payment("0x61", now() - Duration::seconds(5));
+    let paid = NewPayment { request: Some([7; 32]), ..payment("0x61", now() - Duration::seconds(5)) };
     let subject = Subject { domain: SubjectDomain::IseSession, id: stay };
     let reserved = store.reserve_payment(&paid, agent, subject, None, None, now() - Duration::seconds(5)).await.unwrap();
     assert_eq!(reserved, Reservation::Reserved);
+    // The request it paid for is kept, to tell a retry of it from another request.
+    let kept = store.payment_with_nonce(&paid.network, &paid.asset, &paid.payer, &paid.nonce).await.unwrap().unwrap();
+    assert_eq!(kept.request.as_deref(), Some(&[7u8; 32][..]));
     assert!(store.settle_payment(paid.payment_id, "0xref", now() - Duration::seconds(5)).await.unwrap());
     assert!(matches!(store.close_ise(&close(stay, IseFunding::Trial)).await.unwrap(), IseClosed::NotOpen), "paid already");
     let unpaid = IseUnpaid {

@@ -104,6 +104,24 @@ pub enum Settle {
     AtConfirm,
     /// Settled before the answer, for this subject.
     Inline(Subject),
+    /// Settled before the answer, for this subject, on a route that only
+    /// reads (an observation); `request` digests what was asked. The same
+    /// payment sent again by its agent with the same request, once it has
+    /// settled, resumes it: answered again ([`Commit::resumed`]), charged
+    /// once (decision 0085).
+    InlineRead { subject: Subject, request: [u8; 32] },
+}
+
+impl Settle {
+    /// The subject of a payment settled before the answer, and the digest of
+    /// the request where the route only reads.
+    fn inline(self) -> Option<(Subject, Option<[u8; 32]>)> {
+        match self {
+            Settle::AtConfirm => None,
+            Settle::Inline(subject) => Some((subject, None)),
+            Settle::InlineRead { subject, request } => Some((subject, Some(request))),
+        }
+    }
 }
 
 /// One purchase: what it costs and how it may be paid.
@@ -187,6 +205,13 @@ pub trait Commit: Send + Sync {
     /// replayed request, answered with the earlier record, debited nothing).
     fn debited(_output: &Self::Output) -> bool {
         true
+    }
+    /// The answer to a request that sent again a payment which settled for
+    /// the same request (an order settled [`Settle::InlineRead`]), written
+    /// nowhere: `None` where a second answer cannot be given without a
+    /// second purchase (then 409 `DUPLICATE_REQUEST`).
+    fn resumed(&self, _settlement: Settlement) -> Option<Self::Output> {
+        None
     }
 }
 
@@ -670,8 +695,9 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         dab_default: services.config.dab_default,
         period_start,
         priced_by: services.priced_by(),
+        request: order.settle.inline().and_then(|(_, request)| request),
     };
-    if let Settle::Inline(subject) = order.settle {
+    if let Some((subject, request)) = order.settle.inline() {
         debug_assert!(
             crate::catalog::settles_inline(order.route.method, order.route.path),
             "{} settles inline but the catalog does not say so",
@@ -689,7 +715,15 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             // request sent twice at once) is not a replay: told so, and
             // charged once, for the request that reserved it.
             Reservation::NonceUsed => {
-                if sent_before(services, &payment, order.agent_id).await? {
+                let resource = format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path));
+                if let Some(earlier) = sent_before(services, &payment, order.agent_id).await? {
+                    // Settled for this very request: answered again, charged once.
+                    if let (Some(request), PaymentStatus::Settled, Some(reference)) = (request, earlier.status, earlier.settlement_ref)
+                        && earlier.request.as_deref() == Some(&request[..])
+                        && let Some(output) = commit.resumed(Settlement { reference, payer: earlier.payer, resource })
+                    {
+                        return Ok(output);
+                    }
                     return Err(AppError::Conflict {
                         code: "DUPLICATE_REQUEST",
                         message: "this agent sent this payment before, for a request being completed or completed already: \
@@ -771,12 +805,12 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
     }
 }
 
-/// Whether the payment whose authorization is reserved already is this one,
-/// sent before by the same agent (the payload exactly as it was received):
-/// a retry or a duplicate of one request, not another's replay.
-async fn sent_before(services: &Services, payment: &NewPayment, agent_id: Uuid) -> AppResult<bool> {
+/// The payment whose authorization is reserved already, when it is this
+/// one, sent before by the same agent (the payload exactly as it was
+/// received): a retry or a duplicate of one request, not another's replay.
+async fn sent_before(services: &Services, payment: &NewPayment, agent_id: Uuid) -> AppResult<Option<PaymentRecord>> {
     let earlier = services.store.payment_with_nonce(&payment.network, &payment.asset, &payment.payer, &payment.nonce).await?;
-    Ok(earlier.is_some_and(|earlier| earlier.agent_id == agent_id && earlier.payload == payment.payload))
+    Ok(earlier.filter(|earlier| earlier.agent_id == agent_id && earlier.payload == payment.payload))
 }
 
 /// An order Earned DAC pays whole: the commit debits it under the agent's

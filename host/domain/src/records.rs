@@ -388,6 +388,8 @@ pub struct PaymentRecord {
     pub settlement_ref: Option<String>,
     /// The PaymentPayload as received (its `accepted` is the requirement).
     pub payload: String,
+    /// The digest of the request it paid for, on a route that only reads.
+    pub request: Option<Vec<u8>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// (status, reason, at), oldest first.

@@ -33,6 +33,10 @@ pub struct NewPayment {
     pub period_start: DateTime<Utc>,
     /// The generation that set `amount_units`: the usage its settlement records names it.
     pub priced_by: PricedBy,
+    /// On a route that only reads (an observation), a digest of what was
+    /// asked: the same payment sent again by its agent with the same
+    /// request is answered again, charged once. `None` elsewhere.
+    pub request: Option<[u8; 32]>,
 }
 
 /// What reserving an authorization concluded.

@@ -262,7 +262,7 @@ fn common_responses(error: &Value) -> Value {
         "CrossSite": error("A request that changes the owner's state was sent by another site (its Origin or Sec-Fetch-Site), or by a browser without the session's X-CSRF-Token. Code: CSRF_REJECTED."),
         "RequestTimeout": error("The body did not arrive in time after the request head. Code: REQUEST_TIMEOUT."),
         "PayloadTooLarge": error("The body is over the size limit. Code: PAYLOAD_TOO_LARGE."),
-        "PaymentSentBefore": error("This agent sent the same payment (PAYMENT-SIGNATURE) before, for a request being completed or completed already: it is charged once, and not again for this one. Code: DUPLICATE_REQUEST."),
+        "PaymentSentBefore": error("This agent sent the same payment (PAYMENT-SIGNATURE) before, for a request being completed or completed already: it is charged once, and not again for this one. A paid observation asked again with it, for the same request, once it has settled, is answered again instead (200, the same settlement). Code: DUPLICATE_REQUEST."),
         "UnsupportedMediaType": error("The body is sent as another media type than JSON (its Content-Type is neither application/json nor a +json type), so it is not read: a browser sends text/plain and forms across origins without asking first. Code: UNSUPPORTED_MEDIA_TYPE."),
         "UriTooLong": error("The URL is over the length limit. Code: URI_TOO_LONG."),
         "HeadersTooLarge": error("The header section is over the size limit. Code: HEADERS_TOO_LARGE."),

@@ -104,11 +104,17 @@ test("a paid observation raises PaymentRequiredError, and the payment sent in X-
   assert.equal(answer.dac_charged, 1, JSON.stringify(answer));
   assert.ok(answer.agent_count >= 10, JSON.stringify(answer));
 
-  // The same payment does not buy a second answer, nor is the agent asked to
-  // pay again for it: its own payment sent again is a duplicate (409
-  // DUPLICATE_REQUEST, decision 0082), not a challenge a wrapped fetch would pay.
+  // Nor is the agent asked to pay again for it: its own payment sent again
+  // for the same observation (a client that lost the answer) is answered
+  // again, charged once (decision 0085), not a challenge a wrapped fetch would pay.
+  const again = await sdk._req(required.method, required.path, {
+    headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) },
+  });
+  assert.equal(again.dac_charged, 1, JSON.stringify(again));
+  assert.equal(again.agent_count, answer.agent_count, JSON.stringify(again));
+  // For another request it is a duplicate (409 DUPLICATE_REQUEST, decision 0082).
   await assert.rejects(
-    sdk._req(required.method, required.path, { headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) } }),
+    sdk._req(required.method, "/v1/ara/environment", { headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) } }),
     (err) => err.status === 409 && !(err instanceof PaymentRequiredError),
   );
 });

@@ -202,6 +202,7 @@ fn purchase(via: Via, target: &Target, premium_source: PremiumSource, what: &str
         target: Some(target.agent_id),
         premium_source: if target.own { PremiumSource::External } else { premium_source },
         description: format!("{what} of agent {} at resolution level {}", target.agent_id, target.level),
+        asked: String::new(),
     }
 }
 
@@ -462,6 +463,7 @@ pub async fn compare(
         target: None,
         premium_source: PremiumSource::External,
         description: format!("Comparison of {} agents at resolution level {level}", unique.len()),
+        asked: unique.iter().map(Uuid::to_string).collect::<Vec<_>>().join(","),
     };
     pay(services, observer.agent_id, purchase, offered, Comparison { level, agents: compared }).await
 }

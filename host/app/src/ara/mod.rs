@@ -89,12 +89,40 @@ pub(crate) struct Purchase {
     pub target: Option<Uuid>,
     pub premium_source: PremiumSource,
     pub description: String,
+    /// What was asked that the fields above leave out (a dimension, the
+    /// agents compared): with them, it tells one request from another, so
+    /// that a payment sent again resumes only for the request it paid.
+    pub asked: String,
 }
 
 impl Purchase {
     /// A tier without levels or surcharge, paid at its route's own path.
     fn flat(route: Route, tier: ObservationTier, target: Option<Uuid>, description: String) -> Purchase {
-        Purchase { route, path: None, tier, level: 0, target, premium_source: PremiumSource::External, description }
+        Purchase { route, path: None, tier, level: 0, target, premium_source: PremiumSource::External, description, asked: String::new() }
+    }
+
+    /// A digest of the request this purchase answers, at `total`.
+    fn request(&self, total: MilliDac) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let target = self.target.map(|t| t.to_string()).unwrap_or_default();
+        let parts = [
+            self.route.method,
+            self.route.path,
+            self.path.as_deref().unwrap_or(""),
+            self.tier.as_str(),
+            &self.level.to_string(),
+            &target,
+            if self.premium_source == PremiumSource::Earned { "earned" } else { "external" },
+            &self.description,
+            &self.asked,
+            &total.0.to_string(),
+        ];
+        // Each part after its length, so that no two requests write the same bytes.
+        parts
+            .iter()
+            .fold(Sha256::new(), |hash, part| hash.chain_update((part.len() as u64).to_be_bytes()).chain_update(part))
+            .finalize()
+            .into()
     }
 }
 
@@ -125,6 +153,12 @@ impl Commit for RecordObservation<'_> {
         let observation = NewObservation { payment_id: Some(payment_id), ..self.observation.clone() };
         self.services.store.record_observation(&observation).await?;
         Ok(Committed::Done(settlement))
+    }
+
+    /// An observation only reads: asked again with the payment that paid
+    /// for it, it is answered again, with that payment's settlement.
+    fn resumed(&self, settlement: crate::charge::Settlement) -> Option<crate::charge::Settlement> {
+        Some(settlement)
     }
 }
 
@@ -161,6 +195,7 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         services.store.record_observation(&observation).await?;
         return Ok(Observed { result, charged: MilliDac::ZERO, settlement: None });
     }
+    let request = purchase.request(total);
     let order = Order {
         agent_id,
         route: purchase.route,
@@ -170,7 +205,7 @@ pub(crate) async fn pay<T>(services: &Services, agent_id: Uuid, purchase: Purcha
         trial: TrialUse::None,
         earned,
         offered,
-        settle: Settle::Inline(Subject { domain: SubjectDomain::AraObservation, id: observation.observation_id }),
+        settle: Settle::InlineRead { subject: Subject { domain: SubjectDomain::AraObservation, id: observation.observation_id }, request },
         pending: None,
     };
     let settlement = charge::charge(services, order, &RecordObservation { services, observation }).await?;

@@ -467,12 +467,15 @@ pub async fn environment_anomaly(
         let what = format!("branch-1 band positions in the {period_days} full days before today");
         return Err(unavailable(nothing_shown(&release, services.config.privacy, &what)));
     }
-    let purchase = Purchase::flat(
-        super::ENVIRONMENT_ANOMALY,
-        ObservationTier::EnvironmentAnomaly,
-        None,
-        describe(Kind::EnvironmentAnomaly, period_days),
-    );
+    let purchase = Purchase {
+        asked: dimension.unwrap_or_default().to_string(),
+        ..Purchase::flat(
+            super::ENVIRONMENT_ANOMALY,
+            ObservationTier::EnvironmentAnomaly,
+            None,
+            describe(Kind::EnvironmentAnomaly, period_days),
+        )
+    };
     pay(services, agent_id, purchase, offered, release).await
 }
 
