@@ -105,7 +105,12 @@ async fn decision_reports_cover_the_agent_itself(backend: Backend) {
     let t = TestServer::start(backend).await;
     let me = t.register().await;
     let other = t.register().await;
-    for (scale, unit, class) in [("18446744073709551616.5", "USDC", "payment"), ("0.5", "USDC", "payment"), ("3", "calls", "api_call")] {
+    for (scale, unit, class) in [
+        ("18446744073709551616.5", "USDC", "payment"),
+        ("0.5", "USDC", "payment"),
+        ("3", "calls", "api_call"),
+        ("0.0000004", "calls", "api_call"),
+    ] {
         let mut body = create_body(json!({ "ee_preset": "EE_basic" }));
         body["content_inclusion_flag"] = json!(1);
         let template = format!(
@@ -120,9 +125,9 @@ async fn decision_reports_cover_the_agent_itself(backend: Backend) {
 
     let metadata = t.get("/v1/dur/decision-metadata", Some(&me.token)).await;
     assert_eq!(metadata.status.as_u16(), 200, "{}", metadata.text);
-    assert_eq!(metadata.json["dd_count"], 3);
-    assert_eq!(metadata.json["decision_class"], json!({ "api_call": 1, "payment": 2 }));
-    assert_eq!(metadata.json["human_involvement"], json!({ "approval": 3 }));
+    assert_eq!(metadata.json["dd_count"], 4);
+    assert_eq!(metadata.json["decision_class"], json!({ "api_call": 2, "payment": 2 }));
+    assert_eq!(metadata.json["human_involvement"], json!({ "approval": 4 }));
     assert_eq!(metadata.json["dac_charged"], 0);
 
     let scale = t.get("/v1/dur/decision-scale", Some(&me.token)).await;
@@ -132,9 +137,13 @@ async fn decision_reports_cover_the_agent_itself(backend: Backend) {
     assert!(scale.text.contains("\"max\":18446744073709551616.5"), "{}", scale.text);
     assert!(scale.text.contains("\"avg\":9223372036854775808.5"), "{}", scale.text);
     assert_eq!((usdc["count"].as_i64(), usdc["min"].as_f64()), (Some(2), Some(0.5)));
+    // Six places, rounded half away from zero, however fine the values: 1.5000002 is 1.5.
+    let calls = units.iter().find(|u| u["unit"] == "calls").unwrap();
+    assert_eq!((calls["count"].as_i64(), calls["avg"].as_f64()), (Some(2), Some(1.5)), "{}", scale.text);
+    assert!(scale.text.contains("\"min\":0.0000004") && !scale.text.contains("1.5000002"), "{}", scale.text);
 
     let classified = t.get("/v1/dur/self-classification", Some(&me.token)).await;
-    assert_eq!((classified.json["dd_count"].as_i64(), classified.json["classified_count"].as_i64()), (Some(3), Some(0)));
+    assert_eq!((classified.json["dd_count"].as_i64(), classified.json["classified_count"].as_i64()), (Some(4), Some(0)));
 
     // Your own id is fine; another agent's is refused.
     assert_eq!(t.get(&format!("/v1/dur/decision-scale?agent_id={}", me.id), Some(&me.token)).await.status.as_u16(), 200);

@@ -95,32 +95,37 @@ async fn access_periods_are_read_by_character_up_to_a_hundred_years() {
 }
 
 /// Defect 8: the scale value passed through a float before it was hashed.
+/// So did a decimal whose text a float writes the same (`0.0000004`), which
+/// came back as `4e-7`.
 #[tokio::test]
 async fn the_scale_value_keeps_its_json_text_in_the_hashed_record() {
     let t = TestServer::start(Backend::Sqlite).await;
     let agent = t.register().await;
-    let text = r#"{"request_id":"REQ","dd":DD,"ee":{"ee_preset":"EE_basic"},"content_inclusion_flag":1,
-                   "template":{"decision_class":"payment","decision_scale_value":18446744073709551616}}"#
-        .replace("REQ", &uuid::Uuid::new_v4().to_string())
-        .replace("DD", &dd().to_string());
-    let reply = t
-        .http
-        .post(t.url("/v1/dd/create"))
-        .bearer_auth(&agent.token)
-        .header("content-type", "application/json")
-        .body(text)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reply.status(), StatusCode::CREATED);
-    let created: Value = reply.json().await.unwrap();
-    let dd_id = created["dd_id"].as_str().unwrap();
-    assert_eq!(t.confirm(&agent, dd_id).await.status, StatusCode::OK);
-    t.wait_for_log(1).await;
-    let receipt = t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await;
-    let record = receipt.json["canonical_record"].as_str().expect("canonical record");
-    assert!(record.contains("18446744073709551616"), "{record}");
-    assert!(!record.contains("e+19"), "{record}");
+    for (at, (value, not)) in [("18446744073709551616", "e+19"), ("0.0000004", "e-7"), ("0.5", "5e-1")].into_iter().enumerate() {
+        let text = r#"{"request_id":"REQ","dd":DD,"ee":{"ee_preset":"EE_basic"},"content_inclusion_flag":1,
+                       "template":{"decision_class":"payment","decision_scale_value":VALUE}}"#
+            .replace("REQ", &uuid::Uuid::new_v4().to_string())
+            .replace("DD", &dd().to_string())
+            .replace("VALUE", value);
+        let reply = t
+            .http
+            .post(t.url("/v1/dd/create"))
+            .bearer_auth(&agent.token)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), StatusCode::CREATED);
+        let created: Value = reply.json().await.unwrap();
+        let dd_id = created["dd_id"].as_str().unwrap();
+        assert_eq!(t.confirm(&agent, dd_id).await.status, StatusCode::OK);
+        t.wait_for_log(at as i64 + 1).await;
+        let receipt = t.get(&format!("/v1/dd/{dd_id}/receipt"), Some(&agent.token)).await;
+        let record = receipt.json["canonical_record"].as_str().expect("canonical record");
+        assert!(record.contains(value), "{value}: {record}");
+        assert!(!record.contains(not), "{value}: {record}");
+    }
 }
 
 /// Defect 4: on PostgreSQL a NUL in owner text answered 500.

@@ -296,11 +296,12 @@ pub async fn decision_scale(services: &Services, agent_id: Uuid, range: Range) -
             let min = aligned.iter().min_by(|a, b| a.0.cmp(&b.0)).map(|(_, t)| t.to_string()).unwrap_or_default();
             let max = aligned.iter().max_by(|a, b| a.0.cmp(&b.0)).map(|(_, t)| t.to_string()).unwrap_or_default();
             let sum = aligned.iter().fold(IBig::ZERO, |sum, (v, _)| sum + v);
-            let count = IBig::from(values.len());
+            // The mean is sum / (count × 10^scale); at six places, sum × 10^6 / that.
+            let divisor = IBig::from(values.len()) * IBig::from(10).pow(scale as usize);
             let scaled = sum * IBig::from(10).pow(MEAN_PLACES as usize) * 2;
-            // Round half away from zero: (2x ± n) / 2n, truncated.
-            let rounded = if scaled >= IBig::ZERO { (scaled + &count) / (&count * 2) } else { (scaled - &count) / (&count * 2) };
-            ScaleStats { unit, count: values.len() as i64, min, max, avg: Decimal::text(&rounded, scale + MEAN_PLACES) }
+            // Round half away from zero: (2x ± d) / 2d, truncated.
+            let rounded = if scaled >= IBig::ZERO { (scaled + &divisor) / (&divisor * 2) } else { (scaled - &divisor) / (&divisor * 2) };
+            ScaleStats { unit, count: values.len() as i64, min, max, avg: Decimal::text(&rounded, MEAN_PLACES) }
         })
         .collect();
     Ok((range, stats))

@@ -335,9 +335,11 @@ impl<'de> Deserializer<'de> for Reader<'de> {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(*b),
             // serde_json's number keeps its exact text (arbitrary_precision),
-            // but hands `-0` to a visitor as the integer 0; its parser keeps
-            // the sign, so that one is read again from its text.
-            Value::Number(n) if n.as_str() == "-0" => {
+            // but hands `-0` to a visitor as the integer 0, and a decimal the
+            // float's own text writes the same (`0.0000004`) as a float,
+            // which comes back written otherwise (`4e-7`). Its parser hands
+            // both over as their text: those are read again from it.
+            Value::Number(n) if n.as_str() == "-0" || !(n.is_u64() || n.is_i64()) => {
                 serde_json::Deserializer::from_str(n.as_str()).deserialize_any(visitor).map_err(from_json)
             }
             Value::Number(n) => n.clone().deserialize_any(visitor).map_err(from_json),
