@@ -722,6 +722,13 @@ async fn agent_type_owners(backend: Backend) {
     t.as_owner(&human, "POST", "/dap/owner/register-agent", Some(&json!({ "agent_id": parent.id })))
         .await
         .assert_error(409, "ALREADY_REGISTERED");
+    // The owner's export names the agent-type owners it registered.
+    let export = t.as_owner(&human, "GET", "/dap/account/export", None).await;
+    let listed = &export.json["agent_owners"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{}", export.text);
+    assert_eq!((&listed[0]["owner_id"], &listed[0]["agent_id"]), (&made.json["owner_id"], &json!(parent.id)), "{}", export.text);
+    let csv = t.as_owner(&human, "GET", "/dap/account/export?format=csv", None).await;
+    assert!(csv.text.contains(&format!("agent_owner,1.agent_id,{}\n", parent.id)), "{}", csv.text);
 
     let login = t.post("/dap/auth/agent-login", Some(&parent.token), &json!({})).await;
     assert_eq!(login.status, StatusCode::OK, "{}", login.text);

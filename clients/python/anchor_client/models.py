@@ -1556,6 +1556,13 @@ class HumanShareView(BaseModel):
     accrued_dac: confloat(ge=0.0, multiple_of=0.001)
 
 
+class ExportedAgentOwner(BaseModel):
+    owner_id: UUID
+    agent_id: UUID | None = Field(..., description='The agent it signs in as.')
+    status: Literal['active', 'pending_deletion', 'deleted']
+    created_at: AwareDatetime
+
+
 class Linked(BaseModel):
     agent_id: UUID
     linked_at: AwareDatetime
@@ -2990,6 +2997,10 @@ class AccountExport(BaseModel):
     human_shares: list[HumanShareView] = Field(
         ...,
         description="The human shares of the owner's agents' tools, ended ones too.",
+    )
+    agent_owners: list[ExportedAgentOwner] = Field(
+        ...,
+        description='The agent-type owners this owner registered (POST /dap/owner/register-agent).',
     )
 
 

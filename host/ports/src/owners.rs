@@ -35,6 +35,8 @@ pub trait OwnerStore: Send + Sync {
     async fn owner(&self, owner_id: Uuid) -> Result<Option<OwnerRecord>>;
     async fn owner_by_email(&self, email: &str) -> Result<Option<OwnerRecord>>;
     async fn owner_by_managing_agent(&self, agent_id: Uuid) -> Result<Option<OwnerRecord>>;
+    /// The agent-type owners `owner_id` registered, oldest first.
+    async fn agent_owners_of(&self, owner_id: Uuid) -> Result<Vec<OwnerRecord>>;
     async fn set_owner_password(&self, owner_id: Uuid, password_hash: &str) -> Result<()>;
     async fn set_owner_residence(&self, owner_id: Uuid, country: Residence, now: DateTime<Utc>) -> Result<()>;
     async fn set_owner_marketing(&self, owner_id: Uuid, agreed_at: Option<DateTime<Utc>>) -> Result<()>;

@@ -49,6 +49,12 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
         row.as_ref().map(decode_owner).transpose()
     }
 
+    async fn agent_owners_of(&self, owner_id: Uuid) -> Result<Vec<OwnerRecord>> {
+        let rows =
+            self.db().fetch_all(sql("select * from owner where parent_owner_id = $1 order by created_at, owner_id").bind(owner_id)).await?;
+        rows.iter().map(decode_owner).collect()
+    }
+
     async fn owner_by_email(&self, email: &str) -> Result<Option<OwnerRecord>> {
         let row = self.db().fetch_optional(sql("select * from owner where email = $1").bind(email)).await?;
         row.as_ref().map(decode_owner).transpose()

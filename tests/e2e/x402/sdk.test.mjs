@@ -114,8 +114,12 @@ test("a paid observation raises PaymentRequiredError, and the payment sent in X-
   assert.equal(again.agent_count, answer.agent_count, JSON.stringify(again));
   // For another request it is a duplicate (409 DUPLICATE_REQUEST, decision 0082).
   await assert.rejects(
-    sdk._req(required.method, "/v1/ara/environment", { headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) } }),
-    (err) => err.status === 409 && !(err instanceof PaymentRequiredError),
+    sdk._req(required.method, "/v1/ara/environment/density", { headers: { [required.retryHeader]: encodePaymentSignatureHeader(payload) } }),
+    (err) => {
+      assert.ok(!(err instanceof PaymentRequiredError), String(err));
+      assert.equal(err.status, 409, JSON.stringify(err.data));
+      return true;
+    },
   );
 });
 

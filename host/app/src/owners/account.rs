@@ -65,6 +65,8 @@ pub struct Export {
     pub categories: Vec<OwnerClassification>,
     /// The owner's human shares of its agents' tools, ended ones too.
     pub human_shares: Vec<HumanShareRecord>,
+    /// The agent-type owners it registered (POST /dap/owner/register-agent).
+    pub agent_owners: Vec<OwnerRecord>,
 }
 
 pub async fn export(services: &Services, owner: &OwnerRecord) -> AppResult<Export> {
@@ -73,5 +75,6 @@ pub async fn export(services: &Services, owner: &OwnerRecord) -> AppResult<Expor
         agents: services.store.owner_agents(owner.owner_id).await?,
         categories: services.store.owner_classifications(owner.owner_id, true).await?,
         human_shares: services.store.human_shares(owner.owner_id).await?,
+        agent_owners: services.store.agent_owners_of(owner.owner_id).await?,
     })
 }

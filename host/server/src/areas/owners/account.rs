@@ -268,6 +268,17 @@ struct AccountExport {
     classifications: Vec<Category>,
     /// The human shares of the owner's agents' tools, ended ones too.
     human_shares: Vec<super::tsl::HumanShareView>,
+    /// The agent-type owners this owner registered (POST /dap/owner/register-agent).
+    agent_owners: Vec<ExportedAgentOwner>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct ExportedAgentOwner {
+    owner_id: Uuid,
+    /// The agent it signs in as.
+    agent_id: Option<Uuid>,
+    status: Named<AccountStatus>,
+    created_at: Time,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -290,6 +301,16 @@ async fn export(State(state): State<AppState>, owner: AuthOwner, ApiQuery(query)
             .collect(),
         classifications: export.categories.iter().map(Category::from).collect(),
         human_shares: export.human_shares.iter().map(super::tsl::HumanShareView::from).collect(),
+        agent_owners: export
+            .agent_owners
+            .iter()
+            .map(|o| ExportedAgentOwner {
+                owner_id: o.owner_id,
+                agent_id: o.managing_agent_id,
+                status: Named(owners::account_status(o, export.at)),
+                created_at: Time(o.created_at),
+            })
+            .collect(),
     };
     match query.format.unwrap_or_default() {
         ExportFormat::Json => Ok(Json(document).into_response()),
@@ -322,6 +343,7 @@ fn export_csv(document: &serde_json::Value) -> String {
             "agents" => "agent",
             "classifications" => "classification",
             "human_shares" => "human_share",
+            "agent_owners" => "agent_owner",
             other => other,
         };
         let field = if section == "export" { name.as_str() } else { "" };
