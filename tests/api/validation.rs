@@ -181,6 +181,12 @@ fn cases() -> Vec<(&'static str, Vec<Edit>, u16, &'static str)> {
             "PII_DETECTED",
         ),
         (
+            "call_chain with an IPv6 address inside a token",
+            vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "call_chain": ["fetch:2001:db8::1"] }))],
+            400,
+            "PII_DETECTED",
+        ),
+        (
             "unregistered self_classification",
             vec![Set("/content_inclusion_flag", json!(1)), Set("/template", json!({ "self_classification": "not_a_registered_key" }))],
             400,

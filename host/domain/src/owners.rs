@@ -138,11 +138,11 @@ pub fn check_category_key(key: &str) -> Result<(), Invalid> {
 /// A label: one line of text, not blank, at most `max` characters, no
 /// control character at all (no line break, no tab).
 pub fn check_label(name: &str, value: &str, max: usize) -> Result<(), Invalid> {
-    check_text(name, value, max)?;
-    if value.contains(['\n', '\r', '\t']) {
+    // Every line break Unicode names (NEL, the line and paragraph separators too).
+    if value.contains(['\n', '\r', '\t', '\u{0b}', '\u{0c}', '\u{85}', '\u{2028}', '\u{2029}']) {
         return Err(Invalid::new("INVALID_VALUE", format!("{name} must be one line, with no tab")));
     }
-    Ok(())
+    check_text(name, value, max)
 }
 
 /// A description: not blank, at most `max` characters, no control

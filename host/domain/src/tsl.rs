@@ -128,7 +128,7 @@ pub fn split<K: Copy>(price: MilliDac, shares: &[(K, u32)], human_ppm: u32) -> O
 /// [`crate::screen::contains_ipv6`].
 static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[^\s@＠﹫]+[@＠﹫][^\s@＠﹫]+[.．。][^\s@＠﹫]+").expect("static pattern"));
 static IPV4: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b").expect("static pattern"));
-static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d(?:[\s().+_:-]*\d){6,}").expect("static pattern"));
+static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d(?:[\s().+_-]*\d){6,}").expect("static pattern"));
 
 /// Checks a tool's name or description: not blank (a name), within its
 /// length, no control characters, and nothing that looks like personal data
@@ -194,9 +194,13 @@ mod tests {
         ] {
             assert_eq!(check_text("tool_name", text, 100, true).unwrap_err().code, "PII_DETECTED", "{text}");
         }
-        for text in
-            ["ee-mix v2", "retention over 30 days, 2026 edition", "outlier ratio 1.5x", "runs at 10:30, uses std::io and dead::beef"]
-        {
+        for text in [
+            "ee-mix v2",
+            "retention over 30 days, 2026 edition",
+            "outlier ratio 1.5x",
+            "runs at 10:30, uses std::io and dead::beef",
+            "timecode 01:02:03:04 at 12:30:45.5",
+        ] {
             assert!(check_text("tool_name", text, 100, true).is_ok(), "{text}");
         }
         assert_eq!(check_text("tool_name", "  ", 100, true).unwrap_err().code, "INVALID_INPUT");

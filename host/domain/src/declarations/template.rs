@@ -98,8 +98,8 @@ static PII_LABEL: LazyLock<Regex> = LazyLock::new(|| {
 /// Checks one `call_chain` entry: the token pattern, then the personal-data screen.
 ///
 /// The screen refuses a token that holds a run of seven or more digits (a phone,
-/// card, account or national identity number, allowing `-`, `.`, `_` or `:`
-/// between the digits), an IPv4 or IPv6 address anywhere in it, or a personal-data label followed by a
+/// card, account or national identity number, allowing `-`, `.` or `_`
+/// between the digits; a time's `:` ends a run), an IPv4 or IPv6 address anywhere in it, or a personal-data label followed by a
 /// value (`email:`, `phone-`, `user.` and the like). It is a screen, not a
 /// guarantee: it refuses the shapes such data usually takes.
 pub fn check_call_chain_entry(index: usize, token: &str) -> Result<(), Invalid> {
@@ -127,7 +127,7 @@ fn looks_personal(token: &str) -> bool {
         if c.is_ascii_digit() {
             run += 1;
             longest = longest.max(run);
-        } else if !matches!(c, '-' | '.' | '_' | ':') {
+        } else if !matches!(c, '-' | '.' | '_') {
             run = 0;
         }
     }
@@ -203,7 +203,7 @@ mod tests {
         for ok in ["search_api", "tool:v2", "mcp.fs.read", "gpt-4o", "step-12"] {
             check_call_chain_entry(0, ok).unwrap();
         }
-        for ok in ["fs::read", "crate::module", "a:b:c", "dead::beef", "abc::def", "step::12"] {
+        for ok in ["fs::read", "crate::module", "a:b:c", "dead::beef", "abc::def", "step::12", "run:10:00:00:00"] {
             check_call_chain_entry(0, ok).unwrap();
         }
         let pii = ["010-1234-5678", "4111111111111111", "192.168.0.1", "email:bob", "user.alice", "900101-1234567"];
