@@ -645,7 +645,7 @@ async fn account_deletion_restore_and_export(backend: Backend) {
     assert_eq!(t.as_owner(&owner, "POST", "/dap/classification", Some(&formula)).await.status, StatusCode::CREATED);
     let blank_first = json!({ "classification_key": "blank_first", "classification_label": "  =1+1", "description": "kept, as in JSON" });
     assert_eq!(t.as_owner(&owner, "POST", "/dap/classification", Some(&blank_first)).await.status, StatusCode::CREATED);
-    for label in ["\u{1b}[31mred", "back\u{8}space", "bell\u{7}", "two\nlines", "tab\there"] {
+    for label in ["\u{1b}[31mred", "back\u{8}space", "bell\u{7}", "two\nlines", "tab\there", "line\u{2028}separator", "next\u{85}line"] {
         t.as_owner(&owner, "POST", "/dap/classification", Some(&json!({ "classification_key": "ctl", "classification_label": label })))
             .await
             .assert_error(400, "INVALID_VALUE");

@@ -649,6 +649,8 @@ async fn a_key_named_twice_in_one_object_is_refused() {
         // The JSON reader's own key for numbers is no number a client sends.
         format!(r#"{{"tool_name":"magic","price_dac":{{"$serde_json::private::Number":"1"}},{tool}}}"#),
         format!(r#"{{"tool_name":"magic","price_dac":{{"\u0024serde_json::private::Number":"1"}},{tool}}}"#),
+        format!(r#"{{"tool_name":"raw","price_dac":{{"$serde_json::private::RawValue":"1"}},{tool}}}"#),
+        format!(r#"{{"tool_name":{{"$serde_json::private::RawValue":"\"raw\""}},"price_dac":1,{tool}}}"#),
     ] {
         let reply = send(text.clone()).await.unwrap();
         assert_eq!(reply.status().as_u16(), 400, "{text}");
@@ -656,6 +658,11 @@ async fn a_key_named_twice_in_one_object_is_refused() {
         assert_eq!(body["error_code"], "INVALID_INPUT", "{text}: {body}");
     }
     assert_eq!(t.scalar("select count(*) from tsl_tool").await, 0);
+    // Said as what it is, not as the reader's confusion over it.
+    let reserved =
+        send(format!(r#"{{"tool_name":"magic","price_dac":{{"$serde_json::private::Number":"1","b":2}},{tool}}}"#)).await.unwrap();
+    let body: Value = reserved.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap_or_default().contains("reserved"), "{body}");
     let taken = send(format!(r#"{{"tool_name":"once","price_dac":1,{tool}}}"#)).await.unwrap();
     assert_eq!(taken.status().as_u16(), 201);
     // The same key in two different objects is no repetition.

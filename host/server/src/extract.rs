@@ -111,15 +111,18 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 allow: None,
             });
         }
+        // A key named twice in one object would be read as its last value
+        // here and perhaps as its first by whatever checked the body before;
+        // a key the JSON reader keeps for itself would be read as a number.
+        // Looked for first, so that its message is the one given.
+        if let Err(e) = serde_json::from_slice::<NoRepeatedKeys>(&bytes) {
+            let message = if e.is_data() { e.to_string() } else { format!("the request body is not valid JSON: {e}") };
+            return Err(ApiError::bad("INVALID_INPUT", message));
+        }
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad("INVALID_INPUT", format!("the request body is not valid JSON: {e}")))?;
         if let Some(path) = nul_at(&value, "") {
             return Err(nul_refused(&path));
-        }
-        // A key named twice in one object would be read as its last value
-        // here and perhaps as its first by whatever checked the body before.
-        if value.is_object() || value.is_array() {
-            no_repeated_keys(&bytes).map_err(|e| ApiError::bad("INVALID_INPUT", e))?;
         }
         Ok(JsonBody(value))
     }
@@ -180,6 +183,9 @@ impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == RAW_VALUE_KEY {
+                return Err(serde::de::Error::custom("the request body names a key reserved by the JSON reader"));
+            }
             if key == NUMBER_KEY {
                 // A number of the text comes here too, as a map of this one
                 // key, its value handed over as an owned string.
@@ -202,6 +208,11 @@ impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
 /// (`{"$serde_json::private::Number": "5"}` as 5), and under which it hands a
 /// number of the text to a visitor.
 const NUMBER_KEY: &str = "$serde_json::private::Number";
+
+/// The key serde_json reads an object under as raw JSON text: a number
+/// or a string sent as `{"$serde_json::private::RawValue": "…"}` would
+/// pass for one. No number of the text comes this way.
+const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
 /// The value under [`NUMBER_KEY`]: a number of the text arrives as an owned
 /// string (`visit_string`); an object a client wrote with that key holds a

@@ -24,8 +24,13 @@ use serde_json::{Value, json};
 use signed_note::{Note, StandardSigner};
 use tlog_tiles::{Checkpoint, Hash};
 
+/// A directory of its own: tests run at once in this process, and a port
+/// the kernel hands out twice must not give two of them one directory
+/// (one's clean-up would delete the other's state).
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("anchor-witness-{name}-{}-{}", std::process::id(), free_port()));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("anchor-witness-{name}-{}-{n}-{}", std::process::id(), free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
