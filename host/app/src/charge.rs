@@ -294,6 +294,11 @@ impl Order {
     fn ask(&self) -> Ask {
         Ask { total: self.total, earned: self.earned, only_earned: matches!(self.offered, Offered::Unavailable) }
     }
+
+    /// The URL of what is bought: the one its 402 names and its receipt signs.
+    fn resource(&self, services: &Services) -> String {
+        format!("{}{}", services.config.public_url, self.path.as_deref().unwrap_or(self.route.path))
+    }
 }
 
 /// `INSUFFICIENT_DAC`: Earned DAC cannot pay what the order gives it. The
@@ -624,6 +629,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
     };
     let typed_requirement = requirement_for(services, amount);
     let requirement = typed_requirement.to_value();
+    let resource = order.resource(services);
     let required = |reason: Option<String>| {
         AppError::PaymentRequired(Box::new(
             PaymentRequired {
@@ -633,7 +639,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
                 reason,
                 accepts: accepts.clone(),
                 requirement: typed_requirement.clone(),
-                resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
+                resource: resource.clone(),
                 offer: None,
             }
             .signed(services),
@@ -679,6 +685,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         }
     };
     verification("verified");
+    let inline = order.settle.inline();
     let payment = NewPayment {
         payment_id: anchor_domain::record_id(),
         network: anchor_x402::NETWORK.into(),
@@ -695,9 +702,9 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         dab_default: services.config.dab_default,
         period_start,
         priced_by: services.priced_by(),
-        request: order.settle.inline().and_then(|(_, request)| request),
+        request: inline.and_then(|(_, request)| request),
     };
-    if let Some((subject, request)) = order.settle.inline() {
+    if let Some((subject, request)) = inline {
         debug_assert!(
             crate::catalog::settles_inline(order.route.method, order.route.path),
             "{} settles inline but the catalog does not say so",
@@ -715,12 +722,11 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
             // request sent twice at once) is not a replay: told so, and
             // charged once, for the request that reserved it.
             Reservation::NonceUsed => {
-                let resource = format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path));
                 if let Some(earlier) = sent_before(services, &payment, order.agent_id).await? {
                     // Settled for this very request: answered again, charged once.
                     if let (Some(request), PaymentStatus::Settled, Some(reference)) = (request, earlier.status, earlier.settlement_ref)
                         && earlier.request.as_deref() == Some(&request[..])
-                        && let Some(output) = commit.resumed(Settlement { reference, payer: earlier.payer, resource })
+                        && let Some(output) = commit.resumed(Settlement { reference, payer: earlier.payer, resource: resource.clone() })
                     {
                         return Ok(output);
                     }
@@ -746,8 +752,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
         let local = local_reference(&payment.network, &payment.asset, &payment.payer, payment.payment_id);
         let reference =
             settle_reserved(services, payment.payment_id, &payment.payer, &payment.payload, Some(&requirement), &local, false).await?;
-        let resource = format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path));
-        let settlement = Settlement { reference, payer: payment.payer.clone(), resource };
+        let settlement = Settlement { reference, payer: payment.payer.clone(), resource: resource.clone() };
         let settled = Funding::Settled { payment_id: payment.payment_id, settlement };
         // The payment is settled and recorded: what it paid for is closed by
         // this commit, or else by the job that closes settled subjects.
@@ -796,7 +801,7 @@ pub async fn charge_knowing<C: Commit>(services: &Services, order: Order, commit
                     reason: None,
                     accepts: vec![PaymentSource::External],
                     requirement: requirement_for(services, whole),
-                    resource: format!("{}{}", services.config.public_url, order.path.as_deref().unwrap_or(order.route.path)),
+                    resource,
                     offer: None,
                 }
                 .signed(services),

@@ -23,10 +23,10 @@ pub fn contains_ipv6(text: &str) -> bool {
             let run = bytes[start..].iter().take(IPV6_MAX_CHARS).take_while(|b| part(**b)).count();
             (2..=run).any(|len| {
                 let span = &bytes[start..start + len];
-                let groups = span.split(|b| *b == b':').filter(|group| !group.is_empty()).count();
+                let groups = || span.split(|b| *b == b':').filter(|group| !group.is_empty()).count();
                 bounded(start + len)
                     && span.contains(&b':')
-                    && (span.iter().any(u8::is_ascii_digit) || groups >= 3)
+                    && (span.iter().any(u8::is_ascii_digit) || groups() >= 3)
                     // The span is ASCII: every byte in it passed `part`.
                     && std::str::from_utf8(span).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
             })

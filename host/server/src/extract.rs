@@ -115,7 +115,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         // here and perhaps as its first by whatever checked the body before;
         // a key the JSON reader keeps for itself would be read as a number.
         // Looked for first, so that its message is the one given.
-        if let Err(e) = serde_json::from_slice::<NoRepeatedKeys>(&bytes) {
+        if let Err(e) = no_repeated_keys(&bytes) {
             let message = if e.is_data() { e.to_string() } else { format!("the request body is not valid JSON: {e}") };
             return Err(ApiError::bad("INVALID_INPUT", message));
         }
@@ -131,8 +131,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// Refuses a JSON text in which an object names a key twice (at any depth,
 /// escapes decoded), with a message naming the key, or names the key the
 /// JSON reader keeps for numbers.
-pub fn no_repeated_keys(json: &[u8]) -> Result<(), String> {
-    serde_json::from_slice::<NoRepeatedKeys>(json).map(|_| ()).map_err(|e| e.to_string())
+pub fn no_repeated_keys(json: &[u8]) -> Result<(), serde_json::Error> {
+    serde_json::from_slice::<NoRepeatedKeys>(json).map(|_| ())
 }
 
 /// Whether a Content-Type names JSON: `application/json` or a `+json` type,
@@ -184,7 +184,7 @@ impl<'de> serde::de::Visitor<'de> for NoRepeatedKeys {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == RAW_VALUE_KEY {
-                return Err(serde::de::Error::custom("the request body names a key reserved by the JSON reader"));
+                return Err(serde::de::Error::custom(RESERVED));
             }
             if key == NUMBER_KEY {
                 // A number of the text comes here too, as a map of this one
@@ -214,6 +214,9 @@ const NUMBER_KEY: &str = "$serde_json::private::Number";
 /// pass for one. No number of the text comes this way.
 const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
+/// Why a body naming [`NUMBER_KEY`] or [`RAW_VALUE_KEY`] is refused.
+const RESERVED: &str = "the request body names a key reserved by the JSON reader";
+
 /// The value under [`NUMBER_KEY`]: a number of the text arrives as an owned
 /// string (`visit_string`); an object a client wrote with that key holds a
 /// string of the text (`visit_str`), and is refused, since no JSON a client
@@ -236,7 +239,7 @@ impl<'de> serde::de::Visitor<'de> for NumberText {
         Ok(self)
     }
     fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self, E> {
-        Err(E::custom("the request body names a key reserved by the JSON reader"))
+        Err(E::custom(RESERVED))
     }
 }
 
