@@ -10,6 +10,7 @@ anchor_tests::both_backends!(
     recovery_replaces_both_secrets_and_is_rate_limited,
     disclosure_level_is_validated_and_stored,
     registration_refuses_bad_input,
+    a_remembered_agent_creates_only_through_a_write_that_checks_its_token,
 );
 
 async fn registration_grants_trial_and_secrets_of_the_documented_shape(backend: Backend) {
@@ -155,4 +156,47 @@ async fn registration_refuses_bad_input(backend: Backend) {
     assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
     let body: serde_json::Value = not_json.json().await.unwrap();
     assert_eq!(body["error_code"], "INVALID_INPUT");
+}
+
+/// A DD create may use the agent as this host found it by its token lately
+/// (decision 0086). What another host (here, a statement behind the
+/// service's back) changed since is still decided as a fresh read decides it.
+async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let id = t.uuid_sql(&agent.id);
+    let create = |token: String| {
+        let t = &t;
+        async move { t.post("/v1/dd/create", Some(&token), &create_body(json!({ "ee_preset": "EE_basic" }))).await }
+    };
+    let count = format!("select count(*) from declaration where agent_id = {id}");
+    // Remembered with an empty Trial, then given back elsewhere: the
+    // remembered balance does not refuse.
+    t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {id}")).await;
+    let short = create(agent.token.clone()).await;
+    assert_eq!(short.status.as_u16(), 402, "{}", short.text);
+    t.tamper(&format!("update agent set trial_balance_milli = 100000 where agent_id = {id}")).await;
+    let paid = create(agent.token.clone()).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.text);
+    assert_eq!(paid.json["cost_breakdown"]["base_fee_source"], "trial", "{}", paid.text);
+    assert_eq!(t.scalar(&count).await, 1);
+
+    // Taken to nothing elsewhere: the remembered balance does not pay.
+    assert_eq!(create(agent.token.clone()).await.status, StatusCode::CREATED);
+    t.tamper(&format!("update agent set trial_balance_milli = 0 where agent_id = {id}")).await;
+    let short = create(agent.token.clone()).await;
+    assert_eq!(short.status.as_u16(), 402, "{}", short.text);
+    assert_eq!(t.scalar(&count).await, 2);
+    t.tamper(&format!("update agent set trial_balance_milli = 100000 where agent_id = {id}")).await;
+    assert_eq!(create(agent.token.clone()).await.status, StatusCode::CREATED);
+    assert_eq!(t.scalar(&count).await, 3);
+
+    // The token replaced elsewhere: the remembered one records nothing and
+    // is refused as any unknown token is.
+    t.tamper(&format!("update agent set token_hash = recovery_hash where agent_id = {id}")).await;
+    let refused = create(agent.token.clone()).await;
+    refused.assert_error(401, "INVALID_TOKEN");
+    assert!(refused.json["authentication"].is_object(), "{}", refused.text);
+    assert_eq!(t.scalar(&count).await, 3, "a replaced token recorded a declaration");
+    t.get("/v1/trial/status", Some(&agent.token)).await.assert_error(401, "INVALID_TOKEN");
 }

@@ -93,6 +93,7 @@ fn declaration(agent_id: Uuid, amount: i64, parent: Option<Uuid>) -> NewDeclarat
         base_from_trial: false,
         earned_premium: None,
         agreement: None,
+        token_check: None,
     }
 }
 

@@ -91,5 +91,6 @@ fn declaration(agent_id: Uuid, now: chrono::DateTime<Utc>) -> NewDeclaration {
         base_from_trial: false,
         earned_premium: None,
         agreement: None,
+        token_check: None,
     }
 }

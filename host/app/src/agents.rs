@@ -54,6 +54,24 @@ pub async fn authenticate(services: &Services, token: &str) -> AppResult<Option<
     Ok(agent.filter(|a| holds(a, &hash)))
 }
 
+/// The agent whose current token `token` is, for a DD create: possibly as
+/// this host found it by that token lately (`FoundAgent::remembered`), which
+/// the create then uses only for a write that checks the token again
+/// (`declarations::create`; decision 0086).
+pub async fn authenticate_for_create(services: &Services, token: &str) -> AppResult<Option<anchor_ports::FoundAgent>> {
+    let Some(hash) = token_hash(token) else { return Ok(None) };
+    let found = services.store.recent_agent_by_token_hash(&hash).await?;
+    Ok(found.filter(|found| holds(&found.agent, &hash)))
+}
+
+/// The agent `remembered` names, read afresh by the token it was found by:
+/// `None` if that is no longer its token.
+pub(crate) async fn read_again(services: &Services, remembered: &AgentRecord) -> AppResult<Option<AgentRecord>> {
+    let hash = remembered.token_hash;
+    let agent = services.store.agent_by_token_hash_again(&hash).await?;
+    Ok(agent.filter(|a| a.agent_id == remembered.agent_id && holds(a, &hash)))
+}
+
 /// The hash a token is looked up by; `None` for what cannot be a token.
 pub(crate) fn token_hash(token: &str) -> Option<[u8; 32]> {
     anchor_domain::agents::has_secret_shape(TOKEN_PREFIX, token).then(|| hash_secret(token))

@@ -123,6 +123,7 @@ fn mirror(proposal: &StoredDeclaration, counterparty: Uuid, services: &Services)
         base_from_trial: false,
         earned_premium: None,
         agreement: None,
+        token_check: None,
     }
 }
 

@@ -15,7 +15,7 @@ use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
-use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, NewAgreement, NewDeclaration, PaymentDue};
+use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, FoundAgent, NewAgreement, NewDeclaration, PaymentDue};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -118,6 +118,31 @@ pub async fn create(services: &Services, agent: &AgentRecord, request: CreateReq
     record(services, agent, input, offered, None).await
 }
 
+/// [`create`] for an agent found by its token (`agents::authenticate_for_create`).
+/// An agent this host remembers is used
+/// as read only where the write checks its token again: a create Trial pays
+/// whole, with no parent and no Earned DAC, that the owner's policy allows.
+/// Anything else (and a write that is not taken) runs again with the agent
+/// read afresh, so what was remembered never refuses, charges or answers
+/// on its own (decision 0086).
+pub async fn create_found(
+    services: &Services,
+    found: &FoundAgent,
+    request: CreateRequest,
+    offered: Offered,
+) -> AppResult<StoredDeclaration> {
+    let input = request.into_input(services.clock.now())?;
+    if !found.remembered {
+        return record(services, &found.agent, input, offered, None).await;
+    }
+    let check = Some(found.agent.token_hash);
+    if let Some(stored) = record_as(services, &found.agent, input.clone(), offered.clone(), None, check).await? {
+        return Ok(stored);
+    }
+    let agent = crate::agents::read_again(services, &found.agent).await?.ok_or(AppError::TokenRefused)?;
+    record(services, &agent, input, offered, None).await
+}
+
 /// DD create, or a bilateral proposal (`agreement`): the proposal is paid
 /// over x402 alone, reserved with the record and settled when it is confirmed.
 pub(crate) async fn record(
@@ -127,9 +152,29 @@ pub(crate) async fn record(
     offered: Offered,
     agreement: Option<NewAgreement>,
 ) -> AppResult<StoredDeclaration> {
+    record_as(services, agent, input, offered, agreement, None)
+        .await?
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a create with no token to check was answered as unchecked")))
+}
+
+/// [`record`]; with `check` (the token a remembered agent was found by),
+/// `None` for whatever the remembered agent cannot decide alone.
+async fn record_as(
+    services: &Services,
+    agent: &AgentRecord,
+    input: CreateInput,
+    offered: Offered,
+    agreement: Option<NewAgreement>,
+    check: Option<[u8; 32]>,
+) -> AppResult<Option<StoredDeclaration>> {
     let now = services.clock.now();
     let scope = resolve_scope(services, &input.ee)?;
-    enforce_policy(agent, input.content_inclusion)?;
+    if let Err(refused) = enforce_policy(agent, input.content_inclusion) {
+        return match check {
+            Some(_) => Ok(None),
+            None => Err(refused),
+        };
+    }
     if let Some(key) = input.template.as_ref().and_then(|t| t.self_classification.as_ref()) {
         let known = services.store.classifications_for_agent(agent.agent_id).await?;
         if !known.iter().any(|c| &c.key == key) {
@@ -202,6 +247,7 @@ pub(crate) async fn record(
         base_from_trial: false,
         earned_premium,
         agreement,
+        token_check: check,
     };
     // How Trial pays (decision 0062): the whole price when its balance
     // covers it; else, when it covers the base fee, the base fee, and x402
@@ -209,6 +255,10 @@ pub(crate) async fn record(
     // premium_payment_source external asks for the split even when Trial
     // could pay the whole.
     let trial = if agreement.is_some() { TrialUse::None } else { trial_use(agent, &quote, input.premium_source, earned_part, now) };
+    // A remembered agent decides only a write that checks its token again.
+    if check.is_some() && (earned || parent_dd_id.is_some() || agreement.is_some() || !matches!(trial, TrialUse::Whole)) {
+        return Ok(None);
+    }
     // A split is only tried with a payment, and a proposal is paid over
     // x402 alone: a parent that is not there is said before the challenge
     // (the commit says it for the other uses).
@@ -259,7 +309,7 @@ pub(crate) async fn record(
             let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;
             if let Some(earlier) = earlier {
                 same_request(&earlier, &new.declaration)?;
-                return Ok(earlier);
+                return Ok(Some(earlier));
             }
             known = charge::Known::Dab(charge::KnownDab { period_start, status });
         }
@@ -273,12 +323,13 @@ pub(crate) async fn record(
             if declared.beyond(services.trust.reachable_level()) {
                 services.metrics.beyond_reach(declared.as_str());
             }
-            Ok(*record)
+            Ok(Some(*record))
         }
         Created::Replayed(earlier) => {
             same_request(&earlier, &commit.new.declaration)?;
-            Ok(*earlier)
+            Ok(Some(*earlier))
         }
+        Created::Unchecked => Ok(None),
         Created::ParentNotFound => match parent_dd_id {
             Some(parent) if services.store.is_deidentified(parent).await? => Err(deidentified(parent)),
             _ => Err(AppError::not_found("DD_NOT_FOUND", "the parent_dd_id names no declaration")),

@@ -32,6 +32,14 @@ pub enum Recovery {
     RateLimited,
 }
 
+/// An agent found by its token (`AgentStore::recent_agent_by_token_hash`).
+#[derive(Clone, Debug)]
+pub struct FoundAgent {
+    pub agent: AgentRecord,
+    /// From this host's memory of an earlier read, not read now.
+    pub remembered: bool,
+}
+
 #[async_trait]
 pub trait AgentStore: Send + Sync {
     async fn insert_agent(&self, agent: &NewAgent) -> Result<()>;
@@ -39,6 +47,19 @@ pub trait AgentStore: Send + Sync {
     /// holds de-identified records).
     async fn agent(&self, agent_id: Uuid) -> Result<Option<AgentRecord>>;
     async fn agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>>;
+    /// [`Self::agent_by_token_hash`], or the agent as this host found it by
+    /// that token lately (at most a second ago, and before no write of this
+    /// host that changed its token, its owner or its owner's policy). Only
+    /// for a write that checks the token again itself
+    /// (`NewDeclaration::token_check`).
+    async fn recent_agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<FoundAgent>> {
+        Ok(self.agent_by_token_hash(token_hash).await?.map(|agent| FoundAgent { agent, remembered: false }))
+    }
+    /// [`Self::agent_by_token_hash`], read now, and remembered in place of
+    /// what [`Self::recent_agent_by_token_hash`] remembered.
+    async fn agent_by_token_hash_again(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
+        self.agent_by_token_hash(token_hash).await
+    }
     /// Replaces both secrets if the agent still holds `current_token_hash`.
     async fn rotate_credentials(
         &self,

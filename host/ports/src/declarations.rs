@@ -30,6 +30,12 @@ pub struct NewDeclaration {
     pub earned_premium: Option<EarnedPart>,
     /// A bilateral proposal: the agreement written with the record.
     pub agreement: Option<NewAgreement>,
+    /// The hash of the token the agent was found by, when it was found in
+    /// this host's memory rather than read: the write takes the record only
+    /// if that is still the agent's token, and answers
+    /// [`Created::Unchecked`] for anything else it would have answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_check: Option<[u8; 32]>,
 }
 
 /// The agreement a bilateral proposal writes with its record.
@@ -59,6 +65,11 @@ pub enum Created {
     DabReached { limit: MilliDac, spent: MilliDac },
     /// Earned DAC cannot pay the premium (below the threshold, or short).
     EarnedShort { balance: MilliDac },
+    /// With a `token_check`: not recorded, for whatever reason (the token
+    /// no longer the agent's, Trial short, the request_id used before):
+    /// nothing was written, and the create is to run again with the agent
+    /// read afresh.
+    Unchecked,
 }
 
 /// The outcome of a read of a declaration's original through direct access.

@@ -30,6 +30,23 @@ impl FromRequestParts<AppState> for AuthAgent {
     }
 }
 
+/// The agent whose bearer token came with a DD create, possibly as this host
+/// found it by that token lately (`anchor_app::agents::authenticate_for_create`),
+/// with the token for a refusal found later.
+pub struct CreatingAgent(pub anchor_ports::FoundAgent, pub Bearer);
+
+impl FromRequestParts<AppState> for CreatingAgent {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<CreatingAgent, ApiError> {
+        let bearer = Bearer::from_request_parts(parts, state).await?;
+        match anchor_app::agents::authenticate_for_create(&state.app, &bearer.0).await? {
+            Some(found) => Ok(CreatingAgent(found, bearer)),
+            None => Err(bearer.refused(state)),
+        }
+    }
+}
+
 /// The bearer token that came with the request, not yet looked up: for a
 /// route that authenticates together with its first read (a confirmation).
 pub struct Bearer(pub String);

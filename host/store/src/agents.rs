@@ -9,6 +9,72 @@ use uuid::Uuid;
 use crate::engine::{Engine, Exec, Row, sql};
 use crate::*;
 
+/// How long an agent found by its token may be used again, unread, by a DD
+/// create on this host (`AgentStore::recent_agent_by_token_hash`).
+pub const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most agents kept; past it, they are all let go.
+const RECENT_MOST: usize = 16_384;
+
+/// Agents this host found by their token in the last [`RECENT_FOR`]. Every
+/// write on this host that changes what a DD create reads of an agent (its
+/// token, its owner, its owner's policy) lets them all go once it is done;
+/// a read that began before that is not kept (the generation changed), so
+/// nothing read before such a write is used after it.
+#[derive(Default)]
+pub(crate) struct Recent {
+    kept: std::sync::Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    generation: u64,
+    agents: std::collections::HashMap<[u8; 32], (std::time::Instant, AgentRecord)>,
+}
+
+impl<E: Engine> SqlStore<E> {
+    /// The agent read now, remembered unless a write that changes agents
+    /// ended since `generation` was taken (or it is not there any more).
+    async fn read_and_keep(&self, token_hash: &[u8; 32], generation: u64) -> Result<Option<AgentRecord>> {
+        let found = self.agent_by_token_hash(token_hash).await?;
+        match &found {
+            Some(agent) => self.recent.keep(generation, *token_hash, agent),
+            None => self.recent.forget(token_hash),
+        }
+        Ok(found)
+    }
+}
+
+impl Recent {
+    fn get(&self, token_hash: &[u8; 32]) -> (Option<AgentRecord>, u64) {
+        let kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let found = kept.agents.get(token_hash).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, agent)| agent.clone());
+        (found, kept.generation)
+    }
+
+    fn keep(&self, generation: u64, token_hash: [u8; 32], agent: &AgentRecord) {
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if kept.generation != generation {
+            return;
+        }
+        if kept.agents.len() >= RECENT_MOST {
+            kept.agents.clear();
+        }
+        kept.agents.insert(token_hash, (std::time::Instant::now(), agent.clone()));
+    }
+
+    fn forget(&self, token_hash: &[u8; 32]) {
+        self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).agents.remove(token_hash);
+    }
+
+    /// Lets every kept agent go: called once a write that changes one is
+    /// done (committed, or failed: either way after it).
+    pub(crate) fn forget_all(&self) {
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        kept.generation = kept.generation.wrapping_add(1);
+        kept.agents.clear();
+    }
+}
+
 /// An agent's row with its owner's content-inclusion policy, in one statement.
 pub(crate) const AGENT_SELECT: &str = "select a.*, o.content_inclusion_policy as owner_policy from agent a \
      left join owner o on o.owner_id = a.owner_id and o.deleted_at is null";
@@ -56,6 +122,20 @@ impl<E: Engine> AgentStore for SqlStore<E> {
         row.as_ref().map(decode_agent).transpose()
     }
 
+    async fn recent_agent_by_token_hash(&self, token_hash: &[u8; 32]) -> Result<Option<anchor_ports::FoundAgent>> {
+        let (found, generation) = self.recent.get(token_hash);
+        if let Some(agent) = found {
+            return Ok(Some(anchor_ports::FoundAgent { agent, remembered: true }));
+        }
+        let found = self.read_and_keep(token_hash, generation).await?;
+        Ok(found.map(|agent| anchor_ports::FoundAgent { agent, remembered: false }))
+    }
+
+    async fn agent_by_token_hash_again(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
+        let (_, generation) = self.recent.get(token_hash);
+        self.read_and_keep(token_hash, generation).await
+    }
+
     async fn rotate_credentials(
         &self,
         agent_id: Uuid,
@@ -88,7 +168,10 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn set_disclosure_level(&self, agent_id: Uuid, level: DisclosureLevel) -> Result<()> {
-        self.db().execute(sql("update agent set disclosure_level = $1 where agent_id = $2").bind(level.as_str()).bind(agent_id)).await?;
+        let done =
+            self.db().execute(sql("update agent set disclosure_level = $1 where agent_id = $2").bind(level.as_str()).bind(agent_id)).await;
+        self.recent.forget_all();
+        done?;
         Ok(())
     }
 
@@ -182,8 +265,9 @@ impl<E: Engine> SqlStore<E> {
                     .bind(agent_id)
                     .bind(hash),
             )
-            .await?;
-        Ok(done == 1)
+            .await;
+        self.recent.forget_all();
+        Ok(done? == 1)
     }
 }
 

@@ -483,13 +483,17 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
         .zip(jobs)
         .enumerate()
         .map(|(n, (row, job))| {
-            let mut columns =
-                vec![("b_i", (n as i64).value()), ("b_amount", job.new.declaration.dac_amount.milli().value()), ("b_now", job.now.value())];
+            let mut columns = vec![
+                ("b_i", (n as i64).value()),
+                ("b_amount", job.new.declaration.dac_amount.milli().value()),
+                ("b_now", job.now.value()),
+                ("b_token", job.new.token_check.as_ref().value()),
+            ];
             columns.extend(row.batch_columns_but_trial_left(traced));
             columns
         })
         .collect();
-    let names: Vec<&str> = input.first()?.iter().skip(3).map(|(name, _)| *name).collect();
+    let names: Vec<&str> = input.first()?.iter().skip(4).map(|(name, _)| *name).collect();
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
     q.push(
@@ -498,7 +502,8 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
          order by input.agent_id, input.request_id, input.b_i), \
          running as (select fresh.*, sum(fresh.b_amount) over (partition by fresh.agent_id order by fresh.b_i) as b_spent from fresh), \
          fits as (select running.* from running join agent a on a.agent_id = running.agent_id \
-         where a.trial_balance_milli >= running.b_spent and a.trial_expires_at > running.b_now), \
+         where a.trial_balance_milli >= running.b_spent and a.trial_expires_at > running.b_now \
+         and (running.b_token is null or a.token_hash = running.b_token)), \
          debit as (select agent_id, sum(b_amount) as total, max(b_now) as latest from fits group by agent_id), \
          t as (update agent a set trial_balance_milli = a.trial_balance_milli - debit.total from debit \
          where a.agent_id = debit.agent_id and a.trial_balance_milli >= debit.total and a.trial_expires_at > debit.latest \
@@ -835,7 +840,9 @@ async fn paid_steps<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> R
         Created::PaymentReplayed => Taken::NonceUsed,
         Created::DabReached { limit, spent } => Taken::DabReached { limit, spent },
         Created::TrialCannotPay { balance, expired } => Taken::TrialShort { balance, expired },
-        Created::Replayed(_) | Created::ParentNotFound | Created::ParentForeign | Created::EarnedShort { .. } => Taken::Not,
+        Created::Replayed(_) | Created::ParentNotFound | Created::ParentForeign | Created::EarnedShort { .. } | Created::Unchecked => {
+            Taken::Not
+        }
     })
 }
 
@@ -919,8 +926,15 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
         let amount_p = q.placeholder(amount);
         q.push("a.trial_balance_milli - ").push(&amount_p).push(" from agent a where a.agent_id = ").push_bind(d.agent_id);
         q.push(" and a.trial_balance_milli >= ").push(&amount_p).push(" and a.trial_expires_at > ").push_bind(job.now);
+        if let Some(token_hash) = &job.new.token_check {
+            q.push(" and a.token_hash = ").push_bind(token_hash);
+        }
         q.push(" on conflict do nothing returning *");
         let Some(row) = tx.fetch_optional(q).await? else {
+            if job.new.token_check.is_some() {
+                // Not taken: found again with the agent read afresh.
+                continue;
+            }
             // Trial short (or expired) now, after this batch's earlier debits:
             // said so, with the balance. A used request_id with Trial enough
             // is left to the write alone, which answers with its record.

@@ -53,6 +53,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         // Paid from Trial or over x402 (Earned DAC, a bilateral agreement or a
         // parent aside): handed to the group committer, which answers once its
         // batch has committed.
+        // A token is checked by a batch of Trial-paid creates alone.
+        if new.token_check.is_some() && !trial_only {
+            return Ok(Created::Unchecked);
+        }
         if batch::batchable(new)
             && let Some(batcher) = self.batcher()
         {
@@ -63,6 +67,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     Ok(Ok(batch::Taken::Stored(record))) => {
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
                     }
+                    Ok(Err(unavailable)) => return Err(unavailable),
+                    // Its token was checked by the batch alone: whatever else
+                    // it would answer is found again with the agent read afresh.
+                    _ if new.token_check.is_some() => return Ok(Created::Unchecked),
                     Ok(Ok(batch::Taken::Replayed(earlier))) => return Ok(Created::Replayed(earlier)),
                     // Refused from the batch's own reading, with no write of its own
                     // (a paid create tries Trial first, on its 402 and its retry).
@@ -75,10 +83,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     // lookup (with its payment): it is answered with that record.
                     Ok(Ok(batch::Taken::NonceUsed)) => return refused(Created::PaymentReplayed).await,
                     Ok(Ok(batch::Taken::DabReached { limit, spent })) => return refused(Created::DabReached { limit, spent }).await,
-                    Ok(Err(unavailable)) => return Err(unavailable),
                     _ => {}
                 }
             }
+        }
+        if new.token_check.is_some() {
+            return Ok(Created::Unchecked);
         }
         // A request_id used before is answered with its record. Paid over x402,
         // that is looked up first: a retried request carries the same

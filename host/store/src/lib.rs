@@ -74,6 +74,8 @@ pub struct SqlStore<E: Engine> {
     /// Where this host's integrator last left `log_pending` (PostgreSQL):
     /// see `LogStore::integrate_log`.
     pending_from: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    /// Agents this host found by their token lately (`agents::Recent`).
+    recent: agents::Recent,
 }
 
 /// The embedded default: one SQLite file in WAL mode.
@@ -108,6 +110,7 @@ impl<E: Engine> SqlStore<E> {
             direct,
             writer,
             pending_from: std::sync::Mutex::new(None),
+            recent: agents::Recent::default(),
         }
     }
 

@@ -89,10 +89,16 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
     }
 
     async fn set_owner_policy(&self, owner_id: Uuid, policy: ContentPolicy) -> Result<()> {
-        self.db()
-            .execute(sql("update owner set content_inclusion_policy = $1 where owner_id = $2").bind(policy.as_str()).bind(owner_id))
-            .await?;
-        Ok(())
+        let done = async {
+            self.db()
+                .execute(sql("update owner set content_inclusion_policy = $1 where owner_id = $2").bind(policy.as_str()).bind(owner_id))
+                .await?;
+            Ok(())
+        }
+        .await;
+        // A DD create reads what this changed: no agent read before it is used after it.
+        self.recent.forget_all();
+        done
     }
 
     async fn set_owner_deletion(&self, owner_id: Uuid, requested: Option<(DateTime<Utc>, DateTime<Utc>)>) -> Result<bool> {
@@ -109,50 +115,56 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
     }
 
     async fn erase_due_owners(&self, now: DateTime<Utc>) -> Result<u64> {
-        let mut tx = self.begin_write().await?;
-        let due: Vec<Uuid> = tx
-            .scalar_all(
-                sql("select owner_id from owner where deleted_at is null and deletion_response_due_at is not null \
-             and deletion_response_due_at <= $1 order by owner_id")
-                .bind(now),
-            )
-            .await?;
-        let mut erased = 0;
-        for owner_id in &due {
-            // Erased only if still due when its row is written: a deletion
-            // cancelled (or erased by another host) since the read is left alone.
-            let tombstoned = tx
-                .execute(
-                    sql("update owner set deleted_at = $1, email = null, password_hash = null, browser_language = null, \
-                         timezone = null, residence_country = null, marketing_agreed_at = null where owner_id = $2 \
-                         and deleted_at is null and deletion_response_due_at is not null and deletion_response_due_at <= $1")
-                    .bind(now)
-                    .bind(owner_id),
+        let done = async {
+            let mut tx = self.begin_write().await?;
+            let due: Vec<Uuid> = tx
+                .scalar_all(
+                    sql("select owner_id from owner where deleted_at is null and deletion_response_due_at is not null \
+                 and deletion_response_due_at <= $1 order by owner_id")
+                    .bind(now),
                 )
                 .await?;
-            if tombstoned == 0 {
-                continue;
+            let mut erased = 0;
+            for owner_id in &due {
+                // Erased only if still due when its row is written: a deletion
+                // cancelled (or erased by another host) since the read is left alone.
+                let tombstoned = tx
+                    .execute(
+                        sql("update owner set deleted_at = $1, email = null, password_hash = null, browser_language = null, \
+                             timezone = null, residence_country = null, marketing_agreed_at = null where owner_id = $2 \
+                             and deleted_at is null and deletion_response_due_at is not null and deletion_response_due_at <= $1")
+                        .bind(now)
+                        .bind(owner_id),
+                    )
+                    .await?;
+                if tombstoned == 0 {
+                    continue;
+                }
+                erased += 1;
+                tx.execute(
+                    sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where owner_id = $1").bind(owner_id),
+                )
+                .await?;
+                // Its human shares of its agents' tool sales end with the links.
+                tx.execute(
+                    sql("update tsl_human_share set ended_at = $1, end_reason = 'owner_erased' where owner_id = $2 and ended_at is null")
+                        .bind(now)
+                        .bind(owner_id),
+                )
+                .await?;
+                tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
+                tx.execute(sql("delete from owner_device where owner_id = $1").bind(owner_id)).await?;
+                tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
             }
-            erased += 1;
-            tx.execute(
-                sql("update agent set owner_id = null, linked_at = null, dab_limit_milli = null where owner_id = $1").bind(owner_id),
-            )
-            .await?;
-            // Its human shares of its agents' tool sales end with the links.
-            tx.execute(
-                sql("update tsl_human_share set ended_at = $1, end_reason = 'owner_erased' where owner_id = $2 and ended_at is null")
-                    .bind(now)
-                    .bind(owner_id),
-            )
-            .await?;
-            tx.execute(sql("delete from owner_session where owner_id = $1").bind(owner_id)).await?;
-            tx.execute(sql("delete from owner_device where owner_id = $1").bind(owner_id)).await?;
-            tx.execute(sql("delete from classification where owner_id = $1").bind(owner_id)).await?;
+            tx.execute(sql("delete from owner_session where expires_at <= $1").bind(now)).await?;
+            tx.execute(sql("delete from attempt_window where window_start <= $1").bind(now - chrono::Duration::days(1))).await?;
+            tx.commit().await?;
+            Ok(erased)
         }
-        tx.execute(sql("delete from owner_session where expires_at <= $1").bind(now)).await?;
-        tx.execute(sql("delete from attempt_window where window_start <= $1").bind(now - chrono::Duration::days(1))).await?;
-        tx.commit().await?;
-        Ok(erased)
+        .await;
+        // A DD create reads what this changed: no agent read before it is used after it.
+        self.recent.forget_all();
+        done
     }
 
     async fn insert_session(

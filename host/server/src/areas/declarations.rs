@@ -14,7 +14,7 @@
 
 use crate::body::path_uuid;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiPath, ApiQuery, AuthAgent, Bearer, Body, PaymentOffer, TraceParent};
+use crate::extract::{ApiPath, ApiQuery, AuthAgent, Bearer, Body, CreatingAgent, PaymentOffer, TraceParent};
 use crate::openapi::*;
 use crate::state::AppState;
 use crate::wire::{Dac, Id, Named, Ratio, Time, Usdc};
@@ -511,15 +511,15 @@ impl CreateResponse {
 /// DD create, as REST and the MCP tool create_decision answer it.
 pub(crate) async fn create_decision(
     state: &AppState,
-    agent: &AgentRecord,
+    found: &anchor_ports::FoundAgent,
     offered: anchor_app::charge::Offered,
     request: CreateRequest,
     form: Form,
     trace: Option<TraceId>,
 ) -> ApiResult<CreateResponse> {
-    let stored = declarations::create(&state.app, agent, request.into_request(trace, form), offered).await?;
+    let stored = declarations::create_found(&state.app, found, request.into_request(trace, form), offered).await?;
     let reachable = anchor_app::transparency::reachable_level(&state.app);
-    Ok(CreateResponse::new(&stored, agent, &state.settings.config.pay_to, &state.settings.fiat, reachable))
+    Ok(CreateResponse::new(&stored, &found.agent, &state.settings.config.pay_to, &state.settings.fiat, reachable))
 }
 
 // ---- confirm ----
@@ -933,7 +933,7 @@ pub fn operations() -> Vec<Operation> {
 
 async fn create(
     State(state): State<AppState>,
-    AuthAgent(agent): AuthAgent,
+    CreatingAgent(found, bearer): CreatingAgent,
     PaymentOffer(offered): PaymentOffer,
     TraceParent(trace): TraceParent,
     Body(request): Body<CreateRequest>,
@@ -944,7 +944,13 @@ async fn create(
     if request.template.is_some() && request.content_inclusion_flag.as_ref().is_none_or(|f| f.0 != 1) {
         crate::extract::left_out("template");
     }
-    Ok((StatusCode::CREATED, Json(create_decision(&state, &agent, offered, request, anchor_app::declarations::Form::Nested, trace).await?)))
+    let created = create_decision(&state, &found, offered, request, anchor_app::declarations::Form::Nested, trace).await;
+    // A remembered token found no longer the agent's when read again.
+    let created = created.map_err(|error| match error {
+        ApiError::App(anchor_app::AppError::TokenRefused) => bearer.refused(&state),
+        error => error,
+    })?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 async fn confirm(

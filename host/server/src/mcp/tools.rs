@@ -100,7 +100,8 @@ pub async fn call(
         "create_decision" => {
             let offered = offer(&mut arguments);
             let request = create_request(arguments);
-            body(declarations::create_decision(state, &agent, offered, crate::body::read(&request)?, Form::Flat, trace).await?)
+            let found = anchor_ports::FoundAgent { agent, remembered: false };
+            body(declarations::create_decision(state, &found, offered, crate::body::read(&request)?, Form::Flat, trace).await?)
         }
         "get_decision" => {
             let dd_id = uuid_argument(&arguments, "dd_id")?;
