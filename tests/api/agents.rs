@@ -1,7 +1,7 @@
 //! Registration, authentication failures, rotation, recovery and its rate limit.
 
 use anchor_tests::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 anchor_tests::both_backends!(
     registration_grants_trial_and_secrets_of_the_documented_shape,
@@ -199,4 +199,54 @@ async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(b
     assert!(refused.json["authentication"].is_object(), "{}", refused.text);
     assert_eq!(t.scalar(&count).await, 3, "a replaced token recorded a declaration");
     t.get("/v1/trial/status", Some(&agent.token)).await.assert_error(401, "INVALID_TOKEN");
+
+    // Paid over x402: 7.5 DAC of Trial cannot pay a 10 DAC base fee.
+    let payer = t.register().await;
+    let pid = t.uuid_sql(&payer.id);
+    let trial_left = |milli: i64| format!("update agent set trial_balance_milli = {milli} where agent_id = {pid}");
+    t.tamper(&trial_left(7500)).await;
+    // A body and the payment its challenge asks for.
+    let signed = || {
+        let (t, token) = (&t, payer.token.clone());
+        async move {
+            let body = create_body(json!({ "ee_preset": "EE_basic" }));
+            let challenged = t.post("/v1/dd/create", Some(&token), &body).await;
+            let challenge = anchor_tests::x402::challenge_of(&challenged);
+            let payment = anchor_tests::x402::pay(
+                &challenge,
+                anchor_domain::Clock::now(t.clock.as_ref()).timestamp(),
+                anchor_tests::x402::Twist::default(),
+            );
+            (body, anchor_tests::x402::b64(&payment))
+        }
+    };
+    let send = |body: Value, signature: String| {
+        let (t, token) = (&t, payer.token.clone());
+        async move {
+            let bearer = format!("Bearer {token}");
+            t.call_with("POST", "/v1/dd/create", &[("authorization", &bearer), ("payment-signature", &signature)], Some(&body)).await
+        }
+    };
+    let payments = format!("select count(*) from x402_payment where agent_id = {pid}");
+    let (body, signature) = signed().await;
+    let paid = send(body, signature).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.text);
+    assert_eq!(paid.json["cost_breakdown"]["base_fee_source"], "external", "{}", paid.text);
+    assert_eq!(t.scalar(&payments).await, 1);
+    // Trial given back elsewhere after the payment was signed: Trial pays,
+    // as a fresh read decides, and the payment is not taken.
+    let (body, signature) = signed().await;
+    t.tamper(&trial_left(100_000)).await;
+    let trial = send(body, signature).await;
+    assert_eq!(trial.status, StatusCode::CREATED, "{}", trial.text);
+    assert_eq!(trial.json["cost_breakdown"]["base_fee_source"], "trial", "{}", trial.text);
+    assert_eq!(t.scalar(&payments).await, 1);
+    // The token replaced elsewhere after the payment was signed: nothing
+    // reserved or recorded.
+    t.tamper(&trial_left(7500)).await;
+    let (body, signature) = signed().await;
+    t.tamper(&format!("update agent set token_hash = recovery_hash where agent_id = {pid}")).await;
+    send(body, signature).await.assert_error(401, "INVALID_TOKEN");
+    assert_eq!(t.scalar(&payments).await, 1, "a replaced token reserved a payment");
+    assert_eq!(t.scalar(&format!("select count(*) from declaration where agent_id = {pid}")).await, 2);
 }

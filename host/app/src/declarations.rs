@@ -120,8 +120,10 @@ pub async fn create(services: &Services, agent: &AgentRecord, request: CreateReq
 
 /// [`create`] for an agent found by its token (`agents::authenticate_for_create`).
 /// An agent this host remembers is used
-/// as read only where the write checks its token again: a create Trial pays
-/// whole, with no parent and no Earned DAC, that the owner's policy allows.
+/// as read only where the write checks its token again: a create with no
+/// parent and no Earned DAC, that the owner's policy allows, Trial paying
+/// the whole, or x402 with a payment that verifies (the write checking that
+/// Trial still cannot pay the base fee).
 /// Anything else (and a write that is not taken) runs again with the agent
 /// read afresh, so what was remembered never refuses, charges or answers
 /// on its own (decision 0086).
@@ -255,8 +257,12 @@ async fn record_as(
     // premium_payment_source external asks for the split even when Trial
     // could pay the whole.
     let trial = if agreement.is_some() { TrialUse::None } else { trial_use(agent, &quote, input.premium_source, earned_part, now) };
-    // A remembered agent decides only a write that checks its token again.
-    if check.is_some() && (earned || parent_dd_id.is_some() || agreement.is_some() || !matches!(trial, TrialUse::Whole)) {
+    // A remembered agent decides only a write that checks its token again:
+    // Trial paying the whole, or (its payment verified ahead) x402, where
+    // the write checks that Trial still cannot pay the base fee.
+    if check.is_some()
+        && (earned || parent_dd_id.is_some() || agreement.is_some() || !matches!(trial, TrialUse::Whole | TrialUse::Short { .. }))
+    {
         return Ok(None);
     }
     // A split is only tried with a payment, and a proposal is paid over
@@ -304,6 +310,8 @@ async fn record_as(
     if matches!(order.trial, TrialUse::Short { .. }) || split_unpaid {
         if let Some(verified) = charge::verify_ahead(services, &order) {
             known = charge::Known::Verified(Box::new(verified));
+        } else if check.is_some() {
+            return Ok(None);
         } else {
             let (period_start, _) = anchor_domain::dab::period(now);
             let (earlier, status) = services.store.declaration_by_request_and_dab(agent.agent_id, input.request_id, period_start).await?;

@@ -737,6 +737,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
             ("p_pricing_version", payment.priced_by.version.as_str().value()),
             ("p_pricing_sha256", payment.priced_by.sha256.as_str().value()),
             ("p_payload", payment.payload.as_str().value()),
+            ("b_token", job.new.token_check.as_ref().value()),
+            ("b_base_fee", job.new.base_fee.milli().value()),
         ];
         columns.extend(row.columns_with_trace_key(traced));
         input.push(columns);
@@ -757,7 +759,9 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          running as (select input.b_i, sum(input.p_amount_units) over (partition by input.agent_id order by input.b_i) as b_running \
          from input), \
          fits as (select once.* from once join running on running.b_i = once.b_i join agent a on a.agent_id = once.agent_id \
-         where running.b_running + ({spent}) <= coalesce(a.dab_limit_milli, once.b_dab_default)), \
+         where running.b_running + ({spent}) <= coalesce(a.dab_limit_milli, once.b_dab_default) \
+         and (once.b_token is null or (a.token_hash = once.b_token \
+         and (a.trial_expires_at <= once.b_now or a.trial_balance_milli < once.b_base_fee)))), \
          p as (insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, valid_after, \
          valid_before, route, pricing_version, pricing_sha256, agent_id, subject_domain, subject_id, payload, status, \
          created_at, updated_at, dd_id) \
@@ -831,6 +835,10 @@ async fn paid_create<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> 
 /// authorization, whose nonce would otherwise refuse it).
 async fn paid_steps<X: Exec>(tx: &mut X, for_update: &str, job: &CreateJob) -> Result<Taken> {
     let (new, d) = (&job.new, &job.new.declaration);
+    // A token is checked where Trial pays no part (`sqlite_paid_create`, `pg_paid_create_statement`).
+    if new.token_check.is_some() {
+        return Ok(Taken::Not);
+    }
     let earlier = sql("select * from declaration where agent_id = $1 and request_id = $2").bind(d.agent_id).bind(new.request_id);
     if let Some(row) = tx.fetch_optional(earlier).await? {
         return Ok(Taken::Replayed(Box::new(decode_declaration(&row)?)));
@@ -974,7 +982,8 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
 async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob, payment: &NewPayment) -> Result<Taken> {
     let (new, d) = (&job.new, &job.new.declaration);
     let check = sql(format!(
-        "select a.dab_limit_milli as b_own, ({}) as b_spent, \
+        "select a.dab_limit_milli as b_own, ({}) as b_spent, a.token_hash as b_token, \
+         a.trial_balance_milli as b_trial, a.trial_expires_at as b_expires, \
          exists (select 1 from declaration e where e.agent_id = a.agent_id and e.request_id = $3) as b_earlier, \
          exists (select 1 from x402_payment x where x.network = $4 and x.asset = $5 and x.payer = $6 and x.nonce = $7) as b_used \
          from agent a where a.agent_id = $1",
@@ -988,6 +997,16 @@ async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob, payment: &NewP
     .bind(payment.payer.as_str())
     .bind(payment.nonce.as_str());
     let Some(row) = tx.fetch_optional(check).await? else { return Ok(Taken::Not) };
+    // A remembered agent's token still its own, and Trial still unable to
+    // pay the base fee: else found again with the agent read afresh.
+    if let Some(token_hash) = &new.token_check {
+        let token: Vec<u8> = row.get("b_token")?;
+        let expires: DateTime<Utc> = row.get("b_expires")?;
+        let trial_pays = expires > job.now && row.get::<i64>("b_trial")? >= new.base_fee.milli();
+        if token.as_slice() != token_hash.as_slice() || trial_pays {
+            return Ok(Taken::Not);
+        }
+    }
     if row.get::<i64>("b_earlier")? != 0 {
         let earlier = sql("select * from declaration where agent_id = $1 and request_id = $2").bind(d.agent_id).bind(new.request_id);
         return Ok(match tx.fetch_optional(earlier).await? {

@@ -53,8 +53,9 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         // Paid from Trial or over x402 (Earned DAC, a bilateral agreement or a
         // parent aside): handed to the group committer, which answers once its
         // batch has committed.
-        // A token is checked by a batch of Trial-paid creates alone.
-        if new.token_check.is_some() && !trial_only {
+        // A token is checked by the batches alone, of creates Trial or x402
+        // pays whole.
+        if new.token_check.is_some() && (new.base_from_trial || !batch::batchable(new)) {
             return Ok(Created::Unchecked);
         }
         if batch::batchable(new)

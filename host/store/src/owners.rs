@@ -162,8 +162,11 @@ impl<E: Engine> OwnerStore for SqlStore<E> {
             Ok(erased)
         }
         .await;
-        // A DD create reads what this changed: no agent read before it is used after it.
-        self.recent.forget_all();
+        // A DD create reads what this changed (a job runs this often: only
+        // when it erased one, or failed): no agent read before it is used after it.
+        if !matches!(done, Ok(0)) {
+            self.recent.forget_all();
+        }
         done
     }
 
