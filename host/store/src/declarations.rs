@@ -71,7 +71,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                     Ok(Err(unavailable)) => return Err(unavailable),
                     // Its token was checked by the batch alone: whatever else
                     // it would answer is found again with the agent read afresh.
-                    _ if new.token_check.is_some() => return self.replayed_or_unchecked(new).await,
+                    _ if new.token_check.is_some() => return Ok(Created::Unchecked),
                     Ok(Ok(batch::Taken::Replayed(earlier))) => return Ok(Created::Replayed(earlier)),
                     // Refused from the batch's own reading, with no write of its own
                     // (a paid create tries Trial first, on its 402 and its retry).
@@ -379,27 +379,5 @@ impl<E: Engine> SqlStore<E> {
         }
         let row = self.db().fetch_optional(query()).await?;
         row.as_ref().map(decode_declaration).transpose()
-    }
-}
-
-impl<E: Engine> SqlStore<E> {
-    /// A create a batch did not take, whose agent was remembered: the record
-    /// of its request_id if the agent recorded one and the token is still
-    /// its own (a retry, or copies sent at once: answered as the ordinary
-    /// path answers them, in one read); otherwise `Unchecked`.
-    async fn replayed_or_unchecked(&self, new: &NewDeclaration) -> Result<Created> {
-        let Some(token_hash) = &new.token_check else { return Ok(Created::Unchecked) };
-        let query = || {
-            sql("select d.* from declaration d join agent a on a.agent_id = d.agent_id \
-                 where d.agent_id = $1 and d.request_id = $2 and a.token_hash = $3")
-            .bind(new.declaration.agent_id)
-            .bind(new.request_id)
-            .bind(token_hash)
-        };
-        let found = match self.read_direct(query(), decode_declaration) {
-            Some(found) => found,
-            None => self.db().fetch_optional(query()).await?.as_ref().map(decode_declaration).transpose()?,
-        };
-        Ok(found.map_or(Created::Unchecked, |earlier| Created::Replayed(Box::new(earlier))))
     }
 }
