@@ -45,14 +45,22 @@ impl<E: Engine> SqlStore<E> {
 }
 
 impl Recent {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn generation(&self) -> u64 {
+        self.kept().generation
+    }
+
     fn get(&self, token_hash: &[u8; 32]) -> (Option<AgentRecord>, u64) {
-        let kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let kept = self.kept();
         let found = kept.agents.get(token_hash).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, agent)| agent.clone());
         (found, kept.generation)
     }
 
     fn keep(&self, generation: u64, token_hash: [u8; 32], agent: &AgentRecord) {
-        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self.kept();
         if kept.generation != generation {
             return;
         }
@@ -63,13 +71,13 @@ impl Recent {
     }
 
     fn forget(&self, token_hash: &[u8; 32]) {
-        self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).agents.remove(token_hash);
+        self.kept().agents.remove(token_hash);
     }
 
     /// Lets every kept agent go: called once a write that changes one is
     /// done (committed, or failed: either way after it).
     pub(crate) fn forget_all(&self) {
-        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self.kept();
         kept.generation = kept.generation.wrapping_add(1);
         kept.agents.clear();
     }
@@ -132,8 +140,7 @@ impl<E: Engine> AgentStore for SqlStore<E> {
     }
 
     async fn agent_by_token_hash_again(&self, token_hash: &[u8; 32]) -> Result<Option<AgentRecord>> {
-        let (_, generation) = self.recent.get(token_hash);
-        self.read_and_keep(token_hash, generation).await
+        self.read_and_keep(token_hash, self.recent.generation()).await
     }
 
     async fn rotate_credentials(
