@@ -188,12 +188,20 @@ async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(b
     assert_eq!(short.status.as_u16(), 402, "{}", short.text);
     assert_eq!(t.scalar(&count).await, 2);
     t.tamper(&format!("update agent set trial_balance_milli = 100000 where agent_id = {id}")).await;
-    assert_eq!(create(agent.token.clone()).await.status, StatusCode::CREATED);
+    let kept = create_body(json!({ "ee_preset": "EE_basic" }));
+    let first = t.post("/v1/dd/create", Some(&agent.token), &kept).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    // Sent again with its token: answered with its record by the batch.
+    let again = t.post("/v1/dd/create", Some(&agent.token), &kept).await;
+    assert_eq!((again.status, &again.json["dd_id"]), (StatusCode::CREATED, &first.json["dd_id"]), "{}", again.text);
     assert_eq!(t.scalar(&count).await, 3);
 
     // The token replaced elsewhere: the remembered one records nothing and
     // is refused as any unknown token is.
     t.tamper(&format!("update agent set token_hash = recovery_hash where agent_id = {id}")).await;
+    // Not answered with a record it made before, sent again,
+    t.post("/v1/dd/create", Some(&agent.token), &kept).await.assert_error(401, "INVALID_TOKEN");
+    // nor with a new one.
     let refused = create(agent.token.clone()).await;
     refused.assert_error(401, "INVALID_TOKEN");
     assert!(refused.json["authentication"].is_object(), "{}", refused.text);

@@ -422,11 +422,39 @@ fn sync_log(log: &mut Option<std::fs::File>, wal: &std::path::Path) -> Result<()
     })
 }
 
+/// A record a batch stored, and the token its write checked (if any).
+type StoredCopy = (Box<StoredDeclaration>, Option<[u8; 32]>);
+
 /// Answers every job of `creates` with what became of it: the record
-/// stored under its dd_id, or its refusal; "not taken" if neither.
+/// stored under its dd_id, or its refusal; "not taken" if neither. A copy
+/// of a request the batch stored for another job (one request_id sent
+/// twice at once) is answered with that record, where it was sent with the
+/// same token to check (or none): the write alone would find the same.
 fn answer_creates(creates: Vec<CreateJob>, mut taken: HashMap<Uuid, Taken>) {
+    let untaken = |job: &CreateJob| !matches!(taken.get(&job.new.declaration.dd_id), Some(answer) if !matches!(answer, Taken::Not));
+    // (agent, request_id) of each job not taken: the record another job
+    // stored under it, with the token that job's write checked.
+    let mut copies: HashMap<(Uuid, Uuid), Option<StoredCopy>> =
+        creates.iter().filter(|job| untaken(job)).map(|job| ((job.new.declaration.agent_id, job.new.request_id), None)).collect();
+    if !copies.is_empty() {
+        for job in &creates {
+            if let (Some(slot), Some(Taken::Stored(record))) =
+                (copies.get_mut(&(job.new.declaration.agent_id, job.new.request_id)), taken.get(&job.new.declaration.dd_id))
+            {
+                *slot = Some((record.clone(), job.new.token_check));
+            }
+        }
+    }
     for job in creates {
-        let answer = taken.remove(&job.new.declaration.dd_id).unwrap_or(Taken::Not);
+        let answer = match taken.remove(&job.new.declaration.dd_id) {
+            Some(Taken::Not) | None => match copies.get(&(job.new.declaration.agent_id, job.new.request_id)) {
+                Some(Some((record, checked))) if job.new.token_check.is_none() || job.new.token_check == *checked => {
+                    Taken::Replayed(record.clone())
+                }
+                _ => Taken::Not,
+            },
+            Some(answer) => answer,
+        };
         let _ = job.reply.send(Ok(answer));
     }
 }
@@ -443,7 +471,8 @@ fn refuse_all(creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>, error: &StoreE
 }
 
 /// PostgreSQL: the batch's creates as one statement. Duplicated request_ids
-/// and those already recorded are left out; each agent's Trial is debited
+/// and those already recorded are left out (the latter answered with their
+/// record, the former with the one the batch stored); each agent's Trial is debited
 /// once, by the sum of its records that fit in order (a record that does
 /// not fit, and every later one of that agent, is left out); the debit
 /// checks the balance again under the row lock, so a concurrent debit
@@ -457,9 +486,16 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
     let stored = match async { conn.fetch_all(statement?).await }.await {
-        Ok(found) => {
-            found.iter().filter_map(|row| decode_declaration(row).ok()).map(|r| (r.declaration.dd_id, Taken::Stored(Box::new(r)))).collect()
-        }
+        Ok(found) => found
+            .iter()
+            .filter_map(|row| {
+                let record = Box::new(decode_declaration(row).ok()?);
+                Some(match row.get::<Option<i64>>("b_replay").ok()? {
+                    None => (record.declaration.dd_id, Taken::Stored(record)),
+                    Some(i) => (creates.get(usize::try_from(i).ok()?)?.new.declaration.dd_id, Taken::Replayed(record)),
+                })
+            })
+            .collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
             if error.is_unavailable() {
@@ -507,14 +543,23 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
          debit as (select agent_id, sum(b_amount) as total, max(b_now) as latest from fits group by agent_id), \
          t as (update agent a set trial_balance_milli = a.trial_balance_milli - debit.total from debit \
          where a.agent_id = debit.agent_id and a.trial_balance_milli >= debit.total and a.trial_expires_at > debit.latest \
-         returning a.agent_id, a.trial_balance_milli + debit.total as before) \
-         insert into declaration (",
+         returning a.agent_id, a.trial_balance_milli + debit.total as before), \
+         stored as (insert into declaration (",
     );
     q.push(&names.join(", ")).push(", trial_remaining_after_milli) select ");
     for name in &names {
         q.push("fits.").push(name).push(", ");
     }
-    q.push("t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *");
+    // Beside what it stored, the earlier record of each request_id recorded
+    // before the batch (a retry, or a copy sent at once), its token checked:
+    // answered here rather than by the write alone.
+    q.push(
+        "t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *) \
+         select cast(null as bigint) as b_replay, stored.* from stored union all \
+         select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
+         where input.b_token is null \
+         or exists (select 1 from agent a where a.agent_id = input.agent_id and a.token_hash = input.b_token)",
+    );
     Some(q)
 }
 
@@ -939,13 +984,25 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
         }
         q.push(" on conflict do nothing returning *");
         let Some(row) = tx.fetch_optional(q).await? else {
+            // A request_id used before (or earlier in this batch): answered
+            // with its record, its token checked.
+            let mut earlier = sql("select d.* from declaration d join agent a on a.agent_id = d.agent_id \
+                 where d.agent_id = $1 and d.request_id = $2")
+            .bind(d.agent_id)
+            .bind(job.new.request_id);
+            if let Some(token_hash) = &job.new.token_check {
+                earlier.push(" and a.token_hash = ").push_bind(token_hash);
+            }
+            if let Some(row) = tx.fetch_optional(earlier).await? {
+                taken.insert(d.dd_id, Taken::Replayed(Box::new(decode_declaration(&row)?)));
+                continue;
+            }
             if job.new.token_check.is_some() {
                 // Not taken: found again with the agent read afresh.
                 continue;
             }
             // Trial short (or expired) now, after this batch's earlier debits:
-            // said so, with the balance. A used request_id with Trial enough
-            // is left to the write alone, which answers with its record.
+            // said so, with the balance.
             let (balance, expired) = crate::agents::trial_shortfall(tx, d.agent_id, job.now).await?;
             if expired || balance.milli() < amount {
                 taken.insert(d.dd_id, Taken::TrialShort { balance, expired });

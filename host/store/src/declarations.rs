@@ -69,10 +69,12 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
                     }
                     Ok(Err(unavailable)) => return Err(unavailable),
+                    // The batch answers a request_id recorded before with its
+                    // record only where the token to check is still the agent's.
+                    Ok(Ok(batch::Taken::Replayed(earlier))) => return Ok(Created::Replayed(earlier)),
                     // Its token was checked by the batch alone: whatever else
                     // it would answer is found again with the agent read afresh.
                     _ if new.token_check.is_some() => return Ok(Created::Unchecked),
-                    Ok(Ok(batch::Taken::Replayed(earlier))) => return Ok(Created::Replayed(earlier)),
                     // Refused from the batch's own reading, with no write of its own
                     // (a paid create tries Trial first, on its 402 and its retry).
                     Ok(Ok(batch::Taken::TrialShort { balance, expired })) if trial_only => {
