@@ -560,7 +560,7 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
          where input.b_token is null \
          or exists (select 1 from agent a where a.agent_id = input.agent_id and a.token_hash = input.b_token)",
     );
-    Some(q)
+    Some(q.labelled("insert", "declaration"))
 }
 
 /// PostgreSQL: the batch's confirmations as one statement (`statement`:

@@ -176,7 +176,7 @@ impl<'c> DirectTx<'c> {
 /// Runs one statement, counted in the store's statement metrics.
 fn timed_statement(conn: &rusqlite::Connection, metrics: &StoreMetrics, query: Query<'_>, want_rows: bool) -> Result<(u64, Vec<OwnedRow>)> {
     let started = Instant::now();
-    let label = crate::metrics::classify(query.text());
+    let label = query.metrics_label();
     let result = run_statement(conn, query, want_rows);
     metrics.observe_statement(label, started.elapsed().as_secs_f64());
     result

@@ -150,22 +150,36 @@ impl<'q, T: Bind<'q>> Bind<'q> for Option<T> {
 pub struct Query<'q> {
     sql: Cow<'static, str>,
     args: Vec<Value<'q>>,
+    /// The statement's label in the store's metrics, where its text alone
+    /// would not say it ([`Query::labelled`]).
+    label: Option<(&'static str, &'static str)>,
 }
 
 /// Starts a query.
 pub fn sql<'q>(text: impl Into<Cow<'static, str>>) -> Query<'q> {
-    Query { sql: text.into(), args: Vec::new() }
+    Query { sql: text.into(), args: Vec::new(), label: None }
 }
 
 impl<'q> Query<'q> {
-    /// The SQL text.
-    pub(crate) fn text(&self) -> &str {
-        &self.sql
-    }
-
     /// The SQL text and the values of its parameters.
     pub(crate) fn into_parts(self) -> (Cow<'static, str>, Vec<Value<'q>>) {
         (self.sql, self.args)
+    }
+
+    /// Counted in the store's metrics as `operation` on `table` (a statement
+    /// whose final part only reads what its writes returned).
+    pub(crate) fn labelled(mut self, operation: &'static str, table: &'static str) -> Self {
+        self.label = Some((operation, table));
+        self
+    }
+
+    /// Its label in the store's metrics: the one it was given, else
+    /// [`crate::metrics::classify`]'s.
+    pub(crate) fn metrics_label(&self) -> (&'static str, String) {
+        match self.label {
+            Some((operation, table)) => (operation, table.to_string()),
+            None => crate::metrics::classify(&self.sql),
+        }
     }
 
     /// Binds the next parameter.
@@ -263,6 +277,7 @@ impl<'q> Query<'q> {
         Query {
             sql: format!("insert into {table} ({}) values ({})", names.join(", "), placeholders.join(", ")).into(),
             args: columns.into_iter().map(|(_, v)| v).collect(),
+            label: None,
         }
     }
 }
@@ -564,7 +579,7 @@ where
     for<'t> Option<Uuid>: Encode<'t, DB> + Type<DB>,
     for<'t> Option<DateTime<Utc>>: Encode<'t, DB> + Type<DB>,
 {
-    let Query { sql, args } = query;
+    let Query { sql, args, .. } = query;
     let mut q = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
     for arg in args {
         q = match arg {
@@ -862,7 +877,7 @@ async fn acquire<DB: sqlx::Database>(pool: &Pool<DB>, metrics: &StoreMetrics) ->
 /// Runs `f` on `query`, timing it under the statement's label.
 async fn timed<T>(metrics: &StoreMetrics, query: Query<'_>, f: impl AsyncFnOnce(Query<'_>) -> Result<T>) -> Result<T> {
     let started = Instant::now();
-    let label = crate::metrics::classify(&query.sql);
+    let label = query.metrics_label();
     let result = f(query).await;
     metrics.observe_statement(label, started.elapsed().as_secs_f64());
     result
