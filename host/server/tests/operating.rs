@@ -57,8 +57,34 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// `anchor serve` on `data` with its log (stdout and stderr) in `data/../<port>.log`.
+/// `anchor serve` on `data` with its log (stdout and stderr) in
+/// `data/../<port>.log`, once its log says it serves on its own port. A
+/// port free when asked may be bound by another test's host first (that
+/// host would then answer this one's health checks): the host is started
+/// again on another port.
 async fn start(data: &Path, env: &[(&str, &str)], extra: &[&str]) -> Host {
+    for _ in 0..5 {
+        let mut host = spawn_host(data, env, extra);
+        let listen = format!("127.0.0.1:{}", host.base.rsplit(':').next().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let said = host.log_text();
+            if said.lines().any(|line| line.contains("anchor is serving") && line.contains(&listen)) {
+                wait_healthy(&reqwest::Client::new(), &host.base).await;
+                return host;
+            }
+            if host.child.try_wait().unwrap().is_some() {
+                assert!(said.contains("Address already in use"), "the host stopped as it started:\n{said}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the host did not start within 60 s:\n{said}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("five hosts in a row found their port taken");
+}
+
+fn spawn_host(data: &Path, env: &[(&str, &str)], extra: &[&str]) -> Host {
     let port = free_port();
     let log = data.with_extension(format!("{port}.log"));
     let file = std::fs::File::create(&log).unwrap();
@@ -75,9 +101,7 @@ async fn start(data: &Path, env: &[(&str, &str)], extra: &[&str]) -> Host {
     for (k, v) in env {
         command.env(k, v);
     }
-    let host = Host { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}"), log };
-    wait_healthy(&reqwest::Client::new(), &host.base).await;
-    host
+    Host { child: command.spawn().unwrap(), base: format!("http://127.0.0.1:{port}"), log }
 }
 
 /// A database of its own on the test PostgreSQL (`ANCHOR_TEST_POSTGRES_URL`),
