@@ -65,7 +65,7 @@ fn scratch(name: &str) -> PathBuf {
 async fn start(data: &Path, env: &[(&str, &str)], extra: &[&str]) -> Host {
     for _ in 0..5 {
         let mut host = spawn_host(data, env, extra);
-        let listen = format!("127.0.0.1:{}", host.base.rsplit(':').next().unwrap());
+        let listen = host.base.trim_start_matches("http://").to_string();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let said = host.log_text();

@@ -27,11 +27,13 @@
 //! a DAB reached, a payment no longer reserved rolls back that write alone,
 //! and is answered as the ordinary path answers it.
 //!
-//! A write the batch did not take (a replayed request_id, a Trial that cannot
-//! pay, a record confirmed twice in one batch, or a batch that failed as a
-//! whole: a race with another host, a lost connection) is answered "not
-//! taken", and its request then runs alone on the ordinary path, which finds
-//! the reason and answers it. So a failing write never fails or loses the
+//! A create whose request_id is recorded already (before the batch, or by
+//! another job of it) is answered with that record, its token checked
+//! (decision 0087), except a payment's on PostgreSQL. Any other write the
+//! batch did not take (a Trial that cannot pay, a record confirmed twice in
+//! one batch, or a batch that failed as a whole: a race with another host, a
+//! lost connection) is answered "not taken", and its request then runs alone
+//! on the ordinary path, which finds the reason and answers it. So a failing write never fails or loses the
 //! others, and nothing is decided here that the ordinary path does not
 //! decide again.
 
@@ -69,8 +71,9 @@ pub(crate) struct CreateJob {
 pub(crate) enum Taken {
     /// Stored, its Trial debited or its payment reserved.
     Stored(Box<StoredDeclaration>),
-    /// A payment's create whose request_id the agent used before: the
-    /// earlier record (looked up in the batch, nothing written).
+    /// A create whose request_id the agent used before: the earlier record
+    /// (looked up in the batch, nothing written), found with the token to
+    /// check still the agent's.
     Replayed(Box<StoredDeclaration>),
     /// A payment's authorization already used (its nonce is reserved).
     NonceUsed,
@@ -79,8 +82,9 @@ pub(crate) enum Taken {
     /// Trial could not pay it when the batch ran (SQLite, where the batch
     /// reads the balance its debits left): refused with no write of its own.
     TrialShort { balance: MilliDac, expired: bool },
-    /// Not taken, for any other reason (its request_id used before, the
-    /// batch failing as a whole, a concurrent debit): the write runs alone.
+    /// Not taken, for any other reason (a payment's request_id used before
+    /// on PostgreSQL, a token to check no longer the agent's, the batch
+    /// failing as a whole, a concurrent debit): the write runs alone.
     Not,
 }
 
