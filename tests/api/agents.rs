@@ -236,10 +236,14 @@ async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(b
         }
     };
     let payments = format!("select count(*) from x402_payment where agent_id = {pid}");
-    let (body, signature) = signed().await;
-    let paid = send(body, signature).await;
+    let (first_body, first_signature) = signed().await;
+    let paid = send(first_body.clone(), first_signature.clone()).await;
     assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.text);
     assert_eq!(paid.json["cost_breakdown"]["base_fee_source"], "external", "{}", paid.text);
+    assert_eq!(t.scalar(&payments).await, 1);
+    // Sent again with its token and payment: its record, nothing reserved.
+    let again = send(first_body.clone(), first_signature.clone()).await;
+    assert_eq!((again.status, &again.json["dd_id"]), (StatusCode::CREATED, &paid.json["dd_id"]), "{}", again.text);
     assert_eq!(t.scalar(&payments).await, 1);
     // Trial given back elsewhere after the payment was signed: Trial pays,
     // as a fresh read decides, and the payment is not taken.
@@ -255,6 +259,8 @@ async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(b
     let (body, signature) = signed().await;
     t.tamper(&format!("update agent set token_hash = recovery_hash where agent_id = {pid}")).await;
     send(body, signature).await.assert_error(401, "INVALID_TOKEN");
+    // Nor answered with the record that token paid for before, sent again.
+    send(first_body, first_signature).await.assert_error(401, "INVALID_TOKEN");
     assert_eq!(t.scalar(&payments).await, 1, "a replaced token reserved a payment");
     assert_eq!(t.scalar(&format!("select count(*) from declaration where agent_id = {pid}")).await, 2);
 }

@@ -174,6 +174,21 @@ async fn store_conforms(backend: Backend) {
     let next_month = anchor_domain::dab::period(now()).1;
     let (_, later) = store.declaration_by_request_and_dab(payer, paid.request_id, next_month).await.unwrap();
     assert_eq!(later.spent, MilliDac::ZERO, "a payment made in an earlier month counts in its own");
+    // Its request_id sent again by an agent found in memory, with another
+    // authorization: the earlier record while the token is still the
+    // agent's, nothing written when it is not; no second payment either way.
+    let mut resent = declaration(payer, 15_000, None);
+    resent.request_id = paid.request_id;
+    resent.external = Some(new_payment("0x02", 15_000, "POST /v1/dd/create", now()));
+    resent.token_check = Some(store.agent(payer).await.unwrap().unwrap().token_hash);
+    match store.create_declaration(&resent, now()).await.unwrap() {
+        Created::Replayed(earlier) => assert_eq!(earlier.declaration.dd_id, paid.declaration.dd_id),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    resent.declaration.dd_id = Uuid::new_v4();
+    resent.token_check = Some([7; 32]);
+    assert!(matches!(store.create_declaration(&resent, now()).await.unwrap(), Created::Unchecked), "another token");
+    assert_eq!(store.dab_status(payer, now() - Duration::days(1)).await.unwrap().spent, MilliDac(15_000), "nothing reserved again");
     let payment = store.payment_for(paid.declaration.dd_id).await.unwrap().unwrap();
     assert_eq!(payment.history.iter().map(|(status, _, _)| *status).collect::<Vec<_>>(), [PaymentStatus::Reserved]);
     assert_eq!(payment.status, PaymentStatus::Reserved);

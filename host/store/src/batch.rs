@@ -730,8 +730,14 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
         if !whole.is_empty() {
             let statement = pg_paid_create_statement(&whole).ok_or_else(|| StoreError::Unsupported("paid creates as arrays".into()))?;
             for row in tx.fetch_all(statement).await? {
-                let record = decode_declaration(&row)?;
-                taken.insert(record.declaration.dd_id, Taken::Stored(Box::new(record)));
+                let record = Box::new(decode_declaration(&row)?);
+                match row.get::<Option<i64>>("b_replay")? {
+                    None => taken.insert(record.declaration.dd_id, Taken::Stored(record)),
+                    Some(i) => match usize::try_from(i).ok().and_then(|i| whole.get(i)) {
+                        Some(job) => taken.insert(job.new.declaration.dd_id, Taken::Replayed(record)),
+                        None => None,
+                    },
+                };
             }
         }
         for job in &parted {
@@ -757,7 +763,8 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
 
 /// The batch's paid creates as one statement (their agents locked): each
 /// reserves its authorization and records its declaration, or is left out:
-/// a request_id recorded already or repeated in the batch, a nonce used
+/// a request_id recorded already (answered with its record, its token
+/// checked, as the Trial statement does) or repeated in the batch, a nonce used
 /// already or repeated, a payment that would take its agent past its DAB
 /// (counting every earlier create of the batch for that agent, taken or
 /// not, so it never overspends). Left out is "not taken": the write then
@@ -818,13 +825,22 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          p_route, p_pricing_version, p_pricing_sha256, agent_id, 'declaration', dd_id, p_payload, 'reserved', b_now, b_now, dd_id \
          from fits on conflict do nothing returning payment_id), \
          e as (insert into x402_payment_event (payment_id, status, reason, at) \
-         select p.payment_id, 'reserved', null, fits.b_now from p join fits on fits.p_payment_id = p.payment_id) \
-         insert into declaration ("
+         select p.payment_id, 'reserved', null, fits.b_now from p join fits on fits.p_payment_id = p.payment_id), \
+         stored as (insert into declaration ("
     ));
     q.push(&names.join(", ")).push(") select ");
     q.push(&names.iter().map(|name| format!("fits.{name}")).collect::<Vec<_>>().join(", "));
-    q.push(" from fits join p on p.payment_id = fits.p_payment_id returning *");
-    Some(q)
+    // Beside what it stored, the earlier record of each request_id recorded
+    // before the batch, its token checked, as the Trial statement answers
+    // it: a retried paid create reserves nothing and gets its record.
+    q.push(
+        " from fits join p on p.payment_id = fits.p_payment_id returning *) \
+         select cast(null as bigint) as b_replay, stored.* from stored union all \
+         select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
+         where input.b_token is null \
+         or exists (select 1 from agent a where a.agent_id = input.agent_id and a.token_hash = input.b_token)",
+    );
+    Some(q.labelled("insert", "declaration"))
 }
 
 /// The batch's settling confirmations as one statement: each moves its
