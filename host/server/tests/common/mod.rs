@@ -18,8 +18,36 @@ impl Drop for Server {
     }
 }
 
+/// A loopback port no one listens on, for a host to bind next. It is taken
+/// below the kernel's ephemeral range, so that no outgoing connection (of
+/// this test's clients or another's) can take it before the host binds it,
+/// as one did when ports were asked of the kernel; each call of a process
+/// starts past the last port it gave, and processes start apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let low = ephemeral_start.saturating_sub(12_000).max(1024);
+    let span = ephemeral_start - low;
+    if span < 1000 {
+        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    }
+    static START: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let process_start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(7919) ^ nanos
+    }) % span;
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low + (process_start + step) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {low} and {ephemeral_start}");
 }
 
 /// Waits until `/health` answers, and returns its body.
