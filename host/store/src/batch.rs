@@ -556,13 +556,16 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
     }
     // Beside what it stored, the earlier record of each request_id recorded
     // before the batch (a retry, or a copy sent at once), its token checked:
-    // answered here rather than by the write alone.
+    // answered here rather than by the write alone. The check is a scalar
+    // subquery on the agent's key, not `or exists (…)`: PostgreSQL may run
+    // an `exists` under `or` as a hashed subplan, which reads the whole
+    // table once per statement.
     q.push(
         "t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *) \
          select cast(null as bigint) as b_replay, stored.* from stored union all \
          select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
          where input.b_token is null \
-         or exists (select 1 from agent a where a.agent_id = input.agent_id and a.token_hash = input.b_token)",
+         or input.b_token = (select a.token_hash from agent a where a.agent_id = input.agent_id)",
     );
     Some(q.labelled("insert", "declaration"))
 }
@@ -838,7 +841,7 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          select cast(null as bigint) as b_replay, stored.* from stored union all \
          select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
          where input.b_token is null \
-         or exists (select 1 from agent a where a.agent_id = input.agent_id and a.token_hash = input.b_token)",
+         or input.b_token = (select a.token_hash from agent a where a.agent_id = input.agent_id)",
     );
     Some(q.labelled("insert", "declaration"))
 }
