@@ -29,11 +29,11 @@
 //!
 //! A create whose request_id is recorded already (before the batch, or by
 //! another job of it) is answered with that record, its token checked
-//! (decision 0087), except a payment's on PostgreSQL. Any other write the
-//! batch did not take (a Trial that cannot pay, a record confirmed twice in
-//! one batch, or a batch that failed as a whole: a race with another host, a
-//! lost connection) is answered "not taken", and its request then runs alone
-//! on the ordinary path, which finds the reason and answers it. So a failing write never fails or loses the
+//! (decision 0087). Any other write the batch did not take (a Trial that
+//! cannot pay, a record confirmed twice in one batch, or a batch that failed
+//! as a whole: a race with another host, a lost connection) is answered "not
+//! taken", and its request then runs alone on the ordinary path, which finds
+//! the reason and answers it. So a failing write never fails or loses the
 //! others, and nothing is decided here that the ordinary path does not
 //! decide again.
 
@@ -82,9 +82,9 @@ pub(crate) enum Taken {
     /// Trial could not pay it when the batch ran (SQLite, where the batch
     /// reads the balance its debits left): refused with no write of its own.
     TrialShort { balance: MilliDac, expired: bool },
-    /// Not taken, for any other reason (a payment's request_id used before
-    /// on PostgreSQL, a token to check no longer the agent's, the batch
-    /// failing as a whole, a concurrent debit): the write runs alone.
+    /// Not taken, for any other reason (a token to check no longer the
+    /// agent's, the batch failing as a whole, a concurrent debit): the write
+    /// runs alone.
     Not,
 }
 
@@ -490,16 +490,7 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
     let stored = match async { conn.fetch_all(statement?).await }.await {
-        Ok(found) => found
-            .iter()
-            .filter_map(|row| {
-                let record = Box::new(decode_declaration(row).ok()?);
-                Some(match row.get::<Option<i64>>("b_replay").ok()? {
-                    None => (record.declaration.dd_id, Taken::Stored(record)),
-                    Some(i) => (creates.get(usize::try_from(i).ok()?)?.new.declaration.dd_id, Taken::Replayed(record)),
-                })
-            })
-            .collect(),
+        Ok(found) => found.iter().filter_map(|row| taken_of(row, &creates).ok().flatten()).collect(),
         Err(error) => {
             db.metrics().failed_batches.inc();
             if error.is_unavailable() {
@@ -512,6 +503,30 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
     };
     drop(rows);
     answer_creates(creates, stored);
+}
+
+/// How both create statements end, after their CTE `stored`: what they
+/// stored, and beside it the earlier record of each request_id recorded
+/// before the batch (a retry, or a copy sent at once), its token checked,
+/// marked `b_replay` with the job it answers ([`taken_of`]). The check is a
+/// scalar subquery on the agent's key, not `or exists (…)`: PostgreSQL may
+/// run an `exists` under `or` as a hashed subplan, which reads the whole
+/// table once per statement.
+const REPLAYED: &str = " select cast(null as bigint) as b_replay, stored.* from stored union all \
+     select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
+     where input.b_token is null \
+     or input.b_token = (select a.token_hash from agent a where a.agent_id = input.agent_id)";
+
+/// A row of a create statement ([`REPLAYED`]): the record it stored, under
+/// its own dd_id, or the earlier record found for the job `b_replay` names
+/// (an index into `jobs`), under that job's dd_id; `None` for an index out
+/// of `jobs`.
+fn taken_of(row: &impl Row, jobs: &[CreateJob]) -> Result<Option<(Uuid, Taken)>> {
+    let record = Box::new(decode_declaration(row)?);
+    Ok(match row.get::<Option<i64>>("b_replay")? {
+        None => Some((record.declaration.dd_id, Taken::Stored(record))),
+        Some(i) => usize::try_from(i).ok().and_then(|i| jobs.get(i)).map(|job| (job.new.declaration.dd_id, Taken::Replayed(record))),
+    })
 }
 
 /// The batch's creates as one statement of one text whatever their number:
@@ -554,19 +569,7 @@ fn pg_create_statement<'q>(rows: &[DeclarationRow<'q>], jobs: &'q [CreateJob]) -
     for name in &names {
         q.push("fits.").push(name).push(", ");
     }
-    // Beside what it stored, the earlier record of each request_id recorded
-    // before the batch (a retry, or a copy sent at once), its token checked:
-    // answered here rather than by the write alone. The check is a scalar
-    // subquery on the agent's key, not `or exists (…)`: PostgreSQL may run
-    // an `exists` under `or` as a hashed subplan, which reads the whole
-    // table once per statement.
-    q.push(
-        "t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *) \
-         select cast(null as bigint) as b_replay, stored.* from stored union all \
-         select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
-         where input.b_token is null \
-         or input.b_token = (select a.token_hash from agent a where a.agent_id = input.agent_id)",
-    );
+    q.push("t.before - fits.b_spent from fits join t on t.agent_id = fits.agent_id returning *)").push(REPLAYED);
     Some(q.labelled("insert", "declaration"))
 }
 
@@ -733,14 +736,7 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
         if !whole.is_empty() {
             let statement = pg_paid_create_statement(&whole).ok_or_else(|| StoreError::Unsupported("paid creates as arrays".into()))?;
             for row in tx.fetch_all(statement).await? {
-                let record = Box::new(decode_declaration(&row)?);
-                match row.get::<Option<i64>>("b_replay")? {
-                    None => taken.insert(record.declaration.dd_id, Taken::Stored(record)),
-                    Some(i) => match usize::try_from(i).ok().and_then(|i| whole.get(i)) {
-                        Some(job) => taken.insert(job.new.declaration.dd_id, Taken::Replayed(record)),
-                        None => None,
-                    },
-                };
+                taken.extend(taken_of(&row, &whole)?);
             }
         }
         for job in &parted {
@@ -833,16 +829,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
     ));
     q.push(&names.join(", ")).push(") select ");
     q.push(&names.iter().map(|name| format!("fits.{name}")).collect::<Vec<_>>().join(", "));
-    // Beside what it stored, the earlier record of each request_id recorded
-    // before the batch, its token checked, as the Trial statement answers
-    // it: a retried paid create reserves nothing and gets its record.
-    q.push(
-        " from fits join p on p.payment_id = fits.p_payment_id returning *) \
-         select cast(null as bigint) as b_replay, stored.* from stored union all \
-         select input.b_i, d.* from input join declaration d on d.agent_id = input.agent_id and d.request_id = input.request_id \
-         where input.b_token is null \
-         or input.b_token = (select a.token_hash from agent a where a.agent_id = input.agent_id)",
-    );
+    // A retried paid create reserves nothing and gets its record.
+    q.push(" from fits join p on p.payment_id = fits.p_payment_id returning *)").push(REPLAYED);
     Some(q.labelled("insert", "declaration"))
 }
 
