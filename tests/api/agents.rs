@@ -11,6 +11,7 @@ anchor_tests::both_backends!(
     disclosure_level_is_validated_and_stored,
     registration_refuses_bad_input,
     a_remembered_agent_creates_only_through_a_write_that_checks_its_token,
+    a_remembered_record_is_confirmed_only_through_a_write_that_checks_its_token,
 );
 
 async fn registration_grants_trial_and_secrets_of_the_documented_shape(backend: Backend) {
@@ -263,4 +264,97 @@ async fn a_remembered_agent_creates_only_through_a_write_that_checks_its_token(b
     send(first_body, first_signature).await.assert_error(401, "INVALID_TOKEN");
     assert_eq!(t.scalar(&payments).await, 1, "a replaced token reserved a payment");
     assert_eq!(t.scalar(&format!("select count(*) from declaration where agent_id = {pid}")).await, 2);
+}
+
+/// A DD confirm may use the record its host's create stored by the same
+/// token within a second, unread (decision 0088): its write checks the
+/// token, and what it does not take is decided from a fresh read. Each case
+/// runs until a confirmation did use a remembered record (the store's
+/// counter), so that none passes by reading afresh only.
+async fn a_remembered_record_is_confirmed_only_through_a_write_that_checks_its_token(backend: Backend) {
+    let t = TestServer::start(backend).await;
+    let agent = t.register().await;
+    let other = t.register().await;
+    let id = t.uuid_sql(&agent.id);
+    let remembered = || t.store.metrics().remembered_records.get();
+    // A record created while the agent is remembered (the first create reads
+    // it, the second uses it and is stored with its token checked).
+    let create = || {
+        let t = &t;
+        let token = agent.token.clone();
+        async move {
+            let created = t.post("/v1/dd/create", Some(&token), &create_body(json!({ "ee_preset": "EE_basic" }))).await;
+            assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+            created.json["dd_id"].as_str().expect("a dd_id").to_owned()
+        }
+    };
+    let confirm = |token: String, dd_id: String| {
+        let t = &t;
+        async move { t.post("/v1/dd/confirm", Some(&token), &json!({ "dd_id": dd_id })).await }
+    };
+    let written = |dd_id: String| {
+        let t = &t;
+        async move {
+            let dd = t.uuid_sql(&dd_id);
+            (
+                t.scalar(&format!("select count(*) from declaration where dd_id = {dd} and confirmed_at is not null")).await,
+                t.scalar(&format!("select count(*) from usage_entry where subject_id = {dd}")).await,
+                // Queued, or integrated into the log since.
+                t.scalar(&format!(
+                    "select (select count(*) from log_pending where dd_id = {dd}) + (select count(*) from log_entry where dd_id = {dd})"
+                ))
+                .await,
+            )
+        }
+    };
+    for case in ["confirmed", "another agent's token", "confirmed elsewhere", "token replaced"] {
+        let mut used = false;
+        for _attempt in 0..5 {
+            // The agent found by its token afresh, then remembered.
+            create().await;
+            let dd_id = create().await;
+            let before = remembered();
+            match case {
+                "confirmed" => {
+                    let done = confirm(agent.token.clone(), dd_id.clone()).await;
+                    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+                    assert_eq!(done.json["settlement_status"], "settled", "{}", done.text);
+                    assert_eq!(written(dd_id.clone()).await, (1, 1, 1), "{case}");
+                    confirm(agent.token.clone(), dd_id.clone()).await.assert_error(409, "ALREADY_CONFIRMED");
+                    assert_eq!(written(dd_id.clone()).await, (1, 1, 1), "{case}: confirmed twice");
+                }
+                "another agent's token" => {
+                    confirm(other.token.clone(), dd_id.clone()).await.assert_error(403, "FORBIDDEN");
+                    assert_eq!(written(dd_id.clone()).await, (0, 0, 0), "{case}");
+                    // Still remembered for its own agent.
+                    let done = confirm(agent.token.clone(), dd_id.clone()).await;
+                    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+                    assert_eq!(written(dd_id.clone()).await, (1, 1, 1), "{case}");
+                }
+                "confirmed elsewhere" => {
+                    let dd = t.uuid_sql(&dd_id);
+                    t.tamper(&format!("update declaration set confirmed_at = anchored_at where dd_id = {dd}")).await;
+                    confirm(agent.token.clone(), dd_id.clone()).await.assert_error(409, "ALREADY_CONFIRMED");
+                    assert_eq!(written(dd_id.clone()).await, (1, 0, 0), "{case}: written over");
+                }
+                _ => {
+                    // Replaced behind the service's back (as through another host).
+                    let swap = format!("update agent set token_hash = recovery_hash, recovery_hash = token_hash where agent_id = {id}");
+                    t.tamper(&swap).await;
+                    let refused = confirm(agent.token.clone(), dd_id.clone()).await;
+                    refused.assert_error(401, "INVALID_TOKEN");
+                    assert!(refused.json["authentication"].is_object(), "{}", refused.text);
+                    assert_eq!(written(dd_id.clone()).await, (0, 0, 0), "{case}: a replaced token confirmed");
+                    t.tamper(&swap).await;
+                    let done = confirm(agent.token.clone(), dd_id.clone()).await;
+                    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+                }
+            }
+            if remembered() > before {
+                used = true;
+                break;
+            }
+        }
+        assert!(used, "{case}: no confirmation used a remembered record in five tries");
+    }
 }

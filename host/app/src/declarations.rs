@@ -522,33 +522,74 @@ fn payment_expired() -> AppError {
 }
 
 /// A declaration read to be confirmed, with its agent's authentication
-/// ([`authenticate_to_confirm`]).
-pub struct ToConfirm(StoredDeclaration, Option<Settling>);
+/// ([`authenticate_to_confirm`]); with the token it was found by when it is
+/// the record this host's create stored lately, unread (decision 0088).
+pub struct ToConfirm(StoredDeclaration, Option<Settling>, Option<[u8; 32]>);
 
 /// The agent whose current token `token` is (as [`crate::agents::authenticate`]
 /// finds it) and, when that agent recorded `dd_id`, the declaration to
-/// confirm: one read where the token's agent owns it, which is what a
-/// confirmation asks. Otherwise (no such token, another agent's declaration,
-/// none) the agent is looked up alone and [`confirm`] reads the record and
-/// says what is wrong with it.
+/// confirm: the record this host's create stored within the last second by
+/// that token (both unread; the confirmation's write checks the token), or
+/// one read where the token's agent owns it, which is what a confirmation
+/// asks. Otherwise (no such token, another agent's declaration, none) the
+/// agent is looked up alone and [`confirm`] reads the record and says what
+/// is wrong with it.
 pub async fn authenticate_to_confirm(services: &Services, token: &str, dd_id: Uuid) -> AppResult<(Option<AgentRecord>, Option<ToConfirm>)> {
-    if let Some(hash) = crate::agents::token_hash(token)
-        && let Some((agent, stored, settling)) = services.store.declaration_to_confirm_as(&hash, dd_id).await?
+    let Some(hash) = crate::agents::token_hash(token) else { return Ok((None, None)) };
+    if let Some((agent, stored)) = services.store.recent_declaration_to_confirm_as(&hash, dd_id)
         && crate::agents::holds(&agent, &hash)
     {
-        return Ok((Some(agent), Some(ToConfirm(stored, settling))));
+        return Ok((Some(agent), Some(ToConfirm(stored, None, Some(hash)))));
     }
-    Ok((crate::agents::authenticate(services, token).await?, None))
+    authenticate_afresh(services, &hash, dd_id).await
+}
+
+/// [`authenticate_to_confirm`] from the database alone.
+async fn authenticate_afresh(services: &Services, hash: &[u8; 32], dd_id: Uuid) -> AppResult<(Option<AgentRecord>, Option<ToConfirm>)> {
+    if let Some((agent, stored, settling)) = services.store.declaration_to_confirm_as(hash, dd_id).await?
+        && crate::agents::holds(&agent, hash)
+    {
+        return Ok((Some(agent), Some(ToConfirm(stored, settling, None))));
+    }
+    let agent = services.store.agent_by_token_hash(hash).await?;
+    Ok((agent.filter(|agent| crate::agents::holds(agent, hash)), None))
 }
 
 /// DD confirm: settles an external payment (if any) and anchors the
 /// declaration. `read`: the declaration, read with the agent's
-/// authentication (read here when `None`).
+/// authentication (read here when `None`). A remembered record is anchored
+/// by a write that checks its token; one that write did not take (the
+/// token replaced, the record confirmed by another request) is confirmed
+/// again from a fresh read, which says what became of it: 401
+/// `INVALID_TOKEN` ([`AppError::TokenRefused`]) for a token no longer the
+/// agent's.
 pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid, read: Option<ToConfirm>) -> AppResult<Confirmed> {
+    let read = match read {
+        Some(ToConfirm(stored, _, Some(token))) if stored.declaration.dd_id == dd_id && stored.declaration.agent_id == agent_id => {
+            if let Some(confirmed) = anchor_as(services, &stored, &token).await? {
+                return Ok(confirmed);
+            }
+            let (agent, read) = authenticate_afresh(services, &token, dd_id).await?;
+            let agent = agent.ok_or(AppError::TokenRefused)?;
+            return confirm_read(services, agent.agent_id, dd_id, read.map(|ToConfirm(stored, settling, _)| (stored, settling))).await;
+        }
+        Some(ToConfirm(stored, settling, None)) if stored.declaration.dd_id == dd_id => Some((stored, settling)),
+        _ => None,
+    };
+    confirm_read(services, agent_id, dd_id, read).await
+}
+
+/// [`confirm`] of a record read with its payment (or read here, `None`).
+async fn confirm_read(
+    services: &Services,
+    agent_id: Uuid,
+    dd_id: Uuid,
+    read: Option<(StoredDeclaration, Option<Settling>)>,
+) -> AppResult<Confirmed> {
     // The record, and its payment if it has one, in one read.
     let read = match read {
-        Some(ToConfirm(stored, settling)) if stored.declaration.dd_id == dd_id => Some((stored, settling)),
-        _ => services.store.declaration_to_confirm(dd_id).await?,
+        Some(read) => Some(read),
+        None => services.store.declaration_to_confirm(dd_id).await?,
     };
     let Some((stored, settling)) = read else {
         return Err(missing(services, dd_id).await?);
@@ -571,6 +612,53 @@ pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid, read: Opt
         });
     }
     settle_and_anchor(services, &stored, settling, services.clock.now()).await
+}
+
+/// A remembered record (stored by this host's create, unconfirmed, with no
+/// payment to settle and no agreement) anchored by a write that checks
+/// `token`: `None` when that write did not take it.
+async fn anchor_as(services: &Services, stored: &StoredDeclaration, token: &[u8; 32]) -> AppResult<Option<Confirmed>> {
+    if stored.confirmed_at.is_some() || stored.paid_externally() || stored.agreement_id.is_some() {
+        return Ok(None);
+    }
+    let now = services.clock.now();
+    let dd_id = stored.declaration.dd_id;
+    let (hash, usage, leaf) = anchoring(stored);
+    let done = charge::with_retries(|| services.store.confirm_declaration_as(token, dd_id, &hash, now, &usage, &leaf)).await?;
+    if !done {
+        return Ok(None);
+    }
+    services.metrics.declarations_confirmed.inc();
+    let anchored_at = stored.declaration.anchored_at;
+    Ok(Some(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement: None }))
+}
+
+/// What anchoring a record writes: its integrity hash, its usage entries
+/// (the price it was created with, by the generation that set it) and its
+/// log leaf.
+fn anchoring(stored: &StoredDeclaration) -> (String, Vec<UsageEntry>, Vec<u8>) {
+    let hash = integrity_hash(&stored.declaration);
+    let priced_by = Some(anchor_domain::records::PricedBy {
+        version: stored.declaration.pricing_version.clone(),
+        sha256: stored.declaration.pricing_sha256.clone(),
+    });
+    let mut usage = vec![UsageEntry {
+        cost_component: CostComponent::BaseFee,
+        source: stored.base_fee_source,
+        amount: stored.base_fee,
+        priced_by: priced_by.clone(),
+    }];
+    if stored.premium() > MilliDac::ZERO {
+        usage.push(UsageEntry {
+            cost_component: CostComponent::Premium,
+            source: stored.premium_source,
+            amount: stored.premium(),
+            priced_by,
+        });
+    }
+    let anchored_at = stored.declaration.anchored_at;
+    let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
+    (hash, usage, leaf)
 }
 
 /// Settles an externally paid declaration's payment (if it has one), then
@@ -633,28 +721,8 @@ pub async fn settle_and_anchor(
     } else {
         None
     };
-    let hash = integrity_hash(&stored.declaration);
-    // The price it was created with, by the generation that set it.
-    let priced_by = Some(anchor_domain::records::PricedBy {
-        version: stored.declaration.pricing_version.clone(),
-        sha256: stored.declaration.pricing_sha256.clone(),
-    });
-    let mut usage = vec![UsageEntry {
-        cost_component: CostComponent::BaseFee,
-        source: stored.base_fee_source,
-        amount: stored.base_fee,
-        priced_by: priced_by.clone(),
-    }];
-    if stored.premium() > MilliDac::ZERO {
-        usage.push(UsageEntry {
-            cost_component: CostComponent::Premium,
-            source: stored.premium_source,
-            amount: stored.premium(),
-            priced_by,
-        });
-    }
+    let (hash, usage, leaf) = anchoring(stored);
     let anchored_at = stored.declaration.anchored_at;
-    let leaf = anchor_verify::leaf_data(&hash, &anchored_at.to_rfc3339_opts(SecondsFormat::Micros, true));
     let reference = settlement.as_ref().map(|s| s.reference.as_str());
     let confirmed = match charge::with_retries(|| store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference)).await {
         Ok(confirmed) => confirmed,

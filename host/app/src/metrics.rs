@@ -292,6 +292,11 @@ impl Metrics {
         );
         r.register("store_peer_reads", "Reads other hosts sent here, read in this host's statements", store_metrics.peer_reads.clone());
         r.register(
+            "store_remembered_records",
+            "Confirmations that used the record this host's create stored by the same token within a second, unread (their write checks the token)",
+            store_metrics.remembered_records.clone(),
+        );
+        r.register(
             "store_failed_batches",
             "Batch statements (creates or confirmations of a group commit) that failed as a whole, whose writes then ran one by one",
             store_metrics.failed_batches.clone(),

@@ -102,6 +102,14 @@ pub trait DeclarationStore: Send + Sync {
         token_hash: &[u8; 32],
         dd_id: Uuid,
     ) -> Result<Option<(AgentRecord, StoredDeclaration, Option<Settling>)>>;
+    /// The record `dd_id` as a create of this host stored it within the
+    /// last second through a write that checked `token_hash`, beside the
+    /// agent this host found by that token in that time (decision 0088);
+    /// `None` otherwise. Taken once: a second call reads.
+    fn recent_declaration_to_confirm_as(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
+        let _ = (token_hash, dd_id);
+        None
+    }
     /// The agent's declaration recorded under `request_id`, if any.
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>>;
     /// The same, beside the agent's DAB and its external spending since
@@ -125,6 +133,20 @@ pub trait DeclarationStore: Send + Sync {
         usage: &[UsageEntry],
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
+    ) -> Result<bool>;
+    /// [`confirm_declaration`](Self::confirm_declaration) of a record paid
+    /// from Trial (no settlement) whose agent must still hold `token_hash`:
+    /// `false` when it was not done, for any reason (the token replaced, the
+    /// record confirmed already, not taken by the committer), nothing
+    /// written; the confirmation is then to run again from a fresh read.
+    async fn confirm_declaration_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+        integrity_hash: &str,
+        now: DateTime<Utc>,
+        usage: &[UsageEntry],
+        leaf_data: &[u8],
     ) -> Result<bool>;
     /// Counts one read of the original against the EE's quota and period.
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;

@@ -62,6 +62,9 @@ pub struct StoreMetrics {
     pub forwarded_reads: Counter,
     /// Reads other hosts sent here, read in this host's statements.
     pub peer_reads: Counter,
+    /// Confirmations that used, unread, the record this host's create stored
+    /// by the same token within the last second (decision 0088).
+    pub remembered_records: Counter,
 }
 
 impl Default for StoreMetrics {
@@ -82,6 +85,7 @@ impl Default for StoreMetrics {
             peer_writes: Counter::default(),
             forwarded_reads: Counter::default(),
             peer_reads: Counter::default(),
+            remembered_records: Counter::default(),
         }
     }
 }

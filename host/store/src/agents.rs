@@ -29,6 +29,10 @@ pub(crate) struct Recent {
 struct Kept {
     generation: u64,
     agents: std::collections::HashMap<[u8; 32], (std::time::Instant, AgentRecord)>,
+    /// Records this host's creates stored through a write that checked the
+    /// token (by dd_id), beside that token: what a confirmation by the same
+    /// token may use unread (decision 0088).
+    records: std::collections::HashMap<Uuid, (std::time::Instant, [u8; 32], StoredDeclaration)>,
 }
 
 impl<E: Engine> SqlStore<E> {
@@ -74,12 +78,37 @@ impl Recent {
         self.kept().agents.remove(token_hash);
     }
 
-    /// Lets every kept agent go: called once a write that changes one is
-    /// done (committed, or failed: either way after it).
+    /// Keeps a record a create stored through a write that checked
+    /// `token_hash` (the confirmation's write checks it again).
+    pub(crate) fn keep_record(&self, token_hash: [u8; 32], record: &StoredDeclaration) {
+        let mut kept = self.kept();
+        if kept.records.len() >= RECENT_MOST {
+            kept.records.clear();
+        }
+        kept.records.insert(record.declaration.dd_id, (std::time::Instant::now(), token_hash, record.clone()));
+    }
+
+    /// The record `dd_id` kept in the last [`RECENT_FOR`] beside the agent
+    /// `token_hash` was found to be, when it was stored under that token;
+    /// taken (a second confirmation of it reads it).
+    pub(crate) fn take_record(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
+        let mut kept = self.kept();
+        let (at, token, _) = kept.records.get(&dd_id)?;
+        if token != token_hash || at.elapsed() >= RECENT_FOR {
+            return None;
+        }
+        let agent = kept.agents.get(token_hash).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, agent)| agent.clone())?;
+        let (_, _, record) = kept.records.remove(&dd_id)?;
+        Some((agent, record))
+    }
+
+    /// Lets every kept agent and record go: called once a write that
+    /// changes an agent is done (committed, or failed: either way after it).
     pub(crate) fn forget_all(&self) {
         let mut kept = self.kept();
         kept.generation = kept.generation.wrapping_add(1);
         kept.agents.clear();
+        kept.records.clear();
     }
 }
 

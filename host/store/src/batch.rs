@@ -23,13 +23,15 @@
 //!
 //! On SQLite (and on PostgreSQL for a create whose base fee Trial pays), a
 //! write that pays over x402 runs the ordinary path's own steps
-//! ([`rows::record_steps`], [`confirm_steps`]) in a savepoint: a used nonce,
+//! ([`rows::record_steps`], [`rows::confirm_steps`]) in a savepoint: a used nonce,
 //! a DAB reached, a payment no longer reserved rolls back that write alone,
 //! and is answered as the ordinary path answers it.
 //!
 //! A create whose request_id is recorded already (before the batch, or by
 //! another job of it) is answered with that record, its token checked
-//! (decision 0087). Any other write the batch did not take (a Trial that
+//! (decision 0087); a confirmation of a record its host remembered carries
+//! its token, and the update confirms it only while the agent holds that
+//! token (decision 0088). Any other write the batch did not take (a Trial that
 //! cannot pay, a record confirmed twice in one batch, or a batch that failed
 //! as a whole: a race with another host, a lost connection) is answered "not
 //! taken", and its request then runs alone on the ordinary path, which finds
@@ -49,7 +51,7 @@ use crate::direct::{DirectTx, run_now};
 use crate::engine::{Bind, Engine, Exec, KEPT_IDLE, Kept, Query, Row, sql};
 use crate::metrics::StoreMetrics;
 use crate::payments;
-use crate::rows::{self, DeclarationRow, confirm_steps, decode_declaration};
+use crate::rows::{self, DeclarationRow, decode_declaration};
 use crate::{Created, Forwarder, NewDeclaration, NewPayment, PaymentStatus, Result, StoreError, StoredDeclaration, Subject, UsageEntry};
 
 /// The most writes one batch carries.
@@ -98,6 +100,9 @@ pub(crate) struct ConfirmJob {
     /// An externally paid record's settlement reference: its payment is
     /// marked settled with the confirmation.
     pub settlement_ref: Option<String>,
+    /// A token's hash the record's agent must still hold (a record this
+    /// host remembered, decision 0088): confirmed only if it does.
+    pub token_check: Option<[u8; 32]>,
     /// Sent by another host: committed here, never sent on.
     pub from_peer: bool,
     /// Whether the record was confirmed by this write, or `None`: not taken;
@@ -643,6 +648,7 @@ fn confirm_input(confirms: &[ConfirmJob]) -> Vec<Vec<(&'static str, crate::engin
                 ("b_now", job.now.value()),
                 ("b_leaf", job.leaf_data.as_slice().value()),
                 ("b_ref", job.settlement_ref.as_deref().value()),
+                ("b_token", job.token_check.as_ref().value()),
             ]
         })
         .collect()
@@ -702,7 +708,9 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     q.push(
         ", d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
          from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
-         and declaration.settlement_status <> 'released' returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
+         and declaration.settlement_status <> 'released' \
+         and (once.b_token is null or once.b_token = (select a.token_hash from agent a where a.agent_id = declaration.agent_id)) \
+         returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
     );
     push_usage(&mut q, confirms, "cast(null as uuid)")?;
     q.push(QUEUE_LEAVES).push(" select b_i from d");
@@ -1033,8 +1041,16 @@ async fn sqlite_writes<X: Exec>(tx: &mut X, creates: &[CreateJob], confirms: &[C
             confirmed.push(Some(sqlite_settling_confirm(tx, job).await?));
             continue;
         }
-        let (hash, usage, leaf) = (&job.integrity_hash, &job.usage, &job.leaf_data);
-        confirmed.push(Some(confirm_steps(tx, job.dd_id, hash, job.now, usage, leaf, None).await?));
+        // A remembered record's token checked by the update itself.
+        let token = job.token_check.as_ref();
+        let done = match rows::confirm_record(tx, job.dd_id, &job.integrity_hash, job.now, token).await? {
+            Some(agent_id) => {
+                rows::confirmed_rest(tx, agent_id, job.dd_id, None, &job.usage, &job.leaf_data, job.now).await?;
+                true
+            }
+            None => false,
+        };
+        confirmed.push(Some(done));
     }
     Ok((taken, confirmed))
 }
@@ -1117,7 +1133,7 @@ async fn sqlite_settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Resul
         )
         .await?;
     let Some(payment_id) = moved else { return Ok(false) };
-    let agent_id = rows::confirm_record(tx, job.dd_id, &job.integrity_hash, job.now).await?;
+    let agent_id = rows::confirm_record(tx, job.dd_id, &job.integrity_hash, job.now, None).await?;
     // Read unconfirmed by the statement before, with one writer: not
     // confirmed now is a defect, and failing the batch undoes the move.
     let agent_id = agent_id.ok_or_else(|| StoreError::Corrupt("a record seen unconfirmed was not confirmed".into()))?;
@@ -1154,6 +1170,7 @@ struct ConfirmOut<'a> {
     usage: &'a [UsageEntry],
     leaf: String,
     settlement_ref: Option<&'a str>,
+    token_check: Option<&'a [u8; 32]>,
 }
 
 #[derive(Deserialize)]
@@ -1184,6 +1201,8 @@ pub(crate) struct ConfirmIn {
     pub usage: Vec<UsageEntry>,
     pub leaf: String,
     pub settlement_ref: Option<String>,
+    #[serde(default)]
+    pub token_check: Option<[u8; 32]>,
 }
 
 /// What became of one write: its committer's answer, or the database
@@ -1223,6 +1242,7 @@ fn encode(creates: &[CreateJob], confirms: &[ConfirmJob]) -> Result<Vec<u8>> {
                 usage: &job.usage,
                 leaf: hex::encode(&job.leaf_data),
                 settlement_ref: job.settlement_ref.as_deref(),
+                token_check: job.token_check.as_ref(),
             })
             .collect(),
     };
@@ -1341,6 +1361,7 @@ mod tests {
             usage: Vec::new(),
             leaf_data: Vec::new(),
             settlement_ref: None,
+            token_check: None,
             from_peer: false,
             reply: oneshot::channel().0,
         }))

@@ -66,6 +66,13 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             if batcher.submit(job).await {
                 match answer.await {
                     Ok(Ok(batch::Taken::Stored(record))) => {
+                        // Stored with its token checked and nothing to settle: a
+                        // confirmation by that token may use it unread (0088).
+                        if let Some(token_hash) = new.token_check
+                            && new.external.is_none()
+                        {
+                            self.recent.keep_record(token_hash, &record);
+                        }
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
                     }
                     Ok(Err(unavailable)) => return Err(unavailable),
@@ -219,6 +226,14 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         confirming(&self.db().fetch_all(query()).await?)
     }
 
+    fn recent_declaration_to_confirm_as(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
+        let found = self.recent.take_record(token_hash, dd_id);
+        if found.is_some() {
+            self.db.metrics().remembered_records.inc();
+        }
+        found
+    }
+
     async fn declaration_by_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
         self.declaration_for_request(agent_id, request_id).await
     }
@@ -285,6 +300,7 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
                 usage: usage.to_vec(),
                 leaf_data: leaf_data.to_vec(),
                 settlement_ref: settlement_ref.map(str::to_owned),
+                token_check: None,
                 from_peer: false,
                 reply,
             }));
@@ -307,6 +323,40 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             tx.commit().await?;
         }
         Ok(confirmed)
+    }
+
+    async fn confirm_declaration_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+        integrity_hash: &str,
+        now: DateTime<Utc>,
+        usage: &[UsageEntry],
+        leaf_data: &[u8],
+    ) -> Result<bool> {
+        // Only the committer checks the token: anything it does not take is
+        // confirmed from a fresh read.
+        let Some(batcher) = self.batcher() else { return Ok(false) };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
+            dd_id,
+            integrity_hash: integrity_hash.to_owned(),
+            now,
+            usage: usage.to_vec(),
+            leaf_data: leaf_data.to_vec(),
+            settlement_ref: None,
+            token_check: Some(*token_hash),
+            from_peer: false,
+            reply,
+        }));
+        if !batcher.submit(job).await {
+            return Ok(false);
+        }
+        match answer.await {
+            Ok(Ok(confirmed)) => Ok(confirmed == Some(true)),
+            Ok(Err(unavailable)) => Err(unavailable),
+            Err(_) => Ok(false),
+        }
     }
 
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead> {

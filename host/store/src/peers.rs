@@ -28,7 +28,7 @@ use crate::engine::{Engine, Exec, Row, sql};
 use crate::{CommitLeader, Forwarder, PeerStore, Result, SqlStore, StoreError};
 
 /// The batch encoding of this build.
-pub(crate) const PROTOCOL: &str = concat!("anchor-batch/2 ", env!("CARGO_PKG_VERSION"));
+pub(crate) const PROTOCOL: &str = concat!("anchor-batch/3 ", env!("CARGO_PKG_VERSION"));
 
 /// The most writes one forwarded batch may carry (a committer sends at most
 /// one batch of [`MAX_BATCH`]).
@@ -121,6 +121,7 @@ impl<E: Engine> PeerStore for SqlStore<E> {
                     usage: job.usage,
                     leaf_data,
                     settlement_ref: job.settlement_ref,
+                    token_check: job.token_check,
                     from_peer: true,
                     reply,
                 };

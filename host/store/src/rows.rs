@@ -295,7 +295,7 @@ pub(crate) async fn confirm_steps<X: Exec>(
     leaf_data: &[u8],
     settlement_ref: Option<&str>,
 ) -> Result<bool> {
-    let Some(agent_id) = confirm_record(tx, dd_id, integrity_hash, now).await? else { return Ok(false) };
+    let Some(agent_id) = confirm_record(tx, dd_id, integrity_hash, now, None).await? else { return Ok(false) };
     let mut payment_id = None;
     if let Some(reference) = settlement_ref {
         let moved =
@@ -308,16 +308,25 @@ pub(crate) async fn confirm_steps<X: Exec>(
 }
 
 /// Marks a record confirmed (and settled) if it is neither confirmed nor
-/// released: its agent, if it was.
-pub(crate) async fn confirm_record<X: Exec>(tx: &mut X, dd_id: Uuid, integrity_hash: &str, now: DateTime<Utc>) -> Result<Option<Uuid>> {
-    tx.scalar_optional(
-        sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
-         where dd_id = $3 and confirmed_at is null and settlement_status <> 'released' returning agent_id")
-        .bind(now)
-        .bind(integrity_hash)
-        .bind(dd_id),
-    )
-    .await
+/// released, and (with `token_check`) its agent still holds that token:
+/// its agent, if it was.
+pub(crate) async fn confirm_record<X: Exec>(
+    tx: &mut X,
+    dd_id: Uuid,
+    integrity_hash: &str,
+    now: DateTime<Utc>,
+    token_check: Option<&[u8; 32]>,
+) -> Result<Option<Uuid>> {
+    let mut q = sql("update declaration set confirmed_at = $1, integrity_hash = $2, settlement_status = 'settled' \
+         where dd_id = $3 and confirmed_at is null and settlement_status <> 'released'")
+    .bind(now)
+    .bind(integrity_hash)
+    .bind(dd_id);
+    if let Some(token_hash) = token_check {
+        q.push(" and (select a.token_hash from agent a where a.agent_id = declaration.agent_id) = ").push_bind(token_hash);
+    }
+    q.push(" returning agent_id");
+    tx.scalar_optional(q).await
 }
 
 /// What follows a confirmed record's update: its usage rows (the external

@@ -969,7 +969,12 @@ async fn confirm(
     if request.transaction_id.as_ref().is_some_and(|t| t.chars().count() > 256) {
         return Err(ApiError::bad("INVALID_VALUE", "transaction_id is at most 256 characters (and not needed: see the OpenAPI)"));
     }
-    let (body, settlement, settled_at) = confirm_decision(&state, &agent, request.dd_id.0, read).await?;
+    // A remembered token found no longer the agent's when read again.
+    let confirmed = confirm_decision(&state, &agent, request.dd_id.0, read).await.map_err(|error| match error {
+        ApiError::App(anchor_app::AppError::TokenRefused) => bearer.refused(&state),
+        error => error,
+    });
+    let (body, settlement, settled_at) = confirmed?;
     let mut response = x402_headers::with_settlement(Json(body).into_response(), settlement.as_ref());
     // It settled with the confirmation: its receipt says when.
     response.extensions_mut().insert(settled_at);

@@ -88,7 +88,11 @@ pub async fn call(
             Err(_) => (anchor_app::agents::authenticate(&state.app, &token).await?, None),
         };
         let agent = agent.ok_or_else(|| unauthorized(state, AuthFailure::InvalidToken))?;
-        let (confirmed, settlement, settled_at) = declarations::confirm_decision(state, &agent, dd_id?, read).await?;
+        let (confirmed, settlement, settled_at) = match declarations::confirm_decision(state, &agent, dd_id?, read).await {
+            // A remembered token found no longer the agent's when read again.
+            Err(ApiError::App(anchor_app::AppError::TokenRefused)) => return Err(unauthorized(state, AuthFailure::InvalidToken)),
+            confirmed => confirmed?,
+        };
         let answer = paid((confirmed, settlement))?;
         return Ok(Answer { settled_at: Some(settled_at.0), ..answer });
     }
