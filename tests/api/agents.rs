@@ -288,6 +288,34 @@ async fn a_remembered_record_is_confirmed_only_through_a_write_that_checks_its_t
             created.json["dd_id"].as_str().expect("a dd_id").to_owned()
         }
     };
+    // An agent whose 7.5 DAC of Trial cannot pay a 10 DAC base fee: its
+    // challenge reads it afresh, and the create paying it uses it remembered.
+    let payer = t.register().await;
+    let pid = t.uuid_sql(&payer.id);
+    t.tamper(&format!("update agent set trial_balance_milli = 7500 where agent_id = {pid}")).await;
+    let paid_create = || {
+        let (t, token) = (&t, payer.token.clone());
+        async move {
+            let body = create_body(json!({ "ee_preset": "EE_basic" }));
+            let challenged = t.post("/v1/dd/create", Some(&token), &body).await;
+            let challenge = anchor_tests::x402::challenge_of(&challenged);
+            let now = anchor_domain::Clock::now(t.clock.as_ref()).timestamp();
+            let payment = anchor_tests::x402::b64(&anchor_tests::x402::pay(&challenge, now, anchor_tests::x402::Twist::default()));
+            let bearer = format!("Bearer {token}");
+            let headers = [("authorization", bearer.as_str()), ("payment-signature", payment.as_str())];
+            let created = t.call_with("POST", "/v1/dd/create", &headers, Some(&body)).await;
+            assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+            assert_eq!(created.json["cost_breakdown"]["base_fee_source"], "external", "{}", created.text);
+            created.json["dd_id"].as_str().expect("a dd_id").to_owned()
+        }
+    };
+    let payment_status = |dd_id: String| {
+        let t = &t;
+        async move {
+            let dd = t.uuid_sql(&dd_id);
+            t.strings(&format!("select status from x402_payment where dd_id = {dd}")).await.join(",")
+        }
+    };
     let confirm = |token: String, dd_id: String| {
         let t = &t;
         async move { t.post("/v1/dd/confirm", Some(&token), &json!({ "dd_id": dd_id })).await }
@@ -307,12 +335,18 @@ async fn a_remembered_record_is_confirmed_only_through_a_write_that_checks_its_t
             )
         }
     };
-    for case in ["confirmed", "another agent's token", "confirmed elsewhere", "token replaced"] {
+    let cases = ["confirmed", "another agent's token", "confirmed elsewhere", "token replaced", "paid", "paid, token replaced"];
+    for case in cases {
         let mut used = false;
         for _attempt in 0..5 {
             // The agent found by its token afresh, then remembered.
-            create().await;
-            let dd_id = create().await;
+            let dd_id = match case.starts_with("paid") {
+                true => paid_create().await,
+                false => {
+                    create().await;
+                    create().await
+                }
+            };
             let before = remembered();
             match case {
                 "confirmed" => {
@@ -336,6 +370,24 @@ async fn a_remembered_record_is_confirmed_only_through_a_write_that_checks_its_t
                     t.tamper(&format!("update declaration set confirmed_at = anchored_at where dd_id = {dd}")).await;
                     confirm(agent.token.clone(), dd_id.clone()).await.assert_error(409, "ALREADY_CONFIRMED");
                     assert_eq!(written(dd_id.clone()).await, (1, 0, 0), "{case}: written over");
+                }
+                "paid" => {
+                    let done = confirm(payer.token.clone(), dd_id.clone()).await;
+                    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+                    assert!(done.headers.contains_key("payment-response"), "a settlement is answered with its receipt");
+                    assert_eq!(payment_status(dd_id.clone()).await, "settled", "{case}");
+                    assert_eq!(written(dd_id.clone()).await, (1, 1, 1), "{case}");
+                }
+                "paid, token replaced" => {
+                    let swap = format!("update agent set token_hash = recovery_hash, recovery_hash = token_hash where agent_id = {pid}");
+                    t.tamper(&swap).await;
+                    confirm(payer.token.clone(), dd_id.clone()).await.assert_error(401, "INVALID_TOKEN");
+                    assert_eq!(payment_status(dd_id.clone()).await, "reserved", "{case}: a replaced token settled");
+                    assert_eq!(written(dd_id.clone()).await, (0, 0, 0), "{case}: a replaced token confirmed");
+                    t.tamper(&swap).await;
+                    let done = confirm(payer.token.clone(), dd_id.clone()).await;
+                    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+                    assert_eq!(payment_status(dd_id.clone()).await, "settled", "{case}");
                 }
                 _ => {
                     // Replaced behind the service's back (as through another host).

@@ -15,7 +15,7 @@ use anchor_domain::declarations::template::Template;
 use anchor_domain::integrity::integrity_hash;
 use anchor_domain::payments::{CostComponent, PaymentStatus, SettlementStatus};
 use anchor_domain::records::{AgentRecord, ListFilter, Settling, StoredDeclaration, UsageEntry};
-use anchor_ports::{Created, DirectRead, DueKey, EarnedPart, FoundAgent, NewAgreement, NewDeclaration, PaymentDue};
+use anchor_ports::{Anchoring, Created, DirectRead, DueKey, EarnedPart, FoundAgent, NewAgreement, NewDeclaration, PaymentDue};
 use anchor_x402::settlement::Settled;
 
 use crate::charge::{self, Commit, Committed, Funding, Offered, Order, Route, Settle, TrialUse};
@@ -536,10 +536,13 @@ pub struct ToConfirm(StoredDeclaration, Option<Settling>, Option<[u8; 32]>);
 /// is wrong with it.
 pub async fn authenticate_to_confirm(services: &Services, token: &str, dd_id: Uuid) -> AppResult<(Option<AgentRecord>, Option<ToConfirm>)> {
     let Some(hash) = crate::agents::token_hash(token) else { return Ok((None, None)) };
-    if let Some((agent, stored)) = services.store.recent_declaration_to_confirm_as(&hash, dd_id)
+    // A payment is settled before the write that checks the token: only
+    // where settling moves nothing outside that write (local settlement).
+    let paid = services.settler.mode() == "local";
+    if let Some((agent, stored, settling)) = services.store.recent_declaration_to_confirm_as(&hash, dd_id, paid)
         && crate::agents::holds(&agent, &hash)
     {
-        return Ok((Some(agent), Some(ToConfirm(stored, None, Some(hash)))));
+        return Ok((Some(agent), Some(ToConfirm(stored, settling, Some(hash)))));
     }
     authenticate_afresh(services, &hash, dd_id).await
 }
@@ -565,8 +568,12 @@ async fn authenticate_afresh(services: &Services, hash: &[u8; 32], dd_id: Uuid) 
 /// agent's.
 pub async fn confirm(services: &Services, agent_id: Uuid, dd_id: Uuid, read: Option<ToConfirm>) -> AppResult<Confirmed> {
     let read = match read {
-        Some(ToConfirm(stored, _, Some(token))) if stored.declaration.dd_id == dd_id && stored.declaration.agent_id == agent_id => {
-            if let Some(confirmed) = anchor_as(services, &stored, &token).await? {
+        Some(ToConfirm(stored, settling, Some(token))) if stored.declaration.dd_id == dd_id && stored.declaration.agent_id == agent_id => {
+            // Remembered unconfirmed, with its payment reserved and no agreement.
+            if stored.confirmed_at.is_none()
+                && stored.agreement_id.is_none()
+                && let Some(confirmed) = settle_then_anchor(services, &stored, settling, services.clock.now(), Some(&token)).await?
+            {
                 return Ok(confirmed);
             }
             let (agent, read) = authenticate_afresh(services, &token, dd_id).await?;
@@ -614,25 +621,6 @@ async fn confirm_read(
     settle_and_anchor(services, &stored, settling, services.clock.now()).await
 }
 
-/// A remembered record (stored by this host's create, unconfirmed, with no
-/// payment to settle and no agreement) anchored by a write that checks
-/// `token`: `None` when that write did not take it.
-async fn anchor_as(services: &Services, stored: &StoredDeclaration, token: &[u8; 32]) -> AppResult<Option<Confirmed>> {
-    if stored.confirmed_at.is_some() || stored.paid_externally() || stored.agreement_id.is_some() {
-        return Ok(None);
-    }
-    let now = services.clock.now();
-    let dd_id = stored.declaration.dd_id;
-    let (hash, usage, leaf) = anchoring(stored);
-    let done = charge::with_retries(|| services.store.confirm_declaration_as(token, dd_id, &hash, now, &usage, &leaf)).await?;
-    if !done {
-        return Ok(None);
-    }
-    services.metrics.declarations_confirmed.inc();
-    let anchored_at = stored.declaration.anchored_at;
-    Ok(Some(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement: None }))
-}
-
 /// What anchoring a record writes: its integrity hash, its usage entries
 /// (the price it was created with, by the generation that set it) and its
 /// log leaf.
@@ -671,6 +659,21 @@ pub async fn settle_and_anchor(
     settling: Option<Settling>,
     now: DateTime<Utc>,
 ) -> AppResult<Confirmed> {
+    settle_then_anchor(services, stored, settling, now, None)
+        .await?
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a confirmation with no token to check was answered as not taken")))
+}
+
+/// [`settle_and_anchor`]; with `token` (a remembered record's, decision
+/// 0088), anchored by a write that checks it, and `None` when that write
+/// did not take it.
+async fn settle_then_anchor(
+    services: &Services,
+    stored: &StoredDeclaration,
+    settling: Option<Settling>,
+    now: DateTime<Utc>,
+    token: Option<&[u8; 32]>,
+) -> AppResult<Option<Confirmed>> {
     let dd_id = stored.declaration.dd_id;
     let store = &services.store;
     let mut payment_id = None;
@@ -724,7 +727,16 @@ pub async fn settle_and_anchor(
     let (hash, usage, leaf) = anchoring(stored);
     let anchored_at = stored.declaration.anchored_at;
     let reference = settlement.as_ref().map(|s| s.reference.as_str());
-    let confirmed = match charge::with_retries(|| store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference)).await {
+    let write = || async {
+        match token {
+            Some(token) => {
+                let anchoring = Anchoring { integrity_hash: &hash, now, usage: &usage, leaf_data: &leaf, settlement_ref: reference };
+                store.confirm_declaration_as(token, dd_id, anchoring).await.map(|done| done.then_some(true))
+            }
+            None => store.confirm_declaration(dd_id, &hash, now, &usage, &leaf, reference).await.map(Some),
+        }
+    };
+    let confirmed = match charge::with_retries(write).await {
         Ok(confirmed) => confirmed,
         // The money moved but the record did not: marked unknown with its
         // reference, the next confirm (or the reconciliation job) anchors it
@@ -736,6 +748,8 @@ pub async fn settle_and_anchor(
             _ => return Err(error.into()),
         },
     };
+    // Not taken by the write that checks the token: found again afresh.
+    let Some(confirmed) = confirmed else { return Ok(None) };
     if !confirmed {
         let again = store.declaration(dd_id).await?;
         return Err(match again {
@@ -744,7 +758,7 @@ pub async fn settle_and_anchor(
         });
     }
     services.metrics.declarations_confirmed.inc();
-    Ok(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement })
+    Ok(Some(Confirmed { dd_id, anchored_at, confirmed_at: now, integrity_hash: hash, usage, settlement }))
 }
 
 /// How long after its payment window an unconfirmed record's reservation

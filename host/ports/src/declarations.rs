@@ -72,6 +72,18 @@ pub enum Created {
     Unchecked,
 }
 
+/// What confirming a record writes beside its update: its integrity hash,
+/// its usage entries and its log leaf, at `now`; for one paid over x402,
+/// its settlement's reference.
+#[derive(Clone, Copy)]
+pub struct Anchoring<'a> {
+    pub integrity_hash: &'a str,
+    pub now: DateTime<Utc>,
+    pub usage: &'a [UsageEntry],
+    pub leaf_data: &'a [u8],
+    pub settlement_ref: Option<&'a str>,
+}
+
 /// The outcome of a read of a declaration's original through direct access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DirectRead {
@@ -103,11 +115,18 @@ pub trait DeclarationStore: Send + Sync {
         dd_id: Uuid,
     ) -> Result<Option<(AgentRecord, StoredDeclaration, Option<Settling>)>>;
     /// The record `dd_id` as a create of this host stored it within the
-    /// last second through a write that checked `token_hash`, beside the
-    /// agent this host found by that token in that time (decision 0088);
-    /// `None` otherwise. Taken once: a second call reads.
-    fn recent_declaration_to_confirm_as(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
-        let _ = (token_hash, dd_id);
+    /// last second through a write that checked `token_hash` (with its
+    /// payment as reserved, for one paid over x402), beside the agent this
+    /// host found by that token in that time (decision 0088); `None`
+    /// otherwise, and for a record with a payment unless `paid`. Taken
+    /// once: a second call reads.
+    fn recent_declaration_to_confirm_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+        paid: bool,
+    ) -> Option<(AgentRecord, StoredDeclaration, Option<Settling>)> {
+        let _ = (token_hash, dd_id, paid);
         None
     }
     /// The agent's declaration recorded under `request_id`, if any.
@@ -134,20 +153,12 @@ pub trait DeclarationStore: Send + Sync {
         leaf_data: &[u8],
         settlement_ref: Option<&str>,
     ) -> Result<bool>;
-    /// [`confirm_declaration`](Self::confirm_declaration) of a record paid
-    /// from Trial (no settlement) whose agent must still hold `token_hash`:
-    /// `false` when it was not done, for any reason (the token replaced, the
-    /// record confirmed already, not taken by the committer), nothing
+    /// [`confirm_declaration`](Self::confirm_declaration) of a record whose
+    /// agent must still hold `token_hash`: `false` when it was not done, for
+    /// any reason (the token replaced, the record confirmed already, its
+    /// payment no longer reserved, not taken by the committer), nothing
     /// written; the confirmation is then to run again from a fresh read.
-    async fn confirm_declaration_as(
-        &self,
-        token_hash: &[u8; 32],
-        dd_id: Uuid,
-        integrity_hash: &str,
-        now: DateTime<Utc>,
-        usage: &[UsageEntry],
-        leaf_data: &[u8],
-    ) -> Result<bool>;
+    async fn confirm_declaration_as(&self, token_hash: &[u8; 32], dd_id: Uuid, anchoring: Anchoring<'_>) -> Result<bool>;
     /// Counts one read of the original against the EE's quota and period.
     async fn consume_direct_read(&self, dd_id: Uuid, now: DateTime<Utc>) -> Result<DirectRead>;
     /// The agent's declarations, newest first, and how many match in all.

@@ -30,9 +30,9 @@ struct Kept {
     generation: u64,
     agents: std::collections::HashMap<[u8; 32], (std::time::Instant, AgentRecord)>,
     /// Records this host's creates stored through a write that checked the
-    /// token (by dd_id), beside that token: what a confirmation by the same
-    /// token may use unread (decision 0088).
-    records: std::collections::HashMap<Uuid, (std::time::Instant, [u8; 32], StoredDeclaration)>,
+    /// token (by dd_id), beside that token and the payment they reserved:
+    /// what a confirmation by the same token may use unread (decision 0088).
+    records: std::collections::HashMap<Uuid, (std::time::Instant, [u8; 32], StoredDeclaration, Option<Settling>)>,
 }
 
 impl<E: Engine> SqlStore<E> {
@@ -80,26 +80,32 @@ impl Recent {
 
     /// Keeps a record a create stored through a write that checked
     /// `token_hash` (the confirmation's write checks it again).
-    pub(crate) fn keep_record(&self, token_hash: [u8; 32], record: &StoredDeclaration) {
+    pub(crate) fn keep_record(&self, token_hash: [u8; 32], record: &StoredDeclaration, settling: Option<Settling>) {
         let mut kept = self.kept();
         if kept.records.len() >= RECENT_MOST {
             kept.records.clear();
         }
-        kept.records.insert(record.declaration.dd_id, (std::time::Instant::now(), token_hash, record.clone()));
+        kept.records.insert(record.declaration.dd_id, (std::time::Instant::now(), token_hash, record.clone(), settling));
     }
 
     /// The record `dd_id` kept in the last [`RECENT_FOR`] beside the agent
-    /// `token_hash` was found to be, when it was stored under that token;
-    /// taken (a second confirmation of it reads it).
-    pub(crate) fn take_record(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
+    /// `token_hash` was found to be, when it was stored under that token
+    /// (and, if it reserved a payment, when `paid`); taken (a second
+    /// confirmation of it reads it).
+    pub(crate) fn take_record(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+        paid: bool,
+    ) -> Option<(AgentRecord, StoredDeclaration, Option<Settling>)> {
         let mut kept = self.kept();
-        let (at, token, _) = kept.records.get(&dd_id)?;
-        if token != token_hash || at.elapsed() >= RECENT_FOR {
+        let (at, token, _, settling) = kept.records.get(&dd_id)?;
+        if token != token_hash || at.elapsed() >= RECENT_FOR || (settling.is_some() && !paid) {
             return None;
         }
         let agent = kept.agents.get(token_hash).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, agent)| agent.clone())?;
-        let (_, _, record) = kept.records.remove(&dd_id)?;
-        Some((agent, record))
+        let (_, _, record, settling) = kept.records.remove(&dd_id)?;
+        Some((agent, record, settling))
     }
 
     /// Lets every kept agent and record go: called once a write that

@@ -857,6 +857,7 @@ fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
          and x402_payment.status in ('reserved', 'settle_unknown') \
          and exists (select 1 from declaration r where r.dd_id = once.b_dd_id and r.confirmed_at is null \
          and r.settlement_status <> 'released') \
+         and (once.b_token is null or once.b_token = (select a.token_hash from agent a where a.agent_id = x402_payment.agent_id)) \
          returning x402_payment.payment_id, once.b_i, once.b_now), \
          d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
          from once join p on p.b_i = once.b_i where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
@@ -1121,17 +1122,19 @@ async fn sqlite_paid_create<X: Exec>(tx: &mut X, job: &CreateJob, payment: &NewP
 /// released (else nothing is written and it confirmed nothing), then the
 /// record, the payment's event, the usage rows and the log leaf.
 async fn sqlite_settling_confirm<X: Exec>(tx: &mut X, job: &ConfirmJob) -> Result<bool> {
-    let moved: Option<Uuid> = tx
-        .scalar_optional(
-            sql("update x402_payment set status = 'settled', settlement_ref = coalesce($1, settlement_ref), updated_at = $2 \
-                 where dd_id = $3 and status in ('reserved', 'settle_unknown') \
-                 and exists (select 1 from declaration r where r.dd_id = $3 and r.confirmed_at is null \
-                 and r.settlement_status <> 'released') returning payment_id")
-            .bind(job.settlement_ref.as_deref())
-            .bind(job.now)
-            .bind(job.dd_id),
-        )
-        .await?;
+    let mut settle = sql("update x402_payment set status = 'settled', settlement_ref = coalesce($1, settlement_ref), updated_at = $2 \
+         where dd_id = $3 and status in ('reserved', 'settle_unknown') \
+         and exists (select 1 from declaration r where r.dd_id = $3 and r.confirmed_at is null \
+         and r.settlement_status <> 'released')")
+    .bind(job.settlement_ref.as_deref())
+    .bind(job.now)
+    .bind(job.dd_id);
+    // A remembered record's token, checked by the move itself.
+    if let Some(token_hash) = &job.token_check {
+        settle.push(" and (select a.token_hash from agent a where a.agent_id = x402_payment.agent_id) = ").push_bind(token_hash);
+    }
+    settle.push(" returning payment_id");
+    let moved: Option<Uuid> = tx.scalar_optional(settle).await?;
     let Some(payment_id) = moved else { return Ok(false) };
     let agent_id = rows::confirm_record(tx, job.dd_id, &job.integrity_hash, job.now, None).await?;
     // Read unconfirmed by the statement before, with one writer: not

@@ -66,12 +66,19 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
             if batcher.submit(job).await {
                 match answer.await {
                     Ok(Ok(batch::Taken::Stored(record))) => {
-                        // Stored with its token checked and nothing to settle: a
-                        // confirmation by that token may use it unread (0088).
-                        if let Some(token_hash) = new.token_check
-                            && new.external.is_none()
-                        {
-                            self.recent.keep_record(token_hash, &record);
+                        // Stored with its token checked (paid by Trial or by its
+                        // payment whole): a confirmation by that token may use it
+                        // and the payment it reserved unread (0088).
+                        if let Some(token_hash) = new.token_check {
+                            let settling = new.external.as_ref().map(|payment| Settling {
+                                payment_id: payment.payment_id,
+                                network: payment.network.clone(),
+                                asset: payment.asset.clone(),
+                                payer: payment.payer.clone(),
+                                status: PaymentStatus::Reserved,
+                                payload: payment.payload.clone(),
+                            });
+                            self.recent.keep_record(token_hash, &record, settling);
                         }
                         return Ok(Created::New { trial_remaining: record.trial_remaining_after.unwrap_or(MilliDac::ZERO), record });
                     }
@@ -226,8 +233,13 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         confirming(&self.db().fetch_all(query()).await?)
     }
 
-    fn recent_declaration_to_confirm_as(&self, token_hash: &[u8; 32], dd_id: Uuid) -> Option<(AgentRecord, StoredDeclaration)> {
-        let found = self.recent.take_record(token_hash, dd_id);
+    fn recent_declaration_to_confirm_as(
+        &self,
+        token_hash: &[u8; 32],
+        dd_id: Uuid,
+        paid: bool,
+    ) -> Option<(AgentRecord, StoredDeclaration, Option<Settling>)> {
+        let found = self.recent.take_record(token_hash, dd_id, paid);
         if found.is_some() {
             self.db.metrics().remembered_records.inc();
         }
@@ -325,26 +337,18 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         Ok(confirmed)
     }
 
-    async fn confirm_declaration_as(
-        &self,
-        token_hash: &[u8; 32],
-        dd_id: Uuid,
-        integrity_hash: &str,
-        now: DateTime<Utc>,
-        usage: &[UsageEntry],
-        leaf_data: &[u8],
-    ) -> Result<bool> {
+    async fn confirm_declaration_as(&self, token_hash: &[u8; 32], dd_id: Uuid, anchoring: Anchoring<'_>) -> Result<bool> {
         // Only the committer checks the token: anything it does not take is
         // confirmed from a fresh read.
         let Some(batcher) = self.batcher() else { return Ok(false) };
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
             dd_id,
-            integrity_hash: integrity_hash.to_owned(),
-            now,
-            usage: usage.to_vec(),
-            leaf_data: leaf_data.to_vec(),
-            settlement_ref: None,
+            integrity_hash: anchoring.integrity_hash.to_owned(),
+            now: anchoring.now,
+            usage: anchoring.usage.to_vec(),
+            leaf_data: anchoring.leaf_data.to_vec(),
+            settlement_ref: anchoring.settlement_ref.map(str::to_owned),
             token_check: Some(*token_hash),
             from_peer: false,
             reply,
