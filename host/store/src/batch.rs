@@ -688,7 +688,12 @@ fn push_usage<'q>(q: &mut Query<'q>, confirms: &'q [ConfirmJob], payment: &str) 
 }
 
 /// How both confirmation statements begin: the batch's rows (`input`), and
-/// each record once, its first confirmation in the batch (`once`).
+/// each record once, its first confirmation in the batch (`once`). Each
+/// statement also names the rows it updates by `= any(array(select b_dd_id
+/// from once))`, an index condition: its plan is made once per connection,
+/// while the tables may be small, and a join left to reach them by a hash
+/// of the whole index (seen: every batch reading all of `declaration_pkey`)
+/// would grow with the table.
 fn confirm_head(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", confirm_input(confirms))?;
@@ -707,7 +712,8 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     let mut q = confirm_head(confirms)?;
     q.push(
         ", d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
-         from once where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
+         from once where declaration.dd_id = once.b_dd_id and declaration.dd_id = any(array(select b_dd_id from once)) \
+         and declaration.confirmed_at is null \
          and declaration.settlement_status <> 'released' \
          and (once.b_token is null or once.b_token = (select a.token_hash from agent a where a.agent_id = declaration.agent_id)) \
          returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf)",
@@ -854,13 +860,15 @@ fn pg_settle_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     q.push(
         ", p as (update x402_payment set status = 'settled', settlement_ref = coalesce(once.b_ref, x402_payment.settlement_ref), \
          updated_at = once.b_now from once where x402_payment.dd_id = once.b_dd_id \
+         and x402_payment.dd_id = any(array(select b_dd_id from once)) \
          and x402_payment.status in ('reserved', 'settle_unknown') \
          and exists (select 1 from declaration r where r.dd_id = once.b_dd_id and r.confirmed_at is null \
          and r.settlement_status <> 'released') \
          and (once.b_token is null or once.b_token = (select a.token_hash from agent a where a.agent_id = x402_payment.agent_id)) \
          returning x402_payment.payment_id, once.b_i, once.b_now), \
          d as (update declaration set confirmed_at = once.b_now, integrity_hash = once.b_hash, settlement_status = 'settled' \
-         from once join p on p.b_i = once.b_i where declaration.dd_id = once.b_dd_id and declaration.confirmed_at is null \
+         from once join p on p.b_i = once.b_i where declaration.dd_id = once.b_dd_id \
+         and declaration.dd_id = any(array(select b_dd_id from once)) and declaration.confirmed_at is null \
          and declaration.settlement_status <> 'released' \
          returning declaration.dd_id, declaration.agent_id, once.b_i, once.b_now, once.b_leaf, p.payment_id), \
          e as (insert into x402_payment_event (payment_id, status, reason, at) select payment_id, 'settled', null, b_now from p)",
