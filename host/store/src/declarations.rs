@@ -303,26 +303,11 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
         settlement_ref: Option<&str>,
     ) -> Result<bool> {
         // Handed to the group committer (settling the payment, if any).
-        if let Some(batcher) = self.batcher() {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
-                dd_id,
-                integrity_hash: integrity_hash.to_owned(),
-                now,
-                usage: usage.to_vec(),
-                leaf_data: leaf_data.to_vec(),
-                settlement_ref: settlement_ref.map(str::to_owned),
-                token_check: None,
-                from_peer: false,
-                reply,
-            }));
-            if batcher.submit(job).await {
-                match answer.await {
-                    Ok(Ok(Some(confirmed))) => return Ok(confirmed),
-                    Ok(Err(unavailable)) => return Err(unavailable),
-                    _ => {}
-                }
-            }
+        let anchoring = Anchoring { integrity_hash, now, usage, leaf_data, settlement_ref };
+        match self.committed_confirm(dd_id, anchoring, None).await {
+            Some(Ok(Some(confirmed))) => return Ok(confirmed),
+            Some(Err(unavailable)) => return Err(unavailable),
+            _ => {}
         }
         // Not taken by a batch, on PostgreSQL: one statement.
         if settlement_ref.is_none() && self.db.writes_in_with() {
@@ -340,26 +325,10 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
     async fn confirm_declaration_as(&self, token_hash: &[u8; 32], dd_id: Uuid, anchoring: Anchoring<'_>) -> Result<bool> {
         // Only the committer checks the token: anything it does not take is
         // confirmed from a fresh read.
-        let Some(batcher) = self.batcher() else { return Ok(false) };
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
-            dd_id,
-            integrity_hash: anchoring.integrity_hash.to_owned(),
-            now: anchoring.now,
-            usage: anchoring.usage.to_vec(),
-            leaf_data: anchoring.leaf_data.to_vec(),
-            settlement_ref: anchoring.settlement_ref.map(str::to_owned),
-            token_check: Some(*token_hash),
-            from_peer: false,
-            reply,
-        }));
-        if !batcher.submit(job).await {
-            return Ok(false);
-        }
-        match answer.await {
-            Ok(Ok(confirmed)) => Ok(confirmed == Some(true)),
-            Ok(Err(unavailable)) => Err(unavailable),
-            Err(_) => Ok(false),
+        match self.committed_confirm(dd_id, anchoring, Some(*token_hash)).await {
+            Some(Ok(confirmed)) => Ok(confirmed == Some(true)),
+            Some(Err(unavailable)) => Err(unavailable),
+            None => Ok(false),
         }
     }
 
@@ -428,6 +397,34 @@ impl<E: Engine> DeclarationStore for SqlStore<E> {
 }
 
 impl<E: Engine> SqlStore<E> {
+    /// A confirmation handed to the group committer: its answer (`Some(true)`
+    /// confirmed, `Some(false)` not, `None` not taken), or `None` when no
+    /// committer took it.
+    async fn committed_confirm(
+        &self,
+        dd_id: Uuid,
+        anchoring: Anchoring<'_>,
+        token_check: Option<[u8; 32]>,
+    ) -> Option<Result<Option<bool>>> {
+        let batcher = self.batcher()?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = batch::Job::Confirm(Box::new(batch::ConfirmJob {
+            dd_id,
+            integrity_hash: anchoring.integrity_hash.to_owned(),
+            now: anchoring.now,
+            usage: anchoring.usage.to_vec(),
+            leaf_data: anchoring.leaf_data.to_vec(),
+            settlement_ref: anchoring.settlement_ref.map(str::to_owned),
+            token_check,
+            from_peer: false,
+            reply,
+        }));
+        if !batcher.submit(job).await {
+            return None;
+        }
+        answer.await.ok()
+    }
+
     async fn declaration_for_request(&self, agent_id: Uuid, request_id: Uuid) -> Result<Option<StoredDeclaration>> {
         let query = || sql("select * from declaration where agent_id = $1 and request_id = $2").bind(agent_id).bind(request_id);
         if let Some(found) = self.read_direct(query(), decode_declaration) {
