@@ -190,6 +190,13 @@ pub struct ServeConfig {
     #[arg(long, env = "ANCHOR_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 
+    /// Threads that run requests and background work (the runtime's
+    /// workers). Unset: one per core. Hosts sharing one machine split its
+    /// cores between them: with more workers than cores in all, they take
+    /// turns and each turn costs a context switch (docs/deployment.md).
+    #[arg(long, env = "ANCHOR_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
+
     /// Serve `GET /metrics` on the API's listener too. Off by default: the
     /// counters tell business volumes (records anchored, DAC debited, payment
     /// outcomes) that are the operator's, not the agents'.

@@ -223,6 +223,7 @@ pub async fn serve(config: config::ServeConfig) -> anyhow::Result<()> {
         tracing::info!(version = %next.version, activate_at = %at, "a published pricing generation is scheduled");
     }
     tracing::info!(in_force = %state.app.schedule.at(clock.now()).generation().version, published, "pricing generations");
+    tracing::info!(workers = tokio::runtime::Handle::current().metrics().num_workers(), "runtime worker threads");
     tokio::spawn(anchor_app::pricing::watch(state.app.clone(), loader));
     // The operator's stored switches, in force before the first request, then watched.
     anchor_app::features::refresh(&state.app).await?;

@@ -743,9 +743,22 @@ enum PricingCommand {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let workers = match &cli.command {
+        Some(Command::Serve(config)) => config.worker_threads,
+        None => cli.serve.worker_threads,
+        _ => None,
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(workers) = workers {
+        runtime.worker_threads(usize::from(workers));
+    }
+    runtime.build()?.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let json = match &cli.command {
         Some(Command::Serve(config)) => config.log_format == "json",
         None => cli.serve.log_format == "json",

@@ -70,6 +70,7 @@ async fn serve_reads_its_environment_variables() {
         Command::new(env!("CARGO_BIN_EXE_anchor"))
             .env("ANCHOR_LISTEN", format!("127.0.0.1:{port}"))
             .env("ANCHOR_DATA_DIR", &data)
+            .env("ANCHOR_WORKER_THREADS", "3")
             .env_remove("DATABASE_URL")
             .env_remove("NO_COLOR")
             .stdout(std::fs::File::create(&log).unwrap())
@@ -86,6 +87,8 @@ async fn serve_reads_its_environment_variables() {
     // A log written to a file (not a terminal) carries no colour codes.
     let written = std::fs::read_to_string(&log).unwrap();
     assert!(written.contains("INFO") && !written.contains('\u{1b}'), "{written}");
+    // The runtime has the workers it was given, not one per core.
+    assert!(written.contains("runtime worker threads workers=3"), "{written}");
     let _ = std::fs::remove_dir_all(&data);
 }
 
