@@ -59,28 +59,47 @@ impl Standby {
             assert!(chown.success());
         }
         let data = dir.join("data");
-        let base = pg(
-            bin,
-            "pg_basebackup",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary_port.to_string(),
-                "-U",
-                "postgres",
-                "-D",
-                data.to_str().unwrap(),
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ],
-        );
-        if !base.status.success() {
+        // The primary is shared with the tests running beside this one: their
+        // DROP DATABASE forces checkpoints, and one can end the backup's WAL
+        // stream ("terminating process … to release replication slot"). Such
+        // an end is retried; any other failure is returned at once.
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let base = pg(
+                bin,
+                "pg_basebackup",
+                &[
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &primary_port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                ],
+            );
+            if base.status.success() {
+                failures.clear();
+                break;
+            }
+            let why = said(&base);
+            let _ = std::fs::remove_dir_all(&data);
+            let cut = ["administrator command", "closed unexpectedly", "terminated unexpectedly", "unexpected termination"];
+            failures.push(why.clone());
+            if !cut.iter().any(|c| why.contains(c)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        if !failures.is_empty() {
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(said(&base));
+            return Err(failures.join("\n--- then:\n"));
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // Debian keeps the configuration outside the data directory: the standby gets its own.
