@@ -63,8 +63,9 @@ impl Standby {
         // DROP DATABASE forces checkpoints, and one can end the backup's WAL
         // stream ("terminating process … to release replication slot"). Such
         // an end is retried; any other failure is returned at once.
+        let cut = ["administrator command", "closed unexpectedly", "terminated unexpectedly", "unexpected termination"];
         let mut failures = Vec::new();
-        for _ in 0..3 {
+        let backed_up = loop {
             let base = pg(
                 bin,
                 "pg_basebackup",
@@ -85,19 +86,18 @@ impl Standby {
                 ],
             );
             if base.status.success() {
-                failures.clear();
-                break;
+                break true;
             }
-            let why = said(&base);
             let _ = std::fs::remove_dir_all(&data);
-            let cut = ["administrator command", "closed unexpectedly", "terminated unexpectedly", "unexpected termination"];
-            failures.push(why.clone());
-            if !cut.iter().any(|c| why.contains(c)) {
-                break;
+            let why = said(&base);
+            let retried = cut.iter().any(|c| why.contains(c)) && failures.len() < 2;
+            failures.push(why);
+            if !retried {
+                break false;
             }
             std::thread::sleep(std::time::Duration::from_secs(1));
-        }
-        if !failures.is_empty() {
+        };
+        if !backed_up {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(failures.join("\n--- then:\n"));
         }

@@ -41,6 +41,18 @@ struct Cli {
     serve: ServeConfig,
 }
 
+impl Cli {
+    /// The options `anchor` serves with, when it serves (`anchor serve …`,
+    /// or no subcommand).
+    fn serving(&self) -> Option<&ServeConfig> {
+        match &self.command {
+            Some(Command::Serve(config)) => Some(config),
+            None => Some(&self.serve),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API (the default).
@@ -745,25 +757,16 @@ enum PricingCommand {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let workers = match &cli.command {
-        Some(Command::Serve(config)) => config.worker_threads,
-        None => cli.serve.worker_threads,
-        _ => None,
-    };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
-    if let Some(workers) = workers {
+    if let Some(workers) = cli.serving().and_then(|config| config.worker_threads) {
         runtime.worker_threads(usize::from(workers));
     }
     runtime.build()?.block_on(run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let json = match &cli.command {
-        Some(Command::Serve(config)) => config.log_format == "json",
-        None => cli.serve.log_format == "json",
-        _ => false,
-    };
+    let json = cli.serving().is_some_and(|config| config.log_format == "json");
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
     if json {
         // One JSON object per line; a request's lines carry its span (request id, route).
