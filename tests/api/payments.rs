@@ -820,6 +820,86 @@ async fn a_settlement_racing_a_release_writes_nothing() {
     assert_eq!(t.store.metrics().failed_batches.get(), 1, "the settling statement failed as a whole, once");
 }
 
+/// PostgreSQL: a batch of paid creates is one statement that locks its
+/// agents, then counts their DAB spending as committed once the locks are
+/// held (decision 0090). Another writer of an agent's spending (here a
+/// transaction of a second connection, as of another host) holds the
+/// agent's row and adds 95 DAC of spending while a paid create of 10 DAC,
+/// under a DAB of 100, waits for it: once that commits, the create is
+/// refused with DAB_LIMIT_REACHED and reserves nothing. A statement that
+/// counted the spending as it stood when it began would have taken the
+/// payment past the DAB. Then 5 DAC more of room lets the next one pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_create_waiting_for_its_agent_counts_what_was_spent_meanwhile() {
+    if postgres_or_skip("payments::a_paid_create_waiting_for_its_agent_counts_what_was_spent_meanwhile").is_none() {
+        return;
+    }
+    let options = Options { dab_default: anchor_domain::MilliDac::from_dac(100), ..Options::default() };
+    let t = TestServer::with(Backend::Postgres, options).await;
+    let (agent, body, challenge) = spent(&t).await;
+    let price = challenge["accepts"][0]["amount"].as_str().unwrap().parse::<i64>().unwrap();
+    assert_eq!(price, 10_000, "EE_basic's base fee, 10 DAC in USDC base units");
+    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
+    let mut other = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a second connection");
+    let agent_id = uuid::Uuid::parse_str(&agent.id).unwrap();
+    let period = t.clock.now().format("%Y-%m").to_string();
+    sqlx::query("begin").execute(&mut other).await.unwrap();
+    sqlx::query("select 1 from agent where agent_id = $1 for no key update").bind(agent_id).execute(&mut other).await.unwrap();
+    sqlx::query("insert into dab_spent (agent_id, period, spent_units) values ($1, $2, 95000)")
+        .bind(agent_id)
+        .bind(&period)
+        .execute(&mut other)
+        .await
+        .unwrap();
+
+    let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let create = {
+        let (http, url, token, body) = (t.http.clone(), t.url("/v1/dd/create"), agent.token.clone(), body.to_string());
+        tokio::spawn(async move {
+            let reply = http
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .header("PAYMENT-SIGNATURE", payment)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
+        })
+    };
+    // The paid statement waits for the agent's row.
+    let mut waited = 0;
+    loop {
+        sqlx::query("select pg_stat_clear_snapshot()").execute(&mut other).await.unwrap();
+        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 200, "the paid create never waited for the agent's row");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(!create.is_finished(), "answered while the agent's row was held");
+    sqlx::query("commit").execute(&mut other).await.unwrap();
+    let (status, reply) = create.await.unwrap();
+    assert_eq!((status, reply["error_code"].as_str()), (403, Some("DAB_LIMIT_REACHED")), "{reply}");
+    assert_eq!(t.scalar("select count(*) from x402_payment").await, 0, "nothing reserved");
+    assert_eq!(t.scalar("select count(*) from declaration").await, 0, "nothing recorded");
+
+    sqlx::query("update dab_spent set spent_units = 90000 where agent_id = $1").bind(agent_id).execute(&mut other).await.unwrap();
+    let again = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
+    let created = send(&t, &agent, &create_body(json!({ "ee_preset": "EE_basic" })), Some(("PAYMENT-SIGNATURE", again))).await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    let dab = t.get("/v1/dab/status", Some(&agent.token)).await.json;
+    assert_eq!((&dab["spent_dac"], &dab["remaining_dac"]), (&json!(100), &json!(0)));
+    assert_eq!(t.store.metrics().failed_batches.get(), 0, "the paid statement never failed as a whole");
+}
+
 /// PostgreSQL: settling a payment changes its status, its reference and
 /// its update time; no index of the payments names one of them (in its
 /// key, its expressions or its predicate), so a settlement can rewrite the

@@ -200,7 +200,7 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 }
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: ForwardTo) {
-    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db)];
+    let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
     while let Some(first) = next(&mut jobs, kept.each_mut()).await {
         let batch = gather(first, &mut jobs, MAX_BATCH);
         let (creates, confirms, stop) = split(&db, batch);
@@ -229,18 +229,18 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: Fo
 /// A batch's writes on PostgreSQL: each kind its own statement (the paid
 /// creates their own transaction), on its own connection, so that a
 /// confirmation's commit does not wait for the creates'.
-async fn pg_batch<E: Engine>(db: &E, kept: &mut [Kept<E>; 3], creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
+async fn pg_batch<E: Engine>(db: &E, kept: &mut [Kept<E>; 4], creates: Vec<CreateJob>, confirms: Vec<ConfirmJob>) {
     if creates.is_empty() && confirms.is_empty() {
         return;
     }
-    let [for_creates, for_confirms, for_settles] = kept;
+    let [for_creates, for_confirms, for_settles, for_paid] = kept;
     let (paid, creates): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| job.new.external.is_some());
     let (settling, confirms): (Vec<_>, Vec<_>) = confirms.into_iter().partition(|job| job.settlement_ref.is_some());
     tokio::join!(
         pg_creates(db, for_creates, creates),
         pg_confirms(db, for_confirms, confirms, pg_confirm_statement),
         pg_confirms(db, for_settles, settling, pg_settle_statement),
-        pg_paid(db, paid)
+        pg_paid(db, for_paid, paid)
     );
 }
 
@@ -723,44 +723,60 @@ fn pg_confirm_statement(confirms: &[ConfirmJob]) -> Option<Query<'_>> {
     Some(q)
 }
 
-/// PostgreSQL: the batch's creates that pay over x402, in one transaction:
-/// every paying agent's row locked first (in agent order, so that the DAB
-/// read after it counts every payment committed before), then the creates
-/// as one statement. A create whose base fee Trial pays runs the ordinary
-/// steps in a savepoint. The lock is `for no key update`: it excludes the
-/// other writes of the agent's spending (which take it or `for update`) but
-/// not a confirmation's usage rows, whose foreign key only shares the row.
-async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
+/// PostgreSQL: the batch's creates that pay over x402. Those whose whole
+/// base fee is paid externally are one statement on the kept connection
+/// `kept` (their agents locked in it, by `paying_agents`); those whose base
+/// fee Trial pays share a transaction: every paying agent's row locked
+/// first (in agent order, so that the DAB read after it counts every
+/// payment committed before), then each runs the ordinary steps in a
+/// savepoint. The lock is `for no key update`: it excludes the other writes
+/// of the agent's spending (which take it or `for update`) but not a
+/// confirmation's usage rows, whose foreign key only shares the row.
+async fn pg_paid<E: Engine>(db: &E, kept: &mut Kept<E>, creates: Vec<CreateJob>) {
     if creates.is_empty() {
         return;
     }
     let (whole, parted): (Vec<_>, Vec<_>) = creates.into_iter().partition(|job| !job.new.base_from_trial);
-    let run = async {
-        // On the hot pool: its statements are arrays, planned once per connection.
-        let mut tx = db.begin_hot().await?;
-        let mut agents: Vec<Uuid> = whole.iter().chain(&parted).map(|job| job.new.declaration.agent_id).collect();
-        agents.sort();
-        agents.dedup();
-        let mut lock = sql("select a.agent_id from agent a join (select * from ");
-        lock.push_unnest("paying", agents.iter().map(|id| vec![("agent_id", id.value())]).collect())
-            .ok_or_else(|| StoreError::Unsupported("agents as an array".into()))?;
-        lock.push(") paying on paying.agent_id = a.agent_id order by a.agent_id for no key update of a");
-        tx.fetch_all(lock).await?;
-        let mut taken = HashMap::with_capacity(whole.len() + parted.len());
-        if !whole.is_empty() {
+    if !whole.is_empty() {
+        let run = async {
             let statement = pg_paid_create_statement(&whole).ok_or_else(|| StoreError::Unsupported("paid creates as arrays".into()))?;
-            for row in tx.fetch_all(statement).await? {
+            let mut taken = HashMap::with_capacity(whole.len());
+            for row in kept.fetch_all(statement).await? {
                 taken.extend(taken_of(&row, &whole)?);
             }
-        }
-        for job in &parted {
-            taken.insert(job.new.declaration.dd_id, paid_create(&mut tx, db.for_update(), job).await?);
-        }
-        crate::engine::Transaction::commit(tx).await?;
-        Ok::<_, StoreError>(taken)
-    };
-    let outcome = run.await;
-    let creates: Vec<CreateJob> = whole.into_iter().chain(parted).collect();
+            Ok::<_, StoreError>(taken)
+        };
+        let outcome = run.await;
+        answer_paid(db, whole, outcome);
+    }
+    if !parted.is_empty() {
+        let run = async {
+            // On the hot pool: its statements are arrays, planned once per connection.
+            let mut tx = db.begin_hot().await?;
+            let mut agents: Vec<Uuid> = parted.iter().map(|job| job.new.declaration.agent_id).collect();
+            agents.sort();
+            agents.dedup();
+            let mut lock = sql("select a.agent_id from agent a join (select * from ");
+            lock.push_unnest("paying", agents.iter().map(|id| vec![("agent_id", id.value())]).collect())
+                .ok_or_else(|| StoreError::Unsupported("agents as an array".into()))?;
+            lock.push(") paying on paying.agent_id = a.agent_id order by a.agent_id for no key update of a");
+            tx.fetch_all(lock).await?;
+            let mut taken = HashMap::with_capacity(parted.len());
+            for job in &parted {
+                taken.insert(job.new.declaration.dd_id, paid_create(&mut tx, db.for_update(), job).await?);
+            }
+            crate::engine::Transaction::commit(tx).await?;
+            Ok::<_, StoreError>(taken)
+        };
+        let outcome = run.await;
+        answer_paid(db, parted, outcome);
+    }
+}
+
+/// Answers paid creates: each with what its statement or transaction took,
+/// or, if that failed as a whole, refused (the database unavailable) or
+/// left to run alone.
+fn answer_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, outcome: Result<HashMap<Uuid, Taken>>) {
     match outcome {
         Ok(taken) => answer_creates(creates, taken),
         Err(error) => {
@@ -774,14 +790,17 @@ async fn pg_paid<E: Engine>(db: &E, creates: Vec<CreateJob>) {
     }
 }
 
-/// The batch's paid creates as one statement (their agents locked): each
-/// reserves its authorization and records its declaration, or is left out:
-/// a request_id recorded already (answered with its record, its token
-/// checked, as the Trial statement does) or repeated in the batch, a nonce used
-/// already or repeated, a payment that would take its agent past its DAB
-/// (counting every earlier create of the batch for that agent, taken or
-/// not, so it never overspends). Left out is "not taken": the write then
-/// runs alone and answers why.
+/// The batch's paid creates as one statement, which locks their agents
+/// (`paying_agents`, migration 0046: locked in agent order, then read again
+/// with their DAB spending as committed meanwhile): each reserves its
+/// authorization and records its declaration, or is left out: a request_id
+/// recorded already (answered with its record, its token checked, as the
+/// Trial statement does) or repeated in the batch, a nonce used already or
+/// repeated, a payment that would take its agent past its DAB (counting
+/// every earlier create of the batch for that agent, taken or not, so it
+/// never overspends; the spending is counted from the batch's earliest
+/// period, which can only count more). Left out is "not taken": the write
+/// then runs alone and answers why.
 fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
     let rows: Vec<DeclarationRow<'_>> = jobs.iter().map(|job| DeclarationRow::paid_externally(&job.new)).collect();
     let traced = jobs.iter().any(|job| job.new.declaration.trace_key.is_some());
@@ -816,9 +835,10 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
         input.first()?.iter().map(|(name, _)| *name).filter(|name| !name.starts_with("b_") && !name.starts_with("p_")).collect();
     let mut q = sql("with input as (select * from ");
     q.push_unnest("input", input)?;
-    let spent = payments::dab_spent("once.agent_id", "once.b_period");
-    q.push(&format!(
-        "), fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
+    q.push(
+        "), payer as materialized (select * from paying_agents(\
+         array(select distinct input.agent_id from input order by 1), (select min(input.b_period) from input))), \
+         fresh as (select distinct on (input.agent_id, input.request_id) input.* from input \
          where not exists (select 1 from declaration d where d.agent_id = input.agent_id and d.request_id = input.request_id) \
          and not exists (select 1 from x402_payment x where x.network = input.p_network and x.asset = input.p_asset \
          and x.payer = input.p_payer and x.nonce = input.p_nonce) \
@@ -827,8 +847,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          order by p_network, p_asset, p_payer, p_nonce, b_i), \
          running as (select input.b_i, sum(input.p_amount_units) over (partition by input.agent_id order by input.b_i) as b_running \
          from input), \
-         fits as (select once.* from once join running on running.b_i = once.b_i join agent a on a.agent_id = once.agent_id \
-         where running.b_running + ({spent}) <= coalesce(a.dab_limit_milli, once.b_dab_default) \
+         fits as (select once.* from once join running on running.b_i = once.b_i join payer a on a.agent_id = once.agent_id \
+         where running.b_running + a.spent_units <= coalesce(a.dab_limit_milli, once.b_dab_default) \
          and (once.b_token is null or (a.token_hash = once.b_token \
          and (a.trial_expires_at <= once.b_now or a.trial_balance_milli < once.b_base_fee)))), \
          p as (insert into x402_payment (payment_id, network, asset, payer, nonce, amount_units, pay_to, valid_after, \
@@ -839,8 +859,8 @@ fn pg_paid_create_statement(jobs: &[CreateJob]) -> Option<Query<'_>> {
          from fits on conflict do nothing returning payment_id), \
          e as (insert into x402_payment_event (payment_id, status, reason, at) \
          select p.payment_id, 'reserved', null, fits.b_now from p join fits on fits.p_payment_id = p.payment_id), \
-         stored as (insert into declaration ("
-    ));
+         stored as (insert into declaration (",
+    );
     q.push(&names.join(", ")).push(") select ");
     q.push(&names.iter().map(|name| format!("fits.{name}")).collect::<Vec<_>>().join(", "));
     // A retried paid create reserves nothing and gets its record.
