@@ -1119,13 +1119,14 @@ pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Db<Post
 /// holding its client (and a load balancer's check) for sqlx's default 30 s.
 const ACQUIRE_TIMEOUT: StdDuration = StdDuration::from_secs(2);
 
-/// The most connections of the hot path's pool: the committer's three batch
-/// statements and its paid creates' transaction, and the reader's five
+/// The most connections of the hot path's pool: the committer's four batch
+/// statements (the paid creates' one of them, decision 0090) and the
+/// transaction of creates whose base fee Trial pays, and the reader's five
 /// kinds of read, each in flight at once and each statement keeping its
 /// connection while it has work ([`Kept`]), and to spare, so a task
 /// whose connection is still being returned (after a failure, or after
-/// [`KEPT_AT_MOST`]) need not wait for it. (Nine in flight at most since
-/// one reader task reads, not two; the five to spare were kept.)
+/// [`KEPT_AT_MOST`]) need not wait for it. (Ten in flight at most since
+/// one reader task reads, not two; four to spare.)
 const HOT_CONNECTIONS: u32 = 14;
 
 /// The most connections a host's ordinary pool opens to the primary
