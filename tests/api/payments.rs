@@ -8,13 +8,17 @@ use anchor_tests::*;
 use base64::Engine;
 use serde_json::{Value, json};
 
-async fn send(t: &TestServer, agent: &Agent, body: &Value, header: Option<(&str, String)>) -> Reply {
-    let mut request =
-        t.http.post(t.url("/v1/dd/create")).bearer_auth(&agent.token).header("content-type", "application/json").body(body.to_string());
-    if let Some((name, value)) = header {
-        request = request.header(name, value);
+/// A POST of `body` to `path` as `agent`, with `header` if any.
+fn post(t: &TestServer, path: &str, agent: &Agent, body: &Value, header: Option<(&str, String)>) -> reqwest::RequestBuilder {
+    let request = t.http.post(t.url(path)).bearer_auth(&agent.token).header("content-type", "application/json").body(body.to_string());
+    match header {
+        Some((name, value)) => request.header(name, value),
+        None => request,
     }
-    let response = request.send().await.unwrap();
+}
+
+async fn send(t: &TestServer, agent: &Agent, body: &Value, header: Option<(&str, String)>) -> Reply {
+    let response = post(t, "/v1/dd/create", agent, body, header).send().await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
     let text = response.text().await.unwrap();
@@ -28,6 +32,49 @@ async fn spent(t: &TestServer) -> (Agent, Value, Value) {
     let body = create_body(json!({ "ee_preset": "EE_basic" }));
     let challenge = challenge_of(&t.post("/v1/dd/create", Some(&agent.token), &body).await);
     (agent, body, challenge)
+}
+
+/// A connection of its own to `t`'s PostgreSQL schema, as another host's.
+async fn connection_beside(t: &TestServer) -> sqlx::PgConnection {
+    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
+    sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a second connection")
+}
+
+/// Waits until some backend is blocked by `conn`'s locks, failing with
+/// `never` after `within`. (Inside a transaction PostgreSQL answers
+/// pg_stat_activity from the snapshot its first read took: each look takes
+/// a new one.)
+async fn wait_until_blocked_by(conn: &mut sqlx::PgConnection, within: std::time::Duration, never: &str) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        sqlx::query("select pg_stat_clear_snapshot()").execute(&mut *conn).await.unwrap();
+        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// POSTs `body` to `path` as `agent` (with `header`, if any) on a task of
+/// its own, answering its status and body.
+fn spawn_post(
+    t: &TestServer,
+    path: &str,
+    agent: &Agent,
+    body: &Value,
+    header: Option<(&str, String)>,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let request = post(t, path, agent, body, header);
+    tokio::spawn(async move {
+        let reply = request.send().await.unwrap();
+        (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
+    })
 }
 
 anchor_tests::both_backends!(
@@ -773,38 +820,15 @@ async fn a_settlement_racing_a_release_writes_nothing() {
         send(&t, &agent, &body, Some(("PAYMENT-SIGNATURE", b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()))))).await;
     assert_eq!(created.status.as_u16(), 201, "{}", created.text);
     let dd_id = created.json["dd_id"].as_str().unwrap().to_string();
-    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
-    let mut other = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a second connection");
+    let mut other = connection_beside(&t).await;
     let id = uuid::Uuid::parse_str(&dd_id).unwrap();
     sqlx::query("begin").execute(&mut other).await.unwrap();
     sqlx::query("select 1 from declaration where dd_id = $1 for update").bind(id).execute(&mut other).await.unwrap();
 
-    let confirm = {
-        let (http, url, token) = (t.http.clone(), t.url("/v1/dd/confirm"), agent.token.clone());
-        let body = json!({ "dd_id": dd_id }).to_string();
-        tokio::spawn(async move {
-            let reply = http.post(url).bearer_auth(token).header("content-type", "application/json").body(body).send().await.unwrap();
-            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
-        })
-    };
+    let confirm = spawn_post(&t, "/v1/dd/confirm", &agent, &json!({ "dd_id": dd_id }), None);
     // The settling statement has moved the payment and waits for the record.
-    // (Inside a transaction PostgreSQL answers pg_stat_activity from the
-    // snapshot its first read took: each look takes a new one.)
-    let mut waited = 0;
-    loop {
-        sqlx::query("select pg_stat_clear_snapshot()").execute(&mut other).await.unwrap();
-        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
-            .fetch_one(&mut other)
-            .await
-            .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 200, "the settling statement never waited for the record's lock");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until_blocked_by(&mut other, std::time::Duration::from_secs(10), "the settling statement never waited for the record's lock")
+        .await;
     sqlx::query("update declaration set settlement_status = 'released' where dd_id = $1").bind(id).execute(&mut other).await.unwrap();
     sqlx::query("commit").execute(&mut other).await.unwrap();
 
@@ -839,9 +863,7 @@ async fn a_paid_create_waiting_for_its_agent_counts_what_was_spent_meanwhile() {
     let (agent, body, challenge) = spent(&t).await;
     let price = challenge["accepts"][0]["amount"].as_str().unwrap().parse::<i64>().unwrap();
     assert_eq!(price, 10_000, "EE_basic's base fee, 10 DAC in USDC base units");
-    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
-    let mut other = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a second connection");
+    let mut other = connection_beside(&t).await;
     let agent_id = uuid::Uuid::parse_str(&agent.id).unwrap();
     let period = t.clock.now().format("%Y-%m").to_string();
     sqlx::query("begin").execute(&mut other).await.unwrap();
@@ -854,36 +876,9 @@ async fn a_paid_create_waiting_for_its_agent_counts_what_was_spent_meanwhile() {
         .unwrap();
 
     let payment = b64(&pay(&challenge, t.clock.now().timestamp(), Twist::default()));
-    let create = {
-        let (http, url, token, body) = (t.http.clone(), t.url("/v1/dd/create"), agent.token.clone(), body.to_string());
-        tokio::spawn(async move {
-            let reply = http
-                .post(url)
-                .bearer_auth(token)
-                .header("content-type", "application/json")
-                .header("PAYMENT-SIGNATURE", payment)
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            (reply.status().as_u16(), reply.json::<Value>().await.unwrap())
-        })
-    };
+    let create = spawn_post(&t, "/v1/dd/create", &agent, &body, Some(("PAYMENT-SIGNATURE", payment)));
     // The paid statement waits for the agent's row.
-    let mut waited = 0;
-    loop {
-        sqlx::query("select pg_stat_clear_snapshot()").execute(&mut other).await.unwrap();
-        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")
-            .fetch_one(&mut other)
-            .await
-            .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 200, "the paid create never waited for the agent's row");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    wait_until_blocked_by(&mut other, std::time::Duration::from_secs(5), "the paid create never waited for the agent's row").await;
     assert!(!create.is_finished(), "answered while the agent's row was held");
     sqlx::query("commit").execute(&mut other).await.unwrap();
     let (status, reply) = create.await.unwrap();
@@ -921,9 +916,7 @@ async fn a_settlement_touches_no_index_and_a_stay_keeps_one_live_payment() {
     }
 
     let agent = t.register().await;
-    let (url, schema) = t.postgres_schema().expect("a PostgreSQL schema");
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("url");
-    let mut db = sqlx::ConnectOptions::connect(&options.options([("search_path", schema)])).await.expect("a connection");
+    let mut db = connection_beside(&t).await;
     let (agent_id, stay) = (uuid::Uuid::parse_str(&agent.id).unwrap(), uuid::Uuid::new_v4());
     let insert = |nonce: &'static str| {
         sqlx::query(
