@@ -494,20 +494,10 @@ async fn pg_creates<E: Engine>(db: &E, conn: &mut Kept<E>, mut creates: Vec<Crea
     creates.sort_by_key(|job| job.new.declaration.agent_id);
     let rows: Vec<_> = creates.iter().map(|job| DeclarationRow::trial_paid(&job.new)).collect();
     let statement = pg_create_statement(&rows, &creates).ok_or_else(|| StoreError::Unsupported("creates as arrays".into()));
-    let stored = match async { conn.fetch_all(statement?).await }.await {
-        Ok(found) => found.iter().filter_map(|row| taken_of(row, &creates).ok().flatten()).collect(),
-        Err(error) => {
-            db.metrics().failed_batches.inc();
-            if error.is_unavailable() {
-                drop(rows);
-                return refuse_all(creates, Vec::new(), &error);
-            }
-            tracing::debug!(%error, "a batch of creates failed as a whole; each runs alone");
-            HashMap::new()
-        }
-    };
+    let outcome = async { Ok(conn.fetch_all(statement?).await?.iter().filter_map(|row| taken_of(row, &creates).ok().flatten()).collect()) };
+    let outcome = outcome.await;
     drop(rows);
-    answer_creates(creates, stored);
+    answer_batch(db, "creates", creates, outcome);
 }
 
 /// How both create statements end, after their CTE `stored`: what they
@@ -747,7 +737,7 @@ async fn pg_paid<E: Engine>(db: &E, kept: &mut Kept<E>, creates: Vec<CreateJob>)
             Ok::<_, StoreError>(taken)
         };
         let outcome = run.await;
-        answer_paid(db, whole, outcome);
+        answer_batch(db, "paid creates", whole, outcome);
     }
     if !parted.is_empty() {
         let run = async {
@@ -769,14 +759,14 @@ async fn pg_paid<E: Engine>(db: &E, kept: &mut Kept<E>, creates: Vec<CreateJob>)
             Ok::<_, StoreError>(taken)
         };
         let outcome = run.await;
-        answer_paid(db, parted, outcome);
+        answer_batch(db, "paid creates", parted, outcome);
     }
 }
 
-/// Answers paid creates: each with what its statement or transaction took,
-/// or, if that failed as a whole, refused (the database unavailable) or
-/// left to run alone.
-fn answer_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, outcome: Result<HashMap<Uuid, Taken>>) {
+/// Answers a batch of creates (`what`, for the log): each with what its
+/// statement or transaction took, or, if that failed as a whole, refused
+/// (the database unavailable) or left to run alone.
+fn answer_batch<E: Engine>(db: &E, what: &str, creates: Vec<CreateJob>, outcome: Result<HashMap<Uuid, Taken>>) {
     match outcome {
         Ok(taken) => answer_creates(creates, taken),
         Err(error) => {
@@ -784,7 +774,7 @@ fn answer_paid<E: Engine>(db: &E, creates: Vec<CreateJob>, outcome: Result<HashM
             if error.is_unavailable() {
                 return refuse_all(creates, Vec::new(), &error);
             }
-            tracing::debug!(%error, "a batch of paid creates failed as a whole; each runs alone");
+            tracing::debug!(%error, "a batch of {what} failed as a whole; each runs alone");
             answer_creates(creates, HashMap::new());
         }
     }
