@@ -5,7 +5,9 @@
 //! comes only once the transaction holding the write has committed. A
 //! committer takes whatever is queued when it is free (up to
 //! [`MAX_BATCH`]): alone, a request waits for no one; under load, the
-//! writes that queued while the previous batch ran share one commit.
+//! writes that queued while the previous batch ran share one commit. On
+//! PostgreSQL a batch smaller than the last one waits for the rest, at most
+//! as long as the last one took ([`gather_more`], decision 0091).
 //!
 //! - PostgreSQL: the batch's creates are one statement and its confirmations
 //!   another (each its own transaction), whatever their number. Each column
@@ -13,9 +15,9 @@
 //!   does not depend on its number of rows: each connection prepares it
 //!   once, and PostgreSQL keeps one plan for it.
 //!   Creates that pay over x402 (each reserving its authorization) are a
-//!   third transaction: the paying agents' rows locked, then the creates as
-//!   one statement; confirmations that settle a payment are a fourth
-//!   statement. The four run at once, each on its own connection.
+//!   third statement, which locks the paying agents' rows itself (decision
+//!   0090); confirmations that settle a payment are a fourth. The four run
+//!   at once, each on its own connection.
 //! - SQLite: the batch is one transaction on the committer thread's own
 //!   writer connection, each write its own statements, run back to back on
 //!   that thread ([`crate::direct`]). Its commit is synced, and its writes
@@ -56,6 +58,8 @@ use crate::{Created, Forwarder, NewDeclaration, NewPayment, PaymentStatus, Resul
 
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
+/// The longest a PostgreSQL batch waits for writes to join it ([`gather_more`]).
+const MAX_GATHER_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A create the batch may take.
 pub(crate) struct CreateJob {
@@ -201,8 +205,14 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: ForwardTo) {
     let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
+    // The last batch's size and how long its writes took: the next batch
+    // waits for as many writes, at most that long (`gather_more`).
+    let mut last = (0usize, std::time::Duration::ZERO);
     while let Some(first) = next(&mut jobs, kept.each_mut()).await {
-        let batch = gather(first, &mut jobs, MAX_BATCH);
+        let mut batch = gather(first, &mut jobs, MAX_BATCH);
+        gather_more(&mut batch, &mut jobs, last).await;
+        let started = tokio::time::Instant::now();
+        let writes = batch.len();
         let (creates, confirms, stop) = split(&db, batch);
         let to = forward_to.read().map(|to| to.clone()).unwrap_or(None);
         match to {
@@ -220,8 +230,36 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: Fo
             }
             _ => pg_batch(&db, &mut kept, creates, confirms).await,
         }
+        last = (writes, started.elapsed());
         if let Some(stop) = stop {
             let _ = stop.send(());
+        }
+    }
+}
+
+/// Lets a batch smaller than the last one wait for the rest, for at most as
+/// long as the last one's writes took (decision 0091). The clients the last
+/// batch answered are on their way back with their next writes; committed
+/// at once, the few that are queued would make a commit of their own and
+/// the rest another, each a flush the standby acknowledges. Alone, a write
+/// waits for nothing (the last batch held one); a batch as large as the
+/// last goes at once.
+async fn gather_more(batch: &mut Vec<Job>, jobs: &mut mpsc::Receiver<Job>, (size, took): (usize, std::time::Duration)) {
+    if batch.iter().any(|job| matches!(job, Job::Stop(_))) {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + took.min(MAX_GATHER_WAIT);
+    while batch.len() < size.min(MAX_BATCH) {
+        match tokio::time::timeout_at(deadline, jobs.recv()).await {
+            Ok(Some(job)) => {
+                let stop = matches!(job, Job::Stop(_));
+                batch.push(job);
+                if stop {
+                    return;
+                }
+                take_queued(batch, jobs, MAX_BATCH);
+            }
+            _ => return,
         }
     }
 }
@@ -1386,6 +1424,49 @@ mod tests {
             from_peer: false,
             reply: oneshot::channel().0,
         }))
+    }
+
+    #[tokio::test]
+    async fn a_batch_smaller_than_the_last_waits_for_it_as_long_as_the_last_took() {
+        use std::time::Duration;
+        let (queue, mut jobs) = mpsc::channel(16);
+        // The last batch held three writes: two more writes coming while
+        // this one waits (this runtime runs the sender only then) join it,
+        // which then goes at once.
+        let sender = queue.clone();
+        let later = tokio::spawn(async move {
+            sender.send(confirm_job()).await.unwrap();
+            tokio::task::yield_now().await;
+            sender.send(confirm_job()).await.unwrap();
+        });
+        let started = std::time::Instant::now();
+        let mut batch = vec![confirm_job()];
+        gather_more(&mut batch, &mut jobs, (3, Duration::from_secs(2))).await;
+        assert_eq!(batch.len(), 3, "the writes on their way join the batch");
+        assert!(started.elapsed() < Duration::from_secs(1), "a batch as large as the last goes at once: {:?}", started.elapsed());
+        later.await.unwrap();
+
+        // Fewer come than the last batch held: it waits as long as the last took, no longer.
+        let started = std::time::Instant::now();
+        let mut batch = vec![confirm_job()];
+        gather_more(&mut batch, &mut jobs, (3, Duration::from_millis(3))).await;
+        let waited = started.elapsed();
+        assert_eq!(batch.len(), 1);
+        assert!(waited >= Duration::from_millis(3) && waited < Duration::from_secs(1), "waited {waited:?}");
+        // Never longer than MAX_GATHER_WAIT, however long the last took.
+        let started = std::time::Instant::now();
+        gather_more(&mut batch, &mut jobs, (3, Duration::from_secs(60))).await;
+        assert!(started.elapsed() < MAX_GATHER_WAIT + Duration::from_secs(1), "waited {:?}", started.elapsed());
+
+        // Alone (the last batch held one), or stopping, a batch takes
+        // nothing more, even what is queued.
+        queue.send(confirm_job()).await.unwrap();
+        for (mut batch, last) in [(vec![confirm_job()], 1), (vec![confirm_job(), Job::Stop(oneshot::channel().0)], 5)] {
+            let before = batch.len();
+            gather_more(&mut batch, &mut jobs, (last, Duration::from_secs(60))).await;
+            assert_eq!(batch.len(), before);
+        }
+        assert!(jobs.try_recv().is_ok(), "the queued write is left for the next batch");
     }
 
     #[test]
