@@ -46,7 +46,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::direct::{DirectTx, run_now};
@@ -59,7 +61,7 @@ use crate::{Created, Forwarder, NewDeclaration, NewPayment, PaymentStatus, Resul
 /// The most writes one batch carries.
 pub(crate) const MAX_BATCH: usize = 64;
 /// The longest a PostgreSQL batch waits for writes to join it ([`gather_more`]).
-const MAX_GATHER_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+const MAX_GATHER_WAIT: Duration = Duration::from_millis(5);
 
 /// A create the batch may take.
 pub(crate) struct CreateJob {
@@ -205,13 +207,11 @@ fn split<E: Engine>(db: &E, batch: Vec<Job>) -> (Vec<CreateJob>, Vec<ConfirmJob>
 
 async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: ForwardTo) {
     let mut kept = [Kept::new(&db), Kept::new(&db), Kept::new(&db), Kept::new(&db)];
-    // The last batch's size and how long its writes took: the next batch
-    // waits for as many writes, at most that long (`gather_more`).
-    let mut last = (0usize, std::time::Duration::ZERO);
+    let mut last = Last { writes: 0, took: Duration::ZERO, ended: Instant::now() };
     while let Some(first) = next(&mut jobs, kept.each_mut()).await {
         let mut batch = gather(first, &mut jobs, MAX_BATCH);
         gather_more(&mut batch, &mut jobs, last).await;
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let writes = batch.len();
         let (creates, confirms, stop) = split(&db, batch);
         let to = forward_to.read().map(|to| to.clone()).unwrap_or(None);
@@ -230,11 +230,21 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: Fo
             }
             _ => pg_batch(&db, &mut kept, creates, confirms).await,
         }
-        last = (writes, started.elapsed());
+        last = Last { writes, took: started.elapsed(), ended: Instant::now() };
         if let Some(stop) = stop {
             let _ = stop.send(());
         }
     }
+}
+
+/// The last batch a PostgreSQL committer ran, as the next one reads it
+/// ([`gather_more`]): how many writes it held, how long they took, and
+/// when it ended.
+#[derive(Clone, Copy)]
+struct Last {
+    writes: usize,
+    took: Duration,
+    ended: Instant,
 }
 
 /// Lets a batch smaller than the last one wait for the rest, for at most as
@@ -242,14 +252,15 @@ async fn pg_loop<E: Engine>(db: E, mut jobs: mpsc::Receiver<Job>, forward_to: Fo
 /// batch answered are on their way back with their next writes; committed
 /// at once, the few that are queued would make a commit of their own and
 /// the rest another, each a flush the standby acknowledges. Alone, a write
-/// waits for nothing (the last batch held one); a batch as large as the
-/// last goes at once.
-async fn gather_more(batch: &mut Vec<Job>, jobs: &mut mpsc::Receiver<Job>, (size, took): (usize, std::time::Duration)) {
-    if batch.iter().any(|job| matches!(job, Job::Stop(_))) {
+/// waits for nothing (the last batch held one); nor does a batch as large
+/// as the last, nor one whose first write came later after the last batch
+/// than that batch took (its clients do not come back within a commit).
+async fn gather_more(batch: &mut Vec<Job>, jobs: &mut mpsc::Receiver<Job>, last: Last) {
+    if batch.iter().any(|job| matches!(job, Job::Stop(_))) || last.ended.elapsed() > last.took {
         return;
     }
-    let deadline = tokio::time::Instant::now() + took.min(MAX_GATHER_WAIT);
-    while batch.len() < size.min(MAX_BATCH) {
+    let deadline = Instant::now() + last.took.min(MAX_GATHER_WAIT);
+    while batch.len() < last.writes.min(MAX_BATCH) {
         match tokio::time::timeout_at(deadline, jobs.recv()).await {
             Ok(Some(job)) => {
                 let stop = matches!(job, Job::Stop(_));
@@ -1428,7 +1439,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_smaller_than_the_last_waits_for_it_as_long_as_the_last_took() {
-        use std::time::Duration;
+        // A last batch of `writes` that took `took` and ended just now.
+        let last = |writes: usize, took: Duration| Last { writes, took, ended: Instant::now() };
         let (queue, mut jobs) = mpsc::channel(16);
         // The last batch held three writes: two more writes coming while
         // this one waits (this runtime runs the sender only then) join it,
@@ -1439,31 +1451,38 @@ mod tests {
             tokio::task::yield_now().await;
             sender.send(confirm_job()).await.unwrap();
         });
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut batch = vec![confirm_job()];
-        gather_more(&mut batch, &mut jobs, (3, Duration::from_secs(2))).await;
+        gather_more(&mut batch, &mut jobs, last(3, Duration::from_secs(2))).await;
         assert_eq!(batch.len(), 3, "the writes on their way join the batch");
         assert!(started.elapsed() < Duration::from_secs(1), "a batch as large as the last goes at once: {:?}", started.elapsed());
         later.await.unwrap();
 
         // Fewer come than the last batch held: it waits as long as the last took, no longer.
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut batch = vec![confirm_job()];
-        gather_more(&mut batch, &mut jobs, (3, Duration::from_millis(3))).await;
+        gather_more(&mut batch, &mut jobs, last(3, Duration::from_millis(3))).await;
         let waited = started.elapsed();
         assert_eq!(batch.len(), 1);
         assert!(waited >= Duration::from_millis(3) && waited < Duration::from_secs(1), "waited {waited:?}");
         // Never longer than MAX_GATHER_WAIT, however long the last took.
-        let started = std::time::Instant::now();
-        gather_more(&mut batch, &mut jobs, (3, Duration::from_secs(60))).await;
+        let started = Instant::now();
+        gather_more(&mut batch, &mut jobs, last(3, Duration::from_secs(60))).await;
         assert!(started.elapsed() < MAX_GATHER_WAIT + Duration::from_secs(1), "waited {:?}", started.elapsed());
 
-        // Alone (the last batch held one), or stopping, a batch takes
-        // nothing more, even what is queued.
+        // Alone (the last batch held one), stopping, or first come later
+        // after the last batch than it took, a batch takes nothing more,
+        // even what is queued.
         queue.send(confirm_job()).await.unwrap();
-        for (mut batch, last) in [(vec![confirm_job()], 1), (vec![confirm_job(), Job::Stop(oneshot::channel().0)], 5)] {
+        let stopping = || vec![confirm_job(), Job::Stop(oneshot::channel().0)];
+        let came_late = Last { writes: 5, took: Duration::from_millis(2), ended: Instant::now() - Duration::from_millis(50) };
+        for (mut batch, last) in [
+            (vec![confirm_job()], last(1, Duration::from_secs(60))),
+            (stopping(), last(5, Duration::from_secs(60))),
+            (vec![confirm_job()], came_late),
+        ] {
             let before = batch.len();
-            gather_more(&mut batch, &mut jobs, (last, Duration::from_secs(60))).await;
+            gather_more(&mut batch, &mut jobs, last).await;
             assert_eq!(batch.len(), before);
         }
         assert!(jobs.try_recv().is_ok(), "the queued write is left for the next batch");
