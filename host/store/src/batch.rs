@@ -256,18 +256,14 @@ struct Last {
 /// as the last, nor one whose first write came later after the last batch
 /// than that batch took (its clients do not come back within a commit).
 async fn gather_more(batch: &mut Vec<Job>, jobs: &mut mpsc::Receiver<Job>, last: Last) {
-    if batch.iter().any(|job| matches!(job, Job::Stop(_))) || last.ended.elapsed() > last.took {
+    if last.ended.elapsed() > last.took {
         return;
     }
     let deadline = Instant::now() + last.took.min(MAX_GATHER_WAIT);
-    while batch.len() < last.writes.min(MAX_BATCH) {
+    while batch.len() < last.writes.min(MAX_BATCH) && !batch.iter().any(|job| matches!(job, Job::Stop(_))) {
         match tokio::time::timeout_at(deadline, jobs.recv()).await {
             Ok(Some(job)) => {
-                let stop = matches!(job, Job::Stop(_));
                 batch.push(job);
-                if stop {
-                    return;
-                }
                 take_queued(batch, jobs, MAX_BATCH);
             }
             _ => return,
