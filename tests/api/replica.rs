@@ -47,6 +47,8 @@ struct Standby {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
+    primary_port: u16,
+    slot: String,
 }
 
 impl Standby {
@@ -59,6 +61,16 @@ impl Standby {
             assert!(chown.success());
         }
         let data = dir.join("data");
+        // A replication slot of its own: the primary keeps every WAL segment
+        // the standby has not received, however many checkpoints the tests
+        // beside this one force (without one, a standby whose stream broke
+        // under load can find its next segment removed and never catch up).
+        let slot = format!("anchor_standby_{}", uuid::Uuid::new_v4().simple());
+        let created = on_primary(bin, primary_port, &format!("select pg_create_physical_replication_slot('{slot}', true)"));
+        if !created.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(said(&created));
+        }
         // The primary is shared with the tests running beside this one: their
         // DROP DATABASE forces checkpoints, and one can end the backup's WAL
         // stream ("terminating process … to release replication slot"). Such
@@ -83,6 +95,8 @@ impl Standby {
                     "stream",
                     "-c",
                     "fast",
+                    "-S",
+                    &slot,
                 ],
             );
             if base.status.success() {
@@ -99,6 +113,7 @@ impl Standby {
         };
         if !backed_up {
             let _ = std::fs::remove_dir_all(&dir);
+            on_primary(bin, primary_port, &format!("select pg_drop_replication_slot('{slot}')"));
             return Err(failures.join("\n--- then:\n"));
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -110,12 +125,33 @@ impl Standby {
         write_as_postgres(&data.join("pg_ident.conf"), "");
         let started =
             pg(bin, "pg_ctl", &["-D", data.to_str().unwrap(), "-l", dir.join("log").to_str().unwrap(), "-w", "-t", "60", "start"]);
+        let standby = Standby { bin: bin.to_path_buf(), dir, port, primary_port, slot };
         assert!(started.status.success(), "the standby did not start: {}", said(&started));
-        Ok(Standby { bin: bin.to_path_buf(), dir, port })
+        Ok(standby)
     }
 
     fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The end of the standby's server log and its slot on the primary, for a
+    /// failure's message.
+    fn state(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let slot = on_primary(
+            &self.bin,
+            self.primary_port,
+            &format!(
+                "select active, restart_lsn, wal_status, pg_current_wal_lsn() from pg_replication_slots where slot_name = '{}'",
+                self.slot
+            ),
+        );
+        format!(
+            "slot (active, restart_lsn, wal_status, primary's lsn): {}\nstandby log, last lines:\n{}",
+            said(&slot).trim(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
     }
 
     fn stop(&self) {
@@ -127,6 +163,8 @@ impl Standby {
 impl Drop for Standby {
     fn drop(&mut self) {
         self.stop();
+        // A slot left behind would hold the primary's WAL for ever.
+        on_primary(&self.bin, self.primary_port, &format!("select pg_drop_replication_slot('{}')", self.slot));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -136,6 +174,11 @@ fn write_as_postgres(path: &Path, text: &str) {
     if is_root() {
         let _ = Command::new("chown").args(["postgres:postgres", path.to_str().unwrap()]).status();
     }
+}
+
+/// One statement on the primary, through its own `psql`.
+fn on_primary(bin: &Path, port: u16, statement: &str) -> Output {
+    pg(bin, "psql", &["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-Atc", statement])
 }
 
 async fn on_standby(url: &str, statement: &str) {
@@ -215,7 +258,7 @@ async fn observations_read_from_a_streaming_replica_and_fall_back_when_it_stops(
     on_standby(&standby.url(&database), "select pg_wal_replay_resume()").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while dd_count(&t, &observer, &open).await != 3 {
-        assert!(Instant::now() < deadline, "the replica never caught up");
+        assert!(Instant::now() < deadline, "the replica never caught up\n{}", standby.state());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
