@@ -163,8 +163,20 @@ impl Standby {
 impl Drop for Standby {
     fn drop(&mut self) {
         self.stop();
-        // A slot left behind would hold the primary's WAL for ever.
-        on_primary(&self.bin, self.primary_port, &format!("select pg_drop_replication_slot('{}')", self.slot));
+        // A slot left behind would hold the primary's WAL for ever. Its
+        // walsender can outlive the standby's stop for a moment, and an
+        // active slot cannot be dropped: ended, and the drop tried again.
+        let slot = &self.slot;
+        let drop = format!(
+            "select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = '{slot}' and active_pid is not null; \
+             select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = '{slot}'"
+        );
+        for _ in 0..50 {
+            if on_primary(&self.bin, self.primary_port, &drop).status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
