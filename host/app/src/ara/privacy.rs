@@ -293,7 +293,8 @@ mod tests {
     /// sets through the functions the releases use. A value of 9 agents (one
     /// fewer than K) is shown at most δ of the time, one of 10 at most e^ε
     /// times as often plus δ, one of a single agent (against none) at most δ;
-    /// the same for a whole release's gate. Each observed frequency is
+    /// the same for a whole release's gate (whose noisy count of nobody may
+    /// pass, at its own tiny probability). Each observed frequency is
     /// compared with its bound plus a Bernstein margin at confidence
     /// 1 − 10⁻⁹, so the test fails by chance about once in a billion runs.
     #[test]
@@ -312,9 +313,17 @@ mod tests {
         let t = tail(1.0 / epsilon, delta);
         let exact_nine = q.powi(t as i32) / (1.0 + q);
         assert!(exact_nine <= delta, "{exact_nine}");
+        let exact_nobody = tail_probability(1.0 / epsilon, threshold(1.0 / epsilon, delta));
+        assert!(exact_nobody < exact_nine, "{exact_nobody}");
         for (what, frequency) in [("histogram", &histogram_frequency as &dyn Fn(i64) -> f64), ("gate", &gate_frequency)] {
             let (p0, p1, p9, p10) = (frequency(0), frequency(1), frequency(9), frequency(10));
-            assert_eq!(p0, 0.0, "{what}: nothing is shown of nobody");
+            // Of nobody: a histogram has no value to show; the gate's noisy
+            // count of zero reaches τ with probability q^τ / (1 + q) (about
+            // 6·10⁻⁷ here, so once in some forty runs of 40,000 draws).
+            match what {
+                "histogram" => assert_eq!(p0, 0.0, "{what}: nothing is shown of nobody"),
+                _ => assert!(p0 <= exact_nobody + margin(exact_nobody), "{what}: nobody shown {p0} of the time, past {exact_nobody}"),
+            }
             assert!(p1 <= delta + margin(delta), "{what}: one agent shown {p1} of the time");
             assert!(p9 <= delta + margin(delta), "{what}: nine agents shown {p9} of the time, past δ = {delta}");
             assert!((p9 - exact_nine).abs() <= margin(exact_nine), "{what}: {p9} against the computed {exact_nine}");
