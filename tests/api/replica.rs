@@ -113,7 +113,7 @@ impl Standby {
         };
         if !backed_up {
             let _ = std::fs::remove_dir_all(&dir);
-            on_primary(bin, primary_port, &format!("select pg_drop_replication_slot('{slot}')"));
+            drop_slot(bin, primary_port, &slot);
             return Err(failures.join("\n--- then:\n"));
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -163,20 +163,7 @@ impl Standby {
 impl Drop for Standby {
     fn drop(&mut self) {
         self.stop();
-        // A slot left behind would hold the primary's WAL for ever. Its
-        // walsender can outlive the standby's stop for a moment, and an
-        // active slot cannot be dropped: ended, and the drop tried again.
-        let slot = &self.slot;
-        let drop = format!(
-            "select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = '{slot}' and active_pid is not null; \
-             select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = '{slot}'"
-        );
-        for _ in 0..50 {
-            if on_primary(&self.bin, self.primary_port, &drop).status.success() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        drop_slot(&self.bin, self.primary_port, &self.slot);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -185,6 +172,24 @@ fn write_as_postgres(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
     if is_root() {
         let _ = Command::new("chown").args(["postgres:postgres", path.to_str().unwrap()]).status();
+    }
+}
+
+/// Drops `slot` on the primary: a slot left behind would hold its WAL for
+/// ever. The slot's walsender can outlive the standby (or a failed
+/// `pg_basebackup`) for a moment, and an active slot cannot be dropped: it
+/// is ended and the drop tried again, for up to 5 s; a slot gone already is
+/// no error.
+fn drop_slot(bin: &Path, port: u16, slot: &str) {
+    let drop = format!(
+        "select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = '{slot}' and active_pid is not null; \
+         select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = '{slot}'"
+    );
+    for _ in 0..50 {
+        if on_primary(bin, port, &drop).status.success() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
